@@ -1,0 +1,44 @@
+// The arena's fixed layout: which named regions exist and how the data-plane
+// channels between gpu_worker and cpu_worker sit in the "channels" region.
+#ifndef WRITESCOPE_COMMON_DATA_PLANE_H_
+#define WRITESCOPE_COMMON_DATA_PLANE_H_
+
+#include <cstdint>
+#include <memory>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/shm_arena.h"
+#include "common/shm_channel.h"
+
+namespace writescope {
+
+inline constexpr absl::string_view kChannelsRegion = "channels";
+inline constexpr absl::string_view kCpuComputeRegion = "cpu_compute";
+inline constexpr absl::string_view kGpuTransferRegion = "gpu_transfer";
+
+struct ArenaSizes {
+  uint64_t channel_bytes = uint64_t{16} << 20;  // per direction
+  uint64_t cpu_compute_bytes = 0;
+  uint64_t gpu_transfer_bytes = 0;
+};
+
+// The region table for an arena of these sizes.
+std::vector<ArenaRegionSpec> ArenaRegions(const ArenaSizes& sizes);
+
+// The two channels between the workers. The gpu_worker produces on `to_cpu` and
+// consumes `to_gpu`; the cpu_worker the other way round.
+struct DataPlane {
+  ShmChannel to_cpu;
+  ShmChannel to_gpu;
+};
+
+// Formats both channels (the arena's creator does this once).
+absl::StatusOr<DataPlane> CreateDataPlane(const ShmArena& arena);
+// Attaches to the channels a creator formatted.
+absl::StatusOr<DataPlane> AttachDataPlane(const ShmArena& arena);
+
+}  // namespace writescope
+
+#endif  // WRITESCOPE_COMMON_DATA_PLANE_H_

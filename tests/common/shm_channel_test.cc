@@ -1,0 +1,165 @@
+#include "common/shm_channel.h"
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/common/test_util.h"
+
+namespace writescope {
+namespace {
+
+// Anonymous shared memory survives fork, which is all a channel needs.
+class SharedBuffer {
+ public:
+  explicit SharedBuffer(size_t bytes) : bytes_(bytes) {
+    data_ = static_cast<std::byte*>(
+        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  }
+  ~SharedBuffer() { munmap(data_, bytes_); }
+  absl::Span<std::byte> span() { return {data_, bytes_}; }
+
+ private:
+  size_t bytes_;
+  std::byte* data_;
+};
+
+std::vector<std::byte> Pattern(size_t bytes, uint32_t seed) {
+  std::vector<std::byte> out(bytes);
+  std::mt19937 rng(seed);
+  for (auto& b : out) b = static_cast<std::byte>(rng());
+  return out;
+}
+
+TEST(ShmChannelTest, SendThenReceiveInOrderIncludingEmptyMessages) {
+  SharedBuffer buffer(64 << 10);
+  auto channel = ShmChannel::Create(buffer.span());
+  WS_ASSERT_OK(channel.status());
+  for (size_t size : {0ul, 1ul, 7ul, 8ul, 9ul, 1000ul}) {
+    WS_ASSERT_OK(channel->Send(Pattern(size, size), absl::Seconds(1)));
+  }
+  for (size_t size : {0ul, 1ul, 7ul, 8ul, 9ul, 1000ul}) {
+    std::vector<std::byte> out(2000);
+    auto received = channel->Receive(absl::MakeSpan(out), absl::Seconds(1));
+    WS_ASSERT_OK(received.status());
+    ASSERT_EQ(*received, size);
+    out.resize(size);
+    EXPECT_EQ(out, Pattern(size, size));
+  }
+}
+
+TEST(ShmChannelTest, EmptyChannelTimesOut) {
+  SharedBuffer buffer(4096);
+  auto channel = ShmChannel::Create(buffer.span());
+  WS_ASSERT_OK(channel.status());
+  auto peeked = channel->Peek(absl::Milliseconds(20));
+  EXPECT_EQ(peeked.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(ShmChannelTest, FullChannelTimesOutAndOversizeIsRefused) {
+  SharedBuffer buffer(4096);
+  auto channel = ShmChannel::Create(buffer.span());
+  WS_ASSERT_OK(channel.status());
+  EXPECT_EQ(channel->Send(Pattern(channel->max_message_bytes() + 1, 1), absl::Seconds(1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status status;
+  int sent = 0;
+  while ((status = channel->Send(Pattern(256, 2), absl::Milliseconds(20))).ok()) ++sent;
+  EXPECT_GT(sent, 0);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(ShmChannelTest, ReceiveIntoSmallBufferKeepsTheMessage) {
+  SharedBuffer buffer(4096);
+  auto channel = ShmChannel::Create(buffer.span());
+  WS_ASSERT_OK(channel.status());
+  WS_ASSERT_OK(channel->Send(Pattern(100, 3), absl::Seconds(1)));
+  std::vector<std::byte> small(10), big(100);
+  EXPECT_EQ(channel->Receive(absl::MakeSpan(small), absl::Seconds(1)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  auto received = channel->Receive(absl::MakeSpan(big), absl::Seconds(1));
+  WS_ASSERT_OK(received.status());
+  EXPECT_EQ(big, Pattern(100, 3));
+}
+
+TEST(ShmChannelTest, CloseWakesAWaitingConsumer) {
+  SharedBuffer buffer(4096);
+  auto channel = ShmChannel::Create(buffer.span());
+  WS_ASSERT_OK(channel.status());
+  auto peer = ShmChannel::Attach(buffer.span());
+  WS_ASSERT_OK(peer.status());
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    peer->Close();
+  });
+  auto peeked = channel->Peek(absl::Seconds(10));
+  closer.join();
+  EXPECT_EQ(peeked.status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(ShmChannelTest, AttachRefusesUnformattedMemory) {
+  SharedBuffer buffer(4096);
+  EXPECT_EQ(ShmChannel::Attach(buffer.span()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// Two processes stream many messages of random sizes (wrapping the ring many times)
+// through a small channel and echo them back; every byte is checked on both sides.
+TEST(ShmChannelTest, CrossProcessEchoOfRandomSizesThroughAWrappingRing) {
+  SharedBuffer forward_memory(16 << 10), backward_memory(16 << 10);
+  auto forward = ShmChannel::Create(forward_memory.span());
+  auto backward = ShmChannel::Create(backward_memory.span());
+  WS_ASSERT_OK(forward.status());
+  WS_ASSERT_OK(backward.status());
+  constexpr int kMessages = 3000;
+
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto in = ShmChannel::Attach(forward_memory.span());
+    auto out = ShmChannel::Attach(backward_memory.span());
+    if (!in.ok() || !out.ok()) _exit(1);
+    for (int i = 0; i < kMessages; ++i) {
+      auto message = in->Peek(absl::Seconds(10));
+      if (!message.ok()) _exit(2);
+      if (!out->Send(*message, absl::Seconds(10)).ok()) _exit(3);
+      in->Release();
+    }
+    _exit(0);
+  }
+  std::mt19937 rng(42);
+  std::vector<std::byte> received(forward->max_message_bytes());
+  int in_flight = 0, next_check = 0;
+  std::vector<size_t> sizes;
+  for (int i = 0; i < kMessages; ++i) sizes.push_back(rng() % 3000);
+  for (int sent = 0; sent < kMessages || next_check < kMessages;) {
+    // Keep a few messages in flight so both rings hold several messages at once.
+    if (sent < kMessages && in_flight < 3) {
+      WS_ASSERT_OK(forward->Send(Pattern(sizes[sent], sent), absl::Seconds(10)));
+      ++sent;
+      ++in_flight;
+      continue;
+    }
+    auto n = backward->Receive(absl::MakeSpan(received), absl::Seconds(10));
+    WS_ASSERT_OK(n.status());
+    ASSERT_EQ(*n, sizes[next_check]);
+    ASSERT_TRUE(std::equal(received.begin(), received.begin() + *n,
+                           Pattern(sizes[next_check], next_check).begin()))
+        << "message " << next_check;
+    ++next_check;
+    --in_flight;
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace writescope

@@ -1,0 +1,134 @@
+// The CUDA implementation of the device contract. Compiled as plain C++ against the
+// CUDA runtime (static cudart); no kernels live here.
+#include <cuda_runtime_api.h>
+
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "gpu_worker/device.h"
+
+namespace writescope::gpu {
+namespace {
+
+absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  const absl::StatusCode code =
+      (error == cudaErrorMemoryAllocation)      ? absl::StatusCode::kResourceExhausted
+      : (error == cudaErrorInsufficientDriver ||
+         error == cudaErrorNoDevice)            ? absl::StatusCode::kUnavailable
+                                                : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
+                                         cudaGetErrorString(error), ")"));
+}
+
+#define WS_CUDA_RETURN_IF_ERROR(call) \
+  do {                                \
+    absl::Status s_ = CudaStatus((call), #call); \
+    if (!s_.ok()) return s_;          \
+  } while (0)
+
+class CudaDevice final : public Device {
+ public:
+  static absl::StatusOr<std::unique_ptr<Device>> Create(int ordinal) {
+    int count = 0;
+    WS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+    if (ordinal < 0 || ordinal >= count) {
+      return absl::UnavailableError(absl::StrCat("no CUDA device ", ordinal, " (", count, " found)"));
+    }
+    WS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+    cudaDeviceProp prop;
+    WS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal));
+    auto device = std::unique_ptr<CudaDevice>(new CudaDevice(ordinal, prop.name));
+    for (cudaStream_t& stream : device->streams_) {
+      WS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    }
+    for (cudaEvent_t& event : device->events_) {
+      WS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    }
+    return std::unique_ptr<Device>(std::move(device));
+  }
+
+  ~CudaDevice() override {
+    for (cudaEvent_t event : events_) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+    for (cudaStream_t stream : streams_) {
+      if (stream != nullptr) cudaStreamDestroy(stream);
+    }
+  }
+
+  std::string name() const override { return name_; }
+  bool is_cuda() const override { return true; }
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> MemoryInfo() const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    WS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return std::pair<uint64_t, uint64_t>{total_bytes, free_bytes};
+  }
+
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (bytes == 0) return absl::InvalidArgumentError("Allocate(0)");
+    void* ptr = nullptr;
+    absl::Status status = CudaStatus(cudaMalloc(&ptr, bytes), absl::StrCat("cudaMalloc(", bytes, ")"));
+    if (!status.ok()) return status;
+    return ptr;
+  }
+  absl::Status Free(void* ptr) override { return CudaStatus(cudaFree(ptr), "cudaFree"); }
+
+  absl::Status RegisterHost(void* ptr, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    return CudaStatus(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault),
+                      absl::StrCat("cudaHostRegister(", bytes, " bytes)"));
+  }
+  absl::Status UnregisterHost(void* ptr) override {
+    return CudaStatus(cudaHostUnregister(ptr), "cudaHostUnregister");
+  }
+
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) override {
+    if (bytes == 0) return absl::OkStatus();
+    return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
+                      "cudaMemcpyAsync(H2D)");
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes, Stream stream) override {
+    if (bytes == 0) return absl::OkStatus();
+    return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(stream)),
+                      "cudaMemcpyAsync(D2H)");
+  }
+  absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes, Stream stream) override {
+    if (bytes == 0) return absl::OkStatus();
+    return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(stream)),
+                      "cudaMemcpyAsync(D2D)");
+  }
+  absl::Status Fill(void* dst, uint8_t value, size_t bytes, Stream stream) override {
+    if (bytes == 0) return absl::OkStatus();
+    return CudaStatus(cudaMemsetAsync(dst, value, bytes, stream_of(stream)), "cudaMemsetAsync");
+  }
+  absl::Status StreamWait(Stream waiter, Stream signaller) override {
+    cudaEvent_t event = events_[static_cast<int>(signaller)];
+    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(event, stream_of(signaller)));
+    return CudaStatus(cudaStreamWaitEvent(stream_of(waiter), event, 0), "cudaStreamWaitEvent");
+  }
+  absl::Status Synchronize(Stream stream) override {
+    return CudaStatus(cudaStreamSynchronize(stream_of(stream)), "cudaStreamSynchronize");
+  }
+  void* native_stream(Stream stream) const override { return stream_of(stream); }
+
+ private:
+  CudaDevice(int ordinal, std::string name) : ordinal_(ordinal), name_(std::move(name)) {}
+  cudaStream_t stream_of(Stream stream) const { return streams_[static_cast<int>(stream)]; }
+
+  int ordinal_;
+  std::string name_;
+  std::array<cudaStream_t, kNumStreams> streams_{};
+  std::array<cudaEvent_t, kNumStreams> events_{};
+};
+
+}  // namespace
+
+bool BuiltWithCuda() { return true; }
+
+absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal) {
+  return CudaDevice::Create(ordinal);
+}
+
+}  // namespace writescope::gpu

@@ -1,0 +1,96 @@
+// The gpu_worker's device interface: memory, host pinning, copies and streams.
+//
+// Two implementations of one contract: CudaDevice (gpu_worker/cuda/, built when nvcc
+// is found) and HostDevice (plain host memory and memcpy, so the whole trio runs and
+// is tested on machines without a GPU). Nothing outside gpu_worker/cuda and
+// kernels/cuda includes a CUDA header.
+#ifndef WRITESCOPE_GPU_WORKER_DEVICE_H_
+#define WRITESCOPE_GPU_WORKER_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace writescope::gpu {
+
+// Work queues of the device. Copies into the ping-pong buffers run on kCopyIn so they
+// overlap attention on kCompute; D-window flushes (device to host) run on kCopyOut.
+enum class Stream { kCompute = 0, kCopyIn = 1, kCopyOut = 2 };
+inline constexpr int kNumStreams = 3;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // "host" or the GPU's name, e.g. "NVIDIA H200".
+  virtual std::string name() const = 0;
+  virtual bool is_cuda() const = 0;
+  // Device memory in bytes (total, free) as the device reports it.
+  virtual absl::StatusOr<std::pair<uint64_t, uint64_t>> MemoryInfo() const = 0;
+
+  // Device memory. Allocate never returns null for bytes > 0.
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual absl::Status Free(void* device_ptr) = 0;
+
+  // Pins host memory (e.g. the arena's GPU-transfer region) for fast DMA.
+  virtual absl::Status RegisterHost(void* host_ptr, size_t bytes) = 0;
+  virtual absl::Status UnregisterHost(void* host_ptr) = 0;
+
+  // Asynchronous copies on `stream`; the source must stay valid until the stream
+  // is synchronized.
+  virtual absl::Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes,
+                                    Stream stream) = 0;
+  virtual absl::Status CopyToHost(void* host_dst, const void* device_src, size_t bytes,
+                                  Stream stream) = 0;
+  virtual absl::Status CopyOnDevice(void* device_dst, const void* device_src, size_t bytes,
+                                    Stream stream) = 0;
+  virtual absl::Status Fill(void* device_dst, uint8_t value, size_t bytes, Stream stream) = 0;
+
+  // Orders `waiter` after all work queued so far on `signaller`.
+  virtual absl::Status StreamWait(Stream waiter, Stream signaller) = 0;
+  virtual absl::Status Synchronize(Stream stream) = 0;
+  absl::Status SynchronizeAll();
+
+  // The native stream handle (cudaStream_t for CUDA, nullptr for host) for kernel
+  // launchers in kernels/cuda.
+  virtual void* native_stream(Stream stream) const = 0;
+};
+
+// Plain host memory; copies are memcpy and complete immediately.
+std::unique_ptr<Device> CreateHostDevice();
+
+// The CUDA device `ordinal`. UNAVAILABLE when the build has no CUDA or the machine
+// has no usable GPU (no driver, no device).
+absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal);
+
+// Whether this build contains the CUDA device.
+bool BuiltWithCuda();
+
+// --device=auto|cuda|host: auto takes CUDA when it works, else host.
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& kind);
+
+// Device memory owned for the lifetime of the object.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static absl::StatusOr<DeviceBuffer> Allocate(Device* device, size_t bytes);
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  ~DeviceBuffer();
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace writescope::gpu
+
+#endif  // WRITESCOPE_GPU_WORKER_DEVICE_H_

@@ -1,0 +1,28 @@
+// Messages on the data-plane channels between gpu_worker and cpu_worker.
+//
+// Every message starts with a DataPlaneHeader; the payload follows in place. Payloads
+// are raw tensors whose shapes the step plan (sent to both workers over gRPC) fixes,
+// so the header only says what the message is.
+#ifndef WRITESCOPE_COMMON_DATA_PLANE_MESSAGES_H_
+#define WRITESCOPE_COMMON_DATA_PLANE_MESSAGES_H_
+
+#include <cstdint>
+
+namespace writescope {
+
+enum class DataPlaneMessage : uint32_t {
+  kEcho = 1,       // gpu -> cpu: bytes to send back unchanged
+  kEchoReply = 2,  // cpu -> gpu
+};
+
+struct DataPlaneHeader {
+  DataPlaneMessage type;
+  uint32_t layer;     // per-layer messages; 0 otherwise
+  uint64_t step_id;   // the step (or ping sequence number) the message belongs to
+  uint64_t payload_bytes;
+};
+static_assert(sizeof(DataPlaneHeader) == 24);
+
+}  // namespace writescope
+
+#endif  // WRITESCOPE_COMMON_DATA_PLANE_MESSAGES_H_

@@ -1,0 +1,73 @@
+#include "common/process.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace writescope {
+namespace {
+
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR2);  // RequestTermination
+  return set;
+}
+
+pthread_t g_watcher;
+bool g_watcher_started = false;
+
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+std::thread StartTerminationWatcher(std::function<void()> on_signal) {
+  std::thread watcher([on_signal = std::move(on_signal)] {
+    sigset_t set = TerminationSignals();
+    int signal_number = 0;
+    while (sigwait(&set, &signal_number) != 0) {
+    }
+    on_signal();
+  });
+  g_watcher = watcher.native_handle();
+  g_watcher_started = true;
+  return watcher;
+}
+
+void RequestTermination() {
+  if (g_watcher_started) pthread_kill(g_watcher, SIGUSR2);
+}
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string temp = absl::StrCat(path, ".tmp");
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    if (!out) return ErrnoToStatus(errno, absl::StrCat("open ", temp));
+    out << port << "\n";
+    if (!out.flush()) return ErrnoToStatus(errno, absl::StrCat("write ", temp));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("rename ", temp, " -> ", path));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t MonotonicNanos() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace writescope

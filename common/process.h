@@ -1,0 +1,32 @@
+// Process plumbing shared by the three binaries: termination signals and port files.
+#ifndef WRITESCOPE_COMMON_PROCESS_H_
+#define WRITESCOPE_COMMON_PROCESS_H_
+
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+
+namespace writescope {
+
+// Blocks SIGINT and SIGTERM in the calling thread; threads started afterwards inherit
+// the mask, so only the watcher started below receives them. Call first in main().
+void BlockTerminationSignals();
+
+// Starts a thread that waits for SIGINT/SIGTERM (or RequestTermination()) and then
+// calls `on_signal` once. The returned thread must be joined after the server stops.
+std::thread StartTerminationWatcher(std::function<void()> on_signal);
+
+// Makes the watcher fire as if a signal had arrived (used by Shutdown RPCs).
+void RequestTermination();
+
+// Writes `port` to `path` atomically (a temporary file, then rename).
+absl::Status WritePortFile(const std::string& path, int port);
+
+// Nanoseconds of CLOCK_MONOTONIC: the clock shared by the three processes' profiles.
+uint64_t MonotonicNanos();
+
+}  // namespace writescope
+
+#endif  // WRITESCOPE_COMMON_PROCESS_H_

@@ -1,0 +1,105 @@
+#include "common/worker_server.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "common/status.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/grpcpp.h"
+#include "writescope/internal/worker.grpc.pb.h"
+
+namespace writescope {
+namespace {
+
+// Thin adapter: every RPC forwards to the backend and converts the status.
+class WorkerService final : public internal::Worker::Service {
+ public:
+  WorkerService(WorkerBackend& backend, std::function<void(bool)> set_serving)
+      : backend_(backend), set_serving_(std::move(set_serving)) {}
+
+  grpc::Status Load(grpc::ServerContext*, const internal::LoadRequest* request,
+                    internal::LoadResponse* response) override {
+    absl::StatusOr<internal::LoadResponse> result = backend_.Load(*request);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    set_serving_(true);
+    return grpc::Status::OK;
+  }
+  grpc::Status RunStep(grpc::ServerContext*, const internal::StepPlan* plan,
+                       internal::StepResult* response) override {
+    absl::StatusOr<internal::StepResult> result = backend_.RunStep(*plan);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetStats(grpc::ServerContext*, const internal::StatsRequest*,
+                        internal::WorkerStats* response) override {
+    *response = backend_.Stats();
+    return grpc::Status::OK;
+  }
+  grpc::Status GetProfile(grpc::ServerContext*, const internal::WorkerProfileRequest* request,
+                          internal::WorkerProfile* response) override {
+    *response = backend_.Profile(request->steps());
+    return grpc::Status::OK;
+  }
+  grpc::Status ChannelPing(grpc::ServerContext*, const internal::ChannelPingRequest* request,
+                           internal::ChannelPingResponse* response) override {
+    absl::StatusOr<internal::ChannelPingResponse> result = backend_.ChannelPing(*request);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
+  }
+  grpc::Status Shutdown(grpc::ServerContext*, const internal::ShutdownRequest*,
+                        internal::ShutdownResponse*) override {
+    WS_LOG(INFO) << "shutdown requested over RPC";
+    RequestTermination();
+    return grpc::Status::OK;
+  }
+
+ private:
+  WorkerBackend& backend_;
+  std::function<void(bool)> set_serving_;
+};
+
+}  // namespace
+
+absl::Status RunWorkerServer(WorkerBackend& backend, const WorkerServerOptions& options) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  std::unique_ptr<grpc::Server> server;
+  WorkerService service(backend, [&server](bool serving) {
+    if (server) server->GetHealthCheckService()->SetServingStatus(serving);
+  });
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  const std::string address = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  server = builder.BuildAndStart();
+  if (!server || selected_port == 0) {
+    return absl::UnavailableError(absl::StrCat(backend.name(), ": cannot listen on ", address));
+  }
+  // Not serving until the coordinator has had the weights loaded.
+  server->GetHealthCheckService()->SetServingStatus(false);
+  if (!options.port_file.empty()) WS_RETURN_IF_ERROR(WritePortFile(options.port_file, selected_port));
+  WS_LOG(INFO) << backend.name() << " listening on " << options.host << ":" << selected_port;
+
+  std::thread watcher = StartTerminationWatcher([&] {
+    WS_LOG(INFO) << backend.name() << " stopping";
+    server->GetHealthCheckService()->SetServingStatus(false);
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  });
+  server->Wait();
+  watcher.join();
+  backend.Stop();
+  WS_LOG(INFO) << backend.name() << " stopped";
+  return absl::OkStatus();
+}
+
+}  // namespace writescope

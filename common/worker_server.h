@@ -1,0 +1,43 @@
+// The shared shell of both workers: the internal Worker gRPC service as a thin adapter
+// over a WorkerBackend (the logic, returning absl::Status), plus the standard health
+// service, server reflection and orderly shutdown on SIGINT/SIGTERM or Shutdown().
+#ifndef WRITESCOPE_COMMON_WORKER_SERVER_H_
+#define WRITESCOPE_COMMON_WORKER_SERVER_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "writescope/internal/worker.pb.h"
+
+namespace writescope {
+
+class WorkerBackend {
+ public:
+  virtual ~WorkerBackend() = default;
+  virtual std::string name() const = 0;
+  virtual absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request) = 0;
+  virtual absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan) = 0;
+  virtual internal::WorkerStats Stats() = 0;
+  virtual internal::WorkerProfile Profile(uint32_t steps) = 0;
+  virtual absl::StatusOr<internal::ChannelPingResponse> ChannelPing(
+      const internal::ChannelPingRequest& request) = 0;
+  // Called once when the server stops: release the arena, close channels.
+  virtual void Stop() = 0;
+};
+
+struct WorkerServerOptions {
+  // Loopback only: internal services never listen on other interfaces.
+  std::string host = "127.0.0.1";
+  int port = 0;            // 0 picks a free port
+  std::string port_file;   // if set, the chosen port is written here once listening
+};
+
+// Serves `backend` until SIGINT/SIGTERM or a Shutdown RPC. Health is NOT_SERVING
+// until Load succeeds. Blocks the calling thread; call before starting other threads
+// so the signal mask is inherited.
+absl::Status RunWorkerServer(WorkerBackend& backend, const WorkerServerOptions& options);
+
+}  // namespace writescope
+
+#endif  // WRITESCOPE_COMMON_WORKER_SERVER_H_

@@ -1,0 +1,71 @@
+// The coordinator's logic: owns the arena and the placement metadata, brings the
+// workers up, watches their health, answers the public API (through the thin gRPC
+// adapter in coordinator/service.cc).
+#ifndef WRITESCOPE_COORDINATOR_COORDINATOR_H_
+#define WRITESCOPE_COORDINATOR_COORDINATOR_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "common/data_plane.h"
+#include "common/shm_arena.h"
+#include "coordinator/worker_client.h"
+#include "writescope/v1/writescope.pb.h"
+
+namespace writescope::coordinator {
+
+struct CoordinatorOptions {
+  std::string arena_name;  // "/ws-<launch id>"
+  ArenaSizes arena_sizes;
+  std::string gpu_worker_address;
+  std::string cpu_worker_address;
+  std::string policy = "writescope";
+  absl::Duration worker_start_timeout = absl::Seconds(60);
+  absl::Duration health_interval = absl::Milliseconds(500);
+};
+
+class Coordinator {
+ public:
+  // Creates the arena (mode 0600) and formats the data plane. Workers are brought up
+  // by Start().
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
+  ~Coordinator();
+
+  // Loads both workers in the background, then watches their health every
+  // `health_interval`; `on_serving_change` is called whenever the overall state flips.
+  void Start(std::function<void(bool)> on_serving_change);
+  // Stops the background thread, asks the workers to shut down, unlinks the arena.
+  void Stop(bool shutdown_workers);
+
+  bool serving() const { return serving_.load(); }
+  absl::StatusOr<v1::ServerInfo> ServerInfo();
+  absl::StatusOr<v1::ModelInfo> ModelInfo();
+
+ private:
+  explicit Coordinator(CoordinatorOptions options);
+  void Supervise();
+  absl::Status LoadWorkers();
+
+  CoordinatorOptions options_;
+  std::unique_ptr<ShmArena> arena_;
+  WorkerClient gpu_worker_;
+  WorkerClient cpu_worker_;
+  std::function<void(bool)> on_serving_change_;
+  std::thread supervisor_;
+  absl::Notification stop_;
+  std::atomic<bool> serving_{false};
+  // Last known state of each worker, for ServerInfo.
+  std::mutex status_mutex_;
+  v1::WorkerStatus gpu_status_;
+  v1::WorkerStatus cpu_status_;
+};
+
+}  // namespace writescope::coordinator
+
+#endif  // WRITESCOPE_COORDINATOR_COORDINATOR_H_

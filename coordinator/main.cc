@@ -1,0 +1,83 @@
+// coordinator: the public gRPC API, batching, placement metadata and the scheduler.
+#include <cstdlib>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/service.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "Public API address (host:port; port 0 picks a free one)");
+ABSL_FLAG(std::string, port_file, "", "Write the chosen public port here once listening");
+ABSL_FLAG(std::string, gpu_worker, "", "Internal address of the gpu_worker (loopback)");
+ABSL_FLAG(std::string, cpu_worker, "", "Internal address of the cpu_worker (loopback)");
+ABSL_FLAG(std::string, arena, "", "Shared-memory arena name, fresh per launch (e.g. /ws-1234)");
+ABSL_FLAG(uint64_t, cpu_region_mib, 256, "Host MiB of the CPU-compute KV region");
+ABSL_FLAG(uint64_t, transfer_region_mib, 256, "Host MiB of the GPU-transfer KV region (pinned)");
+ABSL_FLAG(uint64_t, channel_mib, 16, "MiB of each data-plane channel (one per direction)");
+ABSL_FLAG(std::string, policy, "writescope",
+          "Split policy: writescope, transfer-all, cpu-all, static:R, monolithic");
+
+int main(int argc, char** argv) {
+  using writescope::coordinator::Coordinator;
+  writescope::BlockTerminationSignals();
+  writescope::SetLogProcessName("coordinator");
+  absl::SetProgramUsageMessage("WriteScope coordinator (started by deploy/launch.sh)");
+  absl::ParseCommandLine(argc, argv);
+
+  writescope::coordinator::CoordinatorOptions options;
+  options.arena_name = absl::GetFlag(FLAGS_arena);
+  options.arena_sizes = {.channel_bytes = absl::GetFlag(FLAGS_channel_mib) << 20,
+                         .cpu_compute_bytes = absl::GetFlag(FLAGS_cpu_region_mib) << 20,
+                         .gpu_transfer_bytes = absl::GetFlag(FLAGS_transfer_region_mib) << 20};
+  options.gpu_worker_address = absl::GetFlag(FLAGS_gpu_worker);
+  options.cpu_worker_address = absl::GetFlag(FLAGS_cpu_worker);
+  options.policy = absl::GetFlag(FLAGS_policy);
+  auto coordinator = Coordinator::Create(options);
+  if (!coordinator.ok()) {
+    WS_LOG(ERROR) << coordinator.status();
+    return EXIT_FAILURE;
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  writescope::coordinator::WriteScopeService service(**coordinator);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    WS_LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    return EXIT_FAILURE;
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(false);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    absl::Status status = writescope::WritePortFile(absl::GetFlag(FLAGS_port_file), port);
+    if (!status.ok()) {
+      WS_LOG(ERROR) << status;
+      return EXIT_FAILURE;
+    }
+  }
+  WS_LOG(INFO) << "public API on port " << port;
+  (*coordinator)->Start([health](bool serving) { health->SetServingStatus(serving); });
+
+  std::thread watcher = writescope::StartTerminationWatcher([&] {
+    WS_LOG(INFO) << "coordinator stopping";
+    health->SetServingStatus(false);
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  });
+  server->Wait();
+  watcher.join();
+  (*coordinator)->Stop(/*shutdown_workers=*/true);
+  WS_LOG(INFO) << "coordinator stopped";
+  return EXIT_SUCCESS;
+}

@@ -1,0 +1,31 @@
+// The public writescope.v1.WriteScope service: a thin adapter over Coordinator.
+#ifndef WRITESCOPE_COORDINATOR_SERVICE_H_
+#define WRITESCOPE_COORDINATOR_SERVICE_H_
+
+#include "coordinator/coordinator.h"
+#include "writescope/v1/writescope.grpc.pb.h"
+
+namespace writescope::coordinator {
+
+class WriteScopeService final : public v1::WriteScope::Service {
+ public:
+  explicit WriteScopeService(Coordinator& coordinator) : coordinator_(coordinator) {}
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
+                     v1::AbortResponse* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
+                            v1::ModelInfo* response) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* context, const v1::GetServerInfoRequest* request,
+                             v1::ServerInfo* response) override;
+  grpc::Status GetProfile(grpc::ServerContext* context, const v1::GetProfileRequest* request,
+                          v1::Profile* response) override;
+
+ private:
+  Coordinator& coordinator_;
+};
+
+}  // namespace writescope::coordinator
+
+#endif  // WRITESCOPE_COORDINATOR_SERVICE_H_

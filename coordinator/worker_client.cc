@@ -1,0 +1,89 @@
+#include "coordinator/worker_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+
+namespace writescope::coordinator {
+namespace {
+
+void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+}
+
+}  // namespace
+
+WorkerClient::WorkerClient(std::string name, std::string address)
+    : name_(std::move(name)), address_(std::move(address)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  worker_ = internal::Worker::NewStub(channel_);
+  health_ = grpc::health::v1::Health::NewStub(channel_);
+}
+
+absl::Status WorkerClient::WaitUntilReachable(absl::Duration timeout) {
+  if (channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                 absl::ToChronoMilliseconds(timeout))) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(
+      absl::StrCat(name_, " at ", address_, " not reachable within ", absl::FormatDuration(timeout)));
+}
+
+absl::StatusOr<bool> WorkerClient::Serving(absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = health_->Check(&context, request, &response);
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat(name_, " at ", address_, ": ", status.error_message()));
+  }
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+absl::StatusOr<internal::LoadResponse> WorkerClient::Load(const internal::LoadRequest& request,
+                                                          absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::LoadResponse response;
+  grpc::Status status = worker_->Load(&context, request, &response);
+  if (!status.ok()) {
+    absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat(name_, " Load: ", error.message()));
+  }
+  return response;
+}
+
+absl::StatusOr<internal::ChannelPingResponse> WorkerClient::ChannelPing(uint32_t count,
+                                                                        uint32_t bytes,
+                                                                        absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::ChannelPingRequest request;
+  request.set_count(count);
+  request.set_bytes(bytes);
+  internal::ChannelPingResponse response;
+  grpc::Status status = worker_->ChannelPing(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<internal::WorkerStats> WorkerClient::Stats(absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::WorkerStats response;
+  grpc::Status status = worker_->GetStats(&context, internal::StatsRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status WorkerClient::Shutdown(absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::ShutdownResponse response;
+  return FromGrpcStatus(worker_->Shutdown(&context, internal::ShutdownRequest(), &response));
+}
+
+}  // namespace writescope::coordinator

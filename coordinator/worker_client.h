@@ -1,0 +1,45 @@
+// The coordinator's handle on one worker: the internal Worker service plus health,
+// every call returning absl::Status with a deadline.
+#ifndef WRITESCOPE_COORDINATOR_WORKER_CLIENT_H_
+#define WRITESCOPE_COORDINATOR_WORKER_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "writescope/internal/worker.grpc.pb.h"
+
+namespace writescope::coordinator {
+
+class WorkerClient {
+ public:
+  WorkerClient(std::string name, std::string address);
+
+  const std::string& name() const { return name_; }
+  const std::string& address() const { return address_; }
+
+  // Waits until the worker's server accepts connections.
+  absl::Status WaitUntilReachable(absl::Duration timeout);
+  // SERVING -> true, NOT_SERVING -> false, unreachable -> UNAVAILABLE.
+  absl::StatusOr<bool> Serving(absl::Duration timeout);
+
+  absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request,
+                                              absl::Duration timeout);
+  absl::StatusOr<internal::ChannelPingResponse> ChannelPing(uint32_t count, uint32_t bytes,
+                                                            absl::Duration timeout);
+  absl::StatusOr<internal::WorkerStats> Stats(absl::Duration timeout);
+  absl::Status Shutdown(absl::Duration timeout);
+
+ private:
+  std::string name_;
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<internal::Worker::Stub> worker_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+}  // namespace writescope::coordinator
+
+#endif  // WRITESCOPE_COORDINATOR_WORKER_CLIENT_H_

@@ -1,0 +1,46 @@
+// The cpu_worker's logic: maps the arena, serves the data plane (attention over the
+// CPU-compute region in place, routed experts) on its own thread.
+#ifndef WRITESCOPE_CPU_WORKER_CPU_WORKER_H_
+#define WRITESCOPE_CPU_WORKER_CPU_WORKER_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "common/data_plane.h"
+#include "common/shm_arena.h"
+#include "common/worker_server.h"
+
+namespace writescope::cpu {
+
+class CpuWorker final : public WorkerBackend {
+ public:
+  CpuWorker() = default;
+  ~CpuWorker() override;
+
+  std::string name() const override { return "cpu_worker"; }
+  absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request) override;
+  absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan) override;
+  internal::WorkerStats Stats() override;
+  internal::WorkerProfile Profile(uint32_t steps) override;
+  absl::StatusOr<internal::ChannelPingResponse> ChannelPing(
+      const internal::ChannelPingRequest& request) override;
+  void Stop() override;
+
+ private:
+  // Serves messages from the gpu_worker until the channel closes or Stop().
+  void DataPlaneLoop();
+
+  std::mutex mutex_;
+  std::unique_ptr<ShmArena> arena_;
+  std::optional<DataPlane> data_plane_;
+  std::thread data_plane_thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> messages_served_{0};
+};
+
+}  // namespace writescope::cpu
+
+#endif  // WRITESCOPE_CPU_WORKER_CPU_WORKER_H_

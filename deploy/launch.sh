@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Starts the WriteScope trio (gpu_worker, cpu_worker, coordinator), waits until all
+# three report SERVING, then supervises them: on SIGINT/SIGTERM, or when any of them
+# dies, it stops the others and removes the shared-memory arena, so no process and no
+# /dev/shm segment is left behind.
+#
+#   deploy/launch.sh [--listen HOST:PORT] [--bin DIR] [--ready-file FILE] [--device auto|cuda|host]
+#                    [-- COORDINATOR_FLAGS...]
+#
+# Internal services listen on 127.0.0.1 only, on ports the kernel picks. The arena is
+# named /ws-<pid>-<random> (fresh per launch) and created with mode 0600. Once the trio
+# serves, FILE (if given) receives shell assignments: WS_TARGET, WS_GPU_WORKER,
+# WS_CPU_WORKER, WS_ARENA, WS_LOG_DIR.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${WS_BIN:-$ROOT/build/bin}"
+LISTEN="127.0.0.1:50051"
+READY_FILE=""
+DEVICE="auto"
+START_TIMEOUT_S="${WS_START_TIMEOUT_S:-120}"
+COORDINATOR_ARGS=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --listen) LISTEN="$2"; shift 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
+    --ready-file) READY_FILE="$2"; shift 2 ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    --) shift; COORDINATOR_ARGS=("$@"); break ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+for b in coordinator gpu_worker cpu_worker wscope; do
+  [[ -x "$BIN/$b" ]] || { echo "launch.sh: $BIN/$b not found; build first (deploy/setup.sh)" >&2; exit 2; }
+done
+
+RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/ws-launch.XXXXXX")"
+ARENA="/ws-$$-$RANDOM$RANDOM"
+PIDS=()
+NAMES=()
+STOPPING=0
+
+log() { echo "[launch] $*" >&2; }
+
+stop_all() {
+  [[ $STOPPING -eq 1 ]] && return
+  STOPPING=1
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # Give them a few seconds to stop in order, then make sure.
+  for _ in $(seq 50); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [[ $alive -eq 0 ]] && break
+    sleep 0.1
+  done
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -f "/dev/shm$ARENA"
+  [[ -n "$READY_FILE" ]] && rm -f "$READY_FILE"
+  log "stopped; logs in $RUN_DIR"
+}
+
+on_signal() {
+  log "signal received, stopping the trio"
+  stop_all
+  exit 0
+}
+trap on_signal INT TERM
+trap stop_all EXIT
+
+start() {  # start NAME ARGS...
+  local name="$1"; shift
+  "$BIN/$name" "$@" >"$RUN_DIR/$name.log" 2>&1 &
+  PIDS+=("$!")
+  NAMES+=("$name")
+}
+
+dead_process() {  # prints the name of a process that exited, if any
+  local i
+  for i in "${!PIDS[@]}"; do
+    if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then echo "${NAMES[$i]}"; return 0; fi
+  done
+  return 1
+}
+
+fail_start() {
+  log "$1"
+  local name
+  for name in "${NAMES[@]}"; do
+    echo "---- last lines of $name.log ----" >&2
+    tail -n 20 "$RUN_DIR/$name.log" >&2 || true
+  done
+  exit 1
+}
+
+wait_for_file() {  # wait_for_file PATH WHAT
+  local deadline=$((SECONDS + START_TIMEOUT_S))
+  while [[ ! -s "$1" ]]; do
+    if dead=$(dead_process); then fail_start "$dead exited while starting"; fi
+    [[ $SECONDS -ge $deadline ]] && fail_start "timed out waiting for $2"
+    sleep 0.05
+  done
+}
+
+start gpu_worker --port=0 --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE"
+start cpu_worker --port=0 --port_file="$RUN_DIR/cpu_worker.port"
+wait_for_file "$RUN_DIR/gpu_worker.port" "the gpu_worker's port"
+wait_for_file "$RUN_DIR/cpu_worker.port" "the cpu_worker's port"
+GPU_ADDR="127.0.0.1:$(cat "$RUN_DIR/gpu_worker.port")"
+CPU_ADDR="127.0.0.1:$(cat "$RUN_DIR/cpu_worker.port")"
+
+start coordinator --listen="$LISTEN" --port_file="$RUN_DIR/coordinator.port" \
+  --gpu_worker="$GPU_ADDR" --cpu_worker="$CPU_ADDR" --arena="$ARENA" "${COORDINATOR_ARGS[@]}"
+wait_for_file "$RUN_DIR/coordinator.port" "the coordinator's port"
+TARGET="${LISTEN%:*}:$(cat "$RUN_DIR/coordinator.port")"
+
+deadline=$((SECONDS + START_TIMEOUT_S))
+until "$BIN/wscope" health "$TARGET" "$GPU_ADDR" "$CPU_ADDR" >/dev/null 2>&1; do
+  if dead=$(dead_process); then fail_start "$dead exited while starting"; fi
+  [[ $SECONDS -ge $deadline ]] && fail_start "the trio did not report SERVING within ${START_TIMEOUT_S}s"
+  sleep 0.2
+done
+log "serving: coordinator $TARGET, gpu_worker $GPU_ADDR, cpu_worker $CPU_ADDR, arena $ARENA"
+log "logs in $RUN_DIR"
+if [[ -n "$READY_FILE" ]]; then
+  printf 'WS_TARGET=%s\nWS_GPU_WORKER=%s\nWS_CPU_WORKER=%s\nWS_ARENA=%s\nWS_LOG_DIR=%s\n' \
+    "$TARGET" "$GPU_ADDR" "$CPU_ADDR" "$ARENA" "$RUN_DIR" >"$READY_FILE.tmp"
+  mv "$READY_FILE.tmp" "$READY_FILE"
+fi
+
+# Supervise: the first process to exit (or a signal) stops them all.
+set +e
+wait -n "${PIDS[@]}"
+code=$?
+set -e
+if [[ $STOPPING -eq 0 ]]; then
+  log "$(dead_process || echo 'a process') exited (status $code); stopping the others"
+  stop_all
+  exit 1
+fi

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The main job: sets up if needed, builds, launches the trio, shows that it serves
+# (health of all three processes, server info, a data-plane round trip between the
+# workers through shared memory), then stops it cleanly.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/deploy/setup.sh"
+BIN="$ROOT/build/bin"
+
+READY="$(mktemp -u "${TMPDIR:-/tmp}/ws-ready.XXXXXX")"
+"$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --ready-file "$READY" &
+LAUNCH_PID=$!
+cleanup() { kill -TERM "$LAUNCH_PID" 2>/dev/null || true; wait "$LAUNCH_PID" 2>/dev/null || true; }
+trap cleanup EXIT
+
+for _ in $(seq 600); do
+  [[ -f "$READY" ]] && break
+  kill -0 "$LAUNCH_PID" 2>/dev/null || { echo "[quickstart] launch failed" >&2; exit 1; }
+  sleep 0.2
+done
+[[ -f "$READY" ]] || { echo "[quickstart] the trio did not come up" >&2; exit 1; }
+# shellcheck disable=SC1090
+source "$READY"
+
+echo
+echo "== health (coordinator, gpu_worker, cpu_worker)"
+"$BIN/wscope" health "$WS_TARGET" "$WS_GPU_WORKER" "$WS_CPU_WORKER"
+echo
+echo "== server info"
+"$BIN/wscope" info --target="$WS_TARGET"
+echo
+echo "== stopping"
+cleanup
+trap - EXIT
+if [[ -e "/dev/shm$WS_ARENA" ]]; then
+  echo "[quickstart] arena $WS_ARENA was left in /dev/shm" >&2
+  exit 1
+fi
+echo "[quickstart] stopped cleanly: no process and no /dev/shm segment left"

@@ -1,0 +1,44 @@
+// The gpu_worker's logic: owns the device, maps the arena, pins the GPU-transfer
+// region, drives the data plane towards the cpu_worker.
+#ifndef WRITESCOPE_GPU_WORKER_GPU_WORKER_H_
+#define WRITESCOPE_GPU_WORKER_GPU_WORKER_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "common/data_plane.h"
+#include "common/shm_arena.h"
+#include "common/worker_server.h"
+#include "gpu_worker/device.h"
+
+namespace writescope::gpu {
+
+class GpuWorker final : public WorkerBackend {
+ public:
+  explicit GpuWorker(std::unique_ptr<Device> device);
+  ~GpuWorker() override;
+
+  std::string name() const override { return "gpu_worker"; }
+  absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request) override;
+  absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan) override;
+  internal::WorkerStats Stats() override;
+  internal::WorkerProfile Profile(uint32_t steps) override;
+  absl::StatusOr<internal::ChannelPingResponse> ChannelPing(
+      const internal::ChannelPingRequest& request) override;
+  void Stop() override;
+
+ private:
+  std::unique_ptr<Device> device_;
+  // Serializes RPCs that use the arena and channels (one step at a time).
+  std::mutex mutex_;
+  std::unique_ptr<ShmArena> arena_;
+  std::optional<DataPlane> data_plane_;
+  void* pinned_region_ = nullptr;
+  uint64_t steps_ = 0;
+};
+
+}  // namespace writescope::gpu
+
+#endif  // WRITESCOPE_GPU_WORKER_GPU_WORKER_H_

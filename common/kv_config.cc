@@ -1,0 +1,125 @@
+#include "common/kv_config.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+
+namespace writescope {
+namespace {
+
+std::string Bytes(uint64_t bytes) {
+  return absl::StrFormat("%d B (%.2f GiB)", bytes, static_cast<double>(bytes) / (1 << 30));
+}
+
+}  // namespace
+
+absl::string_view KvRegionName(KvRegion region) {
+  return region == KvRegion::kCpuCompute ? kCpuComputeRegion : kGpuTransferRegion;
+}
+
+ArenaSizes KvCacheConfig::arena_sizes(uint64_t channel_bytes) const {
+  return ArenaSizes{.channel_bytes = channel_bytes,
+                    .cpu_compute_bytes = region_used_bytes(KvRegion::kCpuCompute),
+                    .gpu_transfer_bytes = region_used_bytes(KvRegion::kGpuTransfer)};
+}
+
+std::string KvCacheConfig::DebugString() const {
+  const KvGeometry& g = geometry;
+  return absl::StrCat(
+      g.kind == AttentionKind::kGqa ? "GQA" : "MLA", " layers=", g.num_layers,
+      g.kind == AttentionKind::kGqa
+          ? absl::StrCat(" kv_heads=", g.num_kv_heads, " head_dim=", g.head_dim)
+          : absl::StrCat(" kv_lora_rank=", g.kv_lora_rank, " rope_dim=", g.rope_dim),
+      " kv_bytes_per_token=", g.bytes_per_token(), " block_tokens=", g.block_tokens,
+      " W=", window_tokens, " cpu_compute_slots=", region_slots(KvRegion::kCpuCompute),
+      " gpu_transfer_slots=", region_slots(KvRegion::kGpuTransfer),
+      " max_sequences=", max_sequences, " d_window=", Bytes(window_bytes()), " pingpong=2x",
+      pingpong_blocks, " layer-blocks=", Bytes(2 * pingpong_buffer_bytes()),
+      " budget=", Bytes(gpu_kv_budget_bytes));
+}
+
+// Everything but the GPU budget.
+static absl::Status ValidateShape(const KvCacheConfig& config) {
+  const KvGeometry& g = config.geometry;
+  if (g.num_layers == 0) return absl::InvalidArgumentError("KV config: num_layers must be > 0");
+  if (g.kind == AttentionKind::kGqa && (g.num_kv_heads == 0 || g.head_dim == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("KV config: GQA needs num_kv_heads > 0 and ",
+                                                   "head_dim > 0, got ", g.num_kv_heads, " and ",
+                                                   g.head_dim));
+  }
+  if (g.kind == AttentionKind::kMla && g.kv_lora_rank + g.rope_dim == 0) {
+    return absl::InvalidArgumentError("KV config: MLA needs kv_lora_rank + rope_dim > 0");
+  }
+  if (g.block_tokens == 0) return absl::InvalidArgumentError("KV config: block size must be > 0");
+  if (config.window_tokens == 0) {
+    return absl::InvalidArgumentError("KV config: D-window W must be > 0");
+  }
+  if (config.window_tokens % g.block_tokens != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV config: D-window W=", config.window_tokens, " must be a multiple of the block size ",
+        g.block_tokens, " (a full window flushes into whole blocks)"));
+  }
+  if (config.max_sequences == 0) {
+    return absl::InvalidArgumentError("KV config: max_sequences must be > 0");
+  }
+  for (KvRegion region : {KvRegion::kCpuCompute, KvRegion::kGpuTransfer}) {
+    const uint64_t slots = RegionSlots(g, config.region_bytes(region));
+    if (slots > std::numeric_limits<uint32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("KV config: region ", KvRegionName(region),
+                                                     " would hold ", slots,
+                                                     " blocks, more than 2^32-1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKvCacheConfig(const KvCacheConfig& config) {
+  WS_RETURN_IF_ERROR(ValidateShape(config));
+  const KvGeometry& g = config.geometry;
+  if (config.pingpong_blocks == 0) {
+    return absl::InvalidArgumentError("KV config: a ping-pong buffer must hold >= 1 block");
+  }
+  const uint64_t window = config.window_bytes();
+  const uint64_t pingpong = 2 * config.pingpong_buffer_bytes();
+  if (window + pingpong > config.gpu_kv_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV config: GPU KV budget ", Bytes(config.gpu_kv_budget_bytes),
+        " is too small: D-window of ", config.max_sequences, " sequences x ", config.window_tokens,
+        " tokens x ", g.bytes_per_token(), " B = ", Bytes(window),
+        " plus two ping-pong buffers of ", config.pingpong_blocks, " layer-blocks x ",
+        g.layer_block_bytes(), " B = ", Bytes(pingpong), " needs ", Bytes(window + pingpong)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KvCacheConfig> ResolveKvCacheConfig(KvCacheConfig config) {
+  KvGeometry& g = config.geometry;
+  if (g.block_tokens == 0) g.block_tokens = config.window_tokens;
+  if (config.gpu_kv_budget_bytes == 0) {
+    config.gpu_kv_budget_bytes =
+        g.kind == AttentionKind::kMla ? kDefaultMlaKvBudgetBytes : kDefaultGqaKvBudgetBytes;
+  }
+  WS_RETURN_IF_ERROR(ValidateShape(config));
+  if (config.pingpong_blocks == 0) {
+    const uint64_t window = config.window_bytes();
+    const uint64_t left =
+        config.gpu_kv_budget_bytes > window ? config.gpu_kv_budget_bytes - window : 0;
+    const uint64_t blocks = left / (2 * g.layer_block_bytes());
+    if (blocks == 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KV config: GPU KV budget ", Bytes(config.gpu_kv_budget_bytes),
+                       " leaves no room for two ping-pong buffers of one layer-block (2 x ",
+                       g.layer_block_bytes(), " B) after the D-window of ", config.max_sequences,
+                       " sequences x ", config.window_tokens, " tokens x ", g.bytes_per_token(),
+                       " B = ", Bytes(window)));
+    }
+    config.pingpong_blocks =
+        static_cast<uint32_t>(std::min<uint64_t>(blocks, std::numeric_limits<uint32_t>::max()));
+  }
+  WS_RETURN_IF_ERROR(ValidateKvCacheConfig(config));
+  return config;
+}
+
+}  // namespace writescope

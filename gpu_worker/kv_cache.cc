@@ -1,0 +1,282 @@
+#include "gpu_worker/kv_cache.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace writescope::gpu {
+namespace {
+
+constexpr uint64_t kBf16Bytes = 2;
+
+// Byte ranges of one token row inside a layer-block: (row offset, block offset, bytes).
+template <typename Fn>
+void ForEachTokenPiece(const KvGeometry& g, uint32_t token, Fn&& fn) {
+  if (g.kind == AttentionKind::kMla) {
+    fn(uint64_t{0}, g.latent_offset(token) * kBf16Bytes, g.bytes_per_token_layer());
+    return;
+  }
+  const uint64_t head_bytes = uint64_t{g.head_dim} * kBf16Bytes;
+  const uint64_t v_row = uint64_t{g.num_kv_heads} * head_bytes;
+  for (uint32_t h = 0; h < g.num_kv_heads; ++h) {
+    fn(h * head_bytes, g.k_offset(h, token) * kBf16Bytes, head_bytes);
+    fn(v_row + h * head_bytes, g.v_offset(h, token) * kBf16Bytes, head_bytes);
+  }
+}
+
+}  // namespace
+
+void ScatterTokenRow(const KvGeometry& g, const std::byte* token_row, uint32_t token,
+                     std::byte* layer_block) {
+  ForEachTokenPiece(g, token, [&](uint64_t row, uint64_t block, uint64_t bytes) {
+    std::memcpy(layer_block + block, token_row + row, bytes);
+  });
+}
+
+void GatherTokenRow(const KvGeometry& g, const std::byte* layer_block, uint32_t token,
+                    std::byte* token_row) {
+  ForEachTokenPiece(g, token, [&](uint64_t row, uint64_t block, uint64_t bytes) {
+    std::memcpy(token_row + row, layer_block + block, bytes);
+  });
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& config,
+                                                         const ShmArena& arena, Device* device) {
+  WS_ASSIGN_OR_RETURN(KvCacheConfig resolved, ResolveKvCacheConfig(config));
+  std::unique_ptr<KvCache> cache(new KvCache(resolved, device));
+  for (KvRegion region : {KvRegion::kCpuCompute, KvRegion::kGpuTransfer}) {
+    WS_ASSIGN_OR_RETURN(absl::Span<std::byte> bytes, arena.Region(KvRegionName(region)));
+    const uint64_t slots = RegionSlots(resolved.geometry, bytes.size());
+    if (slots != resolved.region_slots(region)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("arena region ", KvRegionName(region), " has ", bytes.size(), " B = ", slots,
+                       " blocks of ", resolved.geometry.block_bytes(), " B, the KV config expects ",
+                       resolved.region_slots(region)));
+    }
+    cache->region_base_[KvRegionIndex(region)] = bytes.data();
+    cache->region_slots_[KvRegionIndex(region)] = static_cast<uint32_t>(slots);
+  }
+  const uint64_t transfer_bytes = resolved.region_used_bytes(KvRegion::kGpuTransfer);
+  if (transfer_bytes > 0) {
+    std::byte* base = cache->region_base_[KvRegionIndex(KvRegion::kGpuTransfer)];
+    WS_RETURN_IF_ERROR(device->RegisterHost(base, transfer_bytes));
+    cache->pinned_ = base;
+  }
+  WS_ASSIGN_OR_RETURN(cache->window_, DeviceBuffer::Allocate(device, resolved.window_bytes()));
+  for (int i = 0; i < 2; ++i) {
+    WS_ASSIGN_OR_RETURN(cache->pingpong_buffers_[i],
+                        DeviceBuffer::Allocate(device, resolved.pingpong_buffer_bytes()));
+    cache->pingpong_[i] = static_cast<std::byte*>(cache->pingpong_buffers_[i].data());
+  }
+  cache->flush_pending_.assign(resolved.max_sequences, false);
+  WS_LOG(INFO) << "KV cache on " << device->name() << ": " << resolved.DebugString();
+  return cache;
+}
+
+KvCache::~KvCache() {
+  if (pinned_ != nullptr) {
+    absl::Status status = device_->SynchronizeAll();
+    if (status.ok()) status = device_->UnregisterHost(pinned_);
+    if (!status.ok()) WS_LOG(WARNING) << "KV cache shutdown: " << status;
+  }
+}
+
+std::byte* KvCache::BlockAddress(KvBlockRef block, uint32_t layer) const {
+  const int r = KvRegionIndex(block.region);
+  return region_base_[r] + RegionBlockOffset(config_.geometry, region_slots_[r], block.slot, layer);
+}
+
+std::byte* KvCache::WindowAddress(uint32_t window_slot, uint32_t layer) const {
+  return static_cast<std::byte*>(window_.data()) +
+         (uint64_t{layer} * config_.max_sequences + window_slot) * config_.window_tokens *
+             config_.geometry.bytes_per_token_layer();
+}
+
+absl::Status KvCache::ValidateBlock(KvBlockRef block, uint32_t layer) const {
+  const int r = KvRegionIndex(block.region);
+  if (r < 0 || r >= kNumKvRegions || block.slot >= region_slots_[r] ||
+      layer >= config_.geometry.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV block (region ", r, ", slot ", block.slot, ", layer ", layer,
+                     ") is outside the cache (", r >= 0 && r < kNumKvRegions ? region_slots_[r] : 0,
+                     " slots, ", config_.geometry.num_layers, " layers)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::ValidateWindowSlot(uint32_t window_slot) const {
+  if (window_slot >= config_.max_sequences) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("D-window slot ", window_slot, " of ", config_.max_sequences));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::WaitForFlushOf(uint32_t window_slot) {
+  if (!flush_pending_[window_slot]) return absl::OkStatus();
+  // One wait covers every flush queued so far.
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCompute, Stream::kCopyOut));
+  flush_pending_.assign(flush_pending_.size(), false);
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::CopyBlocksToRegions(uint32_t layer, absl::Span<const KvBlockRef> blocks,
+                                          const std::byte* device_src, uint64_t* copies,
+                                          uint64_t* bytes) {
+  const uint64_t lbb = config_.geometry.layer_block_bytes();
+  size_t begin = 0;
+  while (begin < blocks.size()) {
+    size_t end = begin + 1;
+    while (end < blocks.size() && blocks[end].region == blocks[begin].region &&
+           blocks[end].slot == blocks[begin].slot + (end - begin)) {
+      ++end;
+    }
+    const uint64_t run_bytes = (end - begin) * lbb;
+    WS_RETURN_IF_ERROR(device_->CopyToHost(BlockAddress(blocks[begin], layer),
+                                           device_src + begin * lbb, run_bytes, Stream::kCopyOut));
+    ++*copies;
+    *bytes += run_bytes;
+    begin = end;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::WritePrefillLayer(uint32_t layer, absl::Span<const KvBlockRef> blocks,
+                                        uint32_t window_slot, uint32_t window_tokens,
+                                        const void* device_src) {
+  WS_RETURN_IF_ERROR(ValidateWindowSlot(window_slot));
+  if (window_tokens >= config_.block_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill tail of ", window_tokens,
+                                                   " tokens must be < the block size ",
+                                                   config_.block_tokens()));
+  }
+  for (const KvBlockRef& block : blocks) WS_RETURN_IF_ERROR(ValidateBlock(block, layer));
+  const auto* src = static_cast<const std::byte*>(device_src);
+  const uint64_t lbb = config_.geometry.layer_block_bytes();
+  // The K/V were produced on kCompute.
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyOut, Stream::kCompute));
+  WS_RETURN_IF_ERROR(
+      CopyBlocksToRegions(layer, blocks, src, &stats_.prefill_copies, &stats_.prefill_bytes));
+  if (window_tokens > 0) {
+    WS_RETURN_IF_ERROR(WaitForFlushOf(window_slot));
+    // The whole (partial) layer-block: its first window_tokens rows are the tail.
+    WS_RETURN_IF_ERROR(device_->CopyOnDevice(WindowAddress(window_slot, layer),
+                                             src + blocks.size() * lbb, lbb, Stream::kCompute));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::AppendToken(uint32_t window_slot, uint32_t position, uint32_t layer,
+                                  const void* device_token_row) {
+  WS_RETURN_IF_ERROR(ValidateWindowSlot(window_slot));
+  if (position >= config_.window_tokens || layer >= config_.geometry.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("append at window position ", position, " of ",
+                                                   config_.window_tokens, ", layer ", layer, " of ",
+                                                   config_.geometry.num_layers));
+  }
+  WS_RETURN_IF_ERROR(WaitForFlushOf(window_slot));
+  const uint32_t bt = config_.block_tokens();
+  std::byte* block = WindowAddress(window_slot, layer) +
+                     uint64_t{position / bt} * config_.geometry.layer_block_bytes();
+  const auto* row = static_cast<const std::byte*>(device_token_row);
+  absl::Status status;
+  // A fused scatter kernel would do this in one launch on CUDA; the contract is the
+  // layout, not the number of copies.
+  ForEachTokenPiece(config_.geometry, position % bt,
+                    [&](uint64_t row_offset, uint64_t block_offset, uint64_t bytes) {
+                      if (!status.ok()) return;
+                      status = device_->CopyOnDevice(block + block_offset, row + row_offset, bytes,
+                                                     Stream::kCompute);
+                    });
+  return status;
+}
+
+absl::Status KvCache::FlushWindow(uint32_t window_slot, absl::Span<const KvBlockRef> blocks) {
+  WS_RETURN_IF_ERROR(ValidateWindowSlot(window_slot));
+  if (blocks.size() != config_.blocks_per_window()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flush needs ", config_.blocks_per_window(), " blocks, got ", blocks.size()));
+  }
+  for (const KvBlockRef& block : blocks) WS_RETURN_IF_ERROR(ValidateBlock(block, 0));
+  // The window's last appends were queued on kCompute.
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyOut, Stream::kCompute));
+  for (uint32_t layer = 0; layer < config_.geometry.num_layers; ++layer) {
+    WS_RETURN_IF_ERROR(CopyBlocksToRegions(layer, blocks, WindowAddress(window_slot, layer),
+                                           &stats_.flush_copies, &stats_.flush_bytes));
+  }
+  flush_pending_[window_slot] = true;
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::WaitForWrites() { return device_->Synchronize(Stream::kCopyOut); }
+
+absl::Status KvCache::IssueRound(uint32_t round) {
+  const uint32_t layer = plan_->layer_of_round(round);
+  const TransferChunk& chunk = plan_->chunks[plan_->chunk_of_round(round)];
+  const uint64_t lbb = config_.geometry.layer_block_bytes();
+  std::byte* buffer = pingpong_[round % 2];
+  for (const TransferRun& run : chunk.runs) {
+    const uint64_t bytes = uint64_t{run.num_blocks} * lbb;
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(
+        buffer + uint64_t{run.pingpong_block} * lbb,
+        BlockAddress({KvRegion::kGpuTransfer, run.first_slot}, layer), bytes, Stream::kCopyIn));
+    ++stats_.transfer_copies;
+    stats_.transfer_bytes += bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
+  if (plan.num_layers != config_.geometry.num_layers ||
+      plan.layer_block_bytes != config_.geometry.layer_block_bytes()) {
+    return absl::InvalidArgumentError("transfer plan was built for another KV config");
+  }
+  for (const TransferChunk& chunk : plan.chunks) {
+    if (chunk.num_blocks > config_.pingpong_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat("transfer chunk of ", chunk.num_blocks,
+                                                     " blocks exceeds the ping-pong buffer of ",
+                                                     config_.pingpong_blocks));
+    }
+    for (const TransferRun& run : chunk.runs) {
+      if (uint64_t{run.first_slot} + run.num_blocks >
+          region_slots_[KvRegionIndex(KvRegion::kGpuTransfer)]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("transfer run at slot ", run.first_slot, " leaves the region"));
+      }
+    }
+  }
+  plan_ = &plan;
+  next_round_ = 0;
+  if (plan.num_rounds() == 0) return absl::OkStatus();
+  // Blocks flushed or prefilled into the transfer region must land before they are
+  // read back, and the previous step's attention must be done with buffer 0.
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCopyOut));
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
+  return IssueRound(0);
+}
+
+absl::StatusOr<PingPongRound> KvCache::ReadyRound(uint32_t round) {
+  if (plan_ == nullptr || round != next_round_ || round >= plan_->num_rounds()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ReadyRound(", round, "): expected round ", next_round_, " of ",
+                     plan_ == nullptr ? 0 : plan_->num_rounds(), " after BeginTransfer"));
+  }
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCompute, Stream::kCopyIn));
+  if (round + 1 < plan_->num_rounds()) {
+    // The other buffer was read by round - 1's attention, the last compute work
+    // queued: the prefetch waits for it, then overlaps this round's attention.
+    WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
+    WS_RETURN_IF_ERROR(IssueRound(round + 1));
+  }
+  ++next_round_;
+  const uint32_t chunk = plan_->chunk_of_round(round);
+  return PingPongRound{.layer = plan_->layer_of_round(round),
+                       .chunk = chunk,
+                       .buffer_index = static_cast<int>(round % 2),
+                       .buffer = pingpong_[round % 2],
+                       .chunk_plan = &plan_->chunks[chunk]};
+}
+
+}  // namespace writescope::gpu

@@ -1,0 +1,501 @@
+// Property test of InplaceKVCache end to end in one process: the coordinator's
+// placement metadata drives the gpu_worker's KvCache (host device, real ShmArena)
+// through random admits, prefills, decode steps, flushes, transfers, aborts and frees
+// under random placement choices. After every operation:
+//   - every token of every live sequence lives in exactly one place (a block or the
+//     D-window), blocks in token order;
+//   - no two live blocks share a slot and no two (slot, layer) byte ranges overlap;
+//     the allocators agree with the blocks;
+//   - the KV rebuilt from the arena regions + the D-window equals a plain reference
+//     copy byte for byte;
+// and during every decode step, each ping-pong round holds exactly the transfer blocks
+// its plan names. Exhaustion must be reported exactly when a region cannot fit the
+// request and leave the state unchanged; freed slots must be reused.
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/data_plane.h"
+#include "common/kv_config.h"
+#include "common/shm_arena.h"
+#include "coordinator/placement.h"
+#include "gpu_worker/device.h"
+#include "gpu_worker/kv_cache.h"
+#include "gpu_worker/kv_transfer_plan.h"
+#include "gtest/gtest.h"
+#include "tests/common/test_util.h"
+#include "tests/gpu_worker/deferred_device.h"
+#include "tests/gpu_worker/kv_test_util.h"
+
+namespace writescope {
+namespace {
+
+using coordinator::KvPlacement;
+using coordinator::PlacedBlock;
+using coordinator::PlacementRequest;
+using coordinator::SequenceId;
+using coordinator::SequencePlacement;
+using gpu::KvCache;
+using testing::TokenKv;
+
+struct PropertyCase {
+  std::string name;
+  KvGeometry geometry;
+  uint32_t window_tokens;
+  uint32_t cpu_slots;
+  uint32_t transfer_slots;
+  uint32_t max_sequences;
+  uint32_t pingpong_blocks;
+  // Run on the DeferredDevice (streams reordered at random) instead of the host device.
+  bool deferred;
+};
+
+void PrintTo(const PropertyCase& c, std::ostream* os) { *os << c.name; }
+
+std::string CaseName(const ::testing::TestParamInfo<PropertyCase>& info) { return info.param.name; }
+
+class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
+ protected:
+  void SetUp() override {
+    const PropertyCase& c = GetParam();
+    KvCacheConfig config;
+    config.geometry = c.geometry;
+    config.window_tokens = c.window_tokens;
+    config.cpu_compute_bytes = uint64_t{c.cpu_slots} * c.geometry.block_bytes();
+    config.gpu_transfer_bytes = uint64_t{c.transfer_slots} * c.geometry.block_bytes();
+    config.max_sequences = c.max_sequences;
+    config.pingpong_blocks = c.pingpong_blocks;
+    config.gpu_kv_budget_bytes = uint64_t{1} << 24;
+    auto resolved = ResolveKvCacheConfig(config);
+    WS_ASSERT_OK(resolved.status());
+    config_ = *resolved;
+    auto arena = ShmArena::Create(testing::UniqueArenaName("kvprop"),
+                                  ArenaRegions(config_.arena_sizes(1 << 16)));
+    WS_ASSERT_OK(arena.status());
+    arena_ = *std::move(arena);
+    // Garbage in the regions, so an unwritten byte cannot pass as a written zero.
+    for (KvRegion r : {KvRegion::kCpuCompute, KvRegion::kGpuTransfer}) {
+      auto span = arena_->Region(KvRegionName(r));
+      WS_ASSERT_OK(span.status());
+      std::memset(span->data(), 0xA5, span->size());
+      region_[KvRegionIndex(r)] = *span;
+    }
+    if (c.deferred) {
+      auto deferred = std::make_unique<testing::DeferredDevice>(/*seed=*/7);
+      deferred_ = deferred.get();
+      device_ = std::move(deferred);
+    } else {
+      device_ = gpu::CreateHostDevice();
+    }
+    auto cache = KvCache::Create(config_, *arena_, device_.get());
+    WS_ASSERT_OK(cache.status());
+    cache_ = *std::move(cache);
+    auto placement = KvPlacement::Create(config_);
+    WS_ASSERT_OK(placement.status());
+    placement_ = *std::move(placement);
+    pingpong_at_start_ = {cache_->pingpong_buffer(0), cache_->pingpong_buffer(1)};
+  }
+
+  const KvGeometry& g() const { return config_.geometry; }
+  uint64_t row_bytes() const { return g().bytes_per_token_layer(); }
+
+  // A random chooser biased toward the CPU region with probability p_cpu; records what
+  // it chose so the test knows whether the request fits.
+  struct Chooser {
+    std::mt19937_64* rng;
+    double p_cpu;
+    std::array<uint32_t, kNumKvRegions> chosen{};
+    std::array<uint32_t, kNumKvRegions> free_at_start{};
+    bool first = true;
+    KvRegion operator()(const PlacementRequest& request) {
+      if (first) {
+        free_at_start = request.free_slots;
+        first = false;
+      }
+      const KvRegion r =
+          std::bernoulli_distribution(p_cpu)(*rng) ? KvRegion::kCpuCompute : KvRegion::kGpuTransfer;
+      ++chosen[KvRegionIndex(r)];
+      return r;
+    }
+    bool fits() const { return chosen[0] <= free_at_start[0] && chosen[1] <= free_at_start[1]; }
+  };
+
+  std::set<std::pair<int, uint32_t>> UsedSlots() const {
+    std::set<std::pair<int, uint32_t>> used;
+    for (SequenceId id : placement_->LiveSequences()) {
+      for (const PlacedBlock& b : placement_->Find(id)->blocks) {
+        used.insert({KvRegionIndex(b.ref.region), b.ref.slot});
+      }
+    }
+    return used;
+  }
+
+  void NoteAllocated(const std::vector<PlacedBlock>& blocks) {
+    for (const PlacedBlock& b : blocks) {
+      if (ever_freed_.contains({KvRegionIndex(b.ref.region), b.ref.slot})) ++reused_;
+    }
+  }
+
+  // Writes a prefill of `tokens` through the worker-side path, one layer at a time.
+  void WritePrefill(const coordinator::PrefillPlan& plan, const std::vector<TokenKv>& tokens) {
+    const uint32_t bt = config_.block_tokens();
+    const uint64_t lbb = g().layer_block_bytes();
+    const uint64_t staged_blocks = (tokens.size() + bt - 1) / bt;
+    std::vector<KvBlockRef> refs;
+    for (const PlacedBlock& b : plan.blocks) refs.push_back(b.ref);
+    ASSERT_EQ(plan.blocks.size(), tokens.size() / bt);
+    ASSERT_EQ(plan.window_tokens, tokens.size() % bt);
+    for (uint32_t layer = 0; layer < g().num_layers; ++layer) {
+      // The projection's output in the block layout, on the device.
+      std::vector<std::byte> host(staged_blocks * lbb, std::byte{0x3C});
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        gpu::ScatterTokenRow(g(), tokens[t].data() + layer * row_bytes(), t % bt,
+                             host.data() + (t / bt) * lbb);
+      }
+      auto staging = gpu::DeviceBuffer::Allocate(device_.get(), host.size());
+      WS_ASSERT_OK(staging.status());
+      if (!host.empty()) {
+        WS_ASSERT_OK(device_->CopyToDevice(staging->data(), host.data(), host.size(),
+                                           gpu::Stream::kCompute));
+      }
+      WS_ASSERT_OK(cache_->WritePrefillLayer(layer, refs, plan.window_slot, plan.window_tokens,
+                                             staging->data()));
+      // The host source of CopyToDevice must outlive the queued copy too.
+      staged_host_.push_back(std::move(host));
+      keepalive_.push_back(*std::move(staging));
+    }
+  }
+
+  void AppendThroughWorker(uint32_t window_slot, uint32_t position, const TokenKv& token) {
+    auto row = gpu::DeviceBuffer::Allocate(device_.get(), row_bytes());
+    WS_ASSERT_OK(row.status());
+    const TokenKv& source = staged_rows_.emplace_back(token);
+    for (uint32_t layer = 0; layer < g().num_layers; ++layer) {
+      // One row buffer reused per layer: same stream, so in order.
+      WS_ASSERT_OK(device_->CopyToDevice(row->data(), source.data() + layer * row_bytes(),
+                                         row_bytes(), gpu::Stream::kCompute));
+      WS_ASSERT_OK(cache_->AppendToken(window_slot, position, layer, row->data()));
+    }
+    keepalive_.push_back(*std::move(row));
+  }
+
+  // Drains every stream; then queued sources may be released.
+  void Sync() {
+    WS_ASSERT_OK(device_->SynchronizeAll());
+    keepalive_.clear();
+    staged_host_.clear();
+    staged_rows_.clear();
+    plans_.clear();
+  }
+
+  // Runs `fn` where attention would run: in kCompute order.
+  void OnCompute(std::function<void()> fn) {
+    if (deferred_ != nullptr) {
+      deferred_->EnqueueHostFn(gpu::Stream::kCompute, std::move(fn));
+    } else {
+      fn();
+    }
+  }
+
+  // Reads token `t` of `seq`, layer `layer`, from the arena or the D-window, computing
+  // addresses from the documented layouts (not through KvCache).
+  std::vector<std::byte> ReadToken(const SequencePlacement& seq, uint64_t t, uint32_t layer) {
+    const uint32_t bt = config_.block_tokens();
+    const uint64_t lbb = g().layer_block_bytes();
+    std::vector<std::byte> row(row_bytes());
+    if (t < seq.window_first_token()) {
+      const PlacedBlock& b = seq.blocks[t / bt];
+      EXPECT_EQ(b.first_token, t / bt * bt);
+      const int r = KvRegionIndex(b.ref.region);
+      const std::byte* block =
+          region_[r].data() +
+          RegionBlockOffset(g(), config_.region_slots(b.ref.region), b.ref.slot, layer);
+      gpu::GatherTokenRow(g(), block, t % bt, row.data());
+    } else {
+      const uint64_t p = t - seq.window_first_token();
+      const std::byte* window_base = cache_->WindowAddress(0, 0);
+      const std::byte* window =
+          window_base + (uint64_t{layer} * config_.max_sequences + seq.window_slot) *
+                            config_.window_tokens * row_bytes();
+      gpu::GatherTokenRow(g(), window + (p / bt) * lbb, p % bt, row.data());
+    }
+    return row;
+  }
+
+  void CheckInvariants() {
+    Sync();
+    ASSERT_EQ(pingpong_mismatches_, 0);
+    const uint32_t bt = config_.block_tokens();
+    const uint64_t lbb = g().layer_block_bytes();
+    std::array<uint32_t, kNumKvRegions> used{};
+    std::vector<std::tuple<int, uint64_t, uint64_t>> ranges;  // region, begin, end
+    std::set<uint32_t> window_slots;
+    ASSERT_EQ(placement_->num_live(), reference_.size());
+    for (const auto& [id, tokens] : reference_)
+      max_tokens_ = std::max<uint64_t>(max_tokens_, tokens.size());
+    for (const auto& [id, tokens] : reference_) {
+      const SequencePlacement* seq = placement_->Find(id);
+      ASSERT_NE(seq, nullptr) << id;
+      // Exactly one place per token: blocks cover [0, k*bt) in order, the window the rest.
+      ASSERT_EQ(seq->num_tokens(), tokens.size()) << "sequence " << id;
+      ASSERT_LE(seq->window_tokens, config_.window_tokens);
+      ASSERT_TRUE(window_slots.insert(seq->window_slot).second) << "window slot shared";
+      for (size_t i = 0; i < seq->blocks.size(); ++i) {
+        const PlacedBlock& b = seq->blocks[i];
+        ASSERT_EQ(b.first_token, i * bt);
+        const int r = KvRegionIndex(b.ref.region);
+        ASSERT_LT(b.ref.slot, config_.region_slots(b.ref.region));
+        ASSERT_FALSE(placement_->allocator(b.ref.region).IsFree(b.ref.slot));
+        ++used[r];
+        for (uint32_t layer = 0; layer < g().num_layers; ++layer) {
+          const uint64_t begin =
+              RegionBlockOffset(g(), config_.region_slots(b.ref.region), b.ref.slot, layer);
+          ranges.push_back({r, begin, begin + lbb});
+          ASSERT_LE(begin + lbb, region_[r].size());
+        }
+      }
+      // Byte for byte against the reference.
+      for (uint64_t t = 0; t < tokens.size(); ++t) {
+        for (uint32_t layer = 0; layer < g().num_layers; ++layer) {
+          const std::vector<std::byte> got = ReadToken(*seq, t, layer);
+          ASSERT_EQ(0, std::memcmp(got.data(), tokens[t].data() + layer * row_bytes(), row_bytes()))
+              << "sequence " << id << " token " << t << " layer " << layer
+              << (t < seq->window_first_token() ? " (block)" : " (D-window)");
+        }
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      if (std::get<0>(ranges[i]) != std::get<0>(ranges[i - 1])) continue;
+      ASSERT_LE(std::get<2>(ranges[i - 1]), std::get<1>(ranges[i])) << "blocks overlap";
+    }
+    for (KvRegion r : {KvRegion::kCpuCompute, KvRegion::kGpuTransfer}) {
+      EXPECT_EQ(placement_->Usage(r).used_blocks, used[KvRegionIndex(r)]);
+      EXPECT_EQ(placement_->Usage(r).total_blocks, config_.region_slots(r));
+    }
+    const double total = used[0] + used[1];
+    EXPECT_DOUBLE_EQ(placement_->PlacedCpuShare(), total == 0 ? 0.0 : used[0] / total);
+    // The ping-pong buffers never move.
+    EXPECT_EQ(cache_->pingpong_buffer(0), pingpong_at_start_[0]);
+    EXPECT_EQ(cache_->pingpong_buffer(1), pingpong_at_start_[1]);
+  }
+
+  // One decode step over `batch`: flush where needed, append one token each, then
+  // stream the transfer blocks round by round and check every ping-pong round.
+  void DecodeStep(const std::vector<SequenceId>& batch, std::mt19937_64& rng, double p_cpu) {
+    std::vector<SequenceId> stepped;
+    for (SequenceId id : batch) {
+      if (placement_->NeedsFlush(id)) {
+        const auto before = UsedSlots();
+        Chooser chooser{&rng, p_cpu};
+        auto flush = placement_->Flush(id, std::ref(chooser));
+        if (!flush.ok()) {
+          ASSERT_EQ(flush.status().code(), absl::StatusCode::kResourceExhausted) << flush.status();
+          ASSERT_FALSE(chooser.fits()) << "exhaustion reported although the blocks fit";
+          ASSERT_EQ(UsedSlots(), before) << "failed flush changed the placement";
+          ASSERT_TRUE(placement_->NeedsFlush(id));
+          ++exhausted_;
+          continue;  // this sequence waits (a scheduling decision)
+        }
+        ASSERT_TRUE(chooser.fits()) << "flush succeeded beyond the free slots";
+        ++flushes_;
+        NoteAllocated(flush->blocks);
+        std::vector<KvBlockRef> refs;
+        for (const PlacedBlock& b : flush->blocks) refs.push_back(b.ref);
+        WS_ASSERT_OK(cache_->FlushWindow(flush->window_slot, refs));
+      }
+      auto position = placement_->AppendDecode(id);
+      WS_ASSERT_OK(position.status());
+      const TokenKv token = testing::RandomTokenKv(g(), rng);
+      AppendThroughWorker(placement_->Find(id)->window_slot, *position, token);
+      reference_[id].push_back(token);
+      stepped.push_back(id);
+    }
+    // The transfer plan of the step.
+    std::vector<gpu::StepSequence> step;
+    for (SequenceId id : stepped) {
+      const SequencePlacement* seq = placement_->Find(id);
+      gpu::StepSequence& s = step.emplace_back();
+      s.window_slot = seq->window_slot;
+      s.window_tokens = seq->window_tokens;
+      for (const PlacedBlock& b : seq->blocks) s.blocks.push_back(b.ref);
+    }
+    auto built = gpu::BuildTransferPlan(config_, step);
+    WS_ASSERT_OK(built.status());
+    // Queued copies and checks refer to the plan until the next Sync.
+    const gpu::TransferPlan* plan = &plans_.emplace_back(*std::move(built));
+    if (plan->chunks.size() > 1) ++multi_chunk_steps_;
+    ++steps_;
+    uint64_t expected_blocks = 0;
+    for (const auto& s : step) {
+      for (const KvBlockRef& b : s.blocks) expected_blocks += b.region == KvRegion::kGpuTransfer;
+    }
+    ASSERT_EQ(plan->blocks_per_layer(), expected_blocks);
+    const uint64_t lbb = g().layer_block_bytes();
+    const uint32_t bt = config_.block_tokens();
+    WS_ASSERT_OK(cache_->BeginTransfer(*plan));
+    for (uint32_t round = 0; round < plan->num_rounds(); ++round) {
+      auto ready = cache_->ReadyRound(round);
+      WS_ASSERT_OK(ready.status());
+      ASSERT_EQ(ready->buffer, cache_->pingpong_buffer(round % 2));
+      ASSERT_LE(ready->chunk_plan->num_blocks, config_.pingpong_blocks);
+      // "Attention" over this round, in compute order: the buffer must hold exactly the
+      // blocks the plan names, even while the next round streams into the other one.
+      OnCompute([this, round, r = *ready, stepped, lbb, bt] {
+        for (const gpu::PingPongEntry& e : r.chunk_plan->entries) {
+          const std::vector<TokenKv>& tokens = reference_[stepped[e.sequence_index]];
+          const std::byte* got = r.buffer + uint64_t{e.pingpong_block} * lbb;
+          for (uint32_t k = 0; k < bt; ++k) {
+            std::vector<std::byte> row(row_bytes());
+            gpu::GatherTokenRow(g(), got, k, row.data());
+            if (std::memcmp(row.data(),
+                            tokens[uint64_t{e.block_index} * bt + k].data() + r.layer * row_bytes(),
+                            row_bytes()) != 0) {
+              ADD_FAILURE() << "ping-pong round " << round << " sequence "
+                            << stepped[e.sequence_index] << " block " << e.block_index << " token "
+                            << k;
+              ++pingpong_mismatches_;
+              return;
+            }
+          }
+        }
+      });
+    }
+    EXPECT_EQ(cache_->ReadyRound(plan->num_rounds()).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+
+  void RunRandomOperations(uint64_t seed, int num_ops) {
+    std::mt19937_64 rng(seed);
+    SequenceId next_id = 1;
+    const uint32_t bt = config_.block_tokens();
+    for (int op = 0; op < num_ops; ++op) {
+      // Drift the placement policy over time, as the scheduler would.
+      const double p_cpu = std::uniform_real_distribution<double>(0, 1)(rng);
+      const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+      std::vector<SequenceId> live = placement_->LiveSequences();
+      if (kind <= 1) {  // admit
+        const absl::Status status = placement_->Admit(next_id);
+        if (live.size() < config_.max_sequences) {
+          WS_ASSERT_OK(status);
+          reference_[next_id];
+          empty_.insert(next_id);
+        } else {
+          ASSERT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+          ++exhausted_;
+        }
+        ++next_id;
+      } else if (kind <= 3 && !empty_.empty()) {  // prefill
+        auto it = empty_.begin();
+        std::advance(it, rng() % empty_.size());
+        const SequenceId id = *it;
+        const uint64_t n = std::uniform_int_distribution<uint64_t>(0, 6 * bt)(rng);
+        const auto before = UsedSlots();
+        Chooser chooser{&rng, p_cpu};
+        auto plan = placement_->PlanPrefill(id, n, std::ref(chooser));
+        if (!plan.ok()) {
+          ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted) << plan.status();
+          ASSERT_FALSE(chooser.fits()) << "exhaustion reported although the blocks fit";
+          ASSERT_EQ(UsedSlots(), before) << "failed prefill changed the placement";
+          ASSERT_EQ(placement_->Find(id)->num_tokens(), 0u);
+          ++exhausted_;
+        } else {
+          ASSERT_TRUE(chooser.fits());
+          NoteAllocated(plan->blocks);
+          std::vector<TokenKv> tokens;
+          for (uint64_t t = 0; t < n; ++t) tokens.push_back(testing::RandomTokenKv(g(), rng));
+          WritePrefill(*plan, tokens);
+          if (HasFatalFailure()) return;
+          reference_[id] = std::move(tokens);
+          empty_.erase(id);
+        }
+      } else if (kind <= 7) {  // decode step over a random subset of prefilled sequences
+        std::vector<SequenceId> batch;
+        for (SequenceId id : live) {
+          if (!empty_.contains(id) && rng() % 4 != 0) batch.push_back(id);
+        }
+        std::shuffle(batch.begin(), batch.end(), rng);
+        const int steps = 1 + static_cast<int>(rng() % (config_.window_tokens + 2));
+        for (int s = 0; s < steps && !HasFatalFailure(); ++s) DecodeStep(batch, rng, p_cpu);
+      } else if (!live.empty()) {  // finish or abort
+        const SequenceId id = live[rng() % live.size()];
+        for (const PlacedBlock& b : placement_->Find(id)->blocks) {
+          ever_freed_.insert({KvRegionIndex(b.ref.region), b.ref.slot});
+        }
+        WS_ASSERT_OK(placement_->Free(id));
+        reference_.erase(id);
+        empty_.erase(id);
+        EXPECT_EQ(placement_->Free(id).code(), absl::StatusCode::kNotFound);
+      }
+      if (HasFatalFailure()) return;
+      CheckInvariants();
+      if (HasFatalFailure()) {
+        ADD_FAILURE() << "after operation " << op << " (kind " << kind << ", seed " << seed << ")";
+        return;
+      }
+    }
+  }
+
+  KvCacheConfig config_;
+  std::unique_ptr<ShmArena> arena_;
+  std::array<absl::Span<std::byte>, kNumKvRegions> region_;
+  std::unique_ptr<gpu::Device> device_;
+  testing::DeferredDevice* deferred_ = nullptr;  // device_ when deferred
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<KvPlacement> placement_;
+  std::array<std::byte*, 2> pingpong_at_start_{};
+
+  std::map<SequenceId, std::vector<TokenKv>> reference_;  // live sequences
+  std::set<SequenceId> empty_;                            // admitted, not prefilled
+  std::set<std::pair<int, uint32_t>> ever_freed_;
+  int reused_ = 0;
+  int exhausted_ = 0;
+  int flushes_ = 0;
+  int multi_chunk_steps_ = 0;
+  int pingpong_mismatches_ = 0;
+  // Sources of queued device work, released at Sync.
+  std::vector<gpu::DeviceBuffer> keepalive_;
+  std::vector<std::vector<std::byte>> staged_host_;
+  std::deque<TokenKv> staged_rows_;
+  std::deque<gpu::TransferPlan> plans_;
+  int steps_ = 0;
+  uint64_t max_tokens_ = 0;
+};
+
+TEST_P(KvCachePropertyTest, RandomOperationsKeepEveryTokenInExactlyOnePlace) {
+  for (uint64_t seed : {1, 2, 3}) {
+    RunRandomOperations(seed, 150);
+    if (HasFatalFailure()) return;
+  }
+  std::cout << "flushes=" << flushes_ << " reused=" << reused_ << " exhausted=" << exhausted_
+            << " multi_chunk_steps=" << multi_chunk_steps_ << " decode_steps=" << steps_
+            << " max_live_tokens=" << max_tokens_ << "\n";
+  // The run must have exercised what it claims to test.
+  EXPECT_GT(flushes_, 0);
+  EXPECT_GT(reused_, 0) << "freed slots were never reused";
+  EXPECT_GT(exhausted_, 0) << "no exhaustion was provoked";
+  EXPECT_GT(multi_chunk_steps_, 0) << "no step needed more than one ping-pong chunk";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Geometries, KvCachePropertyTest,
+    ::testing::Values(
+        PropertyCase{"GqaBlockEqualsWindow", testing::SmallGqa(4), 4, 14, 11, 5, 3, false},
+        PropertyCase{"GqaTwoBlocksPerWindow", testing::SmallGqa(3), 6, 13, 9, 4, 4, false},
+        PropertyCase{"MlaBlockEqualsWindow", testing::SmallMla(5), 5, 9, 12, 6, 2, false},
+        PropertyCase{"GqaDeferredStreams", testing::SmallGqa(4), 4, 14, 11, 5, 3, true},
+        PropertyCase{"GqaTwoBlocksPerWindowDeferredStreams", testing::SmallGqa(3), 6, 13, 9, 4, 4,
+                     true},
+        PropertyCase{"MlaDeferredStreams", testing::SmallMla(5), 5, 9, 12, 6, 2, true}),
+    CaseName);
+
+}  // namespace
+}  // namespace writescope

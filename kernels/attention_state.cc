@@ -1,0 +1,60 @@
+#include "kernels/attention_state.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace writescope::kernels {
+
+void SetEmptyState(AttentionStateView state, int64_t rows, int32_t head_dim) {
+  std::fill(state.o, state.o + rows * head_dim, 0.0f);
+  std::fill(state.lse, state.lse + rows, kEmptyLse);
+}
+
+void MergeStates(ConstAttentionStateView a, ConstAttentionStateView b, AttentionStateView out,
+                 int64_t rows, int32_t head_dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const MergeWeights w = ComputeMergeWeights(a.lse[r], b.lse[r]);
+    const float* oa = a.o + r * head_dim;
+    const float* ob = b.o + r * head_dim;
+    float* oo = out.o + r * head_dim;
+    // An empty side contributes weight 0; skip it so garbage-free zeros stay exact and
+    // a NaN-free identity holds even if the empty side's o were not zero.
+    if (w.weight_b == 0.0f) {
+      for (int32_t d = 0; d < head_dim; ++d) oo[d] = w.weight_a == 0.0f ? 0.0f : oa[d];
+    } else if (w.weight_a == 0.0f) {
+      for (int32_t d = 0; d < head_dim; ++d) oo[d] = ob[d];
+    } else {
+      for (int32_t d = 0; d < head_dim; ++d) oo[d] = w.weight_a * oa[d] + w.weight_b * ob[d];
+    }
+    out.lse[r] = w.lse;
+  }
+}
+
+void MergeStatesN(absl::Span<const ConstAttentionStateView> parts, AttentionStateView out,
+                  int64_t rows, int32_t head_dim) {
+  std::vector<float> weights(parts.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = kEmptyLse;
+    for (const auto& p : parts) m = std::max(m, p.lse[r]);
+    float* oo = out.o + r * head_dim;
+    std::fill(oo, oo + head_dim, 0.0f);
+    if (m == kEmptyLse) {
+      out.lse[r] = kEmptyLse;
+      continue;
+    }
+    float sum = 0.0f;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      weights[i] = std::exp(parts[i].lse[r] - m);  // exp(-inf) = 0 for empty parts
+      sum += weights[i];
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (weights[i] == 0.0f) continue;
+      const float w = weights[i] / sum;
+      const float* op = parts[i].o + r * head_dim;
+      for (int32_t d = 0; d < head_dim; ++d) oo[d] += w * op[d];
+    }
+    out.lse[r] = m + std::log(sum);
+  }
+}
+
+}  // namespace writescope::kernels

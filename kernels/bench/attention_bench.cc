@@ -1,0 +1,238 @@
+// Attention kernel benchmark: prints tables, never runs as a test.
+//
+//   attention_bench [--tokens=8192,32768] [--batch=1,8] [--models=qwen3,mixtral]
+//                   [--threads=16] [--iters=3] [--dram-gbps=85] [--hbm-gbps=4300]
+//                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda]
+//                   [--no-merge]
+//
+// KV bytes are counted once per step (K and V of every token and kv head read once);
+// achieved GB/s = bytes / time, compared with the DRAM (CPU) or HBM (GPU) ceiling.
+// Sequences draw their tiles from a pool of --pool-gb unique bytes (far larger than the
+// last-level cache), so big grids fit in memory and still stream from DRAM.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "kernels/attention.h"
+#include "kernels/attention_state.h"
+#include "kernels/bench/bench_common.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu_attention.h"
+
+namespace writescope::kernels::bench {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Median of `iters` timed runs after one warm-up.
+template <typename Fn>
+double TimeIt(int iters, Fn fn) {
+  fn();
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    times.push_back(Seconds(start, std::chrono::steady_clock::now()));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// A pool of random bf16 tiles, first-touched by the OpenMP threads that will read them.
+class TilePool {
+ public:
+  TilePool(int64_t tile_values, double pool_gb, int64_t tiles_needed) : tile_values_(tile_values) {
+    const int64_t max_tiles = std::max<int64_t>(1, static_cast<int64_t>(pool_gb * 1e9 / (tile_values * 2)));
+    num_tiles_ = std::min(tiles_needed, max_tiles);
+    data_.reset(static_cast<uint16_t*>(std::aligned_alloc(64, ((num_tiles_ * tile_values * 2 + 63) / 64) * 64)));
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < num_tiles_; ++t) {
+      uint64_t state = 0x9e3779b97f4a7c15ull * (t + 1);  // xorshift: cheap, good enough
+      uint16_t* tile = data_.get() + t * tile_values_;
+      for (int64_t i = 0; i < tile_values_; ++i) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        tile[i] = FloatToBf16(static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) / (1 << 23));
+      }
+    }
+  }
+  const uint16_t* tile(int64_t i) const { return data_.get() + (i % num_tiles_) * tile_values_; }
+  int64_t num_tiles() const { return num_tiles_; }
+
+ private:
+  struct Free {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
+  int64_t tile_values_;
+  int64_t num_tiles_ = 0;
+  std::unique_ptr<uint16_t, Free> data_;
+};
+
+constexpr int32_t kBlockTokens = 256;
+
+void RunCpuGqa(const BenchOptions& options) {
+  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  std::printf("\n== CPU GQA decode (%s, %d threads, ceiling %.0f GB/s) ==\n",
+              CpuIsaName(DetectCpuIsa()), threads, options.dram_gbps);
+  std::printf("%-8s %8s %6s %10s %10s %8s\n", "model", "tokens", "batch", "ms", "GB/s", "%ceil");
+  for (const std::string& name : options.models) {
+    GqaModel model;
+    if (!FindModel(name, &model)) {
+      std::printf("unknown model %s\n", name.c_str());
+      continue;
+    }
+    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
+                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
+    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    int64_t max_tiles = 0;
+    for (int64_t t : options.tokens)
+      for (int32_t b : options.batches) max_tiles = std::max(max_tiles, b * ((t + kBlockTokens - 1) / kBlockTokens));
+    const TilePool pool(tile_values, options.pool_gb, max_tiles);
+    for (int64_t tokens : options.tokens) {
+      for (int32_t batch : options.batches) {
+        const int64_t blocks = (tokens + kBlockTokens - 1) / kBlockTokens;
+        std::vector<std::vector<const uint16_t*>> pointers(batch);
+        std::vector<KvBlockList> lists(batch);
+        for (int32_t s = 0; s < batch; ++s) {
+          for (int64_t b = 0; b < blocks; ++b) pointers[s].push_back(pool.tile(s * blocks + b));
+          lists[s].blocks = pointers[s].data();
+          lists[s].num_blocks = static_cast<int32_t>(blocks);
+          lists[s].last_block_tokens = static_cast<int32_t>(tokens - (blocks - 1) * kBlockTokens);
+        }
+        std::vector<uint16_t> q(int64_t{batch} * shape.num_q_heads * shape.head_dim, FloatToBf16(0.5f));
+        std::vector<float> o(q.size()), lse(int64_t{batch} * shape.num_q_heads);
+        const GqaDecodeArgs args{shape, batch, q.data(), lists.data(), o.data(), lse.data()};
+        CpuAttentionOptions cpu_options;
+        cpu_options.num_threads = threads;
+        const double seconds = TimeIt(options.iters, [&] {
+          const absl::Status status = CpuGqaDecode(args, cpu_options);
+          if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
+        });
+        const double bytes = double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
+        const double gbps = bytes / seconds / 1e9;
+        std::printf("%-8s %8lld %6d %10.3f %10.1f %7.0f%%\n", model.name.c_str(),
+                    static_cast<long long>(tokens), batch, seconds * 1e3, gbps,
+                    100 * gbps / options.dram_gbps);
+      }
+    }
+  }
+}
+
+void RunCpuMla(const BenchOptions& options) {
+  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
+  std::printf("\n== CPU MLA decode, DeepSeek-V2-Lite (16 heads, 512+64), %d threads ==\n", threads);
+  std::printf("%8s %6s %10s %10s %8s %10s\n", "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s");
+  const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
+  int64_t max_tiles = 0;
+  for (int64_t t : options.tokens)
+    for (int32_t b : options.batches) max_tiles = std::max(max_tiles, b * ((t + kBlockTokens - 1) / kBlockTokens));
+  const TilePool pool(tile_values, options.pool_gb, max_tiles);
+  for (int64_t tokens : options.tokens) {
+    for (int32_t batch : options.batches) {
+      const int64_t blocks = (tokens + kBlockTokens - 1) / kBlockTokens;
+      std::vector<std::vector<const uint16_t*>> pointers(batch);
+      std::vector<KvBlockList> lists(batch);
+      for (int32_t s = 0; s < batch; ++s) {
+        for (int64_t b = 0; b < blocks; ++b) pointers[s].push_back(pool.tile(s * blocks + b));
+        lists[s].blocks = pointers[s].data();
+        lists[s].num_blocks = static_cast<int32_t>(blocks);
+        lists[s].last_block_tokens = static_cast<int32_t>(tokens - (blocks - 1) * kBlockTokens);
+      }
+      std::vector<uint16_t> q(int64_t{batch} * shape.num_heads * shape.row_dim(), FloatToBf16(0.25f));
+      std::vector<float> o(int64_t{batch} * shape.num_heads * shape.kv_lora_rank),
+          lse(int64_t{batch} * shape.num_heads);
+      const MlaDecodeArgs args{shape, batch, q.data(), lists.data(), o.data(), lse.data()};
+      CpuAttentionOptions cpu_options;
+      cpu_options.num_threads = threads;
+      const double seconds = TimeIt(options.iters, [&] {
+        const absl::Status status = CpuMlaDecode(args, cpu_options);
+        if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
+      });
+      const double bytes = double(batch) * tokens * shape.row_dim() * 2;
+      const double flops = 2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
+      const double gbps = bytes / seconds / 1e9;
+      std::printf("%8lld %6d %10.3f %10.1f %7.0f%% %10.1f\n", static_cast<long long>(tokens), batch,
+                  seconds * 1e3, gbps, 100 * gbps / options.dram_gbps, flops / seconds / 1e9);
+    }
+  }
+}
+
+void RunCpuMerge(const BenchOptions& options) {
+  std::printf("\n== CPU merge of two partials (per layer step) ==\n");
+  std::printf("%6s %6s %6s %10s\n", "batch", "heads", "dim", "us");
+  for (int32_t batch : options.batches) {
+    for (auto [heads, dim] : {std::pair{32, 128}, std::pair{16, 512}}) {
+      const int64_t rows = int64_t{batch} * heads;
+      std::vector<float> oa(rows * dim, 0.1f), ob(rows * dim, 0.2f), la(rows, 1.0f), lb(rows, 2.0f);
+      const double seconds = TimeIt(std::max(options.iters, 20), [&] {
+        MergeStates({oa.data(), la.data()}, {ob.data(), lb.data()}, {oa.data(), la.data()}, rows, dim);
+      });
+      std::printf("%6d %6d %6d %10.2f\n", batch, heads, dim, seconds * 1e6);
+    }
+  }
+}
+
+template <typename T>
+bool ParseList(const char* text, std::vector<T>* out) {
+  out->clear();
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t value;
+    if (!absl::SimpleAtoi(part, &value)) return false;
+    out->push_back(static_cast<T>(value));
+  }
+  return !out->empty();
+}
+
+int Main(int argc, char** argv) {
+  BenchOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* prefix) -> const char* {
+      const size_t n = std::strlen(prefix);
+      return arg.compare(0, n, prefix) == 0 ? argv[i] + n : nullptr;
+    };
+    bool ok = true;
+    if (const char* v = value("--tokens=")) ok = ParseList(v, &options.tokens);
+    else if (const char* v = value("--batch=")) ok = ParseList(v, &options.batches);
+    else if (const char* v = value("--models=")) options.models = absl::StrSplit(v, ',');
+    else if (const char* v = value("--threads=")) ok = absl::SimpleAtoi(v, &options.threads);
+    else if (const char* v = value("--iters=")) ok = absl::SimpleAtoi(v, &options.iters);
+    else if (const char* v = value("--dram-gbps=")) ok = absl::SimpleAtod(v, &options.dram_gbps);
+    else if (const char* v = value("--hbm-gbps=")) ok = absl::SimpleAtod(v, &options.hbm_gbps);
+    else if (const char* v = value("--pool-gb=")) ok = absl::SimpleAtod(v, &options.pool_gb);
+    else if (const char* v = value("--gpu-pool-gb=")) ok = absl::SimpleAtod(v, &options.gpu_pool_gb);
+    else if (arg == "--no-cpu") options.cpu = false;
+    else if (arg == "--no-mla") options.mla = false;
+    else if (arg == "--no-cuda") options.cuda = false;
+    else if (arg == "--no-merge") options.merge = false;
+    else ok = false;
+    if (!ok) {
+      std::fprintf(stderr, "bad argument %s (see the comment at the top of attention_bench.cc)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (options.cpu) RunCpuGqa(options);
+  if (options.mla) RunCpuMla(options);
+  if (options.merge) RunCpuMerge(options);
+  if (options.cuda) RunCudaBenchmarks(options);
+  return 0;
+}
+
+}  // namespace
+}  // namespace writescope::kernels::bench
+
+int main(int argc, char** argv) { return writescope::kernels::bench::Main(argc, argv); }

@@ -1,0 +1,40 @@
+// Shared by the attention benchmark's CPU and CUDA parts: options and a tile pool.
+#ifndef WRITESCOPE_KERNELS_BENCH_BENCH_COMMON_H_
+#define WRITESCOPE_KERNELS_BENCH_BENCH_COMMON_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace writescope::kernels::bench {
+
+struct BenchOptions {
+  std::vector<int64_t> tokens = {8192, 32768, 131072};
+  std::vector<int32_t> batches = {1, 8, 32};
+  std::vector<std::string> models = {"qwen3", "mixtral"};
+  int threads = 0;           // 0: OpenMP default
+  int iters = 3;             // timed iterations per point (after one warm-up)
+  double dram_gbps = 85;     // CPU ceiling
+  double hbm_gbps = 4300;    // GPU ceiling
+  double pool_gb = 2;        // unique KV bytes on the host (sequences reuse tiles beyond it)
+  double gpu_pool_gb = 16;   // same on the GPU
+  bool cpu = true, mla = true, cuda = true, merge = true;
+};
+
+struct GqaModel {
+  std::string name;
+  int32_t q_heads, kv_heads, head_dim;
+};
+inline bool FindModel(const std::string& name, GqaModel* model) {
+  if (name == "qwen3") *model = {"qwen3", 32, 4, 128};
+  else if (name == "mixtral") *model = {"mixtral", 32, 8, 128};
+  else return false;
+  return true;
+}
+
+// CUDA part; a build without CUDA links a stub that prints one line.
+void RunCudaBenchmarks(const BenchOptions& options);
+
+}  // namespace writescope::kernels::bench
+
+#endif  // WRITESCOPE_KERNELS_BENCH_BENCH_COMMON_H_

@@ -1,0 +1,244 @@
+// CUDA part of the attention benchmark: split-KV decode over a packed ping-pong buffer
+// plus a half-full D-window, and the CPU+GPU partial merge.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/bench/bench_common.h"
+#include "kernels/bf16.h"
+#include "kernels/cuda/cuda_attention.h"
+
+namespace writescope::kernels::bench {
+namespace {
+
+constexpr int32_t kBlockTokens = 256;
+constexpr int32_t kWindow = 256;
+constexpr int32_t kWindowTokens = 128;
+
+#define BENCH_CUDA(expr)                                                              \
+  do {                                                                                \
+    const cudaError_t err_ = (expr);                                                  \
+    if (err_ != cudaSuccess) {                                                        \
+      std::printf("CUDA error %s at %s\n", cudaGetErrorString(err_), #expr);          \
+      return;                                                                         \
+    }                                                                                 \
+  } while (0)
+
+struct DeviceMemory {
+  void* ptr = nullptr;
+  explicit DeviceMemory(size_t bytes) {
+    if (cudaMalloc(&ptr, std::max<size_t>(bytes, 256)) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceMemory() {
+    if (ptr) cudaFree(ptr);
+  }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr); }
+};
+
+// Times `fn` (which enqueues on the default stream) with events: median of iters.
+template <typename Fn>
+double TimeGpu(int iters, Fn fn) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  fn();
+  cudaDeviceSynchronize();
+  std::vector<double> times;
+  for (int i = 0; i < std::max(iters, 5); ++i) {
+    cudaEventRecord(start);
+    fn();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void RunGqa(const BenchOptions& options) {
+  std::printf("\n== CUDA GQA decode: ping-pong tiles + %d-token D-window (ceiling %.0f GB/s) ==\n",
+              kWindowTokens, options.hbm_gbps);
+  std::printf("%-8s %8s %6s %10s %10s %8s\n", "model", "tokens", "batch", "ms", "GB/s", "%ceil");
+  for (const std::string& name : options.models) {
+    GqaModel model;
+    if (!FindModel(name, &model)) continue;
+    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
+                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
+    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    for (int64_t tokens : options.tokens) {
+      for (int32_t batch : options.batches) {
+        const int64_t tile_tokens = tokens - kWindowTokens;
+        const int64_t blocks = (tile_tokens + kBlockTokens - 1) / kBlockTokens;
+        // Sequences own disjoint tile ranges of the packed buffer when the pool holds the
+        // whole batch; otherwise each sequence runs alone on a staggered range.
+        const int64_t want_tiles = int64_t{batch} * blocks;
+        const int64_t pool_tiles = std::max<int64_t>(
+            blocks, std::min<int64_t>(want_tiles, static_cast<int64_t>(options.gpu_pool_gb * 1e9 / (tile_values * 2))));
+        DeviceMemory tiles(pool_tiles * tile_values * 2);
+        DeviceMemory window(int64_t{batch} * 2 * shape.num_kv_heads * kWindow * shape.head_dim * 2);
+        if (!tiles.ptr || !window.ptr) {
+          std::printf("%-8s %8lld %6d   out of GPU memory\n", model.name.c_str(), static_cast<long long>(tokens), batch);
+          continue;
+        }
+        BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, pool_tiles * tile_values * 2));
+        BENCH_CUDA(cudaMemset(window.ptr, 0x3c, int64_t{batch} * 2 * shape.num_kv_heads * kWindow * shape.head_dim * 2));
+        std::vector<int32_t> last(batch), wtokens(batch, kWindowTokens);
+        const bool disjoint = int64_t{batch} * blocks <= pool_tiles;
+        std::vector<int32_t> seq_begin(batch + 1);
+        for (int32_t s = 0; s <= batch; ++s) seq_begin[s] = disjoint ? static_cast<int32_t>(s * blocks) : 0;
+        last.assign(batch, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens));
+        DeviceMemory begin_d((batch + 1) * 4), last_d(batch * 4), wtok_d(batch * 4);
+        cuda::GpuKvSource kv;
+        kv.window = window.as<const uint16_t>();
+        kv.window_capacity = kWindow;
+        kv.seq_window_tokens = wtok_d.as<const int32_t>();
+        kv.seq_last_tile_tokens = last_d.as<const int32_t>();
+        kv.max_seq_tokens = static_cast<int32_t>(tokens);
+        BENCH_CUDA(cudaMemcpy(last_d.ptr, last.data(), batch * 4, cudaMemcpyHostToDevice));
+        BENCH_CUDA(cudaMemcpy(wtok_d.ptr, wtokens.data(), batch * 4, cudaMemcpyHostToDevice));
+        DeviceMemory q(int64_t{batch} * shape.num_q_heads * shape.head_dim * 2);
+        BENCH_CUDA(cudaMemset(q.ptr, 0x3c, int64_t{batch} * shape.num_q_heads * shape.head_dim * 2));
+        DeviceMemory o(int64_t{batch} * shape.num_q_heads * shape.head_dim * 4), lse(int64_t{batch} * shape.num_q_heads * 4);
+        cuda::GqaGpuDecodeArgs args;
+        args.shape = shape;
+        args.q = q.as<const uint16_t>();
+        args.o = o.as<float>();
+        args.lse = lse.as<float>();
+        double seconds;
+        if (disjoint) {
+          BENCH_CUDA(cudaMemcpy(begin_d.ptr, seq_begin.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+          kv.tiles = tiles.as<const uint16_t>();
+          kv.seq_tile_begin = begin_d.as<const int32_t>();
+          args.num_seqs = batch;
+          args.kv = kv;
+          DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
+          args.workspace = workspace.ptr;
+          args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
+          seconds = TimeGpu(options.iters, [&] { (void)cuda::GqaGpuDecode(args, nullptr); });
+        } else {
+          // Pool smaller than the batch's KV: sequences at staggered starts, one launch each
+          // (launch overhead included; rarely hit with the default 16 GB pool).
+          std::vector<int32_t> one = {0, static_cast<int32_t>(blocks)};
+          BENCH_CUDA(cudaMemcpy(begin_d.ptr, one.data(), 8, cudaMemcpyHostToDevice));
+          kv.seq_tile_begin = begin_d.as<const int32_t>();
+          args.num_seqs = 1;
+          args.kv = kv;
+          args.kv.tiles = tiles.as<const uint16_t>();
+          DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
+          args.workspace = workspace.ptr;
+          args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
+          seconds = TimeGpu(options.iters, [&] {
+            for (int32_t s = 0; s < batch; ++s) {
+              args.kv.tiles = tiles.as<const uint16_t>() +
+                              ((int64_t{s} * 7919) % (pool_tiles - blocks + 1)) * tile_values;
+              (void)cuda::GqaGpuDecode(args, nullptr);
+            }
+          });
+        }
+        BENCH_CUDA(cudaGetLastError());
+        const double bytes = double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
+        const double gbps = bytes / seconds / 1e9;
+        std::printf("%-8s %8lld %6d %10.3f %10.1f %7.0f%%%s\n", model.name.c_str(),
+                    static_cast<long long>(tokens), batch, seconds * 1e3, gbps,
+                    100 * gbps / options.hbm_gbps, disjoint ? "" : "  (per-seq launches)");
+      }
+    }
+  }
+}
+
+void RunMla(const BenchOptions& options) {
+  std::printf("\n== CUDA MLA decode, DeepSeek-V2-Lite (ceiling %.0f GB/s) ==\n", options.hbm_gbps);
+  std::printf("%8s %6s %10s %10s %8s %10s\n", "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s");
+  const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
+  const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
+  for (int64_t tokens : options.tokens) {
+    for (int32_t batch : options.batches) {
+      const int64_t tile_tokens = tokens - kWindowTokens;
+      const int64_t blocks = (tile_tokens + kBlockTokens - 1) / kBlockTokens;
+      const int64_t total = int64_t{batch} * blocks;
+      if (total * tile_values * 2 > options.gpu_pool_gb * 1e9) {
+        std::printf("%8lld %6d   skipped (> --gpu-pool-gb)\n", static_cast<long long>(tokens), batch);
+        continue;
+      }
+      DeviceMemory tiles(total * tile_values * 2), window(int64_t{batch} * kWindow * shape.row_dim() * 2);
+      if (!tiles.ptr || !window.ptr) continue;
+      BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, total * tile_values * 2));
+      BENCH_CUDA(cudaMemset(window.ptr, 0x3c, int64_t{batch} * kWindow * shape.row_dim() * 2));
+      std::vector<int32_t> begin(batch + 1), last(batch, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens)),
+          wtokens(batch, kWindowTokens);
+      for (int32_t s = 0; s <= batch; ++s) begin[s] = static_cast<int32_t>(s * blocks);
+      DeviceMemory begin_d((batch + 1) * 4), last_d(batch * 4), wtok_d(batch * 4);
+      BENCH_CUDA(cudaMemcpy(begin_d.ptr, begin.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(last_d.ptr, last.data(), batch * 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(wtok_d.ptr, wtokens.data(), batch * 4, cudaMemcpyHostToDevice));
+      DeviceMemory q(int64_t{batch} * shape.num_heads * shape.row_dim() * 2);
+      BENCH_CUDA(cudaMemset(q.ptr, 0x3c, int64_t{batch} * shape.num_heads * shape.row_dim() * 2));
+      DeviceMemory o(int64_t{batch} * shape.num_heads * shape.kv_lora_rank * 4), lse(int64_t{batch} * shape.num_heads * 4);
+      cuda::MlaGpuDecodeArgs args;
+      args.shape = shape;
+      args.num_seqs = batch;
+      args.q = q.as<const uint16_t>();
+      args.kv.tiles = tiles.as<const uint16_t>();
+      args.kv.seq_tile_begin = begin_d.as<const int32_t>();
+      args.kv.seq_last_tile_tokens = last_d.as<const int32_t>();
+      args.kv.window = window.as<const uint16_t>();
+      args.kv.window_capacity = kWindow;
+      args.kv.seq_window_tokens = wtok_d.as<const int32_t>();
+      args.kv.max_seq_tokens = static_cast<int32_t>(tokens);
+      args.o = o.as<float>();
+      args.lse = lse.as<float>();
+      DeviceMemory workspace(cuda::MlaGpuDecodeWorkspaceBytes(args));
+      args.workspace = workspace.ptr;
+      args.workspace_bytes = cuda::MlaGpuDecodeWorkspaceBytes(args);
+      const double seconds = TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(args, nullptr); });
+      BENCH_CUDA(cudaGetLastError());
+      const double bytes = double(batch) * tokens * shape.row_dim() * 2;
+      const double flops = 2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
+      const double gbps = bytes / seconds / 1e9;
+      std::printf("%8lld %6d %10.3f %10.1f %7.0f%% %10.1f\n", static_cast<long long>(tokens), batch,
+                  seconds * 1e3, gbps, 100 * gbps / options.hbm_gbps, flops / seconds / 1e9);
+    }
+  }
+}
+
+void RunMerge(const BenchOptions& options) {
+  std::printf("\n== CUDA merge of the CPU partial into the GPU partial ==\n");
+  std::printf("%6s %6s %6s %10s\n", "batch", "heads", "dim", "us");
+  for (int32_t batch : options.batches) {
+    for (auto [heads, dim] : {std::pair{32, 128}, std::pair{16, 512}}) {
+      const int64_t rows = int64_t{batch} * heads;
+      DeviceMemory oa(rows * dim * 4), ob(rows * dim * 4), la(rows * 4), lb(rows * 4);
+      BENCH_CUDA(cudaMemset(oa.ptr, 0, rows * dim * 4));
+      BENCH_CUDA(cudaMemset(ob.ptr, 0, rows * dim * 4));
+      BENCH_CUDA(cudaMemset(la.ptr, 0, rows * 4));
+      BENCH_CUDA(cudaMemset(lb.ptr, 0, rows * 4));
+      const double seconds = TimeGpu(std::max(options.iters, 20), [&] {
+        (void)cuda::GpuMergeStates(oa.as<float>(), la.as<float>(), ob.as<float>(), lb.as<float>(),
+                                   oa.as<float>(), la.as<float>(), rows, dim, nullptr);
+      });
+      std::printf("%6d %6d %6d %10.2f\n", batch, heads, dim, seconds * 1e6);
+    }
+  }
+}
+
+}  // namespace
+
+void RunCudaBenchmarks(const BenchOptions& options) {
+  if (!cuda::CudaDeviceAvailable()) {
+    std::printf("\n== CUDA: no device, skipped ==\n");
+    return;
+  }
+  RunGqa(options);
+  if (options.mla) RunMla(options);
+  if (options.merge) RunMerge(options);
+}
+
+}  // namespace writescope::kernels::bench

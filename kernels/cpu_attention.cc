@@ -1,0 +1,302 @@
+#include "kernels/cpu_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/attention_state.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace writescope::kernels {
+namespace {
+
+using cpu::KernelTable;
+
+absl::StatusOr<const KernelTable*> SelectKernels(CpuIsa requested) {
+  const CpuIsa best = DetectCpuIsa();
+  const CpuIsa isa = requested == CpuIsa::kAuto ? best : requested;
+  if (static_cast<int>(isa) > static_cast<int>(best)) {
+    return absl::InvalidArgumentError(absl::StrCat("ISA ", CpuIsaName(isa),
+                                                   " not supported by this CPU (best: ",
+                                                   CpuIsaName(best), ")"));
+  }
+  switch (isa) {
+    case CpuIsa::kAvx512: return &cpu::Avx512Kernels();
+    case CpuIsa::kAvx2: return &cpu::Avx2Kernels();
+    default: return &cpu::ScalarKernels();
+  }
+}
+
+int Threads(const CpuAttentionOptions& options) {
+  return options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+}
+
+// Per-thread scratch, reused across calls.
+float* ThreadScratch(int64_t floats) {
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < floats) scratch.resize(floats);
+  return scratch.data();
+}
+
+// A decode work item: tiles [first_block, end_block) of one sequence for `unit` (kv head
+// for GQA, unused for MLA).
+struct WorkItem {
+  int32_t seq;
+  int32_t unit;
+  int32_t first_block;
+  int32_t end_block;
+};
+
+// Splits each (seq, unit) into chunks of whole tiles so there are about
+// `target_items` items overall. item_begin[seq * units + unit] indexes `items`.
+void PlanChunks(const KvBlockList* seqs, int32_t num_seqs, int32_t units, int64_t target_items,
+                std::vector<WorkItem>* items, std::vector<int64_t>* item_begin) {
+  int64_t total_blocks = 0;
+  for (int32_t s = 0; s < num_seqs; ++s) total_blocks += seqs[s].num_blocks;
+  const int64_t chunk_blocks =
+      std::max<int64_t>(1, (total_blocks * units + target_items - 1) / std::max<int64_t>(1, target_items));
+  items->clear();
+  item_begin->assign(int64_t{num_seqs} * units + 1, 0);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    for (int32_t u = 0; u < units; ++u) {
+      (*item_begin)[int64_t{s} * units + u] = items->size();
+      for (int64_t b = 0; b < seqs[s].num_blocks; b += chunk_blocks) {
+        items->push_back({s, u, static_cast<int32_t>(b),
+                          static_cast<int32_t>(std::min<int64_t>(b + chunk_blocks, seqs[s].num_blocks))});
+      }
+    }
+  }
+  item_begin->back() = items->size();
+}
+
+// Merges unnormalized chunk states (m, l, acc) into a normalized output row.
+//   m, l at m_base[i * stride_ml], acc at acc_base[i * stride_acc] for i in [0, count)
+void MergeChunks(const float* m_base, const float* l_base, int64_t stride_ml,
+                 const float* acc_base, int64_t stride_acc, int64_t count, int32_t dim,
+                 float* o, float* lse) {
+  float m = kEmptyLse;
+  for (int64_t i = 0; i < count; ++i) m = std::max(m, m_base[i * stride_ml]);
+  std::fill(o, o + dim, 0.0f);
+  if (m == kEmptyLse) {
+    *lse = kEmptyLse;
+    return;
+  }
+  float l = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const float mi = m_base[i * stride_ml];
+    if (mi == kEmptyLse) continue;
+    const float w = std::exp(mi - m);
+    l += w * l_base[i * stride_ml];
+    const float* acc = acc_base + i * stride_acc;
+    for (int32_t d = 0; d < dim; ++d) o[d] += w * acc[d];
+  }
+  const float inv = 1.0f / l;
+  for (int32_t d = 0; d < dim; ++d) o[d] *= inv;
+  *lse = m + std::log(l);
+}
+
+}  // namespace
+
+CpuIsa DetectCpuIsa() {
+  static const CpuIsa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+      return CpuIsa::kAvx512;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CpuIsa::kAvx2;
+    return CpuIsa::kScalar;
+  }();
+  return isa;
+}
+
+const char* CpuIsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options) {
+  const GqaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  if (args.num_seqs < 0) return absl::InvalidArgumentError("num_seqs < 0");
+  for (int32_t i = 0; i < args.num_seqs; ++i) {
+    WS_RETURN_IF_ERROR(ValidateBlockList(args.seqs[i], s.block_tokens, false));
+  }
+  WS_ASSIGN_OR_RETURN(const KernelTable* kernels, SelectKernels(options.isa));
+  const int threads = Threads(options);
+  const int32_t group = s.group_size();
+  const int32_t dim = s.head_dim;
+
+  // q in fp32 with the softmax scale folded in: [num_seqs][q_heads][dim].
+  std::vector<float> q(int64_t{args.num_seqs} * s.num_q_heads * dim);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToFloat(args.q[i]) * s.softmax_scale;
+
+  std::vector<WorkItem> items;
+  std::vector<int64_t> item_begin;
+  PlanChunks(args.seqs, args.num_seqs, s.num_kv_heads,
+             int64_t{threads} * std::max(1, options.chunks_per_thread), &items, &item_begin);
+  // Per item: m [group], l [group], acc [group][dim].
+  const int64_t state_floats = int64_t{group} * (dim + 2);
+  std::vector<float> states(items.size() * state_floats);
+  const int64_t scratch_floats = cpu::GqaScratchFloats(group, dim);
+  const int64_t num_items = items.size();
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t i = 0; i < num_items; ++i) {
+    const WorkItem& item = items[i];
+    float* m = states.data() + i * state_floats;
+    float* l = m + group;
+    float* acc = l + group;
+    std::fill(m, m + group, kEmptyLse);
+    std::fill(l, l + group, 0.0f);
+    std::fill(acc, acc + int64_t{group} * dim, 0.0f);
+    float* scratch = ThreadScratch(scratch_floats);
+    const KvBlockList& list = args.seqs[item.seq];
+    const float* qg = q.data() + (int64_t{item.seq} * s.num_q_heads + item.unit * group) * dim;
+    for (int32_t b = item.first_block; b < item.end_block; ++b) {
+      const uint16_t* tile = list.blocks[b];
+      kernels->gqa_segment(qg, group, dim, tile + s.k_offset(item.unit),
+                           tile + s.v_offset(item.unit), list.BlockTokens(b, s.block_tokens), m,
+                           l, acc, scratch);
+    }
+  }
+
+  const int64_t rows = int64_t{args.num_seqs} * s.num_q_heads;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t seq = r / s.num_q_heads;
+    const int32_t h = r % s.num_q_heads;
+    const int32_t kvh = h / group, hg = h % group;
+    const int64_t first = item_begin[seq * s.num_kv_heads + kvh];
+    const int64_t count = item_begin[seq * s.num_kv_heads + kvh + 1] - first;
+    const float* base = states.data() + first * state_floats;
+    MergeChunks(base + hg, base + group + hg, state_floats, base + 2 * group + int64_t{hg} * dim,
+                state_floats, count, dim, args.o + r * dim, args.lse + r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuGqaPrefill(const GqaPrefillArgs& args, const CpuAttentionOptions& options) {
+  const GqaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  WS_RETURN_IF_ERROR(ValidateBlockList(args.keys, s.block_tokens, true));
+  if (args.num_queries < 0) return absl::InvalidArgumentError("num_queries < 0");
+  WS_ASSIGN_OR_RETURN(const KernelTable* kernels, SelectKernels(options.isa));
+  const int threads = Threads(options);
+  const int32_t group = s.group_size();
+  const int32_t dim = s.head_dim;
+  const KvBlockList& list = args.keys;
+  const int64_t items = int64_t{args.num_queries} * s.num_kv_heads;
+  const int64_t scratch_floats = cpu::GqaScratchFloats(group, dim) + int64_t{group} * (2 + 2 * dim);
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t i = 0; i < items; ++i) {
+    const int32_t query = i / s.num_kv_heads;
+    const int32_t kvh = i % s.num_kv_heads;
+    const int64_t position = args.query_position0 + query;
+    float* scratch = ThreadScratch(scratch_floats);
+    float* q = scratch;            // [group][dim]
+    float* m = q + group * dim;    // [group]
+    float* l = m + group;          // [group]
+    float* acc = l + group;        // [group][dim]
+    float* kernel_scratch = acc + group * dim;
+    const int64_t row0 = int64_t{query} * s.num_q_heads + kvh * group;
+    for (int64_t j = 0; j < int64_t{group} * dim; ++j) {
+      q[j] = Bf16ToFloat(args.q[row0 * dim + j]) * s.softmax_scale;
+    }
+    std::fill(m, m + group, kEmptyLse);
+    std::fill(l, l + group, 0.0f);
+    std::fill(acc, acc + int64_t{group} * dim, 0.0f);
+    for (int32_t b = 0; b < list.num_blocks; ++b) {
+      // Causal: the visible prefix of the tile (positions inside a tile are consecutive).
+      const int64_t visible = std::clamp<int64_t>(position - list.block_positions[b] + 1, 0,
+                                                  list.BlockTokens(b, s.block_tokens));
+      if (visible == 0) continue;
+      const uint16_t* tile = list.blocks[b];
+      kernels->gqa_segment(q, group, dim, tile + s.k_offset(kvh), tile + s.v_offset(kvh),
+                           static_cast<int32_t>(visible), m, l, acc, kernel_scratch);
+    }
+    for (int32_t h = 0; h < group; ++h) {
+      MergeChunks(m + h, l + h, 0, acc + int64_t{h} * dim, 0, 1, dim,
+                  args.o + (row0 + h) * dim, args.lse + row0 + h);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& options) {
+  const MlaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  if (args.num_seqs < 0) return absl::InvalidArgumentError("num_seqs < 0");
+  for (int32_t i = 0; i < args.num_seqs; ++i) {
+    WS_RETURN_IF_ERROR(ValidateBlockList(args.seqs[i], s.block_tokens, false));
+  }
+  WS_ASSIGN_OR_RETURN(const KernelTable* kernels, SelectKernels(options.isa));
+  const int threads = Threads(options);
+  const int32_t lanes = kernels->lanes;
+  const int32_t hp = (s.num_heads + lanes - 1) / lanes * lanes;
+  const int32_t row_dim = s.row_dim();
+  const int32_t out_dim = s.kv_lora_rank;
+
+  // Transposed, scaled, head-padded q: [num_seqs][row_dim][hp].
+  std::vector<float> q_t(int64_t{args.num_seqs} * row_dim * hp, 0.0f);
+  for (int32_t seq = 0; seq < args.num_seqs; ++seq) {
+    for (int32_t h = 0; h < s.num_heads; ++h) {
+      const uint16_t* qh = args.q + (int64_t{seq} * s.num_heads + h) * row_dim;
+      float* dst = q_t.data() + int64_t{seq} * row_dim * hp + h;
+      for (int32_t k = 0; k < row_dim; ++k) dst[int64_t{k} * hp] = Bf16ToFloat(qh[k]) * s.softmax_scale;
+    }
+  }
+
+  std::vector<WorkItem> items;
+  std::vector<int64_t> item_begin;
+  PlanChunks(args.seqs, args.num_seqs, 1, int64_t{threads} * std::max(1, options.chunks_per_thread),
+             &items, &item_begin);
+  const int64_t state_floats = int64_t{hp} * (out_dim + 2);
+  std::vector<float> states(items.size() * state_floats);
+  const int64_t scratch_floats = cpu::MlaScratchFloats(hp, row_dim);
+  const int64_t num_items = items.size();
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t i = 0; i < num_items; ++i) {
+    const WorkItem& item = items[i];
+    float* m = states.data() + i * state_floats;
+    float* l = m + hp;
+    float* acc = l + hp;
+    std::fill(m, m + hp, kEmptyLse);
+    std::fill(l, l + hp, 0.0f);
+    std::fill(acc, acc + int64_t{hp} * out_dim, 0.0f);
+    float* scratch = ThreadScratch(scratch_floats);
+    const KvBlockList& list = args.seqs[item.seq];
+    const float* qs = q_t.data() + int64_t{item.seq} * row_dim * hp;
+    for (int32_t b = item.first_block; b < item.end_block; ++b) {
+      kernels->mla_segment(qs, hp, row_dim, out_dim, list.blocks[b],
+                           list.BlockTokens(b, s.block_tokens), m, l, acc, scratch);
+    }
+  }
+
+  const int64_t rows = int64_t{args.num_seqs} * s.num_heads;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t seq = r / s.num_heads;
+    const int32_t h = r % s.num_heads;
+    const int64_t first = item_begin[seq];
+    const int64_t count = item_begin[seq + 1] - first;
+    const float* base = states.data() + first * state_floats;
+    MergeChunks(base + h, base + hp + h, state_floats, base + 2 * hp + int64_t{h} * out_dim,
+                state_floats, count, out_dim, args.o + r * out_dim, args.lse + r);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace writescope::kernels

@@ -1,0 +1,47 @@
+// CPU backend of the attention ops (contracts in kernels/attention.h). Reads the
+// CPU-compute region in place; outputs partial states (kernels/attention_state.h).
+//
+// Decode: OpenMP over (sequence x kv head x chunk of tiles); each chunk keeps an online
+// softmax state in fp32 and the chunks are merged exactly. Inner kernels are AVX-512
+// (bf16 -> fp32 widening + FMA) with an AVX2 and a scalar fallback, chosen at run time.
+//
+// MLA decode: our own kernel, not oneDNN. Scores are an outer product with the 16 heads
+// in the 16 lanes (the [16 x 576] x [576 x tokens] GEMM without horizontal sums), the
+// output a register-tiled [16 x tokens] x [tokens x 512] product, both fp32 FMA on
+// exactly widened bf16. oneDNN's bf16 matmul would need the probabilities rounded to
+// bf16 (breaking the fp32-rounding contract of the split) and a primitive per chunk
+// shape; at 16 heads the kernel sits near the DRAM bound of the target machine anyway.
+//
+// Prefill: per (query, kv head) over the causally visible prefix of each tile; correct
+// and parallel, not tiled for reuse across queries.
+//
+// All calls are thread-safe; OpenMP threads come from the calling thread's team.
+#ifndef WRITESCOPE_KERNELS_CPU_ATTENTION_H_
+#define WRITESCOPE_KERNELS_CPU_ATTENTION_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/attention.h"
+
+namespace writescope::kernels {
+
+enum class CpuIsa { kAuto, kScalar, kAvx2, kAvx512 };
+
+// The best instruction set this CPU supports (AVX-512 needs F/BW/VL/DQ; AVX2 needs FMA).
+CpuIsa DetectCpuIsa();
+const char* CpuIsaName(CpuIsa isa);
+
+struct CpuAttentionOptions {
+  int num_threads = 0;          // 0: OpenMP's default
+  CpuIsa isa = CpuIsa::kAuto;   // forcing an ISA the CPU lacks is INVALID_ARGUMENT
+  int chunks_per_thread = 4;    // decode work items per thread (load balance vs merge work)
+};
+
+absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options = {});
+absl::Status CpuGqaPrefill(const GqaPrefillArgs& args, const CpuAttentionOptions& options = {});
+absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& options = {});
+
+}  // namespace writescope::kernels
+
+#endif  // WRITESCOPE_KERNELS_CPU_ATTENTION_H_

@@ -1,0 +1,205 @@
+// Host side of the CUDA attention backend: validation, split planning, workspace
+// carving and cudaError_t -> absl::Status. The kernels are in the .cu files.
+#include "kernels/cuda/cuda_attention.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda/launch.h"
+
+namespace writescope::kernels::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int32_t kMinSplitTokens = 128;
+constexpr int32_t kMaxSplits = 1024;
+
+absl::Status FromCuda(int error, absl::string_view what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  if (error == cudaErrorNotSupported) {
+    return absl::UnimplementedError(absl::StrCat(what, ": no kernel compiled for this shape"));
+  }
+  return absl::InternalError(absl::StrCat(what, ": ",
+                                          cudaGetErrorString(static_cast<cudaError_t>(error))));
+}
+
+int SmCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 132;
+  }
+  return sms;
+}
+
+struct SplitPlan {
+  int32_t num_splits;
+  int32_t tokens_per_split;
+};
+
+// Enough CTAs (ctas_per_split per split) for about four per SM (a memory-bound kernel
+// needs many loads in flight), splits of at least
+// kMinSplitTokens, at most kMaxSplits splits (bounds the workspace and the merge).
+absl::StatusOr<SplitPlan> PlanSplits(int32_t max_seq_tokens, int64_t ctas_per_split,
+                                     const GpuSplitOptions& options) {
+  if (max_seq_tokens < 0) return absl::InvalidArgumentError("max_seq_tokens < 0");
+  int32_t per = options.tokens_per_split;
+  if (per < 0 || per % 32 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens_per_split ", per, " must be a non-negative multiple of 32"));
+  }
+  if (per == 0) {
+    const int64_t want_splits =
+        std::max<int64_t>(1, (4 * int64_t{SmCount()} + ctas_per_split - 1) / std::max<int64_t>(1, ctas_per_split));
+    per = static_cast<int32_t>((max_seq_tokens + want_splits - 1) / want_splits);
+    per = std::max(kMinSplitTokens, (per + 127) / 128 * 128);
+    per = std::max<int32_t>(per, (max_seq_tokens + kMaxSplits - 1) / kMaxSplits);
+    per = (per + 31) / 32 * 32;
+  }
+  // At least one split, so sequences without keys still get their empty state written.
+  const int32_t splits = std::max(1, (max_seq_tokens + per - 1) / per);
+  return SplitPlan{splits, per};
+}
+
+internal::KvParams ToKvParams(const GpuKvSource& kv, int64_t tile_values, int64_t window_values) {
+  return {kv.tiles, kv.seq_tile_begin, kv.seq_last_tile_tokens, kv.window, kv.window_capacity,
+          kv.seq_window_slot, kv.seq_window_tokens, tile_values, window_values};
+}
+
+absl::Status ValidateKv(const GpuKvSource& kv) {
+  if (kv.seq_tile_begin != nullptr && (kv.tiles == nullptr || kv.seq_last_tile_tokens == nullptr)) {
+    return absl::InvalidArgumentError("tiles need tiles and seq_last_tile_tokens");
+  }
+  if (kv.seq_window_tokens != nullptr && (kv.window == nullptr || kv.window_capacity <= 0)) {
+    return absl::InvalidArgumentError("window tokens need a window and window_capacity > 0");
+  }
+  return absl::OkStatus();
+}
+
+size_t PartialBytes(int32_t splits, int64_t rows, int32_t dim) {
+  // o then lse, each 256-byte aligned.
+  const size_t o_bytes = (size_t{static_cast<size_t>(splits)} * rows * dim * sizeof(float) + 255) / 256 * 256;
+  return o_bytes + (size_t{static_cast<size_t>(splits)} * rows * sizeof(float) + 255) / 256 * 256;
+}
+
+}  // namespace
+
+bool CudaDeviceAvailable() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+size_t GqaGpuDecodeWorkspaceBytes(const GqaGpuDecodeArgs& args) {
+  const auto plan = PlanSplits(args.kv.max_seq_tokens,
+                               int64_t{args.num_seqs} * std::max(1, args.shape.num_kv_heads), args.split);
+  if (!plan.ok()) return 0;
+  return PartialBytes(plan->num_splits, int64_t{args.num_seqs} * args.shape.num_q_heads,
+                      args.shape.head_dim);
+}
+
+size_t MlaGpuDecodeWorkspaceBytes(const MlaGpuDecodeArgs& args) {
+  const auto plan = PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split);
+  if (!plan.ok()) return 0;
+  return PartialBytes(plan->num_splits, int64_t{args.num_seqs} * args.shape.num_heads,
+                      args.shape.kv_lora_rank);
+}
+
+absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream) {
+  const GqaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  WS_RETURN_IF_ERROR(ValidateKv(args.kv));
+  if (args.num_seqs < 0) return absl::InvalidArgumentError("num_seqs < 0");
+  if (args.num_seqs == 0) return absl::OkStatus();
+  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256) {
+    return absl::UnimplementedError(absl::StrCat("GPU GQA decode: head_dim ", s.head_dim,
+                                                 " (compiled: 64, 128, 256)"));
+  }
+  if (s.group_size() > 8) {
+    return absl::UnimplementedError(absl::StrCat("GPU GQA decode: group ", s.group_size(), " > 8"));
+  }
+  WS_ASSIGN_OR_RETURN(const SplitPlan plan,
+                      PlanSplits(args.kv.max_seq_tokens, int64_t{args.num_seqs} * s.num_kv_heads, args.split));
+  const int64_t rows = int64_t{args.num_seqs} * s.num_q_heads;
+  const size_t need = PartialBytes(plan.num_splits, rows, s.head_dim);
+  if (args.workspace == nullptr || args.workspace_bytes < need) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU GQA decode workspace ", args.workspace_bytes,
+                                                   " bytes < ", need));
+  }
+  internal::GqaParams p;
+  p.num_seqs = args.num_seqs;
+  p.num_q_heads = s.num_q_heads;
+  p.num_kv_heads = s.num_kv_heads;
+  p.head_dim = s.head_dim;
+  p.block_tokens = s.block_tokens;
+  p.scale_log2 = s.softmax_scale * kLog2e;
+  p.q = args.q;
+  const int64_t tile_values = int64_t{2} * s.num_kv_heads * s.block_tokens * s.head_dim;
+  const int64_t window_values = int64_t{2} * s.num_kv_heads * args.kv.window_capacity * s.head_dim;
+  p.kv = ToKvParams(args.kv, tile_values, window_values);
+  p.num_splits = plan.num_splits;
+  p.tokens_per_split = plan.tokens_per_split;
+  auto* base = static_cast<unsigned char*>(args.workspace);
+  p.part_o = reinterpret_cast<float*>(base);
+  p.part_lse = reinterpret_cast<float*>(
+      base + (size_t{static_cast<size_t>(plan.num_splits)} * rows * s.head_dim * sizeof(float) + 255) / 256 * 256);
+  p.o = args.o;
+  p.lse = args.lse;
+  return FromCuda(internal::LaunchGqaDecode(p, stream), "GPU GQA decode");
+}
+
+absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
+  const MlaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  WS_RETURN_IF_ERROR(ValidateKv(args.kv));
+  if (args.num_seqs < 0) return absl::InvalidArgumentError("num_seqs < 0");
+  if (args.num_seqs == 0) return absl::OkStatus();
+  if (s.kv_lora_rank != 512 || s.rope_dim != 64 || s.num_heads > 16) {
+    return absl::UnimplementedError(absl::StrCat("GPU MLA decode: compiled for rank 512, rope 64, "
+                                                 "<= 16 heads; got ", s.kv_lora_rank, "/",
+                                                 s.rope_dim, "/", s.num_heads));
+  }
+  WS_ASSIGN_OR_RETURN(const SplitPlan plan,
+                      PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split));
+  const int64_t rows = int64_t{args.num_seqs} * s.num_heads;
+  const size_t need = PartialBytes(plan.num_splits, rows, s.kv_lora_rank);
+  if (args.workspace == nullptr || args.workspace_bytes < need) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU MLA decode workspace ", args.workspace_bytes,
+                                                   " bytes < ", need));
+  }
+  internal::MlaParams p;
+  p.num_seqs = args.num_seqs;
+  p.num_heads = s.num_heads;
+  p.kv_lora_rank = s.kv_lora_rank;
+  p.rope_dim = s.rope_dim;
+  p.block_tokens = s.block_tokens;
+  p.scale_log2 = s.softmax_scale * kLog2e;
+  p.q = args.q;
+  p.kv = ToKvParams(args.kv, int64_t{s.block_tokens} * s.row_dim(),
+                    int64_t{args.kv.window_capacity} * s.row_dim());
+  p.num_splits = plan.num_splits;
+  p.tokens_per_split = plan.tokens_per_split;
+  auto* base = static_cast<unsigned char*>(args.workspace);
+  p.part_o = reinterpret_cast<float*>(base);
+  p.part_lse = reinterpret_cast<float*>(
+      base + (size_t{static_cast<size_t>(plan.num_splits)} * rows * s.kv_lora_rank * sizeof(float) + 255) / 256 * 256);
+  p.o = args.o;
+  p.lse = args.lse;
+  return FromCuda(internal::LaunchMlaDecode(p, stream), "GPU MLA decode");
+}
+
+absl::Status GpuMergeStates(const float* o_a, const float* lse_a, const float* o_b,
+                            const float* lse_b, float* o_out, float* lse_out, int64_t rows,
+                            int32_t head_dim, void* stream) {
+  if (rows < 0 || head_dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("merge: rows ", rows, " head_dim ", head_dim));
+  }
+  return FromCuda(internal::LaunchMergeTwo(o_a, lse_a, o_b, lse_b, o_out, lse_out, rows, head_dim,
+                                           stream),
+                  "GPU merge");
+}
+
+}  // namespace writescope::kernels::cuda

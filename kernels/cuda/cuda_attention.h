@@ -1,0 +1,96 @@
+// CUDA backend of the attention ops: the GPU's share of a decode step (tiles streamed
+// into the ping-pong buffer + the D-window) as partial states, and the exact merge of
+// the CPU's partial into the GPU's. Plain C++: no CUDA header; streams are `void*`
+// (a cudaStream_t), pointers marked "device" must be device memory.
+//
+// Layouts (bf16 as uint16_t, see kernels/attention.h for the math and the LSE
+// convention: o normalized fp32, lse natural log fp32, empty = (-inf, 0)):
+//   Ping-pong: the tiles of one layer that the transfer packed contiguously, each in
+//     the (slot, layer) layout of common/kv_layout.h. Sequence s owns tiles
+//     [seq_tile_begin[s], seq_tile_begin[s + 1]); only its LAST tile may be partial,
+//     with seq_last_tile_tokens[s] valid tokens.
+//   D-window: window_slots slots, each laid out exactly like a tile of
+//     `window_capacity` tokens (GQA: K [kv_heads][W][head_dim] then V likewise;
+//     MLA: latent [W][kv_lora_rank + rope_dim]), so with W == block_tokens a full
+//     window flushes to a region block with one copy. Sequence s uses slot
+//     seq_window_slot[s] (nullptr: slot s) holding seq_window_tokens[s] tokens
+//     (nullptr: no window).
+//
+// Every launcher is asynchronous on `stream`, returns INVALID_ARGUMENT for a bad
+// shape or a too small workspace, UNIMPLEMENTED for a head_dim/MLA shape without a
+// compiled kernel, INTERNAL for a CUDA launch error.
+#ifndef WRITESCOPE_KERNELS_CUDA_CUDA_ATTENTION_H_
+#define WRITESCOPE_KERNELS_CUDA_CUDA_ATTENTION_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/attention.h"
+
+namespace writescope::kernels::cuda {
+
+struct GpuKvSource {
+  const uint16_t* tiles = nullptr;                // device, packed ping-pong tiles
+  const int32_t* seq_tile_begin = nullptr;        // device [num_seqs + 1]
+  const int32_t* seq_last_tile_tokens = nullptr;  // device [num_seqs]
+  const uint16_t* window = nullptr;               // device [window_slots][slot values]
+  int32_t window_capacity = 0;                    // W tokens per slot
+  const int32_t* seq_window_slot = nullptr;       // device [num_seqs] or nullptr
+  const int32_t* seq_window_tokens = nullptr;     // device [num_seqs] or nullptr
+  // Host-side bound on tile tokens + window tokens of any sequence; sizes the grid.
+  int32_t max_seq_tokens = 0;
+};
+
+// Split-KV: each sequence's keys are cut into splits of `tokens_per_split` (a multiple
+// of 32; 0 picks one that fills the GPU), each split writes a partial to the workspace,
+// and a second kernel merges the splits.
+struct GpuSplitOptions {
+  int32_t tokens_per_split = 0;
+};
+
+struct GqaGpuDecodeArgs {
+  GqaShape shape;  // head_dim 64, 128 or 256; group size 1..8
+  int32_t num_seqs = 0;
+  const uint16_t* q = nullptr;  // device [num_seqs][num_q_heads][head_dim] bf16
+  GpuKvSource kv;
+  float* o = nullptr;    // device [num_seqs][num_q_heads][head_dim]
+  float* lse = nullptr;  // device [num_seqs][num_q_heads]
+  void* workspace = nullptr;  // device, GqaGpuDecodeWorkspaceBytes() bytes
+  size_t workspace_bytes = 0;
+  GpuSplitOptions split;
+};
+
+struct MlaGpuDecodeArgs {
+  MlaShape shape;  // kv_lora_rank 512, rope_dim 64, heads 1..16
+  int32_t num_seqs = 0;
+  const uint16_t* q = nullptr;  // device [num_seqs][num_heads][kv_lora_rank + rope_dim] bf16
+  GpuKvSource kv;
+  float* o = nullptr;    // device [num_seqs][num_heads][kv_lora_rank]
+  float* lse = nullptr;  // device [num_seqs][num_heads]
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  GpuSplitOptions split;
+};
+
+// Workspace the decode needs for these args (depends on num_seqs, heads, head_dim,
+// max_seq_tokens and the split option). Call on the same device as the launch.
+size_t GqaGpuDecodeWorkspaceBytes(const GqaGpuDecodeArgs& args);
+size_t MlaGpuDecodeWorkspaceBytes(const MlaGpuDecodeArgs& args);
+
+absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream);
+absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream);
+
+// out = merge(a, b) over `rows` rows of `head_dim` (device pointers). `out` may alias
+// `a` or `b` exactly: merging the CPU partial (copied to the GPU) into the GPU partial
+// in place is the intended use.
+absl::Status GpuMergeStates(const float* o_a, const float* lse_a, const float* o_b,
+                            const float* lse_b, float* o_out, float* lse_out, int64_t rows,
+                            int32_t head_dim, void* stream);
+
+// Whether a CUDA device is usable (for tests and tools).
+bool CudaDeviceAvailable();
+
+}  // namespace writescope::kernels::cuda
+
+#endif  // WRITESCOPE_KERNELS_CUDA_CUDA_ATTENTION_H_

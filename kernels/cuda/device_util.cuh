@@ -1,0 +1,57 @@
+// Device helpers shared by the attention kernels (CUDA only; never include from a
+// public header).
+#ifndef WRITESCOPE_KERNELS_CUDA_DEVICE_UTIL_CUH_
+#define WRITESCOPE_KERNELS_CUDA_DEVICE_UTIL_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace writescope::kernels::cuda::internal {
+
+constexpr float kLn2 = 0.69314718055994531f;
+constexpr float kNegInf = -__builtin_huge_valf();
+
+__device__ __forceinline__ float Bf16Lo(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ __forceinline__ float Bf16Hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
+__device__ __forceinline__ float Bf16(uint16_t x) { return __uint_as_float(uint32_t{x} << 16); }
+
+__device__ __forceinline__ float WarpMax(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+__device__ __forceinline__ float WarpSum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// The keys of one sequence as a virtual token range: first its ping-pong tiles
+// (all full but the last), then its window tokens.
+struct SeqKeys {
+  const uint16_t* tiles;    // first tile of the sequence
+  int32_t tile_tokens;      // tokens in its tiles
+  const uint16_t* window;   // its window slot (or nullptr)
+  int32_t window_tokens;
+  __device__ int32_t total() const { return tile_tokens + window_tokens; }
+};
+
+__device__ __forceinline__ SeqKeys LoadSeqKeys(const KvParams& kv, int32_t seq,
+                                               int32_t block_tokens) {
+  SeqKeys keys;
+  const int32_t begin = kv.seq_tile_begin ? kv.seq_tile_begin[seq] : 0;
+  const int32_t count = kv.seq_tile_begin ? kv.seq_tile_begin[seq + 1] - begin : 0;
+  keys.tiles = kv.tiles + int64_t{begin} * kv.tile_values;
+  keys.tile_tokens = count == 0 ? 0 : (count - 1) * block_tokens + kv.seq_last_tile_tokens[seq];
+  keys.window_tokens = kv.seq_window_tokens ? kv.seq_window_tokens[seq] : 0;
+  const int32_t slot = kv.seq_window_slot ? kv.seq_window_slot[seq] : seq;
+  keys.window = keys.window_tokens > 0 ? kv.window + int64_t{slot} * kv.window_values : nullptr;
+  return keys;
+}
+
+}  // namespace writescope::kernels::cuda::internal
+
+#endif  // WRITESCOPE_KERNELS_CUDA_DEVICE_UTIL_CUH_

@@ -1,0 +1,103 @@
+// Exact merges of partial attention states on the GPU: the split-KV reduction and the
+// CPU-partial + GPU-partial merge. One warp per row; a row's lse is read by all lanes
+// before lane 0 writes it, so `out` may alias an input.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace writescope::kernels::cuda::internal {
+namespace {
+
+constexpr int kRowsPerBlock = 4;
+constexpr int kMaxPerLane = 16;  // head_dim up to 512
+
+__global__ void MergeSplitsKernel(const float* __restrict__ part_o,
+                                  const float* __restrict__ part_lse, int32_t num_parts,
+                                  int64_t rows, int32_t dim, float* __restrict__ o,
+                                  float* __restrict__ lse) {
+  const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  float m = kNegInf;
+  for (int32_t i = lane; i < num_parts; i += 32) m = fmaxf(m, part_lse[i * rows + row]);
+  m = WarpMax(m);
+  float acc[kMaxPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) acc[j] = 0;
+  float sum = 0;
+  if (m != kNegInf) {
+    for (int32_t c = 0; c < num_parts; c += 32) {
+      const int32_t i = c + lane;
+      const float w = i < num_parts ? expf(part_lse[i * rows + row] - m) : 0.0f;
+      sum += w;
+      const int32_t n = min(32, num_parts - c);
+      for (int32_t k = 0; k < n; ++k) {
+        const float wk = __shfl_sync(0xffffffffu, w, k);
+        if (wk == 0.0f) continue;  // empty split: its o is 0, skipping keeps NaN out
+        const float* src = part_o + ((c + k) * rows + row) * dim;
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) {
+          const int d = lane + 32 * j;
+          if (d < dim) acc[j] += wk * src[d];
+        }
+      }
+    }
+    sum = WarpSum(sum);
+  }
+  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < dim) o[row * dim + d] = acc[j] * inv;
+  }
+  if (lane == 0) lse[row] = sum > 0 ? m + logf(sum) : kNegInf;
+}
+
+__global__ void MergeTwoKernel(const float* o_a, const float* lse_a, const float* o_b,
+                               const float* lse_b, float* o_out, float* lse_out, int64_t rows,
+                               int32_t dim) {
+  const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float la = lse_a[row], lb = lse_b[row];
+  float wa = 0, wb = 0, out_lse = kNegInf;
+  if (la != kNegInf || lb != kNegInf) {
+    const float m = fmaxf(la, lb);
+    const float ea = expf(la - m), eb = expf(lb - m);
+    wa = ea / (ea + eb);
+    wb = eb / (ea + eb);
+    out_lse = m + logf(ea + eb);
+  }
+  for (int d = lane; d < dim; d += 32) {
+    float v = 0;
+    if (wa != 0.0f) v += wa * o_a[row * dim + d];
+    if (wb != 0.0f) v += wb * o_b[row * dim + d];
+    o_out[row * dim + d] = v;
+  }
+  __syncwarp();
+  if (lane == 0) lse_out[row] = out_lse;
+}
+
+}  // namespace
+
+int LaunchMergeSplits(const float* part_o, const float* part_lse, int32_t num_parts,
+                      int64_t rows, int32_t dim, float* o, float* lse, void* stream) {
+  if (rows == 0) return cudaSuccess;
+  if (dim > 32 * kMaxPerLane) return cudaErrorNotSupported;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  MergeSplitsKernel<<<blocks, kRowsPerBlock * 32, 0, static_cast<cudaStream_t>(stream)>>>(
+      part_o, part_lse, num_parts, rows, dim, o, lse);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchMergeTwo(const float* o_a, const float* lse_a, const float* o_b, const float* lse_b,
+                   float* o_out, float* lse_out, int64_t rows, int32_t dim, void* stream) {
+  if (rows == 0) return cudaSuccess;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  MergeTwoKernel<<<blocks, kRowsPerBlock * 32, 0, static_cast<cudaStream_t>(stream)>>>(
+      o_a, lse_a, o_b, lse_b, o_out, lse_out, rows, dim);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace writescope::kernels::cuda::internal

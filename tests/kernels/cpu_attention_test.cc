@@ -1,0 +1,382 @@
+// Every CPU kernel (each ISA this machine has) against the double reference, over a
+// table of shapes, token counts and splits of the keys into two parts: the merged
+// partials must equal single-pass attention to fp32 rounding.
+#include "kernels/cpu_attention.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/attention_reference.h"
+#include "kernels/attention_state.h"
+#include "tests/common/test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace writescope::kernels {
+namespace {
+
+using testing::AssignBlocks;
+using testing::BlockSubset;
+using testing::Compare;
+using testing::ErrorStats;
+using testing::GuardedFloats;
+using testing::SplitMode;
+using testing::TiledSequence;
+using testing::TileRegion;
+
+// Within fp32 rounding of attention over up to ~1000 keys (values are O(1)).
+constexpr double kOutputTol = 2e-5;
+constexpr double kLseRelTol = 2e-6;
+
+std::vector<CpuIsa> AvailableIsas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
+  if (static_cast<int>(DetectCpuIsa()) >= static_cast<int>(CpuIsa::kAvx2)) isas.push_back(CpuIsa::kAvx2);
+  if (DetectCpuIsa() == CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
+  return isas;
+}
+
+// Several threads and many chunks, so the in-kernel chunk merge is exercised too.
+CpuAttentionOptions Options(CpuIsa isa) {
+  CpuAttentionOptions options;
+  options.isa = isa;
+  options.num_threads = 3;
+  options.chunks_per_thread = 16;
+  return options;
+}
+
+// A partial state with guards.
+struct Partial {
+  Partial(int64_t rows, int32_t dim) : o(rows * dim), lse(rows), rows(rows), dim(dim) {}
+  GuardedFloats o, lse;
+  int64_t rows;
+  int32_t dim;
+  ConstAttentionStateView cview() const { return {o.data(), lse.data()}; }
+  AttentionStateView view() { return {o.data(), lse.data()}; }
+};
+
+// Worst errors seen per backend label, printed when the test program ends.
+struct WorstError {
+  double o_max_abs = 0, o_nmse = 0, lse_max_abs = 0;
+};
+std::map<std::string, WorstError>& Worst() {
+  static auto* worst = new std::map<std::string, WorstError>;
+  return *worst;
+}
+class PrintWorstErrors : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& [label, e] : Worst()) {
+      std::printf("worst error %-16s o max_abs=%.3g o nmse=%.3g lse max_abs=%.3g\n",
+                  label.c_str(), e.o_max_abs, e.o_nmse, e.lse_max_abs);
+    }
+  }
+};
+const auto* const kPrintWorst = ::testing::AddGlobalTestEnvironment(new PrintWorstErrors);
+
+void ExpectClose(const Partial& got, const Partial& want, const std::string& what) {
+  EXPECT_TRUE(got.o.GuardsIntact()) << what << ": guard bytes around o overwritten";
+  EXPECT_TRUE(got.lse.GuardsIntact()) << what << ": guard bytes around lse overwritten";
+  const ErrorStats eo = Compare(got.o.data(), want.o.data(), got.o.size());
+  const ErrorStats el = Compare(got.lse.data(), want.lse.data(), got.lse.size());
+  double lse_scale = 1;
+  for (size_t i = 0; i < want.lse.size(); ++i) {
+    if (std::isfinite(want.lse[i])) lse_scale = std::max(lse_scale, std::abs(double{want.lse[i]}));
+  }
+  EXPECT_EQ(eo.bad, 0) << what << ": NaN/inf mismatches in o";
+  EXPECT_EQ(el.bad, 0) << what << ": NaN/inf mismatches in lse";
+  EXPECT_LE(eo.max_abs, kOutputTol) << what << " o nmse=" << eo.nmse;
+  EXPECT_LE(el.max_abs, kLseRelTol * lse_scale * 10) << what;
+  WorstError& worst = Worst()[what.substr(0, what.find(' '))];
+  worst.o_max_abs = std::max(worst.o_max_abs, eo.max_abs);
+  worst.o_nmse = std::max(worst.o_nmse, eo.nmse);
+  worst.lse_max_abs = std::max(worst.lse_max_abs, el.max_abs);
+}
+
+// Merges two partials.
+Partial Merge(const Partial& a, const Partial& b) {
+  Partial out(a.rows, a.dim);
+  MergeStates(a.cview(), b.cview(), out.view(), a.rows, a.dim);
+  return out;
+}
+
+// ---------------------------------------------------------------- GQA decode ----------
+
+struct GqaCase {
+  const char* name;
+  int32_t q_heads, kv_heads, head_dim, block_tokens;
+};
+constexpr GqaCase kGqaCases[] = {
+    {"Qwen3", 32, 4, 128, 256},
+    {"Mixtral", 32, 8, 128, 64},
+    {"Odd6x3d64", 6, 3, 64, 16},
+    {"Odd5x1d72", 5, 1, 72, 32},  // head_dim not a multiple of the lanes
+};
+constexpr int64_t kTokenCounts[] = {1, 5, 77, 255, 257, 1000};
+constexpr SplitMode kTwoWaySplits[] = {SplitMode::kAllInPart0, SplitMode::kAllInPart1,
+                                       SplitMode::kPrefix, SplitMode::kRandom};
+
+void PrintTo(const GqaCase& c, std::ostream* os) { *os << c.name; }
+
+GqaShape ShapeOf(const GqaCase& c) {
+  return {c.q_heads, c.kv_heads, c.head_dim, c.block_tokens,
+          1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+}
+
+// Random sequences in a shuffled GQA region.
+struct GqaWorld {
+  GqaWorld(const GqaShape& shape, const std::vector<int64_t>& lengths, uint64_t seed)
+      : shape(shape), rng(seed),
+        region(/*num_slots=*/8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
+               int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim) {
+    for (int64_t n : lengths) {
+      seqs.push_back(testing::MakeSequence(region, n, shape.block_tokens, rng,
+                                           [&](uint16_t* tile, int32_t t) {
+        for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
+          testing::FillRandomBf16(tile + shape.k_offset(h) + int64_t{t} * shape.head_dim,
+                                  shape.head_dim, rng, 2.0f);
+          testing::FillRandomBf16(tile + shape.v_offset(h) + int64_t{t} * shape.head_dim,
+                                  shape.head_dim, rng, 1.0f);
+        }
+      }));
+    }
+    q.resize(lengths.size() * shape.num_q_heads * shape.head_dim);
+    testing::FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  }
+  int32_t num_seqs() const { return static_cast<int32_t>(seqs.size()); }
+
+  // Decode over, per sequence, the tiles assigned to `part`.
+  Partial Run(const std::vector<std::vector<int>>& assignment, int part,
+              const std::function<absl::Status(const GqaDecodeArgs&)>& kernel) {
+    std::vector<BlockSubset> subsets;
+    std::vector<KvBlockList> lists;
+    for (int32_t s = 0; s < num_seqs(); ++s) subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
+    for (auto& subset : subsets) lists.push_back(subset.list);
+    Partial out(int64_t{num_seqs()} * shape.num_q_heads, shape.head_dim);
+    GqaDecodeArgs args{shape, num_seqs(), q.data(), lists.data(), out.o.data(), out.lse.data()};
+    const absl::Status status = kernel(args);
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  }
+
+  GqaShape shape;
+  std::mt19937_64 rng;
+  TileRegion region;
+  std::vector<TiledSequence> seqs;
+  std::vector<uint16_t> q;
+};
+
+class GqaDecodeTest
+    : public ::testing::TestWithParam<std::tuple<GqaCase, int64_t, SplitMode>> {};
+
+TEST_P(GqaDecodeTest, MergedPartsEqualSinglePassReference) {
+  const auto& [c, tokens, mode] = GetParam();
+  const GqaShape shape = ShapeOf(c);
+  // Two sequences of different lengths, so per-sequence indexing is checked too.
+  GqaWorld world(shape, {tokens, (tokens * 7) % 300 + 1},
+                 std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(mode))));
+  std::vector<std::vector<int>> whole, split;
+  for (const auto& seq : world.seqs) {
+    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
+    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, world.rng));
+  }
+  const Partial reference = world.Run(whole, 0, ReferenceGqaDecode);
+  const Partial ref0 = world.Run(split, 0, ReferenceGqaDecode);
+  const Partial ref1 = world.Run(split, 1, ReferenceGqaDecode);
+  ExpectClose(Merge(ref0, ref1), reference, "reference parts");
+
+  for (CpuIsa isa : AvailableIsas()) {
+    const std::string name = CpuIsaName(isa);
+    auto cpu = [&](const GqaDecodeArgs& args) { return CpuGqaDecode(args, Options(isa)); };
+    const Partial part0 = world.Run(split, 0, cpu);
+    const Partial part1 = world.Run(split, 1, cpu);
+    ExpectClose(part0, ref0, name + " part0");
+    ExpectClose(part1, ref1, name + " part1");
+    ExpectClose(Merge(part0, part1), reference, name + " merged");
+    ExpectClose(Merge(part1, part0), reference, name + " merged reversed");
+  }
+}
+
+template <typename Case>
+std::string CaseName(const ::testing::TestParamInfo<std::tuple<Case, int64_t, SplitMode>>& info) {
+  return absl::StrCat(std::get<0>(info.param).name, "_T", std::get<1>(info.param), "_",
+                      testing::SplitName(std::get<2>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GqaDecodeTest,
+                         ::testing::Combine(::testing::ValuesIn(kGqaCases),
+                                            ::testing::ValuesIn(kTokenCounts),
+                                            ::testing::ValuesIn(kTwoWaySplits)),
+                         CaseName<GqaCase>);
+
+TEST(GqaDecodeEdgeTest, EmptyBatchAndEmptySequencesAreFinite) {
+  const GqaShape shape = ShapeOf(kGqaCases[0]);
+  std::vector<uint16_t> q(2 * shape.num_q_heads * shape.head_dim, FloatToBf16(1.0f));
+  KvBlockList empty[2];
+  Partial out(2 * shape.num_q_heads, shape.head_dim);
+  for (CpuIsa isa : AvailableIsas()) {
+    GqaDecodeArgs args{shape, 2, q.data(), empty, out.o.data(), out.lse.data()};
+    WS_ASSERT_OK(CpuGqaDecode(args, Options(isa)));
+    for (size_t i = 0; i < out.lse.size(); ++i) EXPECT_EQ(out.lse[i], kEmptyLse);
+    for (size_t i = 0; i < out.o.size(); ++i) EXPECT_EQ(out.o[i], 0.0f);
+    const Partial merged = Merge(out, out);
+    for (size_t i = 0; i < merged.o.size(); ++i) ASSERT_EQ(merged.o[i], 0.0f);
+    args.num_seqs = 0;
+    WS_ASSERT_OK(CpuGqaDecode(args, Options(isa)));
+  }
+  EXPECT_TRUE(out.o.GuardsIntact() && out.lse.GuardsIntact());
+}
+
+TEST(GqaDecodeEdgeTest, RejectsBadShapes) {
+  GqaShape shape = ShapeOf(kGqaCases[0]);
+  shape.num_kv_heads = 5;
+  GqaDecodeArgs args{shape, 0, nullptr, nullptr, nullptr, nullptr};
+  EXPECT_EQ(CpuGqaDecode(args).code(), absl::StatusCode::kInvalidArgument);
+  args.shape = ShapeOf(kGqaCases[0]);
+  KvBlockList bad;
+  bad.num_blocks = 1;
+  const uint16_t* tile = nullptr;
+  bad.blocks = &tile;
+  bad.last_block_tokens = 0;
+  args.num_seqs = 1;
+  args.seqs = &bad;
+  EXPECT_EQ(CpuGqaDecode(args).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------- MLA decode ----------
+
+struct MlaCase {
+  const char* name;
+  int32_t heads, kv_lora_rank, rope_dim, block_tokens;
+};
+constexpr MlaCase kMlaCases[] = {
+    {"DeepSeekV2Lite", 16, 512, 64, 256},
+    {"DeepSeekV2LiteBt64", 16, 512, 64, 64},
+    {"Odd5h_r72_p8", 5, 72, 8, 16},
+};
+
+void PrintTo(const MlaCase& c, std::ostream* os) { *os << c.name; }
+
+MlaShape ShapeOf(const MlaCase& c) {
+  return {c.heads, c.kv_lora_rank, c.rope_dim, c.block_tokens,
+          1.0f / std::sqrt(192.0f)};  // DeepSeek-V2: 1/sqrt(128 + 64)
+}
+
+class MlaDecodeTest
+    : public ::testing::TestWithParam<std::tuple<MlaCase, int64_t, SplitMode>> {};
+
+TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
+  const auto& [c, tokens, mode] = GetParam();
+  const MlaShape shape = ShapeOf(c);
+  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(mode))));
+  const std::vector<int64_t> lengths = {tokens, (tokens * 5) % 200 + 1};
+  TileRegion region(8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
+                    int64_t{shape.block_tokens} * shape.row_dim());
+  std::vector<TiledSequence> seqs;
+  for (int64_t n : lengths) {
+    seqs.push_back(testing::MakeSequence(region, n, shape.block_tokens, rng,
+                                         [&](uint16_t* tile, int32_t t) {
+      testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
+    }));
+  }
+  std::vector<uint16_t> q(lengths.size() * shape.num_heads * shape.row_dim());
+  testing::FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  std::vector<std::vector<int>> whole, split;
+  for (const auto& seq : seqs) {
+    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
+    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, rng));
+  }
+  auto run = [&](const std::vector<std::vector<int>>& assignment, int part, auto kernel) {
+    std::vector<BlockSubset> subsets;
+    std::vector<KvBlockList> lists;
+    for (size_t s = 0; s < seqs.size(); ++s) subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
+    for (auto& subset : subsets) lists.push_back(subset.list);
+    Partial out(int64_t{static_cast<int64_t>(seqs.size())} * shape.num_heads, shape.kv_lora_rank);
+    MlaDecodeArgs args{shape, static_cast<int32_t>(seqs.size()), q.data(), lists.data(),
+                       out.o.data(), out.lse.data()};
+    const absl::Status status = kernel(args);
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  };
+  const Partial reference = run(whole, 0, ReferenceMlaDecode);
+  const Partial ref0 = run(split, 0, ReferenceMlaDecode);
+  const Partial ref1 = run(split, 1, ReferenceMlaDecode);
+  for (CpuIsa isa : AvailableIsas()) {
+    const std::string name = CpuIsaName(isa);
+    auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, Options(isa)); };
+    const Partial part0 = run(split, 0, cpu);
+    const Partial part1 = run(split, 1, cpu);
+    ExpectClose(part0, ref0, name + " part0");
+    ExpectClose(part1, ref1, name + " part1");
+    ExpectClose(Merge(part0, part1), reference, name + " merged");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeTest,
+                         ::testing::Combine(::testing::ValuesIn(kMlaCases),
+                                            ::testing::ValuesIn(kTokenCounts),
+                                            ::testing::ValuesIn(kTwoWaySplits)),
+                         CaseName<MlaCase>);
+
+// ---------------------------------------------------------------- GQA prefill ---------
+
+// (prior tokens already placed, chunk length)
+constexpr std::pair<int64_t, int32_t> kPrefillChunks[] = {{0, 1}, {0, 77}, {5, 5}, {77, 33},
+                                                          {255, 2}, {300, 64}};
+
+class GqaPrefillTest : public ::testing::TestWithParam<
+                           std::tuple<GqaCase, std::pair<int64_t, int32_t>, SplitMode>> {};
+
+TEST_P(GqaPrefillTest, CausalChunkOverSplitBlocksEqualsReference) {
+  const auto& [c, chunk, mode] = GetParam();
+  const auto [prior, chunk_len] = chunk;
+  const GqaShape shape = ShapeOf(c);
+  // The chunk's own keys are already in their blocks, after the prior tokens.
+  GqaWorld world(shape, {prior + chunk_len},
+                 std::hash<std::string>{}(absl::StrCat("prefill", c.name, prior, chunk_len)));
+  std::vector<uint16_t> q(int64_t{chunk_len} * shape.num_q_heads * shape.head_dim);
+  testing::FillRandomBf16(q.data(), q.size(), world.rng, 2.0f);
+  const TiledSequence& seq = world.seqs[0];
+  const std::vector<int> whole(seq.blocks.size(), 0);
+  const std::vector<int> split = AssignBlocks(seq.blocks.size(), 2, mode, world.rng);
+  auto run = [&](const std::vector<int>& assignment, int part, auto kernel) {
+    BlockSubset subset = testing::Subset(seq, assignment, part);
+    Partial out(int64_t{chunk_len} * shape.num_q_heads, shape.head_dim);
+    GqaPrefillArgs args{shape, chunk_len, prior, q.data(), subset.list, out.o.data(),
+                        out.lse.data()};
+    const absl::Status status = kernel(args);
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  };
+  const Partial reference = run(whole, 0, ReferenceGqaPrefill);
+  const Partial ref0 = run(split, 0, ReferenceGqaPrefill);
+  const Partial ref1 = run(split, 1, ReferenceGqaPrefill);
+  ExpectClose(Merge(ref0, ref1), reference, "reference parts");
+  for (CpuIsa isa : AvailableIsas()) {
+    const std::string name = CpuIsaName(isa);
+    auto cpu = [&](const GqaPrefillArgs& args) { return CpuGqaPrefill(args, Options(isa)); };
+    const Partial part0 = run(split, 0, cpu);
+    const Partial part1 = run(split, 1, cpu);
+    ExpectClose(part0, ref0, name + " part0");
+    ExpectClose(part1, ref1, name + " part1");
+    ExpectClose(Merge(part0, part1), reference, name + " merged");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GqaPrefillTest,
+    ::testing::Combine(::testing::ValuesIn(kGqaCases), ::testing::ValuesIn(kPrefillChunks),
+                       ::testing::ValuesIn(kTwoWaySplits)),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param).name, "_P", std::get<1>(info.param).first,
+                          "_N", std::get<1>(info.param).second, "_",
+                          testing::SplitName(std::get<2>(info.param)));
+    });
+
+}  // namespace
+}  // namespace writescope::kernels

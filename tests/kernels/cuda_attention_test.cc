@@ -1,0 +1,449 @@
+// CUDA backend against the double reference, on the real split of a decode step: the
+// CPU partial over CPU-compute tiles (CPU backend), the GPU partial over ping-pong tiles
+// + the D-window (CUDA), merged on the GPU. Every region empty in turn, all keys in one
+// region, random splits. Skips without a CUDA device. Label: gpu.
+#include "kernels/cuda/cuda_attention.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <utility>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/attention_reference.h"
+#include "kernels/attention_state.h"
+#include "kernels/cpu_attention.h"
+#include "tests/common/test_util.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace writescope::kernels::cuda {
+namespace {
+
+using kernels::testing::Compare;
+using kernels::testing::ErrorStats;
+using kernels::testing::FillRandomBf16;
+
+constexpr double kOutputTol = 2e-5;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
+
+// RAII device memory.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) EXPECT_EQ(cudaMalloc(&ptr_, bytes), cudaSuccess);
+  }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <typename T>
+  static DeviceBuffer From(const std::vector<T>& host) {
+    DeviceBuffer buffer(host.size() * sizeof(T));
+    if (!host.empty()) {
+      EXPECT_EQ(cudaMemcpy(buffer.ptr_, host.data(), buffer.bytes_, cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    return buffer;
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(other.ptr_), bytes_(other.bytes_) {
+    other.ptr_ = nullptr;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(ptr_, other.ptr_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  template <typename T>
+  std::vector<T> ToHost() const {
+    std::vector<T> host(bytes_ / sizeof(T));
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Where the keys of one token live.
+enum class Region { kCpu, kTiles, kWindow };
+
+// Split modes: each region empty in turn, each region holding everything, random.
+enum class Split { kCpuEmpty, kTilesEmpty, kWindowEmpty, kAllCpu, kAllTiles, kAllWindow, kRandom };
+std::string SplitName(Split s) {
+  switch (s) {
+    case Split::kCpuEmpty: return "CpuEmpty";
+    case Split::kTilesEmpty: return "TilesEmpty";
+    case Split::kWindowEmpty: return "WindowEmpty";
+    case Split::kAllCpu: return "AllCpu";
+    case Split::kAllTiles: return "AllTiles";
+    case Split::kAllWindow: return "AllWindow";
+    case Split::kRandom: return "Random";
+  }
+  return "?";
+}
+constexpr Split kSplits[] = {Split::kCpuEmpty, Split::kTilesEmpty, Split::kWindowEmpty,
+                             Split::kAllCpu,   Split::kAllTiles,   Split::kAllWindow,
+                             Split::kRandom};
+constexpr int64_t kTokenCounts[] = {1, 5, 77, 255, 257, 1000};
+
+// A generic "attention world": per sequence, tokens placed in CPU tiles, ping-pong tiles
+// or the window. `token_values` bf16 values per token row group; `write_token(tile,
+// capacity, t, rng)` writes one token into a tile of `capacity` tokens, and
+// `copy_token(src, src_capacity, src_t, dst, dst_capacity, dst_t)` copies one.
+struct TokenCodec {
+  int64_t tile_values_per_token;  // values of one token in a tile (all heads, K and V)
+  std::function<void(uint16_t*, int32_t, int32_t, std::mt19937_64&)> write;
+  std::function<void(const uint16_t*, int32_t, int32_t, uint16_t*, int32_t, int32_t)> copy;
+};
+
+struct SeqPlacement {
+  std::vector<std::vector<uint16_t>> cpu_tiles, gpu_tiles;  // each: block_tokens capacity
+  int32_t cpu_last = 0, gpu_last = 0;                       // tokens in the last tile
+  std::vector<uint16_t> window;                             // capacity W
+  int32_t window_tokens = 0;
+  std::vector<std::vector<uint16_t>> all_tiles;  // every token, for the reference
+  int32_t all_last = 0;
+};
+
+// Appends token t of `src` (capacity src_cap) to a tile list of capacity `cap`.
+void Append(const TokenCodec& codec, const uint16_t* src, int32_t src_cap, int32_t src_t,
+            std::vector<std::vector<uint16_t>>& tiles, int32_t& last, int32_t cap) {
+  if (tiles.empty() || last == cap) {
+    tiles.emplace_back(codec.tile_values_per_token * cap, kernels::testing::kBf16Nan);
+    last = 0;
+  }
+  codec.copy(src, src_cap, src_t, tiles.back().data(), cap, last);
+  ++last;
+}
+
+SeqPlacement Place(const TokenCodec& codec, int64_t tokens, int32_t block_tokens, Split split,
+                   std::mt19937_64& rng) {
+  SeqPlacement s;
+  const int32_t w_cap = block_tokens;  // window capacity W == block_tokens
+  int32_t window = 0;
+  std::uniform_int_distribution<int32_t> pick_w(0, static_cast<int32_t>(std::min<int64_t>(tokens, w_cap)));
+  switch (split) {
+    case Split::kCpuEmpty: case Split::kTilesEmpty: case Split::kRandom:
+      window = pick_w(rng);
+      break;
+    case Split::kAllWindow: window = static_cast<int32_t>(std::min<int64_t>(tokens, w_cap)); break;
+    default: break;
+  }
+  s.window.assign(codec.tile_values_per_token * w_cap, kernels::testing::kBf16Nan);
+  s.window_tokens = window;
+  // Block tokens: whole blocks go to one region; the sequence's partial block is last.
+  const int64_t block_part = tokens - window;
+  std::vector<uint16_t> scratch(codec.tile_values_per_token * block_tokens);
+  std::uniform_int_distribution<int> coin(0, 1);
+  for (int64_t b0 = 0; b0 < block_part; b0 += block_tokens) {
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(block_tokens, block_part - b0));
+    Region region = Region::kCpu;
+    switch (split) {
+      case Split::kCpuEmpty: case Split::kAllTiles: region = Region::kTiles; break;
+      case Split::kTilesEmpty: case Split::kAllCpu: region = Region::kCpu; break;
+      case Split::kAllWindow: region = Region::kTiles; break;  // tokens beyond W
+      default: region = coin(rng) ? Region::kTiles : Region::kCpu; break;
+    }
+    auto& tiles = region == Region::kCpu ? s.cpu_tiles : s.gpu_tiles;
+    int32_t& last = region == Region::kCpu ? s.cpu_last : s.gpu_last;
+    // A partial block must be the last of its list: it is the last block of the sequence.
+    for (int32_t t = 0; t < n; ++t) codec.write(scratch.data(), block_tokens, t, rng);
+    tiles.emplace_back(codec.tile_values_per_token * block_tokens, kernels::testing::kBf16Nan);
+    for (int32_t t = 0; t < n; ++t) codec.copy(scratch.data(), block_tokens, t, tiles.back().data(), block_tokens, t);
+    last = n;
+    for (int32_t t = 0; t < n; ++t) Append(codec, scratch.data(), block_tokens, t, s.all_tiles, s.all_last, block_tokens);
+  }
+  for (int32_t t = 0; t < window; ++t) {
+    codec.write(s.window.data(), w_cap, t, rng);
+    Append(codec, s.window.data(), w_cap, t, s.all_tiles, s.all_last, block_tokens);
+  }
+  return s;
+}
+
+// Host block lists over vectors of tiles.
+struct HostLists {
+  std::vector<std::vector<const uint16_t*>> pointers;
+  std::vector<KvBlockList> lists;
+  HostLists(const std::vector<const std::vector<std::vector<uint16_t>>*>& per_seq,
+            const std::vector<int32_t>& last) {
+    pointers.resize(per_seq.size());
+    for (size_t s = 0; s < per_seq.size(); ++s) {
+      for (const auto& tile : *per_seq[s]) pointers[s].push_back(tile.data());
+      KvBlockList list;
+      list.blocks = pointers[s].data();
+      list.num_blocks = static_cast<int32_t>(pointers[s].size());
+      list.last_block_tokens = list.num_blocks > 0 ? last[s] : 0;
+      lists.push_back(list);
+    }
+  }
+};
+
+// The device side of the GPU's share: packed ping-pong tiles and window slots.
+struct DeviceKv {
+  DeviceBuffer tiles, tile_begin, last_tokens, window, window_tokens;
+  GpuKvSource source;
+  DeviceKv(const std::vector<SeqPlacement>& seqs, int64_t tile_values, int32_t window_capacity) {
+    std::vector<uint16_t> packed, windows;
+    std::vector<int32_t> begin = {0}, last, wtokens;
+    int32_t max_tokens = 0;
+    for (const auto& s : seqs) {
+      for (const auto& tile : s.gpu_tiles) packed.insert(packed.end(), tile.begin(), tile.end());
+      begin.push_back(begin.back() + static_cast<int32_t>(s.gpu_tiles.size()));
+      last.push_back(s.gpu_tiles.empty() ? 0 : s.gpu_last);
+      windows.insert(windows.end(), s.window.begin(), s.window.end());
+      wtokens.push_back(s.window_tokens);
+      const int32_t n = s.gpu_tiles.empty() ? 0 : (static_cast<int32_t>(s.gpu_tiles.size()) - 1) * window_capacity + s.gpu_last;
+      max_tokens = std::max(max_tokens, n + s.window_tokens);
+    }
+    packed.resize(std::max<size_t>(packed.size(), tile_values));  // never a null buffer
+    tiles = DeviceBuffer::From(packed);
+    tile_begin = DeviceBuffer::From(begin);
+    last_tokens = DeviceBuffer::From(last);
+    window = DeviceBuffer::From(windows);
+    window_tokens = DeviceBuffer::From(wtokens);
+    source.tiles = tiles.as<const uint16_t>();
+    source.seq_tile_begin = tile_begin.as<const int32_t>();
+    source.seq_last_tile_tokens = last_tokens.as<const int32_t>();
+    source.window = window.as<const uint16_t>();
+    source.window_capacity = window_capacity;
+    source.seq_window_tokens = window_tokens.as<const int32_t>();
+    source.max_seq_tokens = max_tokens;
+  }
+};
+
+void ExpectClose(const std::vector<float>& o, const std::vector<float>& lse,
+                 const std::vector<float>& ref_o, const std::vector<float>& ref_lse,
+                 const std::string& what) {
+  const ErrorStats eo = Compare(o.data(), ref_o.data(), o.size());
+  const ErrorStats el = Compare(lse.data(), ref_lse.data(), lse.size());
+  EXPECT_EQ(eo.bad, 0) << what;
+  EXPECT_EQ(el.bad, 0) << what;
+  EXPECT_LE(eo.max_abs, kOutputTol) << what << " nmse=" << eo.nmse;
+  EXPECT_LE(el.max_abs, 1e-4) << what;
+  std::printf("%s: o max_abs=%.3g nmse=%.3g lse max_abs=%.3g\n", what.c_str(), eo.max_abs,
+              eo.nmse, el.max_abs);
+}
+
+// ------------------------------------------------------------------ GQA ----------------
+
+struct GqaCase {
+  const char* name;
+  int32_t q_heads, kv_heads, head_dim, block_tokens;
+};
+void PrintTo(const GqaCase& c, std::ostream* os) { *os << c.name; }
+constexpr GqaCase kGqaCases[] = {
+    {"Qwen3", 32, 4, 128, 256},
+    {"Mixtral", 32, 8, 128, 64},
+    {"Odd6x3d64", 6, 3, 64, 32},
+};
+
+TokenCodec GqaCodec(const GqaShape& s) {
+  TokenCodec codec;
+  codec.tile_values_per_token = int64_t{2} * s.num_kv_heads * s.head_dim;
+  auto offset = [s](int32_t cap, int32_t kvh, int32_t t, bool v) {
+    return (int64_t{v ? s.num_kv_heads + kvh : kvh} * cap + t) * s.head_dim;
+  };
+  codec.write = [s, offset](uint16_t* tile, int32_t cap, int32_t t, std::mt19937_64& rng) {
+    for (int32_t h = 0; h < s.num_kv_heads; ++h) {
+      FillRandomBf16(tile + offset(cap, h, t, false), s.head_dim, rng, 2.0f);
+      FillRandomBf16(tile + offset(cap, h, t, true), s.head_dim, rng, 1.0f);
+    }
+  };
+  codec.copy = [s, offset](const uint16_t* src, int32_t src_cap, int32_t src_t, uint16_t* dst,
+                           int32_t dst_cap, int32_t dst_t) {
+    for (int32_t h = 0; h < s.num_kv_heads; ++h) {
+      for (bool v : {false, true}) {
+        std::copy_n(src + offset(src_cap, h, src_t, v), s.head_dim, dst + offset(dst_cap, h, dst_t, v));
+      }
+    }
+  };
+  return codec;
+}
+
+class GqaGpuTest : public ::testing::TestWithParam<std::tuple<GqaCase, int64_t, Split>> {};
+
+TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
+  SKIP_WITHOUT_GPU();
+  const auto& [c, tokens, split] = GetParam();
+  const GqaShape shape{c.q_heads, c.kv_heads, c.head_dim, c.block_tokens,
+                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(split))));
+  const TokenCodec codec = GqaCodec(shape);
+  std::vector<SeqPlacement> seqs;
+  for (int64_t n : {tokens, (tokens * 7) % 300 + 1}) seqs.push_back(Place(codec, n, shape.block_tokens, split, rng));
+  const int32_t num_seqs = static_cast<int32_t>(seqs.size());
+  std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_q_heads * shape.head_dim);
+  FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  const int64_t rows = int64_t{num_seqs} * shape.num_q_heads;
+
+  std::vector<const std::vector<std::vector<uint16_t>>*> all, cpu;
+  std::vector<int32_t> all_last, cpu_last;
+  for (const auto& s : seqs) {
+    all.push_back(&s.all_tiles);
+    all_last.push_back(s.all_last);
+    cpu.push_back(&s.cpu_tiles);
+    cpu_last.push_back(s.cpu_last);
+  }
+  HostLists all_lists(all, all_last), cpu_lists(cpu, cpu_last);
+  std::vector<float> ref_o(rows * shape.head_dim), ref_lse(rows);
+  WS_ASSERT_OK(ReferenceGqaDecode({shape, num_seqs, q.data(), all_lists.lists.data(), ref_o.data(), ref_lse.data()}));
+  std::vector<float> cpu_o(rows * shape.head_dim), cpu_lse(rows);
+  WS_ASSERT_OK(CpuGqaDecode({shape, num_seqs, q.data(), cpu_lists.lists.data(), cpu_o.data(), cpu_lse.data()}));
+
+  DeviceKv kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
+              shape.block_tokens);
+  DeviceBuffer q_d = DeviceBuffer::From(q);
+  // Outputs with guard words on both sides.
+  constexpr int64_t kGuard = 64;
+  std::vector<float> guard_o(rows * shape.head_dim + 2 * kGuard, 12345.0f), guard_lse(rows + 2 * kGuard, 12345.0f);
+  DeviceBuffer o_d = DeviceBuffer::From(guard_o), lse_d = DeviceBuffer::From(guard_lse);
+  float* o = o_d.as<float>() + kGuard;
+  float* lse = lse_d.as<float>() + kGuard;
+  GqaGpuDecodeArgs args;
+  args.shape = shape;
+  args.num_seqs = num_seqs;
+  args.q = q_d.as<const uint16_t>();
+  args.kv = kv.source;
+  args.o = o;
+  args.lse = lse;
+  for (int32_t tokens_per_split : {0, 32, 96}) {
+    args.split.tokens_per_split = tokens_per_split;
+    DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
+    args.workspace = workspace.as<void>();
+    args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);
+    WS_ASSERT_OK(GqaGpuDecode(args, nullptr));
+    DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
+    WS_ASSERT_OK(GpuMergeStates(o, lse, cpu_o_d.as<float>(), cpu_lse_d.as<float>(), o, lse, rows,
+                                shape.head_dim, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got_o_all = o_d.ToHost<float>(), got_lse_all = lse_d.ToHost<float>();
+    for (int64_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(got_o_all[i], 12345.0f);
+      ASSERT_EQ(got_o_all[got_o_all.size() - 1 - i], 12345.0f);
+      ASSERT_EQ(got_lse_all[i], 12345.0f);
+      ASSERT_EQ(got_lse_all[got_lse_all.size() - 1 - i], 12345.0f);
+    }
+    const std::vector<float> got_o(got_o_all.begin() + kGuard, got_o_all.end() - kGuard);
+    const std::vector<float> got_lse(got_lse_all.begin() + kGuard, got_lse_all.end() - kGuard);
+    ExpectClose(got_o, got_lse, ref_o, ref_lse,
+                absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GqaGpuTest,
+                         ::testing::Combine(::testing::ValuesIn(kGqaCases),
+                                            ::testing::ValuesIn(kTokenCounts),
+                                            ::testing::ValuesIn(kSplits)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param).name, "_T",
+                                               std::get<1>(info.param), "_",
+                                               SplitName(std::get<2>(info.param)));
+                         });
+
+// ------------------------------------------------------------------ MLA ----------------
+
+class MlaGpuTest : public ::testing::TestWithParam<std::tuple<int64_t, Split>> {};
+
+TEST_P(MlaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
+  SKIP_WITHOUT_GPU();
+  const auto& [tokens, split] = GetParam();
+  const MlaShape shape{16, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
+  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat("mla", tokens, static_cast<int>(split))));
+  TokenCodec codec;
+  codec.tile_values_per_token = shape.row_dim();
+  codec.write = [&](uint16_t* tile, int32_t, int32_t t, std::mt19937_64& r) {
+    FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), r, 1.0f);
+  };
+  codec.copy = [&](const uint16_t* src, int32_t, int32_t st, uint16_t* dst, int32_t, int32_t dt) {
+    std::copy_n(src + int64_t{st} * shape.row_dim(), shape.row_dim(), dst + int64_t{dt} * shape.row_dim());
+  };
+  std::vector<SeqPlacement> seqs;
+  for (int64_t n : {tokens, (tokens * 5) % 200 + 1}) seqs.push_back(Place(codec, n, shape.block_tokens, split, rng));
+  const int32_t num_seqs = static_cast<int32_t>(seqs.size());
+  std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_heads * shape.row_dim());
+  FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  const int64_t rows = int64_t{num_seqs} * shape.num_heads;
+  std::vector<const std::vector<std::vector<uint16_t>>*> all, cpu;
+  std::vector<int32_t> all_last, cpu_last;
+  for (const auto& s : seqs) {
+    all.push_back(&s.all_tiles);
+    all_last.push_back(s.all_last);
+    cpu.push_back(&s.cpu_tiles);
+    cpu_last.push_back(s.cpu_last);
+  }
+  HostLists all_lists(all, all_last), cpu_lists(cpu, cpu_last);
+  std::vector<float> ref_o(rows * shape.kv_lora_rank), ref_lse(rows);
+  WS_ASSERT_OK(ReferenceMlaDecode({shape, num_seqs, q.data(), all_lists.lists.data(), ref_o.data(), ref_lse.data()}));
+  std::vector<float> cpu_o(rows * shape.kv_lora_rank), cpu_lse(rows);
+  WS_ASSERT_OK(CpuMlaDecode({shape, num_seqs, q.data(), cpu_lists.lists.data(), cpu_o.data(), cpu_lse.data()}));
+
+  DeviceKv kv(seqs, int64_t{shape.block_tokens} * shape.row_dim(), shape.block_tokens);
+  DeviceBuffer q_d = DeviceBuffer::From(q);
+  DeviceBuffer o_d(rows * shape.kv_lora_rank * sizeof(float)), lse_d(rows * sizeof(float));
+  MlaGpuDecodeArgs args;
+  args.shape = shape;
+  args.num_seqs = num_seqs;
+  args.q = q_d.as<const uint16_t>();
+  args.kv = kv.source;
+  args.o = o_d.as<float>();
+  args.lse = lse_d.as<float>();
+  DeviceBuffer workspace(MlaGpuDecodeWorkspaceBytes(args));
+  args.workspace = workspace.as<void>();
+  args.workspace_bytes = MlaGpuDecodeWorkspaceBytes(args);
+  WS_ASSERT_OK(MlaGpuDecode(args, nullptr));
+  DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
+  WS_ASSERT_OK(GpuMergeStates(cpu_o_d.as<float>(), cpu_lse_d.as<float>(), args.o, args.lse,
+                              args.o, args.lse, rows, shape.kv_lora_rank, nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ExpectClose(o_d.ToHost<float>(), lse_d.ToHost<float>(), ref_o, ref_lse,
+              absl::StrCat("MLA T", tokens, " ", SplitName(split)));
+}
+
+INSTANTIATE_TEST_SUITE_P(DeepSeekV2Lite, MlaGpuTest,
+                         ::testing::Combine(::testing::ValuesIn(kTokenCounts),
+                                            ::testing::ValuesIn(kSplits)),
+                         [](const auto& info) {
+                           return absl::StrCat("T", std::get<0>(info.param), "_",
+                                               SplitName(std::get<1>(info.param)));
+                         });
+
+TEST(GpuMergeTest, EmptyPlusEmptyStaysEmptyWithoutNan) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 7;
+  constexpr int32_t kDim = 40;
+  std::vector<float> o(kRows * kDim, 0.0f), lse(kRows, kEmptyLse);
+  DeviceBuffer o_a = DeviceBuffer::From(o), l_a = DeviceBuffer::From(lse);
+  DeviceBuffer o_b = DeviceBuffer::From(o), l_b = DeviceBuffer::From(lse);
+  WS_ASSERT_OK(GpuMergeStates(o_a.as<float>(), l_a.as<float>(), o_b.as<float>(), l_b.as<float>(),
+                              o_a.as<float>(), l_a.as<float>(), kRows, kDim, nullptr));
+  for (float x : o_a.ToHost<float>()) EXPECT_EQ(x, 0.0f);
+  for (float x : l_a.ToHost<float>()) EXPECT_EQ(x, kEmptyLse);
+}
+
+TEST(GpuDecodeTest, RejectsSmallWorkspaceAndUnsupportedShapes) {
+  SKIP_WITHOUT_GPU();
+  GqaGpuDecodeArgs args;
+  args.shape = {32, 4, 96, 64, 0.1f};
+  args.num_seqs = 1;
+  EXPECT_EQ(GqaGpuDecode(args, nullptr).code(), absl::StatusCode::kUnimplemented);
+  args.shape.head_dim = 128;
+  args.kv.max_seq_tokens = 1000;
+  EXPECT_EQ(GqaGpuDecode(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace writescope::kernels::cuda

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs ON the GPU machine, from the repository root: unpacks the bundle that
+# deploy/gpu-bundle.sh built (dist/writescope-gpu.tar.gz, git-ignored, so it has to be
+# carried explicitly) to /tmp/ws and runs one of its binaries, after nvidia-smi.
+#
+#   deploy/gpu-run.sh ws_probe --json=$OUT/probe.json
+#   deploy/gpu-run.sh channel_bench
+#   deploy/gpu-run.sh --all-tests            # every bin/*_test; exit 77 counts as skipped
+#
+# Environment: WS_BUNDLE (tarball, default dist/writescope-gpu.tar.gz), WS_BUNDLE_DIR
+# (where to unpack, default /tmp/ws).
+set -euo pipefail
+
+tarball=${WS_BUNDLE:-dist/writescope-gpu.tar.gz}
+dest=${WS_BUNDLE_DIR:-/tmp/ws}
+
+if (($# < 1)); then
+  echo "usage: $0 BINARY [ARGS...] | --all-tests" >&2
+  exit 2
+fi
+if [[ ! -f $tarball ]]; then
+  echo "gpu-run: no $tarball here ($(pwd)); build it with deploy/gpu-bundle.sh and carry it" >&2
+  exit 2
+fi
+
+# Before LD_LIBRARY_PATH points at the bundle: nvidia-smi must use the host's libraries.
+nvidia-smi || echo "gpu-run: nvidia-smi failed; the GPU parts will report why" >&2
+
+# Unpack once per tarball.
+stamp=$(cksum <"$tarball")
+if [[ ! -f $dest/.bundle-stamp || $(cat "$dest/.bundle-stamp") != "$stamp" ]]; then
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  tar -xzf "$tarball" -C "$dest"
+  echo "$stamp" >"$dest/.bundle-stamp"
+fi
+head -2 "$dest/MANIFEST" >&2
+
+if [[ $1 != "--all-tests" ]]; then
+  exec "$dest/run.sh" "$@"
+fi
+
+shift
+passed=() skipped=() failed=()
+for test in "$dest"/bin/*_test; do
+  name=$(basename "$test")
+  echo "=== $name" >&2
+  status=0
+  "$dest/run.sh" "$name" "$@" || status=$?
+  case $status in
+    0) passed+=("$name") ;;
+    77) skipped+=("$name") ;;
+    *) failed+=("$name (exit $status)") ;;
+  esac
+done
+echo "gpu-run: ${#passed[@]} passed, ${#skipped[@]} skipped, ${#failed[@]} failed" >&2
+for f in "${failed[@]}"; do echo "  FAILED $f" >&2; done
+((${#failed[@]} == 0))

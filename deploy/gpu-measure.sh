@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: every measurement the issues ask for that needs it, from
+# the bundle deploy/gpu-bundle.sh built (carry dist/writescope-gpu.tar.gz). Results go to
+# $OUT (at most 8 files come back): measure.log has everything, in order.
+#
+#   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel fixtures
+#                                     (default: all, in that order)
+#
+# Each step has its own time limit so that one slow step cannot eat the call.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT="${OUT:-/tmp/ws-out}"
+mkdir -p "$OUT"
+LOG="$OUT/measure.log"
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(probe tests attention kv channel fixtures)
+
+run_step() {  # run_step NAME LIMIT_S COMMAND...
+  local name="$1" limit="$2"; shift 2
+  echo "===== $name ($(date +%T), limit ${limit}s): $*" | tee -a "$LOG"
+  local start=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+  local code=${PIPESTATUS[0]}
+  echo "===== $name: exit $code after $((SECONDS - start))s" | tee -a "$LOG"
+}
+
+nvidia-smi 2>&1 | tee -a "$LOG"
+nproc | sed 's/^/cores: /' | tee -a "$LOG"
+for step in "${steps[@]}"; do
+  case "$step" in
+    probe)
+      run_step probe 150 deploy/gpu-run.sh ws_probe --json="$OUT/probe.json" ;;
+    tests)
+      run_step tests 240 deploy/gpu-run.sh --all-tests ;;
+    attention)
+      run_step attention 240 deploy/gpu-run.sh attention_bench --threads="$(nproc)" --iters=3 ;;
+    kv)
+      run_step kv 150 deploy/gpu-run.sh kv_transfer_bench --device=cuda ;;
+    channel)
+      run_step channel 90 deploy/gpu-run.sh channel_bench ;;
+    fixtures)
+      run_step fixtures 300 python3 deploy/make_fixtures.py --out /tmp/fixtures
+      if [[ -d /tmp/fixtures ]]; then
+        tar -czf "$OUT/fixtures.tar.gz" -C /tmp fixtures && ls -la "$OUT/fixtures.tar.gz" | tee -a "$LOG"
+      fi ;;
+    *) echo "unknown step $step" | tee -a "$LOG" ;;
+  esac
+done

@@ -1,0 +1,472 @@
+#include "kernels/model/host_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/model_tensors.h"
+#include "common/status.h"
+#include "kernels/attention.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu_attention.h"
+#include "kernels/model/mla.h"
+
+namespace writescope::kernels::model {
+namespace {
+
+// DeepSeek's kv_a_layernorm / q_a_layernorm are built without the config's eps, so they take
+// the RMSNorm default (transformers' DeepseekV2RMSNorm(kv_lora_rank) and DeepSeek's own code).
+constexpr double kMlaLatentNormEps = 1e-6;
+
+void ToBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
+}
+
+void AddInPlace(float* x, const float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+// The tiles a sequence's first `tokens` tokens occupy in one layer.
+struct TileList {
+  std::vector<const uint16_t*> blocks;
+  std::vector<int64_t> positions;
+  KvBlockList list;
+};
+
+TileList MakeTileList(const HostSequence& seq, int64_t layer, int64_t tokens) {
+  const int64_t bt = seq.geometry().block_tokens;
+  TileList t;
+  const int64_t nb = (tokens + bt - 1) / bt;
+  for (int64_t b = 0; b < nb; ++b) {
+    t.blocks.push_back(seq.tile(layer, b));
+    t.positions.push_back(b * bt);
+  }
+  t.list.blocks = t.blocks.data();
+  t.list.num_blocks = static_cast<int32_t>(nb);
+  t.list.last_block_tokens = nb == 0 ? 0 : static_cast<int32_t>(tokens - (nb - 1) * bt);
+  t.list.block_positions = t.positions.data();
+  return t;
+}
+
+}  // namespace
+
+float AttentionSoftmaxScale(const ModelConfig& config, MlaSoftmaxScale mode) {
+  if (!config.is_mla()) return static_cast<float>(1.0 / std::sqrt(double(config.head_dim)));
+  double scale = 1.0 / std::sqrt(double(config.qk_nope_head_dim + config.qk_rope_head_dim));
+  if (mode == MlaSoftmaxScale::kWithYarnMscale && config.rope.type == RopeType::kYarn &&
+      config.rope.mscale_all_dim != 0.0) {
+    const double mscale = YarnGetMscale(config.rope.factor, config.rope.mscale_all_dim);
+    scale *= mscale * mscale;
+  }
+  return static_cast<float>(scale);
+}
+
+// ---------------------------------------------------------------------------------------------
+// HostSequence
+
+HostSequence::HostSequence(const KvGeometry& geometry)
+    : geometry_(geometry), layers_(geometry.num_layers) {}
+
+int64_t HostSequence::num_blocks() const {
+  const uint64_t per_block = geometry_.values_per_token_layer() * geometry_.block_tokens;
+  return layers_.empty() ? 0 : static_cast<int64_t>(layers_[0].size() / per_block);
+}
+
+uint16_t* HostSequence::tile(int64_t layer, int64_t block) {
+  return layers_[layer].data() +
+         block * geometry_.values_per_token_layer() * geometry_.block_tokens;
+}
+
+const uint16_t* HostSequence::tile(int64_t layer, int64_t block) const {
+  return layers_[layer].data() +
+         block * geometry_.values_per_token_layer() * geometry_.block_tokens;
+}
+
+void HostSequence::Reserve(int64_t tokens) {
+  const int64_t bt = geometry_.block_tokens;
+  const int64_t blocks = (tokens + bt - 1) / bt;
+  if (blocks <= num_blocks()) return;
+  for (auto& layer : layers_) {
+    layer.resize(blocks * geometry_.values_per_token_layer() * bt, 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HostModel
+
+HostModel::HostModel(const ModelConfig& config, const ModelWeights& weights,
+                     const HostModelOptions& options)
+    : config_(config), weights_(weights), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<HostModel>> HostModel::Create(const ModelConfig& config,
+                                                             const ModelWeights& weights,
+                                                             const HostModelOptions& options) {
+  WS_RETURN_IF_ERROR(config.Validate());
+  if (options.block_tokens == 0) {
+    return absl::InvalidArgumentError("HostModelOptions.block_tokens must be > 0");
+  }
+  for (const TensorSpec& spec : ExpectedTensors(config)) {
+    WS_ASSIGN_OR_RETURN(const Bf16Tensor* tensor, weights.Get(spec.name));
+    if (tensor->shape != spec.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", spec.name, " is ", ShapeString(tensor->shape), ", the config ",
+                       config.source, " needs ", ShapeString(spec.shape)));
+    }
+  }
+  auto model = std::unique_ptr<HostModel>(new HostModel(config, weights, options));
+  WS_RETURN_IF_ERROR(model->Init());
+  return model;
+}
+
+absl::Status HostModel::Init() {
+  geometry_ = config_.kv_geometry(options_.block_tokens);
+  if (config_.is_mla()) {
+    rope_ = MakeRopeTable(config_.rope, config_.qk_rope_head_dim, RopeStyle::kInterleaved);
+  } else {
+    rope_ = MakeRopeTable(config_.rope, config_.head_dim, RopeStyle::kHalf);
+  }
+  router_ = RouterSpecFor(config_);
+  softmax_scale_ = AttentionSoftmaxScale(config_, options_.mla_softmax_scale);
+  use_cache_ =
+      options_.cache_f32_weights && 2 * weights_.total_bytes() <= options_.f32_cache_limit_bytes;
+  if (options_.cache_f32_weights && !use_cache_) {
+    WS_LOG(INFO) << "HostModel: fp32 weight cache off (" << 2 * weights_.total_bytes()
+                 << " bytes > limit " << options_.f32_cache_limit_bytes
+                 << "); weights are widened per call";
+  }
+  return absl::OkStatus();
+}
+
+HostSequence HostModel::NewSequence() const { return HostSequence(geometry_); }
+
+const Bf16Tensor& HostModel::W(int64_t layer, const char* suffix) const {
+  return weights_.At(LayerTensorName(layer, suffix));
+}
+
+absl::Status HostModel::GqaAttention(HostSequence& seq, int64_t layer, const float* x,
+                                     int64_t tokens, bool decode, float* out) {
+  const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads;
+  const int64_t dim = config_.head_dim, p0 = seq.length();
+  std::vector<float> q(tokens * heads * dim), k(tokens * kv_heads * dim),
+      v(tokens * kv_heads * dim);
+  WS_RETURN_IF_ERROR(
+      Linear(x, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q.data(), cache()));
+  WS_RETURN_IF_ERROR(
+      Linear(x, tokens, AsLinear(W(layer, "self_attn.k_proj.weight")), k.data(), cache()));
+  WS_RETURN_IF_ERROR(
+      Linear(x, tokens, AsLinear(W(layer, "self_attn.v_proj.weight")), v.data(), cache()));
+  if (config_.arch == ModelArch::kQwen3Moe) {
+    RmsNorm(q.data(), tokens * heads, dim, W(layer, "self_attn.q_norm.weight").data,
+            config_.rms_norm_eps, q.data());
+    RmsNorm(k.data(), tokens * kv_heads, dim, W(layer, "self_attn.k_norm.weight").data,
+            config_.rms_norm_eps, k.data());
+  }
+  std::vector<int64_t> positions(tokens);
+  for (int64_t t = 0; t < tokens; ++t) positions[t] = p0 + t;
+  ApplyRope(rope_, q.data(), tokens, heads, dim, positions.data());
+  ApplyRope(rope_, k.data(), tokens, kv_heads, dim, positions.data());
+
+  // Append K and V to the cache tiles.
+  const int64_t bt = geometry_.block_tokens;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t pos = p0 + t;
+    uint16_t* tile = seq.tile(layer, pos / bt);
+    const uint32_t slot = static_cast<uint32_t>(pos % bt);
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      ToBf16(k.data() + (t * kv_heads + h) * dim, dim,
+             tile + geometry_.k_offset(static_cast<uint32_t>(h), slot));
+      ToBf16(v.data() + (t * kv_heads + h) * dim, dim,
+             tile + geometry_.v_offset(static_cast<uint32_t>(h), slot));
+    }
+  }
+
+  std::vector<uint16_t> q_bf16(q.size());
+  ToBf16(q.data(), q.size(), q_bf16.data());
+  std::vector<float> o(tokens * heads * dim), lse(tokens * heads);
+  TileList tiles = MakeTileList(seq, layer, p0 + tokens);
+  GqaShape shape;
+  shape.num_q_heads = static_cast<int32_t>(heads);
+  shape.num_kv_heads = static_cast<int32_t>(kv_heads);
+  shape.head_dim = static_cast<int32_t>(dim);
+  shape.block_tokens = static_cast<int32_t>(bt);
+  shape.softmax_scale = softmax_scale_;
+  if (decode && tokens == 1) {
+    GqaDecodeArgs args;
+    args.shape = shape;
+    args.num_seqs = 1;
+    args.q = q_bf16.data();
+    args.seqs = &tiles.list;
+    args.o = o.data();
+    args.lse = lse.data();
+    WS_RETURN_IF_ERROR(CpuGqaDecode(args));
+  } else {
+    GqaPrefillArgs args;
+    args.shape = shape;
+    args.num_queries = static_cast<int32_t>(tokens);
+    args.query_position0 = p0;
+    args.q = q_bf16.data();
+    args.keys = tiles.list;
+    args.o = o.data();
+    args.lse = lse.data();
+    WS_RETURN_IF_ERROR(CpuGqaPrefill(args));
+  }
+  return Linear(o.data(), tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out, cache());
+}
+
+absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const float* x,
+                                     int64_t tokens, bool decode, float* out) {
+  MlaDims d;
+  d.num_heads = config_.num_heads;
+  d.qk_nope = config_.qk_nope_head_dim;
+  d.qk_rope = config_.qk_rope_head_dim;
+  d.v_dim = config_.v_head_dim;
+  d.kv_lora_rank = config_.kv_lora_rank;
+  const int64_t p0 = seq.length(), qd = d.q_head_dim(), latent = d.latent_dim();
+
+  std::vector<float> q(tokens * d.num_heads * qd);
+  if (config_.q_lora_rank.has_value()) {
+    const int64_t rank = *config_.q_lora_rank;
+    std::vector<float> q_a(tokens * rank);
+    WS_RETURN_IF_ERROR(
+        Linear(x, tokens, AsLinear(W(layer, "self_attn.q_a_proj.weight")), q_a.data(), cache()));
+    RmsNorm(q_a.data(), tokens, rank, W(layer, "self_attn.q_a_layernorm.weight").data,
+            kMlaLatentNormEps, q_a.data());
+    WS_RETURN_IF_ERROR(Linear(q_a.data(), tokens, AsLinear(W(layer, "self_attn.q_b_proj.weight")),
+                              q.data(), cache()));
+  } else {
+    WS_RETURN_IF_ERROR(
+        Linear(x, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q.data(), cache()));
+  }
+  std::vector<float> kv_a(tokens * latent);
+  WS_RETURN_IF_ERROR(Linear(x, tokens, AsLinear(W(layer, "self_attn.kv_a_proj_with_mqa.weight")),
+                            kv_a.data(), cache()));
+  const uint16_t* kv_norm = W(layer, "self_attn.kv_a_layernorm.weight").data;
+  for (int64_t t = 0; t < tokens; ++t) {
+    RmsNorm(kv_a.data() + t * latent, 1, d.kv_lora_rank, kv_norm, kMlaLatentNormEps,
+            kv_a.data() + t * latent);
+  }
+  std::vector<int64_t> positions(tokens);
+  for (int64_t t = 0; t < tokens; ++t) positions[t] = p0 + t;
+  ApplyRope(rope_, q.data() + d.qk_nope, tokens, d.num_heads, qd, positions.data());
+  ApplyRope(rope_, kv_a.data() + d.kv_lora_rank, tokens, 1, latent, positions.data());
+
+  // The cache row of each token: [c_kv | k_pe].
+  const int64_t bt = geometry_.block_tokens;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t pos = p0 + t;
+    ToBf16(kv_a.data() + t * latent, latent,
+           seq.tile(layer, pos / bt) + geometry_.latent_offset(static_cast<uint32_t>(pos % bt)));
+  }
+
+  const LinearWeight kv_b = AsLinear(W(layer, "self_attn.kv_b_proj.weight"));
+  std::vector<float> attn(tokens * d.num_heads * d.v_dim);
+  const int64_t keys = p0 + tokens;
+  if (decode && tokens == 1 && options_.mla_decode == MlaDecodeMode::kAbsorbed) {
+    std::vector<float> q_abs(d.num_heads * latent);
+    MlaAbsorbQuery(d, q.data(), 1, kv_b, q_abs.data());
+    std::vector<uint16_t> q_bf16(q_abs.size());
+    ToBf16(q_abs.data(), q_abs.size(), q_bf16.data());
+    TileList tiles = MakeTileList(seq, layer, keys);
+    MlaDecodeArgs args;
+    args.shape.num_heads = static_cast<int32_t>(d.num_heads);
+    args.shape.kv_lora_rank = static_cast<int32_t>(d.kv_lora_rank);
+    args.shape.rope_dim = static_cast<int32_t>(d.qk_rope);
+    args.shape.block_tokens = static_cast<int32_t>(bt);
+    args.shape.softmax_scale = softmax_scale_;
+    args.num_seqs = 1;
+    args.q = q_bf16.data();
+    args.seqs = &tiles.list;
+    std::vector<float> o_lat(d.num_heads * d.kv_lora_rank), lse(d.num_heads);
+    args.o = o_lat.data();
+    args.lse = lse.data();
+    WS_RETURN_IF_ERROR(CpuMlaDecode(args));
+    MlaApplyUv(d, o_lat.data(), 1, kv_b, attn.data());
+  } else {
+    // Naive: every cached latent, widened, expanded through kv_b.
+    std::vector<float> latents(keys * latent);
+    for (int64_t j = 0; j < keys; ++j) {
+      const uint16_t* row =
+          seq.tile(layer, j / bt) + geometry_.latent_offset(static_cast<uint32_t>(j % bt));
+      for (int64_t c = 0; c < latent; ++c) latents[j * latent + c] = Bf16ToFloat(row[c]);
+    }
+    WS_RETURN_IF_ERROR(MlaNaiveAttention(d, q.data(), tokens, p0, latents.data(), keys, kv_b,
+                                         softmax_scale_, attn.data(), cache()));
+  }
+  return Linear(attn.data(), tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out, cache());
+}
+
+absl::Status HostModel::Mlp(int64_t layer, const float* x, int64_t tokens, float* out) {
+  if (!config_.IsMoeLayer(layer)) {
+    return SwiGluMlp(x, tokens, AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kGate))),
+                     AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kUp))),
+                     AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kDown))), out,
+                     cache());
+  }
+  return Moe(layer, x, tokens, out);
+}
+
+absl::Status HostModel::Moe(int64_t layer, const float* x, int64_t tokens, float* out) {
+  const int64_t hidden = config_.hidden_size, experts = config_.n_routed_experts;
+  const int64_t k = router_.top_k;
+  std::vector<float> logits(tokens * experts);
+  WS_RETURN_IF_ERROR(Linear(x, tokens, AsLinear(weights_.Router(layer)), logits.data(), cache()));
+  std::vector<int32_t> ids(tokens * k);
+  std::vector<float> weights(tokens * k);
+  RouteTokens(logits.data(), tokens, router_, ids.data(), weights.data());
+
+  // Tokens of each expert, in token order.
+  std::vector<std::vector<std::pair<int64_t, float>>> routed(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < k; ++i) routed[ids[t * k + i]].push_back({t, weights[t * k + i]});
+  }
+  std::fill(out, out + tokens * hidden, 0.0f);
+  std::vector<float> xs, ys;
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto& list = routed[e];
+    if (list.empty()) continue;
+    const int64_t n = static_cast<int64_t>(list.size());
+    xs.resize(n * hidden);
+    ys.resize(n * hidden);
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(x + list[i].first * hidden, hidden, xs.data() + i * hidden);
+    }
+    WS_RETURN_IF_ERROR(
+        SwiGluMlp(xs.data(), n, AsLinear(weights_.RoutedExpert(layer, e, MlpMatrix::kGate)),
+                  AsLinear(weights_.RoutedExpert(layer, e, MlpMatrix::kUp)),
+                  AsLinear(weights_.RoutedExpert(layer, e, MlpMatrix::kDown)), ys.data(), cache()));
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = out + list[i].first * hidden;
+      const float w = list[i].second;
+      for (int64_t c = 0; c < hidden; ++c) dst[c] += ys[i * hidden + c] * w;
+    }
+  }
+  if (config_.arch == ModelArch::kDeepseekV2 && config_.n_shared_experts > 0) {
+    std::vector<float> shared(tokens * hidden);
+    WS_RETURN_IF_ERROR(
+        SwiGluMlp(x, tokens, AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kGate))),
+                  AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kUp))),
+                  AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kDown))),
+                  shared.data(), cache()));
+    AddInPlace(out, shared.data(), tokens * hidden);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> HostModel::Forward(HostSequence& seq,
+                                                      absl::Span<const int32_t> tokens, bool decode,
+                                                      ForwardTrace* trace) {
+  const int64_t count = static_cast<int64_t>(tokens.size());
+  const int64_t hidden = config_.hidden_size;
+  std::vector<float> logits;
+  if (count == 0) return logits;
+  seq.Reserve(seq.length() + count);
+  std::vector<float> x(count * hidden), h(count * hidden), y(count * hidden);
+  WS_RETURN_IF_ERROR(Embed(weights_.At("model.embed_tokens.weight"), tokens, x.data()));
+  if (trace != nullptr) trace->hidden_states.push_back(x);
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    RmsNorm(x.data(), count, hidden, W(layer, "input_layernorm.weight").data, config_.rms_norm_eps,
+            h.data());
+    if (config_.is_mla()) {
+      WS_RETURN_IF_ERROR(MlaAttention(seq, layer, h.data(), count, decode, y.data()));
+    } else {
+      WS_RETURN_IF_ERROR(GqaAttention(seq, layer, h.data(), count, decode, y.data()));
+    }
+    AddInPlace(x.data(), y.data(), count * hidden);
+    RmsNorm(x.data(), count, hidden, W(layer, "post_attention_layernorm.weight").data,
+            config_.rms_norm_eps, h.data());
+    WS_RETURN_IF_ERROR(Mlp(layer, h.data(), count, y.data()));
+    AddInPlace(x.data(), y.data(), count * hidden);
+    if (trace != nullptr && layer + 1 < config_.num_layers) trace->hidden_states.push_back(x);
+  }
+  seq.length_ += count;
+  RmsNorm(x.data(), count, hidden, weights_.At("model.norm.weight").data, config_.rms_norm_eps,
+          h.data());
+  if (trace != nullptr) trace->hidden_states.push_back(h);
+  logits.resize(count * config_.vocab_size);
+  WS_RETURN_IF_ERROR(
+      Linear(h.data(), count, AsLinear(weights_.At("lm_head.weight")), logits.data(), cache()));
+  return logits;
+}
+
+absl::StatusOr<std::vector<float>> HostModel::Prefill(HostSequence& seq,
+                                                      absl::Span<const int32_t> tokens,
+                                                      int64_t chunk_tokens, ForwardTrace* trace) {
+  if (seq.geometry().num_layers != geometry_.num_layers ||
+      seq.geometry().block_tokens != geometry_.block_tokens) {
+    return absl::InvalidArgumentError("Prefill: the sequence belongs to another model");
+  }
+  const int64_t count = static_cast<int64_t>(tokens.size());
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(count, 1);
+  std::vector<float> logits;
+  logits.reserve(count * config_.vocab_size);
+  for (int64_t begin = 0; begin < count; begin += chunk) {
+    const int64_t n = std::min(chunk, count - begin);
+    ForwardTrace chunk_trace;
+    WS_ASSIGN_OR_RETURN(std::vector<float> part,
+                        Forward(seq, tokens.subspan(begin, n), /*decode=*/false,
+                                trace != nullptr ? &chunk_trace : nullptr));
+    logits.insert(logits.end(), part.begin(), part.end());
+    if (trace != nullptr) {
+      trace->hidden_states.resize(chunk_trace.hidden_states.size());
+      for (size_t i = 0; i < chunk_trace.hidden_states.size(); ++i) {
+        trace->hidden_states[i].insert(trace->hidden_states[i].end(),
+                                       chunk_trace.hidden_states[i].begin(),
+                                       chunk_trace.hidden_states[i].end());
+      }
+    }
+  }
+  return logits;
+}
+
+absl::StatusOr<std::vector<float>> HostModel::Decode(HostSequence& seq, int32_t token) {
+  if (seq.geometry().num_layers != geometry_.num_layers ||
+      seq.geometry().block_tokens != geometry_.block_tokens) {
+    return absl::InvalidArgumentError("Decode: the sequence belongs to another model");
+  }
+  const int32_t tokens[1] = {token};
+  return Forward(seq, absl::MakeConstSpan(tokens, 1), /*decode=*/true, nullptr);
+}
+
+absl::StatusOr<std::vector<float>> HostModel::PromptLogProbs(absl::Span<const int32_t> tokens,
+                                                             int64_t chunk_tokens) {
+  HostSequence seq = NewSequence();
+  WS_ASSIGN_OR_RETURN(std::vector<float> logits, Prefill(seq, tokens, chunk_tokens));
+  const int64_t vocab = config_.vocab_size;
+  LogSoftmax(logits.data(), static_cast<int64_t>(tokens.size()), vocab, logits.data());
+  std::vector<float> result(tokens.size(), std::nanf(""));
+  for (size_t i = 1; i < tokens.size(); ++i) result[i] = logits[(i - 1) * vocab + tokens[i]];
+  return result;
+}
+
+absl::StatusOr<GreedyResult> HostModel::Greedy(absl::Span<const int32_t> prompt, int64_t steps,
+                                               int64_t chunk_tokens) {
+  if (prompt.empty()) return absl::InvalidArgumentError("Greedy: empty prompt");
+  HostSequence seq = NewSequence();
+  WS_ASSIGN_OR_RETURN(std::vector<float> logits, Prefill(seq, prompt, chunk_tokens));
+  const int64_t vocab = config_.vocab_size;
+  std::vector<float> last(logits.end() - vocab, logits.end());
+  GreedyResult result;
+  for (int64_t step = 0; step < steps; ++step) {
+    LogSoftmax(last.data(), 1, vocab, last.data());
+    int32_t best = 0;
+    for (int32_t i = 1; i < vocab; ++i) {
+      if (last[i] > last[best]) best = i;
+    }
+    float second = -INFINITY;
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (i != best) second = std::max(second, last[i]);
+    }
+    result.tokens.push_back(best);
+    result.logprobs.push_back(last[best]);
+    result.margins.push_back(last[best] - second);
+    if (step + 1 < steps) {
+      WS_ASSIGN_OR_RETURN(last, Decode(seq, best));
+    }
+  }
+  return result;
+}
+
+}  // namespace writescope::kernels::model

@@ -1,0 +1,164 @@
+// A single-process host forward of DeepSeek-V2 / Qwen3-MoE / Mixtral that matches Hugging Face
+// transformers' DeepseekV2ForCausalLM, Qwen3MoeForCausalLM and MixtralForCausalLM (fp32
+// compute on bf16 weights), over a KV cache in the tile layout the real workers use
+// (common/kv_layout.h), attended with kernels/cpu_attention.h.
+//
+//   auto model = HostModel::Create(weights->config(), *weights);   // weights: all sides
+//   HostSequence seq = (*model)->NewSequence();
+//   auto logits = (*model)->Prefill(seq, prompt, /*chunk_tokens=*/256);  // [T, vocab]
+//   auto next = (*model)->Decode(seq, token);                            // [vocab]
+//
+// Per layer (pre-norm residual blocks, as all three HF models):
+//   x += o_proj(Attention(input_layernorm(x)));  x += Mlp(post_attention_layernorm(x))
+//   GQA (Qwen3, Mixtral): q/k/v projections; Qwen3 RMSNorms each q and k head (q_norm/k_norm
+//     over head_dim) BEFORE RoPE; RoPE rotate_half; K/V appended to the cache as bf16; prefill
+//     chunks through CpuGqaPrefill, decode through CpuGqaDecode (q rounded to bf16, as the GPU
+//     ships it); scale 1/sqrt(head_dim).
+//   MLA (DeepSeek-V2): see kernels/model/mla.h. The cache holds the latent [c_kv | k_pe]
+//     (bf16); prefill attends in the naive form over the cached latents, decode in the
+//     absorbed form through CpuMlaDecode (or naive, by option). RoPE interleaved, with YaRN.
+//   MLP: dense SwiGLU, or MoE: router (layers.h RouteTokens), routed SwiGLU experts batched
+//     per expert over the tokens routed to it, weighted sum; DeepSeek adds its shared experts.
+// Attention always reads the bf16 cache (also for a chunk's own tokens), so one-shot prefill,
+// chunked prefill and token-by-token decode see the same keys and agree to fp32 rounding.
+#ifndef WRITESCOPE_KERNELS_MODEL_HOST_MODEL_H_
+#define WRITESCOPE_KERNELS_MODEL_HOST_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/kv_layout.h"
+#include "common/model_config.h"
+#include "common/model_weights.h"
+#include "kernels/model/layers.h"
+
+namespace writescope::kernels::model {
+
+// How DeepSeek-V2's YaRN enters the softmax scale. DeepSeek's own code (and vLLM, SGLang, and
+// transformers since PR #47435) use 1/sqrt(qk_head_dim) * mscale(factor, mscale_all_dim)^2;
+// transformers' DeepseekV2Attention before that fix used 1/sqrt(qk_head_dim) alone.
+enum class MlaSoftmaxScale { kWithYarnMscale, kPlain };
+
+enum class MlaDecodeMode { kAbsorbed, kNaive };
+
+struct HostModelOptions {
+  uint32_t block_tokens = 256;  // KV tile tokens (KvGeometry::block_tokens)
+  MlaSoftmaxScale mla_softmax_scale = MlaSoftmaxScale::kWithYarnMscale;
+  MlaDecodeMode mla_decode = MlaDecodeMode::kAbsorbed;
+  // Widen each weight to fp32 once and keep it (2x the weights' bytes) instead
+  // of per call, while that stays within f32_cache_limit_bytes (else widened
+  // per call, with a log line).
+  bool cache_f32_weights = true;
+  uint64_t f32_cache_limit_bytes = uint64_t{8} << 30;
+};
+
+// One sequence's KV: per layer, contiguous tiles of `block_tokens` tokens in
+// the common/kv_layout.h (slot, layer) layout, grown as tokens are appended.
+class HostSequence {
+ public:
+  int64_t length() const { return length_; }
+  const KvGeometry& geometry() const { return geometry_; }
+  int64_t num_blocks() const;
+  // Base of tile `block` of `layer` (layer_block values of bf16).
+  uint16_t* tile(int64_t layer, int64_t block);
+  const uint16_t* tile(int64_t layer, int64_t block) const;
+
+ private:
+  friend class HostModel;
+  explicit HostSequence(const KvGeometry& geometry);
+  void Reserve(int64_t tokens);
+
+  KvGeometry geometry_;
+  int64_t length_ = 0;
+  std::vector<std::vector<uint16_t>> layers_;  // [layer] -> [blocks * layer_block values]
+};
+
+// Hidden states of one forward call, as transformers' output_hidden_states
+// returns them: [0] the embeddings, [l] after decoder layer l (the last one
+// after the final norm).
+struct ForwardTrace {
+  std::vector<std::vector<float>> hidden_states;  // [num_layers + 1][tokens * hidden]
+};
+
+struct GreedyResult {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // of each chosen token
+  std::vector<float> margins;   // top-1 minus top-2 log-prob at each step
+};
+
+class HostModel {
+ public:
+  // `weights` must hold every tensor (SideFilter::kAll) and outlive the model.
+  static absl::StatusOr<std::unique_ptr<HostModel>> Create(const ModelConfig& config,
+                                                           const ModelWeights& weights,
+                                                           const HostModelOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const HostModelOptions& options() const { return options_; }
+  // The attention softmax scale in use (MLA: with or without YaRN mscale^2).
+  float softmax_scale() const { return softmax_scale_; }
+  const RopeTable& rope() const { return rope_; }
+
+  HostSequence NewSequence() const;
+
+  // Appends `tokens` to `seq` and returns the logits after each of them,
+  // [tokens, vocab]. chunk_tokens > 0 runs the forward in chunks of that many
+  // tokens (each attends to the earlier chunks' cached KV and causally to its
+  // own). `trace` (optional) receives the hidden states of the whole call.
+  absl::StatusOr<std::vector<float>> Prefill(HostSequence& seq, absl::Span<const int32_t> tokens,
+                                             int64_t chunk_tokens = 0,
+                                             ForwardTrace* trace = nullptr);
+  // Appends one token through the decode path; returns its logits [vocab].
+  absl::StatusOr<std::vector<float>> Decode(HostSequence& seq, int32_t token);
+
+  // log p(tokens[i] | tokens[<i]) for i >= 1 (index 0 is NaN: nothing predicts
+  // it), natural log, from a fresh sequence.
+  absl::StatusOr<std::vector<float>> PromptLogProbs(absl::Span<const int32_t> tokens,
+                                                    int64_t chunk_tokens = 0);
+  // Prefills `prompt` into a fresh sequence, then decodes `steps` greedy tokens
+  // (argmax; ties to the lower id; no EOS stop).
+  absl::StatusOr<GreedyResult> Greedy(absl::Span<const int32_t> prompt, int64_t steps,
+                                      int64_t chunk_tokens = 0);
+
+ private:
+  HostModel(const ModelConfig& config, const ModelWeights& weights,
+            const HostModelOptions& options);
+  absl::Status Init();
+
+  // One forward pass of `tokens` at positions [seq.length(), +tokens): writes
+  // their KV and returns logits [tokens, vocab]. `decode` selects the decode
+  // attention kernels.
+  absl::StatusOr<std::vector<float>> Forward(HostSequence& seq, absl::Span<const int32_t> tokens,
+                                             bool decode, ForwardTrace* trace);
+  absl::Status GqaAttention(HostSequence& seq, int64_t layer, const float* x, int64_t tokens,
+                            bool decode, float* out);
+  absl::Status MlaAttention(HostSequence& seq, int64_t layer, const float* x, int64_t tokens,
+                            bool decode, float* out);
+  absl::Status Mlp(int64_t layer, const float* x, int64_t tokens, float* out);
+  absl::Status Moe(int64_t layer, const float* x, int64_t tokens, float* out);
+
+  const Bf16Tensor& W(int64_t layer, const char* suffix) const;
+  F32WeightCache* cache() { return use_cache_ ? &cache_ : nullptr; }
+
+  ModelConfig config_;
+  const ModelWeights& weights_;
+  HostModelOptions options_;
+  KvGeometry geometry_;
+  RopeTable rope_;
+  RouterSpec router_;
+  float softmax_scale_ = 0;
+  bool use_cache_ = false;
+  F32WeightCache cache_;
+};
+
+// The MLA softmax scale for `config`: 1/sqrt(qk_nope + qk_rope), times
+// YarnGetMscale(factor, mscale_all_dim)^2 when YaRN is on, mscale_all_dim != 0
+// and `mode` is kWithYarnMscale. GQA: 1/sqrt(head_dim).
+float AttentionSoftmaxScale(const ModelConfig& config, MlaSoftmaxScale mode);
+
+}  // namespace writescope::kernels::model
+
+#endif  // WRITESCOPE_KERNELS_MODEL_HOST_MODEL_H_

@@ -137,9 +137,14 @@ absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& 
   const int32_t group = s.group_size();
   const int32_t dim = s.head_dim;
 
-  // q in fp32 with the softmax scale folded in: [num_seqs][q_heads][dim].
-  std::vector<float> q(int64_t{args.num_seqs} * s.num_q_heads * dim);
-  for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToFloat(args.q[i]) * s.softmax_scale;
+  const bool fast = kernels->gqa_tiles != nullptr && kernels->gqa_tiles_supported(group, dim);
+  // Generic path: q in fp32 with the softmax scale folded in: [num_seqs][q_heads][dim].
+  // The fast path reads the bf16 q directly and scales the fp32 dot products.
+  std::vector<float> q;
+  if (!fast) {
+    q.resize(int64_t{args.num_seqs} * s.num_q_heads * dim);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToFloat(args.q[i]) * s.softmax_scale;
+  }
 
   std::vector<WorkItem> items;
   std::vector<int64_t> item_begin;
@@ -148,7 +153,8 @@ absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& 
   // Per item: m [group], l [group], acc [group][dim].
   const int64_t state_floats = int64_t{group} * (dim + 2);
   std::vector<float> states(items.size() * state_floats);
-  const int64_t scratch_floats = cpu::GqaScratchFloats(group, dim);
+  const int64_t scratch_floats =
+      fast ? cpu::GqaTilesScratchFloats(group, dim) : cpu::GqaScratchFloats(group, dim);
   const int64_t num_items = items.size();
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
@@ -157,11 +163,29 @@ absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& 
     float* m = states.data() + i * state_floats;
     float* l = m + group;
     float* acc = l + group;
+    const KvBlockList& list = args.seqs[item.seq];
+    if (fast) {
+      cpu::GqaTilesArgs a;
+      a.q = args.q + (int64_t{item.seq} * s.num_q_heads + item.unit * group) * dim;
+      a.scale = s.softmax_scale;
+      a.group = group;
+      a.head_dim = dim;
+      a.tiles = list.blocks + item.first_block;
+      a.num_tiles = item.end_block - item.first_block;
+      a.block_tokens = s.block_tokens;
+      a.last_tile_tokens = list.BlockTokens(item.end_block - 1, s.block_tokens);
+      a.k_offset = s.k_offset(item.unit);
+      a.v_offset = s.v_offset(item.unit);
+      a.m = m;
+      a.l = l;
+      a.acc = acc;
+      kernels->gqa_tiles(a, ThreadScratch(scratch_floats));
+      continue;
+    }
     std::fill(m, m + group, kEmptyLse);
     std::fill(l, l + group, 0.0f);
     std::fill(acc, acc + int64_t{group} * dim, 0.0f);
     float* scratch = ThreadScratch(scratch_floats);
-    const KvBlockList& list = args.seqs[item.seq];
     const float* qg = q.data() + (int64_t{item.seq} * s.num_q_heads + item.unit * group) * dim;
     for (int32_t b = item.first_block; b < item.end_block; ++b) {
       const uint16_t* tile = list.blocks[b];
@@ -248,13 +272,28 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   const int32_t row_dim = s.row_dim();
   const int32_t out_dim = s.kv_lora_rank;
 
-  // Transposed, scaled, head-padded q: [num_seqs][row_dim][hp].
-  std::vector<float> q_t(int64_t{args.num_seqs} * row_dim * hp, 0.0f);
+  const bool bf16_dot = kernels->mla_segment_bf16 != nullptr && row_dim % 2 == 0;
+  // Generic: transposed, scaled, head-padded q: [num_seqs][row_dim][hp].
+  // bf16 dot: transposed bf16 pairs, unscaled: [num_seqs][row_dim / 2][hp].
+  std::vector<float> q_t;
+  std::vector<uint32_t> q_pairs;
+  if (bf16_dot) {
+    q_pairs.assign(int64_t{args.num_seqs} * (row_dim / 2) * hp, 0u);
+  } else {
+    q_t.assign(int64_t{args.num_seqs} * row_dim * hp, 0.0f);
+  }
   for (int32_t seq = 0; seq < args.num_seqs; ++seq) {
     for (int32_t h = 0; h < s.num_heads; ++h) {
       const uint16_t* qh = args.q + (int64_t{seq} * s.num_heads + h) * row_dim;
-      float* dst = q_t.data() + int64_t{seq} * row_dim * hp + h;
-      for (int32_t k = 0; k < row_dim; ++k) dst[int64_t{k} * hp] = Bf16ToFloat(qh[k]) * s.softmax_scale;
+      if (bf16_dot) {
+        uint32_t* dst = q_pairs.data() + int64_t{seq} * (row_dim / 2) * hp + h;
+        for (int32_t k = 0; k < row_dim / 2; ++k) {
+          dst[int64_t{k} * hp] = uint32_t{qh[2 * k]} | (uint32_t{qh[2 * k + 1]} << 16);
+        }
+      } else {
+        float* dst = q_t.data() + int64_t{seq} * row_dim * hp + h;
+        for (int32_t k = 0; k < row_dim; ++k) dst[int64_t{k} * hp] = Bf16ToFloat(qh[k]) * s.softmax_scale;
+      }
     }
   }
 
@@ -278,10 +317,20 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
     std::fill(acc, acc + int64_t{hp} * out_dim, 0.0f);
     float* scratch = ThreadScratch(scratch_floats);
     const KvBlockList& list = args.seqs[item.seq];
-    const float* qs = q_t.data() + int64_t{item.seq} * row_dim * hp;
     for (int32_t b = item.first_block; b < item.end_block; ++b) {
-      kernels->mla_segment(qs, hp, row_dim, out_dim, list.blocks[b],
-                           list.BlockTokens(b, s.block_tokens), m, l, acc, scratch);
+      if (bf16_dot) {
+        const bool has_next = b + 1 < item.end_block;
+        kernels->mla_segment_bf16(q_pairs.data() + int64_t{item.seq} * (row_dim / 2) * hp,
+                                  s.softmax_scale, hp, row_dim, out_dim, list.blocks[b],
+                                  list.BlockTokens(b, s.block_tokens),
+                                  has_next ? list.blocks[b + 1] : nullptr,
+                                  has_next ? list.BlockTokens(b + 1, s.block_tokens) : 0, m, l,
+                                  acc, scratch);
+      } else {
+        kernels->mla_segment(q_t.data() + int64_t{item.seq} * row_dim * hp, hp, row_dim, out_dim,
+                             list.blocks[b], list.BlockTokens(b, s.block_tokens), m, l, acc,
+                             scratch);
+      }
     }
   }
 

@@ -3,14 +3,20 @@
 //
 // Decode: OpenMP over (sequence x kv head x chunk of tiles); each chunk keeps an online
 // softmax state in fp32 and the chunks are merged exactly. Inner kernels are AVX-512
-// (bf16 -> fp32 widening + FMA) with an AVX2 and a scalar fallback, chosen at run time.
+// with an AVX2 and a scalar fallback, chosen at run time. On AVX-512, GQA with
+// head_dim % 32 == 0 and group 1/2/4/8/16 takes a fast path (kernels/cpu/
+// cpu_kernels_fast_avx512.inc): scores for 16/group tokens x the group's heads at once
+// with one transpose-reduce, q.k by vdpbf16ps where the CPU has AVX-512 BF16 (exact
+// bf16 products, fp32 accumulation) else FMA, online softmax on whole vectors, p.V as
+// fp32 FMA on exactly widened bf16, and software prefetch of the next rows.
 //
 // MLA decode: our own kernel, not oneDNN. Scores are an outer product with the 16 heads
-// in the 16 lanes (the [16 x 576] x [576 x tokens] GEMM without horizontal sums), the
-// output a register-tiled [16 x tokens] x [tokens x 512] product, both fp32 FMA on
-// exactly widened bf16. oneDNN's bf16 matmul would need the probabilities rounded to
-// bf16 (breaking the fp32-rounding contract of the split) and a primitive per chunk
-// shape; at 16 heads the kernel sits near the DRAM bound of the target machine anyway.
+// in the 16 lanes (the [16 x 576] x [576 x tokens] GEMM without horizontal sums; by
+// vdpbf16ps where available), the output a register-tiled [16 x tokens] x [tokens x 512]
+// fp32 FMA product on exactly widened bf16. oneDNN's bf16 matmul would need the
+// probabilities rounded to bf16 (breaking the fp32-rounding contract of the split) and
+// a primitive per chunk shape. The p.V half (512 fp32 FMAs per token x 16 heads) bounds
+// it: it is compute-bound on one core, not DRAM-bound.
 //
 // Prefill: per (query, kv head) over the causally visible prefix of each tile; correct
 // and parallel, not tiled for reuse across queries.

@@ -3,13 +3,20 @@
 //   attention_bench [--tokens=8192,32768] [--batch=1,8] [--models=qwen3,mixtral]
 //                   [--threads=16] [--iters=3] [--dram-gbps=85] [--hbm-gbps=4300]
 //                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda]
-//                   [--no-merge]
+//                   [--no-merge] [--clock=wall|cpu]
 //
 // KV bytes are counted once per step (K and V of every token and kv head read once);
 // achieved GB/s = bytes / time, compared with the DRAM (CPU) or HBM (GPU) ceiling.
 // Sequences draw their tiles from a pool of --pool-gb unique bytes (far larger than the
 // last-level cache), so big grids fit in memory and still stream from DRAM.
+//
+// GB/s/thr is GB/s divided by the thread count: with --threads=1 it is the per-core rate
+// to compare with the DRAM ceiling / cores of the target machine. --clock=cpu times the
+// process CPU time divided by the thread count instead of wall time: on a shared, loaded
+// machine it leaves out the time the benchmark was descheduled (use it with --threads=1;
+// OpenMP threads that spin while waiting count as busy).
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,12 +43,27 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
   return std::chrono::duration<double>(b - a).count();
 }
 
+bool g_cpu_clock = false;  // --clock=cpu
+int g_clock_threads = 1;   // CPU time is divided by this
+
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 // Median of `iters` timed runs after one warm-up.
 template <typename Fn>
 double TimeIt(int iters, Fn fn) {
   fn();
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
+    if (g_cpu_clock) {
+      const double start = ProcessCpuSeconds();
+      fn();
+      times.push_back((ProcessCpuSeconds() - start) / g_clock_threads);
+      continue;
+    }
     const auto start = std::chrono::steady_clock::now();
     fn();
     times.push_back(Seconds(start, std::chrono::steady_clock::now()));
@@ -87,7 +109,9 @@ void RunCpuGqa(const BenchOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   std::printf("\n== CPU GQA decode (%s, %d threads, ceiling %.0f GB/s) ==\n",
               CpuIsaName(DetectCpuIsa()), threads, options.dram_gbps);
-  std::printf("%-8s %8s %6s %10s %10s %8s\n", "model", "tokens", "batch", "ms", "GB/s", "%ceil");
+  std::printf("%-8s %8s %6s %10s %10s %8s %9s\n", "model", "tokens", "batch", "ms", "GB/s", "%ceil",
+              "GB/s/thr");
+  g_clock_threads = threads;
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) {
@@ -123,9 +147,9 @@ void RunCpuGqa(const BenchOptions& options) {
         });
         const double bytes = double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
         const double gbps = bytes / seconds / 1e9;
-        std::printf("%-8s %8lld %6d %10.3f %10.1f %7.0f%%\n", model.name.c_str(),
+        std::printf("%-8s %8lld %6d %10.3f %10.1f %7.0f%% %9.2f\n", model.name.c_str(),
                     static_cast<long long>(tokens), batch, seconds * 1e3, gbps,
-                    100 * gbps / options.dram_gbps);
+                    100 * gbps / options.dram_gbps, gbps / threads);
       }
     }
   }
@@ -135,7 +159,9 @@ void RunCpuMla(const BenchOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   std::printf("\n== CPU MLA decode, DeepSeek-V2-Lite (16 heads, 512+64), %d threads ==\n", threads);
-  std::printf("%8s %6s %10s %10s %8s %10s\n", "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s");
+  std::printf("%8s %6s %10s %10s %8s %10s %9s\n", "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s",
+              "GB/s/thr");
+  g_clock_threads = threads;
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   int64_t max_tiles = 0;
   for (int64_t t : options.tokens)
@@ -165,8 +191,9 @@ void RunCpuMla(const BenchOptions& options) {
       const double bytes = double(batch) * tokens * shape.row_dim() * 2;
       const double flops = 2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
       const double gbps = bytes / seconds / 1e9;
-      std::printf("%8lld %6d %10.3f %10.1f %7.0f%% %10.1f\n", static_cast<long long>(tokens), batch,
-                  seconds * 1e3, gbps, 100 * gbps / options.dram_gbps, flops / seconds / 1e9);
+      std::printf("%8lld %6d %10.3f %10.1f %7.0f%% %10.1f %9.2f\n", static_cast<long long>(tokens),
+                  batch, seconds * 1e3, gbps, 100 * gbps / options.dram_gbps, flops / seconds / 1e9,
+                  gbps / threads);
     }
   }
 }
@@ -215,6 +242,8 @@ int Main(int argc, char** argv) {
     else if (const char* v = value("--hbm-gbps=")) ok = absl::SimpleAtod(v, &options.hbm_gbps);
     else if (const char* v = value("--pool-gb=")) ok = absl::SimpleAtod(v, &options.pool_gb);
     else if (const char* v = value("--gpu-pool-gb=")) ok = absl::SimpleAtod(v, &options.gpu_pool_gb);
+    else if (arg == "--clock=cpu") g_cpu_clock = true;
+    else if (arg == "--clock=wall") g_cpu_clock = false;
     else if (arg == "--no-cpu") options.cpu = false;
     else if (arg == "--no-mla") options.mla = false;
     else if (arg == "--no-cuda") options.cuda = false;

@@ -53,6 +53,13 @@ class WorkerService final : public internal::Worker::Service {
     *response = *std::move(result);
     return grpc::Status::OK;
   }
+  grpc::Status KvPattern(grpc::ServerContext*, const internal::KvPatternRequest* request,
+                         internal::KvPatternResponse* response) override {
+    absl::StatusOr<internal::KvPatternResponse> result = backend_.KvPattern(*request);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
+  }
   grpc::Status Shutdown(grpc::ServerContext*, const internal::ShutdownRequest*,
                         internal::ShutdownResponse*) override {
     WS_LOG(INFO) << "shutdown requested over RPC";

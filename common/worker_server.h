@@ -22,6 +22,8 @@ class WorkerBackend {
   virtual internal::WorkerProfile Profile(uint32_t steps) = 0;
   virtual absl::StatusOr<internal::ChannelPingResponse> ChannelPing(
       const internal::ChannelPingRequest& request) = 0;
+  virtual absl::StatusOr<internal::KvPatternResponse> KvPattern(
+      const internal::KvPatternRequest& request) = 0;
   // Called once when the server stops: release the arena, close channels.
   virtual void Stop() = 0;
 };

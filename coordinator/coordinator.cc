@@ -1,7 +1,9 @@
 #include "coordinator/coordinator.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/kv_spec.h"
 #include "common/status.h"
 
 namespace writescope::coordinator {
@@ -26,13 +28,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   if (options.gpu_worker_address.empty() || options.cpu_worker_address.empty()) {
     return absl::InvalidArgumentError("both --gpu_worker and --cpu_worker addresses are required");
   }
+  WS_ASSIGN_OR_RETURN(options.kv, ResolveKvCacheConfig(options.kv));
   auto coordinator = std::unique_ptr<Coordinator>(new Coordinator(std::move(options)));
+  const KvCacheConfig& kv = coordinator->options_.kv;
+  WS_ASSIGN_OR_RETURN(coordinator->placement_, KvPlacement::Create(kv));
   WS_ASSIGN_OR_RETURN(coordinator->arena_,
                       ShmArena::Create(coordinator->options_.arena_name,
-                                       ArenaRegions(coordinator->options_.arena_sizes)));
+                                       ArenaRegions(kv.arena_sizes(coordinator->options_.channel_bytes))));
   WS_RETURN_IF_ERROR(CreateDataPlane(*coordinator->arena_).status());
   WS_LOG(INFO) << "created arena " << coordinator->arena_->name() << " of "
-               << coordinator->arena_->size() << " bytes";
+               << coordinator->arena_->size() << " bytes; " << kv.DebugString();
   return coordinator;
 }
 
@@ -47,6 +52,7 @@ absl::Status Coordinator::LoadWorkers() {
   internal::LoadRequest request;
   request.mutable_arena()->set_name(arena_->name());
   request.mutable_arena()->set_bytes(arena_->size());
+  *request.mutable_kv() = ToKvSpec(options_.kv);
   for (WorkerClient* worker : {&cpu_worker_, &gpu_worker_}) {
     WS_RETURN_IF_ERROR(worker->WaitUntilReachable(options_.worker_start_timeout));
     WS_ASSIGN_OR_RETURN(internal::LoadResponse response,
@@ -109,14 +115,31 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
   info.set_policy(options_.policy);
   info.set_arena_name(arena_->name());
   info.set_arena_bytes(arena_->size());
-  const std::pair<v1::KvRegion, absl::string_view> regions[] = {
-      {v1::KV_REGION_CPU_COMPUTE, kCpuComputeRegion}, {v1::KV_REGION_GPU_TRANSFER, kGpuTransferRegion}};
-  for (const auto& [region, name] : regions) {
-    WS_ASSIGN_OR_RETURN(absl::Span<std::byte> bytes, arena_->Region(name));
-    v1::RegionUsage* usage = info.add_regions();
-    usage->set_region(region);
-    usage->set_bytes_total(bytes.size());
+  const KvCacheConfig& kv = options_.kv;
+  {
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    for (const auto& [region, kv_region] :
+         {std::pair{v1::KV_REGION_CPU_COMPUTE, KvRegion::kCpuCompute},
+          std::pair{v1::KV_REGION_GPU_TRANSFER, KvRegion::kGpuTransfer}}) {
+      const RegionUsage usage = placement_->Usage(kv_region);
+      v1::RegionUsage* out = info.add_regions();
+      out->set_region(region);
+      out->set_blocks_total(usage.total_blocks);
+      out->set_blocks_used(usage.used_blocks);
+      out->set_bytes_total(kv.region_used_bytes(kv_region));
+    }
+    v1::RegionUsage* pingpong = info.add_regions();
+    pingpong->set_region(v1::KV_REGION_GPU_PINGPONG);
+    pingpong->set_blocks_total(2 * uint64_t{kv.pingpong_blocks});
+    pingpong->set_bytes_total(2 * kv.pingpong_buffer_bytes());
+    v1::RegionUsage* window = info.add_regions();
+    window->set_region(v1::KV_REGION_GPU_DWINDOW);
+    window->set_blocks_total(kv.max_sequences);  // one window per live sequence
+    window->set_blocks_used(placement_->num_live());
+    window->set_bytes_total(kv.window_bytes());
+    info.set_placed_cpu_share(placement_->PlacedCpuShare());
   }
+  info.set_block_tokens(kv.block_tokens());
   {
     std::lock_guard<std::mutex> lock(status_mutex_);
     *info.add_workers() = gpu_status_;
@@ -136,6 +159,97 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
 
 absl::StatusOr<v1::ModelInfo> Coordinator::ModelInfo() {
   return absl::FailedPreconditionError("no model is loaded yet: models arrive with issue 5");
+}
+
+absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
+  if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
+  sequences = sequences == 0 ? 4 : sequences;
+  v1::SelfTestResponse response;
+  bool ok = true;
+
+  // 1. The data plane, small and large messages.
+  for (const auto& [count, bytes] : {std::pair<uint32_t, uint32_t>{200, 64}, {16, 1u << 20}}) {
+    absl::StatusOr<internal::ChannelPingResponse> ping = gpu_worker_.ChannelPing(count, bytes, kRpcTimeout);
+    if (!ping.ok()) {
+      ok = false;
+      response.add_checks(absl::StrCat("data plane ", bytes, " B: FAILED: ", ping.status().message()));
+      continue;
+    }
+    response.add_checks(absl::StrFormat("data plane %u x %u B: round trip median %.1f us, p99 %.1f us, %.2f GB/s",
+                                        count, bytes, ping->round_trip_us_median(),
+                                        ping->round_trip_us_p99(), ping->bandwidth_gb_per_s()));
+  }
+
+  // 2. The KV paths, on synthetic sequences placed block by block in alternating regions.
+  std::lock_guard<std::mutex> lock(placement_mutex_);
+  const uint32_t block = options_.kv.block_tokens();
+  internal::KvPatternRequest request;
+  std::vector<SequenceId> admitted;
+  absl::Status placed = absl::OkStatus();
+  for (uint32_t k = 0; k < sequences && placed.ok(); ++k) {
+    // Lengths that cross block boundaries and leave tails of several sizes.
+    const uint64_t lengths[] = {3ull * block + 17, 2ull * block, 5, 4ull * block + block / 2};
+    const SequenceId id = next_selftest_id_++;
+    placed = placement_->Admit(id);
+    if (!placed.ok()) break;
+    admitted.push_back(id);
+    auto choose = [k](const PlacementRequest& r) {
+      KvRegion region = (r.block_index + k) % 2 == 0 ? KvRegion::kCpuCompute : KvRegion::kGpuTransfer;
+      if (r.free_slots[KvRegionIndex(region)] == 0) {
+        region = region == KvRegion::kCpuCompute ? KvRegion::kGpuTransfer : KvRegion::kCpuCompute;
+      }
+      return region;
+    };
+    absl::StatusOr<PrefillPlan> plan = placement_->PlanPrefill(id, lengths[k % 4], choose);
+    if (!plan.ok()) {
+      placed = plan.status();
+      break;
+    }
+    internal::KvPatternSequence* sequence = request.add_sequences();
+    sequence->set_seq_id(id);
+    sequence->set_window_slot(plan->window_slot);
+    sequence->set_window_tokens(plan->window_tokens);
+    for (const PlacedBlock& placed_block : plan->blocks) {
+      internal::BlockRef* ref = sequence->add_blocks();
+      ref->set_region(placed_block.ref.region == KvRegion::kCpuCompute ? internal::REGION_CPU_COMPUTE
+                                                                        : internal::REGION_GPU_TRANSFER);
+      ref->set_slot(placed_block.ref.slot);
+    }
+  }
+  auto free_all = [&] {
+    for (SequenceId id : admitted) {
+      absl::Status status = placement_->Free(id);
+      if (!status.ok()) WS_LOG(ERROR) << "self test: freeing sequence " << id << ": " << status;
+    }
+  };
+  if (!placed.ok()) {
+    free_all();
+    return absl::Status(placed.code(), absl::StrCat("self test cannot place its sequences: ", placed.message()));
+  }
+  auto report = [&](absl::string_view what, const absl::StatusOr<internal::KvPatternResponse>& result) {
+    if (!result.ok()) {
+      ok = false;
+      response.add_checks(absl::StrCat(what, ": FAILED: ", result.status().message()));
+      return;
+    }
+    ok = ok && result->mismatches() == 0;
+    response.add_checks(absl::StrFormat("%s: %llu layer-blocks, %llu values, %llu mismatches, %.1f ms%s",
+                                        std::string(what), static_cast<unsigned long long>(result->blocks()),
+                                        static_cast<unsigned long long>(result->values_checked()),
+                                        static_cast<unsigned long long>(result->mismatches()), result->ms(),
+                                        result->first_mismatch().empty() ? "" : absl::StrCat(" (first: ", result->first_mismatch(), ")")));
+  };
+  request.set_mode(internal::KvPatternRequest::WRITE);
+  absl::StatusOr<internal::KvPatternResponse> written = gpu_worker_.KvPattern(request, absl::Seconds(60));
+  report("kv write (gpu_worker, prefill path into both regions)", written);
+  if (written.ok()) {
+    request.set_mode(internal::KvPatternRequest::VERIFY);
+    report("kv read in place (cpu_worker, CPU-compute region)", cpu_worker_.KvPattern(request, absl::Seconds(60)));
+    report("kv read via ping-pong + D-window (gpu_worker)", gpu_worker_.KvPattern(request, absl::Seconds(60)));
+  }
+  free_all();
+  response.set_ok(ok);
+  return response;
 }
 
 }  // namespace writescope::coordinator

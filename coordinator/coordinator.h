@@ -14,6 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/data_plane.h"
+#include "common/kv_config.h"
+#include "coordinator/placement.h"
 #include "common/shm_arena.h"
 #include "coordinator/worker_client.h"
 #include "writescope/v1/writescope.pb.h"
@@ -22,7 +24,9 @@ namespace writescope::coordinator {
 
 struct CoordinatorOptions {
   std::string arena_name;  // "/ws-<launch id>"
-  ArenaSizes arena_sizes;
+  // The KV cache; Create resolves it (defaults, validation) and sizes the arena from it.
+  KvCacheConfig kv;
+  uint64_t channel_bytes = uint64_t{16} << 20;
   std::string gpu_worker_address;
   std::string cpu_worker_address;
   std::string policy = "writescope";
@@ -46,6 +50,8 @@ class Coordinator {
   bool serving() const { return serving_.load(); }
   absl::StatusOr<v1::ServerInfo> ServerInfo();
   absl::StatusOr<v1::ModelInfo> ModelInfo();
+  // The plumbing check behind the public SelfTest RPC (see writescope.proto).
+  absl::StatusOr<v1::SelfTestResponse> SelfTest(uint32_t sequences);
 
  private:
   explicit Coordinator(CoordinatorOptions options);
@@ -54,6 +60,10 @@ class Coordinator {
 
   CoordinatorOptions options_;
   std::unique_ptr<ShmArena> arena_;
+  // Placement metadata: which blocks of which sequence live in which region.
+  std::mutex placement_mutex_;
+  std::unique_ptr<KvPlacement> placement_;
+  uint64_t next_selftest_id_ = uint64_t{1} << 62;
   WorkerClient gpu_worker_;
   WorkerClient cpu_worker_;
   std::function<void(bool)> on_serving_change_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/model_config.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -19,8 +20,16 @@ ABSL_FLAG(std::string, port_file, "", "Write the chosen public port here once li
 ABSL_FLAG(std::string, gpu_worker, "", "Internal address of the gpu_worker (loopback)");
 ABSL_FLAG(std::string, cpu_worker, "", "Internal address of the cpu_worker (loopback)");
 ABSL_FLAG(std::string, arena, "", "Shared-memory arena name, fresh per launch (e.g. /ws-1234)");
+ABSL_FLAG(std::string, model_arch, "qwen3_moe",
+          "Architecture whose KV geometry the cache uses: qwen3_moe, mixtral, deepseek_v2");
+ABSL_FLAG(int64_t, num_layers, 4, "Layers of the model (0: the real model's count)");
 ABSL_FLAG(uint64_t, cpu_region_mib, 256, "Host MiB of the CPU-compute KV region");
 ABSL_FLAG(uint64_t, transfer_region_mib, 256, "Host MiB of the GPU-transfer KV region (pinned)");
+ABSL_FLAG(uint64_t, gpu_kv_budget_mib, 0,
+          "GPU KV budget, D-window + ping-pong (0: 2048 for GQA, 307 for MLA)");
+ABSL_FLAG(uint32_t, window_tokens, 256, "D-window W: decoded tokens kept in VRAM per sequence");
+ABSL_FLAG(uint32_t, block_tokens, 0, "Tokens per KV block (0: = window_tokens)");
+ABSL_FLAG(uint32_t, max_sequences, 16, "Live sequences (one D-window each)");
 ABSL_FLAG(uint64_t, channel_mib, 16, "MiB of each data-plane channel (one per direction)");
 ABSL_FLAG(std::string, policy, "writescope",
           "Split policy: writescope, transfer-all, cpu-all, static:R, monolithic");
@@ -34,9 +43,21 @@ int main(int argc, char** argv) {
 
   writescope::coordinator::CoordinatorOptions options;
   options.arena_name = absl::GetFlag(FLAGS_arena);
-  options.arena_sizes = {.channel_bytes = absl::GetFlag(FLAGS_channel_mib) << 20,
-                         .cpu_compute_bytes = absl::GetFlag(FLAGS_cpu_region_mib) << 20,
-                         .gpu_transfer_bytes = absl::GetFlag(FLAGS_transfer_region_mib) << 20};
+  auto model = writescope::ModelConfig::ForSyntheticArch(absl::GetFlag(FLAGS_model_arch),
+                                                        absl::GetFlag(FLAGS_num_layers));
+  if (!model.ok()) {
+    WS_LOG(ERROR) << model.status();
+    return EXIT_FAILURE;
+  }
+  const uint32_t window = absl::GetFlag(FLAGS_window_tokens);
+  const uint32_t block = absl::GetFlag(FLAGS_block_tokens);
+  options.kv.geometry = model->kv_geometry(block == 0 ? window : block);
+  options.kv.window_tokens = window;
+  options.kv.cpu_compute_bytes = absl::GetFlag(FLAGS_cpu_region_mib) << 20;
+  options.kv.gpu_transfer_bytes = absl::GetFlag(FLAGS_transfer_region_mib) << 20;
+  options.kv.gpu_kv_budget_bytes = absl::GetFlag(FLAGS_gpu_kv_budget_mib) << 20;
+  options.kv.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  options.channel_bytes = absl::GetFlag(FLAGS_channel_mib) << 20;
   options.gpu_worker_address = absl::GetFlag(FLAGS_gpu_worker);
   options.cpu_worker_address = absl::GetFlag(FLAGS_cpu_worker);
   options.policy = absl::GetFlag(FLAGS_policy);

@@ -38,4 +38,12 @@ grpc::Status WriteScopeService::GetProfile(grpc::ServerContext*, const v1::GetPr
   return grpc::Status::OK;
 }
 
+grpc::Status WriteScopeService::SelfTest(grpc::ServerContext*, const v1::SelfTestRequest* request,
+                                         v1::SelfTestResponse* response) {
+  absl::StatusOr<v1::SelfTestResponse> result = coordinator_.SelfTest(request->sequences());
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *response = *std::move(result);
+  return grpc::Status::OK;
+}
+
 }  // namespace writescope::coordinator

@@ -21,6 +21,8 @@ class WriteScopeService final : public v1::WriteScope::Service {
                              v1::ServerInfo* response) override;
   grpc::Status GetProfile(grpc::ServerContext* context, const v1::GetProfileRequest* request,
                           v1::Profile* response) override;
+  grpc::Status SelfTest(grpc::ServerContext* context, const v1::SelfTestRequest* request,
+                        v1::SelfTestResponse* response) override;
 
  private:
   Coordinator& coordinator_;

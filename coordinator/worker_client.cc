@@ -79,6 +79,19 @@ absl::StatusOr<internal::WorkerStats> WorkerClient::Stats(absl::Duration timeout
   return response;
 }
 
+absl::StatusOr<internal::KvPatternResponse> WorkerClient::KvPattern(
+    const internal::KvPatternRequest& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::KvPatternResponse response;
+  grpc::Status status = worker_->KvPattern(&context, request, &response);
+  if (!status.ok()) {
+    absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat(name_, " KvPattern: ", error.message()));
+  }
+  return response;
+}
+
 absl::Status WorkerClient::Shutdown(absl::Duration timeout) {
   grpc::ClientContext context;
   SetDeadline(context, timeout);

@@ -30,6 +30,8 @@ class WorkerClient {
   absl::StatusOr<internal::ChannelPingResponse> ChannelPing(uint32_t count, uint32_t bytes,
                                                             absl::Duration timeout);
   absl::StatusOr<internal::WorkerStats> Stats(absl::Duration timeout);
+  absl::StatusOr<internal::KvPatternResponse> KvPattern(const internal::KvPatternRequest& request,
+                                                        absl::Duration timeout);
   absl::Status Shutdown(absl::Duration timeout);
 
  private:

@@ -2,6 +2,7 @@
 //
 //   wscope health [--wait=30s] ADDRESS...   grpc.health.v1 status of each process
 //   wscope info   [--target=ADDRESS]        server info from the coordinator
+//   wscope selftest [--target=ADDRESS]      data-plane and KV path check through the trio
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -114,11 +115,28 @@ int Info() {
   return 0;
 }
 
+int SelfTest() {
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto stub = writescope::v1::WriteScope::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  writescope::v1::SelfTestResponse response;
+  grpc::Status status = stub->SelfTest(&context, writescope::v1::SelfTestRequest(), &response);
+  if (!status.ok()) {
+    std::fprintf(stderr, "wscope selftest: %s (code %d)\n", status.error_message().c_str(),
+                 static_cast<int>(status.error_code()));
+    return 1;
+  }
+  for (const std::string& check : response.checks()) std::printf("  %s\n", check.c_str());
+  std::printf("selftest: %s\n", response.ok() ? "OK" : "FAILED");
+  return response.ok() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "wscope health [--wait=30s] ADDRESS... | wscope info [--target=ADDRESS]");
+      "wscope health [--wait=30s] ADDRESS... | wscope info|selftest [--target=ADDRESS]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());
@@ -128,6 +146,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> rest(args.begin() + 2, args.end());
   if (command == "health") return Health(rest);
   if (command == "info") return Info();
+  if (command == "selftest") return SelfTest();
   std::fprintf(stderr, "wscope: unknown command '%s'\nusage: %s\n", command.c_str(),
                absl::ProgramUsageMessage().data());
   return 2;

@@ -11,7 +11,9 @@
 
 #include "common/data_plane.h"
 #include "common/shm_arena.h"
+#include "common/kv_config.h"
 #include "common/worker_server.h"
+#include "cpu_worker/kv_view.h"
 
 namespace writescope::cpu {
 
@@ -27,6 +29,8 @@ class CpuWorker final : public WorkerBackend {
   internal::WorkerProfile Profile(uint32_t steps) override;
   absl::StatusOr<internal::ChannelPingResponse> ChannelPing(
       const internal::ChannelPingRequest& request) override;
+  absl::StatusOr<internal::KvPatternResponse> KvPattern(
+      const internal::KvPatternRequest& request) override;
   void Stop() override;
 
  private:
@@ -36,6 +40,9 @@ class CpuWorker final : public WorkerBackend {
   std::mutex mutex_;
   std::unique_ptr<ShmArena> arena_;
   std::optional<DataPlane> data_plane_;
+  KvCacheConfig kv_config_;
+  // Read-only, in place: the CPU-compute region as the attention kernels read it.
+  std::optional<KvRegionView> cpu_region_;
   std::thread data_plane_thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> messages_served_{0};

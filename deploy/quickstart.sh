@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: sets up if needed, builds, launches the trio, shows that it serves
 # (health of all three processes, server info, a data-plane round trip between the
-# workers through shared memory), then stops it cleanly.
+# workers through shared memory, the KV write/read paths through all three processes),
+# then stops it cleanly.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +30,9 @@ echo "== health (coordinator, gpu_worker, cpu_worker)"
 echo
 echo "== server info"
 "$BIN/wscope" info --target="$WS_TARGET"
+echo
+echo "== self test: data plane, and KV written by the gpu_worker, read in place by the cpu_worker"
+"$BIN/wscope" selftest --target="$WS_TARGET"
 echo
 echo "== stopping"
 cleanup

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/data_plane_messages.h"
+#include "common/kv_pattern.h"
+#include "common/kv_spec.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -24,17 +26,17 @@ GpuWorker::~GpuWorker() { Stop(); }
 absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadRequest& request) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (arena_ != nullptr) return absl::FailedPreconditionError("gpu_worker is already loaded");
-  WS_ASSIGN_OR_RETURN(arena_, ShmArena::Open(request.arena().name()));
-  WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena_));
+  if (!request.has_kv()) return absl::InvalidArgumentError("Load: the KV cache spec (kv) is missing");
+  WS_ASSIGN_OR_RETURN(KvCacheConfig config, FromKvSpec(request.kv()));
+  WS_ASSIGN_OR_RETURN(std::unique_ptr<ShmArena> arena, ShmArena::Open(request.arena().name()));
+  WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena));
+  // Pins the GPU-transfer region (transfers into ping-pong are DMA) and allocates the
+  // D-window and both ping-pong buffers once.
+  WS_ASSIGN_OR_RETURN(kv_cache_, KvCache::Create(config, *arena, device_.get()));
+  arena_ = std::move(arena);
   data_plane_ = plane;
-  // Pin the GPU-transfer region so transfers into the ping-pong buffers are DMA.
-  WS_ASSIGN_OR_RETURN(absl::Span<std::byte> transfer, arena_->Region(kGpuTransferRegion));
-  if (!transfer.empty()) {
-    WS_RETURN_IF_ERROR(device_->RegisterHost(transfer.data(), transfer.size()));
-    pinned_region_ = transfer.data();
-  }
-  WS_LOG(INFO) << "mapped arena " << arena_->name() << " (" << arena_->size() << " bytes), pinned "
-               << transfer.size() << " bytes of the transfer region on " << device_->name();
+  WS_LOG(INFO) << "mapped arena " << arena_->name() << " (" << arena_->size() << " bytes) on "
+               << device_->name() << "; " << config.DebugString();
   internal::LoadResponse response;
   response.set_device(device_->name());
   return response;
@@ -114,17 +116,156 @@ absl::StatusOr<internal::ChannelPingResponse> GpuWorker::ChannelPing(
   return response;
 }
 
+namespace {
+
+absl::StatusOr<KvBlockRef> ToBlockRef(const internal::BlockRef& block) {
+  switch (block.region()) {
+    case internal::REGION_CPU_COMPUTE:
+      return KvBlockRef{KvRegion::kCpuCompute, block.slot()};
+    case internal::REGION_GPU_TRANSFER:
+      return KvBlockRef{KvRegion::kGpuTransfer, block.slot()};
+    default:
+      return absl::InvalidArgumentError("block without a region");
+  }
+}
+
+absl::StatusOr<std::vector<KvBlockRef>> ToBlockRefs(const internal::KvPatternSequence& sequence) {
+  std::vector<KvBlockRef> blocks;
+  for (const internal::BlockRef& block : sequence.blocks()) {
+    WS_ASSIGN_OR_RETURN(KvBlockRef ref, ToBlockRef(block));
+    blocks.push_back(ref);
+  }
+  return blocks;
+}
+
+double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::StatusOr<internal::KvPatternResponse> GpuWorker::KvPattern(
+    const internal::KvPatternRequest& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (kv_cache_ == nullptr) return absl::FailedPreconditionError("gpu_worker is not loaded");
+  return request.mode() == internal::KvPatternRequest::WRITE ? WritePattern(request)
+                                                              : VerifyPattern(request);
+}
+
+// Writes the pattern of every sequence through the prefill write path: the prompt's
+// K/V in block layout on the device, then WritePrefillLayer per layer.
+absl::StatusOr<internal::KvPatternResponse> GpuWorker::WritePattern(
+    const internal::KvPatternRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const KvCacheConfig& config = kv_cache_->config();
+  const KvGeometry& g = config.geometry;
+  const uint64_t block_values = g.layer_block_bytes() / 2;
+  // Sources stay alive until WaitForWrites.
+  std::vector<std::vector<uint16_t>> host_sources;
+  std::vector<DeviceBuffer> device_sources;
+  internal::KvPatternResponse response;
+  for (const internal::KvPatternSequence& sequence : request.sequences()) {
+    WS_ASSIGN_OR_RETURN(std::vector<KvBlockRef> blocks, ToBlockRefs(sequence));
+    if (sequence.window_tokens() >= g.block_tokens) {
+      return absl::InvalidArgumentError("a prefill tail must be shorter than a block");
+    }
+    const uint64_t source_blocks = blocks.size() + (sequence.window_tokens() > 0 ? 1 : 0);
+    if (source_blocks == 0) continue;
+    for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
+      std::vector<uint16_t>& host = host_sources.emplace_back(source_blocks * block_values, 0);
+      for (uint64_t i = 0; i < source_blocks; ++i) {
+        const uint32_t tokens = i < blocks.size() ? g.block_tokens : sequence.window_tokens();
+        FillKvPatternBlock(g, sequence.seq_id(), i * g.block_tokens, tokens, layer,
+                           host.data() + i * block_values);
+      }
+      WS_ASSIGN_OR_RETURN(DeviceBuffer device,
+                          DeviceBuffer::Allocate(device_.get(), host.size() * sizeof(uint16_t)));
+      WS_RETURN_IF_ERROR(device_->CopyToDevice(device.data(), host.data(), device.size(),
+                                               Stream::kCompute));
+      WS_RETURN_IF_ERROR(kv_cache_->WritePrefillLayer(layer, blocks, sequence.window_slot(),
+                                                      sequence.window_tokens(), device.data()));
+      device_sources.push_back(std::move(device));
+      response.set_blocks(response.blocks() + source_blocks);
+    }
+  }
+  WS_RETURN_IF_ERROR(kv_cache_->WaitForWrites());
+  WS_RETURN_IF_ERROR(device_->SynchronizeAll());
+  response.set_ms(MillisSince(start));
+  return response;
+}
+
+// Reads back what the GPU attends over: the transfer-region blocks through the
+// ping-pong transfer plan of a decode step, and the D-window.
+absl::StatusOr<internal::KvPatternResponse> GpuWorker::VerifyPattern(
+    const internal::KvPatternRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const KvCacheConfig& config = kv_cache_->config();
+  const KvGeometry& g = config.geometry;
+  const uint64_t block_bytes = g.layer_block_bytes();
+  std::vector<StepSequence> batch;
+  for (const internal::KvPatternSequence& sequence : request.sequences()) {
+    WS_ASSIGN_OR_RETURN(std::vector<KvBlockRef> blocks, ToBlockRefs(sequence));
+    batch.push_back({sequence.window_slot(), sequence.window_tokens(), std::move(blocks)});
+  }
+  internal::KvPatternResponse response;
+  std::string first_mismatch;
+  uint64_t mismatches = 0, values = 0;
+  auto check = [&](uint64_t seq, uint64_t first_token, uint32_t tokens, uint32_t layer,
+                   const std::byte* block) {
+    mismatches += CountKvPatternMismatches(g, seq, first_token, tokens, layer,
+                                           reinterpret_cast<const uint16_t*>(block), &first_mismatch);
+    values += uint64_t{tokens} * g.values_per_token_layer();
+    response.set_blocks(response.blocks() + 1);
+  };
+
+  WS_ASSIGN_OR_RETURN(TransferPlan plan, BuildTransferPlan(config, batch));
+  uint64_t largest_chunk = 1;
+  for (const TransferChunk& chunk : plan.chunks) largest_chunk = std::max<uint64_t>(largest_chunk, chunk.num_blocks);
+  std::vector<std::byte> host(largest_chunk * block_bytes);
+  if (plan.num_rounds() > 0) {
+    WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(plan));
+    for (uint32_t round = 0; round < plan.num_rounds(); ++round) {
+      WS_ASSIGN_OR_RETURN(PingPongRound ready, kv_cache_->ReadyRound(round));
+      WS_RETURN_IF_ERROR(device_->CopyToHost(host.data(), ready.buffer,
+                                             ready.chunk_plan->num_blocks * block_bytes,
+                                             Stream::kCompute));
+      WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
+      for (const PingPongEntry& entry : ready.chunk_plan->entries) {
+        check(request.sequences(entry.sequence_index).seq_id(),
+              uint64_t{entry.block_index} * g.block_tokens, g.block_tokens, ready.layer,
+              host.data() + uint64_t{entry.pingpong_block} * block_bytes);
+      }
+    }
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StepSequence& sequence = batch[i];
+    const uint64_t window_first = sequence.blocks.size() * uint64_t{g.block_tokens};
+    for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
+      for (uint32_t done = 0; done < sequence.window_tokens; done += g.block_tokens) {
+        const uint32_t tokens = std::min(g.block_tokens, sequence.window_tokens - done);
+        WS_RETURN_IF_ERROR(device_->CopyToHost(
+            host.data(), kv_cache_->WindowAddress(sequence.window_slot, layer) +
+                             uint64_t{done / g.block_tokens} * block_bytes,
+            block_bytes, Stream::kCompute));
+        WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
+        check(request.sequences(i).seq_id(), window_first + done, tokens, layer, host.data());
+      }
+    }
+  }
+  response.set_values_checked(values);
+  response.set_mismatches(mismatches);
+  response.set_first_mismatch(first_mismatch);
+  response.set_ms(MillisSince(start));
+  return response;
+}
+
 void GpuWorker::Stop() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (data_plane_) {
     data_plane_->to_cpu.Close();
     data_plane_.reset();
   }
-  if (pinned_region_ != nullptr) {
-    absl::Status status = device_->UnregisterHost(pinned_region_);
-    if (!status.ok()) WS_LOG(WARNING) << status;
-    pinned_region_ = nullptr;
-  }
+  kv_cache_.reset();  // unpins the transfer region before the arena is unmapped
   arena_.reset();
 }
 

@@ -12,6 +12,7 @@
 #include "common/shm_arena.h"
 #include "common/worker_server.h"
 #include "gpu_worker/device.h"
+#include "gpu_worker/kv_cache.h"
 
 namespace writescope::gpu {
 
@@ -27,15 +28,21 @@ class GpuWorker final : public WorkerBackend {
   internal::WorkerProfile Profile(uint32_t steps) override;
   absl::StatusOr<internal::ChannelPingResponse> ChannelPing(
       const internal::ChannelPingRequest& request) override;
+  absl::StatusOr<internal::KvPatternResponse> KvPattern(
+      const internal::KvPatternRequest& request) override;
   void Stop() override;
 
  private:
   std::unique_ptr<Device> device_;
   // Serializes RPCs that use the arena and channels (one step at a time).
   std::mutex mutex_;
+  absl::StatusOr<internal::KvPatternResponse> WritePattern(const internal::KvPatternRequest& request);
+  absl::StatusOr<internal::KvPatternResponse> VerifyPattern(const internal::KvPatternRequest& request);
+
   std::unique_ptr<ShmArena> arena_;
   std::optional<DataPlane> data_plane_;
-  void* pinned_region_ = nullptr;
+  // Pins the transfer region; owns the D-window and the ping-pong buffers.
+  std::unique_ptr<KvCache> kv_cache_;
   uint64_t steps_ = 0;
 };
 

@@ -19,7 +19,7 @@ pass() { echo "ok: $*"; PASSES=$((PASSES + 1)); }
 
 start_trio() {  # sets LAUNCH_PID and sources the ready file
   READY="$WORK/ready.$RANDOM"
-  "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --ready-file "$READY" --device host \
+  "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --ready-file "$READY" --device "${WS_E2E_DEVICE:-host}" \
     >"$WORK/launch.log" 2>&1 &
   LAUNCH_PID=$!
   for _ in $(seq 300); do
@@ -58,6 +58,21 @@ if start_trio; then
   "$BIN/wscope" info --target="$WS_TARGET" >"$WORK/info" 2>&1
   grep -q "data plane round trip" "$WORK/info" && pass "data-plane round trip reported" \
     || fail "server info lacks the data-plane round trip: $(cat "$WORK/info")"
+  # The KV paths through the three processes: the gpu_worker writes a known pattern into
+  # blocks of both regions, the cpu_worker verifies its blocks in place in the arena, the
+  # gpu_worker verifies the rest through the ping-pong transfer and the D-window.
+  if "$BIN/wscope" selftest --target="$WS_TARGET" >"$WORK/selftest" 2>&1; then
+    grep -q "selftest: OK" "$WORK/selftest" && pass "selftest OK" || fail "selftest: $(cat "$WORK/selftest")"
+    grep -Eq "kv read in place \(cpu_worker.*[1-9][0-9]* layer-blocks.* 0 mismatches" "$WORK/selftest" \
+      && pass "cpu_worker verified blocks in place" || fail "cpu_worker checked nothing: $(cat "$WORK/selftest")"
+    grep -Eq "ping-pong.*[1-9][0-9]* layer-blocks.* 0 mismatches" "$WORK/selftest" \
+      && pass "gpu_worker verified transfer blocks" || fail "gpu_worker checked nothing: $(cat "$WORK/selftest")"
+  else
+    fail "wscope selftest: $(cat "$WORK/selftest")"
+  fi
+  "$BIN/wscope" info --target="$WS_TARGET" >"$WORK/info2" 2>&1
+  grep -Eq "cpu-compute .* blocks 0/" "$WORK/info2" && pass "selftest freed its blocks" \
+    || fail "blocks left after selftest: $(cat "$WORK/info2")"
   [[ $(stat -c %a "/dev/shm$WS_ARENA") == 600 ]] && pass "arena mode 0600" || fail "arena mode"
   TRIO="$(pids_of_trio | sort -u)"
   kill -TERM "$LAUNCH_PID"

@@ -1,10 +1,13 @@
 // CUDA part of the attention benchmark: split-KV decode over a packed ping-pong buffer
-// plus a half-full D-window, and the CPU+GPU partial merge.
+// plus a half-full D-window, the overlap of the next layer's H2D copy with it, and the
+// CPU+GPU partial merge.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/bench/bench_common.h"
@@ -209,6 +212,141 @@ void RunMla(const BenchOptions& options) {
   }
 }
 
+// Overlap of the next layer's DMA with this layer's attention: the copy engine moves
+// the next layer's tiles host (pinned) -> the other half of the ping-pong buffer on a
+// copy stream while the decode runs on the compute stream. Rows: the copy of a whole
+// layer's tiles (capped at 1 GiB of pinned memory), and a copy sized to take about as
+// long as the attention (where contention would show most). Columns: each alone, the
+// attention's own time while the copy runs, both together (copy start to last end), and
+// the ideal max(attention, copy).
+void RunOverlap(const BenchOptions& options) {
+  std::printf("\n== CUDA overlap: H2D copy (pinned, copy stream) || GQA decode (compute stream) ==\n");
+  std::printf("%-8s %8s %6s %-8s %9s %9s %9s %10s %9s %9s\n", "model", "tokens", "batch", "copy",
+              "copy_MB", "attn_ms", "copy_ms", "attn||copy", "both_ms", "ideal_ms");
+  constexpr size_t kPinnedBytes = size_t{1} << 30;
+  void* host = nullptr;
+  if (cudaMallocHost(&host, kPinnedBytes) != cudaSuccess) {
+    std::printf("no pinned memory, skipped\n");
+    return;
+  }
+  std::memset(host, 0x3c, kPinnedBytes);
+  DeviceMemory landing(kPinnedBytes);  // the other half of the ping-pong buffer
+  cudaStream_t compute = nullptr, copy = nullptr;
+  cudaEvent_t e0, e1, e2, e3;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  BENCH_CUDA(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&e0, &e1, &e2, &e3}) BENCH_CUDA(cudaEventCreate(e));
+  auto elapsed = [](cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return static_cast<double>(ms);
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const int iters = std::max(options.iters, 5);
+  for (const std::string& name : options.models) {
+    GqaModel model;
+    if (!FindModel(name, &model)) continue;
+    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
+                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
+    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    for (int64_t tokens : options.tokens) {
+      for (int32_t batch : options.batches) {
+        const int64_t tile_tokens = tokens - kWindowTokens;
+        const int64_t blocks = (tile_tokens + kBlockTokens - 1) / kBlockTokens;
+        const int64_t total_tiles = int64_t{batch} * blocks;
+        const double layer_bytes = double(total_tiles) * tile_values * 2;
+        if (layer_bytes > options.gpu_pool_gb * 1e9) {
+          std::printf("%-8s %8lld %6d   skipped (> --gpu-pool-gb)\n", model.name.c_str(),
+                      static_cast<long long>(tokens), batch);
+          continue;
+        }
+        const int64_t window_values = int64_t{batch} * 2 * shape.num_kv_heads * kWindow * shape.head_dim;
+        DeviceMemory tiles(total_tiles * tile_values * 2), window(window_values * 2);
+        if (!tiles.ptr || !window.ptr) continue;
+        BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, total_tiles * tile_values * 2));
+        BENCH_CUDA(cudaMemset(window.ptr, 0x3c, window_values * 2));
+        std::vector<int32_t> begin(batch + 1), wtokens(batch, kWindowTokens),
+            last(batch, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens));
+        for (int32_t s = 0; s <= batch; ++s) begin[s] = static_cast<int32_t>(s * blocks);
+        DeviceMemory begin_d((batch + 1) * 4), last_d(batch * 4), wtok_d(batch * 4);
+        BENCH_CUDA(cudaMemcpy(begin_d.ptr, begin.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+        BENCH_CUDA(cudaMemcpy(last_d.ptr, last.data(), batch * 4, cudaMemcpyHostToDevice));
+        BENCH_CUDA(cudaMemcpy(wtok_d.ptr, wtokens.data(), batch * 4, cudaMemcpyHostToDevice));
+        const int64_t q_values = int64_t{batch} * shape.num_q_heads * shape.head_dim;
+        DeviceMemory q(q_values * 2), o(q_values * 4), lse(int64_t{batch} * shape.num_q_heads * 4);
+        BENCH_CUDA(cudaMemset(q.ptr, 0x3c, q_values * 2));
+        cuda::GqaGpuDecodeArgs args;
+        args.shape = shape;
+        args.num_seqs = batch;
+        args.q = q.as<const uint16_t>();
+        args.kv.tiles = tiles.as<const uint16_t>();
+        args.kv.seq_tile_begin = begin_d.as<const int32_t>();
+        args.kv.seq_last_tile_tokens = last_d.as<const int32_t>();
+        args.kv.window = window.as<const uint16_t>();
+        args.kv.window_capacity = kWindow;
+        args.kv.seq_window_tokens = wtok_d.as<const int32_t>();
+        args.kv.max_seq_tokens = static_cast<int32_t>(tokens);
+        args.o = o.as<float>();
+        args.lse = lse.as<float>();
+        DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
+        args.workspace = workspace.ptr;
+        args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
+        auto attention = [&] { (void)cuda::GqaGpuDecode(args, compute); };
+        attention();
+        BENCH_CUDA(cudaStreamSynchronize(compute));
+        std::vector<double> attn_times;
+        for (int i = 0; i < iters; ++i) {
+          BENCH_CUDA(cudaEventRecord(e0, compute));
+          attention();
+          BENCH_CUDA(cudaEventRecord(e1, compute));
+          BENCH_CUDA(cudaEventSynchronize(e1));
+          attn_times.push_back(elapsed(e0, e1));
+        }
+        const double attn_ms = median(attn_times);
+        // Host -> device at ~55 GB/s: bytes that take about as long as the attention.
+        const size_t matched = static_cast<size_t>(attn_ms * 1e-3 * 55e9);
+        for (const auto& [label, want] :
+             {std::pair<const char*, size_t>{"layer", static_cast<size_t>(layer_bytes)},
+              std::pair<const char*, size_t>{"matched", matched}}) {
+          const size_t bytes = std::max<size_t>(256, std::min(want, kPinnedBytes) / 256 * 256);
+          std::vector<double> copy_alone, attn_during, both;
+          for (int i = 0; i < iters; ++i) {
+            BENCH_CUDA(cudaEventRecord(e0, copy));
+            BENCH_CUDA(cudaMemcpyAsync(landing.ptr, host, bytes, cudaMemcpyHostToDevice, copy));
+            BENCH_CUDA(cudaEventRecord(e1, copy));
+            BENCH_CUDA(cudaEventSynchronize(e1));
+            copy_alone.push_back(elapsed(e0, e1));
+            // Both: the copy is queued first, the attention starts behind its start event.
+            BENCH_CUDA(cudaEventRecord(e0, copy));
+            BENCH_CUDA(cudaMemcpyAsync(landing.ptr, host, bytes, cudaMemcpyHostToDevice, copy));
+            BENCH_CUDA(cudaStreamWaitEvent(compute, e0));
+            BENCH_CUDA(cudaEventRecord(e2, compute));
+            attention();
+            BENCH_CUDA(cudaEventRecord(e3, compute));
+            BENCH_CUDA(cudaStreamWaitEvent(copy, e3));
+            BENCH_CUDA(cudaEventRecord(e1, copy));
+            BENCH_CUDA(cudaEventSynchronize(e1));
+            both.push_back(elapsed(e0, e1));
+            attn_during.push_back(elapsed(e2, e3));
+          }
+          BENCH_CUDA(cudaGetLastError());
+          const double copy_ms = median(copy_alone);
+          std::printf("%-8s %8lld %6d %-8s %9.1f %9.3f %9.3f %10.3f %9.3f %9.3f\n", model.name.c_str(),
+                      static_cast<long long>(tokens), batch, label, bytes / 1e6, attn_ms, copy_ms,
+                      median(attn_during), median(both), std::max(attn_ms, copy_ms));
+        }
+      }
+    }
+  }
+  cudaStreamDestroy(compute);
+  cudaStreamDestroy(copy);
+  for (cudaEvent_t e : {e0, e1, e2, e3}) cudaEventDestroy(e);
+  cudaFreeHost(host);
+}
+
 void RunMerge(const BenchOptions& options) {
   std::printf("\n== CUDA merge of the CPU partial into the GPU partial ==\n");
   std::printf("%6s %6s %6s %10s\n", "batch", "heads", "dim", "us");
@@ -237,6 +375,7 @@ void RunCudaBenchmarks(const BenchOptions& options) {
     return;
   }
   RunGqa(options);
+  RunOverlap(options);
   if (options.mla) RunMla(options);
   if (options.merge) RunMerge(options);
 }

@@ -41,18 +41,22 @@ struct SplitPlan {
   int32_t tokens_per_split;
 };
 
-// Enough CTAs (ctas_per_split per split) for about four per SM (a memory-bound kernel
-// needs many loads in flight), splits of at least
-// kMinSplitTokens, at most kMaxSplits splits (bounds the workspace and the merge).
+// The GQA tensor-core kernel: internal::GqaTensorCoreTokensPerSplit (one wave for few
+// (seq, kv head) pairs, ~4 waves for many). Otherwise (MLA, SIMT GQA): enough CTAs
+// (ctas_per_split per split) for about four per SM, splits of at least
+// kMinSplitTokens. At most kMaxSplits splits (bounds the workspace and the merge).
 absl::StatusOr<SplitPlan> PlanSplits(int32_t max_seq_tokens, int64_t ctas_per_split,
-                                     const GpuSplitOptions& options) {
+                                     const GpuSplitOptions& options, bool gqa_tensor_cores) {
   if (max_seq_tokens < 0) return absl::InvalidArgumentError("max_seq_tokens < 0");
   int32_t per = options.tokens_per_split;
   if (per < 0 || per % 32 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokens_per_split ", per, " must be a non-negative multiple of 32"));
   }
-  if (per == 0) {
+  if (per == 0 && gqa_tensor_cores) {
+    per = internal::GqaTensorCoreTokensPerSplit(max_seq_tokens, ctas_per_split, SmCount(),
+                                                kMaxSplits);
+  } else if (per == 0) {
     const int64_t want_splits =
         std::max<int64_t>(1, (4 * int64_t{SmCount()} + ctas_per_split - 1) / std::max<int64_t>(1, ctas_per_split));
     per = static_cast<int32_t>((max_seq_tokens + want_splits - 1) / want_splits);
@@ -86,6 +90,10 @@ size_t PartialBytes(int32_t splits, int64_t rows, int32_t dim) {
   return o_bytes + (size_t{static_cast<size_t>(splits)} * rows * sizeof(float) + 255) / 256 * 256;
 }
 
+bool UsesTensorCores(const GqaShape& s) {
+  return s.num_kv_heads > 0 && internal::GqaDecodeUsesTensorCores(s.head_dim, s.group_size());
+}
+
 }  // namespace
 
 bool CudaDeviceAvailable() {
@@ -95,14 +103,15 @@ bool CudaDeviceAvailable() {
 
 size_t GqaGpuDecodeWorkspaceBytes(const GqaGpuDecodeArgs& args) {
   const auto plan = PlanSplits(args.kv.max_seq_tokens,
-                               int64_t{args.num_seqs} * std::max(1, args.shape.num_kv_heads), args.split);
+                               int64_t{args.num_seqs} * std::max(1, args.shape.num_kv_heads), args.split,
+                               UsesTensorCores(args.shape));
   if (!plan.ok()) return 0;
   return PartialBytes(plan->num_splits, int64_t{args.num_seqs} * args.shape.num_q_heads,
                       args.shape.head_dim);
 }
 
 size_t MlaGpuDecodeWorkspaceBytes(const MlaGpuDecodeArgs& args) {
-  const auto plan = PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split);
+  const auto plan = PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split, false);
   if (!plan.ok()) return 0;
   return PartialBytes(plan->num_splits, int64_t{args.num_seqs} * args.shape.num_heads,
                       args.shape.kv_lora_rank);
@@ -122,7 +131,8 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream) {
     return absl::UnimplementedError(absl::StrCat("GPU GQA decode: group ", s.group_size(), " > 8"));
   }
   WS_ASSIGN_OR_RETURN(const SplitPlan plan,
-                      PlanSplits(args.kv.max_seq_tokens, int64_t{args.num_seqs} * s.num_kv_heads, args.split));
+                      PlanSplits(args.kv.max_seq_tokens, int64_t{args.num_seqs} * s.num_kv_heads,
+                                 args.split, UsesTensorCores(s)));
   const int64_t rows = int64_t{args.num_seqs} * s.num_q_heads;
   const size_t need = PartialBytes(plan.num_splits, rows, s.head_dim);
   if (args.workspace == nullptr || args.workspace_bytes < need) {
@@ -163,7 +173,7 @@ absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
                                                  s.rope_dim, "/", s.num_heads));
   }
   WS_ASSIGN_OR_RETURN(const SplitPlan plan,
-                      PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split));
+                      PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split, false));
   const int64_t rows = int64_t{args.num_seqs} * s.num_heads;
   const size_t need = PartialBytes(plan.num_splits, rows, s.kv_lora_rank);
   if (args.workspace == nullptr || args.workspace_bytes < need) {

@@ -1,16 +1,26 @@
 // Split-KV GQA decode over the ping-pong tiles + the D-window.
 //
-// Grid (split, kv_head, seq); 4 warps. Each CTA covers `tokens_per_split` keys of one
-// (seq, kv head) for the `group` query heads that share it, so K/V are read once per
-// group. Warps take 32-token sub-tiles in turn:
-//   scores: lane = token; the lane reads its K row (16-byte loads) and dots it with the
-//           group's q held in shared memory (broadcast reads);
-//   output: lane = head_dim/32 consecutive dims; V rows are read coalesced and the
-//           probabilities come from the owning lane by shuffle.
-// Scores are kept in base 2 (q pre-scaled by scale*log2 e) and converted back to a
-// natural-log LSE when written. The warps' online-softmax states are merged in shared
-// memory; the CTA writes one normalized partial per split, and merge_states.cu merges
-// the splits.
+// Grid (split, kv_head, seq): each CTA covers `tokens_per_split` keys of one (seq, kv
+// head) for all `group` query heads that share it, so K/V are read once per group.
+//
+// Tensor-core path (head_dim 64/128, group <= 8): 4 warps take 16-token steps in turn,
+// each warp with its own online-softmax state; mma.sync m16n8k16 bf16 -> fp32.
+//   S = Q K^T: A = Q (rows = the group's query heads, padded to 16 with zeros), B = K
+//     straight from global memory: each thread loads 16 bytes of a K row per 32-dim
+//     chunk, and the head dimension is permuted identically in Q and K (a dot product
+//     does not care), so one 16-byte load feeds two k-steps.
+//   O += P V: A = P split into bf16 hi (rows 0-7) + bf16 lo (rows 8-15), so P keeps
+//     ~16 mantissa bits (the contract compares to an fp64 reference at 2e-5) and the
+//     padding rows do useful work; rows r and r+8 are summed at the end. B = V, loaded
+//     like K and transposed in registers by movmatrix.
+//   All K and V loads of a step are issued before its first mma: 8 KB per warp-step
+//   in flight, 12 warps per SM (3 CTAs), keep HBM at ~90% on large batches.
+// SIMT path (head_dim 256, larger groups are rejected by the host): lane = token for
+//   the scores, lane = dims for the output, as before.
+// Scores are kept in base 2 (scaled by scale*log2 e) and converted back to a natural-log
+// LSE when written. The warps' states are merged in shared memory; the CTA writes one
+// normalized partial per split, and merge_states.cu merges the splits.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/device_util.cuh"
@@ -19,11 +29,218 @@
 namespace writescope::kernels::cuda::internal {
 namespace {
 
+// ---------------------------------------------------------------- tensor-core path ----
+
+constexpr int kTcWarps = 4;
+constexpr int kTcStep = 16;  // tokens per warp step: the k of the P V mma
+constexpr int kTcMaxGroup = 8;
+// 3 CTAs per SM caps registers at 168 (no spills at head_dim 128). Measured on the H200
+// against 2 (176 registers) and 4 (128, spills): 3 was fastest on every shape at >= 32K.
+constexpr int kTcMinCtasPerSm = 3;
+
+__device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Transposes the 8x8 bf16 matrix whose row (lane / 4) holds columns 2 (lane % 4) + {0, 1}
+// in this lane's register.
+__device__ __forceinline__ uint32_t Transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// p0, p1 -> bf16 pairs hi and lo with hi + lo == p to ~2^-17 relative.
+__device__ __forceinline__ void SplitBf16(float p0, float p1, uint32_t& hi, uint32_t& lo) {
+  hi = PackBf16(p0, p1);
+  lo = PackBf16(p0 - Bf16Lo(hi), p1 - Bf16Hi(hi));
+}
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
+    GqaDecodeTcKernel(GqaParams p) {
+  constexpr int kChunks = kDim / 32;  // 32-dim chunks: one 16-byte load per thread and row
+  const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gid = lane / 4, tig = lane % 4;  // mma fragment row / column pair
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t row0 = int64_t{seq} * p.num_q_heads + int64_t{kvh} * group;
+
+  __shared__ float m_s[kTcWarps][kTcMaxGroup], l_s[kTcWarps][kTcMaxGroup];
+  __shared__ __align__(16) float acc_s[kTcWarps][kTcMaxGroup][kDim];
+
+  // Q rows (query head gid), dims ch*32 + 8 tig + [0, 8) of each chunk: the A fragments
+  // of the two k-steps of that chunk.
+  uint4 qf[kChunks];
+#pragma unroll
+  for (int ch = 0; ch < kChunks; ++ch) {
+    qf[ch] = gid < group ? *reinterpret_cast<const uint4*>(p.q + (row0 + gid) * kDim + ch * 32 + tig * 8)
+                         : make_uint4(0, 0, 0, 0);
+  }
+
+  const SeqKeys keys = LoadSeqKeys(p.kv, seq, p.block_tokens);
+  const int32_t begin = split * p.tokens_per_split;
+  const int32_t end = min(keys.total(), begin + p.tokens_per_split);
+  const int64_t head_tile = int64_t{p.block_tokens} * kDim;  // one head's rows in a tile
+  const int64_t v_in_tile = int64_t{p.num_kv_heads} * head_tile;
+  const int64_t head_window = int64_t{p.kv.window_capacity} * kDim;
+  const int64_t v_in_window = int64_t{p.num_kv_heads} * head_window;
+
+  float m = kNegInf, l = 0;  // head gid; l is this lane's share
+  // n-tile (ch, j): [0..1] = P_hi V, [2..3] = P_lo V for dims ch*32 + 8 tig + 2 j + {0, 1}.
+  float acc[kChunks * 4][4];
+#pragma unroll
+  for (int n = 0; n < kChunks * 4; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0;
+
+  for (int32_t t0 = begin + warp * kTcStep; t0 < end; t0 += kTcWarps * kTcStep) {
+    // Rows t0 + gid (g = 0) and t0 + gid + 8 (g = 1).
+    const uint16_t* k_row[2];
+    int64_t v_off[2];
+    bool valid[2];
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      const int32_t t = t0 + gid + 8 * g;
+      valid[g] = t < end;
+      if (t < keys.tile_tokens) {
+        k_row[g] = keys.tiles + int64_t{t / p.block_tokens} * p.kv.tile_values + kvh * head_tile +
+                   int64_t{t % p.block_tokens} * kDim;
+        v_off[g] = v_in_tile;
+      } else {
+        k_row[g] = keys.window + kvh * head_window + int64_t{t - keys.tile_tokens} * kDim;
+        v_off[g] = v_in_window;
+      }
+    }
+    uint4 kr[2][kChunks], vr[2][kChunks];
+#pragma unroll
+    for (int g = 0; g < 2; ++g)
+#pragma unroll
+      for (int ch = 0; ch < kChunks; ++ch) {
+        // Invalid rows read nothing: tile padding may hold anything (NaN).
+        kr[g][ch] = valid[g] ? __ldg(reinterpret_cast<const uint4*>(k_row[g] + ch * 32 + tig * 8))
+                             : make_uint4(0, 0, 0, 0);
+        vr[g][ch] = valid[g] ? __ldg(reinterpret_cast<const uint4*>(k_row[g] + v_off[g] + ch * 32 + tig * 8))
+                             : make_uint4(0, 0, 0, 0);
+      }
+
+    // S = Q K^T for tokens t0 + 8 g + 2 tig + {0, 1} of head gid.
+    float s[2][4];
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[g][i] = 0;
+#pragma unroll
+      for (int ch = 0; ch < kChunks; ++ch) {
+        MmaBf16(s[g], qf[ch].x, 0u, qf[ch].y, 0u, kr[g][ch].x, kr[g][ch].y);
+        MmaBf16(s[g], qf[ch].z, 0u, qf[ch].w, 0u, kr[g][ch].z, kr[g][ch].w);
+      }
+    }
+
+    // Online softmax; a quad (same gid) holds the step's 16 tokens of one head.
+    float x[2][2];
+    float step_max = kNegInf;
+#pragma unroll
+    for (int g = 0; g < 2; ++g)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        x[g][i] = t0 + 8 * g + 2 * tig + i < end ? s[g][i] * p.scale_log2 : kNegInf;
+        step_max = fmaxf(step_max, x[g][i]);
+      }
+    step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 1));
+    step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 2));
+    const float m_new = fmaxf(m, step_max);  // finite: token t0 is valid
+    const float alpha = exp2f(m - m_new);    // m = -inf: 0
+    m = m_new;
+    float pr[2][2];
+#pragma unroll
+    for (int g = 0; g < 2; ++g)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) pr[g][i] = exp2f(x[g][i] - m_new);  // masked: 0
+    l = l * alpha + ((pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
+#pragma unroll
+    for (int n = 0; n < kChunks * 4; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[n][i] *= alpha;
+
+    // A = [P_hi; P_lo]: a0a1 / a4a5 = hi of tokens 2 tig.. / 8 + 2 tig.., a2a3 / a6a7 = lo.
+    uint32_t p_hi0, p_lo0, p_hi1, p_lo1;
+    SplitBf16(pr[0][0], pr[0][1], p_hi0, p_lo0);
+    SplitBf16(pr[1][0], pr[1][1], p_hi1, p_lo1);
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // Word j of a V row holds dims ch*32 + 8 tig + 2 j + {0, 1}; transposed, lane
+        // (gid, tig) gets tokens 2 tig + {0, 1} of dim ch*32 + 8 (gid / 2) + 2 j + gid % 2,
+        // the B fragment of n-tile (ch, j).
+        const uint32_t b0 = Transpose8x8(Word(vr[0][ch], j));
+        const uint32_t b1 = Transpose8x8(Word(vr[1][ch], j));
+        MmaBf16(acc[ch * 4 + j], p_hi0, p_lo0, p_hi1, p_lo1, b0, b1);
+      }
+  }
+
+  // Merge the warps' states.
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (gid < group) {
+    if (tig == 0) {
+      m_s[warp][gid] = m;
+      l_s[warp][gid] = l;
+    }
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float* a = acc[ch * 4 + j];
+        *reinterpret_cast<float2*>(&acc_s[warp][gid][ch * 32 + 8 * tig + 2 * j]) =
+            make_float2(a[0] + a[2], a[1] + a[3]);
+      }
+  }
+  __syncthreads();
+  const int64_t rows = int64_t{p.num_seqs} * p.num_q_heads;
+  float* part_o = p.part_o + (int64_t{split} * rows + row0) * kDim;
+  float* part_lse = p.part_lse + int64_t{split} * rows + row0;
+  for (int i = threadIdx.x; i < group * kDim; i += blockDim.x) {
+    const int h = i / kDim, d = i % kDim;
+    float m_all = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) m_all = fmaxf(m_all, m_s[w][h]);
+    float l_all = 0, o = 0;
+    if (m_all != kNegInf) {
+#pragma unroll
+      for (int w = 0; w < kTcWarps; ++w) {
+        const float scale = exp2f(m_s[w][h] - m_all);  // idle warp (-inf, 0): 0
+        l_all += scale * l_s[w][h];
+        o += scale * acc_s[w][h][d];
+      }
+    }
+    part_o[int64_t{h} * kDim + d] = l_all > 0 ? o / l_all : 0.0f;
+    if (d == 0) part_lse[h] = l_all > 0 ? (m_all + log2f(l_all)) * kLn2 : kNegInf;
+  }
+}
+
+// --------------------------------------------------------------------- SIMT path ----
+
 constexpr int kWarps = 4;
 
 template <int kDim, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
-    GqaDecodeSplitKernel(GqaParams p) {
+    GqaDecodeSimtKernel(GqaParams p) {
   constexpr int kPerLane = kDim / 32;  // output dims owned by one lane
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -108,18 +325,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       const uint16_t* v_j = reinterpret_cast<const uint16_t*>(
           __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(v_row), j));
       float v[kPerLane];
-      if constexpr (kPerLane == 4) {
-        const uint2 raw = *reinterpret_cast<const uint2*>(v_j + lane * 4);
-        v[0] = Bf16Lo(raw.x); v[1] = Bf16Hi(raw.x); v[2] = Bf16Lo(raw.y); v[3] = Bf16Hi(raw.y);
-      } else if constexpr (kPerLane == 2) {
-        const uint32_t raw = *reinterpret_cast<const uint32_t*>(v_j + lane * 2);
-        v[0] = Bf16Lo(raw); v[1] = Bf16Hi(raw);
-      } else {
 #pragma unroll
-        for (int i = 0; i < kPerLane; i += 2) {
-          const uint32_t raw = *reinterpret_cast<const uint32_t*>(v_j + lane * kPerLane + i);
-          v[i] = Bf16Lo(raw); v[i + 1] = Bf16Hi(raw);
-        }
+      for (int i = 0; i < kPerLane; i += 2) {
+        const uint32_t raw = *reinterpret_cast<const uint32_t*>(v_j + lane * kPerLane + i);
+        v[i] = Bf16Lo(raw);
+        v[i + 1] = Bf16Hi(raw);
       }
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) {
@@ -165,37 +375,53 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <int kDim, int kGroup>
-int Launch(const GqaParams& p, cudaStream_t stream) {
+int LaunchSimt(const GqaParams& p, cudaStream_t stream) {
   const dim3 grid(p.num_splits, p.num_kv_heads, p.num_seqs);
-  GqaDecodeSplitKernel<kDim, kGroup><<<grid, kWarps * 32, 0, stream>>>(p);
+  GqaDecodeSimtKernel<kDim, kGroup><<<grid, kWarps * 32, 0, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <int kDim>
-int LaunchForGroup(const GqaParams& p, cudaStream_t stream) {
+int LaunchSimtForGroup(const GqaParams& p, cudaStream_t stream) {
   switch (p.num_q_heads / p.num_kv_heads) {
-    case 1: return Launch<kDim, 1>(p, stream);
-    case 2: return Launch<kDim, 2>(p, stream);
-    case 3: return Launch<kDim, 3>(p, stream);
-    case 4: return Launch<kDim, 4>(p, stream);
-    case 5: return Launch<kDim, 5>(p, stream);
-    case 6: return Launch<kDim, 6>(p, stream);
-    case 7: return Launch<kDim, 7>(p, stream);
-    case 8: return Launch<kDim, 8>(p, stream);
+    case 1: return LaunchSimt<kDim, 1>(p, stream);
+    case 2: return LaunchSimt<kDim, 2>(p, stream);
+    case 3: return LaunchSimt<kDim, 3>(p, stream);
+    case 4: return LaunchSimt<kDim, 4>(p, stream);
+    case 5: return LaunchSimt<kDim, 5>(p, stream);
+    case 6: return LaunchSimt<kDim, 6>(p, stream);
+    case 7: return LaunchSimt<kDim, 7>(p, stream);
+    case 8: return LaunchSimt<kDim, 8>(p, stream);
     default: return static_cast<int>(cudaErrorNotSupported);
   }
 }
 
+template <int kDim>
+int LaunchTc(const GqaParams& p, cudaStream_t stream) {
+  const dim3 grid(p.num_splits, p.num_kv_heads, p.num_seqs);
+  GqaDecodeTcKernel<kDim><<<grid, kTcWarps * 32, 0, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace
+
+bool GqaDecodeUsesTensorCores(int32_t head_dim, int32_t group) {
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= kTcMaxGroup;
+}
 
 int LaunchGqaDecode(const GqaParams& p, void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
   int status;
-  switch (p.head_dim) {
-    case 64: status = LaunchForGroup<64>(p, stream); break;
-    case 128: status = LaunchForGroup<128>(p, stream); break;
-    case 256: status = LaunchForGroup<256>(p, stream); break;
-    default: return static_cast<int>(cudaErrorNotSupported);
+  if (GqaDecodeUsesTensorCores(p.head_dim, group)) {
+    status = p.head_dim == 64 ? LaunchTc<64>(p, stream) : LaunchTc<128>(p, stream);
+  } else {
+    switch (p.head_dim) {
+      case 64: status = LaunchSimtForGroup<64>(p, stream); break;
+      case 128: status = LaunchSimtForGroup<128>(p, stream); break;
+      case 256: status = LaunchSimtForGroup<256>(p, stream); break;
+      default: return static_cast<int>(cudaErrorNotSupported);
+    }
   }
   if (status != cudaSuccess) return status;
   return LaunchMergeSplits(p.part_o, p.part_lse, p.num_splits,

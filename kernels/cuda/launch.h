@@ -44,6 +44,33 @@ struct MlaParams {
   float* lse;
 };
 
+// Whether LaunchGqaDecode takes the tensor-core path for this shape (else SIMT).
+bool GqaDecodeUsesTensorCores(int32_t head_dim, int32_t group);
+
+// Split size (tokens, a multiple of 64) for the tensor-core GQA decode when the caller
+// leaves it open; `pairs` = num_seqs * num_kv_heads CTAs per split. Measured on the
+// H200 (docs/notes/cuda_decode_tuning.md): a partial last wave costs most, so
+//   - few pairs (batch 1-8): one wave, up to kGqaResidentCtasPerSm * SMs CTAs in all;
+//   - many pairs: about kGqaTargetWaves waves, where the tail is a small share;
+// splits of at least kGqaMinSplitTokens (a split's partial costs ~8 KB of writes and
+// reads per kv head, small against its >= 128 KB of K/V) and at most `max_splits`.
+constexpr int32_t kGqaResidentCtasPerSm = 3;
+constexpr int32_t kGqaTargetWaves = 4;
+constexpr int32_t kGqaMinSplitTokens = 256;
+inline int32_t GqaTensorCoreTokensPerSplit(int32_t max_seq_tokens, int64_t pairs,
+                                           int32_t sm_count, int32_t max_splits) {
+  const int64_t resident = int64_t{sm_count} * kGqaResidentCtasPerSm;
+  if (pairs < 1) pairs = 1;
+  int64_t splits = 2 * pairs <= resident ? resident / pairs
+                                         : (kGqaTargetWaves * resident + pairs - 1) / pairs;
+  if (splits < 1) splits = 1;
+  int64_t per = (int64_t{max_seq_tokens} + splits - 1) / splits;
+  per = per < kGqaMinSplitTokens ? kGqaMinSplitTokens : per;
+  const int64_t floor_for_max = (int64_t{max_seq_tokens} + max_splits - 1) / max_splits;
+  per = per < floor_for_max ? floor_for_max : per;
+  return static_cast<int32_t>((per + 63) / 64 * 64);
+}
+
 int LaunchGqaDecode(const GqaParams& p, void* stream);
 int LaunchMlaDecode(const MlaParams& p, void* stream);
 // Merges `num_parts` partials laid out [num_parts][rows][dim] into out.

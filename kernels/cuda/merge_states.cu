@@ -1,6 +1,11 @@
 // Exact merges of partial attention states on the GPU: the split-KV reduction and the
-// CPU-partial + GPU-partial merge. One warp per row; a row's lse is read by all lanes
-// before lane 0 writes it, so `out` may alias an input.
+// CPU-partial + GPU-partial merge.
+//   Split reduction: one CTA per row; the weights exp(lse_i - max) go to shared memory
+//   first, then threads (dims as float4) x (parts in groups) read the partials with
+//   many loads in flight (the partials sit in L2: the decode kernel just wrote them).
+//   A generic one-warp-per-row kernel covers dims that are no multiple of 4.
+//   Two-state merge: one warp per row; a row's lse is read by all lanes before lane 0
+//   writes it, so `out` may alias an input.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/device_util.cuh"
@@ -54,6 +59,93 @@ __global__ void MergeSplitsKernel(const float* __restrict__ part_o,
   if (lane == 0) lse[row] = sum > 0 ? m + logf(sum) : kNegInf;
 }
 
+constexpr int kMergeThreads = 256;  // a batch-1 step has few rows: parallelism comes from the parts
+constexpr int kMaxVecParts = 1024;
+
+__device__ __forceinline__ float BlockMax(float x, float* scratch) {
+  x = WarpMax(x);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kMergeThreads / 32; ++w) x = fmaxf(x, scratch[w]);
+  __syncthreads();
+  return x;
+}
+
+__device__ __forceinline__ float BlockSum(float x, float* scratch) {
+  x = WarpSum(x);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = 0;
+#pragma unroll
+  for (int w = 0; w < kMergeThreads / 32; ++w) x += scratch[w];
+  __syncthreads();
+  return x;
+}
+
+// dim % 4 == 0, dim <= 4 * kMergeThreads, num_parts <= kMaxVecParts. Empty partials
+// have o = 0 (finite) and weight 0, so they add nothing and no NaN.
+__global__ void __launch_bounds__(kMergeThreads)
+    MergeSplitsVecKernel(const float* __restrict__ part_o, const float* __restrict__ part_lse,
+                         int32_t num_parts, int64_t rows, int32_t dim, float* __restrict__ o,
+                         float* __restrict__ lse) {
+  __shared__ float w_s[kMaxVecParts];
+  __shared__ float scratch[kMergeThreads / 32];
+  __shared__ float4 acc_s[kMergeThreads];
+  const int64_t row = blockIdx.x;
+  const int tid = threadIdx.x;
+  float m = kNegInf;
+  for (int32_t i = tid; i < num_parts; i += kMergeThreads) {
+    w_s[i] = part_lse[i * rows + row];
+    m = fmaxf(m, w_s[i]);
+  }
+  m = BlockMax(m, scratch);
+  float sum = 0;
+  for (int32_t i = tid; i < num_parts; i += kMergeThreads) {
+    const float w = m == kNegInf ? 0.0f : expf(w_s[i] - m);
+    w_s[i] = w;
+    sum += w;
+  }
+  sum = BlockSum(sum, scratch);  // its barrier also publishes w_s
+
+  const int vecs = dim / 4;
+  const int groups = kMergeThreads / vecs;
+  const int v = tid % vecs, grp = tid / vecs;
+  float4 a = make_float4(0, 0, 0, 0);
+  if (grp < groups) {
+    const float* src = part_o + row * dim + 4 * v;
+#pragma unroll 8
+    for (int32_t i = grp; i < num_parts; i += groups) {
+      const float w = w_s[i];
+      const float4 x = __ldg(reinterpret_cast<const float4*>(src + i * rows * dim));
+      a.x += w * x.x;
+      a.y += w * x.y;
+      a.z += w * x.z;
+      a.w += w * x.w;
+    }
+  }
+  acc_s[tid] = a;
+  __syncthreads();
+  if (tid < vecs) {
+    float4 t = acc_s[tid];
+    for (int g = 1; g < groups; ++g) {
+      const float4 x = acc_s[g * vecs + tid];
+      t.x += x.x;
+      t.y += x.y;
+      t.z += x.z;
+      t.w += x.w;
+    }
+    const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+    float* dst = o + row * dim + 4 * v;
+    dst[0] = t.x * inv;
+    dst[1] = t.y * inv;
+    dst[2] = t.z * inv;
+    dst[3] = t.w * inv;
+  }
+  if (tid == 0) lse[row] = sum > 0 ? m + logf(sum) : kNegInf;
+}
+
 __global__ void MergeTwoKernel(const float* o_a, const float* lse_a, const float* o_b,
                                const float* lse_b, float* o_out, float* lse_out, int64_t rows,
                                int32_t dim) {
@@ -84,6 +176,11 @@ __global__ void MergeTwoKernel(const float* o_a, const float* lse_a, const float
 int LaunchMergeSplits(const float* part_o, const float* part_lse, int32_t num_parts,
                       int64_t rows, int32_t dim, float* o, float* lse, void* stream) {
   if (rows == 0) return cudaSuccess;
+  if (dim % 4 == 0 && dim <= 4 * kMergeThreads && num_parts <= kMaxVecParts) {
+    MergeSplitsVecKernel<<<rows, kMergeThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        part_o, part_lse, num_parts, rows, dim, o, lse);
+    return static_cast<int>(cudaGetLastError());
+  }
   if (dim > 32 * kMaxPerLane) return cudaErrorNotSupported;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   MergeSplitsKernel<<<blocks, kRowsPerBlock * 32, 0, static_cast<cudaStream_t>(stream)>>>(

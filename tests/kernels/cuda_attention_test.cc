@@ -40,7 +40,9 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) EXPECT_EQ(cudaMalloc(&ptr_, bytes), cudaSuccess);
+    if (bytes > 0) {
+      EXPECT_EQ(cudaMalloc(&ptr_, bytes), cudaSuccess);
+    }
   }
   ~DeviceBuffer() {
     if (ptr_ != nullptr) cudaFree(ptr_);
@@ -249,6 +251,8 @@ constexpr GqaCase kGqaCases[] = {
     {"Qwen3", 32, 4, 128, 256},
     {"Mixtral", 32, 8, 128, 64},
     {"Odd6x3d64", 6, 3, 64, 32},
+    {"Mha4d128", 4, 4, 128, 64},  // group 1 on the tensor-core path
+    {"G2d256", 4, 2, 256, 64},    // head_dim 256: the SIMT path
 };
 
 TokenCodec GqaCodec(const GqaShape& s) {

@@ -3,8 +3,8 @@
 # the bundle deploy/gpu-bundle.sh built (carry dist/writescope-gpu.tar.gz). Results go to
 # $OUT (at most 8 files come back): measure.log has everything, in order.
 #
-#   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel fixtures
-#                                     (default: all, in that order)
+#   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
+#                                     e2e fixtures (default: all, in that order)
 #
 # Each step has its own time limit so that one slow step cannot eat the call.
 set -uo pipefail
@@ -13,7 +13,7 @@ OUT="${OUT:-/tmp/ws-out}"
 mkdir -p "$OUT"
 LOG="$OUT/measure.log"
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(probe tests attention kv channel fixtures)
+[[ ${#steps[@]} -eq 0 ]] && steps=(probe tests attention kv channel experts load e2e fixtures)
 
 run_step() {  # run_step NAME LIMIT_S COMMAND...
   local name="$1" limit="$2"; shift 2
@@ -38,6 +38,17 @@ for step in "${steps[@]}"; do
       run_step kv 150 deploy/gpu-run.sh kv_transfer_bench --device=cuda ;;
     channel)
       run_step channel 90 deploy/gpu-run.sh channel_bench ;;
+    experts)
+      run_step experts 240 deploy/gpu-run.sh cpu_experts_bench ;;
+    load)
+      # A synthetic Qwen3-30B-A3B, all 48 layers, each worker's side.
+      run_step load-gpu-side 120 deploy/gpu-run.sh model_load_bench --synthetic=qwen3_moe --side=gpu
+      run_step load-cpu-side 200 deploy/gpu-run.sh model_load_bench --synthetic=qwen3_moe --side=cpu ;;
+    e2e)
+      # The real trio on the CUDA device: launch, health, selftest (KV paths), kills.
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      run_step e2e-cuda 240 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" WS_E2E_DEVICE=cuda \
+        tests/e2e/launch_test.sh "$PWD" /tmp/ws/bin ;;
     fixtures)
       run_step fixtures 300 python3 deploy/make_fixtures.py --out /tmp/fixtures
       if [[ -d /tmp/fixtures ]]; then

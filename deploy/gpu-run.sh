@@ -6,6 +6,7 @@
 #   deploy/gpu-run.sh ws_probe --json=$OUT/probe.json
 #   deploy/gpu-run.sh channel_bench
 #   deploy/gpu-run.sh --all-tests            # every bin/*_test; exit 77 counts as skipped
+#   deploy/gpu-run.sh --unpack-only          # unpack to /tmp/ws, run nothing
 #
 # Environment: WS_BUNDLE (tarball, default dist/writescope-gpu.tar.gz), WS_BUNDLE_DIR
 # (where to unpack, default /tmp/ws).
@@ -36,6 +37,7 @@ if [[ ! -f $dest/.bundle-stamp || $(cat "$dest/.bundle-stamp") != "$stamp" ]]; t
 fi
 head -2 "$dest/MANIFEST" >&2
 
+[[ $1 == "--unpack-only" ]] && exit 0
 if [[ $1 != "--all-tests" ]]; then
   exec "$dest/run.sh" "$@"
 fi

@@ -331,7 +331,27 @@ absl::Status ParseQwen3Moe(const FieldReader& f, ModelConfig& c) {
   if (c.num_heads > 0) {
     WS_ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", c.hidden_size / c.num_heads));
   }
-  WS_ASSIGN_OR_RETURN(c.n_routed_experts, f.Int("num_experts"));
+  // The expert count: 4.x writes "num_experts"; transformers 5 renamed the attribute and
+  // writes "num_local_experts" (as Mixtral's). Either is accepted; both must then agree.
+  const bool has_num_experts = !f.IsNullOrAbsent("num_experts");
+  const bool has_local_experts = !f.IsNullOrAbsent("num_local_experts");
+  if (!has_num_experts && !has_local_experts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.source, ": missing required field 'num_experts' (transformers 4.x) or ",
+                     "'num_local_experts' (transformers 5)"));
+  }
+  if (has_num_experts) {
+    WS_ASSIGN_OR_RETURN(c.n_routed_experts, f.Int("num_experts"));
+  }
+  if (has_local_experts) {
+    WS_ASSIGN_OR_RETURN(int64_t local_experts, f.Int("num_local_experts"));
+    if (has_num_experts && local_experts != c.n_routed_experts) {
+      return f.Error("num_local_experts",
+                     absl::StrCat("is ", local_experts, " but 'num_experts' is ",
+                                  c.n_routed_experts, ": the expert count is ambiguous"));
+    }
+    c.n_routed_experts = local_experts;
+  }
   WS_ASSIGN_OR_RETURN(c.num_experts_per_tok, f.Int("num_experts_per_tok"));
   WS_ASSIGN_OR_RETURN(c.moe_intermediate_size, f.Int("moe_intermediate_size"));
   WS_ASSIGN_OR_RETURN(c.intermediate_size, f.Int("intermediate_size", 0));

@@ -11,7 +11,9 @@
 //   4.x: "rope_theta": 1e6, "rope_scaling": {"type"|"rope_type": "yarn", "factor": ...},
 //        "torch_dtype": "bfloat16"
 //   5.x: "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": ...}
-//        (or keyed by layer type: {"full_attention": {...}}), "dtype": "bfloat16"
+//        (or keyed by layer type: {"full_attention": {...}}), "dtype": "bfloat16";
+//        Qwen3-MoE's expert count as "num_local_experts" (4.x: "num_experts"; both may be
+//        present if they agree)
 // When both are present, 5.x fields win.
 #ifndef WRITESCOPE_COMMON_MODEL_CONFIG_H_
 #define WRITESCOPE_COMMON_MODEL_CONFIG_H_

@@ -51,6 +51,46 @@ TileList MakeTileList(const HostSequence& seq, int64_t layer, int64_t tokens) {
   return t;
 }
 
+// Causal GQA attention in fp32 with a double softmax (transformers' eager attention, the
+// kFp32 reference mode): query i (position query_position0 + i) sees keys [0, position].
+//   q     [num_queries][heads][dim]
+//   rows  [num_keys][K kv_heads x dim | V kv_heads x dim]
+//   out   [num_queries][heads][dim]
+void GqaNaiveAttention(const float* q, int64_t num_queries, int64_t query_position0,
+                       const float* rows, int64_t heads, int64_t kv_heads, int64_t dim,
+                       float softmax_scale, float* out) {
+  const int64_t group = heads / kv_heads, row = 2 * kv_heads * dim;
+  // Serial for a tiny model's decode step, where a parallel region costs more than it saves.
+  const bool parallel =
+      num_queries * heads * (query_position0 + num_queries) * 2 * dim > (int64_t{1} << 20);
+#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (parallel)
+  for (int64_t i = 0; i < num_queries; ++i) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* qh = q + (i * heads + h) * dim;
+      const int64_t kv = h / group, visible = query_position0 + i + 1;
+      std::vector<double> scores(visible);
+      double max = -INFINITY;
+      for (int64_t j = 0; j < visible; ++j) {
+        const float* k = rows + j * row + kv * dim;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < dim; ++c) dot += qh[c] * k[c];
+        scores[j] = double{dot} * softmax_scale;
+        max = std::max(max, scores[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < visible; ++j) sum += (scores[j] = std::exp(scores[j] - max));
+      std::vector<double> acc(dim, 0.0);
+      for (int64_t j = 0; j < visible; ++j) {
+        const float* v = rows + j * row + (kv_heads + kv) * dim;
+        const double p = scores[j] / sum;
+        for (int64_t c = 0; c < dim; ++c) acc[c] += p * v[c];
+      }
+      float* oh = out + (i * heads + h) * dim;
+      for (int64_t c = 0; c < dim; ++c) oh[c] = static_cast<float>(acc[c]);
+    }
+  }
+}
+
 }  // namespace
 
 float AttentionSoftmaxScale(const ModelConfig& config, MlaSoftmaxScale mode) {
@@ -65,10 +105,27 @@ float AttentionSoftmaxScale(const ModelConfig& config, MlaSoftmaxScale mode) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// ForwardTrace
+
+void ForwardTrace::Append(const ForwardTrace& part) {
+  auto append = [](auto& all, const auto& next) {
+    all.resize(std::max(all.size(), next.size()));
+    for (size_t i = 0; i < next.size(); ++i) {
+      all[i].insert(all[i].end(), next[i].begin(), next[i].end());
+    }
+  };
+  append(hidden_states, part.hidden_states);
+  append(router_margins, part.router_margins);
+  append(router_experts, part.router_experts);
+  replayed_decisions += part.replayed_decisions;
+  changed_decisions += part.changed_decisions;
+}
+
+// ---------------------------------------------------------------------------------------------
 // HostSequence
 
 HostSequence::HostSequence(const KvGeometry& geometry)
-    : geometry_(geometry), layers_(geometry.num_layers) {}
+    : geometry_(geometry), layers_(geometry.num_layers), f32_rows_(geometry.num_layers) {}
 
 int64_t HostSequence::num_blocks() const {
   const uint64_t per_block = geometry_.values_per_token_layer() * geometry_.block_tokens;
@@ -183,9 +240,22 @@ absl::Status HostModel::GqaAttention(HostSequence& seq, int64_t layer, const flo
     }
   }
 
+  std::vector<float> o(tokens * heads * dim), lse(tokens * heads);
+  if (options_.attention_precision == AttentionPrecision::kFp32) {
+    const int64_t row = 2 * kv_heads * dim;
+    std::vector<float>& rows = seq.f32_rows_[layer];
+    rows.resize((p0 + tokens) * row);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy_n(k.data() + t * kv_heads * dim, kv_heads * dim, rows.data() + (p0 + t) * row);
+      std::copy_n(v.data() + t * kv_heads * dim, kv_heads * dim,
+                  rows.data() + (p0 + t) * row + kv_heads * dim);
+    }
+    GqaNaiveAttention(q.data(), tokens, p0, rows.data(), heads, kv_heads, dim, softmax_scale_,
+                      o.data());
+    return Linear(o.data(), tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out, cache());
+  }
   std::vector<uint16_t> q_bf16(q.size());
   ToBf16(q.data(), q.size(), q_bf16.data());
-  std::vector<float> o(tokens * heads * dim), lse(tokens * heads);
   TileList tiles = MakeTileList(seq, layer, p0 + tokens);
   GqaShape shape;
   shape.num_q_heads = static_cast<int32_t>(heads);
@@ -264,7 +334,13 @@ absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const flo
   const LinearWeight kv_b = AsLinear(W(layer, "self_attn.kv_b_proj.weight"));
   std::vector<float> attn(tokens * d.num_heads * d.v_dim);
   const int64_t keys = p0 + tokens;
-  if (decode && tokens == 1 && options_.mla_decode == MlaDecodeMode::kAbsorbed) {
+  if (options_.attention_precision == AttentionPrecision::kFp32) {
+    std::vector<float>& rows = seq.f32_rows_[layer];
+    rows.resize(keys * latent);
+    std::copy_n(kv_a.data(), tokens * latent, rows.data() + p0 * latent);
+    WS_RETURN_IF_ERROR(MlaNaiveAttention(d, q.data(), tokens, p0, rows.data(), keys, kv_b,
+                                         softmax_scale_, attn.data(), cache()));
+  } else if (decode && tokens == 1 && options_.mla_decode == MlaDecodeMode::kAbsorbed) {
     std::vector<float> q_abs(d.num_heads * latent);
     MlaAbsorbQuery(d, q.data(), 1, kv_b, q_abs.data());
     std::vector<uint16_t> q_bf16(q_abs.size());
@@ -298,24 +374,56 @@ absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const flo
   return Linear(attn.data(), tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out, cache());
 }
 
-absl::Status HostModel::Mlp(int64_t layer, const float* x, int64_t tokens, float* out) {
+absl::Status HostModel::Mlp(int64_t layer, int64_t position0, const float* x, int64_t tokens,
+                            float* out, ForwardTrace* trace) {
   if (!config_.IsMoeLayer(layer)) {
     return SwiGluMlp(x, tokens, AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kGate))),
                      AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kUp))),
                      AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kDown))), out,
                      cache());
   }
-  return Moe(layer, x, tokens, out);
+  return Moe(layer, position0, x, tokens, out, trace);
 }
 
-absl::Status HostModel::Moe(int64_t layer, const float* x, int64_t tokens, float* out) {
+absl::Status HostModel::Moe(int64_t layer, int64_t position0, const float* x, int64_t tokens,
+                            float* out, ForwardTrace* trace) {
   const int64_t hidden = config_.hidden_size, experts = config_.n_routed_experts;
   const int64_t k = router_.top_k;
   std::vector<float> logits(tokens * experts);
   WS_RETURN_IF_ERROR(Linear(x, tokens, AsLinear(weights_.Router(layer)), logits.data(), cache()));
   std::vector<int32_t> ids(tokens * k);
-  std::vector<float> weights(tokens * k);
-  RouteTokens(logits.data(), tokens, router_, ids.data(), weights.data());
+  std::vector<float> weights(tokens * k), margins(tokens);
+  RouteTokens(logits.data(), tokens, router_, ids.data(), weights.data(), margins.data());
+  const RoutingReplay* replay = options_.routing_replay;
+  if (replay != nullptr && layer < static_cast<int64_t>(replay->experts.size())) {
+    const std::vector<int32_t>& replayed = replay->experts[layer];
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t position = position0 + t;
+      if (!(margins[t] < replay->below_margin) ||
+          (position + 1) * k > static_cast<int64_t>(replayed.size())) {
+        continue;
+      }
+      int32_t* own = ids.data() + t * k;
+      const int32_t* theirs = replayed.data() + position * k;
+      for (int64_t i = 0; i < k; ++i) {
+        if (theirs[i] < 0 || theirs[i] >= experts) {
+          return absl::InvalidArgumentError(absl::StrCat("RoutingReplay: layer ", layer,
+                                                         " position ", position, " expert ",
+                                                         theirs[i], " of ", experts));
+        }
+      }
+      if (trace != nullptr) {
+        ++trace->replayed_decisions;
+        if (!std::is_permutation(own, own + k, theirs)) ++trace->changed_decisions;
+      }
+      std::copy_n(theirs, k, own);
+      RouterWeights(logits.data() + t * experts, 1, router_, own, weights.data() + t * k);
+    }
+  }
+  if (trace != nullptr) {
+    trace->router_margins.back() = std::move(margins);
+    trace->router_experts.back() = ids;
+  }
 
   // Tokens of each expert, in token order.
   std::vector<std::vector<std::pair<int64_t, float>>> routed(experts);
@@ -377,7 +485,11 @@ absl::StatusOr<std::vector<float>> HostModel::Forward(HostSequence& seq,
     AddInPlace(x.data(), y.data(), count * hidden);
     RmsNorm(x.data(), count, hidden, W(layer, "post_attention_layernorm.weight").data,
             config_.rms_norm_eps, h.data());
-    WS_RETURN_IF_ERROR(Mlp(layer, h.data(), count, y.data()));
+    if (trace != nullptr) {  // Moe() fills this layer's entries
+      trace->router_margins.emplace_back();
+      trace->router_experts.emplace_back();
+    }
+    WS_RETURN_IF_ERROR(Mlp(layer, seq.length(), h.data(), count, y.data(), trace));
     AddInPlace(x.data(), y.data(), count * hidden);
     if (trace != nullptr && layer + 1 < config_.num_layers) trace->hidden_states.push_back(x);
   }
@@ -409,25 +521,23 @@ absl::StatusOr<std::vector<float>> HostModel::Prefill(HostSequence& seq,
                         Forward(seq, tokens.subspan(begin, n), /*decode=*/false,
                                 trace != nullptr ? &chunk_trace : nullptr));
     logits.insert(logits.end(), part.begin(), part.end());
-    if (trace != nullptr) {
-      trace->hidden_states.resize(chunk_trace.hidden_states.size());
-      for (size_t i = 0; i < chunk_trace.hidden_states.size(); ++i) {
-        trace->hidden_states[i].insert(trace->hidden_states[i].end(),
-                                       chunk_trace.hidden_states[i].begin(),
-                                       chunk_trace.hidden_states[i].end());
-      }
-    }
+    if (trace != nullptr) trace->Append(chunk_trace);
   }
   return logits;
 }
 
-absl::StatusOr<std::vector<float>> HostModel::Decode(HostSequence& seq, int32_t token) {
+absl::StatusOr<std::vector<float>> HostModel::Decode(HostSequence& seq, int32_t token,
+                                                     ForwardTrace* trace) {
   if (seq.geometry().num_layers != geometry_.num_layers ||
       seq.geometry().block_tokens != geometry_.block_tokens) {
     return absl::InvalidArgumentError("Decode: the sequence belongs to another model");
   }
   const int32_t tokens[1] = {token};
-  return Forward(seq, absl::MakeConstSpan(tokens, 1), /*decode=*/true, nullptr);
+  ForwardTrace step_trace;
+  auto logits = Forward(seq, absl::MakeConstSpan(tokens, 1), /*decode=*/true,
+                        trace != nullptr ? &step_trace : nullptr);
+  if (logits.ok() && trace != nullptr) trace->Append(step_trace);
+  return logits;
 }
 
 absl::StatusOr<std::vector<float>> HostModel::PromptLogProbs(absl::Span<const int32_t> tokens,

@@ -21,6 +21,13 @@
 //     per expert over the tokens routed to it, weighted sum; DeepSeek adds its shared experts.
 // Attention always reads the bf16 cache (also for a chunk's own tokens), so one-shot prefill,
 // chunked prefill and token-by-token decode see the same keys and agree to fp32 rounding.
+// (AttentionPrecision::kFp32, a reference mode for tests, reads fp32 copies instead.)
+//
+// Numerics against transformers (tests/kernels/model/hf_fixture_test.cc): in the kFp32 mode
+// the log-probs agree to ~4e-6; with the bf16 cache to ~0.02, except that the bf16 rounding
+// (~1e-3 on router probabilities) can flip a router whose top-k margin is smaller, which moves
+// that token (and whatever attends to it) by a whole expert: the fixture test holds such near
+// ties to the fp32 run's decision (RoutingReplay) to compare every position.
 #ifndef WRITESCOPE_KERNELS_MODEL_HOST_MODEL_H_
 #define WRITESCOPE_KERNELS_MODEL_HOST_MODEL_H_
 
@@ -44,10 +51,38 @@ enum class MlaSoftmaxScale { kWithYarnMscale, kPlain };
 
 enum class MlaDecodeMode { kAbsorbed, kNaive };
 
+// What attention reads.
+//   kBf16Cache  the bf16 cache tiles (K/V, or the MLA latent) and a bf16 query, through the
+//               kernels the workers run (kernels/cpu_attention.h); MLA prefill naive over the
+//               widened latents. What the product computes.
+//   kFp32       fp32 copies of the same K/V / latents kept beside the cache and the unrounded
+//               query, attended in the naive form (double softmax) for prefill and decode:
+//               transformers' own fp32 numerics. A reference mode (3x the KV memory), for
+//               telling bf16 rounding apart from a semantic difference.
+enum class AttentionPrecision { kBf16Cache, kFp32 };
+
+// Router decisions to follow at near ties instead of the run's own (test support). bf16
+// rounding of the attention inputs perturbs the router's probabilities by ~1e-3, which flips
+// the experts of a token whose top-k margin is smaller, and a flipped expert changes that
+// token's output by a whole expert's contribution. The fixture tests replay the decisions of
+// an AttentionPrecision::kFp32 run (which reproduces transformers' routing) wherever the bf16
+// run's own margin is below `below_margin`, so that the two can be compared at every position.
+struct RoutingReplay {
+  // [layer][position * top_k + i]: the experts of each absolute position, as
+  // ForwardTrace::router_experts records them; positions past a layer's end (and dense
+  // layers' empty vectors) route by themselves.
+  std::vector<std::vector<int32_t>> experts;
+  // A token follows `experts` where its own margin (RouteTokens) is below this.
+  float below_margin = 0.0f;
+};
+
 struct HostModelOptions {
   uint32_t block_tokens = 256;  // KV tile tokens (KvGeometry::block_tokens)
   MlaSoftmaxScale mla_softmax_scale = MlaSoftmaxScale::kWithYarnMscale;
   MlaDecodeMode mla_decode = MlaDecodeMode::kAbsorbed;
+  AttentionPrecision attention_precision = AttentionPrecision::kBf16Cache;
+  // Not owned; must outlive the model. Null: every token routes by itself (the product).
+  const RoutingReplay* routing_replay = nullptr;
   // Widen each weight to fp32 once and keep it (2x the weights' bytes) instead
   // of per call, while that stays within f32_cache_limit_bytes (else widened
   // per call, with a log line).
@@ -74,6 +109,9 @@ class HostSequence {
   KvGeometry geometry_;
   int64_t length_ = 0;
   std::vector<std::vector<uint16_t>> layers_;  // [layer] -> [blocks * layer_block values]
+  // AttentionPrecision::kFp32 only: [layer] -> [tokens][values_per_token_layer] fp32, each
+  // token's row as GQA [K heads x head_dim | V heads x head_dim] or MLA [c_kv | k_pe].
+  std::vector<std::vector<float>> f32_rows_;
 };
 
 // Hidden states of one forward call, as transformers' output_hidden_states
@@ -81,6 +119,21 @@ class HostSequence {
 // after the final norm).
 struct ForwardTrace {
   std::vector<std::vector<float>> hidden_states;  // [num_layers + 1][tokens * hidden]
+  // Per layer, per token: how far the router was from choosing another set of experts, the
+  // k-th chosen expert's score minus the best unchosen one's (RouteTokens' margins, of the
+  // token's own choice; +inf when every expert is chosen). [num_layers][tokens]; empty for a
+  // dense layer.
+  std::vector<std::vector<float>> router_margins;
+  // The experts each token used (its own choice, or the replayed one), [num_layers][tokens *
+  // top_k]; empty for a dense layer.
+  std::vector<std::vector<int32_t>> router_experts;
+  // Token-layers that followed a RoutingReplay, and those of them whose replayed experts differ
+  // (as a set) from the token's own choice.
+  int64_t replayed_decisions = 0;
+  int64_t changed_decisions = 0;
+
+  // Appends `part` (the trace of the next tokens) to this one.
+  void Append(const ForwardTrace& part);
 };
 
 struct GreedyResult {
@@ -111,8 +164,10 @@ class HostModel {
   absl::StatusOr<std::vector<float>> Prefill(HostSequence& seq, absl::Span<const int32_t> tokens,
                                              int64_t chunk_tokens = 0,
                                              ForwardTrace* trace = nullptr);
-  // Appends one token through the decode path; returns its logits [vocab].
-  absl::StatusOr<std::vector<float>> Decode(HostSequence& seq, int32_t token);
+  // Appends one token through the decode path; returns its logits [vocab]. `trace` as in
+  // Prefill.
+  absl::StatusOr<std::vector<float>> Decode(HostSequence& seq, int32_t token,
+                                            ForwardTrace* trace = nullptr);
 
   // log p(tokens[i] | tokens[<i]) for i >= 1 (index 0 is NaN: nothing predicts
   // it), natural log, from a fresh sequence.
@@ -137,8 +192,12 @@ class HostModel {
                             bool decode, float* out);
   absl::Status MlaAttention(HostSequence& seq, int64_t layer, const float* x, int64_t tokens,
                             bool decode, float* out);
-  absl::Status Mlp(int64_t layer, const float* x, int64_t tokens, float* out);
-  absl::Status Moe(int64_t layer, const float* x, int64_t tokens, float* out);
+  // Tokens at positions [position0, +tokens). `trace` (optional) gets this layer's router
+  // entries (see ForwardTrace), appended by the caller's layer loop.
+  absl::Status Mlp(int64_t layer, int64_t position0, const float* x, int64_t tokens, float* out,
+                   ForwardTrace* trace);
+  absl::Status Moe(int64_t layer, int64_t position0, const float* x, int64_t tokens, float* out,
+                   ForwardTrace* trace);
 
   const Bf16Tensor& W(int64_t layer, const char* suffix) const;
   F32WeightCache* cache() { return use_cache_ ? &cache_ : nullptr; }

@@ -265,26 +265,46 @@ RouterSpec RouterSpecFor(const ModelConfig& config) {
   return spec;
 }
 
+namespace {
+
+// softmax(dtype=float32) of one token's fp32 logits [n] -> probs [n].
+void RouterSoftmax(const float* logits, int64_t n, float* probs) {
+  const float max = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int64_t e = 0; e < n; ++e) sum += std::exp(double{logits[e]} - max);
+  for (int64_t e = 0; e < n; ++e) {
+    probs[e] = static_cast<float>(std::exp(double{logits[e]} - max) / sum);
+  }
+}
+
+// weights [k] = scores of `ids` [k], renormalized (fp32 sum, in id order) and scaled per `spec`.
+void WeighExperts(const float* scores, const int32_t* ids, const RouterSpec& spec, float* weights) {
+  float top_sum = 0.0f;
+  for (int64_t i = 0; i < spec.top_k; ++i) {
+    weights[i] = scores[ids[i]];
+    top_sum += weights[i];
+  }
+  for (int64_t i = 0; i < spec.top_k; ++i) {
+    if (spec.renormalize) weights[i] /= top_sum;
+    weights[i] = static_cast<float>(weights[i] * spec.scaling);
+  }
+}
+
+}  // namespace
+
 void RouteTokens(const float* logits, int64_t tokens, const RouterSpec& spec, int32_t* expert_ids,
-                 float* weights) {
+                 float* weights, float* margins) {
   const int64_t e_count = spec.num_experts, k = spec.top_k;
+  std::vector<float> scores(e_count);
+  std::vector<int32_t> order(e_count);
   for (int64_t t = 0; t < tokens; ++t) {
-    const float* lt = logits + t * e_count;
-    // softmax(dtype=float32) of fp32 logits.
-    std::vector<float> probs(e_count);
-    const float max = *std::max_element(lt, lt + e_count);
-    double sum = 0;
-    for (int64_t e = 0; e < e_count; ++e) sum += std::exp(double{lt[e]} - max);
-    for (int64_t e = 0; e < e_count; ++e) {
-      probs[e] = static_cast<float>(std::exp(double{lt[e]} - max) / sum);
-    }
-    std::vector<float> scores = probs;
+    RouterSoftmax(logits + t * e_count, e_count, scores.data());
     if (spec.method == TopkMethod::kGroupLimitedGreedy && spec.n_group > 1) {
       const int64_t per_group = e_count / spec.n_group;
       std::vector<float> group_max(spec.n_group);
       for (int64_t g = 0; g < spec.n_group; ++g) {
         group_max[g] =
-            *std::max_element(probs.begin() + g * per_group, probs.begin() + (g + 1) * per_group);
+            *std::max_element(scores.begin() + g * per_group, scores.begin() + (g + 1) * per_group);
       }
       std::vector<int64_t> groups(spec.n_group);
       std::iota(groups.begin(), groups.end(), 0);
@@ -297,23 +317,29 @@ void RouteTokens(const float* logits, int64_t tokens, const RouterSpec& spec, in
         if (!keep[e / per_group]) scores[e] = 0.0f;
       }
     }
-    std::vector<int32_t> order(e_count);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
-    });
-    float* wt = weights + t * k;
-    int32_t* it = expert_ids + t * k;
-    float top_sum = 0.0f;
-    for (int64_t i = 0; i < k; ++i) {
-      it[i] = order[i];
-      wt[i] = scores[order[i]];
-      top_sum += wt[i];
+    const int64_t sorted = std::min(k + 1, e_count);
+    std::partial_sort(order.begin(), order.begin() + sorted, order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
+                      });
+    if (margins != nullptr) {
+      margins[t] = k < e_count ? scores[order[k - 1]] - scores[order[k]] : INFINITY;
     }
-    for (int64_t i = 0; i < k; ++i) {
-      if (spec.renormalize) wt[i] /= top_sum;
-      wt[i] = static_cast<float>(wt[i] * spec.scaling);
-    }
+    std::copy_n(order.begin(), k, expert_ids + t * k);
+    WeighExperts(scores.data(), expert_ids + t * k, spec, weights + t * k);
+  }
+}
+
+void RouterWeights(const float* logits, int64_t tokens, const RouterSpec& spec,
+                   const int32_t* expert_ids, float* weights) {
+  const int64_t e_count = spec.num_experts, k = spec.top_k;
+  std::vector<float> probs(e_count);
+  for (int64_t t = 0; t < tokens; ++t) {
+    // A chosen expert's masked score is its probability: the group mask only zeroes experts
+    // of the groups that were not kept, none of which is chosen.
+    RouterSoftmax(logits + t * e_count, e_count, probs.data());
+    WeighExperts(probs.data(), expert_ids + t * k, spec, weights + t * k);
   }
 }
 

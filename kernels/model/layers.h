@@ -162,8 +162,18 @@ RouterSpec RouterSpecFor(const ModelConfig& config);
 // logits [tokens, num_experts] (fp32, computed from fp32 activations and the
 // fp32-widened router weight, as every one of the three HF modules does) ->
 // expert_ids, weights [tokens, top_k], in descending probability order.
+// margins (optional, [tokens]): the k-th chosen expert's score (probability, after the group
+// mask) minus the best unchosen one's: how far the choice is from flipping (a difference of
+// two probabilities, so in [0, 1]); +inf when top_k == num_experts.
 void RouteTokens(const float* logits, int64_t tokens, const RouterSpec& spec, int32_t* expert_ids,
-                 float* weights);
+                 float* weights, float* margins = nullptr);
+
+// The weights `spec` gives to the experts expert_ids [tokens, top_k] (any valid ids, e.g.
+// another run's choice): their probabilities (softmax of logits [tokens, num_experts]),
+// renormalized over the k if spec.renormalize, times spec.scaling -> weights [tokens, top_k].
+// For the ids RouteTokens chose, the same weights it returns.
+void RouterWeights(const float* logits, int64_t tokens, const RouterSpec& spec,
+                   const int32_t* expert_ids, float* weights);
 
 }  // namespace writescope::kernels::model
 

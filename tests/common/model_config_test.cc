@@ -302,6 +302,35 @@ TEST(ModelConfigTest, DenseLayerRules) {
   EXPECT_TRUE(config->IsMoeLayer(4));
 }
 
+// transformers 5 writes Qwen3-MoE's expert count as "num_local_experts" (4.x: "num_experts").
+TEST(ModelConfigTest, Qwen3ExpertCountInEitherStyle) {
+  Json json = EmbeddedJson("qwen3_moe");
+  json.erase("num_experts");
+  json["num_local_experts"] = 64;
+  auto config = Parse(json);
+  WS_ASSERT_OK(config.status());
+  EXPECT_EQ(config->n_routed_experts, 64);
+
+  json["num_experts"] = 64;  // both, agreeing
+  config = Parse(json);
+  WS_ASSERT_OK(config.status());
+  EXPECT_EQ(config->n_routed_experts, 64);
+
+  json["num_experts"] = 128;  // both, disagreeing
+  config = Parse(json);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr("test/config.json"));
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("'num_local_experts' is 64 but 'num_experts' is 128"));
+
+  json.erase("num_experts");
+  json["num_local_experts"] = nullptr;  // null counts as absent
+  config = Parse(json);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'num_local_experts' (transformers 5)"));
+}
+
 TEST(ModelConfigTest, QLoraRankDefaultsLikeTransformers) {
   Json json = EmbeddedJson("deepseek_v2");
   json.erase("q_lora_rank");

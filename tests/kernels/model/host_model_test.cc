@@ -1,6 +1,7 @@
 // HostModel on tiny synthetic models of each architecture: one-shot prefill == chunked prefill
-// == prefill + token-by-token decode across KV tile boundaries; absorbed MLA decode == naive;
-// greedy decoding == argmax of from-scratch prefills; errors.
+// == prefill + token-by-token decode across KV tile boundaries (bf16 cache and the fp32
+// reference mode); absorbed MLA decode == naive; greedy decoding == argmax of from-scratch
+// prefills; routing replay; errors.
 #include "kernels/model/host_model.h"
 
 #include <algorithm>
@@ -191,6 +192,123 @@ TEST_P(HostModelArchTest, PerCallWideningMatchesCachedWeights) {
   auto lb = per_call.model->Prefill(b, tokens);
   ASSERT_TRUE(la.ok() && lb.ok());
   EXPECT_EQ(*la, *lb);  // the same fp32 weights, the same matmuls
+}
+
+// The fp32 reference mode keeps K/V (or the latent) in fp32 beside the cache: one-shot,
+// chunked and decoded forwards then differ by fp32 summation order alone.
+TEST_P(HostModelArchTest, Fp32AttentionPrefillChunkedAndDecodeAgree) {
+  const ModelConfig config = TinyConfig(GetParam());
+  Built b = Build(config, {.block_tokens = 32, .attention_precision = AttentionPrecision::kFp32});
+  const int64_t n = 60;
+  const auto tokens = RandomTokens(n, config.vocab_size, 12);
+  HostSequence one = b.model->NewSequence();
+  auto full = b.model->Prefill(one, tokens);
+  ASSERT_TRUE(full.ok()) << full.status();
+  HostSequence chunked_seq = b.model->NewSequence();
+  auto chunked = b.model->Prefill(chunked_seq, tokens, 7);
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  EXPECT_LT(MaxAbsDiff(*chunked, *full), 1e-4);
+  HostSequence seq = b.model->NewSequence();
+  auto decoded = b.model->Prefill(seq, absl::MakeConstSpan(tokens).subspan(0, 40));
+  ASSERT_TRUE(decoded.ok());
+  for (int64_t i = 40; i < n; ++i) {
+    auto step = b.model->Decode(seq, tokens[i]);
+    ASSERT_TRUE(step.ok()) << step.status();
+    decoded->insert(decoded->end(), step->begin(), step->end());
+  }
+  EXPECT_LT(MaxAbsDiff(*decoded, *full), 1e-4);
+}
+
+// Replaying a run's own routing changes nothing; replaying another choice changes exactly
+// that token from that layer on; the bf16 path with the fp32 path's routing stays within
+// bf16 rounding of it.
+TEST_P(HostModelArchTest, RoutingReplay) {
+  const ModelConfig config = TinyConfig(GetParam());
+  const int64_t n = 24, k = config.num_experts_per_tok, vocab = config.vocab_size;
+  const auto tokens = RandomTokens(n, vocab, 13);
+  Built free_run = Build(config);
+  HostSequence seq = free_run.model->NewSequence();
+  ForwardTrace trace;
+  auto logits = free_run.model->Prefill(seq, tokens, 0, &trace);
+  ASSERT_TRUE(logits.ok());
+  ASSERT_EQ(trace.router_experts.size(), size_t(config.num_layers));
+  ASSERT_EQ(trace.router_margins.size(), size_t(config.num_layers));
+  int64_t last_moe = -1;
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const size_t tokens_here = config.IsMoeLayer(l) ? n : 0;
+    EXPECT_EQ(trace.router_experts[l].size(), tokens_here * k) << l;
+    EXPECT_EQ(trace.router_margins[l].size(), tokens_here) << l;
+    for (float m : trace.router_margins[l]) EXPECT_GE(m, 0.0f);
+    if (config.IsMoeLayer(l)) last_moe = l;
+  }
+  EXPECT_EQ(trace.replayed_decisions, 0);
+
+  RoutingReplay replay{.experts = trace.router_experts, .below_margin = INFINITY};
+  Built same = Build(config, {.routing_replay = &replay});
+  HostSequence same_seq = same.model->NewSequence();
+  ForwardTrace same_trace;
+  auto same_logits = same.model->Prefill(same_seq, tokens, 5, &same_trace);
+  ASSERT_TRUE(same_logits.ok());
+  EXPECT_LT(MaxAbsDiff(*same_logits, *logits), kLogitTolerance);
+  EXPECT_EQ(same_trace.replayed_decisions, n * config.num_moe_layers());
+  EXPECT_EQ(same_trace.changed_decisions, 0);
+
+  // Token 9 of the last MoE layer takes the experts it did not choose (4 experts, top-2).
+  const int64_t token = 9;
+  std::vector<int32_t>& row = replay.experts[last_moe];
+  std::vector<int32_t> unchosen;
+  for (int32_t e = 0; e < config.n_routed_experts; ++e) {
+    if (std::find(row.begin() + token * k, row.begin() + (token + 1) * k, e) ==
+        row.begin() + (token + 1) * k) {
+      unchosen.push_back(e);
+    }
+  }
+  ASSERT_EQ(unchosen.size(), size_t(k));
+  std::copy(unchosen.begin(), unchosen.end(), row.begin() + token * k);
+  Built other = Build(config, {.routing_replay = &replay});
+  HostSequence other_seq = other.model->NewSequence();
+  ForwardTrace other_trace;
+  auto other_logits = other.model->Prefill(other_seq, tokens, 0, &other_trace);
+  ASSERT_TRUE(other_logits.ok());
+  EXPECT_EQ(other_trace.changed_decisions, 1);
+  EXPECT_EQ(std::vector<int32_t>(other_trace.router_experts[last_moe].begin() + token * k,
+                                 other_trace.router_experts[last_moe].begin() + (token + 1) * k),
+            unchosen);
+  auto rows = [&](const std::vector<float>& v, int64_t begin, int64_t end) {
+    return std::vector<float>(v.begin() + begin * vocab, v.begin() + end * vocab);
+  };
+  EXPECT_LT(MaxAbsDiff(rows(*other_logits, 0, token), rows(*logits, 0, token)), kLogitTolerance);
+  EXPECT_GT(MaxAbsDiff(rows(*other_logits, token, token + 1), rows(*logits, token, token + 1)),
+            1e-2);
+
+  // Below a zero margin nothing is replayed.
+  replay.below_margin = 0.0f;
+  Built none = Build(config, {.routing_replay = &replay});
+  HostSequence none_seq = none.model->NewSequence();
+  ForwardTrace none_trace;
+  ASSERT_TRUE(none.model->Prefill(none_seq, tokens, 0, &none_trace).ok());
+  EXPECT_EQ(none_trace.replayed_decisions, 0);
+
+  // An expert id out of range is refused.
+  replay.below_margin = INFINITY;
+  row[token * k] = static_cast<int32_t>(config.n_routed_experts);
+  Built bad = Build(config, {.routing_replay = &replay});
+  HostSequence bad_seq = bad.model->NewSequence();
+  EXPECT_EQ(bad.model->Prefill(bad_seq, tokens).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // The fp32 reference mode's routing replayed on the bf16 path: bf16-level differences.
+  Built fp32 = Build(config, {.attention_precision = AttentionPrecision::kFp32});
+  HostSequence fp32_seq = fp32.model->NewSequence();
+  ForwardTrace fp32_trace;
+  auto fp32_logits = fp32.model->Prefill(fp32_seq, tokens, 0, &fp32_trace);
+  ASSERT_TRUE(fp32_logits.ok());
+  RoutingReplay fp32_routing{.experts = fp32_trace.router_experts, .below_margin = INFINITY};
+  Built bf16 = Build(config, {.routing_replay = &fp32_routing});
+  HostSequence bf16_seq = bf16.model->NewSequence();
+  auto bf16_logits = bf16.model->Prefill(bf16_seq, tokens);
+  ASSERT_TRUE(bf16_logits.ok());
+  EXPECT_LT(MaxAbsDiff(*bf16_logits, *fp32_logits), kAbsorbedTolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, HostModelArchTest,

@@ -284,6 +284,7 @@ TEST(RopeTest, RotationConventions) {
 struct RefRoute {
   std::vector<int32_t> ids;
   std::vector<double> weights;
+  double margin = 0;  // k-th chosen score minus the best unchosen one's
 };
 
 RefRoute RefRouter(const std::vector<float>& logits, const RouterSpec& spec) {
@@ -312,6 +313,7 @@ RefRoute RefRouter(const std::vector<float>& logits, const RouterSpec& spec) {
     r.ids.push_back(order[i].second);
     r.weights.push_back(-order[i].first / (spec.renormalize ? sum : 1.0) * spec.scaling);
   }
+  r.margin = spec.top_k < e ? order[spec.top_k].first - order[spec.top_k - 1].first : INFINITY;
   return r;
 }
 
@@ -319,11 +321,45 @@ void ExpectRoute(const std::vector<float>& logits, const RouterSpec& spec) {
   const RefRoute ref = RefRouter(logits, spec);
   std::vector<int32_t> ids(spec.top_k);
   std::vector<float> w(spec.top_k);
-  RouteTokens(logits.data(), 1, spec, ids.data(), w.data());
+  float margin = -1;
+  RouteTokens(logits.data(), 1, spec, ids.data(), w.data(), &margin);
   for (int64_t i = 0; i < spec.top_k; ++i) {
     EXPECT_EQ(ids[i], ref.ids[i]) << i;
     EXPECT_NEAR(w[i], ref.weights[i], 1e-6) << i;
   }
+  EXPECT_NEAR(margin, ref.margin, 1e-6);
+  // RouterWeights of the chosen experts are RouteTokens' weights, bit for bit, in any order.
+  std::vector<float> again(spec.top_k);
+  RouterWeights(logits.data(), 1, spec, ids.data(), again.data());
+  EXPECT_EQ(again, w);
+  std::reverse(ids.begin(), ids.end());
+  RouterWeights(logits.data(), 1, spec, ids.data(), again.data());
+  for (int64_t i = 0; i < spec.top_k; ++i) EXPECT_FLOAT_EQ(again[spec.top_k - 1 - i], w[i]) << i;
+}
+
+TEST(RouterTest, WeightsOfOtherExperts) {
+  // probabilities of logits {ln 4, ln 3, ln 2, ln 1}: 0.4, 0.3, 0.2, 0.1.
+  const std::vector<float> logits = {std::log(4.0f), std::log(3.0f), std::log(2.0f), 0.0f};
+  RouterSpec spec{.num_experts = 4, .top_k = 2, .renormalize = false, .scaling = 2.0};
+  std::vector<int32_t> ids(2);
+  std::vector<float> w(2);
+  float margin = 0;
+  RouteTokens(logits.data(), 1, spec, ids.data(), w.data(), &margin);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1}));
+  EXPECT_NEAR(margin, 0.1, 1e-6);  // 0.3 - 0.2
+  const std::vector<int32_t> other = {3, 2};
+  RouterWeights(logits.data(), 1, spec, other.data(), w.data());
+  EXPECT_NEAR(w[0], 0.2, 1e-6);
+  EXPECT_NEAR(w[1], 0.4, 1e-6);
+  spec.renormalize = true;
+  RouterWeights(logits.data(), 1, spec, other.data(), w.data());
+  EXPECT_NEAR(w[0], 2.0 * 0.1 / 0.3, 1e-6);
+  EXPECT_NEAR(w[1], 2.0 * 0.2 / 0.3, 1e-6);
+  spec.top_k = 4;
+  std::vector<int32_t> all(4);
+  std::vector<float> all_w(4);
+  RouteTokens(logits.data(), 1, spec, all.data(), all_w.data(), &margin);
+  EXPECT_TRUE(std::isinf(margin));
 }
 
 TEST(RouterTest, SpecsOfTheThreeModels) {

@@ -28,8 +28,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   if (options.gpu_worker_address.empty() || options.cpu_worker_address.empty()) {
     return absl::InvalidArgumentError("both --gpu_worker and --cpu_worker addresses are required");
   }
+  WS_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(options.model));
+  // The KV geometry comes from the model; the block size and budgets from the options.
+  options.kv.geometry = model.kv_geometry(options.kv.geometry.block_tokens == 0
+                                              ? options.kv.window_tokens
+                                              : options.kv.geometry.block_tokens);
   WS_ASSIGN_OR_RETURN(options.kv, ResolveKvCacheConfig(options.kv));
   auto coordinator = std::unique_ptr<Coordinator>(new Coordinator(std::move(options)));
+  coordinator->model_config_ = std::move(model);
+  WS_LOG(INFO) << "model " << DescribeModelSource(coordinator->options_.model) << ": "
+               << coordinator->model_config_.DebugString();
   const KvCacheConfig& kv = coordinator->options_.kv;
   WS_ASSIGN_OR_RETURN(coordinator->placement_, KvPlacement::Create(kv));
   WS_ASSIGN_OR_RETURN(coordinator->arena_,
@@ -53,26 +61,55 @@ absl::Status Coordinator::LoadWorkers() {
   request.mutable_arena()->set_name(arena_->name());
   request.mutable_arena()->set_bytes(arena_->size());
   *request.mutable_kv() = ToKvSpec(options_.kv);
+  ToLoadRequest(options_.model, &request);
   for (WorkerClient* worker : {&cpu_worker_, &gpu_worker_}) {
     WS_RETURN_IF_ERROR(worker->WaitUntilReachable(options_.worker_start_timeout));
-    WS_ASSIGN_OR_RETURN(internal::LoadResponse response,
-                        worker->Load(request, options_.worker_start_timeout));
-    std::lock_guard<std::mutex> lock(status_mutex_);
-    v1::WorkerStatus& status = (worker == &gpu_worker_) ? gpu_status_ : cpu_status_;
-    status.set_detail(absl::StrCat("device: ", response.device()));
-    WS_LOG(INFO) << worker->name() << " loaded on " << response.device();
   }
-  return absl::OkStatus();
+  // Both workers load their halves of the weights at once; their progress shows in
+  // server info meanwhile.
+  struct Loading {
+    WorkerClient* worker;
+    v1::WorkerStatus* status;
+    absl::StatusOr<internal::LoadResponse> result = absl::UnknownError("not finished");
+    std::atomic<bool> done{false};
+    std::thread thread;
+  };
+  Loading loads[] = {{&cpu_worker_, &cpu_status_}, {&gpu_worker_, &gpu_status_}};
+  for (Loading& load : loads) {
+    load.thread = std::thread([&load, &request, this] {
+      load.result = load.worker->Load(request, options_.load_timeout);
+      load.done.store(true);
+    });
+  }
+  while (!(loads[0].done.load() && loads[1].done.load())) {
+    stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500));
+    for (Loading& load : loads) {
+      if (load.done.load()) continue;
+      absl::StatusOr<internal::WorkerStats> stats = load.worker->Stats(kRpcTimeout);
+      if (!stats.ok()) continue;
+      std::lock_guard<std::mutex> lock(status_mutex_);
+      load.status->set_detail(absl::StrFormat("loading weights: %.0f%%", 100 * stats->load_fraction()));
+    }
+  }
+  absl::Status status = absl::OkStatus();
+  for (Loading& load : loads) {
+    load.thread.join();
+    std::lock_guard<std::mutex> lock(status_mutex_);
+    if (!load.result.ok()) {
+      load.status->set_detail(std::string(load.result.status().message()));
+      if (status.ok()) status = load.result.status();
+      continue;
+    }
+    load.status->set_detail(absl::StrFormat("device: %s, weights %.1f MiB", load.result->device(),
+                                            load.result->weight_bytes() / 1048576.0));
+    WS_LOG(INFO) << load.worker->name() << " loaded on " << load.result->device();
+  }
+  return status;
 }
 
 void Coordinator::Supervise() {
   absl::Status loaded = LoadWorkers();
-  if (!loaded.ok()) {
-    WS_LOG(ERROR) << "bringing up the workers failed: " << loaded;
-    std::lock_guard<std::mutex> lock(status_mutex_);
-    gpu_status_.set_detail(std::string(loaded.message()));
-    cpu_status_.set_detail(std::string(loaded.message()));
-  }
+  if (!loaded.ok()) WS_LOG(ERROR) << "bringing up the workers failed: " << loaded;
   while (loaded.ok() && !stop_.WaitForNotificationWithTimeout(absl::ZeroDuration())) {
     bool all_serving = true;
     for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {
@@ -158,7 +195,22 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
 }
 
 absl::StatusOr<v1::ModelInfo> Coordinator::ModelInfo() {
-  return absl::FailedPreconditionError("no model is loaded yet: models arrive with issue 5");
+  const ModelConfig& m = model_config_;
+  v1::ModelInfo info;
+  info.set_model_type(std::string(ModelArchName(m.arch)));
+  info.set_source(DescribeModelSource(options_.model));
+  info.set_num_layers(static_cast<uint32_t>(m.num_layers));
+  info.set_hidden_size(static_cast<uint32_t>(m.hidden_size));
+  info.set_vocab_size(static_cast<uint32_t>(m.vocab_size));
+  info.set_max_context(static_cast<uint32_t>(m.max_position_embeddings));
+  info.set_num_attention_heads(static_cast<uint32_t>(m.num_heads));
+  info.set_num_kv_heads(static_cast<uint32_t>(m.is_mla() ? 1 : m.num_kv_heads));
+  info.set_head_dim(static_cast<uint32_t>(m.is_mla() ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim));
+  info.set_num_experts(static_cast<uint32_t>(m.n_routed_experts));
+  info.set_experts_per_token(static_cast<uint32_t>(m.num_experts_per_tok));
+  info.set_kv_bytes_per_token(m.kv_bytes_per_token());
+  if (!m.eos_token_ids.empty()) info.set_eos_token_id(static_cast<uint32_t>(m.eos_token_ids[0]));
+  return info;
 }
 
 absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {

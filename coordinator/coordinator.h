@@ -15,6 +15,8 @@
 #include "absl/synchronization/notification.h"
 #include "common/data_plane.h"
 #include "common/kv_config.h"
+#include "common/model_config.h"
+#include "common/worker_model.h"
 #include "coordinator/placement.h"
 #include "common/shm_arena.h"
 #include "coordinator/worker_client.h"
@@ -24,6 +26,8 @@ namespace writescope::coordinator {
 
 struct CoordinatorOptions {
   std::string arena_name;  // "/ws-<launch id>"
+  // The model, fixed at launch (never taken from a request).
+  ModelSource model;
   // The KV cache; Create resolves it (defaults, validation) and sizes the arena from it.
   KvCacheConfig kv;
   uint64_t channel_bytes = uint64_t{16} << 20;
@@ -31,6 +35,8 @@ struct CoordinatorOptions {
   std::string cpu_worker_address;
   std::string policy = "writescope";
   absl::Duration worker_start_timeout = absl::Seconds(60);
+  // Loading real-size weights takes minutes.
+  absl::Duration load_timeout = absl::Minutes(30);
   absl::Duration health_interval = absl::Milliseconds(500);
 };
 
@@ -59,6 +65,7 @@ class Coordinator {
   absl::Status LoadWorkers();
 
   CoordinatorOptions options_;
+  ModelConfig model_config_;
   std::unique_ptr<ShmArena> arena_;
   // Placement metadata: which blocks of which sequence live in which region.
   std::mutex placement_mutex_;

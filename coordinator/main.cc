@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/process.h"
-#include "common/model_config.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -20,9 +19,13 @@ ABSL_FLAG(std::string, port_file, "", "Write the chosen public port here once li
 ABSL_FLAG(std::string, gpu_worker, "", "Internal address of the gpu_worker (loopback)");
 ABSL_FLAG(std::string, cpu_worker, "", "Internal address of the cpu_worker (loopback)");
 ABSL_FLAG(std::string, arena, "", "Shared-memory arena name, fresh per launch (e.g. /ws-1234)");
-ABSL_FLAG(std::string, model_arch, "qwen3_moe",
-          "Architecture whose KV geometry the cache uses: qwen3_moe, mixtral, deepseek_v2");
-ABSL_FLAG(int64_t, num_layers, 4, "Layers of the model (0: the real model's count)");
+ABSL_FLAG(std::string, model, "", "Hugging Face model folder (config.json + *.safetensors)");
+ABSL_FLAG(std::string, synthetic, "",
+          "Instead of --model: random weights of a real architecture's shapes "
+          "(qwen3_moe, mixtral, deepseek_v2)");
+ABSL_FLAG(int64_t, num_layers, 0, "With --synthetic: keep this many layers (0: all)");
+ABSL_FLAG(uint64_t, seed, 0, "With --synthetic: the weights' random seed");
+ABSL_FLAG(absl::Duration, load_timeout, absl::Minutes(30), "How long the workers may take to load");
 ABSL_FLAG(uint64_t, cpu_region_mib, 256, "Host MiB of the CPU-compute KV region");
 ABSL_FLAG(uint64_t, transfer_region_mib, 256, "Host MiB of the GPU-transfer KV region (pinned)");
 ABSL_FLAG(uint64_t, gpu_kv_budget_mib, 0,
@@ -43,15 +46,13 @@ int main(int argc, char** argv) {
 
   writescope::coordinator::CoordinatorOptions options;
   options.arena_name = absl::GetFlag(FLAGS_arena);
-  auto model = writescope::ModelConfig::ForSyntheticArch(absl::GetFlag(FLAGS_model_arch),
-                                                        absl::GetFlag(FLAGS_num_layers));
-  if (!model.ok()) {
-    WS_LOG(ERROR) << model.status();
-    return EXIT_FAILURE;
-  }
+  options.model = {.model_path = absl::GetFlag(FLAGS_model),
+                   .synthetic_arch = absl::GetFlag(FLAGS_synthetic),
+                   .num_layers = absl::GetFlag(FLAGS_num_layers),
+                   .seed = absl::GetFlag(FLAGS_seed)};
+  options.load_timeout = absl::GetFlag(FLAGS_load_timeout);
   const uint32_t window = absl::GetFlag(FLAGS_window_tokens);
-  const uint32_t block = absl::GetFlag(FLAGS_block_tokens);
-  options.kv.geometry = model->kv_geometry(block == 0 ? window : block);
+  options.kv.geometry.block_tokens = absl::GetFlag(FLAGS_block_tokens);
   options.kv.window_tokens = window;
   options.kv.cpu_compute_bytes = absl::GetFlag(FLAGS_cpu_region_mib) << 20;
   options.kv.gpu_transfer_bytes = absl::GetFlag(FLAGS_transfer_region_mib) << 20;

@@ -7,6 +7,7 @@
 #include "common/data_plane_messages.h"
 #include "common/kv_pattern.h"
 #include "common/kv_spec.h"
+#include "common/worker_model.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -27,6 +28,12 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
         "the arena's CPU-compute region holds ", view.num_slots(), " blocks, the KV spec says ",
         kv_config_.region_slots(KvRegion::kCpuCompute)));
   }
+  const ModelSource source = FromLoadRequest(request);
+  WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kCpu, &load_progress_));
+  WS_RETURN_IF_ERROR(CheckKvMatchesModel(weights_->config(), kv_config_));
+  WS_LOG(INFO) << "weights of " << DescribeModelSource(source) << ": " << weights_->num_tensors()
+               << " tensors, " << weights_->total_bytes() << " bytes (routed experts)";
+  loaded_.store(true);
   arena_ = std::move(arena);
   cpu_region_ = view;
   data_plane_ = plane;
@@ -34,6 +41,7 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
   WS_LOG(INFO) << "mapped arena " << arena_->name() << " (" << arena_->size() << " bytes)";
   internal::LoadResponse response;
   response.set_device("cpu");
+  response.set_weight_bytes(weights_->total_bytes());
   return response;
 }
 
@@ -80,11 +88,13 @@ absl::StatusOr<internal::StepResult> CpuWorker::RunStep(const internal::StepPlan
 }
 
 internal::WorkerStats CpuWorker::Stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  // No lock: readable while Load runs.
   internal::WorkerStats stats;
   stats.set_name(name());
   stats.set_device("cpu");
-  stats.set_loaded(arena_ != nullptr);
+  stats.set_loaded(loaded_.load());
+  stats.set_load_fraction(Snapshot(load_progress_).fraction());
+  stats.set_resident_bytes(load_progress_.bytes_done.load());
   return stats;
 }
 
@@ -141,6 +151,7 @@ void CpuWorker::Stop() {
   if (data_plane_thread_.joinable()) data_plane_thread_.join();
   data_plane_.reset();
   cpu_region_.reset();
+  weights_.reset();
   arena_.reset();
 }
 

@@ -12,6 +12,7 @@
 #include "common/data_plane.h"
 #include "common/shm_arena.h"
 #include "common/kv_config.h"
+#include "common/model_weights.h"
 #include "common/worker_server.h"
 #include "cpu_worker/kv_view.h"
 
@@ -43,6 +44,10 @@ class CpuWorker final : public WorkerBackend {
   KvCacheConfig kv_config_;
   // Read-only, in place: the CPU-compute region as the attention kernels read it.
   std::optional<KvRegionView> cpu_region_;
+  // The routed experts. Progress is readable while Load runs.
+  LoadProgress load_progress_;
+  std::atomic<bool> loaded_{false};
+  std::unique_ptr<ModelWeights> weights_;
   std::thread data_plane_thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> messages_served_{0};

@@ -7,6 +7,9 @@
 #   deploy/launch.sh [--listen HOST:PORT] [--bin DIR] [--ready-file FILE] [--device auto|cuda|host]
 #                    [-- COORDINATOR_FLAGS...]
 #
+# The model: coordinator flag --model=FOLDER or --synthetic=ARCH [--num_layers=N]; without
+# either, the embedded default (tests/fixtures/qwen3_moe, a tiny Qwen3-MoE) is served.
+#
 # Internal services listen on 127.0.0.1 only, on ports the kernel picks. The arena is
 # named /ws-<pid>-<random> (fresh per launch) and created with mode 0600. Once the trio
 # serves, FILE (if given) receives shell assignments: WS_TARGET, WS_GPU_WORKER,
@@ -27,10 +30,15 @@ while [[ $# -gt 0 ]]; do
     --ready-file) READY_FILE="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --) shift; COORDINATOR_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+# The embedded default model: the tiny Qwen3-MoE the tests check against transformers.
+model_flag=' --(model|synthetic)[= ]'
+if [[ ! " ${COORDINATOR_ARGS[*]-} " =~ $model_flag ]]; then
+  COORDINATOR_ARGS+=("--model=${WS_MODEL:-$ROOT/tests/fixtures/qwen3_moe}")
+fi
 for b in coordinator gpu_worker cpu_worker wscope; do
   [[ -x "$BIN/$b" ]] || { echo "launch.sh: $BIN/$b not found; build first (deploy/setup.sh)" >&2; exit 2; }
 done

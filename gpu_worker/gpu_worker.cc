@@ -9,6 +9,7 @@
 #include "common/data_plane_messages.h"
 #include "common/kv_pattern.h"
 #include "common/kv_spec.h"
+#include "common/worker_model.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -37,8 +38,15 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   data_plane_ = plane;
   WS_LOG(INFO) << "mapped arena " << arena_->name() << " (" << arena_->size() << " bytes) on "
                << device_->name() << "; " << config.DebugString();
+  const ModelSource source = FromLoadRequest(request);
+  WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kGpu, &load_progress_));
+  WS_RETURN_IF_ERROR(CheckKvMatchesModel(weights_->config(), config));
+  loaded_.store(true);
+  WS_LOG(INFO) << "weights of " << DescribeModelSource(source) << ": " << weights_->num_tensors()
+               << " tensors, " << weights_->total_bytes() << " bytes (attention side)";
   internal::LoadResponse response;
   response.set_device(device_->name());
+  response.set_weight_bytes(weights_->total_bytes());
   return response;
 }
 
@@ -47,12 +55,13 @@ absl::StatusOr<internal::StepResult> GpuWorker::RunStep(const internal::StepPlan
 }
 
 internal::WorkerStats GpuWorker::Stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  // No lock: readable while Load runs.
   internal::WorkerStats stats;
   stats.set_name(name());
   stats.set_device(device_->name());
-  stats.set_loaded(arena_ != nullptr);
-  stats.set_steps(steps_);
+  stats.set_loaded(loaded_.load());
+  stats.set_load_fraction(Snapshot(load_progress_).fraction());
+  stats.set_resident_bytes(load_progress_.bytes_done.load());
   return stats;
 }
 
@@ -266,6 +275,7 @@ void GpuWorker::Stop() {
     data_plane_.reset();
   }
   kv_cache_.reset();  // unpins the transfer region before the arena is unmapped
+  weights_.reset();
   arena_.reset();
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/data_plane.h"
+#include "common/model_weights.h"
 #include "common/shm_arena.h"
 #include "common/worker_server.h"
 #include "gpu_worker/device.h"
@@ -43,6 +44,11 @@ class GpuWorker final : public WorkerBackend {
   std::optional<DataPlane> data_plane_;
   // Pins the transfer region; owns the D-window and the ping-pong buffers.
   std::unique_ptr<KvCache> kv_cache_;
+  // The attention side of the weights (embeddings, attention, norms, routers, shared
+  // experts, dense layers, lm_head). Progress is readable while Load runs.
+  LoadProgress load_progress_;
+  std::atomic<bool> loaded_{false};
+  std::unique_ptr<ModelWeights> weights_;
   uint64_t steps_ = 0;
 };
 

@@ -108,5 +108,13 @@ for victim in cpu_worker gpu_worker coordinator; do
   [[ -e "/dev/shm$WS_ARENA" ]] && fail "arena left after $victim died" || pass "no arena left after $victim died"
 done
 
+# ---- 3. a bad model folder: a clear error, nothing left behind ------------------
+if "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 -- --model=/nonexistent/model >"$WORK/bad.log" 2>&1; then
+  fail "launch.sh succeeded with a missing model folder"
+else
+  grep -q "/nonexistent/model/config.json" "$WORK/bad.log" && pass "missing model folder named in the error" \
+    || fail "no clear error for a missing model: $(tail -5 "$WORK/bad.log")"
+fi
+
 echo "$PASSES passed, $FAILURES failed"
 [[ $FAILURES -eq 0 ]]

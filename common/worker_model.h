@@ -1,0 +1,44 @@
+// What the workers and the coordinator share about the served model: which model
+// (a folder fixed at launch, or synthetic weights of a real architecture), its config,
+// and each worker's half of the weights.
+#ifndef WRITESCOPE_COMMON_WORKER_MODEL_H_
+#define WRITESCOPE_COMMON_WORKER_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/kv_config.h"
+#include "common/model_config.h"
+#include "common/model_weights.h"
+#include "writescope/internal/worker.pb.h"
+
+namespace writescope {
+
+struct ModelSource {
+  std::string model_path;      // a Hugging Face folder, or
+  std::string synthetic_arch;  // deepseek_v2 | qwen3_moe | mixtral
+  int64_t num_layers = 0;      // synthetic only; 0 = the real model's count
+  uint64_t seed = 0;           // synthetic only
+};
+
+// Exactly one of model_path / synthetic_arch; INVALID_ARGUMENT otherwise.
+absl::Status ValidateModelSource(const ModelSource& source);
+absl::StatusOr<ModelConfig> LoadModelConfig(const ModelSource& source);
+// "synthetic:qwen3_moe (4 layers)" or the folder.
+std::string DescribeModelSource(const ModelSource& source);
+
+void ToLoadRequest(const ModelSource& source, internal::LoadRequest* request);
+ModelSource FromLoadRequest(const internal::LoadRequest& request);
+
+// The worker's side of the weights; `progress` advances while it loads.
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWorkerWeights(const ModelSource& source,
+                                                                SideFilter side,
+                                                                LoadProgress* progress);
+
+// FAILED_PRECONDITION unless the KV cache was sized for this model's geometry.
+absl::Status CheckKvMatchesModel(const ModelConfig& model, const KvCacheConfig& kv);
+
+}  // namespace writescope
+
+#endif  // WRITESCOPE_COMMON_WORKER_MODEL_H_

@@ -4,7 +4,7 @@
 # $OUT (at most 8 files come back): measure.log has everything, in order.
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
-#                                     e2e fixtures (default: all, in that order)
+#                                     e2e trio fixtures (default: all but fixtures, in order)
 #
 # Each step has its own time limit so that one slow step cannot eat the call.
 set -uo pipefail
@@ -13,7 +13,7 @@ OUT="${OUT:-/tmp/ws-out}"
 mkdir -p "$OUT"
 LOG="$OUT/measure.log"
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(probe tests attention kv channel experts load e2e fixtures)
+[[ ${#steps[@]} -eq 0 ]] && steps=(probe tests attention kv channel experts load e2e trio)
 
 run_step() {  # run_step NAME LIMIT_S COMMAND...
   local name="$1" limit="$2"; shift 2
@@ -49,6 +49,17 @@ for step in "${steps[@]}"; do
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
       run_step e2e-cuda 240 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" WS_E2E_DEVICE=cuda \
         tests/e2e/launch_test.sh "$PWD" /tmp/ws/bin ;;
+    trio)
+      # The trio on the CUDA device with a synthetic Qwen3-30B-A3B of 4 layers (real
+      # shapes), 4 GiB per host region: info, then the KV self test.
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      run_step trio-synthetic 300 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" \
+        bash -c 'set -e; r=$(mktemp -u); WS_BIN=/tmp/ws/bin deploy/launch.sh --listen 127.0.0.1:0 \
+          --ready-file "$r" --device cuda -- --synthetic=qwen3_moe --num_layers=4 \
+          --cpu_region_mib=4096 --transfer_region_mib=4096 & p=$!
+          for i in $(seq 600); do [[ -f $r ]] && break; sleep 0.2; done; source "$r"
+          /tmp/ws/bin/wscope info --target=$WS_TARGET; /tmp/ws/bin/wscope selftest --target=$WS_TARGET
+          kill -TERM $p; wait $p; grep -h "weights of\|KV cache on" $WS_LOG_DIR/*.log' ;;
     fixtures)
       run_step fixtures 300 python3 deploy/make_fixtures.py --out /tmp/fixtures
       if [[ -d /tmp/fixtures ]]; then

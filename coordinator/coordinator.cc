@@ -62,6 +62,7 @@ absl::Status Coordinator::LoadWorkers() {
   request.mutable_arena()->set_bytes(arena_->size());
   *request.mutable_kv() = ToKvSpec(options_.kv);
   ToLoadRequest(options_.model, &request);
+  request.set_vram_budget_bytes(options_.vram_budget_bytes);
   for (WorkerClient* worker : {&cpu_worker_, &gpu_worker_}) {
     WS_RETURN_IF_ERROR(worker->WaitUntilReachable(options_.worker_start_timeout));
   }
@@ -109,7 +110,10 @@ absl::Status Coordinator::LoadWorkers() {
 
 void Coordinator::Supervise() {
   absl::Status loaded = LoadWorkers();
-  if (!loaded.ok()) WS_LOG(ERROR) << "bringing up the workers failed: " << loaded;
+  if (!loaded.ok()) {
+    WS_LOG(ERROR) << "bringing up the workers failed: " << loaded;
+    if (options_.on_fatal) options_.on_fatal(loaded);
+  }
   while (loaded.ok() && !stop_.WaitForNotificationWithTimeout(absl::ZeroDuration())) {
     bool all_serving = true;
     for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {

@@ -35,6 +35,10 @@ struct CoordinatorOptions {
   std::string cpu_worker_address;
   std::string policy = "writescope";
   absl::Duration worker_start_timeout = absl::Seconds(60);
+  uint64_t vram_budget_bytes = uint64_t{32} << 30;
+  // Called once if the workers cannot be brought up (bad model, budget): the process
+  // should exit with an error rather than sit NOT_SERVING.
+  std::function<void(const absl::Status&)> on_fatal;
   // Loading real-size weights takes minutes.
   absl::Duration load_timeout = absl::Minutes(30);
   absl::Duration health_interval = absl::Milliseconds(500);

@@ -1,4 +1,5 @@
 // coordinator: the public gRPC API, batching, placement metadata and the scheduler.
+#include <atomic>
 #include <cstdlib>
 
 #include "absl/flags/flag.h"
@@ -33,6 +34,8 @@ ABSL_FLAG(uint64_t, gpu_kv_budget_mib, 0,
 ABSL_FLAG(uint32_t, window_tokens, 256, "D-window W: decoded tokens kept in VRAM per sequence");
 ABSL_FLAG(uint32_t, block_tokens, 0, "Tokens per KV block (0: = window_tokens)");
 ABSL_FLAG(uint32_t, max_sequences, 16, "Live sequences (one D-window each)");
+ABSL_FLAG(double, vram_budget_gib, 32.0,
+          "VRAM the gpu_worker may use in all: weights + KV budget + workspace");
 ABSL_FLAG(uint64_t, channel_mib, 16, "MiB of each data-plane channel (one per direction)");
 ABSL_FLAG(std::string, policy, "writescope",
           "Split policy: writescope, transfer-all, cpu-all, static:R, monolithic");
@@ -51,6 +54,13 @@ int main(int argc, char** argv) {
                    .num_layers = absl::GetFlag(FLAGS_num_layers),
                    .seed = absl::GetFlag(FLAGS_seed)};
   options.load_timeout = absl::GetFlag(FLAGS_load_timeout);
+  options.vram_budget_bytes =
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_vram_budget_gib) * double(uint64_t{1} << 30));
+  std::atomic<int> exit_code{EXIT_SUCCESS};
+  options.on_fatal = [&exit_code](const absl::Status&) {
+    exit_code.store(EXIT_FAILURE);
+    writescope::RequestTermination();
+  };
   const uint32_t window = absl::GetFlag(FLAGS_window_tokens);
   options.kv.geometry.block_tokens = absl::GetFlag(FLAGS_block_tokens);
   options.kv.window_tokens = window;
@@ -90,16 +100,17 @@ int main(int argc, char** argv) {
     }
   }
   WS_LOG(INFO) << "public API on port " << port;
-  (*coordinator)->Start([health](bool serving) { health->SetServingStatus(serving); });
 
   std::thread watcher = writescope::StartTerminationWatcher([&] {
     WS_LOG(INFO) << "coordinator stopping";
     health->SetServingStatus(false);
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   });
+  // After the watcher exists, so a failed start-up can end the process.
+  (*coordinator)->Start([health](bool serving) { health->SetServingStatus(serving); });
   server->Wait();
   watcher.join();
   (*coordinator)->Stop(/*shutdown_workers=*/true);
   WS_LOG(INFO) << "coordinator stopped";
-  return EXIT_SUCCESS;
+  return exit_code.load();
 }

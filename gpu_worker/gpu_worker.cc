@@ -41,9 +41,16 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   const ModelSource source = FromLoadRequest(request);
   WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kGpu, &load_progress_));
   WS_RETURN_IF_ERROR(CheckKvMatchesModel(weights_->config(), config));
+  // Weights go where they run: the attention side into VRAM, within the budget.
+  VramBudget budget;
+  if (request.vram_budget_bytes() > 0) budget.total_bytes = request.vram_budget_bytes();
+  WS_ASSIGN_OR_RETURN(device_weights_,
+                      DeviceWeights::Upload(*weights_, device_.get(), budget, config.gpu_bytes()));
   loaded_.store(true);
   WS_LOG(INFO) << "weights of " << DescribeModelSource(source) << ": " << weights_->num_tensors()
-               << " tensors, " << weights_->total_bytes() << " bytes (attention side)";
+               << " tensors, " << weights_->total_bytes() << " bytes (attention side), "
+               << device_weights_->bytes() << " bytes on " << device_->name() << "; VRAM budget "
+               << budget.total_bytes << " bytes";
   internal::LoadResponse response;
   response.set_device(device_->name());
   response.set_weight_bytes(weights_->total_bytes());
@@ -62,6 +69,7 @@ internal::WorkerStats GpuWorker::Stats() {
   stats.set_loaded(loaded_.load());
   stats.set_load_fraction(Snapshot(load_progress_).fraction());
   stats.set_resident_bytes(load_progress_.bytes_done.load());
+  if (loaded_.load()) stats.set_device_bytes(device_weights_->bytes() + kv_cache_->device_bytes());
   return stats;
 }
 
@@ -275,6 +283,7 @@ void GpuWorker::Stop() {
     data_plane_.reset();
   }
   kv_cache_.reset();  // unpins the transfer region before the arena is unmapped
+  device_weights_.reset();
   weights_.reset();
   arena_.reset();
 }

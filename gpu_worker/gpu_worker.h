@@ -13,6 +13,7 @@
 #include "common/shm_arena.h"
 #include "common/worker_server.h"
 #include "gpu_worker/device.h"
+#include "gpu_worker/device_weights.h"
 #include "gpu_worker/kv_cache.h"
 
 namespace writescope::gpu {
@@ -49,6 +50,7 @@ class GpuWorker final : public WorkerBackend {
   LoadProgress load_progress_;
   std::atomic<bool> loaded_{false};
   std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<DeviceWeights> device_weights_;
   uint64_t steps_ = 0;
 };
 

@@ -12,6 +12,7 @@ ABSL_FLAG(int, port, 0, "Loopback port for the internal Worker service (0: pick 
 ABSL_FLAG(std::string, port_file, "", "Write the chosen port to this file once listening");
 ABSL_FLAG(std::string, device, "auto", "auto, cuda or host");
 
+
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
   writescope::SetLogProcessName("gpu_worker");

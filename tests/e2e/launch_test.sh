@@ -116,5 +116,14 @@ else
     || fail "no clear error for a missing model: $(tail -5 "$WORK/bad.log")"
 fi
 
+# ---- 4. a VRAM budget that cannot hold the KV budget: refused at start-up ----------
+if "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --device "${WS_E2E_DEVICE:-host}" \
+    -- --vram_budget_gib=0.5 >"$WORK/budget.log" 2>&1; then
+  fail "launch.sh succeeded with a VRAM budget below the KV budget"
+else
+  grep -q "RESOURCE_EXHAUSTED.*VRAM" "$WORK/budget.log" && pass "VRAM budget overflow refused with the numbers" \
+    || fail "no clear VRAM budget error: $(tail -5 "$WORK/budget.log")"
+fi
+
 echo "$PASSES passed, $FAILURES failed"
 [[ $FAILURES -eq 0 ]]

@@ -1,5 +1,9 @@
 #include "common/data_plane.h"
 
+#include <sys/mman.h>
+
+#include <cstring>
+
 #include "common/status.h"
 
 namespace writescope {
@@ -26,7 +30,28 @@ std::vector<ArenaRegionSpec> ArenaRegions(const ArenaSizes& sizes) {
   };
 }
 
+namespace {
+
+// Maps every page of the channels into this process up front: a ring's first pass
+// would otherwise take a page fault per 4 KiB in the middle of a step (1 MiB messages
+// measured ~1.6 ms round trip instead of ~0.2 ms on the H200 host).
+void PrefaultChannels(const ShmArena& arena) {
+  absl::StatusOr<absl::Span<std::byte>> region = arena.Region(kChannelsRegion);
+  if (!region.ok() || region->empty()) return;
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(region->data(), region->size(), MADV_POPULATE_WRITE) == 0) return;
+#endif
+  // Older kernels: touch one byte per page (the bytes are rewritten by every message).
+  for (size_t offset = 0; offset < region->size(); offset += 4096) {
+    volatile std::byte* page = region->data() + offset;
+    *page = *page;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<DataPlane> CreateDataPlane(const ShmArena& arena) {
+  PrefaultChannels(arena);
   WS_ASSIGN_OR_RETURN(ChannelSpans spans, SplitChannels(arena));
   DataPlane plane;
   WS_ASSIGN_OR_RETURN(plane.to_cpu, ShmChannel::Create(spans.to_cpu));
@@ -35,6 +60,7 @@ absl::StatusOr<DataPlane> CreateDataPlane(const ShmArena& arena) {
 }
 
 absl::StatusOr<DataPlane> AttachDataPlane(const ShmArena& arena) {
+  PrefaultChannels(arena);
   WS_ASSIGN_OR_RETURN(ChannelSpans spans, SplitChannels(arena));
   DataPlane plane;
   WS_ASSIGN_OR_RETURN(plane.to_cpu, ShmChannel::Attach(spans.to_cpu));

@@ -1,0 +1,493 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace writescope::coordinator {
+namespace {
+
+constexpr int kCpu = static_cast<int>(KvRegion::kCpuCompute);
+constexpr int kGpu = static_cast<int>(KvRegion::kGpuTransfer);
+
+// Fixed costs and token counts: NaN and negative values count as 0.
+double NonNegative(double value) { return std::isnan(value) || value < 0.0 ? 0.0 : value; }
+
+bool ValidSample(const CostSample& sample) {
+  return std::isfinite(sample.tokens) && std::isfinite(sample.ns) && sample.tokens >= 0.0 &&
+         sample.ns >= 0.0;
+}
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Roofline model.
+
+absl::Status ValidateRooflineParams(const RooflineParams& params) {
+  const std::pair<const char*, double> fields[] = {
+      {"cpu_ns_per_token (A)", params.cpu_ns_per_token},
+      {"gpu_ns_per_token (B)", params.gpu_ns_per_token},
+      {"cpu_fixed_ns (c_C)", params.cpu_fixed_ns},
+      {"gpu_fixed_ns (c_G)", params.gpu_fixed_ns}};
+  for (const auto& [name, value] : fields) {
+    if (std::isnan(value) || value < 0.0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("roofline parameter ", name, " = ", value, " must be >= 0 (or +inf)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+double OptimalCpuShare(const RooflineParams& params, double host_tokens) {
+  if (std::isnan(params.cpu_ns_per_token) || std::isnan(params.gpu_ns_per_token)) {
+    return kIndifferentCpuShare;
+  }
+  const double a = std::max(params.cpu_ns_per_token, 0.0);
+  const double b = std::max(params.gpu_ns_per_token, 0.0);
+  const double fixed_difference =
+      NonNegative(params.gpu_fixed_ns) - NonNegative(params.cpu_fixed_ns);
+  const double tokens = NonNegative(host_tokens);
+  if (std::isinf(a) && std::isinf(b)) return kIndifferentCpuShare;
+  if (std::isinf(a)) return 0.0;  // any CPU share costs forever
+  if (std::isinf(b)) return 1.0;
+  const double slope_sum = a + b;
+  // Both paths free per token: the time does not depend on r.
+  if (slope_sum == 0.0) return kIndifferentCpuShare;
+  if (std::isinf(tokens)) return b / slope_sum;
+  if (tokens * slope_sum == 0.0) {
+    // L = 0: the limit L → 0+ of the crossing, i.e. where the first tokens go.
+    if (fixed_difference > 0.0) return 1.0;
+    if (fixed_difference < 0.0) return 0.0;
+    return b / slope_sum;
+  }
+  const double share = b / slope_sum + fixed_difference / (slope_sum * tokens);
+  if (std::isnan(share)) return kIndifferentCpuShare;  // inf − inf fixed costs
+  return std::clamp(share, 0.0, 1.0);
+}
+
+StepPrediction PredictStep(const RooflineParams& params, double cpu_share, double host_tokens) {
+  const double r = std::isnan(cpu_share) ? 0.0 : std::clamp(cpu_share, 0.0, 1.0);
+  const double tokens = NonNegative(host_tokens);
+  const double a = std::isnan(params.cpu_ns_per_token) ? params.cpu_ns_per_token
+                                                       : std::max(params.cpu_ns_per_token, 0.0);
+  const double b = std::isnan(params.gpu_ns_per_token) ? params.gpu_ns_per_token
+                                                       : std::max(params.gpu_ns_per_token, 0.0);
+  StepPrediction prediction;
+  // A path without a share does no per-token work: skip the product, which
+  // would be 0 · inf = NaN for an unusable path.
+  prediction.cpu_ns =
+      (r == 0.0 || tokens == 0.0 ? 0.0 : r * a * tokens) + NonNegative(params.cpu_fixed_ns);
+  prediction.gpu_ns =
+      (r == 1.0 || tokens == 0.0 ? 0.0 : (1.0 - r) * b * tokens) + NonNegative(params.gpu_fixed_ns);
+  prediction.step_ns = std::isnan(prediction.cpu_ns) || std::isnan(prediction.gpu_ns)
+                           ? std::numeric_limits<double>::quiet_NaN()
+                           : std::max(prediction.cpu_ns, prediction.gpu_ns);
+  return prediction;
+}
+
+RooflineBound ComputeRooflineBound(const RooflineParams& params, double host_tokens) {
+  RooflineBound bound;
+  bound.cpu_share = OptimalCpuShare(params, host_tokens);
+  bound.step_ns = PredictStep(params, bound.cpu_share, host_tokens).step_ns;
+  bound.transfer_all_ns = PredictStep(params, 0.0, host_tokens).step_ns;
+  bound.cpu_all_ns = PredictStep(params, 1.0, host_tokens).step_ns;
+  const double best_single = std::min(bound.transfer_all_ns, bound.cpu_all_ns);
+  bound.split_gain = bound.step_ns > 0.0 && std::isfinite(best_single)
+                         ? std::max(1.0, best_single / bound.step_ns)
+                         : 1.0;
+  return bound;
+}
+
+// ---------------------------------------------------------------------------------------
+// Estimator.
+
+absl::Status ValidateEstimatorOptions(const EstimatorOptions& options) {
+  if (!(options.ema_weight > 0.0 && options.ema_weight <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ema_weight = ", options.ema_weight, " must be in (0, 1]"));
+  }
+  if (!(options.intercept_ridge >= 0.0 && std::isfinite(options.intercept_ridge))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("intercept_ridge = ", options.intercept_ridge, " must be finite and >= 0"));
+  }
+  if (!(options.outlier_factor > 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("outlier_factor = ", options.outlier_factor, " must be > 1"));
+  }
+  if (options.outlier_window < 1 || options.outlier_min_history < 1 ||
+      options.outlier_min_history > options.outlier_window) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("outlier_window = ", options.outlier_window, " and outlier_min_history = ",
+                     options.outlier_min_history, " must satisfy 1 <= min_history <= window"));
+  }
+  return absl::OkStatus();
+}
+
+LinearCostEstimator::LinearCostEstimator(const EstimatorOptions& options) : options_(options) {
+  const absl::Status valid = ValidateEstimatorOptions(options);
+  WS_CHECK(valid.ok()) << valid;
+}
+
+absl::Status LinearCostEstimator::Calibrate(absl::Span<const CostSample> points) {
+  if (points.empty()) return absl::InvalidArgumentError("calibration needs points, got none");
+  double min_tokens = std::numeric_limits<double>::infinity();
+  double max_tokens = -min_tokens;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (!ValidSample(points[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("calibration point ", i, " (tokens ",
+                                                     points[i].tokens, ", ns ", points[i].ns,
+                                                     ") must be finite and >= 0"));
+    }
+    min_tokens = std::min(min_tokens, points[i].tokens);
+    max_tokens = std::max(max_tokens, points[i].tokens);
+  }
+  if (!(max_tokens > min_tokens)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration needs at least two distinct token counts to "
+                     "separate the per-token and "
+                     "fixed costs; all ",
+                     points.size(), " points have ", min_tokens, " tokens"));
+  }
+  // Ordinary least squares on the probe, centred for accuracy.
+  double mean_x = 0, mean_y = 0;
+  for (const CostSample& p : points) {
+    mean_x += p.tokens;
+    mean_y += p.ns;
+  }
+  mean_x /= static_cast<double>(points.size());
+  mean_y /= static_cast<double>(points.size());
+  double sxx = 0, sxy = 0;
+  for (const CostSample& p : points) {
+    sxx += (p.tokens - mean_x) * (p.tokens - mean_x);
+    sxy += (p.tokens - mean_x) * (p.ns - mean_y);
+  }
+  const double slope = sxy / sxx;
+  const double intercept = mean_y - slope * mean_x;
+  intercept_prior_ = std::max(intercept, 0.0);
+
+  // The probe becomes a full history's worth of weight, spread over its points.
+  const double weight = 1.0 / options_.ema_weight / static_cast<double>(points.size());
+  sum_w_ = sum_x_ = sum_xx_ = sum_y_ = sum_xy_ = 0.0;
+  for (const CostSample& p : points) {
+    sum_w_ += weight;
+    sum_x_ += weight * p.tokens;
+    sum_xx_ += weight * p.tokens * p.tokens;
+    sum_y_ += weight * p.ns;
+    sum_xy_ += weight * p.tokens * p.ns;
+  }
+  Refit();
+  ready_ = true;
+  recent_ratios_.clear();
+  return absl::OkStatus();
+}
+
+bool LinearCostEstimator::IsOutlier(const CostSample& sample) {
+  const double predicted = Predict(sample.tokens);
+  if (!ready_ || !(predicted > 0.0)) return false;  // nothing to compare against yet
+  const double ratio = sample.ns / predicted;
+  bool outlier = false;
+  if (recent_ratios_.size() >= static_cast<size_t>(options_.outlier_min_history)) {
+    std::vector<double> sorted(recent_ratios_.begin(), recent_ratios_.end());
+    const auto middle = sorted.begin() + static_cast<ptrdiff_t>(sorted.size() / 2);
+    std::nth_element(sorted.begin(), middle, sorted.end());
+    const double median = *middle;
+    outlier = median > 0.0 && (ratio > options_.outlier_factor * median ||
+                               ratio < median / options_.outlier_factor);
+  }
+  // Rejected ratios enter the window too: a lasting change of regime moves the
+  // median.
+  recent_ratios_.push_back(ratio);
+  if (recent_ratios_.size() > static_cast<size_t>(options_.outlier_window)) {
+    recent_ratios_.pop_front();
+  }
+  return outlier;
+}
+
+bool LinearCostEstimator::Observe(const CostSample& sample) {
+  if (!ValidSample(sample) || IsOutlier(sample)) {
+    ++rejected_;
+    return false;
+  }
+  const double decay = 1.0 - options_.ema_weight;
+  sum_w_ = sum_w_ * decay + 1.0;
+  sum_x_ = sum_x_ * decay + sample.tokens;
+  sum_xx_ = sum_xx_ * decay + sample.tokens * sample.tokens;
+  sum_y_ = sum_y_ * decay + sample.ns;
+  sum_xy_ = sum_xy_ * decay + sample.tokens * sample.ns;
+  ++accepted_;
+  if (sample.tokens > 0.0) ready_ = true;
+  Refit();
+  return true;
+}
+
+// Minimises Σ w·(y − a·x − c)² + μ·(c − c0)² with μ = intercept_ridge · Σw, c0
+// the prior:
+//
+//   a·Σwx² + c·Σwx        = Σwxy
+//   a·Σwx  + c·(Σw + μ)   = Σwy + μ·c0
+//
+// Then a, c ≥ 0: a negative intercept refits through the origin, a negative
+// slope keeps the weighted mean as the intercept.
+void LinearCostEstimator::Refit() {
+  if (sum_w_ <= 0.0) return;
+  const double mu = options_.intercept_ridge * sum_w_;
+  const double rhs_c = sum_y_ + mu * intercept_prior_;
+  if (!(sum_xx_ > 0.0)) {  // only zero-token samples: they measure the intercept alone
+    intercept_ = std::max(rhs_c / (sum_w_ + mu), 0.0);
+    return;
+  }
+  double slope = 0.0;
+  double intercept = 0.0;
+  const double det = sum_xx_ * (sum_w_ + mu) - sum_x_ * sum_x_;
+  if (det > 1e-12 * sum_xx_ * (sum_w_ + mu)) {
+    slope = (sum_xy_ * (sum_w_ + mu) - sum_x_ * rhs_c) / det;
+    intercept = (sum_xx_ * rhs_c - sum_x_ * sum_xy_) / det;
+  } else {
+    // No spread and no ridge: the line through the prior intercept (an EMA of
+    // (y − c0) / x when every x is equal).
+    intercept = intercept_prior_;
+    slope = (sum_xy_ - intercept * sum_x_) / sum_xx_;
+  }
+  if (intercept < 0.0) {
+    intercept = 0.0;
+    slope = sum_xy_ / sum_xx_;
+  }
+  if (slope < 0.0) {
+    slope = 0.0;
+    intercept = std::max(sum_y_ / sum_w_, 0.0);
+  }
+  slope_ = slope;
+  intercept_ = intercept;
+}
+
+// ---------------------------------------------------------------------------------------
+// Scheduler.
+
+absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
+  absl::Status status = ValidateEstimatorOptions(options.cpu_estimator);
+  if (!status.ok())
+    return absl::InvalidArgumentError(absl::StrCat("cpu_estimator: ", status.message()));
+  status = ValidateEstimatorOptions(options.gpu_estimator);
+  if (!status.ok())
+    return absl::InvalidArgumentError(absl::StrCat("gpu_estimator: ", status.message()));
+  if (!(options.initial_cpu_share >= 0.0 && options.initial_cpu_share <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial_cpu_share = ", options.initial_cpu_share, " must be in [0, 1]"));
+  }
+  if (!(options.deadband >= 0.0 && options.deadband < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deadband = ", options.deadband, " must be in [0, 1)"));
+  }
+  if (options.hold_updates < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hold_updates = ", options.hold_updates, " must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(absl::string_view policy,
+                                                             const SchedulerOptions& options) {
+  WS_ASSIGN_OR_RETURN(const PolicySpec spec, ParsePolicy(policy));
+  return Create(spec, options);
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const PolicySpec& policy,
+                                                             const SchedulerOptions& options) {
+  WS_RETURN_IF_ERROR(ValidateSchedulerOptions(options));
+  if (policy.kind == PolicyKind::kStatic &&
+      !(policy.static_cpu_share >= 0.0 && policy.static_cpu_share <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("static policy CPU share ", policy.static_cpu_share, " must be in [0, 1]"));
+  }
+  if (policy.kind == PolicyKind::kMonolithic &&
+      (options.kv_bytes_per_token_layer == 0 || options.num_layers == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the monolithic policy charges re-split bytes and needs "
+        "kv_bytes_per_token_layer (",
+        options.kv_bytes_per_token_layer, ") and num_layers (", options.num_layers, ") > 0"));
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(policy, options));
+}
+
+Scheduler::Scheduler(const PolicySpec& policy, const SchedulerOptions& options)
+    : policy_(policy),
+      options_(options),
+      cpu_(options.cpu_estimator),
+      gpu_(options.gpu_estimator),
+      target_(policy.adaptive() ? options.initial_cpu_share : policy.fixed_cpu_share()),
+      optimal_(std::numeric_limits<double>::quiet_NaN()) {}
+
+absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
+  const absl::Status status = gpu_.Calibrate(points);
+  if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("GPU path: ", status.message()));
+  last_gpu_calibration_step_ = steps_;
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CalibrateCpu(absl::Span<const CostSample> points) {
+  const absl::Status status = cpu_.Calibrate(points);
+  if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("CPU path: ", status.message()));
+  return absl::OkStatus();
+}
+
+bool Scheduler::RecalibrationDue() const {
+  return options_.recalibration_period_steps > 0 &&
+         steps_ - last_gpu_calibration_step_ >= options_.recalibration_period_steps;
+}
+
+void Scheduler::ObserveStep(const StepSample& sample) {
+  ++steps_;
+  // A path that did not run this step (no tokens, no time, e.g. the CPU under
+  // transfer-all) says nothing about its costs.
+  if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0)) cpu_.Observe(sample.cpu);
+  if (!(sample.gpu.tokens == 0.0 && sample.gpu.ns == 0.0)) gpu_.Observe(sample.gpu);
+}
+
+RooflineParams Scheduler::estimates() const {
+  return RooflineParams{.cpu_ns_per_token = cpu_.slope(),
+                        .gpu_ns_per_token = gpu_.slope(),
+                        .cpu_fixed_ns = cpu_.intercept(),
+                        .gpu_fixed_ns = gpu_.intercept()};
+}
+
+double Scheduler::UpdateTarget(uint64_t host_tokens) {
+  if (!policy_.adaptive()) return target_;
+  if (!estimates_ready()) return target_;
+  optimal_ = OptimalCpuShare(estimates(), static_cast<double>(host_tokens));
+  if (!target_from_estimates_) {
+    // The initial share was a guess: take the first estimate at once.
+    target_from_estimates_ = true;
+    pending_side_ = 0;
+    pending_count_ = 0;
+    SetTarget(optimal_, host_tokens);
+    return target_;
+  }
+  const double delta = optimal_ - target_;
+  if (std::abs(delta) <= options_.deadband) {
+    pending_side_ = 0;
+    pending_count_ = 0;
+    return target_;
+  }
+  const int side = delta > 0.0 ? 1 : -1;
+  if (side == pending_side_) {
+    ++pending_count_;
+  } else {
+    pending_side_ = side;
+    pending_count_ = 1;
+  }
+  if (pending_count_ >= options_.hold_updates) {
+    pending_side_ = 0;
+    pending_count_ = 0;
+    SetTarget(optimal_, host_tokens);
+  }
+  return target_;
+}
+
+void Scheduler::SetTarget(double target, uint64_t host_tokens) {
+  if (target == target_) return;
+  ++target_changes_;
+  if (policy_.kind == PolicyKind::kMonolithic) {
+    const uint64_t bytes = MonolithicResplitBytes(
+        target_, target, host_tokens, options_.kv_bytes_per_token_layer, options_.num_layers);
+    pending_resplit_bytes_ = SaturatingAdd(pending_resplit_bytes_, bytes);
+    total_resplit_bytes_ = SaturatingAdd(total_resplit_bytes_, bytes);
+  }
+  target_ = target;
+}
+
+uint64_t Scheduler::TakeResplitBytes() {
+  const uint64_t bytes = pending_resplit_bytes_;
+  pending_resplit_bytes_ = 0;
+  return bytes;
+}
+
+// ---------------------------------------------------------------------------------------
+// Steering.
+
+KvRegion SteerBlock(const RegionCounts& batch, const RegionCounts& sequence, double target,
+                    const std::array<uint32_t, kNumKvRegions>& free_slots,
+                    double batch_slack_blocks) {
+  if (std::isnan(target)) target = kIndifferentCpuShare;
+  // > 0: CPU brings these counts' share closer to r; < 0: the transfer region;
+  // 0: tie.
+  const auto closer_side = [target](const RegionCounts& counts) {
+    const double wanted = target * static_cast<double>(counts[kCpu] + counts[kGpu] + 1);
+    const double midpoint = static_cast<double>(counts[kCpu]) + 0.5;
+    if (std::abs(wanted - midpoint) <= 1e-9 * std::max(1.0, wanted)) return 0;
+    return midpoint < wanted ? 1 : -1;
+  };
+  KvRegion preferred;
+  if (target <= 0.0) {
+    preferred = KvRegion::kGpuTransfer;
+  } else if (target >= 1.0) {
+    preferred = KvRegion::kCpuCompute;
+  } else {
+    const double slack = std::max(batch_slack_blocks, 0.5);
+    const double wanted = target * static_cast<double>(batch[kCpu] + batch[kGpu] + 1);
+    const double cpu_blocks = static_cast<double>(batch[kCpu]);
+    // The two deviations sum to 1, so with slack >= 1/2 at least one choice is
+    // allowed.
+    const bool cpu_keeps_batch = cpu_blocks + 1.0 - wanted <= slack;
+    const bool gpu_keeps_batch = wanted - cpu_blocks <= slack;
+    int side;
+    if (cpu_keeps_batch && gpu_keeps_batch) {
+      side = closer_side(sequence);
+      if (side == 0) side = closer_side(batch);
+    } else {
+      side = cpu_keeps_batch ? 1 : -1;
+    }
+    if (side == 0) side = target >= 0.5 ? 1 : -1;
+    preferred = side > 0 ? KvRegion::kCpuCompute : KvRegion::kGpuTransfer;
+  }
+  const KvRegion other =
+      preferred == KvRegion::kCpuCompute ? KvRegion::kGpuTransfer : KvRegion::kCpuCompute;
+  if (free_slots[KvRegionIndex(preferred)] == 0 && free_slots[KvRegionIndex(other)] > 0) {
+    return other;
+  }
+  return preferred;
+}
+
+SteeringChooser::SteeringChooser(const KvPlacement& placement, double target_cpu_share,
+                                 double batch_slack_blocks)
+    : placement_(placement), target_(target_cpu_share), batch_slack_blocks_(batch_slack_blocks) {
+  batch_[kCpu] = placement.Usage(KvRegion::kCpuCompute).used_blocks;
+  batch_[kGpu] = placement.Usage(KvRegion::kGpuTransfer).used_blocks;
+}
+
+KvRegion SteeringChooser::operator()(const PlacementRequest& request) const {
+  auto [it, inserted] = sequences_.try_emplace(request.sequence);
+  RegionCounts& sequence = it->second;
+  if (inserted) {
+    // The placement adds a plan's blocks to the sequence only after all are
+    // chosen, so this reads the blocks placed before this call.
+    if (const SequencePlacement* placed = placement_.Find(request.sequence)) {
+      for (const PlacedBlock& block : placed->blocks) ++sequence[KvRegionIndex(block.ref.region)];
+    }
+  }
+  const KvRegion region =
+      SteerBlock(batch_, sequence, target_, request.free_slots, batch_slack_blocks_);
+  ++batch_[KvRegionIndex(region)];
+  ++sequence[KvRegionIndex(region)];
+  return region;
+}
+
+double SequenceCpuShare(const SequencePlacement& sequence) {
+  if (sequence.blocks.empty()) return 0.0;
+  size_t cpu = 0;
+  for (const PlacedBlock& block : sequence.blocks) {
+    cpu += block.ref.region == KvRegion::kCpuCompute ? 1 : 0;
+  }
+  return static_cast<double>(cpu) / static_cast<double>(sequence.blocks.size());
+}
+
+}  // namespace writescope::coordinator

@@ -1,0 +1,337 @@
+// WriteScope's scheduler, the pure logic (ARCHITECTURE.md §3): the per-layer
+// roofline model, online estimates of its four parameters, the CPU-share target
+// with hysteresis, and the steering of new KV blocks toward that target. No
+// threads, clocks or I/O: the coordinator feeds it the per-step timings the
+// workers report and asks it where each new block goes.
+//
+// Model, per layer and decode step, with L = host-resident tokens of the batch
+// (the D-window is on the GPU and not counted) and r = the CPU share of them:
+//
+//   T_cpu(r) = r·A·L + c_C          (CPU attention over the CPU-compute region)
+//   T_gpu(r) = (1 − r)·B·L + c_G    (transfer + GPU attention over the transfer
+//   region) step(r)  = max(T_cpu(r), T_gpu(r))          (the two paths run
+//   concurrently)
+//
+// With A, B ≥ 0, T_cpu rises and T_gpu falls in r, so the max is smallest where
+// they cross: r·A·L + c_C = (1 − r)·B·L + c_G  ⇔  r·(A + B)·L = B·L + c_G − c_C
+// ⇔
+//
+//   r* = clamp(B / (A + B) + (c_G − c_C) / ((A + B)·L), 0, 1).
+//
+// When the crossing lies outside [0, 1] one path is slower for every r and the
+// clamp gives the end that minimises it. Units: ns, tokens, ns/token.
+#ifndef WRITESCOPE_COORDINATOR_SCHEDULER_H_
+#define WRITESCOPE_COORDINATOR_SCHEDULER_H_
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/kv_config.h"
+#include "coordinator/placement.h"
+#include "coordinator/policy.h"
+
+namespace writescope::coordinator {
+
+// ---------------------------------------------------------------------------------------
+// Roofline model.
+
+// Costs of ONE layer in one decode step.
+struct RooflineParams {
+  double cpu_ns_per_token = 0.0;  // A
+  double gpu_ns_per_token = 0.0;  // B
+  double cpu_fixed_ns = 0.0;      // c_C
+  double gpu_fixed_ns = 0.0;      // c_G
+};
+
+// INVALID_ARGUMENT, naming the field, for a negative or NaN value. +inf is
+// allowed: a path that cannot be used (its r is then 0 or 1).
+absl::Status ValidateRooflineParams(const RooflineParams& params);
+
+// The share returned when the model cannot tell the two paths apart (A = B = 0,
+// both infinite, or A or B NaN): every r gives the same prediction.
+inline constexpr double kIndifferentCpuShare = 0.5;
+
+// r*, always finite and in [0, 1]. Robust to bad inputs rather than failing,
+// because it runs every step on estimates: negative A, B, c_C, c_G count as 0
+// (noise around zero), NaN fixed costs as 0, NaN A or B give
+// kIndifferentCpuShare, +inf A gives 0 and +inf B 1. `host_tokens` ≤ 0 or NaN
+// is L = 0, where the L-term vanishes and the limit L → 0+ is returned: 1 if
+// c_G > c_C (the first tokens are cheaper on the idle CPU), 0 if c_G < c_C, B /
+// (A + B) on a tie.
+double OptimalCpuShare(const RooflineParams& params, double host_tokens);
+
+struct StepPrediction {
+  double cpu_ns = 0.0;   // T_cpu(r)
+  double gpu_ns = 0.0;   // T_gpu(r)
+  double step_ns = 0.0;  // max(T_cpu, T_gpu)
+};
+
+// The model at a given r (clamped to [0, 1]; NaN counts as 0). Negative costs
+// count as 0, NaN fixed costs as 0, L ≤ 0 or NaN as 0; a NaN A or B makes its
+// path's time NaN (there is nothing to predict). A path with no share (r = 0
+// for the CPU, r = 1 for the GPU) costs only its fixed cost, even when its
+// per-token cost is infinite.
+StepPrediction PredictStep(const RooflineParams& params, double cpu_share, double host_tokens);
+
+// The roofline bound of one layer-step: the best split and what the single
+// paths cost.
+struct RooflineBound {
+  double cpu_share = 0.0;        // r*
+  double step_ns = 0.0;          // step(r*): no split does better under the model
+  double transfer_all_ns = 0.0;  // step(0)
+  double cpu_all_ns = 0.0;       // step(1)
+  // min(step(0), step(1)) / step(r*) ≥ 1: the ideal speedup of the split over
+  // the better single path; 1 when step(r*) is 0.
+  double split_gain = 1.0;
+};
+RooflineBound ComputeRooflineBound(const RooflineParams& params, double host_tokens);
+
+// ---------------------------------------------------------------------------------------
+// Online estimation of one path's line: time_ns = slope · tokens + intercept.
+
+// One measurement of one path, for ONE layer (the mean over layers of a step).
+struct CostSample {
+  double tokens = 0.0;  // host tokens this path attended (L_C = r·L or L_G = (1 − r)·L)
+  double ns = 0.0;      // its time for one layer
+};
+
+struct EstimatorOptions {
+  // Weight of the newest sample once the history is long (an EMA weight): the
+  // fit decays older samples by (1 − ema_weight) per sample, so it follows
+  // drift with a time constant of about 1 / ema_weight samples. In (0, 1].
+  double ema_weight = 0.05;
+  // Pull of the intercept toward its prior (the calibrated intercept, else 0),
+  // relative to the total data weight. It only matters when recent samples have
+  // too little spread in tokens to identify the intercept; the slope then
+  // absorbs the rest. ≥ 0.
+  double intercept_ridge = 1e-3;
+  // A sample whose ratio to the current prediction is above outlier_factor ×
+  // (or below 1 / outlier_factor ×) the median ratio of the last outlier_window
+  // samples is ignored. Rejected samples still enter the window, so a lasting
+  // change of regime (contention) moves the median and is accepted after about
+  // half a window. > 1.
+  double outlier_factor = 3.0;
+  int outlier_window = 15;
+  // The check starts once the window holds this many ratios.
+  int outlier_min_history = 5;
+};
+
+absl::Status ValidateEstimatorOptions(const EstimatorOptions& options);
+
+class LinearCostEstimator {
+ public:
+  // `options` must be valid (ValidateEstimatorOptions); programmer error
+  // otherwise.
+  explicit LinearCostEstimator(const EstimatorOptions& options = {});
+
+  // Replaces the fit with the least-squares line through `points`: the start-up
+  // probe and its periodic re-measurement, which run the path at several sizes
+  // so slope and intercept are both identified. The fitted intercept becomes
+  // the prior; the points enter the running sums with the weight of a full
+  // history (1 / ema_weight samples), so later samples take over at the usual
+  // rate. INVALID_ARGUMENT (nothing changed) for no points, a negative /
+  // non-finite point, or fewer than two distinct token counts.
+  absl::Status Calibrate(absl::Span<const CostSample> points);
+
+  // Adds one step's measurement. Returns false, changing nothing but the
+  // outlier window, for an invalid sample (negative or non-finite) or an
+  // outlier. A sample with 0 tokens is valid: it measures the intercept alone.
+  bool Observe(const CostSample& sample);
+
+  // Whether slope and intercept come from data (a calibration or ≥ 1 accepted
+  // sample with tokens > 0).
+  bool ready() const { return ready_; }
+  double slope() const { return slope_; }          // ns per token, ≥ 0
+  double intercept() const { return intercept_; }  // ns, ≥ 0
+  double Predict(double tokens) const { return slope_ * tokens + intercept_; }
+  int64_t accepted() const { return accepted_; }
+  int64_t rejected() const { return rejected_; }
+
+ private:
+  bool IsOutlier(const CostSample& sample);
+  void Refit();
+
+  EstimatorOptions options_;
+  // Exponentially weighted sums of the accepted samples: Σw, Σw·x, Σw·x², Σw·y,
+  // Σw·x·y.
+  double sum_w_ = 0.0, sum_x_ = 0.0, sum_xx_ = 0.0, sum_y_ = 0.0, sum_xy_ = 0.0;
+  double intercept_prior_ = 0.0;
+  double slope_ = 0.0;
+  double intercept_ = 0.0;
+  bool ready_ = false;
+  std::deque<double> recent_ratios_;  // sample / prediction, newest last
+  int64_t accepted_ = 0;
+  int64_t rejected_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+// The scheduler: estimates, target, policy.
+
+// What the workers report for one decode step, per layer (means over the
+// layers).
+struct StepSample {
+  CostSample cpu;  // CPU-compute region tokens, CPU attention time (cpu_worker)
+  CostSample gpu;  // transfer region tokens, transfer + GPU attention time (gpu_worker)
+};
+
+struct SchedulerOptions {
+  EstimatorOptions cpu_estimator;  // A, c_C
+  EstimatorOptions gpu_estimator;  // B, c_G
+  // The target until both estimators are ready (adaptive policies).
+  double initial_cpu_share = 0.5;
+  // Hysteresis: the target moves to a new r* only when |r* − target| > deadband
+  // for hold_updates consecutive UpdateTarget calls on the same side; it then
+  // jumps to r*.
+  double deadband = 0.02;
+  int hold_updates = 6;
+  // Steps between re-measurements of B under contention (RecalibrationDue); 0:
+  // never.
+  uint64_t recalibration_period_steps = 2000;
+  // KV bytes of one token in one layer and the layer count: the monolithic
+  // re-split cost.
+  uint64_t kv_bytes_per_token_layer = 0;
+  uint32_t num_layers = 0;
+};
+
+absl::Status ValidateSchedulerOptions(const SchedulerOptions& options);
+
+// One instance per coordinator, called from its scheduling thread (not
+// thread-safe). Per step: ObserveStep(what the workers measured), then
+// UpdateTarget(L), then SteeringChooser(placement, target_cpu_share()) for each
+// prefill / flush.
+class Scheduler {
+ public:
+  // INVALID_ARGUMENT for a bad policy string (ParsePolicy) or bad options.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(absl::string_view policy,
+                                                           const SchedulerOptions& options);
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const PolicySpec& policy,
+                                                           const SchedulerOptions& options);
+
+  const PolicySpec& policy() const { return policy_; }
+  const SchedulerOptions& options() const { return options_; }
+
+  // The start-up / periodic probes (see LinearCostEstimator::Calibrate). A GPU
+  // calibration restarts the RecalibrationDue period.
+  absl::Status CalibrateGpu(absl::Span<const CostSample> points);
+  absl::Status CalibrateCpu(absl::Span<const CostSample> points);
+  // Whether recalibration_period_steps steps have passed since the last GPU
+  // calibration.
+  bool RecalibrationDue() const;
+
+  // One step's timings. Every policy estimates (the bench reports the bound for
+  // all); only the adaptive ones act on it.
+  void ObserveStep(const StepSample& sample);
+
+  // Recomputes the target for a batch of `host_tokens` host-resident tokens and
+  // returns it: the fixed share of a fixed policy; for an adaptive one r*
+  // through the hysteresis (the first r* after the estimators become ready is
+  // taken at once). A monolithic policy charges MonolithicResplitBytes for
+  // every change (TakeResplitBytes).
+  double UpdateTarget(uint64_t host_tokens);
+
+  double target_cpu_share() const { return target_; }
+  // The latest unfiltered r* (NaN before the estimators are ready).
+  double optimal_cpu_share() const { return optimal_; }
+  bool estimates_ready() const { return cpu_.ready() && gpu_.ready(); }
+  RooflineParams estimates() const;
+  RooflineBound Bound(uint64_t host_tokens) const {
+    return ComputeRooflineBound(estimates(), static_cast<double>(host_tokens));
+  }
+
+  // Monolithic only (0 otherwise): the bytes to move / re-format for the split
+  // changes since the last call, and over the whole run.
+  uint64_t TakeResplitBytes();
+  uint64_t total_resplit_bytes() const { return total_resplit_bytes_; }
+
+  uint64_t steps() const { return steps_; }
+  int64_t target_changes() const { return target_changes_; }
+  const LinearCostEstimator& cpu_estimator() const { return cpu_; }
+  const LinearCostEstimator& gpu_estimator() const { return gpu_; }
+
+ private:
+  Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
+  void SetTarget(double target, uint64_t host_tokens);
+
+  PolicySpec policy_;
+  SchedulerOptions options_;
+  LinearCostEstimator cpu_;
+  LinearCostEstimator gpu_;
+  double target_;
+  double optimal_;
+  bool target_from_estimates_ = false;
+  int pending_side_ = 0;  // −1 / +1: the side r* has been on; 0: inside the deadband
+  int pending_count_ = 0;
+  uint64_t steps_ = 0;
+  uint64_t last_gpu_calibration_step_ = 0;
+  int64_t target_changes_ = 0;
+  uint64_t pending_resplit_bytes_ = 0;
+  uint64_t total_resplit_bytes_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+// Placement steering.
+
+// Placed blocks per region (KvRegionIndex).
+using RegionCounts = std::array<uint64_t, kNumKvRegions>;
+
+// The decision for one new block, given the placed counts of the batch (c CPU
+// blocks of n) and of its sequence. The batch decides: CPU iff that leaves its
+// placed CPU share closer to `target` r, i.e. c + ½ < r·(n + 1). Per-sequence
+// balance breaks ties, where a tie is "both choices keep the batch's CPU count
+// within `batch_slack_blocks` of r·(n + 1)": then the block goes where it
+// brings its sequence's share closer to r (the same rule on the sequence's
+// counts), so that sequences flushing in a fixed round-robin order do not end
+// up all-CPU or all-GPU, and finishing one does not swing the batch.
+// batch_slack_blocks = ½ is the strict rule (ties only when exactly
+// equidistant); values below ½ count as ½. Remaining ties: the batch's rule,
+// then r ≥ ½ picks the CPU. target ≤ 0 always picks the transfer region, ≥ 1
+// the CPU one, NaN counts as ½. A region with no free slot is avoided when the
+// other has one (if neither has, the preferred one is returned and the
+// placement reports RESOURCE_EXHAUSTED).
+inline constexpr double kDefaultBatchSlackBlocks = 1.0;
+KvRegion SteerBlock(const RegionCounts& batch, const RegionCounts& sequence, double target,
+                    const std::array<uint32_t, kNumKvRegions>& free_slots,
+                    double batch_slack_blocks = kDefaultBatchSlackBlocks);
+
+// A RegionChooser for one KvPlacement::PlanPrefill or Flush call:
+//
+//   SteeringChooser chooser(*placement, scheduler->target_cpu_share());
+//   auto plan = placement->Flush(id, chooser);
+//
+// It snapshots the placed counts (all live sequences are the batch) and adds
+// its own choices as the plan proceeds. Build a new one per call: a failed plan
+// allocates nothing, and the next snapshot reads the truth again. Placed blocks
+// never move; only new ones are steered. The counts are `mutable` because a
+// RegionChooser (absl::FunctionRef) invokes its callable through a const
+// reference.
+class SteeringChooser {
+ public:
+  SteeringChooser(const KvPlacement& placement, double target_cpu_share,
+                  double batch_slack_blocks = kDefaultBatchSlackBlocks);
+
+  KvRegion operator()(const PlacementRequest& request) const;
+
+  // The batch counts including this chooser's choices.
+  const RegionCounts& batch_counts() const { return batch_; }
+
+ private:
+  const KvPlacement& placement_;
+  double target_;
+  double batch_slack_blocks_;
+  mutable RegionCounts batch_{};
+  mutable absl::flat_hash_map<SequenceId, RegionCounts> sequences_;
+};
+
+// Placed CPU share of one sequence's blocks (0 with no blocks).
+double SequenceCpuShare(const SequencePlacement& sequence);
+
+}  // namespace writescope::coordinator
+
+#endif  // WRITESCOPE_COORDINATOR_SCHEDULER_H_

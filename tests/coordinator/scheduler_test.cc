@@ -1,0 +1,689 @@
+#include "coordinator/scheduler.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/log.h"
+#include "coordinator/placement.h"
+#include "coordinator/policy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/common/test_util.h"
+#include "tests/gpu_worker/kv_test_util.h"
+
+namespace writescope::coordinator {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::HasSubstr;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Uniform in [0, 1) from mt19937_64, whose output the standard fixes (std's
+// distributions are not portable), so the simulations are the same everywhere.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : engine_(seed) {}
+  double Uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
+  double Uniform(double lo, double hi) { return lo + (hi - lo) * Uniform(); }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Closed form.
+
+TEST(RooflineTest, ClosedFormMatchesHandComputedCrossing) {
+  // r* = 300/400 + (5000 − 1000)/(400·100) = 0.75 + 0.1 = 0.85.
+  const RooflineParams p{
+      .cpu_ns_per_token = 100, .gpu_ns_per_token = 300, .cpu_fixed_ns = 1000, .gpu_fixed_ns = 5000};
+  EXPECT_DOUBLE_EQ(OptimalCpuShare(p, 100), 0.85);
+  const StepPrediction at_optimum = PredictStep(p, 0.85, 100);
+  EXPECT_DOUBLE_EQ(at_optimum.cpu_ns, 9500);  // 0.85·100·100 + 1000
+  EXPECT_DOUBLE_EQ(at_optimum.gpu_ns, 9500);  // 0.15·300·100 + 5000
+  EXPECT_DOUBLE_EQ(at_optimum.step_ns, 9500);
+
+  const RooflineBound bound = ComputeRooflineBound(p, 100);
+  EXPECT_DOUBLE_EQ(bound.cpu_share, 0.85);
+  EXPECT_DOUBLE_EQ(bound.step_ns, 9500);
+  EXPECT_DOUBLE_EQ(bound.transfer_all_ns, 35000);  // max(1000, 30000 + 5000)
+  EXPECT_DOUBLE_EQ(bound.cpu_all_ns, 11000);       // max(10000 + 1000, 5000)
+  EXPECT_DOUBLE_EQ(bound.split_gain, 11000.0 / 9500.0);
+
+  // Equal fixed costs: the per-token balance alone, at every L.
+  const RooflineParams balanced{
+      .cpu_ns_per_token = 3, .gpu_ns_per_token = 1, .cpu_fixed_ns = 7, .gpu_fixed_ns = 7};
+  for (const double tokens : {1.0, 17.0, 1e6})
+    EXPECT_DOUBLE_EQ(OptimalCpuShare(balanced, tokens), 0.25);
+}
+
+TEST(RooflineTest, ClampsWhenTheCrossingIsOutsideZeroOne) {
+  // 0.75 + 4000/(400·10) = 1.75 → 1: the GPU's fixed cost alone exceeds the
+  // CPU's work.
+  const RooflineParams gpu_fixed_heavy{
+      .cpu_ns_per_token = 100, .gpu_ns_per_token = 300, .cpu_fixed_ns = 1000, .gpu_fixed_ns = 5000};
+  EXPECT_EQ(OptimalCpuShare(gpu_fixed_heavy, 10), 1.0);
+  // 0.5 − 10000/(200·10) = −4.5 → 0.
+  const RooflineParams cpu_fixed_heavy{
+      .cpu_ns_per_token = 100, .gpu_ns_per_token = 100, .cpu_fixed_ns = 10000, .gpu_fixed_ns = 0};
+  EXPECT_EQ(OptimalCpuShare(cpu_fixed_heavy, 10), 0.0);
+  // The clamped end is still the best r under the model.
+  for (const auto& [p, tokens] :
+       {std::pair{gpu_fixed_heavy, 10.0}, std::pair{cpu_fixed_heavy, 10.0}}) {
+    const double best = PredictStep(p, OptimalCpuShare(p, tokens), tokens).step_ns;
+    for (int i = 0; i <= 100; ++i) EXPECT_LE(best, PredictStep(p, i / 100.0, tokens).step_ns);
+  }
+}
+
+TEST(RooflineTest, OptimumMinimisesTheStepOnRandomParameters) {
+  Rng rng(7);
+  for (int trial = 0; trial < 500; ++trial) {
+    const RooflineParams p{.cpu_ns_per_token = rng.Uniform(0, 500),
+                           .gpu_ns_per_token = rng.Uniform(0, 500),
+                           .cpu_fixed_ns = rng.Uniform(0, 1e5),
+                           .gpu_fixed_ns = rng.Uniform(0, 1e5)};
+    const double tokens = std::floor(rng.Uniform(1, 1e5));
+    const double r = OptimalCpuShare(p, tokens);
+    ASSERT_GE(r, 0.0);
+    ASSERT_LE(r, 1.0);
+    const double best = PredictStep(p, r, tokens).step_ns;
+    for (int i = 0; i <= 64; ++i) {
+      ASSERT_LE(best, PredictStep(p, i / 64.0, tokens).step_ns * (1 + 1e-12))
+          << "trial " << trial << " r* " << r << " r " << i / 64.0;
+    }
+  }
+}
+
+TEST(RooflineTest, EdgeCasesStayFiniteAndInRange) {
+  const RooflineParams p{
+      .cpu_ns_per_token = 100, .gpu_ns_per_token = 300, .cpu_fixed_ns = 1000, .gpu_fixed_ns = 5000};
+  // L = 0: the limit L → 0+, i.e. where the first tokens should go.
+  EXPECT_EQ(OptimalCpuShare(p, 0),
+            1.0);  // c_G > c_C: the CPU path is idle sooner
+  RooflineParams swapped = p;
+  std::swap(swapped.cpu_fixed_ns, swapped.gpu_fixed_ns);
+  EXPECT_EQ(OptimalCpuShare(swapped, 0), 0.0);
+  RooflineParams equal_fixed = p;
+  equal_fixed.gpu_fixed_ns = equal_fixed.cpu_fixed_ns;
+  EXPECT_DOUBLE_EQ(OptimalCpuShare(equal_fixed, 0), 0.75);
+  // Bad L counts as 0; infinite L leaves the per-token balance.
+  EXPECT_EQ(OptimalCpuShare(p, -5), 1.0);
+  EXPECT_EQ(OptimalCpuShare(p, kNaN), 1.0);
+  EXPECT_DOUBLE_EQ(OptimalCpuShare(p, kInf), 0.75);
+
+  // A + B = 0: r does not matter.
+  EXPECT_EQ(OptimalCpuShare({.cpu_fixed_ns = 1, .gpu_fixed_ns = 9}, 100), kIndifferentCpuShare);
+  // NaN per-token costs: nothing to go on.
+  EXPECT_EQ(OptimalCpuShare({.cpu_ns_per_token = kNaN, .gpu_ns_per_token = 1}, 100),
+            kIndifferentCpuShare);
+  EXPECT_EQ(OptimalCpuShare({.cpu_ns_per_token = 1, .gpu_ns_per_token = kNaN}, 100),
+            kIndifferentCpuShare);
+  // Negative per-token cost counts as 0 (free CPU): everything on the CPU.
+  EXPECT_EQ(OptimalCpuShare({.cpu_ns_per_token = -5, .gpu_ns_per_token = 100}, 100), 1.0);
+  // NaN / negative fixed costs count as 0.
+  EXPECT_DOUBLE_EQ(
+      OptimalCpuShare(
+          {.cpu_ns_per_token = 1, .gpu_ns_per_token = 1, .cpu_fixed_ns = kNaN, .gpu_fixed_ns = -3},
+          100),
+      0.5);
+  // An unusable path.
+  EXPECT_EQ(OptimalCpuShare({.cpu_ns_per_token = kInf, .gpu_ns_per_token = 1}, 100), 0.0);
+  EXPECT_EQ(OptimalCpuShare({.cpu_ns_per_token = 1, .gpu_ns_per_token = kInf}, 100), 1.0);
+  EXPECT_EQ(OptimalCpuShare({.cpu_ns_per_token = kInf, .gpu_ns_per_token = kInf}, 100),
+            kIndifferentCpuShare);
+  EXPECT_EQ(OptimalCpuShare({.cpu_ns_per_token = 1,
+                             .gpu_ns_per_token = 1,
+                             .cpu_fixed_ns = kInf,
+                             .gpu_fixed_ns = kInf},
+                            100),
+            kIndifferentCpuShare);
+  // An unusable path with no share costs only its fixed cost.
+  const StepPrediction no_cpu =
+      PredictStep({.cpu_ns_per_token = kInf, .gpu_ns_per_token = 2, .cpu_fixed_ns = 3}, 0, 10);
+  EXPECT_EQ(no_cpu.cpu_ns, 3);
+  EXPECT_EQ(no_cpu.step_ns, 20);
+  // r outside [0, 1] is clamped.
+  EXPECT_EQ(PredictStep(p, 7, 100).step_ns, PredictStep(p, 1, 100).step_ns);
+  EXPECT_EQ(PredictStep(p, -7, 100).step_ns, PredictStep(p, 0, 100).step_ns);
+
+  // A sweep of hostile values never yields NaN or a share outside [0, 1].
+  const double values[] = {0, 1e-300, 1, 1e300, kInf, -1, kNaN};
+  for (double a : values)
+    for (double b : values)
+      for (double cc : values)
+        for (double cg : values)
+          for (double tokens : {0.0, 1.0, 1e9, kInf, kNaN, -3.0}) {
+            const double r = OptimalCpuShare({.cpu_ns_per_token = a,
+                                              .gpu_ns_per_token = b,
+                                              .cpu_fixed_ns = cc,
+                                              .gpu_fixed_ns = cg},
+                                             tokens);
+            ASSERT_TRUE(r >= 0.0 && r <= 1.0)
+                << a << " " << b << " " << cc << " " << cg << " " << tokens << " -> " << r;
+          }
+}
+
+TEST(RooflineTest, ValidateNamesTheBadField) {
+  WS_EXPECT_OK(ValidateRooflineParams({.cpu_ns_per_token = 1, .gpu_ns_per_token = kInf}));
+  const absl::Status negative = ValidateRooflineParams({.gpu_fixed_ns = -1});
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(negative.message(), HasSubstr("gpu_fixed_ns (c_G) = -1"));
+  EXPECT_THAT(ValidateRooflineParams({.cpu_ns_per_token = kNaN}).message(),
+              HasSubstr("cpu_ns_per_token (A) = nan"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Estimator.
+
+TEST(EstimatorTest, RecoversSlopeAndInterceptFromSpreadSamples) {
+  LinearCostEstimator estimator({.ema_weight = 0.1});
+  EXPECT_FALSE(estimator.ready());
+  Rng rng(3);
+  for (int i = 0; i < 200; ++i) {
+    const double tokens = std::floor(rng.Uniform(1000, 3000));  // spread identifies c
+    ASSERT_TRUE(estimator.Observe({.tokens = tokens, .ns = 120 * tokens + 30000}));
+  }
+  EXPECT_TRUE(estimator.ready());
+  // The ridge toward the prior intercept (0 here) costs a little bias.
+  EXPECT_THAT(estimator.slope(), DoubleNear(120, 120 * 0.01));
+  EXPECT_THAT(estimator.intercept(), DoubleNear(30000, 30000 * 0.03));
+  // Where the data lie the prediction is nearly exact whatever the split of the
+  // error.
+  EXPECT_THAT(estimator.Predict(2000), DoubleNear(120 * 2000 + 30000, 270000 * 1e-3));
+}
+
+TEST(EstimatorTest, WithoutSpreadTheSlopeIsAnEmaThroughTheCalibratedIntercept) {
+  LinearCostEstimator estimator({.ema_weight = 0.2});
+  const CostSample probe[] = {{.tokens = 256, .ns = 256 * 50 + 8000},
+                              {.tokens = 1024, .ns = 1024 * 50 + 8000},
+                              {.tokens = 4096, .ns = 4096 * 50 + 8000}};
+  WS_ASSERT_OK(estimator.Calibrate(probe));
+  EXPECT_TRUE(estimator.ready());
+  EXPECT_DOUBLE_EQ(estimator.slope(), 50);
+  EXPECT_NEAR(estimator.intercept(), 8000, 1e-6);
+  // The slope doubles; every sample at the same L.
+  for (int i = 0; i < 60; ++i) estimator.Observe({.tokens = 2000, .ns = 2000 * 100 + 8000});
+  EXPECT_THAT(estimator.slope(), DoubleNear(100, 1.0));
+  EXPECT_THAT(estimator.intercept(), DoubleNear(8000, 400));
+}
+
+TEST(EstimatorTest, CalibrationRejectsWhatCannotIdentifyTheLine) {
+  LinearCostEstimator estimator;
+  EXPECT_THAT(estimator.Calibrate({}).message(), HasSubstr("got none"));
+  const CostSample same_size[] = {{.tokens = 64, .ns = 10}, {.tokens = 64, .ns = 12}};
+  const absl::Status one_size = estimator.Calibrate(same_size);
+  EXPECT_EQ(one_size.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(one_size.message(), HasSubstr("two distinct token counts"));
+  const CostSample negative[] = {{.tokens = 1, .ns = 10}, {.tokens = 2, .ns = -1}};
+  EXPECT_THAT(estimator.Calibrate(negative).message(), HasSubstr("calibration point 1"));
+  EXPECT_FALSE(estimator.ready());  // nothing changed
+}
+
+TEST(EstimatorTest, IgnoresOutliersAndInvalidSamples) {
+  LinearCostEstimator estimator({.ema_weight = 0.1, .outlier_factor = 3});
+  for (int i = 0; i < 30; ++i) estimator.Observe({.tokens = 1000.0 + i, .ns = 100 * (1000.0 + i)});
+  const double slope = estimator.slope();
+  const double intercept = estimator.intercept();
+  EXPECT_FALSE(estimator.Observe({.tokens = 1030, .ns = 10 * 100 * 1030}));  // a preemption
+  EXPECT_FALSE(estimator.Observe({.tokens = 1030, .ns = 100 * 1030 / 10}));  // a bogus report
+  EXPECT_FALSE(estimator.Observe({.tokens = kNaN, .ns = 1}));
+  EXPECT_FALSE(estimator.Observe({.tokens = 10, .ns = -1}));
+  EXPECT_EQ(estimator.slope(), slope);
+  EXPECT_EQ(estimator.intercept(), intercept);
+  EXPECT_EQ(estimator.rejected(), 4);
+  EXPECT_EQ(estimator.accepted(), 30);
+}
+
+TEST(EstimatorTest, ALastingRegimeChangeIsAcceptedAfterHalfAWindow) {
+  LinearCostEstimator estimator({.ema_weight = 0.1, .outlier_factor = 3, .outlier_window = 15});
+  for (int i = 0; i < 30; ++i) estimator.Observe({.tokens = 1000, .ns = 100000});
+  int rejected_in_a_row = 0;
+  for (int i = 0; i < 15 && !estimator.Observe({.tokens = 1000, .ns = 500000}); ++i) {
+    ++rejected_in_a_row;
+  }
+  EXPECT_GE(rejected_in_a_row, 1);
+  EXPECT_LE(rejected_in_a_row, 8);
+  for (int i = 0; i < 100; ++i) estimator.Observe({.tokens = 1000, .ns = 500000});
+  EXPECT_THAT(estimator.Predict(1000), DoubleNear(500000, 5000));
+}
+
+TEST(EstimatorTest, ZeroTokenSamplesMeasureTheInterceptOnly) {
+  LinearCostEstimator estimator;
+  EXPECT_TRUE(estimator.Observe({.tokens = 0, .ns = 4000}));
+  EXPECT_FALSE(estimator.ready());                                    // the slope is still unknown
+  EXPECT_THAT(estimator.intercept(), DoubleNear(4000, 4000 * 1e-3));  // the ridge's pull
+}
+
+TEST(EstimatorTest, OptionsAreValidated) {
+  EXPECT_THAT(ValidateEstimatorOptions({.ema_weight = 0}).message(), HasSubstr("ema_weight"));
+  EXPECT_THAT(ValidateEstimatorOptions({.ema_weight = 1.5}).message(), HasSubstr("(0, 1]"));
+  EXPECT_THAT(ValidateEstimatorOptions({.outlier_factor = 1}).message(), HasSubstr("> 1"));
+  EXPECT_THAT(ValidateEstimatorOptions({.outlier_window = 3, .outlier_min_history = 5}).message(),
+              HasSubstr("min_history <= window"));
+  SchedulerOptions options;
+  options.deadband = 1;
+  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(), HasSubstr("deadband"));
+  options = {};
+  options.gpu_estimator.ema_weight = -1;
+  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
+              HasSubstr("gpu_estimator: ema_weight"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Policies.
+
+TEST(PolicyTest, ParsesEveryPolicyAndRoundTrips) {
+  struct Case {
+    const char* text;
+    PolicyKind kind;
+    double share;
+  };
+  for (const Case& c :
+       {Case{"writescope", PolicyKind::kWriteScope, 0},
+        Case{"transfer-all", PolicyKind::kTransferAll, 0}, Case{"cpu-all", PolicyKind::kCpuAll, 0},
+        Case{"monolithic", PolicyKind::kMonolithic, 0},
+        Case{"static:0.3", PolicyKind::kStatic, 0.3}, Case{"static:0", PolicyKind::kStatic, 0},
+        Case{"static:1", PolicyKind::kStatic, 1}, Case{"static:.25", PolicyKind::kStatic, 0.25},
+        Case{"static:1e-1", PolicyKind::kStatic, 0.1}}) {
+    SCOPED_TRACE(c.text);
+    const absl::StatusOr<PolicySpec> spec = ParsePolicy(c.text);
+    WS_ASSERT_OK(spec.status());
+    EXPECT_EQ(spec->kind, c.kind);
+    EXPECT_EQ(spec->static_cpu_share, c.share);
+    const absl::StatusOr<PolicySpec> again = ParsePolicy(spec->ToString());
+    WS_ASSERT_OK(again.status());
+    EXPECT_EQ(*again, *spec);
+  }
+  EXPECT_EQ(ParsePolicy("static:0.3")->ToString(), "static:0.3");
+  EXPECT_EQ(ParsePolicy("static:1e-1")->ToString(), "static:0.1");
+}
+
+TEST(PolicyTest, BadPoliciesAreInvalidArgumentsThatSayWhy) {
+  struct Case {
+    const char* text;
+    const char* why;
+  };
+  for (const Case& c :
+       {Case{"", "empty"}, Case{"WriteScope", "unknown policy name"},
+        Case{"transfer_all", "unknown policy name"}, Case{" writescope", "unknown policy name"},
+        Case{"static", "static:R"}, Case{"static:", "missing R"},
+        Case{"static:abc", "R = \"abc\" is not a number"}, Case{"static:0.3x", "is not a number"},
+        Case{"static: 0.3", "whitespace"}, Case{"static:1.5", "R = 1.5 is outside [0, 1]"},
+        Case{"static:-0.1", "outside [0, 1]"}, Case{"static:nan", "outside [0, 1]"},
+        Case{"static:inf", "outside [0, 1]"}}) {
+    SCOPED_TRACE(c.text);
+    const absl::StatusOr<PolicySpec> spec = ParsePolicy(c.text);
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(spec.status().message(), HasSubstr(c.why));
+    EXPECT_THAT(spec.status().message(), HasSubstr("expected one of: writescope, transfer-all"));
+  }
+  EXPECT_EQ(Scheduler::Create("static:2", {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create(PolicySpec{.kind = PolicyKind::kStatic, .static_cpu_share = kNaN}, {})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PolicyTest, FixedPoliciesIgnoreMeasurementsButStillEstimate) {
+  for (const auto& [text, share] :
+       {std::pair{"transfer-all", 0.0}, std::pair{"cpu-all", 1.0}, std::pair{"static:0.3", 0.3}}) {
+    SCOPED_TRACE(text);
+    auto scheduler = Scheduler::Create(text, {});
+    WS_ASSERT_OK(scheduler.status());
+    EXPECT_EQ((*scheduler)->target_cpu_share(), share);
+    for (int step = 0; step < 50; ++step) {
+      (*scheduler)
+          ->ObserveStep({.cpu = {.tokens = 100.0 + step, .ns = 1000.0 * (100 + step)},
+                         .gpu = {.tokens = 100.0 + step, .ns = 10.0 * (100 + step)}});
+      EXPECT_EQ((*scheduler)->UpdateTarget(1000 + step), share);
+    }
+    EXPECT_TRUE((*scheduler)->estimates_ready());  // the bench reports the bound for all
+    EXPECT_LT((*scheduler)->Bound(1000).cpu_share, 0.05);
+    EXPECT_EQ((*scheduler)->TakeResplitBytes(), 0u);
+  }
+}
+
+TEST(PolicyTest, AdaptiveTargetWaitsForBothEstimatesThenJumps) {
+  SchedulerOptions options;
+  options.initial_cpu_share = 0.4;
+  auto scheduler = Scheduler::Create("writescope", options);
+  WS_ASSERT_OK(scheduler.status());
+  Scheduler& s = **scheduler;
+  s.ObserveStep({.cpu = {.tokens = 100, .ns = 10000}, .gpu = {}});  // no GPU report yet
+  EXPECT_EQ(s.UpdateTarget(1000), 0.4);
+  EXPECT_TRUE(std::isnan(s.optimal_cpu_share()));
+  s.ObserveStep({.cpu = {.tokens = 100, .ns = 10000}, .gpu = {.tokens = 900, .ns = 270000}});
+  // A = 100, B = 300 (no spread: intercepts 0): r* = 0.75, taken at once.
+  EXPECT_NEAR(s.UpdateTarget(1000), 0.75, 1e-9);
+  EXPECT_EQ(s.target_changes(), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Monolithic cost accounting.
+
+TEST(MonolithicTest, ResplitBytesAreTheTokensThatChangeSideTimesTheirBytes) {
+  // |0.5 − 0.2| · 1000 = 300 tokens, 64 B per token and layer, 3 layers.
+  EXPECT_EQ(MonolithicResplitBytes(0.2, 0.5, 1000, 64, 3), 300u * 64 * 3);
+  EXPECT_EQ(MonolithicResplitBytes(0.5, 0.2, 1000, 64, 3), 300u * 64 * 3);
+  EXPECT_EQ(MonolithicResplitBytes(0.4, 0.4, 1000, 64, 3), 0u);
+  EXPECT_EQ(MonolithicResplitBytes(-1, 2, 1000, 64, 3),
+            1000u * 64 * 3);  // clamped: everything
+  EXPECT_EQ(MonolithicResplitBytes(kNaN, 0.5, 1000, 64, 3), 0u);
+  EXPECT_EQ(MonolithicResplitBytes(0, 1, 0, 64, 3), 0u);
+  EXPECT_EQ(MonolithicResplitBytes(0, 1, uint64_t{1} << 40, uint64_t{1} << 30, 60),
+            std::numeric_limits<uint64_t>::max());
+}
+
+TEST(MonolithicTest, SchedulerChargesEveryTargetChange) {
+  SchedulerOptions options;
+  options.kv_bytes_per_token_layer = 128;
+  options.num_layers = 4;
+  options.hold_updates = 1;
+  options.deadband = 0.01;
+  options.cpu_estimator.ema_weight = 1.0;  // each sample replaces the estimate
+  options.gpu_estimator.ema_weight = 1.0;
+  EXPECT_THAT(Scheduler::Create("monolithic", {}).status().message(),
+              HasSubstr("kv_bytes_per_token_layer"));
+  auto mono = Scheduler::Create("monolithic", options);
+  auto writescope = Scheduler::Create("writescope", options);
+  WS_ASSERT_OK(mono.status());
+  WS_ASSERT_OK(writescope.status());
+  // r* = B / (A + B) with zero intercepts: 0.5, then 0.25, then 0.25 again (no
+  // change).
+  const double cpu_costs[] = {100, 300, 300};
+  uint64_t expected_total = 0;
+  double previous = options.initial_cpu_share;
+  for (const double a : cpu_costs) {
+    for (Scheduler* s : {mono->get(), writescope->get()}) {
+      s->ObserveStep(
+          {.cpu = {.tokens = 1000, .ns = a * 1000}, .gpu = {.tokens = 1000, .ns = 100000}});
+      s->UpdateTarget(2000);
+    }
+    const double target = (*mono)->target_cpu_share();
+    EXPECT_NEAR(target, 100 / (a + 100), 1e-9);
+    const uint64_t expected = MonolithicResplitBytes(previous, target, 2000, 128, 4);
+    EXPECT_EQ((*mono)->TakeResplitBytes(), expected);
+    EXPECT_EQ((*writescope)->TakeResplitBytes(), 0u);  // nothing placed moves
+    expected_total += expected;
+    previous = target;
+  }
+  EXPECT_EQ((*mono)->total_resplit_bytes(), expected_total);
+  EXPECT_EQ(expected_total,
+            0u + 500 * 128 * 4);  // 0.5 → 0.5 free, 0.5 → 0.25: 500 tokens
+}
+
+TEST(SchedulerTest, RecalibrationIsDuePeriodically) {
+  SchedulerOptions options;
+  options.recalibration_period_steps = 3;
+  auto scheduler = Scheduler::Create("writescope", options);
+  WS_ASSERT_OK(scheduler.status());
+  Scheduler& s = **scheduler;
+  const CostSample probe[] = {{.tokens = 256, .ns = 3000}, {.tokens = 512, .ns = 5000}};
+  WS_ASSERT_OK(s.CalibrateGpu(probe));
+  EXPECT_DOUBLE_EQ(s.estimates().gpu_ns_per_token, 2000.0 / 256);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(s.RecalibrationDue());
+    s.ObserveStep({});
+  }
+  EXPECT_TRUE(s.RecalibrationDue());
+  WS_ASSERT_OK(s.CalibrateGpu(probe));
+  EXPECT_FALSE(s.RecalibrationDue());
+  EXPECT_THAT(s.CalibrateGpu({}).message(), HasSubstr("GPU path: "));
+}
+
+// ---------------------------------------------------------------------------------------
+// Steering.
+
+TEST(SteerBlockTest, MovesTheBatchShareTowardTheTargetAndRespectsFreeSlots) {
+  const std::array<uint32_t, kNumKvRegions> room{10, 10};
+  // c = 2 of n = 10, r = 0.5: CPU (2.5 < 5.5).
+  EXPECT_EQ(SteerBlock({2, 8}, {0, 0}, 0.5, room), KvRegion::kCpuCompute);
+  // c = 8 of 10, r = 0.5: transfer.
+  EXPECT_EQ(SteerBlock({8, 2}, {0, 0}, 0.5, room), KvRegion::kGpuTransfer);
+  // Within the one-block band the sequence decides: batch 3 of 10 at r = 0.3
+  // (3.3 wanted), the sequence has 0 of 4 CPU blocks → CPU; with 3 of 4 →
+  // transfer.
+  EXPECT_EQ(SteerBlock({3, 7}, {0, 4}, 0.3, room), KvRegion::kCpuCompute);
+  EXPECT_EQ(SteerBlock({3, 7}, {3, 1}, 0.3, room), KvRegion::kGpuTransfer);
+  // With the strict rule the batch alone decides (3.5 > 3.3 → transfer).
+  EXPECT_EQ(SteerBlock({3, 7}, {0, 4}, 0.3, room, 0.5), KvRegion::kGpuTransfer);
+  // Full region: the other one.
+  EXPECT_EQ(SteerBlock({2, 8}, {0, 0}, 0.5, {0, 10}), KvRegion::kGpuTransfer);
+  EXPECT_EQ(SteerBlock({8, 2}, {0, 0}, 0.5, {10, 0}), KvRegion::kCpuCompute);
+  // Both full: the preferred one (the placement reports RESOURCE_EXHAUSTED).
+  EXPECT_EQ(SteerBlock({2, 8}, {0, 0}, 0.5, {0, 0}), KvRegion::kCpuCompute);
+  // The ends are exact whatever the counts.
+  EXPECT_EQ(SteerBlock({0, 100}, {0, 100}, 0.0, room), KvRegion::kGpuTransfer);
+  EXPECT_EQ(SteerBlock({100, 0}, {100, 0}, 1.0, room), KvRegion::kCpuCompute);
+}
+
+// A decode batch on a real KvPlacement: prompts prefilled, then every step
+// appends one token per sequence and flushes full windows, all through
+// SteeringChooser. The costs of a step come from a "true" roofline (optionally
+// noisy) applied to the placed split, and feed the scheduler as the workers'
+// reports would.
+class BatchSimulation {
+ public:
+  static constexpr uint32_t kBlockTokens = 4;
+  static constexpr uint32_t kWindowTokens = 4;  // one block per flush
+  static constexpr uint32_t kSequences = 8;
+
+  BatchSimulation(absl::string_view policy, const RooflineParams& truth, double noise,
+                  const SchedulerOptions& options = {})
+      : truth_(truth), noise_(noise), rng_(1234) {
+    KvCacheConfig config;
+    config.geometry = testing::SmallGqa(kBlockTokens);
+    config.window_tokens = kWindowTokens;
+    config.cpu_compute_bytes = 6000 * config.geometry.block_bytes();
+    config.gpu_transfer_bytes = 6000 * config.geometry.block_bytes();
+    config.max_sequences = kSequences;
+    config.gpu_kv_budget_bytes = 1 << 20;
+    auto placement = KvPlacement::Create(config);
+    WS_CHECK(placement.ok()) << placement.status();
+    placement_ = *std::move(placement);
+    auto scheduler = Scheduler::Create(policy, options);
+    WS_CHECK(scheduler.ok()) << scheduler.status();
+    scheduler_ = *std::move(scheduler);
+    for (uint32_t i = 0; i < kSequences; ++i) {
+      WS_CHECK(placement_->Admit(i).ok());
+      // Prompts of 10..38 blocks, plus a partial block into the D-window.
+      const SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
+      auto plan = placement_->PlanPrefill(i, (10 + 4 * i) * kBlockTokens + 1, chooser);
+      WS_CHECK(plan.ok()) << plan.status();
+      Record(plan->sequence, plan->blocks);
+    }
+  }
+
+  // One decode step: measure, update the target, then append and flush.
+  void Step() {
+    const uint64_t cpu_tokens =
+        uint64_t{placement_->Usage(KvRegion::kCpuCompute).used_blocks} * kBlockTokens;
+    const uint64_t gpu_tokens =
+        uint64_t{placement_->Usage(KvRegion::kGpuTransfer).used_blocks} * kBlockTokens;
+    const auto noisy = [this](double ns) { return ns * rng_.Uniform(1 - noise_, 1 + noise_); };
+    scheduler_->ObserveStep(
+        {.cpu = {.tokens = static_cast<double>(cpu_tokens),
+                 .ns = noisy(truth_.cpu_ns_per_token * cpu_tokens + truth_.cpu_fixed_ns)},
+         .gpu = {.tokens = static_cast<double>(gpu_tokens),
+                 .ns = noisy(truth_.gpu_ns_per_token * gpu_tokens + truth_.gpu_fixed_ns)}});
+    targets_.push_back(scheduler_->UpdateTarget(cpu_tokens + gpu_tokens));
+    for (SequenceId id : placement_->LiveSequences()) {
+      if (placement_->NeedsFlush(id)) {
+        const SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
+        auto plan = placement_->Flush(id, chooser);
+        WS_CHECK(plan.ok()) << plan.status();
+        Record(plan->sequence, plan->blocks);
+      }
+      WS_CHECK(placement_->AppendDecode(id).ok());
+    }
+  }
+
+  uint64_t HostTokens() const {
+    return (uint64_t{placement_->Usage(KvRegion::kCpuCompute).used_blocks} +
+            placement_->Usage(KvRegion::kGpuTransfer).used_blocks) *
+           kBlockTokens;
+  }
+  double TrueOptimum() const { return OptimalCpuShare(truth_, static_cast<double>(HostTokens())); }
+
+  // Every block ever placed is still where it was placed.
+  void ExpectNothingMoved() const {
+    for (const auto& [id, refs] : placed_) {
+      const SequencePlacement* seq = placement_->Find(id);
+      ASSERT_NE(seq, nullptr);
+      ASSERT_EQ(seq->blocks.size(), refs.size());
+      for (size_t i = 0; i < refs.size(); ++i) {
+        ASSERT_EQ(seq->blocks[i].ref, refs[i]) << "sequence " << id << " block " << i << " moved";
+      }
+    }
+  }
+
+  RooflineParams& truth() { return truth_; }
+  KvPlacement& placement() { return *placement_; }
+  Scheduler& scheduler() { return *scheduler_; }
+  const std::vector<double>& targets() const { return targets_; }
+
+ private:
+  void Record(SequenceId id, const std::vector<PlacedBlock>& blocks) {
+    for (const PlacedBlock& block : blocks) placed_[id].push_back(block.ref);
+  }
+
+  RooflineParams truth_;
+  double noise_;
+  Rng rng_;
+  std::unique_ptr<KvPlacement> placement_;
+  std::unique_ptr<Scheduler> scheduler_;
+  absl::flat_hash_map<SequenceId, std::vector<KvBlockRef>> placed_;
+  std::vector<double> targets_;
+};
+
+// A = 100, B = 150 ns/token, c_C = 20 µs, c_G = 40 µs: r* = 0.6 + 80 / L.
+constexpr RooflineParams kTruth{
+    .cpu_ns_per_token = 100, .gpu_ns_per_token = 150, .cpu_fixed_ns = 20000, .gpu_fixed_ns = 40000};
+
+TEST(SteeringTest, FixedPoliciesPlaceExactly) {
+  for (const auto& [text, share] : {std::pair{"transfer-all", 0.0}, std::pair{"cpu-all", 1.0},
+                                    std::pair{"static:0.3", 0.3}, std::pair{"static:0.77", 0.77}}) {
+    SCOPED_TRACE(text);
+    BatchSimulation sim(text, kTruth, 0.0);
+    for (int step = 0; step < 200; ++step) sim.Step();
+    const double blocks = static_cast<double>(sim.HostTokens() / BatchSimulation::kBlockTokens);
+    // Within one block of the share (the per-sequence band), every step of the
+    // way.
+    EXPECT_NEAR(sim.placement().PlacedCpuShare(), share, 1.0 / blocks);
+    if (share == 0.0 || share == 1.0) {
+      EXPECT_EQ(sim.placement().PlacedCpuShare(), share);
+    }
+    for (SequenceId id : sim.placement().LiveSequences()) {
+      EXPECT_NEAR(SequenceCpuShare(*sim.placement().Find(id)), share, 0.1) << "sequence " << id;
+    }
+    sim.ExpectNothingMoved();
+  }
+}
+
+TEST(SteeringTest, PlacedShareConvergesToTheOptimumAndNothingMoves) {
+  BatchSimulation sim("writescope", kTruth, 0.0);
+  for (int step = 0; step < 400; ++step) {
+    sim.Step();
+    if (step >= 100) {
+      // After ~450 blocks: within the deadband of r* (the target) plus a
+      // block's share.
+      ASSERT_NEAR(sim.placement().PlacedCpuShare(), sim.TrueOptimum(), 0.03) << "step " << step;
+    }
+  }
+  // Per sequence too: no sequence is left all-CPU or all-GPU.
+  for (SequenceId id : sim.placement().LiveSequences()) {
+    EXPECT_NEAR(SequenceCpuShare(*sim.placement().Find(id)), sim.TrueOptimum(), 0.1)
+        << "sequence " << id;
+  }
+  sim.ExpectNothingMoved();
+}
+
+TEST(SteeringTest, TracksADoublingOfTheCpuCost) {
+  BatchSimulation sim("writescope", kTruth, 0.0);
+  for (int step = 0; step < 300; ++step) sim.Step();
+  const double before = sim.TrueOptimum();
+  EXPECT_NEAR(sim.scheduler().target_cpu_share(), before, 0.02);
+  sim.truth().cpu_ns_per_token *= 2;  // contention on the CPU
+  int target_steps = -1;
+  int placed_steps = -1;
+  for (int step = 1; step <= 400; ++step) {
+    sim.Step();
+    if (target_steps < 0 &&
+        std::abs(sim.scheduler().target_cpu_share() - sim.TrueOptimum()) < 0.03) {
+      target_steps = step;
+    }
+    if (placed_steps < 0 && std::abs(sim.placement().PlacedCpuShare() - sim.TrueOptimum()) < 0.03) {
+      placed_steps = step;
+    }
+  }
+  EXPECT_LT(sim.TrueOptimum(), before - 0.1);  // the optimum really moved
+  // The estimate follows within a few EMA time constants (1 / 0.05 = 20 steps)
+  // plus the hysteresis' hold.
+  EXPECT_GT(target_steps, 0);
+  EXPECT_LE(target_steps, 80);
+  // The placed share only moves through new blocks (2 per step against ~850
+  // placed).
+  EXPECT_GT(placed_steps, 0);
+  EXPECT_LE(placed_steps, 250);
+  EXPECT_NEAR(sim.placement().PlacedCpuShare(), sim.TrueOptimum(), 0.03);
+  sim.ExpectNothingMoved();
+}
+
+// Sign changes of the nonzero target moves after `skip` steps.
+int CountReversals(const std::vector<double>& targets, size_t skip) {
+  int reversals = 0;
+  int last_sign = 0;
+  for (size_t i = std::max<size_t>(skip, 1); i < targets.size(); ++i) {
+    const double delta = targets[i] - targets[i - 1];
+    if (delta == 0) continue;
+    const int sign = delta > 0 ? 1 : -1;
+    if (last_sign != 0 && sign != last_sign) ++reversals;
+    last_sign = sign;
+  }
+  return reversals;
+}
+
+TEST(SteeringTest, StableUnderThirtyPercentNoise) {
+  BatchSimulation sim("writescope", kTruth, 0.3);
+  SchedulerOptions jumpy;
+  jumpy.deadband = 0;
+  jumpy.hold_updates = 1;
+  BatchSimulation without_hysteresis("writescope", kTruth, 0.3, jumpy);
+  constexpr int kSteps = 1500;
+  constexpr int kWarmup = 100;
+  double sum_error = 0, sum_squared_error = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    sim.Step();
+    without_hysteresis.Step();
+    if (step >= kWarmup) {
+      const double error = sim.scheduler().target_cpu_share() - sim.TrueOptimum();
+      sum_error += error;
+      sum_squared_error += error * error;
+    }
+  }
+  const double n = kSteps - kWarmup;
+  const double mean_error = sum_error / n;
+  const double rms_error = std::sqrt(sum_squared_error / n);
+  const int reversals = CountReversals(sim.targets(), kWarmup);
+  const int jumpy_reversals = CountReversals(without_hysteresis.targets(), kWarmup);
+  RecordProperty("mean_error", std::to_string(mean_error));
+  RecordProperty("rms_error", std::to_string(rms_error));
+  RecordProperty("reversals", reversals);
+  RecordProperty("reversals_without_hysteresis", jumpy_reversals);
+  EXPECT_LT(std::abs(mean_error), 0.02);
+  EXPECT_LT(rms_error, 0.025);
+  EXPECT_LE(reversals, 12) << "without hysteresis: " << jumpy_reversals;
+  EXPECT_GT(jumpy_reversals, 10 * std::max(reversals, 1));  // the hysteresis is what helps
+  EXPECT_LT(sim.scheduler().target_changes(), 30);
+  EXPECT_NEAR(sim.placement().PlacedCpuShare(), sim.TrueOptimum(), 0.03);
+  sim.ExpectNothingMoved();
+}
+
+}  // namespace
+}  // namespace writescope::coordinator

@@ -40,6 +40,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
                << coordinator->model_config_.DebugString();
   const KvCacheConfig& kv = coordinator->options_.kv;
   WS_ASSIGN_OR_RETURN(coordinator->placement_, KvPlacement::Create(kv));
+  SchedulerOptions scheduler_options;
+  scheduler_options.kv_bytes_per_token_layer = kv.geometry.bytes_per_token_layer();
+  scheduler_options.num_layers = kv.geometry.num_layers;
+  WS_ASSIGN_OR_RETURN(coordinator->scheduler_,
+                      Scheduler::Create(coordinator->options_.policy, scheduler_options));
   WS_ASSIGN_OR_RETURN(coordinator->arena_,
                       ShmArena::Create(coordinator->options_.arena_name,
                                        ArenaRegions(kv.arena_sizes(coordinator->options_.channel_bytes))));
@@ -179,6 +184,8 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
     window->set_blocks_used(placement_->num_live());
     window->set_bytes_total(kv.window_bytes());
     info.set_placed_cpu_share(placement_->PlacedCpuShare());
+    info.set_cpu_share(scheduler_->target_cpu_share());
+    info.set_policy(scheduler_->policy().ToString());
   }
   info.set_block_tokens(kv.block_tokens());
   {

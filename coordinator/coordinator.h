@@ -18,6 +18,7 @@
 #include "common/model_config.h"
 #include "common/worker_model.h"
 #include "coordinator/placement.h"
+#include "coordinator/scheduler.h"
 #include "common/shm_arena.h"
 #include "coordinator/worker_client.h"
 #include "writescope/v1/writescope.pb.h"
@@ -74,6 +75,8 @@ class Coordinator {
   // Placement metadata: which blocks of which sequence live in which region.
   std::mutex placement_mutex_;
   std::unique_ptr<KvPlacement> placement_;
+  // The CPU-share policy; guarded by placement_mutex_ (it steers placement).
+  std::unique_ptr<Scheduler> scheduler_;
   uint64_t next_selftest_id_ = uint64_t{1} << 62;
   WorkerClient gpu_worker_;
   WorkerClient cpu_worker_;

@@ -116,6 +116,14 @@ else
     || fail "no clear error for a missing model: $(tail -5 "$WORK/bad.log")"
 fi
 
+# ---- 4b. a bad policy: refused at start-up, naming the accepted forms ---------------
+if "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 -- --policy=static:1.5 >"$WORK/policy.log" 2>&1; then
+  fail "launch.sh succeeded with --policy=static:1.5"
+else
+  grep -q "INVALID_ARGUMENT.*1.5" "$WORK/policy.log" && pass "bad policy refused with a clear error" \
+    || fail "no clear policy error: $(tail -5 "$WORK/policy.log")"
+fi
+
 # ---- 4. a VRAM budget that cannot hold the KV budget: refused at start-up ----------
 if "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --device "${WS_E2E_DEVICE:-host}" \
     -- --vram_budget_gib=0.5 >"$WORK/budget.log" 2>&1; then

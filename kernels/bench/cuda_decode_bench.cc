@@ -1,6 +1,6 @@
 // CUDA part of the attention benchmark: split-KV decode over a packed ping-pong buffer
 // plus a half-full D-window, the overlap of the next layer's H2D copy with it, and the
-// CPU+GPU partial merge.
+// CPU+GPU partial merge; causal chunked prefill (FLOP/s against the dense bf16 rate).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -367,6 +367,73 @@ void RunMerge(const BenchOptions& options) {
   }
 }
 
+// Causal prefill of a 2048-token chunk after `prior` tokens, every key on the GPU (tiles
+// of 256 tokens). FLOP = 4 * q_heads * head_dim per (query, attended key): the QK^T and
+// PV products, not the extra P_lo V of the hi+lo split.
+constexpr double kDenseBf16Tflops = 790;  // measured on the H200 (device KINDS.md)
+void RunPrefill(const BenchOptions& options) {
+  constexpr int32_t kChunk = 2048;
+  std::printf("\n== CUDA GQA causal prefill: chunk %d (ceiling %.0f TFLOP/s dense bf16) ==\n",
+              kChunk, kDenseBf16Tflops);
+  std::printf("%-8s %8s %8s %10s %10s %8s\n", "model", "prior", "chunk", "ms", "TFLOP/s", "%ceil");
+  for (const std::string& name : options.models) {
+    GqaModel model;
+    if (!FindModel(name, &model)) continue;
+    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
+                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
+    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    for (int64_t prior : {int64_t{0}, int64_t{8192}, int64_t{32768}}) {
+      const int64_t total = prior + kChunk;
+      const int32_t num_tiles = static_cast<int32_t>((total + kBlockTokens - 1) / kBlockTokens);
+      DeviceMemory tiles(num_tiles * tile_values * 2);
+      DeviceMemory q(int64_t{kChunk} * shape.num_q_heads * shape.head_dim * 2);
+      DeviceMemory o(int64_t{kChunk} * shape.num_q_heads * shape.head_dim * 4);
+      DeviceMemory lse(int64_t{kChunk} * shape.num_q_heads * 4);
+      DeviceMemory pointers_d(num_tiles * sizeof(void*)), positions_d(num_tiles * 8), tokens_d(num_tiles * 4);
+      if (!tiles.ptr || !q.ptr || !o.ptr) {
+        std::printf("%-8s %8lld   out of GPU memory\n", model.name.c_str(), static_cast<long long>(prior));
+        continue;
+      }
+      BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, num_tiles * tile_values * 2));
+      BENCH_CUDA(cudaMemset(q.ptr, 0x3c, int64_t{kChunk} * shape.num_q_heads * shape.head_dim * 2));
+      std::vector<const uint16_t*> pointers(num_tiles);
+      std::vector<int64_t> positions(num_tiles);
+      std::vector<int32_t> tokens(num_tiles);
+      for (int32_t i = 0; i < num_tiles; ++i) {
+        pointers[i] = tiles.as<const uint16_t>() + int64_t{i} * tile_values;
+        positions[i] = int64_t{i} * kBlockTokens;
+        tokens[i] = static_cast<int32_t>(std::min<int64_t>(kBlockTokens, total - positions[i]));
+      }
+      BENCH_CUDA(cudaMemcpy(pointers_d.ptr, pointers.data(), num_tiles * sizeof(void*), cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(positions_d.ptr, positions.data(), num_tiles * 8, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(tokens_d.ptr, tokens.data(), num_tiles * 4, cudaMemcpyHostToDevice));
+      cuda::GqaGpuPrefillArgs args;
+      args.shape = shape;
+      args.num_queries = kChunk;
+      args.query_position0 = prior;
+      args.q = q.as<const uint16_t>();
+      args.keys = {pointers_d.as<const uint16_t* const>(), positions_d.as<const int64_t>(),
+                   tokens_d.as<const int32_t>(), num_tiles};
+      args.o = o.as<float>();
+      args.lse = lse.as<float>();
+      const absl::Status status = cuda::GqaGpuPrefill(args, nullptr);
+      if (!status.ok()) {
+        std::printf("%-8s %8lld   %s\n", model.name.c_str(), static_cast<long long>(prior),
+                    std::string(status.message()).c_str());
+        continue;
+      }
+      const double seconds = TimeGpu(options.iters, [&] { (void)cuda::GqaGpuPrefill(args, nullptr); });
+      BENCH_CUDA(cudaGetLastError());
+      // Query i attends prior + i + 1 keys.
+      const double keys = double(kChunk) * prior + double(kChunk) * (kChunk + 1) / 2;
+      const double tflops = 4.0 * shape.num_q_heads * shape.head_dim * keys / seconds / 1e12;
+      std::printf("%-8s %8lld %8d %10.3f %10.1f %7.1f%%\n", model.name.c_str(),
+                  static_cast<long long>(prior), kChunk, seconds * 1e3, tflops,
+                  100 * tflops / kDenseBf16Tflops);
+    }
+  }
+}
+
 }  // namespace
 
 void RunCudaBenchmarks(const BenchOptions& options) {
@@ -376,6 +443,7 @@ void RunCudaBenchmarks(const BenchOptions& options) {
   }
   RunGqa(options);
   RunOverlap(options);
+  RunPrefill(options);
   if (options.mla) RunMla(options);
   if (options.merge) RunMerge(options);
 }

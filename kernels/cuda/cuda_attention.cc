@@ -201,6 +201,43 @@ absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
   return FromCuda(internal::LaunchMlaDecode(p, stream), "GPU MLA decode");
 }
 
+absl::Status GqaGpuPrefill(const GqaGpuPrefillArgs& args, void* stream) {
+  const GqaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  if (args.num_queries < 0 || args.keys.num_tiles < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU GQA prefill: num_queries ", args.num_queries,
+                                                   " num_tiles ", args.keys.num_tiles));
+  }
+  if (args.num_queries == 0) return absl::OkStatus();
+  if (args.q == nullptr || args.o == nullptr || args.lse == nullptr) {
+    return absl::InvalidArgumentError("GPU GQA prefill: q, o and lse are required");
+  }
+  if (args.keys.num_tiles > 0 &&
+      (args.keys.tiles == nullptr || args.keys.positions == nullptr || args.keys.tokens == nullptr)) {
+    return absl::InvalidArgumentError("GPU GQA prefill: tiles need tiles, positions and tokens");
+  }
+  if (s.head_dim != 64 && s.head_dim != 128) {
+    return absl::UnimplementedError(absl::StrCat("GPU GQA prefill: head_dim ", s.head_dim,
+                                                 " (compiled: 64, 128)"));
+  }
+  internal::GqaPrefillParams p;
+  p.num_queries = args.num_queries;
+  p.num_q_heads = s.num_q_heads;
+  p.num_kv_heads = s.num_kv_heads;
+  p.head_dim = s.head_dim;
+  p.block_tokens = s.block_tokens;
+  p.num_tiles = args.keys.num_tiles;
+  p.query_position0 = args.query_position0;
+  p.scale_log2 = s.softmax_scale * kLog2e;
+  p.q = args.q;
+  p.tiles = args.keys.tiles;
+  p.tile_positions = args.keys.positions;
+  p.tile_tokens = args.keys.tokens;
+  p.o = args.o;
+  p.lse = args.lse;
+  return FromCuda(internal::LaunchGqaPrefill(p, stream), "GPU GQA prefill");
+}
+
 absl::Status GpuMergeStates(const float* o_a, const float* lse_a, const float* o_b,
                             const float* lse_b, float* o_out, float* lse_out, int64_t rows,
                             int32_t head_dim, void* stream) {

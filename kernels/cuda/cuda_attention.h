@@ -73,6 +73,30 @@ struct MlaGpuDecodeArgs {
   GpuSplitOptions split;
 };
 
+// Causal chunked prefill, the GPU's share (kernels/attention.h GqaPrefillArgs, with
+// device tiles): the queries of one chunk attend every listed key at a position <= their
+// own. The list names each tile by pointer, so it can mix the ping-pong buffer's packed
+// tiles of earlier chunks (transfer-region blocks) with the chunk's own tiles. Tile i
+// holds tokens[i] valid tokens (0..block_tokens, any tile may be partial) at positions
+// positions[i], positions[i] + 1, ...; every tile base must be 16-byte aligned. The
+// partial merges exactly (GpuMergeStates) with CpuGqaPrefill over the CPU-region blocks.
+struct GpuKvTileList {
+  const uint16_t* const* tiles = nullptr;  // device [num_tiles] -> device tile bases
+  const int64_t* positions = nullptr;      // device [num_tiles], absolute position of slot 0
+  const int32_t* tokens = nullptr;         // device [num_tiles], valid tokens
+  int32_t num_tiles = 0;
+};
+
+struct GqaGpuPrefillArgs {
+  GqaShape shape;  // head_dim 64 or 128; group size 1..128
+  int32_t num_queries = 0;      // 0: nothing to do
+  int64_t query_position0 = 0;  // query i sits at query_position0 + i
+  const uint16_t* q = nullptr;  // device [num_queries][num_q_heads][head_dim] bf16
+  GpuKvTileList keys;
+  float* o = nullptr;    // device [num_queries][num_q_heads][head_dim]
+  float* lse = nullptr;  // device [num_queries][num_q_heads], natural log; no key: -inf
+};
+
 // Workspace the decode needs for these args (depends on num_seqs, heads, head_dim,
 // max_seq_tokens and the split option). Call on the same device as the launch.
 size_t GqaGpuDecodeWorkspaceBytes(const GqaGpuDecodeArgs& args);
@@ -80,6 +104,8 @@ size_t MlaGpuDecodeWorkspaceBytes(const MlaGpuDecodeArgs& args);
 
 absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream);
 absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream);
+// Needs no workspace; one launch, asynchronous on `stream`.
+absl::Status GqaGpuPrefill(const GqaGpuPrefillArgs& args, void* stream);
 
 // out = merge(a, b) over `rows` rows of `head_dim` (device pointers). `out` may alias
 // `a` or `b` exactly: merging the CPU partial (copied to the GPU) into the GPU partial

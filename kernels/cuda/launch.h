@@ -44,6 +44,19 @@ struct MlaParams {
   float* lse;
 };
 
+// Causal prefill of one sequence's chunk over a list of tiles (gqa_prefill.cu).
+struct GqaPrefillParams {
+  int32_t num_queries, num_q_heads, num_kv_heads, head_dim, block_tokens, num_tiles;
+  int64_t query_position0;
+  float scale_log2;
+  const uint16_t* q;              // [num_queries][num_q_heads][head_dim]
+  const uint16_t* const* tiles;   // [num_tiles] tile bases (common/kv_layout.h)
+  const int64_t* tile_positions;  // [num_tiles] absolute position of token 0
+  const int32_t* tile_tokens;     // [num_tiles] valid tokens
+  float* o;                       // [num_queries][num_q_heads][head_dim]
+  float* lse;                     // [num_queries][num_q_heads], natural log
+};
+
 // Whether LaunchGqaDecode takes the tensor-core path for this shape (else SIMT).
 bool GqaDecodeUsesTensorCores(int32_t head_dim, int32_t group);
 
@@ -73,6 +86,8 @@ inline int32_t GqaTensorCoreTokensPerSplit(int32_t max_seq_tokens, int64_t pairs
 
 int LaunchGqaDecode(const GqaParams& p, void* stream);
 int LaunchMlaDecode(const MlaParams& p, void* stream);
+// Returns cudaErrorNotSupported for a head_dim without a compiled kernel (64, 128).
+int LaunchGqaPrefill(const GqaPrefillParams& p, void* stream);
 // Merges `num_parts` partials laid out [num_parts][rows][dim] into out.
 int LaunchMergeSplits(const float* part_o, const float* part_lse, int32_t num_parts,
                       int64_t rows, int32_t dim, float* o, float* lse, void* stream);

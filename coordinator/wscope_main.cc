@@ -94,6 +94,15 @@ int Info() {
                  static_cast<int>(status.error_code()));
     return 1;
   }
+  grpc::ClientContext model_context;
+  model_context.set_deadline(Deadline());
+  writescope::v1::ModelInfo model;
+  if (stub->GetModelInfo(&model_context, writescope::v1::GetModelInfoRequest(), &model).ok()) {
+    std::printf("model %s (%s): %u layers, hidden %u, vocab %u, %u experts top-%u, KV %llu B/token\n",
+                model.source().c_str(), model.model_type().c_str(), model.num_layers(),
+                model.hidden_size(), model.vocab_size(), model.num_experts(),
+                model.experts_per_token(), static_cast<unsigned long long>(model.kv_bytes_per_token()));
+  }
   std::printf("writescope %s  policy %s  cpu share %.3f (placed %.3f)\n", info.version().c_str(),
               info.policy().c_str(), info.cpu_share(), info.placed_cpu_share());
   std::printf("arena %s  %.1f MiB\n", info.arena_name().c_str(), info.arena_bytes() / 1048576.0);

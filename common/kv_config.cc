@@ -13,6 +13,17 @@ std::string Bytes(uint64_t bytes) {
   return absl::StrFormat("%d B (%.2f GiB)", bytes, static_cast<double>(bytes) / (1 << 30));
 }
 
+// The largest block, per-token or D-window size a config may imply: far beyond any
+// machine, and small enough that 2 x a layer-block or window + ping-pong cannot wrap.
+// (The geometry fields are uint32 from the wire: unchecked, their products wrap uint64
+// and a wrapped layer-block of 0 divided ResolveKvCacheConfig by zero.)
+constexpr uint64_t kMaxKvSizeBytes = uint64_t{1} << 62;
+
+// *out = a * b, false when that exceeds kMaxKvSizeBytes (or wraps).
+bool MulWithinLimit(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out) && *out <= kMaxKvSizeBytes;
+}
+
 }  // namespace
 
 absl::string_view KvRegionName(KvRegion region) {
@@ -64,6 +75,28 @@ static absl::Status ValidateShape(const KvCacheConfig& config) {
   if (config.max_sequences == 0) {
     return absl::InvalidArgumentError("KV config: max_sequences must be > 0");
   }
+  // Every size derived from the geometry (kv_layout.h, KvCacheConfig), exactly.
+  uint64_t values = 0, token_layer = 0, layer_block = 0, block = 0, token = 0, window_seq = 0,
+           window = 0;
+  const bool sizes_fit =
+      (g.kind == AttentionKind::kGqa
+           ? MulWithinLimit(uint64_t{2} * g.num_kv_heads, g.head_dim, &values)
+           : MulWithinLimit(uint64_t{g.kv_lora_rank} + g.rope_dim, 1, &values)) &&
+      MulWithinLimit(values, 2, &token_layer) &&
+      MulWithinLimit(token_layer, g.block_tokens, &layer_block) &&
+      MulWithinLimit(layer_block, g.num_layers, &block) &&
+      MulWithinLimit(token_layer, g.num_layers, &token) &&
+      MulWithinLimit(token, config.window_tokens, &window_seq) &&
+      MulWithinLimit(window_seq, config.max_sequences, &window);
+  if (!sizes_fit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV config: sizes overflow (limit ", kMaxKvSizeBytes, " B): layers=", g.num_layers,
+        g.kind == AttentionKind::kGqa
+            ? absl::StrCat(" kv_heads=", g.num_kv_heads, " head_dim=", g.head_dim)
+            : absl::StrCat(" kv_lora_rank=", g.kv_lora_rank, " rope_dim=", g.rope_dim),
+        " block_tokens=", g.block_tokens, " W=", config.window_tokens,
+        " max_sequences=", config.max_sequences));
+  }
   for (KvRegion region : {KvRegion::kCpuCompute, KvRegion::kGpuTransfer}) {
     const uint64_t slots = RegionSlots(g, config.region_bytes(region));
     if (slots > std::numeric_limits<uint32_t>::max()) {
@@ -81,8 +114,18 @@ absl::Status ValidateKvCacheConfig(const KvCacheConfig& config) {
   if (config.pingpong_blocks == 0) {
     return absl::InvalidArgumentError("KV config: a ping-pong buffer must hold >= 1 block");
   }
-  const uint64_t window = config.window_bytes();
-  const uint64_t pingpong = 2 * config.pingpong_buffer_bytes();
+  const uint64_t window = config.window_bytes();  // <= kMaxKvSizeBytes (ValidateShape)
+  // pingpong_blocks comes from the wire too: 2 x blocks x layer-block may wrap.
+  uint64_t pingpong_buffer = 0;
+  const bool pingpong_fits = !__builtin_mul_overflow(uint64_t{config.pingpong_blocks},
+                                                     g.layer_block_bytes(), &pingpong_buffer) &&
+                             pingpong_buffer <= (std::numeric_limits<uint64_t>::max() - window) / 2;
+  if (!pingpong_fits) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV config: two ping-pong buffers of ", config.pingpong_blocks,
+                     " layer-blocks x ", g.layer_block_bytes(), " B exceed any GPU KV budget"));
+  }
+  const uint64_t pingpong = 2 * pingpong_buffer;
   if (window + pingpong > config.gpu_kv_budget_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV config: GPU KV budget ", Bytes(config.gpu_kv_budget_bytes),

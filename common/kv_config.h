@@ -98,8 +98,9 @@ struct KvCacheConfig {
 
 // Fills the defaults (block size, budget, ping-pong capacity) and validates:
 // INVALID_ARGUMENT for an impossible geometry (zero sizes, W not a multiple of the
-// block size, too many slots), RESOURCE_EXHAUSTED when the GPU KV budget cannot hold
-// the D-window of max_sequences plus two ping-pong buffers. Messages carry the numbers.
+// block size, too many slots, sizes beyond 2^62 bytes that would wrap uint64),
+// RESOURCE_EXHAUSTED when the GPU KV budget cannot hold the D-window of max_sequences
+// plus two ping-pong buffers. Messages carry the numbers.
 absl::StatusOr<KvCacheConfig> ResolveKvCacheConfig(KvCacheConfig config);
 
 // Validates a resolved config (what ResolveKvCacheConfig checks, without defaults).

@@ -215,10 +215,24 @@ class FieldReader {
   std::string prefix_;
 };
 
+// Real config.json files nest 3 deep (rope_parameters.full_attention.*). The parser
+// itself is iterative, but dumping a value for an error message and copying are
+// recursive: without a bound, 100,000 levels of '[' (200 KB) overflowed the 8 MB stack.
+constexpr int kMaxConfigJsonDepth = 32;
+
+struct ConfigTooDeep {};
+
 absl::StatusOr<Json> ParseJsonObject(absl::string_view text, absl::string_view source) {
+  const Json::parser_callback_t limit_depth = [](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxConfigJsonDepth) throw ConfigTooDeep{};
+    return true;
+  };
   Json json;
   try {
-    json = Json::parse(text.begin(), text.end());
+    json = Json::parse(text.begin(), text.end(), limit_depth);
+  } catch (const ConfigTooDeep&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": JSON nested deeper than ", kMaxConfigJsonDepth, " levels"));
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": malformed JSON: ", e.what()));
   }
@@ -309,7 +323,11 @@ absl::Status ParseDeepseekV2(const FieldReader& f, ModelConfig& c) {
   WS_ASSIGN_OR_RETURN(c.qk_nope_head_dim, f.Int("qk_nope_head_dim"));
   WS_ASSIGN_OR_RETURN(c.qk_rope_head_dim, f.Int("qk_rope_head_dim"));
   WS_ASSIGN_OR_RETURN(c.v_head_dim, f.Int("v_head_dim"));
-  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  // Validate() bounds both parts, but only after parsing: the sum must not overflow here.
+  if (__builtin_add_overflow(c.qk_nope_head_dim, c.qk_rope_head_dim, &c.head_dim)) {
+    return f.Error("qk_nope_head_dim", absl::StrCat("+ qk_rope_head_dim overflows: ",
+                                                    c.qk_nope_head_dim, " + ", c.qk_rope_head_dim));
+  }
   WS_ASSIGN_OR_RETURN(c.n_routed_experts, f.Int("n_routed_experts"));
   WS_ASSIGN_OR_RETURN(c.num_experts_per_tok, f.Int("num_experts_per_tok"));
   WS_ASSIGN_OR_RETURN(c.n_shared_experts, f.Int("n_shared_experts", 0));

@@ -244,7 +244,8 @@ absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
   }
 
   // 2. The KV paths, on synthetic sequences placed block by block in alternating regions.
-  std::lock_guard<std::mutex> lock(placement_mutex_);
+  // The lock covers the placement changes only, not the worker RPCs below.
+  std::unique_lock<std::mutex> lock(placement_mutex_);
   const uint32_t block = options_.kv.block_tokens();
   internal::KvPatternRequest request;
   std::vector<SequenceId> admitted;
@@ -280,6 +281,7 @@ absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
     }
   }
   auto free_all = [&] {
+    if (!lock.owns_lock()) lock.lock();
     for (SequenceId id : admitted) {
       absl::Status status = placement_->Free(id);
       if (!status.ok()) WS_LOG(ERROR) << "self test: freeing sequence " << id << ": " << status;
@@ -302,6 +304,7 @@ absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
                                         static_cast<unsigned long long>(result->mismatches()), result->ms(),
                                         result->first_mismatch().empty() ? "" : absl::StrCat(" (first: ", result->first_mismatch(), ")")));
   };
+  lock.unlock();
   request.set_mode(internal::KvPatternRequest::WRITE);
   absl::StatusOr<internal::KvPatternResponse> written = gpu_worker_.KvPattern(request, absl::Seconds(60));
   report("kv write (gpu_worker, prefill path into both regions)", written);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/kv_spec.h"
 #include "common/status.h"
@@ -88,7 +89,12 @@ absl::Status Coordinator::LoadWorkers() {
     });
   }
   while (!(loads[0].done.load() && loads[1].done.load())) {
-    stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500));
+    if (stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
+      // Shutting down: do not wait for a long load to finish.
+      for (Loading& load : loads) load.worker->CancelLoad();
+      absl::SleepFor(absl::Milliseconds(20));  // the call may not have started yet
+      continue;
+    }
     for (Loading& load : loads) {
       if (load.done.load()) continue;
       absl::StatusOr<internal::WorkerStats> stats = load.worker->Stats(kRpcTimeout);

@@ -47,13 +47,26 @@ absl::StatusOr<internal::LoadResponse> WorkerClient::Load(const internal::LoadRe
                                                           absl::Duration timeout) {
   grpc::ClientContext context;
   SetDeadline(context, timeout);
+  {
+    std::lock_guard<std::mutex> lock(load_mutex_);
+    load_context_ = &context;
+  }
   internal::LoadResponse response;
   grpc::Status status = worker_->Load(&context, request, &response);
+  {
+    std::lock_guard<std::mutex> lock(load_mutex_);
+    load_context_ = nullptr;
+  }
   if (!status.ok()) {
     absl::Status error = FromGrpcStatus(status);
     return absl::Status(error.code(), absl::StrCat(name_, " Load: ", error.message()));
   }
   return response;
+}
+
+void WorkerClient::CancelLoad() {
+  std::lock_guard<std::mutex> lock(load_mutex_);
+  if (load_context_ != nullptr) load_context_->TryCancel();
 }
 
 absl::StatusOr<internal::ChannelPingResponse> WorkerClient::ChannelPing(uint32_t count,

@@ -4,6 +4,7 @@
 #define WRITESCOPE_COORDINATOR_WORKER_CLIENT_H_
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,8 @@ class WorkerClient {
 
   absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request,
                                               absl::Duration timeout);
+  // Cancels a Load in progress (from another thread); it returns CANCELLED.
+  void CancelLoad();
   absl::StatusOr<internal::ChannelPingResponse> ChannelPing(uint32_t count, uint32_t bytes,
                                                             absl::Duration timeout);
   absl::StatusOr<internal::WorkerStats> Stats(absl::Duration timeout);
@@ -40,6 +43,8 @@ class WorkerClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<internal::Worker::Stub> worker_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  std::mutex load_mutex_;
+  grpc::ClientContext* load_context_ = nullptr;  // while Load runs
 };
 
 }  // namespace writescope::coordinator

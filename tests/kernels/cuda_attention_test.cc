@@ -21,6 +21,7 @@
 #include "kernels/attention_state.h"
 #include "kernels/cpu_attention.h"
 #include "tests/common/test_util.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace writescope::kernels::cuda {
@@ -32,53 +33,8 @@ using kernels::testing::FillRandomBf16;
 
 constexpr double kOutputTol = 2e-5;
 
-#define SKIP_WITHOUT_GPU() \
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
-
-// RAII device memory.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) {
-      EXPECT_EQ(cudaMalloc(&ptr_, bytes), cudaSuccess);
-    }
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <typename T>
-  static DeviceBuffer From(const std::vector<T>& host) {
-    DeviceBuffer buffer(host.size() * sizeof(T));
-    if (!host.empty()) {
-      EXPECT_EQ(cudaMemcpy(buffer.ptr_, host.data(), buffer.bytes_, cudaMemcpyHostToDevice),
-                cudaSuccess);
-    }
-    return buffer;
-  }
-  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(other.ptr_), bytes_(other.bytes_) {
-    other.ptr_ = nullptr;
-  }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    std::swap(ptr_, other.ptr_);
-    std::swap(bytes_, other.bytes_);
-    return *this;
-  }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  template <typename T>
-  std::vector<T> ToHost() const {
-    std::vector<T> host(bytes_ / sizeof(T));
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+// Empty buffers stay null.
+using DeviceBuffer = testing::BasicDeviceBuffer<0>;
 
 // Where the keys of one token live.
 enum class Region { kCpu, kTiles, kWindow };

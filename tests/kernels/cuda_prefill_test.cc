@@ -22,6 +22,7 @@
 #include "kernels/cpu_attention.h"
 #include "kernels/cuda/cuda_attention.h"
 #include "tests/common/test_util.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace writescope::kernels::cuda {
@@ -39,51 +40,8 @@ constexpr double kLseTol = 1e-4;
 constexpr float kGuardValue = 12345.0f;
 constexpr int64_t kGuard = 64;
 
-#define SKIP_WITHOUT_GPU() \
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
-
-// RAII device memory.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    EXPECT_EQ(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256)), cudaSuccess);
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(other.ptr_), bytes_(other.bytes_) {
-    other.ptr_ = nullptr;
-  }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    std::swap(ptr_, other.ptr_);
-    std::swap(bytes_, other.bytes_);
-    return *this;
-  }
-  template <typename T>
-  static DeviceBuffer From(const std::vector<T>& host) {
-    DeviceBuffer buffer(host.size() * sizeof(T));
-    if (!host.empty()) {
-      EXPECT_EQ(cudaMemcpy(buffer.ptr_, host.data(), buffer.bytes_, cudaMemcpyHostToDevice),
-                cudaSuccess);
-    }
-    return buffer;
-  }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  template <typename T>
-  std::vector<T> ToHost() const {
-    std::vector<T> host(bytes_ / sizeof(T));
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+// Every buffer, an empty one too, is a valid device pointer of at least 256 bytes.
+using DeviceBuffer = testing::BasicDeviceBuffer<256>;
 
 // A device float buffer of n values between kGuard guard words on each side; the payload
 // starts as NaN so a value the kernel forgets to write fails the comparison.

@@ -84,10 +84,15 @@ absl::Status ValidateKv(const GpuKvSource& kv) {
   return absl::OkStatus();
 }
 
+// The split-KV workspace: per-split partial o [splits, rows, dim], then lse
+// [splits, rows], each 256-byte aligned. PartialLseOffset is where lse starts.
+size_t PartialLseOffset(int32_t splits, int64_t rows, int32_t dim) {
+  return (size_t{static_cast<size_t>(splits)} * rows * dim * sizeof(float) + 255) / 256 * 256;
+}
+
 size_t PartialBytes(int32_t splits, int64_t rows, int32_t dim) {
-  // o then lse, each 256-byte aligned.
-  const size_t o_bytes = (size_t{static_cast<size_t>(splits)} * rows * dim * sizeof(float) + 255) / 256 * 256;
-  return o_bytes + (size_t{static_cast<size_t>(splits)} * rows * sizeof(float) + 255) / 256 * 256;
+  return PartialLseOffset(splits, rows, dim) +
+         (size_t{static_cast<size_t>(splits)} * rows * sizeof(float) + 255) / 256 * 256;
 }
 
 bool UsesTensorCores(const GqaShape& s) {
@@ -154,8 +159,7 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream) {
   p.tokens_per_split = plan.tokens_per_split;
   auto* base = static_cast<unsigned char*>(args.workspace);
   p.part_o = reinterpret_cast<float*>(base);
-  p.part_lse = reinterpret_cast<float*>(
-      base + (size_t{static_cast<size_t>(plan.num_splits)} * rows * s.head_dim * sizeof(float) + 255) / 256 * 256);
+  p.part_lse = reinterpret_cast<float*>(base + PartialLseOffset(plan.num_splits, rows, s.head_dim));
   p.o = args.o;
   p.lse = args.lse;
   return FromCuda(internal::LaunchGqaDecode(p, stream), "GPU GQA decode");
@@ -194,8 +198,7 @@ absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
   p.tokens_per_split = plan.tokens_per_split;
   auto* base = static_cast<unsigned char*>(args.workspace);
   p.part_o = reinterpret_cast<float*>(base);
-  p.part_lse = reinterpret_cast<float*>(
-      base + (size_t{static_cast<size_t>(plan.num_splits)} * rows * s.kv_lora_rank * sizeof(float) + 255) / 256 * 256);
+  p.part_lse = reinterpret_cast<float*>(base + PartialLseOffset(plan.num_splits, rows, s.kv_lora_rank));
   p.o = args.o;
   p.lse = args.lse;
   return FromCuda(internal::LaunchMlaDecode(p, stream), "GPU MLA decode");

@@ -39,8 +39,19 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
     }
   }
   auto result = std::unique_ptr<DeviceWeights>(new DeviceWeights());
+  if (!device->is_cuda()) {
+    // The host device's memory is host memory: the loaded views are already where the
+    // host kernels read them, so copying would only hold every weight twice.
+    for (const TensorSpec& spec : weights.specs()) {
+      const Bf16Tensor* tensor = weights.Find(spec.name);
+      if (tensor != nullptr) result->tensors_[spec.name] = tensor->data;
+    }
+    result->bytes_ = total;
+    return result;
+  }
   if (total == 0) return result;
   WS_ASSIGN_OR_RETURN(result->buffer_, DeviceBuffer::Allocate(device, total));
+  result->bytes_ = total;
   uint64_t offset = 0;
   for (const TensorSpec& spec : weights.specs()) {
     const Bf16Tensor* tensor = weights.Find(spec.name);

@@ -1,6 +1,7 @@
 // The gpu_worker's weights in device memory: every attention-side tensor (embeddings,
 // attention projections, norms, routers, shared experts, dense layers, lm_head) copied
-// once into one device allocation, within the VRAM budget.
+// once into one device allocation, within the VRAM budget. The host device uses the
+// loaded views in place.
 #ifndef WRITESCOPE_GPU_WORKER_DEVICE_WEIGHTS_H_
 #define WRITESCOPE_GPU_WORKER_DEVICE_WEIGHTS_H_
 
@@ -32,11 +33,14 @@ class DeviceWeights {
                                                                uint64_t kv_bytes);
 
   // Device address of a tensor (bf16, same shape as the host view); nullptr if absent.
+  // With the host device, the loaded host view itself (no copy).
   const uint16_t* Find(absl::string_view name) const;
-  uint64_t bytes() const { return buffer_.size(); }
+  // Bytes of weights the device holds (counted against the VRAM budget).
+  uint64_t bytes() const { return bytes_; }
 
  private:
-  DeviceBuffer buffer_;
+  DeviceBuffer buffer_;  // CUDA only
+  uint64_t bytes_ = 0;
   absl::flat_hash_map<std::string, const uint16_t*> tensors_;
 };
 

@@ -13,6 +13,13 @@ namespace writescope {
 enum class DataPlaneMessage : uint32_t {
   kEcho = 1,       // gpu -> cpu: bytes to send back unchanged
   kEchoReply = 2,  // cpu -> gpu
+  // One step, per layer (payloads: common/step_layout.h).
+  kAttention = 3,        // gpu -> cpu: queries of the CPU-attended tokens
+  kAttentionResult = 4,  // cpu -> gpu: their partial states over the CPU-compute region
+  kExperts = 5,          // gpu -> cpu: routed-expert inputs
+  kExpertsResult = 6,    // cpu -> gpu: routed-expert outputs
+  kStepEnd = 7,          // gpu -> cpu: the step is over (no payload)
+  kError = 8,            // cpu -> gpu: the CPU side of the step failed (payload: message)
 };
 
 struct DataPlaneHeader {

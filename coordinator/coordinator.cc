@@ -5,6 +5,8 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/kv_spec.h"
+#include "common/data_plane_messages.h"
+#include "common/step_layout.h"
 #include "common/status.h"
 
 namespace writescope::coordinator {
@@ -49,7 +51,25 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   WS_ASSIGN_OR_RETURN(coordinator->arena_,
                       ShmArena::Create(coordinator->options_.arena_name,
                                        ArenaRegions(kv.arena_sizes(coordinator->options_.channel_bytes))));
-  WS_RETURN_IF_ERROR(CreateDataPlane(*coordinator->arena_).status());
+  WS_ASSIGN_OR_RETURN(DataPlane plane, CreateDataPlane(*coordinator->arena_));
+  // A step's per-layer messages must fit one data-plane message.
+  const StepDims dims = StepDimsFor(coordinator->model_config_);
+  const uint64_t plane_tokens =
+      (plane.to_cpu.max_message_bytes() - sizeof(DataPlaneHeader)) / dims.max_bytes_per_token();
+  EngineOptions engine = coordinator->options_.engine;
+  engine.max_step_tokens = static_cast<uint32_t>(
+      std::min<uint64_t>(engine.max_step_tokens, plane_tokens));
+  if (engine.max_step_tokens < kv.block_tokens() + kv.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data plane carries steps of ", plane_tokens, " tokens of this model; a step needs "
+        "room for one block (", kv.block_tokens(), ") and a token per sequence (",
+        kv.max_sequences, "): raise the channel size"));
+  }
+  coordinator->engine_ = std::make_unique<Engine>(
+      engine, coordinator->model_config_, kv, &coordinator->placement_mutex_,
+      coordinator->placement_.get(), coordinator->scheduler_.get(), &coordinator->gpu_worker_,
+      &coordinator->cpu_worker_);
+  WS_LOG(INFO) << "steps of up to " << engine.max_step_tokens << " tokens";
   WS_LOG(INFO) << "created arena " << coordinator->arena_->name() << " of "
                << coordinator->arena_->size() << " bytes; " << kv.DebugString();
   return coordinator;
@@ -139,8 +159,19 @@ void Coordinator::Supervise() {
       }
       status.set_serving(up);
     }
-    if (serving_.exchange(all_serving) != all_serving && on_serving_change_) {
-      on_serving_change_(all_serving);
+    if (serving_.exchange(all_serving) != all_serving) {
+      engine_->set_serving(all_serving);
+      if (all_serving) {
+        engine_->Start();
+      } else {
+        // A worker is gone or unhealthy: end every request now rather than at a timeout.
+        const absl::Status down = absl::UnavailableError(
+            absl::StrCat(gpu_status_.serving() ? "cpu_worker" : "gpu_worker", " is not serving"));
+        gpu_worker_.CancelStep();
+        cpu_worker_.CancelStep();
+        engine_->FailAll(down);
+      }
+      if (on_serving_change_) on_serving_change_(all_serving);
     }
     stop_.WaitForNotificationWithTimeout(options_.health_interval);
   }
@@ -149,6 +180,11 @@ void Coordinator::Supervise() {
 void Coordinator::Stop(bool shutdown_workers) {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (supervisor_.joinable()) supervisor_.join();
+  if (engine_ != nullptr) {
+    gpu_worker_.CancelStep();
+    cpu_worker_.CancelStep();
+    engine_->Stop();
+  }
   if (shutdown_workers) {
     for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {
       absl::Status status = worker->Shutdown(absl::Seconds(2));
@@ -194,6 +230,10 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
     info.set_policy(scheduler_->policy().ToString());
   }
   info.set_block_tokens(kv.block_tokens());
+  const EngineCounts counts = engine_->Counts();
+  info.set_requests_running(counts.running);
+  info.set_requests_waiting(counts.waiting);
+  info.set_queue_capacity(options_.engine.queue_capacity);
   {
     std::lock_guard<std::mutex> lock(status_mutex_);
     *info.add_workers() = gpu_status_;

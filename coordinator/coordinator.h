@@ -17,6 +17,7 @@
 #include "common/kv_config.h"
 #include "common/model_config.h"
 #include "common/worker_model.h"
+#include "coordinator/engine.h"
 #include "coordinator/placement.h"
 #include "coordinator/scheduler.h"
 #include "common/shm_arena.h"
@@ -43,6 +44,7 @@ struct CoordinatorOptions {
   // Loading real-size weights takes minutes.
   absl::Duration load_timeout = absl::Minutes(30);
   absl::Duration health_interval = absl::Milliseconds(500);
+  EngineOptions engine;
 };
 
 class Coordinator {
@@ -63,6 +65,8 @@ class Coordinator {
   absl::StatusOr<v1::ModelInfo> ModelInfo();
   // The plumbing check behind the public SelfTest RPC (see writescope.proto).
   absl::StatusOr<v1::SelfTestResponse> SelfTest(uint32_t sequences);
+  // Generation (Generate, Abort).
+  Engine& engine() { return *engine_; }
 
  private:
   explicit Coordinator(CoordinatorOptions options);
@@ -77,6 +81,8 @@ class Coordinator {
   std::unique_ptr<KvPlacement> placement_;
   // The CPU-share policy; guarded by placement_mutex_ (it steers placement).
   std::unique_ptr<Scheduler> scheduler_;
+  // Batching and generation; started once the workers serve.
+  std::unique_ptr<Engine> engine_;
   uint64_t next_selftest_id_ = uint64_t{1} << 62;
   WorkerClient gpu_worker_;
   WorkerClient cpu_worker_;

@@ -37,6 +37,10 @@ ABSL_FLAG(uint32_t, max_sequences, 16, "Live sequences (one D-window each)");
 ABSL_FLAG(double, vram_budget_gib, 32.0,
           "VRAM the gpu_worker may use in all: weights + KV budget + workspace");
 ABSL_FLAG(uint64_t, channel_mib, 16, "MiB of each data-plane channel (one per direction)");
+ABSL_FLAG(uint32_t, max_step_tokens, 512,
+          "Tokens per step: decode tokens + prompt chunk tokens (capped by the data plane)");
+ABSL_FLAG(uint32_t, queue_capacity, 256, "Requests that may wait for admission");
+ABSL_FLAG(uint32_t, max_prompt_tokens, 0, "Longest prompt accepted (0: the model's context)");
 ABSL_FLAG(std::string, policy, "writescope",
           "Split policy: writescope, transfer-all, cpu-all, static:R, monolithic");
 
@@ -72,6 +76,9 @@ int main(int argc, char** argv) {
   options.gpu_worker_address = absl::GetFlag(FLAGS_gpu_worker);
   options.cpu_worker_address = absl::GetFlag(FLAGS_cpu_worker);
   options.policy = absl::GetFlag(FLAGS_policy);
+  options.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
+  options.engine.queue_capacity = absl::GetFlag(FLAGS_queue_capacity);
+  options.engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   auto coordinator = Coordinator::Create(options);
   if (!coordinator.ok()) {
     WS_LOG(ERROR) << coordinator.status();

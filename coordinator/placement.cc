@@ -138,14 +138,16 @@ absl::StatusOr<std::vector<PlacedBlock>> KvPlacement::AllocateBlocks(const Seque
 absl::StatusOr<PrefillPlan> KvPlacement::PlanPrefill(SequenceId id, uint64_t num_tokens,
                                                      RegionChooser choose) {
   WS_ASSIGN_OR_RETURN(SequencePlacement * seq, Live(id));
-  if (seq->num_tokens() != 0) {
+  if (seq->window_tokens != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "prefill of sequence ", id, ": it already holds ", seq->num_tokens(), " tokens"));
+        "prefill chunk of sequence ", id, ": it already holds ", seq->num_tokens(),
+        " tokens, ", seq->window_tokens, " of them in the D-window (a chunk must start on a "
+        "block boundary)"));
   }
   const uint64_t num_blocks = num_tokens / config_.block_tokens();
   WS_ASSIGN_OR_RETURN(std::vector<PlacedBlock> blocks,
                       AllocateBlocks(*seq, num_blocks, /*is_flush=*/false, choose));
-  seq->blocks = blocks;
+  seq->blocks.insert(seq->blocks.end(), blocks.begin(), blocks.end());
   seq->window_tokens = static_cast<uint32_t>(num_tokens % config_.block_tokens());
   return PrefillPlan{.sequence = id,
                      .window_slot = seq->window_slot,

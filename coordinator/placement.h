@@ -117,9 +117,11 @@ class KvPlacement {
   // RESOURCE_EXHAUSTED when max_sequences are live.
   absl::Status Admit(SequenceId id);
 
-  // Places a prompt of `num_tokens` on an empty sequence: floor(n / block_tokens)
-  // blocks in the regions `choose` picks, the rest in the D-window.
-  // FAILED_PRECONDITION if the sequence already holds tokens (no chunked prefill yet).
+  // Places a prompt chunk of `num_tokens` after the sequence's blocks: floor(n /
+  // block_tokens) new blocks in the regions `choose` picks, the rest in the D-window.
+  // Chunked prefill: every chunk but the last is a whole number of blocks.
+  // FAILED_PRECONDITION if the D-window holds tokens (the chunk would not start on a
+  // block boundary).
   absl::StatusOr<PrefillPlan> PlanPrefill(SequenceId id, uint64_t num_tokens, RegionChooser choose);
 
   // Appends `count` decoded tokens to the D-window; returns the window position of the

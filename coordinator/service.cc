@@ -4,15 +4,31 @@
 
 namespace writescope::coordinator {
 
-grpc::Status WriteScopeService::Generate(grpc::ServerContext*, const v1::GenerateRequest*,
-                                         grpc::ServerWriter<v1::GenerateResponse>*) {
-  return ToGrpcStatus(absl::UnimplementedError(
-      "generation needs a model: it arrives with the models and service issues (5, 6)"));
+grpc::Status WriteScopeService::Generate(grpc::ServerContext* context,
+                                         const v1::GenerateRequest* request,
+                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  const absl::Time deadline = context->deadline() == std::chrono::system_clock::time_point::max()
+                                  ? absl::InfiniteFuture()
+                                  : absl::FromChrono(context->deadline());
+  absl::StatusOr<std::shared_ptr<RequestStream>> stream =
+      coordinator_.engine().Submit(*request, deadline);
+  if (!stream.ok()) return ToGrpcStatus(stream.status());
+  v1::GenerateResponse response;
+  bool done = false;
+  while (true) {
+    if ((*stream)->Next(&response, absl::Milliseconds(50), &done)) {
+      if (!writer->Write(response)) (*stream)->Cancel();  // the client is gone
+      continue;
+    }
+    if (done) break;
+    if (context->IsCancelled()) (*stream)->Cancel();  // ends at the next step
+  }
+  return ToGrpcStatus((*stream)->final_status());
 }
 
-grpc::Status WriteScopeService::Abort(grpc::ServerContext*, const v1::AbortRequest*,
+grpc::Status WriteScopeService::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
                                       v1::AbortResponse* response) {
-  response->set_found(false);
+  response->set_found(coordinator_.engine().Abort(request->request_id()));
   return grpc::Status::OK;
 }
 

@@ -105,6 +105,33 @@ absl::StatusOr<internal::KvPatternResponse> WorkerClient::KvPattern(
   return response;
 }
 
+absl::StatusOr<internal::StepResult> WorkerClient::RunStep(const internal::StepPlan& plan,
+                                                          absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  {
+    std::lock_guard<std::mutex> lock(load_mutex_);
+    step_context_ = &context;
+  }
+  internal::StepResult response;
+  grpc::Status status = worker_->RunStep(&context, plan, &response);
+  {
+    std::lock_guard<std::mutex> lock(load_mutex_);
+    step_context_ = nullptr;
+  }
+  if (!status.ok()) {
+    absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat(name_, " step ", plan.step_id(), ": ",
+                                                   error.message()));
+  }
+  return response;
+}
+
+void WorkerClient::CancelStep() {
+  std::lock_guard<std::mutex> lock(load_mutex_);
+  if (step_context_ != nullptr) step_context_->TryCancel();
+}
+
 absl::Status WorkerClient::Shutdown(absl::Duration timeout) {
   grpc::ClientContext context;
   SetDeadline(context, timeout);

@@ -35,6 +35,11 @@ class WorkerClient {
   absl::StatusOr<internal::WorkerStats> Stats(absl::Duration timeout);
   absl::StatusOr<internal::KvPatternResponse> KvPattern(const internal::KvPatternRequest& request,
                                                         absl::Duration timeout);
+  // One step on this worker.
+  absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
+                                               absl::Duration timeout);
+  // Cancels a RunStep in progress (from another thread); it returns CANCELLED.
+  void CancelStep();
   absl::Status Shutdown(absl::Duration timeout);
 
  private:
@@ -45,6 +50,7 @@ class WorkerClient {
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   std::mutex load_mutex_;
   grpc::ClientContext* load_context_ = nullptr;  // while Load runs
+  grpc::ClientContext* step_context_ = nullptr;  // while RunStep runs
 };
 
 }  // namespace writescope::coordinator

@@ -3,16 +3,40 @@
 //   wscope health [--wait=30s] ADDRESS...   grpc.health.v1 status of each process
 //   wscope info   [--target=ADDRESS]        server info from the coordinator
 //   wscope selftest [--target=ADDRESS]      data-plane and KV path check through the trio
+//   wscope generate [--target=ADDRESS] --prompt_ids=1,2,3 | --prompt_file=FILE
+//          [--max_tokens=N] [--temperature=F] [--top_k=N] [--top_p=F] [--seed=N]
+//          [--stop_ids=a,b] [--ignore_eos] [--logprobs=N] [--prompt_logprobs]
+//          [--request_id=S] [--stream_interval=N] [--timeout=600s] [--json]
+//                                           streams token ids to stdout as they are sampled,
+//                                           prefill progress to stderr, then the finish
+//                                           reason, usage and timings; --json: one JSON
+//                                           object at the end instead ({"error": ...} on
+//                                           failure). Exit 1 on an error.
+//   wscope abort --request_id=S [--json]    ends a running or queued request
+//
+// --timeout is the deadline of each call (default 10 s); for generate it bounds the whole
+// stream and defaults to --generate_timeout (600 s).
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -22,14 +46,46 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Coordinator address");
 ABSL_FLAG(absl::Duration, wait, absl::ZeroDuration(),
           "health: keep polling until every address is SERVING or this much time passed");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of each call");
+ABSL_FLAG(std::optional<absl::Duration>, timeout, std::nullopt,
+          "Deadline of each call (default 10s); for generate, of the whole stream (default "
+          "--generate_timeout)");
+ABSL_FLAG(absl::Duration, generate_timeout, absl::Seconds(600),
+          "generate: deadline of the whole stream when --timeout is not given");
+
+ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma separated");
+ABSL_FLAG(std::string, prompt_file, "",
+          "generate: file of prompt token ids, separated by whitespace or commas ('-': stdin)");
+ABSL_FLAG(uint32_t, max_tokens, 0, "generate: tokens to generate (0: the rest of the context)");
+ABSL_FLAG(float, temperature, 0.0f, "generate: sampling temperature (0: greedy)");
+ABSL_FLAG(uint32_t, top_k, 0, "generate: top-k (0: off)");
+ABSL_FLAG(float, top_p, 1.0f, "generate: nucleus sampling p (1: off)");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "generate: sampling seed (same seed, same prompt, same output)");
+ABSL_FLAG(std::string, stop_ids, "", "generate: stop token ids, comma separated");
+ABSL_FLAG(bool, ignore_eos, false, "generate: keep generating past the end-of-sequence token");
+ABSL_FLAG(uint32_t, logprobs, 0,
+          "generate: top alternatives (with log-probabilities) per generated token");
+ABSL_FLAG(bool, prompt_logprobs, false, "generate: log p(prompt[i] | prompt[:i]) as well");
+ABSL_FLAG(std::string, request_id, "",
+          "generate: the request's id (empty: the server picks); abort: the request to end");
+ABSL_FLAG(uint32_t, stream_interval, 0, "generate: one chunk per this many tokens (0: each)");
+ABSL_FLAG(bool, json, false,
+          "generate, abort: print one JSON object on stdout at the end instead of text");
 
 namespace {
 
 using grpc::health::v1::HealthCheckResponse;
 
 std::chrono::system_clock::time_point Deadline() {
-  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout));
+  return std::chrono::system_clock::now() +
+         absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout).value_or(absl::Seconds(10)));
+}
+
+// A whole generation takes far longer than one unary call: its own default.
+std::chrono::system_clock::time_point GenerateDeadline() {
+  return std::chrono::system_clock::now() +
+         absl::ToChronoMilliseconds(
+             absl::GetFlag(FLAGS_timeout).value_or(absl::GetFlag(FLAGS_generate_timeout)));
 }
 
 std::string HealthOf(const std::string& address) {
@@ -141,11 +197,344 @@ int SelfTest() {
   return response.ok() ? 0 : 1;
 }
 
+// ---- generate / abort ---------------------------------------------------------------
+
+// "INVALID_ARGUMENT" for a google.rpc.Code value (gRPC and Abseil share the numbering).
+std::string CodeName(int code) {
+  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? absl::StrCat("CODE_", code) : name;
+}
+
+// `text` as a JSON string literal in plain ASCII: quotes, backslashes and control bytes
+// escaped, everything above 0x7e as \uXXXX (surrogate pairs above U+FFFF). Bytes that are
+// not UTF-8 become U+FFFD, so whatever the server sent, the output parses.
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  auto append_unit = [&out](uint32_t unit) { absl::StrAppendFormat(&out, "\\u%04x", unit); };
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char lead = static_cast<unsigned char>(text[i]);
+    if (lead < 0x80) {
+      if (lead == '"' || lead == '\\') {
+        out += '\\';
+        out += static_cast<char>(lead);
+      } else if (lead < 0x20 || lead == 0x7f) {
+        append_unit(lead);
+      } else {
+        out += static_cast<char>(lead);
+      }
+      ++i;
+      continue;
+    }
+    // One UTF-8 sequence: lead byte, continuation count, smallest code point it may encode.
+    size_t extra = 0;
+    uint32_t code_point = 0, min_code_point = 0;
+    if (lead >= 0xc2 && lead <= 0xdf) {
+      extra = 1;
+      code_point = lead & 0x1f;
+      min_code_point = 0x80;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      extra = 2;
+      code_point = lead & 0x0f;
+      min_code_point = 0x800;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      extra = 3;
+      code_point = lead & 0x07;
+      min_code_point = 0x10000;
+    }
+    bool valid = extra > 0 && i + extra < text.size();
+    for (size_t k = 1; valid && k <= extra; ++k) {
+      const unsigned char next = static_cast<unsigned char>(text[i + k]);
+      valid = (next & 0xc0) == 0x80;
+      code_point = (code_point << 6) | (next & 0x3f);
+    }
+    valid = valid && code_point >= min_code_point && code_point <= 0x10ffff &&
+            !(code_point >= 0xd800 && code_point <= 0xdfff);
+    if (!valid) {
+      append_unit(0xfffd);
+      ++i;
+      continue;
+    }
+    if (code_point < 0x10000) {
+      append_unit(code_point);
+    } else {
+      append_unit(0xd800 + ((code_point - 0x10000) >> 10));
+      append_unit(0xdc00 + ((code_point - 0x10000) & 0x3ff));
+    }
+    i += 1 + extra;
+  }
+  out += '"';
+  return out;
+}
+
+// %.9g round-trips a float. JSON has no NaN or infinities; these are written the way
+// Python's json module reads them (a -inf log-probability is a legitimate value).
+std::string JsonNumber(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  return absl::StrFormat("%.9g", value);
+}
+
+// Token ids separated by whitespace and/or commas; `what` names the source in errors.
+absl::StatusOr<std::vector<uint32_t>> ParseTokenIds(absl::string_view text,
+                                                    absl::string_view what) {
+  std::vector<uint32_t> ids;
+  for (absl::string_view field :
+       absl::StrSplit(text, absl::ByAnyChar(", \t\r\n\f\v"), absl::SkipEmpty())) {
+    uint32_t id = 0;
+    if (!absl::SimpleAtoi(field, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": '", field, "' is not a token id (0..4294967295)"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+absl::StatusOr<std::vector<uint32_t>> PromptFromFlags() {
+  const std::string ids = absl::GetFlag(FLAGS_prompt_ids);
+  const std::string file = absl::GetFlag(FLAGS_prompt_file);
+  if (ids.empty() == file.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --prompt_ids and --prompt_file");
+  }
+  if (!ids.empty()) return ParseTokenIds(ids, "--prompt_ids");
+  std::string text;
+  if (file == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("--prompt_file: cannot open ", file));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return ParseTokenIds(text, file);
+}
+
+const char* FinishReasonName(writescope::v1::FinishReason reason) {
+  switch (reason) {
+    case writescope::v1::FINISH_REASON_LENGTH:
+      return "length";
+    case writescope::v1::FINISH_REASON_STOP:
+      return "stop";
+    case writescope::v1::FINISH_REASON_ABORT:
+      return "abort";
+    default:
+      return "unspecified";
+  }
+}
+
+// The error of a failed call: {"error": ...} on stdout with --json, a line on stderr
+// otherwise. Returns the exit code.
+int ReportError(const char* command, int code, const std::string& message) {
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("{\"error\":{\"code\":%s,\"message\":%s}}\n", JsonString(CodeName(code)).c_str(),
+                JsonString(message).c_str());
+  } else {
+    std::fprintf(stderr, "wscope %s: %s: %s\n", command, CodeName(code).c_str(), message.c_str());
+  }
+  return 1;
+}
+
+// `[lp, ...]` of the chosen (or given) tokens.
+std::string JsonChosenLogprobs(const std::vector<writescope::v1::TokenLogprobs>& entries) {
+  std::string out = "[";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", JsonNumber(entries[i].logprob()));
+  }
+  return out + "]";
+}
+
+// `[[[id, lp], ...], ...]`: the alternatives of each token.
+std::string JsonTopLogprobs(const std::vector<writescope::v1::TokenLogprobs>& entries) {
+  std::string out = "[";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", "[");
+    for (int k = 0; k < entries[i].top_size(); ++k) {
+      const writescope::v1::TopLogprob& top = entries[i].top(k);
+      absl::StrAppend(&out, k ? "," : "", "[", top.token_id(), ",", JsonNumber(top.logprob()), "]");
+    }
+    out += "]";
+  }
+  return out + "]";
+}
+
+int Generate() {
+  absl::StatusOr<std::vector<uint32_t>> prompt = PromptFromFlags();
+  absl::StatusOr<std::vector<uint32_t>> stop_ids =
+      ParseTokenIds(absl::GetFlag(FLAGS_stop_ids), "--stop_ids");
+  for (const absl::Status& status : {prompt.status(), stop_ids.status()}) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "wscope generate: %s\n", std::string(status.message()).c_str());
+      return 2;
+    }
+  }
+  writescope::v1::GenerateRequest request;
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  request.mutable_prompt_token_ids()->Add(prompt->begin(), prompt->end());
+  request.set_stream_interval(absl::GetFlag(FLAGS_stream_interval));
+  writescope::v1::SamplingParams* sampling = request.mutable_sampling();
+  sampling->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+  sampling->set_temperature(absl::GetFlag(FLAGS_temperature));
+  sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
+  sampling->set_top_p(absl::GetFlag(FLAGS_top_p));
+  if (const std::optional<uint64_t> seed = absl::GetFlag(FLAGS_seed)) sampling->set_seed(*seed);
+  sampling->mutable_stop_token_ids()->Add(stop_ids->begin(), stop_ids->end());
+  sampling->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  sampling->set_logprobs(absl::GetFlag(FLAGS_logprobs));
+  sampling->set_prompt_logprobs(absl::GetFlag(FLAGS_prompt_logprobs));
+  const bool json = absl::GetFlag(FLAGS_json);
+
+  auto channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto stub = writescope::v1::WriteScope::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(GenerateDeadline());
+  std::unique_ptr<grpc::ClientReader<writescope::v1::GenerateResponse>> reader =
+      stub->Generate(&context, request);
+
+  std::string request_id = request.request_id();
+  std::vector<uint32_t> tokens;
+  std::vector<writescope::v1::TokenLogprobs> logprobs, prompt_logprobs;
+  std::optional<writescope::v1::Complete> complete;
+  std::optional<writescope::v1::Error> error;
+  writescope::v1::GenerateResponse response;
+  // Read to the end of the stream, so Finish() reports how it really ended.
+  while (reader->Read(&response)) {
+    if (!response.request_id().empty()) request_id = response.request_id();
+    switch (response.response_case()) {
+      case writescope::v1::GenerateResponse::kChunk: {
+        const writescope::v1::Chunk& chunk = response.chunk();
+        for (uint32_t id : chunk.token_ids()) {
+          if (!json) std::printf(tokens.empty() ? "%u" : " %u", id);
+          tokens.push_back(id);
+        }
+        logprobs.insert(logprobs.end(), chunk.logprobs().begin(), chunk.logprobs().end());
+        prompt_logprobs.insert(prompt_logprobs.end(), chunk.prompt_logprobs().begin(),
+                               chunk.prompt_logprobs().end());
+        if (!json) std::fflush(stdout);
+        break;
+      }
+      case writescope::v1::GenerateResponse::kProgress:
+        std::fprintf(stderr, "prefill %llu/%llu tokens\n",
+                     static_cast<unsigned long long>(response.progress().prompt_tokens_done()),
+                     static_cast<unsigned long long>(response.progress().prompt_tokens_total()));
+        break;
+      case writescope::v1::GenerateResponse::kComplete:
+        complete = response.complete();
+        break;
+      case writescope::v1::GenerateResponse::kError:
+        error = response.error();
+        break;
+      default:
+        break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!json && !tokens.empty()) std::printf("\n");
+  if (error.has_value()) return ReportError("generate", error->code(), error->message());
+  if (!status.ok()) {
+    return ReportError("generate", static_cast<int>(status.error_code()), status.error_message());
+  }
+  if (!complete.has_value()) {
+    return ReportError("generate", static_cast<int>(absl::StatusCode::kInternal),
+                       "the stream ended without a complete or error message");
+  }
+
+  const writescope::v1::Usage& usage = complete->usage();
+  const writescope::v1::Timings& t = complete->timings();
+  const bool want_logprobs = sampling->logprobs() > 0;
+  if (json) {
+    std::string out = absl::StrCat("{\"request_id\":", JsonString(request_id), ",\"tokens\":[");
+    for (size_t i = 0; i < tokens.size(); ++i) absl::StrAppend(&out, i ? "," : "", tokens[i]);
+    out += "]";
+    if (want_logprobs) {
+      absl::StrAppend(&out, ",\"logprobs\":", JsonChosenLogprobs(logprobs),
+                      ",\"top_logprobs\":", JsonTopLogprobs(logprobs));
+    }
+    if (sampling->prompt_logprobs()) {
+      absl::StrAppend(&out, ",\"prompt_logprobs\":", JsonChosenLogprobs(prompt_logprobs));
+      if (want_logprobs) {
+        absl::StrAppend(&out, ",\"prompt_top_logprobs\":", JsonTopLogprobs(prompt_logprobs));
+      }
+    }
+    absl::StrAppend(&out,
+                    ",\"finish_reason\":", JsonString(FinishReasonName(complete->finish_reason())),
+                    ",\"usage\":{\"prompt_tokens\":", usage.prompt_tokens(),
+                    ",\"completion_tokens\":", usage.completion_tokens(), "}",
+                    ",\"timings\":{\"queue_ms\":", JsonNumber(t.queue_ms()),
+                    ",\"time_to_first_token_ms\":", JsonNumber(t.time_to_first_token_ms()),
+                    ",\"prefill_ms\":", JsonNumber(t.prefill_ms()),
+                    ",\"decode_ms\":", JsonNumber(t.decode_ms()),
+                    ",\"decode_tokens_per_s\":", JsonNumber(t.decode_tokens_per_s()), "}}\n");
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+  if (want_logprobs) {
+    for (size_t i = 0; i < logprobs.size(); ++i) {
+      std::string line = absl::StrFormat("  %-8u %10.4f  top:", i < tokens.size() ? tokens[i] : 0,
+                                         logprobs[i].logprob());
+      for (const writescope::v1::TopLogprob& top : logprobs[i].top()) {
+        absl::StrAppendFormat(&line, " %u:%.4f", top.token_id(), top.logprob());
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
+  if (sampling->prompt_logprobs()) {
+    std::string line = "prompt logprobs:";
+    for (const writescope::v1::TokenLogprobs& entry : prompt_logprobs) {
+      absl::StrAppendFormat(&line, " %.4f", entry.logprob());
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  std::printf("request %s: finish %s, %llu prompt + %llu completion tokens\n", request_id.c_str(),
+              FinishReasonName(complete->finish_reason()),
+              static_cast<unsigned long long>(usage.prompt_tokens()),
+              static_cast<unsigned long long>(usage.completion_tokens()));
+  std::printf(
+      "time to first token %.1f ms  prefill %.1f ms  decode %.1f ms (%.1f tokens/s)  queue %.1f "
+      "ms\n",
+      t.time_to_first_token_ms(), t.prefill_ms(), t.decode_ms(), t.decode_tokens_per_s(),
+      t.queue_ms());
+  return 0;
+}
+
+int Abort() {
+  const std::string request_id = absl::GetFlag(FLAGS_request_id);
+  if (request_id.empty()) {
+    std::fprintf(stderr, "wscope abort: give --request_id\n");
+    return 2;
+  }
+  auto channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto stub = writescope::v1::WriteScope::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  writescope::v1::AbortRequest request;
+  request.set_request_id(request_id);
+  writescope::v1::AbortResponse response;
+  const grpc::Status status = stub->Abort(&context, request, &response);
+  if (!status.ok()) {
+    return ReportError("abort", static_cast<int>(status.error_code()), status.error_message());
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("{\"request_id\":%s,\"found\":%s}\n", JsonString(request_id).c_str(),
+                response.found() ? "true" : "false");
+  } else {
+    std::printf("request %s: %s\n", request_id.c_str(),
+                response.found() ? "found, aborted" : "not found");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "wscope health [--wait=30s] ADDRESS... | wscope info|selftest [--target=ADDRESS]");
+      "wscope health [--wait=30s] ADDRESS... | wscope info|selftest [--target=ADDRESS] |\n"
+      "  wscope generate [--target=ADDRESS] --prompt_ids=1,2,3 | --prompt_file=FILE\n"
+      "      [--max_tokens=N] [--temperature=F] [--top_k=N] [--top_p=F] [--seed=N]\n"
+      "      [--stop_ids=a,b] [--ignore_eos] [--logprobs=N] [--prompt_logprobs]\n"
+      "      [--request_id=S] [--stream_interval=N] [--timeout=600s] [--json] |\n"
+      "  wscope abort [--target=ADDRESS] --request_id=S [--json]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());
@@ -156,6 +545,13 @@ int main(int argc, char** argv) {
   if (command == "health") return Health(rest);
   if (command == "info") return Info();
   if (command == "selftest") return SelfTest();
+  if ((command == "generate" || command == "abort") && !rest.empty()) {
+    std::fprintf(stderr, "wscope %s: unexpected argument '%s' (ids go in --prompt_ids)\n",
+                 command.c_str(), rest.front().c_str());
+    return 2;
+  }
+  if (command == "generate") return Generate();
+  if (command == "abort") return Abort();
   std::fprintf(stderr, "wscope: unknown command '%s'\nusage: %s\n", command.c_str(),
                absl::ProgramUsageMessage().data());
   return 2;

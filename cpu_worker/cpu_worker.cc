@@ -33,9 +33,13 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
   WS_RETURN_IF_ERROR(CheckKvMatchesModel(weights_->config(), kv_config_));
   WS_LOG(INFO) << "weights of " << DescribeModelSource(source) << ": " << weights_->num_tensors()
                << " tensors, " << weights_->total_bytes() << " bytes (routed experts)";
-  loaded_.store(true);
   arena_ = std::move(arena);
   cpu_region_ = view;
+  WS_ASSIGN_OR_RETURN(step_, CpuStep::Create(weights_->config(), kv_config_, *weights_,
+                                             *cpu_region_, step_options_));
+  WS_LOG(INFO) << "routed experts: " << step_->experts_description() << ", "
+               << step_->owned_expert_bytes() << " bytes beyond the checkpoint's";
+  loaded_.store(true);
   data_plane_ = plane;
   data_plane_thread_ = std::thread([this] { DataPlaneLoop(); });
   WS_LOG(INFO) << "mapped arena " << arena_->name() << " (" << arena_->size() << " bytes)";
@@ -75,6 +79,11 @@ void CpuWorker::DataPlaneLoop() {
         out.Commit();
         break;
       }
+      case DataPlaneMessage::kAttention:
+      case DataPlaneMessage::kExperts:
+      case DataPlaneMessage::kStepEnd:
+        ServeStepMessage(header, message->subspan(sizeof(header)), out);
+        break;
       default:
         WS_LOG(ERROR) << "data plane: unknown message type " << static_cast<uint32_t>(header.type);
     }
@@ -83,8 +92,123 @@ void CpuWorker::DataPlaneLoop() {
   }
 }
 
+namespace {
+
+// How long a step message waits for its RunStep, and RunStep for the step's end.
+constexpr auto kPlanWait = std::chrono::seconds(30);
+constexpr auto kStepWait = std::chrono::minutes(30);
+constexpr absl::Duration kReplyTimeout = absl::Seconds(30);
+
+double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
 absl::StatusOr<internal::StepResult> CpuWorker::RunStep(const internal::StepPlan& plan) {
-  return absl::UnimplementedError("cpu_worker: model steps arrive with the models issue");
+  if (!loaded_.load()) return absl::FailedPreconditionError("cpu_worker is not loaded");
+  const auto start = std::chrono::steady_clock::now();
+  auto state = std::make_shared<StepState>();
+  WS_ASSIGN_OR_RETURN(state->layout, MakeStepLayout(plan, kv_config_));
+  std::unique_lock<std::mutex> lock(steps_mutex_);
+  if (!steps_.emplace(plan.step_id(), state).second) {
+    return absl::AlreadyExistsError(absl::StrCat("step ", plan.step_id(), " is already running"));
+  }
+  steps_changed_.notify_all();
+  const bool ended = steps_changed_.wait_for(lock, kStepWait, [&] {
+    return state->done || stopping_.load();
+  });
+  steps_.erase(plan.step_id());
+  if (!ended || !state->done) {
+    return absl::UnavailableError(absl::StrCat("step ", plan.step_id(),
+                                               ": the gpu_worker never ended it"));
+  }
+  WS_RETURN_IF_ERROR(state->status);
+  steps_run_.fetch_add(1);
+  internal::StepResult result;
+  result.set_step_id(plan.step_id());
+  result.set_attention_ms(state->attention_ms);
+  result.set_expert_ms(state->expert_ms);
+  result.set_attended_tokens(state->layout.cpu_host_tokens);
+  result.set_num_layers(kv_config_.geometry.num_layers);
+  result.set_step_ms(MillisSince(start));
+  return result;
+}
+
+std::shared_ptr<CpuWorker::StepState> CpuWorker::AwaitStep(uint64_t step_id) {
+  std::unique_lock<std::mutex> lock(steps_mutex_);
+  std::shared_ptr<StepState> state;
+  steps_changed_.wait_for(lock, kPlanWait, [&] {
+    auto it = steps_.find(step_id);
+    if (it != steps_.end()) state = it->second;
+    return state != nullptr || stopping_.load();
+  });
+  return state;
+}
+
+void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
+                                 absl::Span<const std::byte> payload, ShmChannel& out) {
+  std::shared_ptr<StepState> state = AwaitStep(header.step_id);
+  auto reply_error = [&](const absl::Status& status) {
+    const std::string text(status.message());
+    absl::StatusOr<absl::Span<std::byte>> reply =
+        out.Reserve(sizeof(DataPlaneHeader) + text.size(), kReplyTimeout);
+    if (!reply.ok()) {
+      WS_LOG(ERROR) << "data plane: cannot report " << status << ": " << reply.status();
+      return;
+    }
+    DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, text.size()};
+    std::memcpy(reply->data(), &h, sizeof(h));
+    std::memcpy(reply->data() + sizeof(h), text.data(), text.size());
+    out.Commit();
+  };
+  if (state == nullptr) {
+    if (header.type != DataPlaneMessage::kStepEnd) {
+      reply_error(absl::FailedPreconditionError(
+          absl::StrCat("cpu_worker has no plan for step ", header.step_id)));
+    }
+    return;
+  }
+  if (header.type == DataPlaneMessage::kStepEnd) {
+    std::lock_guard<std::mutex> lock(steps_mutex_);
+    state->done = true;
+    steps_changed_.notify_all();
+    return;
+  }
+  const StepLayout& layout = state->layout;
+  const StepDims& dims = step_->dims();
+  const bool attention = header.type == DataPlaneMessage::kAttention;
+  const uint64_t reply_bytes = attention ? dims.attention_result_bytes(layout.cpu_tokens)
+                                         : dims.experts_result_bytes(layout.total_tokens);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<absl::Span<std::byte>> reply =
+      out.Reserve(sizeof(DataPlaneHeader) + reply_bytes, kReplyTimeout);
+  if (!reply.ok()) {
+    WS_LOG(ERROR) << "data plane: cannot reply: " << reply.status();
+    state->status.Update(reply.status());
+    return;
+  }
+  absl::Span<std::byte> body = reply->subspan(sizeof(DataPlaneHeader));
+  absl::Status status = attention ? step_->Attention(layout, header.layer, payload, body)
+                                  : step_->Experts(layout, header.layer, payload, body);
+  if (!status.ok()) {
+    // Give the reservation back as an error message instead.
+    DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, 0};
+    const std::string text(status.message());
+    const size_t n = std::min<size_t>(text.size(), body.size());
+    h.payload_bytes = n;
+    std::memcpy(reply->data(), &h, sizeof(h));
+    std::memcpy(body.data(), text.data(), n);
+    out.Commit();
+    state->status.Update(status);
+    return;
+  }
+  DataPlaneHeader h{attention ? DataPlaneMessage::kAttentionResult
+                              : DataPlaneMessage::kExpertsResult,
+                    header.layer, header.step_id, reply_bytes};
+  std::memcpy(reply->data(), &h, sizeof(h));
+  out.Commit();
+  (attention ? state->attention_ms : state->expert_ms) += MillisSince(start);
 }
 
 internal::WorkerStats CpuWorker::Stats() {
@@ -95,6 +219,7 @@ internal::WorkerStats CpuWorker::Stats() {
   stats.set_loaded(loaded_.load());
   stats.set_load_fraction(Snapshot(load_progress_).fraction());
   stats.set_resident_bytes(load_progress_.bytes_done.load());
+  stats.set_steps(steps_run_.load());
   return stats;
 }
 
@@ -146,10 +271,15 @@ absl::StatusOr<internal::KvPatternResponse> CpuWorker::KvPattern(
 
 void CpuWorker::Stop() {
   stopping_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(steps_mutex_);
+    steps_changed_.notify_all();
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (data_plane_) data_plane_->to_gpu.Close();
   if (data_plane_thread_.joinable()) data_plane_thread_.join();
   data_plane_.reset();
+  step_.reset();
   cpu_region_.reset();
   weights_.reset();
   arena_.reset();

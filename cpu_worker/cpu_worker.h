@@ -4,23 +4,28 @@
 #define WRITESCOPE_CPU_WORKER_CPU_WORKER_H_
 
 #include <atomic>
+#include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "common/data_plane.h"
+#include "common/data_plane_messages.h"
 #include "common/shm_arena.h"
 #include "common/kv_config.h"
 #include "common/model_weights.h"
 #include "common/worker_server.h"
+#include "common/step_layout.h"
+#include "cpu_worker/cpu_step.h"
 #include "cpu_worker/kv_view.h"
 
 namespace writescope::cpu {
 
 class CpuWorker final : public WorkerBackend {
  public:
-  CpuWorker() = default;
+  explicit CpuWorker(const CpuStepOptions& options = {}) : step_options_(options) {}
   ~CpuWorker() override;
 
   std::string name() const override { return "cpu_worker"; }
@@ -37,6 +42,28 @@ class CpuWorker final : public WorkerBackend {
  private:
   // Serves messages from the gpu_worker until the channel closes or Stop().
   void DataPlaneLoop();
+
+  // A step between RunStep (which installs it and waits) and the gpu_worker's kStepEnd.
+  struct StepState {
+    StepLayout layout;
+    bool done = false;
+    absl::Status status;  // the first failure of the CPU side
+    double attention_ms = 0;
+    double expert_ms = 0;
+  };
+  // The step a data-plane message belongs to; waits briefly for its RunStep to arrive
+  // (the two RPCs race). Null when it does not come.
+  std::shared_ptr<StepState> AwaitStep(uint64_t step_id);
+  // Handles one step message; replies on `out`.
+  void ServeStepMessage(const DataPlaneHeader& header, absl::Span<const std::byte> payload,
+                        ShmChannel& out);
+
+  CpuStepOptions step_options_;
+  std::unique_ptr<CpuStep> step_;
+  std::mutex steps_mutex_;
+  std::condition_variable steps_changed_;
+  std::map<uint64_t, std::shared_ptr<StepState>> steps_;
+  std::atomic<uint64_t> steps_run_{0};
 
   std::mutex mutex_;
   std::unique_ptr<ShmArena> arena_;

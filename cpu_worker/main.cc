@@ -10,6 +10,12 @@
 
 ABSL_FLAG(int, port, 0, "Loopback port for the internal Worker service (0: pick a free one)");
 ABSL_FLAG(std::string, port_file, "", "Write the chosen port to this file once listening");
+ABSL_FLAG(std::string, expert_precision, "auto",
+          "Routed experts: auto (bf16 where oneDNN has native bf16, else f32), bf16, f32 "
+          "(matches the fp32 reference to summation order)");
+ABSL_FLAG(std::string, expert_prepack, "auto",
+          "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
+          "(on when the routed experts take at most 4 GiB)");
 
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
@@ -17,7 +23,26 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("WriteScope CPU worker (started by deploy/launch.sh)");
   absl::ParseCommandLine(argc, argv);
 
-  writescope::cpu::CpuWorker worker;
+  writescope::cpu::CpuStepOptions options;
+  const std::string precision = absl::GetFlag(FLAGS_expert_precision);
+  using writescope::kernels::experts::ExpertPrecision;
+  if (precision == "auto") {
+    options.experts.precision = ExpertPrecision::kAuto;
+  } else if (precision == "bf16") {
+    options.experts.precision = ExpertPrecision::kBf16;
+  } else if (precision == "f32") {
+    options.experts.precision = ExpertPrecision::kF32;
+  } else {
+    WS_LOG(ERROR) << "--expert_precision must be auto, bf16 or f32, not '" << precision << "'";
+    return EXIT_FAILURE;
+  }
+  const std::string prepack = absl::GetFlag(FLAGS_expert_prepack);
+  if (prepack != "auto" && prepack != "on" && prepack != "off") {
+    WS_LOG(ERROR) << "--expert_prepack must be auto, on or off, not '" << prepack << "'";
+    return EXIT_FAILURE;
+  }
+  options.prepack_policy = prepack;
+  writescope::cpu::CpuWorker worker(options);
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});
   if (!status.ok()) {

@@ -5,7 +5,8 @@
 #   deploy/fuzz.sh                    30 s per fuzzer
 #   deploy/fuzz.sh --seconds N        N s per fuzzer (CI: 10; a longer run: 600 or more;
 #                                     0 replays the corpus once)
-#   deploy/fuzz.sh --only NAME        one fuzzer (safetensors_header, model_config, kv_spec)
+#   deploy/fuzz.sh --only NAME        one fuzzer (safetensors_header, model_config, kv_spec,
+#                                     request_validation)
 #   deploy/fuzz.sh --seed N           libFuzzer seed (default 0: random; CI uses 1)
 #   deploy/fuzz.sh --jobs N           parallel jobs for the build (default: nproc)
 #   deploy/fuzz.sh --keep-corpus      merge the new interesting inputs back into
@@ -13,7 +14,8 @@
 #   deploy/fuzz.sh --build-only
 #
 # Fuzzers: safetensors_header_fuzzer (ParseSafetensorsHeader), model_config_fuzzer
-# (ModelConfig::FromJson), kv_spec_fuzzer (internal::KvSpec bytes -> FromKvSpec). Each
+# (ModelConfig::FromJson), kv_spec_fuzzer (internal::KvSpec bytes -> FromKvSpec),
+# request_validation_fuzzer (v1::GenerateRequest bytes -> ValidateGenerateRequest). Each
 # checks the invariants of tests/fuzz/fuzz_checks.h. A crash (sanitizer report, abort,
 # broken invariant, timeout, OOM) is copied to tests/fuzz/regressions/<fuzzer>/ — the
 # normal build's fuzz_regression_test replays that folder — and the script exits 1.
@@ -36,7 +38,7 @@ while [[ $# -gt 0 ]]; do
     --jobs) JOBS="$2"; shift 2 ;;
     --keep-corpus) KEEP=1; shift ;;
     --build-only) BUILD_ONLY=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "fuzz.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -68,7 +70,7 @@ cmake --build "$BUILD_DIR" -j "$JOBS" --target ws_fuzzers
 echo "[fuzz] built in $((SECONDS - start)) s"
 [[ $BUILD_ONLY -eq 1 ]] && exit 0
 
-FUZZERS=(safetensors_header_fuzzer model_config_fuzzer kv_spec_fuzzer)
+FUZZERS=(safetensors_header_fuzzer model_config_fuzzer kv_spec_fuzzer request_validation_fuzzer)
 [[ -n "$ONLY" ]] && FUZZERS=("$ONLY")
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

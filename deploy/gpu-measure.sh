@@ -4,7 +4,9 @@
 # $OUT (at most 8 files come back): measure.log has everything, in order.
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
-#                                     e2e trio fixtures (default: all but fixtures, in order)
+#                                     e2e generate trio trio-generate fixtures
+#                                     (default: probe tests attention kv channel experts load
+#                                     e2e trio, in order)
 #
 # Each step has its own time limit so that one slow step cannot eat the call.
 set -uo pipefail
@@ -49,6 +51,27 @@ for step in "${steps[@]}"; do
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
       run_step e2e-cuda 240 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" WS_E2E_DEVICE=cuda \
         tests/e2e/launch_test.sh "$PWD" /tmp/ws/bin ;;
+    generate)
+      # Generation through the trio on the CUDA device against the single-process forward
+      # and transformers (the CI test, with the GPU worker on CUDA).
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      run_step generate-cuda 300 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" \
+        WS_E2E_DEVICE=cuda python3 tests/e2e/generate_test.py --root "$PWD" --bin /tmp/ws/bin ;;
+    trio-generate)
+      # A synthetic Qwen3-30B-A3B of 4 layers (real shapes) on the CUDA device: a 2048-token
+      # prompt, 64 decoded tokens, the timing summary.
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      run_step trio-generate 300 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" \
+        bash -c 'set -e; r=$(mktemp -u); WS_BIN=/tmp/ws/bin deploy/launch.sh --listen 127.0.0.1:0 \
+          --ready-file "$r" --device cuda -- --synthetic=qwen3_moe --num_layers=4 \
+          --cpu_region_mib=4096 --transfer_region_mib=4096 --channel_mib=64 & p=$!
+          for i in $(seq 600); do [[ -f $r ]] && break; sleep 0.2; done; source "$r"
+          ids=$(python3 -c "import random; random.seed(1); print(\",\".join(str(random.randrange(151936)) for _ in range(2048)))")
+          for policy_run in 1 2; do
+            /tmp/ws/bin/wscope generate --target=$WS_TARGET --prompt_ids=$ids --max_tokens=64 --ignore_eos | tail -3
+          done
+          /tmp/ws/bin/wscope info --target=$WS_TARGET
+          kill -TERM $p; wait $p' ;;
     trio)
       # The trio on the CUDA device with a synthetic Qwen3-30B-A3B of 4 layers (real
       # shapes), 4 GiB per host region: info, then the KV self test.

@@ -5,7 +5,7 @@
 # /dev/shm segment is left behind.
 #
 #   deploy/launch.sh [--listen HOST:PORT] [--bin DIR] [--ready-file FILE] [--device auto|cuda|host]
-#                    [-- COORDINATOR_FLAGS...]
+#                    [--cpu-worker-flag FLAG]... [--gpu-worker-flag FLAG]... [-- COORDINATOR_FLAGS...]
 #
 # The model: coordinator flag --model=FOLDER or --synthetic=ARCH [--num_layers=N]; without
 # either, the embedded default (tests/fixtures/qwen3_moe, a tiny Qwen3-MoE) is served.
@@ -23,12 +23,16 @@ READY_FILE=""
 DEVICE="auto"
 START_TIMEOUT_S="${WS_START_TIMEOUT_S:-120}"
 COORDINATOR_ARGS=()
+CPU_WORKER_ARGS=()
+GPU_WORKER_ARGS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --listen) LISTEN="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --ready-file) READY_FILE="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
+    --cpu-worker-flag) CPU_WORKER_ARGS+=("$2"); shift 2 ;;
+    --gpu-worker-flag) GPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --) shift; COORDINATOR_ARGS=("$@"); break ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -112,8 +116,8 @@ wait_for_file() {  # wait_for_file PATH WHAT
   done
 }
 
-start gpu_worker --port=0 --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE"
-start cpu_worker --port=0 --port_file="$RUN_DIR/cpu_worker.port"
+start gpu_worker --port=0 --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE" ${GPU_WORKER_ARGS[@]+"${GPU_WORKER_ARGS[@]}"}
+start cpu_worker --port=0 --port_file="$RUN_DIR/cpu_worker.port" ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"}
 wait_for_file "$RUN_DIR/gpu_worker.port" "the gpu_worker's port"
 wait_for_file "$RUN_DIR/cpu_worker.port" "the cpu_worker's port"
 GPU_ADDR="127.0.0.1:$(cat "$RUN_DIR/gpu_worker.port")"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job: sets up if needed, builds, launches the trio, shows that it serves
-# (health of all three processes, server info, a data-plane round trip between the
-# workers through shared memory, the KV write/read paths through all three processes),
-# then stops it cleanly.
+# The main job: sets up if needed, builds, launches the trio on its embedded default model
+# (the tiny Qwen3-MoE of tests/fixtures), shows that it serves (health of all three
+# processes, server info, the data-plane and KV self test), streams one generation with its
+# timing summary (time to first token, prefill and decode split, tokens/s), then stops it
+# cleanly.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +34,16 @@ echo "== server info"
 echo
 echo "== self test: data plane, and KV written by the gpu_worker, read in place by the cpu_worker"
 "$BIN/wscope" selftest --target="$WS_TARGET"
+echo
+# A 600-token prompt (the fixture's first): prefill crosses KV blocks and the D-window.
+PROMPT="$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompts"][0]["token_ids"])))' \
+  "$ROOT/tests/fixtures/qwen3_moe/expected.json")"
+echo "== generate: a 600-token prompt, 48 new tokens streamed (temperature 0.8, seed 7)"
+"$BIN/wscope" generate --target="$WS_TARGET" --prompt_ids="$PROMPT" --max_tokens=48 \
+  --temperature=0.8 --seed=7 --ignore_eos
+echo
+echo "== server info after the generation"
+"$BIN/wscope" info --target="$WS_TARGET"
 echo
 echo "== stopping"
 cleanup

@@ -46,6 +46,7 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   if (request.vram_budget_bytes() > 0) budget.total_bytes = request.vram_budget_bytes();
   WS_ASSIGN_OR_RETURN(device_weights_,
                       DeviceWeights::Upload(*weights_, device_.get(), budget, config.gpu_bytes()));
+  WS_ASSIGN_OR_RETURN(step_, GpuStep::Create(*weights_, device_.get(), kv_cache_.get(), plane));
   loaded_.store(true);
   WS_LOG(INFO) << "weights of " << DescribeModelSource(source) << ": " << weights_->num_tensors()
                << " tensors, " << weights_->total_bytes() << " bytes (attention side), "
@@ -58,7 +59,11 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
 }
 
 absl::StatusOr<internal::StepResult> GpuWorker::RunStep(const internal::StepPlan& plan) {
-  return absl::UnimplementedError("gpu_worker: model steps arrive with the models issue");
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (step_ == nullptr) return absl::FailedPreconditionError("gpu_worker is not loaded");
+  absl::StatusOr<internal::StepResult> result = step_->Run(plan);
+  if (result.ok()) steps_.fetch_add(1);
+  return result;
 }
 
 internal::WorkerStats GpuWorker::Stats() {
@@ -69,6 +74,7 @@ internal::WorkerStats GpuWorker::Stats() {
   stats.set_loaded(loaded_.load());
   stats.set_load_fraction(Snapshot(load_progress_).fraction());
   stats.set_resident_bytes(load_progress_.bytes_done.load());
+  stats.set_steps(steps_.load());
   if (loaded_.load()) stats.set_device_bytes(device_weights_->bytes() + kv_cache_->device_bytes());
   return stats;
 }
@@ -282,6 +288,7 @@ void GpuWorker::Stop() {
     data_plane_->to_cpu.Close();
     data_plane_.reset();
   }
+  step_.reset();
   kv_cache_.reset();  // unpins the transfer region before the arena is unmapped
   device_weights_.reset();
   weights_.reset();

@@ -14,6 +14,7 @@
 #include "common/worker_server.h"
 #include "gpu_worker/device.h"
 #include "gpu_worker/device_weights.h"
+#include "gpu_worker/gpu_step.h"
 #include "gpu_worker/kv_cache.h"
 
 namespace writescope::gpu {
@@ -51,7 +52,9 @@ class GpuWorker final : public WorkerBackend {
   std::atomic<bool> loaded_{false};
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<DeviceWeights> device_weights_;
-  uint64_t steps_ = 0;
+  // Runs the steps (after Load).
+  std::unique_ptr<GpuStep> step_;
+  std::atomic<uint64_t> steps_{0};
 };
 
 }  // namespace writescope::gpu

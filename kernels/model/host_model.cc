@@ -16,10 +16,6 @@
 namespace writescope::kernels::model {
 namespace {
 
-// DeepSeek's kv_a_layernorm / q_a_layernorm are built without the config's eps, so they take
-// the RMSNorm default (transformers' DeepseekV2RMSNorm(kv_lora_rank) and DeepSeek's own code).
-constexpr double kMlaLatentNormEps = 1e-6;
-
 void ToBf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
 }
@@ -92,17 +88,6 @@ void GqaNaiveAttention(const float* q, int64_t num_queries, int64_t query_positi
 }
 
 }  // namespace
-
-float AttentionSoftmaxScale(const ModelConfig& config, MlaSoftmaxScale mode) {
-  if (!config.is_mla()) return static_cast<float>(1.0 / std::sqrt(double(config.head_dim)));
-  double scale = 1.0 / std::sqrt(double(config.qk_nope_head_dim + config.qk_rope_head_dim));
-  if (mode == MlaSoftmaxScale::kWithYarnMscale && config.rope.type == RopeType::kYarn &&
-      config.rope.mscale_all_dim != 0.0) {
-    const double mscale = YarnGetMscale(config.rope.factor, config.rope.mscale_all_dim);
-    scale *= mscale * mscale;
-  }
-  return static_cast<float>(scale);
-}
 
 // ---------------------------------------------------------------------------------------------
 // ForwardTrace
@@ -180,51 +165,25 @@ absl::StatusOr<std::unique_ptr<HostModel>> HostModel::Create(const ModelConfig& 
 
 absl::Status HostModel::Init() {
   geometry_ = config_.kv_geometry(options_.block_tokens);
-  if (config_.is_mla()) {
-    rope_ = MakeRopeTable(config_.rope, config_.qk_rope_head_dim, RopeStyle::kInterleaved);
-  } else {
-    rope_ = MakeRopeTable(config_.rope, config_.head_dim, RopeStyle::kHalf);
-  }
-  router_ = RouterSpecFor(config_);
-  softmax_scale_ = AttentionSoftmaxScale(config_, options_.mla_softmax_scale);
-  use_cache_ =
-      options_.cache_f32_weights && 2 * weights_.total_bytes() <= options_.f32_cache_limit_bytes;
-  if (options_.cache_f32_weights && !use_cache_) {
-    WS_LOG(INFO) << "HostModel: fp32 weight cache off (" << 2 * weights_.total_bytes()
-                 << " bytes > limit " << options_.f32_cache_limit_bytes
-                 << "); weights are widened per call";
-  }
+  DecoderOpsOptions ops_options;
+  ops_options.mla_softmax_scale = options_.mla_softmax_scale;
+  ops_options.cache_f32_weights = options_.cache_f32_weights;
+  ops_options.f32_cache_limit_bytes = options_.f32_cache_limit_bytes;
+  WS_ASSIGN_OR_RETURN(ops_, DecoderOps::Create(config_, weights_, ops_options));
   return absl::OkStatus();
 }
 
 HostSequence HostModel::NewSequence() const { return HostSequence(geometry_); }
 
-const Bf16Tensor& HostModel::W(int64_t layer, const char* suffix) const {
-  return weights_.At(LayerTensorName(layer, suffix));
-}
-
 absl::Status HostModel::GqaAttention(HostSequence& seq, int64_t layer, const float* x,
                                      int64_t tokens, bool decode, float* out) {
   const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads;
   const int64_t dim = config_.head_dim, p0 = seq.length();
-  std::vector<float> q(tokens * heads * dim), k(tokens * kv_heads * dim),
-      v(tokens * kv_heads * dim);
-  WS_RETURN_IF_ERROR(
-      Linear(x, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q.data(), cache()));
-  WS_RETURN_IF_ERROR(
-      Linear(x, tokens, AsLinear(W(layer, "self_attn.k_proj.weight")), k.data(), cache()));
-  WS_RETURN_IF_ERROR(
-      Linear(x, tokens, AsLinear(W(layer, "self_attn.v_proj.weight")), v.data(), cache()));
-  if (config_.arch == ModelArch::kQwen3Moe) {
-    RmsNorm(q.data(), tokens * heads, dim, W(layer, "self_attn.q_norm.weight").data,
-            config_.rms_norm_eps, q.data());
-    RmsNorm(k.data(), tokens * kv_heads, dim, W(layer, "self_attn.k_norm.weight").data,
-            config_.rms_norm_eps, k.data());
-  }
+  const int64_t row = 2 * kv_heads * dim;
+  std::vector<float> q(tokens * heads * dim), kv(tokens * row);
   std::vector<int64_t> positions(tokens);
   for (int64_t t = 0; t < tokens; ++t) positions[t] = p0 + t;
-  ApplyRope(rope_, q.data(), tokens, heads, dim, positions.data());
-  ApplyRope(rope_, k.data(), tokens, kv_heads, dim, positions.data());
+  WS_RETURN_IF_ERROR(ops_->ProjectQkv(layer, x, tokens, positions.data(), q.data(), kv.data()));
 
   // Append K and V to the cache tiles.
   const int64_t bt = geometry_.block_tokens;
@@ -233,26 +192,21 @@ absl::Status HostModel::GqaAttention(HostSequence& seq, int64_t layer, const flo
     uint16_t* tile = seq.tile(layer, pos / bt);
     const uint32_t slot = static_cast<uint32_t>(pos % bt);
     for (int64_t h = 0; h < kv_heads; ++h) {
-      ToBf16(k.data() + (t * kv_heads + h) * dim, dim,
+      ToBf16(kv.data() + t * row + h * dim, dim,
              tile + geometry_.k_offset(static_cast<uint32_t>(h), slot));
-      ToBf16(v.data() + (t * kv_heads + h) * dim, dim,
+      ToBf16(kv.data() + t * row + (kv_heads + h) * dim, dim,
              tile + geometry_.v_offset(static_cast<uint32_t>(h), slot));
     }
   }
 
   std::vector<float> o(tokens * heads * dim), lse(tokens * heads);
   if (options_.attention_precision == AttentionPrecision::kFp32) {
-    const int64_t row = 2 * kv_heads * dim;
     std::vector<float>& rows = seq.f32_rows_[layer];
     rows.resize((p0 + tokens) * row);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::copy_n(k.data() + t * kv_heads * dim, kv_heads * dim, rows.data() + (p0 + t) * row);
-      std::copy_n(v.data() + t * kv_heads * dim, kv_heads * dim,
-                  rows.data() + (p0 + t) * row + kv_heads * dim);
-    }
-    GqaNaiveAttention(q.data(), tokens, p0, rows.data(), heads, kv_heads, dim, softmax_scale_,
+    std::copy_n(kv.data(), tokens * row, rows.data() + p0 * row);
+    GqaNaiveAttention(q.data(), tokens, p0, rows.data(), heads, kv_heads, dim, softmax_scale(),
                       o.data());
-    return Linear(o.data(), tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out, cache());
+    return ops_->OutputProjection(layer, o.data(), tokens, out);
   }
   std::vector<uint16_t> q_bf16(q.size());
   ToBf16(q.data(), q.size(), q_bf16.data());
@@ -262,7 +216,7 @@ absl::Status HostModel::GqaAttention(HostSequence& seq, int64_t layer, const flo
   shape.num_kv_heads = static_cast<int32_t>(kv_heads);
   shape.head_dim = static_cast<int32_t>(dim);
   shape.block_tokens = static_cast<int32_t>(bt);
-  shape.softmax_scale = softmax_scale_;
+  shape.softmax_scale = softmax_scale();
   if (decode && tokens == 1) {
     GqaDecodeArgs args;
     args.shape = shape;
@@ -283,45 +237,17 @@ absl::Status HostModel::GqaAttention(HostSequence& seq, int64_t layer, const flo
     args.lse = lse.data();
     WS_RETURN_IF_ERROR(CpuGqaPrefill(args));
   }
-  return Linear(o.data(), tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out, cache());
+  return ops_->OutputProjection(layer, o.data(), tokens, out);
 }
 
 absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const float* x,
                                      int64_t tokens, bool decode, float* out) {
-  MlaDims d;
-  d.num_heads = config_.num_heads;
-  d.qk_nope = config_.qk_nope_head_dim;
-  d.qk_rope = config_.qk_rope_head_dim;
-  d.v_dim = config_.v_head_dim;
-  d.kv_lora_rank = config_.kv_lora_rank;
-  const int64_t p0 = seq.length(), qd = d.q_head_dim(), latent = d.latent_dim();
-
-  std::vector<float> q(tokens * d.num_heads * qd);
-  if (config_.q_lora_rank.has_value()) {
-    const int64_t rank = *config_.q_lora_rank;
-    std::vector<float> q_a(tokens * rank);
-    WS_RETURN_IF_ERROR(
-        Linear(x, tokens, AsLinear(W(layer, "self_attn.q_a_proj.weight")), q_a.data(), cache()));
-    RmsNorm(q_a.data(), tokens, rank, W(layer, "self_attn.q_a_layernorm.weight").data,
-            kMlaLatentNormEps, q_a.data());
-    WS_RETURN_IF_ERROR(Linear(q_a.data(), tokens, AsLinear(W(layer, "self_attn.q_b_proj.weight")),
-                              q.data(), cache()));
-  } else {
-    WS_RETURN_IF_ERROR(
-        Linear(x, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q.data(), cache()));
-  }
-  std::vector<float> kv_a(tokens * latent);
-  WS_RETURN_IF_ERROR(Linear(x, tokens, AsLinear(W(layer, "self_attn.kv_a_proj_with_mqa.weight")),
-                            kv_a.data(), cache()));
-  const uint16_t* kv_norm = W(layer, "self_attn.kv_a_layernorm.weight").data;
-  for (int64_t t = 0; t < tokens; ++t) {
-    RmsNorm(kv_a.data() + t * latent, 1, d.kv_lora_rank, kv_norm, kMlaLatentNormEps,
-            kv_a.data() + t * latent);
-  }
+  const MlaDims d = ops_->mla_dims();
+  const int64_t p0 = seq.length(), latent = d.latent_dim();
+  std::vector<float> q(tokens * d.num_heads * d.q_head_dim()), kv_a(tokens * latent);
   std::vector<int64_t> positions(tokens);
   for (int64_t t = 0; t < tokens; ++t) positions[t] = p0 + t;
-  ApplyRope(rope_, q.data() + d.qk_nope, tokens, d.num_heads, qd, positions.data());
-  ApplyRope(rope_, kv_a.data() + d.kv_lora_rank, tokens, 1, latent, positions.data());
+  WS_RETURN_IF_ERROR(ops_->ProjectQkv(layer, x, tokens, positions.data(), q.data(), kv_a.data()));
 
   // The cache row of each token: [c_kv | k_pe].
   const int64_t bt = geometry_.block_tokens;
@@ -331,7 +257,7 @@ absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const flo
            seq.tile(layer, pos / bt) + geometry_.latent_offset(static_cast<uint32_t>(pos % bt)));
   }
 
-  const LinearWeight kv_b = AsLinear(W(layer, "self_attn.kv_b_proj.weight"));
+  const LinearWeight kv_b = ops_->KvB(layer);
   std::vector<float> attn(tokens * d.num_heads * d.v_dim);
   const int64_t keys = p0 + tokens;
   if (options_.attention_precision == AttentionPrecision::kFp32) {
@@ -339,27 +265,35 @@ absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const flo
     rows.resize(keys * latent);
     std::copy_n(kv_a.data(), tokens * latent, rows.data() + p0 * latent);
     WS_RETURN_IF_ERROR(MlaNaiveAttention(d, q.data(), tokens, p0, rows.data(), keys, kv_b,
-                                         softmax_scale_, attn.data(), cache()));
-  } else if (decode && tokens == 1 && options_.mla_decode == MlaDecodeMode::kAbsorbed) {
-    std::vector<float> q_abs(d.num_heads * latent);
-    MlaAbsorbQuery(d, q.data(), 1, kv_b, q_abs.data());
+                                         softmax_scale(), attn.data(), cache()));
+  } else if ((decode && tokens == 1 && options_.mla_decode == MlaDecodeMode::kAbsorbed) ||
+             (!decode && options_.mla_prefill == MlaPrefillMode::kAbsorbed)) {
+    // One absorbed query per token over its causal prefix of the cache.
+    std::vector<float> q_abs(tokens * d.num_heads * latent);
+    ops_->MlaAbsorb(layer, q.data(), tokens, q_abs.data());
     std::vector<uint16_t> q_bf16(q_abs.size());
     ToBf16(q_abs.data(), q_abs.size(), q_bf16.data());
     TileList tiles = MakeTileList(seq, layer, keys);
+    std::vector<KvBlockList> rows(tokens, tiles.list);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t visible = p0 + t + 1;
+      rows[t].num_blocks = static_cast<int32_t>((visible + bt - 1) / bt);
+      rows[t].last_block_tokens = static_cast<int32_t>(visible - (rows[t].num_blocks - 1) * bt);
+    }
     MlaDecodeArgs args;
     args.shape.num_heads = static_cast<int32_t>(d.num_heads);
     args.shape.kv_lora_rank = static_cast<int32_t>(d.kv_lora_rank);
     args.shape.rope_dim = static_cast<int32_t>(d.qk_rope);
     args.shape.block_tokens = static_cast<int32_t>(bt);
-    args.shape.softmax_scale = softmax_scale_;
-    args.num_seqs = 1;
+    args.shape.softmax_scale = softmax_scale();
+    args.num_seqs = static_cast<int32_t>(tokens);
     args.q = q_bf16.data();
-    args.seqs = &tiles.list;
-    std::vector<float> o_lat(d.num_heads * d.kv_lora_rank), lse(d.num_heads);
+    args.seqs = rows.data();
+    std::vector<float> o_lat(tokens * d.num_heads * d.kv_lora_rank), lse(tokens * d.num_heads);
     args.o = o_lat.data();
     args.lse = lse.data();
     WS_RETURN_IF_ERROR(CpuMlaDecode(args));
-    MlaApplyUv(d, o_lat.data(), 1, kv_b, attn.data());
+    ops_->MlaUv(layer, o_lat.data(), tokens, attn.data());
   } else {
     // Naive: every cached latent, widened, expanded through kv_b.
     std::vector<float> latents(keys * latent);
@@ -369,31 +303,27 @@ absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const flo
       for (int64_t c = 0; c < latent; ++c) latents[j * latent + c] = Bf16ToFloat(row[c]);
     }
     WS_RETURN_IF_ERROR(MlaNaiveAttention(d, q.data(), tokens, p0, latents.data(), keys, kv_b,
-                                         softmax_scale_, attn.data(), cache()));
+                                         softmax_scale(), attn.data(), cache()));
   }
-  return Linear(attn.data(), tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out, cache());
+  return ops_->OutputProjection(layer, attn.data(), tokens, out);
 }
 
 absl::Status HostModel::Mlp(int64_t layer, int64_t position0, const float* x, int64_t tokens,
                             float* out, ForwardTrace* trace) {
-  if (!config_.IsMoeLayer(layer)) {
-    return SwiGluMlp(x, tokens, AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kGate))),
-                     AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kUp))),
-                     AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kDown))), out,
-                     cache());
-  }
+  if (!config_.IsMoeLayer(layer)) return ops_->DenseMlp(layer, x, tokens, out);
   return Moe(layer, position0, x, tokens, out, trace);
 }
 
 absl::Status HostModel::Moe(int64_t layer, int64_t position0, const float* x, int64_t tokens,
                             float* out, ForwardTrace* trace) {
   const int64_t hidden = config_.hidden_size, experts = config_.n_routed_experts;
-  const int64_t k = router_.top_k;
+  const RouterSpec& router = ops_->router();
+  const int64_t k = router.top_k;
   std::vector<float> logits(tokens * experts);
-  WS_RETURN_IF_ERROR(Linear(x, tokens, AsLinear(weights_.Router(layer)), logits.data(), cache()));
+  WS_RETURN_IF_ERROR(ops_->RouterLogits(layer, x, tokens, logits.data()));
   std::vector<int32_t> ids(tokens * k);
   std::vector<float> weights(tokens * k), margins(tokens);
-  RouteTokens(logits.data(), tokens, router_, ids.data(), weights.data(), margins.data());
+  RouteTokens(logits.data(), tokens, router, ids.data(), weights.data(), margins.data());
   const RoutingReplay* replay = options_.routing_replay;
   if (replay != nullptr && layer < static_cast<int64_t>(replay->experts.size())) {
     const std::vector<int32_t>& replayed = replay->experts[layer];
@@ -417,7 +347,7 @@ absl::Status HostModel::Moe(int64_t layer, int64_t position0, const float* x, in
         if (!std::is_permutation(own, own + k, theirs)) ++trace->changed_decisions;
       }
       std::copy_n(theirs, k, own);
-      RouterWeights(logits.data() + t * experts, 1, router_, own, weights.data() + t * k);
+      RouterWeights(logits.data() + t * experts, 1, router, own, weights.data() + t * k);
     }
   }
   if (trace != nullptr) {
@@ -451,16 +381,7 @@ absl::Status HostModel::Moe(int64_t layer, int64_t position0, const float* x, in
       for (int64_t c = 0; c < hidden; ++c) dst[c] += ys[i * hidden + c] * w;
     }
   }
-  if (config_.arch == ModelArch::kDeepseekV2 && config_.n_shared_experts > 0) {
-    std::vector<float> shared(tokens * hidden);
-    WS_RETURN_IF_ERROR(
-        SwiGluMlp(x, tokens, AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kGate))),
-                  AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kUp))),
-                  AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kDown))),
-                  shared.data(), cache()));
-    AddInPlace(out, shared.data(), tokens * hidden);
-  }
-  return absl::OkStatus();
+  return ops_->AddSharedExperts(layer, x, tokens, out);
 }
 
 absl::StatusOr<std::vector<float>> HostModel::Forward(HostSequence& seq,
@@ -472,19 +393,17 @@ absl::StatusOr<std::vector<float>> HostModel::Forward(HostSequence& seq,
   if (count == 0) return logits;
   seq.Reserve(seq.length() + count);
   std::vector<float> x(count * hidden), h(count * hidden), y(count * hidden);
-  WS_RETURN_IF_ERROR(Embed(weights_.At("model.embed_tokens.weight"), tokens, x.data()));
+  WS_RETURN_IF_ERROR(ops_->Embed(tokens, x.data()));
   if (trace != nullptr) trace->hidden_states.push_back(x);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    RmsNorm(x.data(), count, hidden, W(layer, "input_layernorm.weight").data, config_.rms_norm_eps,
-            h.data());
+    ops_->InputNorm(layer, x.data(), count, h.data());
     if (config_.is_mla()) {
       WS_RETURN_IF_ERROR(MlaAttention(seq, layer, h.data(), count, decode, y.data()));
     } else {
       WS_RETURN_IF_ERROR(GqaAttention(seq, layer, h.data(), count, decode, y.data()));
     }
     AddInPlace(x.data(), y.data(), count * hidden);
-    RmsNorm(x.data(), count, hidden, W(layer, "post_attention_layernorm.weight").data,
-            config_.rms_norm_eps, h.data());
+    ops_->PostAttentionNorm(layer, x.data(), count, h.data());
     if (trace != nullptr) {  // Moe() fills this layer's entries
       trace->router_margins.emplace_back();
       trace->router_experts.emplace_back();
@@ -494,12 +413,9 @@ absl::StatusOr<std::vector<float>> HostModel::Forward(HostSequence& seq,
     if (trace != nullptr && layer + 1 < config_.num_layers) trace->hidden_states.push_back(x);
   }
   seq.length_ += count;
-  RmsNorm(x.data(), count, hidden, weights_.At("model.norm.weight").data, config_.rms_norm_eps,
-          h.data());
-  if (trace != nullptr) trace->hidden_states.push_back(h);
   logits.resize(count * config_.vocab_size);
-  WS_RETURN_IF_ERROR(
-      Linear(h.data(), count, AsLinear(weights_.At("lm_head.weight")), logits.data(), cache()));
+  WS_RETURN_IF_ERROR(ops_->FinalLogits(x.data(), count, logits.data(), h.data()));
+  if (trace != nullptr) trace->hidden_states.push_back(h);
   return logits;
 }
 

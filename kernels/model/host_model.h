@@ -40,21 +40,23 @@
 #include "common/kv_layout.h"
 #include "common/model_config.h"
 #include "common/model_weights.h"
+#include "kernels/model/decoder_ops.h"
 #include "kernels/model/layers.h"
 
 namespace writescope::kernels::model {
 
-// How DeepSeek-V2's YaRN enters the softmax scale. DeepSeek's own code (and vLLM, SGLang, and
-// transformers since PR #47435) use 1/sqrt(qk_head_dim) * mscale(factor, mscale_all_dim)^2;
-// transformers' DeepseekV2Attention before that fix used 1/sqrt(qk_head_dim) alone.
-enum class MlaSoftmaxScale { kWithYarnMscale, kPlain };
-
 enum class MlaDecodeMode { kAbsorbed, kNaive };
+
+// MLA prefill: transformers' naive form (fp32 queries over the widened latents expanded
+// through kv_b) or the absorbed form the workers compute for every query (bf16 absorbed
+// queries over the latents, CpuMlaDecode per query row over its causal prefix): the two
+// differ by the bf16 rounding of the absorbed query.
+enum class MlaPrefillMode { kNaive, kAbsorbed };
 
 // What attention reads.
 //   kBf16Cache  the bf16 cache tiles (K/V, or the MLA latent) and a bf16 query, through the
 //               kernels the workers run (kernels/cpu_attention.h); MLA prefill naive over the
-//               widened latents. What the product computes.
+//               widened latents unless MlaPrefillMode::kAbsorbed (the workers' form).
 //   kFp32       fp32 copies of the same K/V / latents kept beside the cache and the unrounded
 //               query, attended in the naive form (double softmax) for prefill and decode:
 //               transformers' own fp32 numerics. A reference mode (3x the KV memory), for
@@ -80,6 +82,7 @@ struct HostModelOptions {
   uint32_t block_tokens = 256;  // KV tile tokens (KvGeometry::block_tokens)
   MlaSoftmaxScale mla_softmax_scale = MlaSoftmaxScale::kWithYarnMscale;
   MlaDecodeMode mla_decode = MlaDecodeMode::kAbsorbed;
+  MlaPrefillMode mla_prefill = MlaPrefillMode::kNaive;
   AttentionPrecision attention_precision = AttentionPrecision::kBf16Cache;
   // Not owned; must outlive the model. Null: every token routes by itself (the product).
   const RoutingReplay* routing_replay = nullptr;
@@ -152,8 +155,10 @@ class HostModel {
   const ModelConfig& config() const { return config_; }
   const HostModelOptions& options() const { return options_; }
   // The attention softmax scale in use (MLA: with or without YaRN mscale^2).
-  float softmax_scale() const { return softmax_scale_; }
-  const RopeTable& rope() const { return rope_; }
+  float softmax_scale() const { return ops_->softmax_scale(); }
+  const RopeTable& rope() const { return ops_->rope(); }
+  // The attention-side ops this model runs (shared with the gpu_worker's step runner).
+  DecoderOps& ops() { return *ops_; }
 
   HostSequence NewSequence() const;
 
@@ -199,24 +204,14 @@ class HostModel {
   absl::Status Moe(int64_t layer, int64_t position0, const float* x, int64_t tokens, float* out,
                    ForwardTrace* trace);
 
-  const Bf16Tensor& W(int64_t layer, const char* suffix) const;
-  F32WeightCache* cache() { return use_cache_ ? &cache_ : nullptr; }
+  F32WeightCache* cache() { return ops_->cache(); }
 
   ModelConfig config_;
   const ModelWeights& weights_;
   HostModelOptions options_;
   KvGeometry geometry_;
-  RopeTable rope_;
-  RouterSpec router_;
-  float softmax_scale_ = 0;
-  bool use_cache_ = false;
-  F32WeightCache cache_;
+  std::unique_ptr<DecoderOps> ops_;
 };
-
-// The MLA softmax scale for `config`: 1/sqrt(qk_nope + qk_rope), times
-// YarnGetMscale(factor, mscale_all_dim)^2 when YaRN is on, mscale_all_dim != 0
-// and `mode` is kWithYarnMscale. GQA: 1/sqrt(head_dim).
-float AttentionSoftmaxScale(const ModelConfig& config, MlaSoftmaxScale mode);
 
 }  // namespace writescope::kernels::model
 

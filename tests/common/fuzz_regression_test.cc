@@ -102,7 +102,8 @@ INSTANTIATE_TEST_SUITE_P(
     Parsers, FuzzRegressionTest,
     ::testing::Values(FuzzerCase{"safetensors_header_fuzzer", CheckSafetensorsHeader},
                       FuzzerCase{"model_config_fuzzer", CheckModelConfig},
-                      FuzzerCase{"kv_spec_fuzzer", CheckKvSpec}),
+                      FuzzerCase{"kv_spec_fuzzer", CheckKvSpec},
+                      FuzzerCase{"request_validation_fuzzer", CheckGenerateRequest}),
     [](const ::testing::TestParamInfo<FuzzerCase>& info) {
       std::string name = info.param.fuzzer;
       name = name.substr(0, name.size() - std::string("_fuzzer").size());

@@ -84,8 +84,25 @@ TEST_F(PlacementTest, PrefillPlacesFullBlocksAndLeavesTheTailInTheWindow) {
   EXPECT_EQ(placement_->Usage(KvRegion::kGpuTransfer).used_blocks, 1u);
   EXPECT_EQ(placement_->Usage(KvRegion::kGpuTransfer).total_blocks, 3u);
   EXPECT_DOUBLE_EQ(placement_->PlacedCpuShare(), 2.0 / 3.0);
+  // The D-window holds the tail: another chunk would not start on a block boundary.
   EXPECT_EQ(placement_->PlanPrefill(1, 4, ChooseCpuCompute).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(PlacementTest, ChunkedPrefillAppendsBlocks) {
+  WS_ASSERT_OK(placement_->Admit(1));
+  const uint32_t bt = placement_->config().block_tokens();
+  absl::StatusOr<PrefillPlan> first = placement_->PlanPrefill(1, 2 * bt, ChooseCpuCompute);
+  WS_ASSERT_OK(first.status());
+  EXPECT_EQ(first->blocks.size(), 2u);
+  EXPECT_EQ(first->window_tokens, 0u);
+  absl::StatusOr<PrefillPlan> second = placement_->PlanPrefill(1, bt + 3, ChooseGpuTransfer);
+  WS_ASSERT_OK(second.status());
+  ASSERT_EQ(second->blocks.size(), 1u);
+  EXPECT_EQ(second->blocks[0].first_token, 2u * bt);
+  EXPECT_EQ(second->blocks[0].ref.region, KvRegion::kGpuTransfer);
+  EXPECT_EQ(placement_->Find(1)->blocks.size(), 3u);
+  EXPECT_EQ(placement_->Find(1)->num_tokens(), 3u * bt + 3);
 }
 
 TEST_F(PlacementTest, ExhaustedPrefillAllocatesNothing) {

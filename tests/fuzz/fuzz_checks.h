@@ -10,6 +10,7 @@
 #define WRITESCOPE_TESTS_FUZZ_FUZZ_CHECKS_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -24,6 +25,7 @@
 #include "common/model_config.h"
 #include "common/model_tensors.h"
 #include "common/safetensors.h"
+#include "coordinator/request_validation.h"
 
 namespace writescope::fuzz {
 
@@ -247,6 +249,79 @@ inline FuzzResult CheckKvSpec(absl::string_view bytes) {
     return Violation(parsed.status(), "ToKvSpec/FromKvSpec round trip changed the config");
   }
   return {parsed.status(), ""};
+}
+
+// The limits request_validation_fuzzer checks against: small, so that short inputs reach
+// every bound (the context and prompt bounds take tens of tokens, not thousands).
+inline coordinator::RequestLimits FuzzRequestLimits() {
+  coordinator::RequestLimits limits;
+  limits.vocab_size = 512;
+  limits.max_context = 96;
+  limits.max_prompt_tokens = 80;
+  limits.max_logprobs = 20;
+  limits.max_stop_tokens = 8;
+  limits.max_request_id_bytes = 24;
+  return limits;
+}
+
+// A public GenerateRequest (bytes parsed as v1::GenerateRequest) through
+// ValidateGenerateRequest and ResolveMaxTokens with FuzzRequestLimits(). The verdict must
+// match an independent reading of the contract (request_validation.h), both ways.
+// Accepted: ResolveMaxTokens is >= 1, equals max_tokens when that is set, and the prompt
+// plus it fits the context. Refused: INVALID_ARGUMENT whose message names a proto field.
+// Unparseable bytes are not a GenerateRequest and check nothing.
+inline FuzzResult CheckGenerateRequest(absl::string_view bytes) {
+  using internal_checks::Violation;
+  v1::GenerateRequest request;
+  if (!request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return {absl::InvalidArgumentError("not a GenerateRequest"), ""};
+  }
+  const coordinator::RequestLimits limits = FuzzRequestLimits();
+  const absl::Status status = coordinator::ValidateGenerateRequest(request, limits);
+  const uint32_t resolved = coordinator::ResolveMaxTokens(request, limits);
+
+  // The contract, read independently (wide arithmetic, no early returns).
+  const v1::SamplingParams& s = request.sampling();
+  const uint64_t prompt = static_cast<uint64_t>(request.prompt_token_ids_size());
+  bool valid = prompt > 0 && prompt <= limits.max_prompt_tokens &&
+               request.request_id().size() <= limits.max_request_id_bytes &&
+               std::isfinite(s.temperature()) && s.temperature() >= 0 && s.top_p() >= 0 &&
+               s.top_p() <= 1 && s.top_k() <= limits.vocab_size &&
+               s.logprobs() <= limits.max_logprobs &&
+               static_cast<uint64_t>(s.stop_token_ids_size()) <= limits.max_stop_tokens &&
+               (s.max_tokens() == 0 ? prompt < limits.max_context
+                                    : prompt + s.max_tokens() <= limits.max_context);
+  for (uint32_t id : request.prompt_token_ids()) valid = valid && id < limits.vocab_size;
+  for (uint32_t id : s.stop_token_ids()) valid = valid && id < limits.vocab_size;
+  for (char c : request.request_id()) {
+    valid = valid && static_cast<unsigned char>(c) >= 0x21 && static_cast<unsigned char>(c) <= 0x7e;
+  }
+
+  const uint64_t expected_resolved =
+      s.max_tokens() != 0 ? s.max_tokens()
+                          : (prompt < limits.max_context ? limits.max_context - prompt : 0);
+  if (resolved != expected_resolved) {
+    return Violation(
+        status, absl::StrCat("ResolveMaxTokens = ", resolved, ", expected ", expected_resolved));
+  }
+  if (status.ok()) {
+    if (!valid) return Violation(status, "accepted a request the contract refuses");
+    if (resolved == 0 || prompt + resolved > limits.max_context) {
+      return Violation(status, absl::StrCat("accepted, but ", prompt, " prompt + ", resolved,
+                                            " generated tokens do not fit the context"));
+    }
+    return {status, ""};
+  }
+  if (valid) return Violation(status, "refused a request the contract accepts");
+  if (status.code() != absl::StatusCode::kInvalidArgument) {
+    return Violation(status, "refusal is not INVALID_ARGUMENT");
+  }
+  const absl::string_view message = status.message();
+  if (!absl::StartsWith(message, "request_id") && !absl::StartsWith(message, "prompt_token_ids") &&
+      !absl::StartsWith(message, "sampling.")) {
+    return Violation(status, "the error does not start with the field it refuses");
+  }
+  return {status, ""};
 }
 
 }  // namespace writescope::fuzz

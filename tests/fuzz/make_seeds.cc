@@ -1,5 +1,5 @@
 // Regenerates the binary seeds of the fuzz corpora with the project's own writers
-// (SerializeSafetensors, ToKvSpec), so the seeds are what our code really produces:
+// (SerializeSafetensors, ToKvSpec, protobuf), so the seeds are what our code really produces:
 //
 //   build-fuzz/fuzz/fuzz_make_seeds tests/fuzz/corpus
 //
@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "common/kv_spec.h"
 #include "common/model_config.h"
 #include "common/safetensors.h"
+#include "tests/fuzz/fuzz_checks.h"
+#include "writescope/v1/writescope.pb.h"
 
 namespace writescope {
 namespace {
@@ -86,7 +89,67 @@ int Main(const fs::path& corpus) {
   Write(kv / "valid_small_gqa.kvspec", bad.SerializeAsString());
   bad.set_window_tokens(40);
   Write(kv / "invalid_window.kvspec", bad.SerializeAsString());
-  return 0;
+
+  // GenerateRequests around fuzz::FuzzRequestLimits() (vocab 512, context 96, prompt 80).
+  // Each seed's verdict is checked here against its name, as fuzz_regression_test would.
+  const fs::path gen = corpus / "request_validation_fuzzer";
+  bool verdicts_ok = true;
+  auto write_request = [&](const std::string& name, const std::string& bytes) {
+    Write(gen / name, bytes);
+    const fuzz::FuzzResult result = fuzz::CheckGenerateRequest(bytes);
+    const bool want_ok = name.rfind("valid_", 0) == 0;
+    if (!result.violation.empty() || result.parse.ok() != want_ok) {
+      std::fprintf(stderr, "%s: %s %s\n", name.c_str(), result.parse.ToString().c_str(),
+                   result.violation.c_str());
+      verdicts_ok = false;
+    }
+  };
+  auto prompt = [](uint32_t tokens) {
+    v1::GenerateRequest request;
+    for (uint32_t i = 0; i < tokens; ++i) request.add_prompt_token_ids((i * 37 + 11) % 512);
+    return request;
+  };
+  v1::GenerateRequest greedy = prompt(4);
+  greedy.mutable_sampling()->set_max_tokens(8);
+  write_request("valid_greedy.pb", greedy.SerializeAsString());
+  v1::GenerateRequest full = prompt(16);
+  full.set_request_id("req-seed_1");
+  full.set_stream_interval(2);
+  v1::SamplingParams* sampling = full.mutable_sampling();
+  sampling->set_max_tokens(32);
+  sampling->set_temperature(0.8f);
+  sampling->set_top_k(50);
+  sampling->set_top_p(0.95f);
+  sampling->set_seed(42);
+  sampling->add_stop_token_ids(2);
+  sampling->add_stop_token_ids(511);
+  sampling->set_ignore_eos(true);
+  sampling->set_logprobs(5);
+  sampling->set_prompt_logprobs(true);
+  write_request("valid_all_fields.pb", full.SerializeAsString());
+  v1::GenerateRequest fills = prompt(80);
+  fills.mutable_sampling()->set_max_tokens(16);
+  write_request("valid_fills_context.pb", fills.SerializeAsString());
+  fills.mutable_sampling()->set_max_tokens(0);
+  write_request("valid_rest_of_context.pb", fills.SerializeAsString());
+  fills.mutable_sampling()->set_max_tokens(17);
+  write_request("invalid_context_overflow.pb", fills.SerializeAsString());
+  v1::GenerateRequest bad_request = greedy;
+  bad_request.add_prompt_token_ids(512);
+  write_request("invalid_token_outside_vocab.pb", bad_request.SerializeAsString());
+  bad_request = full;
+  bad_request.mutable_sampling()->set_temperature(std::numeric_limits<float>::quiet_NaN());
+  write_request("invalid_temperature_nan.pb", bad_request.SerializeAsString());
+  bad_request = full;
+  bad_request.mutable_sampling()->set_top_p(1.5f);
+  write_request("invalid_top_p.pb", bad_request.SerializeAsString());
+  bad_request = full;
+  bad_request.set_request_id("has space");
+  write_request("invalid_request_id.pb", bad_request.SerializeAsString());
+  // Only the packed prompt: cutting its last byte leaves the length prefix unsatisfied.
+  const std::string packed = prompt(8).SerializeAsString();
+  write_request("truncated_prompt.pb", packed.substr(0, packed.size() - 1));
+  return verdicts_ok ? 0 : 1;
 }
 
 }  // namespace

@@ -335,6 +335,32 @@ TEST(HostModelMlaTest, AbsorbedDecodeMatchesNaiveDecode) {
   EXPECT_LT(worst, 2e-2);
 }
 
+// The workers' numerics: absorbed prefill computes every query exactly as absorbed decode
+// does (the same kernel over the same bf16 latents), so a chunked absorbed prefill equals
+// token-by-token absorbed decode to fp32 rounding, and stays within bf16 rounding of naive.
+TEST(HostModelMlaTest, AbsorbedPrefillMatchesAbsorbedDecode) {
+  const ModelConfig config = TinyConfig("deepseek_v2");
+  Built absorbed = Build(config, {.block_tokens = 16, .mla_decode = MlaDecodeMode::kAbsorbed,
+                                  .mla_prefill = MlaPrefillMode::kAbsorbed});
+  Built naive = Build(config, {.block_tokens = 16});
+  const auto tokens = RandomTokens(70, config.vocab_size, 5);
+  HostSequence chunked = absorbed.model->NewSequence();
+  auto prefill = absorbed.model->Prefill(chunked, tokens, /*chunk_tokens=*/23);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  HostSequence stepped = absorbed.model->NewSequence();
+  std::vector<float> decoded;
+  for (int32_t token : tokens) {
+    auto step = absorbed.model->Decode(stepped, token);
+    ASSERT_TRUE(step.ok()) << step.status();
+    decoded.insert(decoded.end(), step->begin(), step->end());
+  }
+  EXPECT_LT(MaxAbsDiff(*prefill, decoded), kLogitTolerance);
+  HostSequence plain = naive.model->NewSequence();
+  auto reference = naive.model->Prefill(plain, tokens);
+  ASSERT_TRUE(reference.ok());
+  EXPECT_LT(MaxAbsDiff(*prefill, *reference), kAbsorbedTolerance);
+}
+
 TEST(HostModelMlaTest, SoftmaxScaleConventions) {
   const ModelConfig config = TinyConfig("deepseek_v2");
   Built with = Build(config);

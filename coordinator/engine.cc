@@ -1,0 +1,611 @@
+#include "coordinator/engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace writescope::coordinator {
+namespace {
+
+constexpr absl::Duration kIdleWait = absl::Milliseconds(100);
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+internal::Region ToProtoRegion(KvRegion region) {
+  return region == KvRegion::kCpuCompute ? internal::REGION_CPU_COMPUTE
+                                         : internal::REGION_GPU_TRANSFER;
+}
+
+// Appends `blocks` as runs of one region each.
+void AddRuns(const std::vector<PlacedBlock>& blocks, size_t begin, size_t end,
+             google::protobuf::RepeatedPtrField<internal::BlockRun>* runs, uint32_t block_tokens) {
+  internal::BlockRun* run = nullptr;
+  for (size_t i = begin; i < end; ++i) {
+    const PlacedBlock& block = blocks[i];
+    if (run == nullptr || run->region() != ToProtoRegion(block.ref.region)) {
+      run = runs->Add();
+      run->set_region(ToProtoRegion(block.ref.region));
+      run->set_first_token(block.first_token);
+    }
+    run->add_block_ids(block.ref.slot);
+    run->set_num_tokens(run->num_tokens() + block_tokens);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// RequestStream
+
+bool RequestStream::Next(v1::GenerateResponse* out, absl::Duration timeout, bool* done) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                    [&] { return !queue_.empty() || finished_; });
+  if (!queue_.empty()) {
+    *out = std::move(queue_.front());
+    queue_.pop_front();
+    *done = false;
+    return true;
+  }
+  *done = finished_;
+  return false;
+}
+
+absl::Status RequestStream::final_status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+void RequestStream::Push(v1::GenerateResponse response) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_.push_back(std::move(response));
+  changed_.notify_all();
+}
+
+void RequestStream::Finish(absl::Status status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  finished_ = true;
+  status_ = std::move(status);
+  changed_.notify_all();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine
+
+struct Engine::Request {
+  std::string id;
+  v1::GenerateRequest proto;
+  std::vector<int32_t> prompt;
+  uint32_t max_tokens = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+  std::shared_ptr<RequestStream> stream = std::make_shared<RequestStream>();
+  std::unique_ptr<Sampler> sampler;
+  std::atomic<bool> aborted{false};
+  absl::Status forced;  // FailAll's status for a running request (guarded by Engine::mutex_)
+  bool ended = false;
+
+  SequenceId sequence = 0;
+  bool admitted = false;
+  uint64_t reserved_blocks = 0;
+  uint64_t prefilled = 0;  // prompt tokens whose KV is written
+  std::vector<int32_t> generated;
+  int32_t pending_token = -1;  // sampled, not yet fed to the model
+  v1::Chunk chunk;             // tokens not streamed yet
+  std::vector<v1::TokenLogprobs> prompt_logprobs;
+  bool first_chunk_sent = false;
+
+  absl::Time submitted, admitted_at, first_token_at;
+};
+
+Engine::Engine(const EngineOptions& options, const ModelConfig& model, const KvCacheConfig& kv,
+               std::mutex* placement_mutex, KvPlacement* placement, Scheduler* scheduler,
+               WorkerClient* gpu_worker, WorkerClient* cpu_worker)
+    : options_(options),
+      model_(model),
+      kv_(kv),
+      placement_mutex_(placement_mutex),
+      placement_(placement),
+      scheduler_(scheduler),
+      gpu_worker_(gpu_worker),
+      cpu_worker_(cpu_worker) {
+  limits_.vocab_size = static_cast<uint32_t>(model.vocab_size);
+  limits_.max_context = static_cast<uint32_t>(model.max_position_embeddings);
+  limits_.max_prompt_tokens = options.max_prompt_tokens;
+  max_step_tokens_ = std::max<uint32_t>(options.max_step_tokens, 1);
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    work_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  FailAll(absl::UnavailableError("the server is shutting down"));
+}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(const v1::GenerateRequest& proto,
+                                                              absl::Time deadline) {
+  if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
+  WS_RETURN_IF_ERROR(ValidateGenerateRequest(proto, limits_));
+  auto request = std::make_shared<Request>();
+  request->proto = proto;
+  request->prompt.assign(proto.prompt_token_ids().begin(), proto.prompt_token_ids().end());
+  request->max_tokens = ResolveMaxTokens(proto, limits_);
+  request->deadline = deadline;
+  request->submitted = absl::Now();
+  if (request->max_tokens == 0) {
+    return absl::InvalidArgumentError("the prompt fills the model's context: no token to generate");
+  }
+  const uint32_t bt = kv_.block_tokens();
+  const uint64_t context = request->prompt.size() + uint64_t{request->max_tokens};
+  request->reserved_blocks = (context + bt - 1) / bt;
+  const uint64_t cpu_slots = kv_.region_slots(KvRegion::kCpuCompute);
+  const uint64_t gpu_slots = kv_.region_slots(KvRegion::kGpuTransfer);
+  if (request->reserved_blocks > cpu_slots + gpu_slots) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a context of ", request->prompt.size(), " prompt + ", request->max_tokens,
+        " new tokens needs ", request->reserved_blocks, " KV blocks of ", bt,
+        " tokens; the KV regions hold ", cpu_slots + gpu_slots, " blocks in all (", cpu_slots,
+        " cpu_compute + ", gpu_slots, " gpu_transfer): lower sampling.max_tokens or the prompt"));
+  }
+  request->sampler = std::make_unique<Sampler>(
+      SamplerOptionsFrom(proto.sampling(), ResolveSeed(proto.sampling())));
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  if (waiting_.size() >= options_.queue_capacity) {
+    return absl::ResourceExhaustedError(absl::StrCat("the queue is full: ", waiting_.size(),
+                                                     " requests are waiting (capacity ",
+                                                     options_.queue_capacity, ")"));
+  }
+  request->id = proto.request_id().empty() ? absl::StrCat("req-", next_auto_id_++)
+                                           : proto.request_id();
+  if (by_id_.contains(request->id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request id '", request->id, "' is in flight"));
+  }
+  by_id_[request->id] = request;
+  waiting_.push_back(request);
+  counts_.waiting = static_cast<uint32_t>(waiting_.size());
+  work_.notify_all();
+  return request->stream;
+}
+
+bool Engine::Abort(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = by_id_.find(request_id);
+  if (it == by_id_.end()) return false;
+  it->second->aborted.store(true);
+  work_.notify_all();
+  return true;
+}
+
+void Engine::FailAll(const absl::Status& status) {
+  std::vector<std::shared_ptr<Request>> all;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all.assign(waiting_.begin(), waiting_.end());
+    waiting_.clear();
+    counts_.waiting = 0;
+  }
+  for (auto& request : all) Fail(*request, status);
+  // Running requests belong to the engine thread; with it stopped (or between steps, as
+  // the supervisor calls this only after cancelling the step) they end here too.
+  std::vector<std::shared_ptr<Request>> running;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (thread_.joinable() && !stopping_) {
+      // The engine thread ends them at its next step.
+      for (auto& request : running_) {
+        request->forced = status;
+        request->aborted.store(true);
+      }
+      work_.notify_all();
+      return;
+    }
+    running = running_;
+  }
+  for (auto& request : running) Fail(*request, status);
+}
+
+EngineCounts Engine::Counts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counts_;
+}
+
+void Engine::Loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_.wait_for(lock, absl::ToChronoMilliseconds(kIdleWait),
+                     [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+      if (stopping_) break;
+    }
+    DropEnded();
+    Admit();
+    if (running_.empty()) continue;
+    absl::Status status = RunOneStep();
+    if (!status.ok()) WS_LOG(WARNING) << "step failed: " << status;
+  }
+}
+
+void Engine::DropEnded() {
+  const absl::Time now = absl::Now();
+  auto ended = [&](const Request& r) {
+    return r.aborted.load() || r.stream->cancelled() || now >= r.deadline;
+  };
+  std::vector<std::shared_ptr<Request>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (ended(**it)) {
+        dropped.push_back(*it);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& request : running_) {
+    if (ended(*request)) dropped.push_back(request);
+  }
+  for (auto& request : dropped) {
+    absl::Status forced;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      forced = request->forced;
+    }
+    if (!forced.ok()) {
+      Fail(*request, forced);
+    } else {
+      Finish(*request, v1::FINISH_REASON_ABORT);
+    }
+  }
+}
+
+void Engine::Admit() {
+  const uint64_t total = kv_.region_slots(KvRegion::kCpuCompute) +
+                         kv_.region_slots(KvRegion::kGpuTransfer);
+  while (true) {
+    std::shared_ptr<Request> request;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (waiting_.empty()) break;
+      request = waiting_.front();
+      if (running_.size() >= kv_.max_sequences ||
+          reserved_blocks_ + request->reserved_blocks > total) {
+        break;  // first come, first served: wait for running requests to end
+      }
+      waiting_.pop_front();
+      counts_.waiting = static_cast<uint32_t>(waiting_.size());
+    }
+    request->sequence = next_sequence_++;
+    absl::Status admitted;
+    {
+      std::lock_guard<std::mutex> lock(*placement_mutex_);
+      admitted = placement_->Admit(request->sequence);
+    }
+    if (!admitted.ok()) {
+      Fail(*request, admitted);
+      continue;
+    }
+    request->admitted = true;
+    request->admitted_at = absl::Now();
+    reserved_blocks_ += request->reserved_blocks;
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_.push_back(request);
+    counts_.running = static_cast<uint32_t>(running_.size());
+  }
+}
+
+absl::Status Engine::RunOneStep() {
+  const uint32_t bt = kv_.block_tokens();
+  internal::StepPlan plan;
+  plan.set_step_id(next_step_++);
+  struct Entry {
+    std::shared_ptr<Request> request;
+    bool prefill;
+    uint32_t tokens;
+    bool last_chunk;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::shared_ptr<Request>> failed;
+  absl::Status failure;
+  uint32_t budget = max_step_tokens_;
+  bool any_prefill = false;
+  {
+    std::lock_guard<std::mutex> lock(*placement_mutex_);
+    plan.set_cpu_share(scheduler_->target_cpu_share());
+    // Decode tokens first: generating sequences never wait behind a long prompt.
+    for (const auto& r : running_) {
+      if (r->pending_token < 0 || budget == 0) continue;
+      SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
+      internal::SequenceStep* step = plan.add_sequences();
+      step->set_seq_id(r->sequence);
+      size_t flushed = 0;
+      if (placement_->NeedsFlush(r->sequence)) {
+        absl::StatusOr<FlushPlan> flush = placement_->Flush(r->sequence, chooser);
+        if (!flush.ok()) {
+          plan.mutable_sequences()->RemoveLast();
+          failed.push_back(r);
+          failure = flush.status();
+          continue;
+        }
+        flushed = flush->blocks.size();
+      }
+      const SequencePlacement& seq = *placement_->Find(r->sequence);
+      step->set_position(seq.num_tokens());
+      step->set_dwindow_tokens(seq.window_tokens);
+      AddRuns(seq.blocks, 0, seq.blocks.size(), step->mutable_blocks(), bt);
+      AddRuns(seq.blocks, seq.blocks.size() - flushed, seq.blocks.size(),
+              step->mutable_new_blocks(), bt);
+      absl::StatusOr<uint32_t> appended = placement_->AppendDecode(r->sequence);
+      WS_CHECK(appended.ok()) << appended.status();
+      step->set_num_tokens(1);
+      step->add_token_ids(static_cast<uint32_t>(r->pending_token));
+      step->set_window_slot(seq.window_slot);
+      step->set_want_logits(true);
+      step->set_next_prompt_token(-1);
+      step->set_prefill(false);
+      entries.push_back({r, false, 1, false});
+      --budget;
+    }
+    // Then prompt chunks: whole blocks, the last chunk takes the remainder.
+    for (const auto& r : running_) {
+      const uint64_t remaining = r->prompt.size() - r->prefilled;
+      if (remaining == 0 || budget == 0) continue;
+      uint32_t chunk;
+      bool last = remaining <= budget;
+      if (last) {
+        chunk = static_cast<uint32_t>(remaining);
+      } else {
+        chunk = budget / bt * bt;
+        if (chunk == 0) continue;
+      }
+      const SequencePlacement& before = *placement_->Find(r->sequence);
+      const size_t old_blocks = before.blocks.size();
+      SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
+      absl::StatusOr<PrefillPlan> placed = placement_->PlanPrefill(r->sequence, chunk, chooser);
+      if (!placed.ok()) {
+        failed.push_back(r);
+        failure = placed.status();
+        continue;
+      }
+      const SequencePlacement& seq = *placement_->Find(r->sequence);
+      internal::SequenceStep* step = plan.add_sequences();
+      step->set_seq_id(r->sequence);
+      step->set_prefill(true);
+      step->set_position(r->prefilled);
+      step->set_num_tokens(chunk);
+      for (uint32_t t = 0; t < chunk; ++t) {
+        step->add_token_ids(static_cast<uint32_t>(r->prompt[r->prefilled + t]));
+      }
+      AddRuns(seq.blocks, 0, old_blocks, step->mutable_blocks(), bt);
+      AddRuns(seq.blocks, old_blocks, seq.blocks.size(), step->mutable_new_blocks(), bt);
+      step->set_window_slot(seq.window_slot);
+      step->set_dwindow_tokens(0);
+      step->set_want_logits(last);
+      step->set_want_prompt_logprobs(r->proto.sampling().prompt_logprobs());
+      step->set_top_logprobs(r->proto.sampling().logprobs());
+      step->set_next_prompt_token(last ? -1 : r->prompt[r->prefilled + chunk]);
+      entries.push_back({r, true, chunk, last});
+      budget -= chunk;
+      any_prefill = true;
+    }
+  }
+  for (const auto& r : failed) Fail(*r, failure);
+  if (entries.empty()) return failure;
+
+  // Both workers run the step at once; they meet on the data plane.
+  absl::StatusOr<internal::StepResult> cpu_result = absl::UnknownError("not run");
+  std::thread cpu_call([&] { cpu_result = cpu_worker_->RunStep(plan, options_.step_timeout); });
+  absl::StatusOr<internal::StepResult> gpu_result =
+      gpu_worker_->RunStep(plan, options_.step_timeout);
+  if (!gpu_result.ok()) cpu_worker_->CancelStep();
+  cpu_call.join();
+  absl::Status status = gpu_result.status();
+  status.Update(cpu_result.status());
+  if (!status.ok()) {
+    for (const Entry& e : entries) {
+      absl::Status forced;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        forced = e.request->forced;  // FailAll's reason (a dead worker) beats "cancelled"
+      }
+      Fail(*e.request, forced.ok() ? status : forced);
+    }
+    return status;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counts_.steps;
+  }
+  absl::flat_hash_map<uint64_t, const internal::SequenceResult*> results;
+  for (const internal::SequenceResult& result : gpu_result->sequences()) {
+    results[result.seq_id()] = &result;
+  }
+  for (const Entry& e : entries) {
+    Request& r = *e.request;
+    if (r.ended) continue;
+    auto it = results.find(r.sequence);
+    if (it == results.end()) {
+      Fail(r, absl::InternalError(absl::StrCat("the gpu_worker returned no result for sequence ",
+                                               r.sequence)));
+      continue;
+    }
+    const internal::SequenceResult& result = *it->second;
+    if (e.prefill) {
+      const uint32_t top = r.proto.sampling().logprobs();
+      for (int i = 0; i < result.prompt_logprobs_size(); ++i) {
+        v1::TokenLogprobs& lp = r.prompt_logprobs.emplace_back();
+        lp.set_logprob(result.prompt_logprobs(i));
+        for (uint32_t k = 0; k < top && int(i * top + k) < result.prompt_top_ids_size(); ++k) {
+          v1::TopLogprob* alt = lp.add_top();
+          alt->set_token_id(result.prompt_top_ids(i * top + k));
+          alt->set_logprob(result.prompt_top_logprobs(i * top + k));
+        }
+      }
+      r.prefilled += e.tokens;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        counts_.prompt_tokens += e.tokens;
+      }
+      if (!e.last_chunk) {
+        v1::GenerateResponse progress;
+        progress.set_request_id(r.id);
+        progress.mutable_progress()->set_prompt_tokens_done(r.prefilled);
+        progress.mutable_progress()->set_prompt_tokens_total(r.prompt.size());
+        r.stream->Push(std::move(progress));
+        continue;
+      }
+    } else {
+      r.pending_token = -1;  // fed
+    }
+    Sampled(r, absl::MakeConstSpan(result.last_logits().data(), result.last_logits_size()));
+  }
+  // The scheduler learns from decode-only steps (its model is a decode step's).
+  if (!any_prefill) {
+    const double layers = std::max<uint32_t>(1, gpu_result->num_layers());
+    StepSample sample;
+    sample.cpu = {static_cast<double>(cpu_result->attended_tokens()),
+                  cpu_result->attention_ms() * 1e6 / layers};
+    sample.gpu = {static_cast<double>(gpu_result->attended_tokens()),
+                  gpu_result->attention_ms() * 1e6 / layers};
+    std::lock_guard<std::mutex> lock(*placement_mutex_);
+    scheduler_->ObserveStep(sample);
+    uint64_t host_tokens = 0;
+    for (SequenceId id : placement_->LiveSequences()) {
+      host_tokens += placement_->Find(id)->window_first_token();
+    }
+    scheduler_->UpdateTarget(host_tokens);
+  }
+  return absl::OkStatus();
+}
+
+void Engine::Sampled(Request& r, absl::Span<const float> logits) {
+  if (logits.size() != static_cast<size_t>(model_.vocab_size)) {
+    Fail(r, absl::InternalError(absl::StrCat("logits of ", logits.size(), " values for a vocabulary of ",
+                                             model_.vocab_size)));
+    return;
+  }
+  const SampledToken token = r.sampler->Sample(logits);
+  const absl::Time now = absl::Now();
+  if (r.generated.empty()) r.first_token_at = now;
+  r.generated.push_back(token.token_id);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counts_.generated_tokens;
+  }
+  r.chunk.add_token_ids(static_cast<uint32_t>(token.token_id));
+  if (r.proto.sampling().logprobs() > 0) {
+    v1::TokenLogprobs* lp = r.chunk.add_logprobs();
+    lp->set_logprob(token.logprob);
+    for (const TokenLogprob& alt : token.top) {
+      v1::TopLogprob* out = lp->add_top();
+      out->set_token_id(static_cast<uint32_t>(alt.token_id));
+      out->set_logprob(alt.logprob);
+    }
+  }
+  const v1::SamplingParams& sampling = r.proto.sampling();
+  bool stop = std::find(sampling.stop_token_ids().begin(), sampling.stop_token_ids().end(),
+                        static_cast<uint32_t>(token.token_id)) != sampling.stop_token_ids().end();
+  if (!sampling.ignore_eos()) {
+    stop = stop || std::find(model_.eos_token_ids.begin(), model_.eos_token_ids.end(),
+                             token.token_id) != model_.eos_token_ids.end();
+  }
+  const bool length = r.generated.size() >= r.max_tokens ||
+                      r.prompt.size() + r.generated.size() >= limits_.max_context;
+  if (stop || length) {
+    Finish(r, stop ? v1::FINISH_REASON_STOP : v1::FINISH_REASON_LENGTH);
+    return;
+  }
+  r.pending_token = token.token_id;
+  const uint32_t interval = std::max<uint32_t>(1, r.proto.stream_interval());
+  if (static_cast<uint32_t>(r.chunk.token_ids_size()) >= interval || !r.first_chunk_sent) {
+    v1::GenerateResponse response;
+    response.set_request_id(r.id);
+    *response.mutable_chunk() = std::move(r.chunk);
+    r.chunk.Clear();
+    if (!r.first_chunk_sent) {
+      for (auto& lp : r.prompt_logprobs) *response.mutable_chunk()->add_prompt_logprobs() = lp;
+      r.first_chunk_sent = true;
+    }
+    r.stream->Push(std::move(response));
+  }
+}
+
+void Engine::Finish(Request& r, v1::FinishReason reason) {
+  if (r.ended) return;
+  const absl::Time now = absl::Now();
+  if (r.chunk.token_ids_size() > 0 || (!r.first_chunk_sent && !r.prompt_logprobs.empty())) {
+    v1::GenerateResponse response;
+    response.set_request_id(r.id);
+    *response.mutable_chunk() = std::move(r.chunk);
+    if (!r.first_chunk_sent) {
+      for (auto& lp : r.prompt_logprobs) *response.mutable_chunk()->add_prompt_logprobs() = lp;
+      r.first_chunk_sent = true;
+    }
+    r.stream->Push(std::move(response));
+  }
+  v1::GenerateResponse response;
+  response.set_request_id(r.id);
+  v1::Complete* complete = response.mutable_complete();
+  complete->set_finish_reason(reason);
+  complete->mutable_usage()->set_prompt_tokens(r.prompt.size());
+  complete->mutable_usage()->set_completion_tokens(r.generated.size());
+  v1::Timings* timings = complete->mutable_timings();
+  const absl::Time admitted = r.admitted ? r.admitted_at : now;
+  timings->set_queue_ms(Ms(admitted - r.submitted));
+  if (!r.generated.empty()) {
+    timings->set_time_to_first_token_ms(Ms(r.first_token_at - r.submitted));
+    timings->set_prefill_ms(Ms(r.first_token_at - admitted));
+    timings->set_decode_ms(Ms(now - r.first_token_at));
+    if (r.generated.size() > 1 && now > r.first_token_at) {
+      timings->set_decode_tokens_per_s((r.generated.size() - 1) /
+                                       absl::ToDoubleSeconds(now - r.first_token_at));
+    }
+  }
+  std::shared_ptr<RequestStream> stream = r.stream;  // Release may drop the last owner of r
+  stream->Push(std::move(response));
+  Release(r);
+  stream->Finish(absl::OkStatus());
+}
+
+void Engine::Fail(Request& r, const absl::Status& status) {
+  if (r.ended) return;
+  v1::GenerateResponse response;
+  response.set_request_id(r.id);
+  response.mutable_error()->set_code(static_cast<int32_t>(status.code()));
+  response.mutable_error()->set_message(std::string(status.message()));
+  std::shared_ptr<RequestStream> stream = r.stream;  // Release may drop the last owner of r
+  stream->Push(std::move(response));
+  Release(r);
+  stream->Finish(status);
+}
+
+void Engine::Release(Request& r) {
+  r.ended = true;
+  if (r.admitted) {
+    std::lock_guard<std::mutex> lock(*placement_mutex_);
+    absl::Status freed = placement_->Free(r.sequence);
+    if (!freed.ok()) WS_LOG(ERROR) << "freeing sequence " << r.sequence << ": " << freed;
+    reserved_blocks_ -= r.reserved_blocks;
+    r.admitted = false;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  by_id_.erase(r.id);
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [&](const std::shared_ptr<Request>& p) { return p.get() == &r; }),
+                 running_.end());
+  counts_.running = static_cast<uint32_t>(running_.size());
+}
+
+}  // namespace writescope::coordinator

@@ -1,0 +1,159 @@
+// The coordinator's serving loop: admits Generate requests, batches them continuously
+// (chunked prefill mixed with decode), places their KV (KvPlacement, steered by the
+// Scheduler), sends each step's plan to both workers, samples the next tokens and streams
+// them back.
+//
+// One engine thread runs the steps; Generate handlers only Submit and read their
+// RequestStream. Per step:
+//   1. drop requests that were aborted, cancelled or ran past their deadline (their blocks
+//      are freed before the plan is built);
+//   2. admit waiting requests while a D-window is free and the regions can hold their whole
+//      context (prompt + max_tokens blocks are reserved at admission, so a running request
+//      never runs out of KV); a context larger than both regions together is refused at
+//      Submit with RESOURCE_EXHAUSTED and the numbers;
+//   3. plan: one decode token per generating sequence, then prompt chunks of whole blocks
+//      (the last chunk takes the remainder) up to max_step_tokens; new blocks are placed
+//      where the scheduler's target CPU share steers them (prefill blocks, D-window flushes);
+//   4. RunStep on both workers at once; on failure every request of the step ends with the
+//      error and its blocks are freed;
+//   5. sample (greedy / temperature / top-k / top-p, per-request seeded generator), stream,
+//      stop on max_tokens, a stop id or EOS;
+//   6. feed the workers' timings of decode-only steps to the scheduler.
+#ifndef WRITESCOPE_COORDINATOR_ENGINE_H_
+#define WRITESCOPE_COORDINATOR_ENGINE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/kv_config.h"
+#include "common/model_config.h"
+#include "coordinator/placement.h"
+#include "coordinator/request_validation.h"
+#include "coordinator/sampler.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/worker_client.h"
+#include "writescope/v1/writescope.pb.h"
+
+namespace writescope::coordinator {
+
+struct EngineOptions {
+  // Tokens per step (decode tokens + prompt chunk tokens); also capped by the data plane.
+  uint32_t max_step_tokens = 512;
+  uint32_t queue_capacity = 256;
+  uint32_t max_prompt_tokens = 0;  // 0: the model's context
+  absl::Duration step_timeout = absl::Minutes(10);
+};
+
+// What one Generate call reads: responses in order, then the end.
+class RequestStream {
+ public:
+  // Waits up to `timeout` for the next response. False with *done = true once the stream
+  // is over (after its Complete or Error), false with *done = false on timeout.
+  bool Next(v1::GenerateResponse* out, absl::Duration timeout, bool* done);
+  // The client went away: the request ends at the next step.
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  // The status the RPC ends with (OK, or the error that ended the request).
+  absl::Status final_status() const;
+
+ private:
+  friend class Engine;
+  void Push(v1::GenerateResponse response);
+  void Finish(absl::Status status);
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<v1::GenerateResponse> queue_;
+  bool finished_ = false;
+  absl::Status status_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineCounts {
+  uint32_t running = 0;
+  uint32_t waiting = 0;
+  uint64_t steps = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t generated_tokens = 0;
+};
+
+class Engine {
+ public:
+  // Everything borrowed must outlive the engine; `placement` and `scheduler` are used
+  // under `placement_mutex`.
+  Engine(const EngineOptions& options, const ModelConfig& model, const KvCacheConfig& kv,
+         std::mutex* placement_mutex, KvPlacement* placement, Scheduler* scheduler,
+         WorkerClient* gpu_worker, WorkerClient* cpu_worker);
+  ~Engine();
+
+  void Start();
+  // Ends every request (UNAVAILABLE) and stops the loop.
+  void Stop();
+
+  // Validates and queues a request. INVALID_ARGUMENT naming the field; RESOURCE_EXHAUSTED
+  // when its context cannot fit the KV regions or the queue is full; ALREADY_EXISTS for a
+  // request id in flight; UNAVAILABLE when not serving.
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(const v1::GenerateRequest& request,
+                                                        absl::Time deadline);
+  // Ends a running or queued request at the next step. False when no such request.
+  bool Abort(const std::string& request_id);
+  // Ends every request with `status` (a worker died).
+  void FailAll(const absl::Status& status);
+
+  void set_serving(bool serving) { serving_.store(serving); }
+  EngineCounts Counts() const;
+  const RequestLimits& limits() const { return limits_; }
+  uint32_t max_step_tokens() const { return max_step_tokens_; }
+
+ private:
+  struct Request;
+  void Loop();
+  // Step phases (engine thread).
+  void DropEnded();
+  void Admit();
+  absl::Status RunOneStep();
+  void Finish(Request& request, v1::FinishReason reason);
+  void Fail(Request& request, const absl::Status& status);
+  void Release(Request& request);
+  // Samples, streams and possibly finishes a request whose step produced logits.
+  void Sampled(Request& request, absl::Span<const float> logits);
+
+  EngineOptions options_;
+  ModelConfig model_;
+  KvCacheConfig kv_;
+  RequestLimits limits_;
+  uint32_t max_step_tokens_ = 0;
+  std::mutex* placement_mutex_;
+  KvPlacement* placement_;
+  Scheduler* scheduler_;
+  WorkerClient* gpu_worker_;
+  WorkerClient* cpu_worker_;
+
+  mutable std::mutex mutex_;  // the queues and the request map
+  std::condition_variable work_;
+  std::deque<std::shared_ptr<Request>> waiting_;
+  std::vector<std::shared_ptr<Request>> running_;  // engine thread only
+  absl::flat_hash_map<std::string, std::shared_ptr<Request>> by_id_;
+  uint64_t reserved_blocks_ = 0;  // engine thread only
+  uint64_t next_sequence_ = 1;
+  uint64_t next_step_ = 1;
+  uint64_t next_auto_id_ = 1;
+  std::atomic<bool> serving_{false};
+  bool stopping_ = false;
+  EngineCounts counts_;
+  std::thread thread_;
+};
+
+}  // namespace writescope::coordinator
+
+#endif  // WRITESCOPE_COORDINATOR_ENGINE_H_

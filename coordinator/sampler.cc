@@ -1,0 +1,319 @@
+#include "coordinator/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace writescope::coordinator {
+namespace {
+
+using internal_sampler::RankedToken;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A nucleus search (top_p without top_k) first tries the kNucleusFirst most likely,
+// then kNucleusFirst * kNucleusGrowth, each by one cheap scan: peaked distributions,
+// the usual case, end there. Past that a bisection is cheaper than larger heaps.
+constexpr size_t kNucleusFirst = 128;
+constexpr size_t kNucleusGrowth = 4;
+constexpr size_t kNucleusLastScan = kNucleusFirst * kNucleusGrowth;
+// Selections of fewer than vocab / kHeapFraction use a bounded heap in one scan
+// (O(V) compares, O(n log n) moves for logits in no particular order); larger ones
+// nth_element the ids, whose fixed O(V) cost with indirect compares is then cheaper.
+constexpr size_t kHeapFraction = 16;
+
+// Writes into keys [logits.size()] logits with NaN as -inf and returns their max,
+// which is always finite so that the row always has mass: if some logits are +inf
+// they become 0 and all others -inf (the mass shared equally among them); if all are
+// -inf they all become 0 (uniform, the limit of equal logits).
+float SanitizeLogits(absl::Span<const float> logits, std::vector<float>* keys) {
+  keys->resize(logits.size());
+  float max_key = -kInf;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float key = std::isnan(logits[i]) ? -kInf : logits[i];
+    (*keys)[i] = key;
+    max_key = std::max(max_key, key);
+  }
+  if (max_key == kInf) {
+    for (float& key : *keys) key = key == kInf ? 0.0f : -kInf;
+    return 0.0f;
+  }
+  if (max_key == -kInf) {
+    std::fill(keys->begin(), keys->end(), 0.0f);
+    return 0.0f;
+  }
+  return max_key;
+}
+
+// sum_i exp(key_i - max_key) in id order, in double; >= 1 because the max term is 1.
+// Sampler::Draw at temperature 1 sums the very same terms in the same order.
+double SumExpShifted(const std::vector<float>& keys, float max_key) {
+  double sum = 0.0;
+  for (float key : keys) sum += std::exp(static_cast<double>(key) - max_key);
+  return sum;
+}
+
+// The one formula for a raw log-probability, so that Sampler::Sample and
+// LogSoftmaxInto agree to the bit.
+float LogprobOf(float key, float max_key, double log_sum_exp_shifted) {
+  return static_cast<float>((static_cast<double>(key) - max_key) - log_sum_exp_shifted);
+}
+
+// Most likely first: larger key, then lower id. Keys must not be NaN.
+struct KeyThenId {
+  const float* keys;
+  bool operator()(int32_t a, int32_t b) const {
+    return keys[a] > keys[b] || (keys[a] == keys[b] && a < b);
+  }
+};
+
+// The ids of the `count` largest keys (no NaN; count <= keys.size()), largest
+// first, ties to the lower id, into (*best)[0..count).
+void SelectBest(absl::Span<const float> keys, size_t count, std::vector<int32_t>* best,
+                std::vector<RankedToken>* heap) {
+  const size_t size = keys.size();
+  if (count == 0) {
+    best->clear();
+    return;
+  }
+  if (count * kHeapFraction >= size) {
+    best->resize(size);
+    std::iota(best->begin(), best->end(), 0);
+    const KeyThenId order{keys.data()};
+    if (count < size) std::nth_element(best->begin(), best->begin() + count, best->end(), order);
+    std::sort(best->begin(), best->begin() + count, order);
+    best->resize(count);
+    return;
+  }
+  // A heap whose front is the worst of the best so far. Ids arrive ascending, so a
+  // newcomer beats the front exactly when its key is strictly larger.
+  auto better = [](const RankedToken& a, const RankedToken& b) {
+    return a.key > b.key || (a.key == b.key && a.id < b.id);
+  };
+  heap->clear();
+  for (size_t i = 0; i < size; ++i) {
+    const float key = keys[i];
+    if (heap->size() < count) {
+      heap->push_back(RankedToken{key, static_cast<int32_t>(i)});
+      std::push_heap(heap->begin(), heap->end(), better);
+    } else if (key > heap->front().key) {
+      std::pop_heap(heap->begin(), heap->end(), better);
+      heap->back() = RankedToken{key, static_cast<int32_t>(i)};
+      std::push_heap(heap->begin(), heap->end(), better);
+    }
+  }
+  std::sort_heap(heap->begin(), heap->end(), better);
+  best->resize(count);
+  for (size_t i = 0; i < count; ++i) (*best)[i] = (*heap)[i].id;
+}
+
+std::vector<TokenLogprob> TopOf(absl::Span<const float> logprobs, uint32_t n,
+                                std::vector<int32_t>* best, std::vector<RankedToken>* heap) {
+  const size_t count = std::min<size_t>(n, logprobs.size());
+  SelectBest(logprobs, count, best, heap);
+  std::vector<TokenLogprob> top;
+  top.reserve(count);
+  for (int32_t id : *best) top.push_back(TokenLogprob{id, logprobs[id]});
+  return top;
+}
+
+// The first id at which the running sum of weights exceeds u * total, over the
+// `count` ids id_at(0..count) in order; ids of zero weight are never returned. The
+// total is summed in the walk's order, so the walk reaches it; u * total rounding up
+// to the total falls back to the last positive weight.
+template <typename IdAt>
+int32_t WalkTo(double u, size_t count, const std::vector<double>& weights, IdAt id_at) {
+  double total = 0.0;
+  for (size_t i = 0; i < count; ++i) total += weights[id_at(i)];
+  const double target = u * total;
+  double running = 0.0;
+  int32_t last_positive = id_at(0);
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t id = id_at(i);
+    const double weight = weights[id];
+    if (weight <= 0.0) continue;
+    running += weight;
+    last_positive = id;
+    if (running > target) return id;
+  }
+  return last_positive;
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplerOptions& options)
+    : options_(options),
+      greedy_(!(options.temperature > 0.0f)),
+      top_p_active_(options.top_p > 0.0f && options.top_p < 1.0f),
+      generator_(options.seed) {}
+
+SampledToken Sampler::Sample(absl::Span<const float> logits) {
+  SampledToken result;
+  if (logits.empty()) {
+    result.logprob = -kInf;
+    return result;
+  }
+  max_key_ = SanitizeLogits(logits, &keys_);
+  have_all_weights_total_ = false;
+  if (greedy_) {
+    // The first maximum: ties go to the lower id.
+    result.token_id =
+        static_cast<int32_t>(std::find(keys_.begin(), keys_.end(), max_key_) - keys_.begin());
+  } else {
+    result.token_id = Draw();
+  }
+  // At temperature 1 the draw already summed exactly the raw terms: V exps saved.
+  const double log_sum_exp = std::log(have_all_weights_total_ && options_.temperature == 1.0f
+                                          ? all_weights_total_
+                                          : SumExpShifted(keys_, max_key_));
+  if (options_.num_top > 0) {
+    logprobs_.resize(keys_.size());
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      logprobs_[i] = LogprobOf(keys_[i], max_key_, log_sum_exp);
+    }
+    result.logprob = logprobs_[result.token_id];
+    result.top = TopOf(logprobs_, options_.num_top, &candidates_, &heap_);
+  } else {
+    result.logprob = LogprobOf(keys_[result.token_id], max_key_, log_sum_exp);
+  }
+  return result;
+}
+
+int32_t Sampler::Draw() {
+  const size_t vocab = keys_.size();
+  const double temperature = options_.temperature;
+  const double max_key = max_key_;
+  weights_.resize(vocab);
+  auto weight_of = [&](int32_t id) {
+    const float key = keys_[id];
+    // An explicit 0 for -inf: (-inf - max) / T is NaN when T is infinite.
+    return key == -kInf ? 0.0 : std::exp((static_cast<double>(key) - max_key) / temperature);
+  };
+  const double top_p = options_.top_p;
+  // Smallest prefix of candidates_[0..count) (already ordered) whose weight reaches
+  // top_p of `total`; at least one.
+  auto nucleus_of = [&](size_t count, double total) {
+    const double target = top_p * total;
+    double running = 0.0;
+    for (size_t i = 0; i < count; ++i) {
+      running += weights_[candidates_[i]];
+      if (running >= target) return i + 1;
+    }
+    return count;  // rounding kept the prefix short of the target: keep them all
+  };
+
+  if (options_.top_k > 0 && options_.top_k < vocab) {
+    // Only the k candidates are weighed: k exps, not V.
+    const size_t k = options_.top_k;
+    SelectBest(keys_, k, &candidates_, &heap_);
+    double total = 0.0;
+    for (int32_t id : candidates_) {
+      weights_[id] = weight_of(id);
+      total += weights_[id];
+    }
+    return DrawAmong(top_p_active_ ? nucleus_of(k, total) : k);
+  }
+
+  double total = 0.0;
+  for (size_t id = 0; id < vocab; ++id) {
+    weights_[id] = weight_of(static_cast<int32_t>(id));
+    total += weights_[id];
+  }
+  all_weights_total_ = total;
+  have_all_weights_total_ = true;
+  if (!top_p_active_) {
+    const double u = static_cast<double>(generator_() >> 11) * 0x1.0p-53;
+    return WalkTo(u, vocab, weights_, [](size_t i) { return static_cast<int32_t>(i); });
+  }
+
+  // Nucleus without top-k. Usually it is small: try the few hundred most likely,
+  // ordered by a cheap one-scan selection.
+  const double target = top_p * total;
+  for (size_t count = kNucleusFirst; count <= kNucleusLastScan && count * kHeapFraction < vocab;
+       count *= kNucleusGrowth) {
+    SelectBest(keys_, count, &candidates_, &heap_);
+    double mass = 0.0;
+    for (int32_t id : candidates_) mass += weights_[id];
+    if (mass >= target) return DrawAmong(nucleus_of(count, total));
+  }
+  // A flatter distribution: bisect for the nucleus size among the tokens of positive
+  // weight (the nucleus is among them), nth_element halving the range, so O(V) in
+  // all; only the last small range is sorted. The draw then walks in id order.
+  std::vector<RankedToken>& ranked = heap_;
+  ranked.clear();
+  for (size_t id = 0; id < vocab; ++id) {
+    if (weights_[id] > 0.0) ranked.push_back(RankedToken{keys_[id], static_cast<int32_t>(id)});
+  }
+  auto better = [](const RankedToken& a, const RankedToken& b) {
+    return a.key > b.key || (a.key == b.key && a.id < b.id);
+  };
+  // Invariant: ranked[0..lo) are the lo most likely and hold less than the target;
+  // `needed` is the mass still missing; the nucleus ends in (lo, hi].
+  size_t lo = 0;
+  size_t hi = ranked.size();
+  double needed = target;
+  while (hi - lo > kNucleusFirst) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(ranked.begin() + lo, ranked.begin() + mid, ranked.begin() + hi, better);
+    double mass = 0.0;
+    for (size_t i = lo; i < mid; ++i) mass += weights_[ranked[i].id];
+    if (mass >= needed) {
+      hi = mid;
+    } else {
+      needed -= mass;
+      lo = mid;
+    }
+  }
+  std::sort(ranked.begin() + lo, ranked.begin() + hi, better);
+  size_t nucleus = hi;  // rounding kept the sum short of the target: keep the range
+  double running = 0.0;
+  for (size_t i = lo; i < hi; ++i) {
+    running += weights_[ranked[i].id];
+    if (running >= needed) {
+      nucleus = i + 1;
+      break;
+    }
+  }
+  for (size_t i = nucleus; i < ranked.size(); ++i) weights_[ranked[i].id] = 0.0;
+  const double u = static_cast<double>(generator_() >> 11) * 0x1.0p-53;
+  return WalkTo(u, vocab, weights_, [](size_t i) { return static_cast<int32_t>(i); });
+}
+
+int32_t Sampler::DrawAmong(size_t count) {
+  const double u = static_cast<double>(generator_() >> 11) * 0x1.0p-53;
+  return WalkTo(u, count, weights_, [this](size_t i) { return candidates_[i]; });
+}
+
+void LogSoftmaxInto(absl::Span<const float> logits, std::vector<float>* out) {
+  const float max_key = SanitizeLogits(logits, out);
+  const double log_sum_exp = std::log(SumExpShifted(*out, max_key));
+  for (float& value : *out) value = LogprobOf(value, max_key, log_sum_exp);
+}
+
+std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logprobs, uint32_t n) {
+  // SelectBest wants no NaN; only a copy may change them.
+  std::vector<float> keys(logprobs.begin(), logprobs.end());
+  for (float& key : keys) key = std::isnan(key) ? -kInf : key;
+  std::vector<int32_t> best;
+  std::vector<RankedToken> heap;
+  return TopOf(keys, n, &best, &heap);
+}
+
+uint64_t ResolveSeed(const v1::SamplingParams& params) {
+  if (params.has_seed()) return params.seed();
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+SamplerOptions SamplerOptionsFrom(const v1::SamplingParams& params, uint64_t seed) {
+  SamplerOptions options;
+  options.temperature = params.temperature();
+  options.top_k = params.top_k();
+  options.top_p = params.top_p() == 0.0f ? 1.0f : params.top_p();
+  options.seed = seed;
+  options.num_top = params.logprobs();
+  return options;
+}
+
+}  // namespace writescope::coordinator

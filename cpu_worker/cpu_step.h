@@ -1,0 +1,81 @@
+// The cpu_worker's share of a step (common/step_layout.h): partial attention of the
+// CPU-attended tokens over the blocks of the CPU-compute region, read in place, and the
+// routed experts of every token.
+//
+// Attention per sequence:
+//   decode  (GQA) one CpuGqaDecode over every decode sequence of the step;
+//   prefill (GQA) CpuGqaPrefill of the chunk's queries over the sequence's CPU blocks (all
+//           earlier than the chunk, so every key is visible to every query);
+//   MLA     absorbed: CpuMlaDecode with one "sequence" per query token (a prefill chunk's
+//           queries share the same block list).
+// A sequence without CPU blocks is not in the message (the GPU side covers all its keys).
+#ifndef WRITESCOPE_CPU_WORKER_CPU_STEP_H_
+#define WRITESCOPE_CPU_WORKER_CPU_STEP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/kv_config.h"
+#include "common/model_config.h"
+#include "common/model_weights.h"
+#include "common/step_layout.h"
+#include "cpu_worker/kv_view.h"
+#include "kernels/cpu_attention.h"
+#include "kernels/experts/cpu_experts.h"
+
+namespace writescope::cpu {
+
+struct CpuStepOptions {
+  kernels::experts::CpuExpertsOptions experts;
+  kernels::CpuAttentionOptions attention;
+  // "on", "off", or "auto": prepack (a copy of the expert weights in oneDNN's layout) only
+  // when the routed experts take at most kPrepackLimitBytes, so a real checkpoint's experts
+  // are not held twice in host memory.
+  std::string prepack_policy = "auto";
+};
+inline constexpr uint64_t kPrepackLimitBytes = uint64_t{4} << 30;
+
+class CpuStep {
+ public:
+  // `weights` (the routed experts, SideFilter::kCpu or kAll) and `region` must outlive it.
+  static absl::StatusOr<std::unique_ptr<CpuStep>> Create(const ModelConfig& model,
+                                                         const KvCacheConfig& kv,
+                                                         const ModelWeights& weights,
+                                                         const KvRegionView& region,
+                                                         const CpuStepOptions& options);
+
+  const StepDims& dims() const { return dims_; }
+  // Bytes the experts hold beyond the borrowed weights (prepacked or widened copies).
+  uint64_t owned_expert_bytes() const;
+  std::string experts_description() const;
+
+  // q: the kAttention payload of `layer`; out: room for the kAttentionResult payload.
+  absl::Status Attention(const StepLayout& layout, uint32_t layer, absl::Span<const std::byte> q,
+                         absl::Span<std::byte> out);
+  // in: the kExperts payload (layout.total_tokens tokens); out: the kExpertsResult payload.
+  absl::Status Experts(const StepLayout& layout, uint32_t layer, absl::Span<const std::byte> in,
+                       absl::Span<std::byte> out);
+
+ private:
+  CpuStep(const ModelConfig& model, const KvCacheConfig& kv, const KvRegionView& region,
+          const CpuStepOptions& options)
+      : model_(model), kv_(kv), region_(region), options_(options) {}
+
+  ModelConfig model_;
+  KvCacheConfig kv_;
+  const KvRegionView& region_;
+  CpuStepOptions options_;
+  StepDims dims_;
+  float softmax_scale_ = 0;
+  // Per layer; null for dense layers.
+  std::vector<std::unique_ptr<kernels::experts::CpuExperts>> experts_;
+};
+
+}  // namespace writescope::cpu
+
+#endif  // WRITESCOPE_CPU_WORKER_CPU_STEP_H_

@@ -1,0 +1,215 @@
+// DeviceAttention on the CUDA device: the kernels of kernels/cuda/cuda_attention.h, with q
+// copied in and the partial states copied out through device staging buffers (grown on
+// demand, reused), everything on the compute stream and synchronized before returning.
+//
+//   GQA decode   GqaGpuPrefill with one query per sequence placed after every key (the
+//                prefill kernel takes an arbitrary list of tile pointers, so the ping-pong
+//                tiles, the D-window and a chunk's own blocks need no repacking).
+//   GQA prefill  GqaGpuPrefill.
+//   MLA decode   MlaGpuDecode over tiles packed per query row into one buffer (a device-to-
+//                device copy per tile): its source format is a packed tile array.
+// A shape without a compiled CUDA kernel (e.g. the tiny test models' head_dim 16) falls back
+// to the CPU kernels over tiles copied to the host: correct, slow, logged once.
+// Plain C++: no CUDA header (memory and copies go through the Device interface).
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "kernels/cpu_attention.h"
+#include "gpu_worker/device_attention.h"
+#include "kernels/cuda/cuda_attention.h"
+
+namespace writescope::gpu {
+namespace {
+
+class CudaDeviceAttention final : public DeviceAttention {
+ public:
+  explicit CudaDeviceAttention(Device* device) : device_(device) {}
+
+  absl::Status GqaDecode(const kernels::GqaDecodeArgs& args) override {
+    absl::Status status = CudaGqaDecode(args);
+    if (!absl::IsUnimplemented(status)) return status;
+    Fallback(status);
+    std::vector<kernels::KvBlockList> lists(args.seqs, args.seqs + args.num_seqs);
+    WS_RETURN_IF_ERROR(CopyTilesToHost(absl::MakeSpan(lists), GqaTileBytes(args.shape)));
+    kernels::GqaDecodeArgs host = args;
+    host.seqs = lists.data();
+    return kernels::CpuGqaDecode(host);
+  }
+
+  absl::Status GqaPrefill(const kernels::GqaPrefillArgs& args) override {
+    absl::Status status = CudaGqaPrefill(args);
+    if (!absl::IsUnimplemented(status)) return status;
+    Fallback(status);
+    kernels::GqaPrefillArgs host = args;
+    WS_RETURN_IF_ERROR(CopyTilesToHost(absl::MakeSpan(&host.keys, 1), GqaTileBytes(args.shape)));
+    return kernels::CpuGqaPrefill(host);
+  }
+
+  absl::Status MlaDecode(const kernels::MlaDecodeArgs& args) override {
+    absl::Status status = CudaMlaDecode(args);
+    if (!absl::IsUnimplemented(status)) return status;
+    Fallback(status);
+    std::vector<kernels::KvBlockList> lists(args.seqs, args.seqs + args.num_seqs);
+    WS_RETURN_IF_ERROR(CopyTilesToHost(
+        absl::MakeSpan(lists), uint64_t(args.shape.block_tokens) * args.shape.row_dim() * 2));
+    kernels::MlaDecodeArgs host = args;
+    host.seqs = lists.data();
+    return kernels::CpuMlaDecode(host);
+  }
+
+ private:
+  static uint64_t GqaTileBytes(const kernels::GqaShape& shape) {
+    return uint64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim * 2;
+  }
+  void Fallback(const absl::Status& why) {
+    if (!warned_) {
+      WS_LOG(WARNING) << why.message()
+                      << "; attention of this shape runs on the CPU kernels over tiles copied "
+                         "from the device";
+      warned_ = true;
+    }
+  }
+  // Rewrites the lists' tile pointers to host copies of the device tiles (kept in host_tiles_
+  // until the next call).
+  absl::Status CopyTilesToHost(absl::Span<kernels::KvBlockList> lists, uint64_t tile_bytes) {
+    uint64_t tiles = 0;
+    for (const kernels::KvBlockList& list : lists) tiles += list.num_blocks;
+    host_tiles_.assign(tiles * tile_bytes / 2, 0);
+    host_pointers_.assign(tiles, nullptr);
+    uint64_t next = 0;
+    for (kernels::KvBlockList& list : lists) {
+      const uint64_t first = next;
+      for (int32_t i = 0; i < list.num_blocks; ++i, ++next) {
+        uint16_t* host = host_tiles_.data() + next * tile_bytes / 2;
+        WS_RETURN_IF_ERROR(device_->CopyToHost(host, list.blocks[i], tile_bytes, Stream::kCompute));
+        host_pointers_[next] = host;
+      }
+      list.blocks = host_pointers_.data() + first;
+    }
+    return device_->Synchronize(Stream::kCompute);
+  }
+
+  absl::Status CudaGqaDecode(const kernels::GqaDecodeArgs& args) {
+    WS_RETURN_IF_ERROR(args.shape.Validate());
+    const int64_t heads = args.shape.num_q_heads, dim = args.shape.head_dim;
+    for (int32_t s = 0; s < args.num_seqs; ++s) {
+      kernels::GqaPrefillArgs one;
+      one.shape = args.shape;
+      one.num_queries = 1;
+      one.query_position0 = std::numeric_limits<int64_t>::max() / 4;  // sees every key
+      one.q = args.q + s * heads * dim;
+      one.keys = args.seqs[s];
+      std::vector<int64_t> positions(one.keys.num_blocks, 0);  // any order for decode
+      if (one.keys.block_positions == nullptr) one.keys.block_positions = positions.data();
+      one.o = args.o + s * heads * dim;
+      one.lse = args.lse + s * heads;
+      WS_RETURN_IF_ERROR(CudaGqaPrefill(one));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CudaGqaPrefill(const kernels::GqaPrefillArgs& args) {
+    WS_RETURN_IF_ERROR(args.shape.Validate());
+    const int64_t rows = int64_t{args.num_queries} * args.shape.num_q_heads;
+    const int64_t q_bytes = rows * args.shape.head_dim * 2;
+    const int64_t o_bytes = rows * args.shape.head_dim * 4;
+    const int32_t n = args.keys.num_blocks;
+    std::vector<int32_t> tokens(n);
+    for (int32_t i = 0; i < n; ++i) tokens[i] = args.keys.BlockTokens(i, args.shape.block_tokens);
+    WS_RETURN_IF_ERROR(Stage(&q_, args.q, q_bytes));
+    WS_RETURN_IF_ERROR(Stage(&tiles_, args.keys.blocks, n * sizeof(void*)));
+    WS_RETURN_IF_ERROR(Stage(&positions_, args.keys.block_positions, n * sizeof(int64_t)));
+    WS_RETURN_IF_ERROR(Stage(&tokens_, tokens.data(), n * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Grow(&o_, o_bytes + rows * 4));
+    kernels::cuda::GqaGpuPrefillArgs gpu;
+    gpu.shape = args.shape;
+    gpu.num_queries = args.num_queries;
+    gpu.query_position0 = args.query_position0;
+    gpu.q = static_cast<const uint16_t*>(q_.data());
+    gpu.keys.tiles = static_cast<const uint16_t* const*>(tiles_.data());
+    gpu.keys.positions = static_cast<const int64_t*>(positions_.data());
+    gpu.keys.tokens = static_cast<const int32_t*>(tokens_.data());
+    gpu.keys.num_tiles = n;
+    gpu.o = static_cast<float*>(o_.data());
+    gpu.lse = gpu.o + rows * args.shape.head_dim;
+    WS_RETURN_IF_ERROR(kernels::cuda::GqaGpuPrefill(gpu, device_->native_stream(Stream::kCompute)));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.o, gpu.o, o_bytes, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, gpu.lse, rows * 4, Stream::kCompute));
+    return device_->Synchronize(Stream::kCompute);
+  }
+
+  absl::Status CudaMlaDecode(const kernels::MlaDecodeArgs& args) {
+    WS_RETURN_IF_ERROR(args.shape.Validate());
+    const int32_t bt = args.shape.block_tokens;
+    const uint64_t tile_bytes = uint64_t{static_cast<uint32_t>(bt)} * args.shape.row_dim() * 2;
+    std::vector<int32_t> begin(args.num_seqs + 1, 0), last(args.num_seqs, 0);
+    int32_t max_tokens = 1;
+    for (int32_t s = 0; s < args.num_seqs; ++s) {
+      begin[s + 1] = begin[s] + args.seqs[s].num_blocks;
+      last[s] = args.seqs[s].last_block_tokens;
+      max_tokens = std::max<int32_t>(max_tokens, static_cast<int32_t>(args.seqs[s].NumTokens(bt)));
+    }
+    WS_RETURN_IF_ERROR(Grow(&packed_, std::max<uint64_t>(1, begin.back()) * tile_bytes));
+    for (int32_t s = 0; s < args.num_seqs; ++s) {
+      for (int32_t i = 0; i < args.seqs[s].num_blocks; ++i) {
+        WS_RETURN_IF_ERROR(device_->CopyOnDevice(
+            static_cast<std::byte*>(packed_.data()) + uint64_t(begin[s] + i) * tile_bytes,
+            args.seqs[s].blocks[i], tile_bytes, Stream::kCompute));
+      }
+    }
+    const int64_t rows = int64_t{args.num_seqs} * args.shape.num_heads;
+    const int64_t o_bytes = rows * args.shape.kv_lora_rank * 4;
+    WS_RETURN_IF_ERROR(Stage(&q_, args.q, rows * args.shape.row_dim() * 2));
+    WS_RETURN_IF_ERROR(Stage(&positions_, begin.data(), begin.size() * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Stage(&tokens_, last.data(), last.size() * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Grow(&o_, o_bytes + rows * 4));
+    kernels::cuda::MlaGpuDecodeArgs gpu;
+    gpu.shape = args.shape;
+    gpu.num_seqs = args.num_seqs;
+    gpu.q = static_cast<const uint16_t*>(q_.data());
+    gpu.kv.tiles = static_cast<const uint16_t*>(packed_.data());
+    gpu.kv.seq_tile_begin = static_cast<const int32_t*>(positions_.data());
+    gpu.kv.seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
+    gpu.kv.max_seq_tokens = max_tokens;
+    gpu.o = static_cast<float*>(o_.data());
+    gpu.lse = gpu.o + rows * args.shape.kv_lora_rank;
+    const size_t workspace = kernels::cuda::MlaGpuDecodeWorkspaceBytes(gpu);
+    WS_RETURN_IF_ERROR(Grow(&workspace_, std::max<size_t>(workspace, 256)));
+    gpu.workspace = workspace_.data();
+    gpu.workspace_bytes = workspace_.size();
+    WS_RETURN_IF_ERROR(kernels::cuda::MlaGpuDecode(gpu, device_->native_stream(Stream::kCompute)));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.o, gpu.o, o_bytes, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, gpu.lse, rows * 4, Stream::kCompute));
+    return device_->Synchronize(Stream::kCompute);
+  }
+
+  absl::Status Grow(DeviceBuffer* buffer, uint64_t bytes) {
+    if (buffer->size() >= bytes) return absl::OkStatus();
+    *buffer = DeviceBuffer();
+    WS_ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Allocate(device_, std::max<uint64_t>(bytes, 4096)));
+    return absl::OkStatus();
+  }
+  absl::Status Stage(DeviceBuffer* buffer, const void* host, uint64_t bytes) {
+    WS_RETURN_IF_ERROR(Grow(buffer, bytes));
+    if (bytes == 0) return absl::OkStatus();
+    return device_->CopyToDevice(buffer->data(), host, bytes, Stream::kCompute);
+  }
+
+  Device* device_;
+  DeviceBuffer q_, o_, tiles_, positions_, tokens_, packed_, workspace_;
+  bool warned_ = false;
+  std::vector<uint16_t> host_tiles_;
+  std::vector<const uint16_t*> host_pointers_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(Device* device) {
+  return std::make_unique<CudaDeviceAttention>(device);
+}
+
+}  // namespace writescope::gpu

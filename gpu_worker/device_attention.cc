@@ -1,0 +1,31 @@
+#include "gpu_worker/device_attention.h"
+
+#include "kernels/cpu_attention.h"
+
+namespace writescope::gpu {
+namespace {
+
+class HostDeviceAttention final : public DeviceAttention {
+ public:
+  absl::Status GqaDecode(const kernels::GqaDecodeArgs& args) override {
+    return kernels::CpuGqaDecode(args);
+  }
+  absl::Status GqaPrefill(const kernels::GqaPrefillArgs& args) override {
+    return kernels::CpuGqaPrefill(args);
+  }
+  absl::Status MlaDecode(const kernels::MlaDecodeArgs& args) override {
+    return kernels::CpuMlaDecode(args);
+  }
+};
+
+}  // namespace
+
+// Defined in cuda/cuda_device_attention.cc when the build has CUDA.
+absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(Device* device);
+
+absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateDeviceAttention(Device* device) {
+  if (!device->is_cuda()) return std::make_unique<HostDeviceAttention>();
+  return CreateCudaDeviceAttention(device);
+}
+
+}  // namespace writescope::gpu

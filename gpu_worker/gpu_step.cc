@@ -1,0 +1,589 @@
+#include "gpu_worker/gpu_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "gpu_worker/kv_transfer_plan.h"
+#include "kernels/attention_state.h"
+#include "kernels/bf16.h"
+#include "kernels/model/layers.h"
+
+namespace writescope::gpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+void ToBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = kernels::FloatToBf16(x[i]);
+}
+
+template <typename T>
+absl::Span<const std::byte> Bytes(const std::vector<T>& v) {
+  return absl::MakeConstSpan(reinterpret_cast<const std::byte*>(v.data()), v.size() * sizeof(T));
+}
+
+// One sequence's tiles for one part of its keys (device addresses).
+struct TileList {
+  std::vector<const uint16_t*> tiles;
+  std::vector<int64_t> positions;
+  int32_t last_tokens = 0;  // valid tokens of the last tile
+
+  void Add(const std::byte* tile, int64_t position, int32_t tokens) {
+    tiles.push_back(reinterpret_cast<const uint16_t*>(tile));
+    positions.push_back(position);
+    last_tokens = tokens;
+  }
+  kernels::KvBlockList List() const {
+    kernels::KvBlockList list;
+    list.blocks = tiles.data();
+    list.num_blocks = static_cast<int32_t>(tiles.size());
+    list.last_block_tokens = tiles.empty() ? 0 : last_tokens;
+    list.block_positions = positions.data();
+    return list;
+  }
+  // The first `count` tiles, the last of them holding `last` tokens.
+  kernels::KvBlockList Prefix(int32_t count, int32_t last) const {
+    kernels::KvBlockList list = List();
+    list.num_blocks = count;
+    list.last_block_tokens = count == 0 ? 0 : last;
+    return list;
+  }
+};
+
+// A partial state over every row of the step, [tokens][heads] rows of o_dim values.
+struct Partial {
+  std::vector<float> o;
+  std::vector<float> lse;
+
+  void Reset(int64_t rows, int64_t o_dim) {
+    o.assign(rows * o_dim, 0.0f);
+    lse.assign(rows, kernels::kEmptyLse);
+  }
+};
+
+}  // namespace
+
+struct GpuStep::Step {
+  const internal::StepPlan* plan = nullptr;
+  StepLayout layout;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> positions;
+  TransferPlan transfer;
+  uint32_t chunks = 0;
+  std::vector<float> x;  // [tokens][hidden]
+  // This step's new KV in the device staging buffer: per layer, per sequence.
+  std::vector<uint64_t> staging_offset;  // [sequence] within a layer's share
+  uint64_t staging_layer_bytes = 0;
+  std::vector<uint16_t> host_staging;  // the host side of the copies, alive until the end
+  double attention_ms = 0;
+  double expert_ms = 0;
+};
+
+absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& weights,
+                                                         Device* device, KvCache* kv_cache,
+                                                         DataPlane data_plane,
+                                                         const GpuStepOptions& options) {
+  auto step = std::unique_ptr<GpuStep>(new GpuStep(device, kv_cache, data_plane, options));
+  WS_ASSIGN_OR_RETURN(step->ops_, kernels::model::DecoderOps::Create(weights.config(), weights));
+  WS_ASSIGN_OR_RETURN(step->attention_, CreateDeviceAttention(device));
+  step->dims_ = StepDimsFor(weights.config());
+  return step;
+}
+
+absl::Status GpuStep::Send(DataPlaneMessage type, uint64_t step_id, uint32_t layer,
+                           absl::Span<const absl::Span<const std::byte>> parts) {
+  uint64_t bytes = 0;
+  for (const auto& part : parts) bytes += part.size();
+  WS_ASSIGN_OR_RETURN(absl::Span<std::byte> out,
+                      data_plane_.to_cpu.Reserve(sizeof(DataPlaneHeader) + bytes,
+                                                 options_.reply_timeout));
+  const DataPlaneHeader header{type, layer, step_id, bytes};
+  std::memcpy(out.data(), &header, sizeof(header));
+  uint64_t at = sizeof(header);
+  for (const auto& part : parts) {
+    if (!part.empty()) std::memcpy(out.data() + at, part.data(), part.size());
+    at += part.size();
+  }
+  data_plane_.to_cpu.Commit();
+  if (type == DataPlaneMessage::kAttention || type == DataPlaneMessage::kExperts) {
+    ++outstanding_replies_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuStep::Receive(DataPlaneMessage type, uint64_t step_id, uint32_t layer,
+                              absl::Span<std::byte> out) {
+  absl::StatusOr<absl::Span<const std::byte>> message =
+      data_plane_.to_gpu.Peek(options_.reply_timeout);
+  if (!message.ok()) {
+    return absl::UnavailableError(absl::StrCat("no reply from the cpu_worker for layer ", layer,
+                                               " of step ", step_id, ": ",
+                                               message.status().message()));
+  }
+  --outstanding_replies_;
+  DataPlaneHeader header;
+  absl::Status status;
+  if (message->size() < sizeof(header)) {
+    status = absl::DataLossError("data plane: a reply without a header");
+  } else {
+    std::memcpy(&header, message->data(), sizeof(header));
+    const auto payload = message->subspan(sizeof(header));
+    if (header.type == DataPlaneMessage::kError) {
+      status = absl::InternalError(absl::StrCat(
+          "cpu_worker, layer ", header.layer, " of step ", header.step_id, ": ",
+          std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
+    } else if (header.type != type || header.step_id != step_id || header.layer != layer ||
+               payload.size() != out.size()) {
+      status = absl::DataLossError(absl::StrCat(
+          "data plane: expected reply ", static_cast<int>(type), " of step ", step_id, " layer ",
+          layer, " (", out.size(), " bytes), got ", static_cast<int>(header.type), " of step ",
+          header.step_id, " layer ", header.layer, " (", payload.size(), " bytes)"));
+    } else if (!out.empty()) {
+      std::memcpy(out.data(), payload.data(), out.size());
+    }
+  }
+  data_plane_.to_gpu.Release();
+  return status;
+}
+
+absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan) {
+  const auto start = Clock::now();
+  const KvCacheConfig& config = kv_cache_->config();
+  const KvGeometry& g = config.geometry;
+  Step step;
+  step.plan = &plan;
+  WS_ASSIGN_OR_RETURN(step.layout, MakeStepLayout(plan, config));
+  const StepLayout& layout = step.layout;
+  if (layout.total_tokens == 0) return absl::InvalidArgumentError("a step without tokens");
+  const uint64_t max_tokens =
+      (data_plane_.to_cpu.max_message_bytes() - sizeof(DataPlaneHeader)) /
+      dims_.max_bytes_per_token();
+  if (layout.total_tokens > max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("a step of ", layout.total_tokens,
+                                                   " tokens exceeds the data plane's ", max_tokens));
+  }
+  const int64_t vocab = ops_->config().vocab_size;
+  for (size_t i = 0; i < layout.sequences.size(); ++i) {
+    const internal::SequenceStep& in = plan.sequences(static_cast<int>(i));
+    for (uint32_t t = 0; t < in.num_tokens(); ++t) {
+      const uint32_t id = in.token_ids(static_cast<int>(t));
+      if (id >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", in.seq_id(), ": token id ", id,
+                                                       " outside the vocabulary of ", vocab));
+      }
+      step.tokens.push_back(static_cast<int32_t>(id));
+      step.positions.push_back(static_cast<int64_t>(in.position() + t));
+    }
+  }
+
+  // Staging for the step's new KV: prefill chunks in block layout, decode token rows.
+  step.staging_offset.resize(layout.sequences.size());
+  for (size_t i = 0; i < layout.sequences.size(); ++i) {
+    const StepSequenceLayout& s = layout.sequences[i];
+    step.staging_offset[i] = step.staging_layer_bytes;
+    const uint64_t bytes =
+        s.prefill ? (s.num_tokens + g.block_tokens - 1) / g.block_tokens * g.layer_block_bytes()
+                  : g.bytes_per_token_layer();
+    step.staging_layer_bytes += (bytes + 255) / 256 * 256;  // tiles stay 256-byte aligned
+  }
+  const uint64_t staging_bytes = step.staging_layer_bytes * g.num_layers;
+  if (staging_.size() < staging_bytes) {
+    staging_ = DeviceBuffer();
+    WS_ASSIGN_OR_RETURN(staging_, DeviceBuffer::Allocate(device_, staging_bytes));
+  }
+  step.host_staging.assign(staging_bytes / 2, 0);
+
+  // Full D-windows first: decode tokens land in an empty window, and the cpu_worker may
+  // read the flushed blocks of its region in this very step.
+  bool flushed = false;
+  for (const StepSequenceLayout& s : layout.sequences) {
+    if (s.prefill || s.new_blocks.empty()) continue;
+    WS_RETURN_IF_ERROR(kv_cache_->FlushWindow(s.window_slot, s.new_blocks));
+    flushed = true;
+  }
+  if (flushed) WS_RETURN_IF_ERROR(kv_cache_->WaitForWrites());
+
+  // The GPU-transfer blocks of every sequence, streamed layer by layer.
+  std::vector<StepSequence> batch;
+  for (const StepSequenceLayout& s : layout.sequences) {
+    batch.push_back({s.window_slot, s.dwindow_tokens, s.blocks});
+  }
+  WS_ASSIGN_OR_RETURN(step.transfer, BuildTransferPlan(config, batch));
+  step.chunks = static_cast<uint32_t>(step.transfer.chunks.size());
+  if (step.transfer.num_rounds() > 0) WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
+
+  outstanding_replies_ = 0;
+  absl::Status status = RunLayers(step);
+  // Leave the channel clean for the next step whatever happened.
+  while (outstanding_replies_ > 0) {
+    absl::StatusOr<absl::Span<const std::byte>> stale =
+        data_plane_.to_gpu.Peek(absl::Seconds(5));
+    if (!stale.ok()) break;
+    data_plane_.to_gpu.Release();
+    --outstanding_replies_;
+  }
+  outstanding_replies_ = 0;
+  // The step's KV is in the arena before anyone is told about it.
+  absl::Status written = kv_cache_->WaitForWrites();
+  if (written.ok()) written = device_->SynchronizeAll();
+  status.Update(written);
+  status.Update(Send(DataPlaneMessage::kStepEnd, layout.step_id, 0, {}));
+  WS_RETURN_IF_ERROR(status);
+
+  internal::StepResult result;
+  result.set_step_id(layout.step_id);
+  WS_RETURN_IF_ERROR(Logits(step, &result));
+  result.set_attention_ms(step.attention_ms);
+  result.set_expert_ms(step.expert_ms);
+  result.set_attended_tokens(layout.transfer_host_tokens);
+  result.set_num_layers(g.num_layers);
+  result.set_step_ms(MillisSince(start));
+  return result;
+}
+
+absl::Status GpuStep::RunLayers(Step& step) {
+  const int64_t tokens = static_cast<int64_t>(step.layout.total_tokens);
+  step.x.resize(tokens * ops_->config().hidden_size);
+  WS_RETURN_IF_ERROR(ops_->Embed(step.tokens, step.x.data()));
+  for (uint32_t layer = 0; layer < ops_->config().num_layers; ++layer) {
+    WS_RETURN_IF_ERROR(Layer(step, layer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
+  const StepLayout& layout = step.layout;
+  const int64_t T = static_cast<int64_t>(layout.total_tokens);
+  const int64_t hidden = ops_->config().hidden_size;
+  const KvGeometry& g = kv_cache_->config().geometry;
+  std::vector<float> h(T * hidden), y(T * hidden);
+  ops_->InputNorm(layer, step.x.data(), T, h.data());
+  std::vector<float> q(T * ops_->q_values()), kv(T * ops_->kv_row_values());
+  WS_RETURN_IF_ERROR(ops_->ProjectQkv(layer, h.data(), T, step.positions.data(), q.data(), kv.data()));
+
+  // This layer's new KV: bf16 rows -> block layout (prefill) or a token row (decode) in the
+  // host staging, copied to the device, then written through the KV cache.
+  const int64_t row = ops_->kv_row_values();
+  std::vector<uint16_t> kv_bf16(kv.size());
+  ToBf16(kv.data(), static_cast<int64_t>(kv.size()), kv_bf16.data());
+  auto* device_base = static_cast<std::byte*>(staging_.data()) + layer * step.staging_layer_bytes;
+  auto* host_base = reinterpret_cast<std::byte*>(step.host_staging.data()) +
+                    layer * step.staging_layer_bytes;
+  for (size_t i = 0; i < layout.sequences.size(); ++i) {
+    const StepSequenceLayout& s = layout.sequences[i];
+    std::byte* host = host_base + step.staging_offset[i];
+    std::byte* device = device_base + step.staging_offset[i];
+    const auto* rows = reinterpret_cast<const std::byte*>(kv_bf16.data() + s.token_offset * row);
+    if (s.prefill) {
+      const uint32_t blocks = (s.num_tokens + g.block_tokens - 1) / g.block_tokens;
+      for (uint32_t t = 0; t < s.num_tokens; ++t) {
+        ScatterTokenRow(g, rows + uint64_t{t} * row * 2, t % g.block_tokens,
+                        host + uint64_t{t / g.block_tokens} * g.layer_block_bytes());
+      }
+      WS_RETURN_IF_ERROR(device_->CopyToDevice(device, host, blocks * g.layer_block_bytes(),
+                                               Stream::kCompute));
+      WS_RETURN_IF_ERROR(kv_cache_->WritePrefillLayer(layer, s.new_blocks, s.window_slot,
+                                                      s.num_tokens % g.block_tokens, device));
+    } else {
+      std::memcpy(host, rows, row * 2);
+      WS_RETURN_IF_ERROR(device_->CopyToDevice(device, host, row * 2, Stream::kCompute));
+      WS_RETURN_IF_ERROR(kv_cache_->AppendToken(s.window_slot, s.dwindow_tokens, layer, device));
+    }
+  }
+
+  std::vector<float> attn(T * ops_->attn_values());
+  WS_RETURN_IF_ERROR(Attention(step, layer, q, &attn));
+  WS_RETURN_IF_ERROR(ops_->OutputProjection(layer, attn.data(), T, y.data()));
+  for (int64_t i = 0; i < T * hidden; ++i) step.x[i] += y[i];
+
+  ops_->PostAttentionNorm(layer, step.x.data(), T, h.data());
+  if (!ops_->config().IsMoeLayer(layer)) {
+    WS_RETURN_IF_ERROR(ops_->DenseMlp(layer, h.data(), T, y.data()));
+  } else {
+    const kernels::model::RouterSpec& router = ops_->router();
+    std::vector<float> logits(T * router.num_experts), weights(T * router.top_k);
+    std::vector<int32_t> ids(T * router.top_k);
+    WS_RETURN_IF_ERROR(ops_->RouterLogits(layer, h.data(), T, logits.data()));
+    kernels::model::RouteTokens(logits.data(), T, router, ids.data(), weights.data());
+    const absl::Span<const std::byte> parts[] = {Bytes(h), Bytes(ids), Bytes(weights)};
+    WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kExperts, layout.step_id, layer, parts));
+    std::fill(y.begin(), y.end(), 0.0f);
+    WS_RETURN_IF_ERROR(ops_->AddSharedExperts(layer, h.data(), T, y.data()));
+    const auto wait = Clock::now();
+    std::vector<float> routed(T * hidden);
+    WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kExpertsResult, layout.step_id, layer,
+                               absl::MakeSpan(reinterpret_cast<std::byte*>(routed.data()),
+                                              routed.size() * sizeof(float))));
+    step.expert_ms += MillisSince(wait);
+    for (int64_t i = 0; i < T * hidden; ++i) y[i] += routed[i];
+  }
+  for (int64_t i = 0; i < T * hidden; ++i) step.x[i] += y[i];
+  return absl::OkStatus();
+}
+
+absl::Status GpuStep::Attention(Step& step, uint32_t layer, const std::vector<float>& q,
+                                std::vector<float>* attn) {
+  const StepLayout& layout = step.layout;
+  const KvGeometry& g = kv_cache_->config().geometry;
+  const bool mla = ops_->config().is_mla();
+  const int64_t T = static_cast<int64_t>(layout.total_tokens);
+  const int64_t heads = dims_.num_heads, q_dim = dims_.q_dim, o_dim = dims_.o_dim;
+  const int32_t bt = static_cast<int32_t>(g.block_tokens);
+  const uint64_t lbb = g.layer_block_bytes();
+
+  // Queries as the kernels take them: bf16, MLA absorbed through W_UK.
+  std::vector<uint16_t> qk(T * heads * q_dim);
+  if (mla) {
+    std::vector<float> absorbed(T * heads * q_dim);
+    ops_->MlaAbsorb(layer, q.data(), T, absorbed.data());
+    ToBf16(absorbed.data(), static_cast<int64_t>(absorbed.size()), qk.data());
+  } else {
+    ToBf16(q.data(), static_cast<int64_t>(q.size()), qk.data());
+  }
+  // The CPU's share first, so that it runs while the GPU side works.
+  if (layout.cpu_tokens > 0) {
+    std::vector<uint16_t> cpu_q(layout.cpu_tokens * heads * q_dim);
+    for (const StepSequenceLayout& s : layout.sequences) {
+      if (s.cpu_blocks.empty()) continue;
+      std::memcpy(cpu_q.data() + s.cpu_offset * heads * q_dim,
+                  qk.data() + s.token_offset * heads * q_dim, s.num_tokens * heads * q_dim * 2);
+    }
+    const absl::Span<const std::byte> parts[] = {Bytes(cpu_q)};
+    WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kAttention, layout.step_id, layer, parts));
+  }
+  const auto start = Clock::now();
+  Partial acc, part;
+  acc.Reset(T * heads, o_dim);
+
+  // Attends one part of the keys: `lists[i]` are sequence i's tiles (empty: none), all of
+  // them visible to the sequence's queries unless `causal` (the chunk's own blocks).
+  auto attend = [&](const std::vector<TileList>& lists, bool causal) -> absl::Status {
+    part.Reset(T * heads, o_dim);
+    bool any = false;
+    if (!mla) {
+      kernels::GqaShape shape;
+      shape.num_q_heads = static_cast<int32_t>(heads);
+      shape.num_kv_heads = static_cast<int32_t>(ops_->config().num_kv_heads);
+      shape.head_dim = static_cast<int32_t>(q_dim);
+      shape.block_tokens = bt;
+      shape.softmax_scale = ops_->softmax_scale();
+      // Decode sequences in one call (rows gathered), prefill chunks one by one.
+      std::vector<size_t> decode;
+      for (size_t i = 0; i < layout.sequences.size(); ++i) {
+        if (lists[i].tiles.empty()) continue;
+        any = true;
+        const StepSequenceLayout& s = layout.sequences[i];
+        if (!s.prefill) {
+          decode.push_back(i);
+          continue;
+        }
+        kernels::GqaPrefillArgs args;
+        args.shape = shape;
+        args.num_queries = static_cast<int32_t>(s.num_tokens);
+        args.query_position0 = static_cast<int64_t>(s.position);
+        args.q = qk.data() + s.token_offset * heads * q_dim;
+        args.keys = lists[i].List();
+        args.o = part.o.data() + s.token_offset * heads * o_dim;
+        args.lse = part.lse.data() + s.token_offset * heads;
+        WS_RETURN_IF_ERROR(attention_->GqaPrefill(args));
+      }
+      if (!decode.empty()) {
+        const size_t n = decode.size();
+        std::vector<uint16_t> dq(n * heads * q_dim);
+        std::vector<float> dout(n * heads * o_dim), dlse(n * heads);
+        std::vector<kernels::KvBlockList> dlists(n);
+        for (size_t j = 0; j < n; ++j) {
+          const StepSequenceLayout& s = layout.sequences[decode[j]];
+          std::memcpy(dq.data() + j * heads * q_dim, qk.data() + s.token_offset * heads * q_dim,
+                      heads * q_dim * 2);
+          dlists[j] = lists[decode[j]].List();
+        }
+        kernels::GqaDecodeArgs args;
+        args.shape = shape;
+        args.num_seqs = static_cast<int32_t>(n);
+        args.q = dq.data();
+        args.seqs = dlists.data();
+        args.o = dout.data();
+        args.lse = dlse.data();
+        WS_RETURN_IF_ERROR(attention_->GqaDecode(args));
+        for (size_t j = 0; j < n; ++j) {
+          const uint64_t r = layout.sequences[decode[j]].token_offset;
+          std::memcpy(part.o.data() + r * heads * o_dim, dout.data() + j * heads * o_dim,
+                      heads * o_dim * 4);
+          std::memcpy(part.lse.data() + r * heads, dlse.data() + j * heads, heads * 4);
+        }
+      }
+    } else {
+      // MLA: one decode "sequence" per query row; causal rows see a prefix of the tiles.
+      std::vector<kernels::KvBlockList> rows(T);
+      for (size_t i = 0; i < layout.sequences.size(); ++i) {
+        if (lists[i].tiles.empty()) continue;
+        any = true;
+        const StepSequenceLayout& s = layout.sequences[i];
+        for (uint32_t t = 0; t < s.num_tokens; ++t) {
+          rows[s.token_offset + t] =
+              causal ? lists[i].Prefix(static_cast<int32_t>(t / bt + 1), static_cast<int32_t>(t % bt + 1))
+                     : lists[i].List();
+        }
+      }
+      if (any) {
+        kernels::MlaDecodeArgs args;
+        args.shape.num_heads = static_cast<int32_t>(heads);
+        args.shape.kv_lora_rank = static_cast<int32_t>(ops_->config().kv_lora_rank);
+        args.shape.rope_dim = static_cast<int32_t>(ops_->config().qk_rope_head_dim);
+        args.shape.block_tokens = bt;
+        args.shape.softmax_scale = ops_->softmax_scale();
+        args.num_seqs = static_cast<int32_t>(T);
+        args.q = qk.data();
+        args.seqs = rows.data();
+        args.o = part.o.data();
+        args.lse = part.lse.data();
+        WS_RETURN_IF_ERROR(attention_->MlaDecode(args));
+      }
+    }
+    if (any) {
+      kernels::MergeStates({acc.o.data(), acc.lse.data()}, {part.o.data(), part.lse.data()},
+                           {acc.o.data(), acc.lse.data()}, T * heads, static_cast<int32_t>(o_dim));
+    }
+    return absl::OkStatus();
+  };
+
+  std::vector<TileList> lists(layout.sequences.size());
+  // 1. This layer's GPU-transfer blocks, chunk by chunk through the ping-pong buffers.
+  for (uint32_t chunk = 0; chunk < step.chunks; ++chunk) {
+    WS_ASSIGN_OR_RETURN(PingPongRound round, kv_cache_->ReadyRound(layer * step.chunks + chunk));
+    for (TileList& list : lists) list = TileList();
+    for (const PingPongEntry& entry : round.chunk_plan->entries) {
+      lists[entry.sequence_index].Add(round.buffer + uint64_t{entry.pingpong_block} * lbb,
+                                      int64_t{entry.block_index} * bt, bt);
+    }
+    WS_RETURN_IF_ERROR(attend(lists, /*causal=*/false));
+  }
+  // 2. The D-window (decode; it holds the new token now) and the chunk's own blocks
+  // (prefill, causal).
+  for (size_t i = 0; i < layout.sequences.size(); ++i) {
+    const StepSequenceLayout& s = layout.sequences[i];
+    lists[i] = TileList();
+    if (s.prefill) continue;
+    const uint32_t window = s.dwindow_tokens + 1;
+    const std::byte* base = kv_cache_->WindowAddress(s.window_slot, layer);
+    const int64_t first = static_cast<int64_t>(s.position) - s.dwindow_tokens;
+    for (uint32_t done = 0; done < window; done += bt) {
+      lists[i].Add(base + uint64_t{done / bt} * lbb, first + done,
+                   static_cast<int32_t>(std::min<uint32_t>(bt, window - done)));
+    }
+  }
+  WS_RETURN_IF_ERROR(attend(lists, /*causal=*/false));
+  const auto* staging = static_cast<const std::byte*>(staging_.data()) + layer * step.staging_layer_bytes;
+  bool any_prefill = false;
+  for (size_t i = 0; i < layout.sequences.size(); ++i) {
+    const StepSequenceLayout& s = layout.sequences[i];
+    lists[i] = TileList();
+    if (!s.prefill) continue;
+    any_prefill = true;
+    for (uint32_t done = 0; done < s.num_tokens; done += bt) {
+      lists[i].Add(staging + step.staging_offset[i] + uint64_t{done / bt} * lbb,
+                   static_cast<int64_t>(s.position) + done,
+                   static_cast<int32_t>(std::min<uint32_t>(bt, s.num_tokens - done)));
+    }
+  }
+  if (any_prefill) WS_RETURN_IF_ERROR(attend(lists, /*causal=*/true));
+  step.attention_ms += MillisSince(start);
+
+  // 3. The CPU's partial, merged into the rows it covers.
+  if (layout.cpu_tokens > 0) {
+    std::vector<float> cpu(layout.cpu_tokens * heads * (o_dim + 1));
+    WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kAttentionResult, layout.step_id, layer,
+                               absl::MakeSpan(reinterpret_cast<std::byte*>(cpu.data()),
+                                              cpu.size() * sizeof(float))));
+    const float* cpu_lse = cpu.data() + layout.cpu_tokens * heads * o_dim;
+    for (const StepSequenceLayout& s : layout.sequences) {
+      if (s.cpu_blocks.empty()) continue;
+      const int64_t rows = int64_t{s.num_tokens} * heads;
+      float* o = acc.o.data() + s.token_offset * heads * o_dim;
+      float* lse = acc.lse.data() + s.token_offset * heads;
+      kernels::MergeStates({o, lse}, {cpu.data() + s.cpu_offset * heads * o_dim,
+                                      cpu_lse + s.cpu_offset * heads},
+                           {o, lse}, rows, static_cast<int32_t>(o_dim));
+    }
+  }
+  if (mla) {
+    ops_->MlaUv(layer, acc.o.data(), T, attn->data());
+  } else {
+    *attn = std::move(acc.o);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuStep::Logits(Step& step, internal::StepResult* result) {
+  const StepLayout& layout = step.layout;
+  const int64_t hidden = ops_->config().hidden_size, vocab = ops_->config().vocab_size;
+  // Rows in batches, so that a long chunk's prompt log-probs do not need [T, vocab] at once.
+  constexpr int64_t kBatchRows = 64;
+  std::vector<float> xs, logits;
+  auto compute = [&](const std::vector<int64_t>& rows) -> absl::Status {
+    const int64_t n = static_cast<int64_t>(rows.size());
+    xs.resize(n * hidden);
+    logits.resize(n * vocab);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(xs.data() + i * hidden, step.x.data() + rows[i] * hidden, hidden * 4);
+    }
+    return ops_->FinalLogits(xs.data(), n, logits.data());
+  };
+  std::vector<float> logprobs(vocab);
+  for (size_t i = 0; i < layout.sequences.size(); ++i) {
+    const StepSequenceLayout& s = layout.sequences[i];
+    const internal::SequenceStep& in = step.plan->sequences(static_cast<int>(i));
+    internal::SequenceResult* out = result->add_sequences();
+    out->set_seq_id(s.seq_id);
+    const int64_t last = static_cast<int64_t>(s.token_offset + s.num_tokens - 1);
+    if (in.want_logits()) {
+      WS_RETURN_IF_ERROR(compute({last}));
+      out->mutable_last_logits()->Assign(logits.begin(), logits.begin() + vocab);
+    }
+    if (!in.want_prompt_logprobs()) continue;
+    // Position t of the chunk predicts token t + 1 (the next chunk's first for the last).
+    const uint32_t targets = s.num_tokens - (in.next_prompt_token() >= 0 ? 0 : 1);
+    const uint32_t top = std::min<uint32_t>(in.top_logprobs(), static_cast<uint32_t>(vocab));
+    std::vector<int32_t> order(vocab);
+    for (uint32_t begin = 0; begin < targets; begin += kBatchRows) {
+      const uint32_t n = std::min<uint32_t>(kBatchRows, targets - begin);
+      std::vector<int64_t> rows(n);
+      for (uint32_t r = 0; r < n; ++r) rows[r] = static_cast<int64_t>(s.token_offset + begin + r);
+      WS_RETURN_IF_ERROR(compute(rows));
+      for (uint32_t r = 0; r < n; ++r) {
+        const uint32_t t = begin + r;
+        const int64_t target = t + 1 < s.num_tokens ? in.token_ids(static_cast<int>(t + 1))
+                                                    : in.next_prompt_token();
+        if (target < 0 || target >= vocab) {
+          return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id,
+                                                         ": prompt target ", target,
+                                                         " outside the vocabulary"));
+        }
+        kernels::model::LogSoftmax(logits.data() + r * vocab, 1, vocab, logprobs.data());
+        out->add_prompt_logprobs(logprobs[target]);
+        if (top == 0) continue;
+        for (int32_t v = 0; v < vocab; ++v) order[v] = v;
+        std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int32_t a, int32_t b) {
+          return logprobs[a] > logprobs[b] || (logprobs[a] == logprobs[b] && a < b);
+        });
+        for (uint32_t k = 0; k < top; ++k) {
+          out->add_prompt_top_ids(static_cast<uint32_t>(order[k]));
+          out->add_prompt_top_logprobs(logprobs[order[k]]);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace writescope::gpu

@@ -1,0 +1,90 @@
+// The gpu_worker's side of one step (a batch of prefill chunks and decode tokens), layer by
+// layer, with the cpu_worker on the other end of the data plane (common/step_layout.h):
+//
+//   flush the full D-windows the plan names (decode), wait for the writes
+//   stream the step's GPU-transfer blocks through the ping-pong buffers (KvCache)
+//   x = embed(tokens)
+//   per layer:
+//     h = input_norm(x); q, kv = project(h)               (DecoderOps)
+//     send the CPU-attended queries -> cpu_worker          (kAttention)
+//     write kv: prefill blocks into their regions + tail into the D-window; decode token
+//               into the D-window                          (KvCache)
+//     GPU partials: ping-pong tiles of this layer; the D-window (decode) or the chunk's own
+//                   blocks (prefill, causal)               (DeviceAttention)
+//     merge with the CPU partial <- cpu_worker             (kAttentionResult)
+//     x += o_proj(attention)
+//     h = post_norm(x); dense MLP, or router -> cpu_worker (kExperts) while the shared
+//     experts run here, + the routed sum <- cpu_worker     (kExpertsResult)
+//   wait for the KV writes; kStepEnd -> cpu_worker
+//   logits of the rows that need them; prompt log-probabilities
+//
+// The layer math runs on the host through DecoderOps on both devices (GPU matrix products
+// through cuBLAS are not wired yet); attention runs on the device. Not thread-safe: the
+// gpu_worker serializes steps.
+#ifndef WRITESCOPE_GPU_WORKER_GPU_STEP_H_
+#define WRITESCOPE_GPU_WORKER_GPU_STEP_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/data_plane.h"
+#include "common/data_plane_messages.h"
+#include "common/kv_config.h"
+#include "common/model_weights.h"
+#include "common/step_layout.h"
+#include "gpu_worker/device.h"
+#include "gpu_worker/device_attention.h"
+#include "gpu_worker/kv_cache.h"
+#include "kernels/model/decoder_ops.h"
+#include "writescope/internal/worker.pb.h"
+
+namespace writescope::gpu {
+
+struct GpuStepOptions {
+  // How long to wait for one reply of the cpu_worker.
+  absl::Duration reply_timeout = absl::Seconds(120);
+};
+
+class GpuStep {
+ public:
+  // Everything is borrowed and must outlive the object. `weights` holds the attention side.
+  static absl::StatusOr<std::unique_ptr<GpuStep>> Create(const ModelWeights& weights,
+                                                         Device* device, KvCache* kv_cache,
+                                                         DataPlane data_plane,
+                                                         const GpuStepOptions& options = {});
+
+  absl::StatusOr<internal::StepResult> Run(const internal::StepPlan& plan);
+
+ private:
+  GpuStep(Device* device, KvCache* kv_cache, DataPlane data_plane, const GpuStepOptions& options)
+      : device_(device), kv_cache_(kv_cache), data_plane_(data_plane), options_(options) {}
+
+  struct Step;  // per-step state (gpu_step.cc)
+  absl::Status RunLayers(Step& step);
+  absl::Status Layer(Step& step, uint32_t layer);
+  absl::Status Attention(Step& step, uint32_t layer, const std::vector<float>& q,
+                         std::vector<float>* attn);
+  absl::Status Logits(Step& step, internal::StepResult* result);
+  // Data plane.
+  absl::Status Send(DataPlaneMessage type, uint64_t step_id, uint32_t layer,
+                    absl::Span<const absl::Span<const std::byte>> parts);
+  // Receives the reply `type` of (step_id, layer) into `out` (exactly its size).
+  absl::Status Receive(DataPlaneMessage type, uint64_t step_id, uint32_t layer,
+                       absl::Span<std::byte> out);
+
+  Device* device_;
+  KvCache* kv_cache_;
+  DataPlane data_plane_;
+  GpuStepOptions options_;
+  std::unique_ptr<kernels::model::DecoderOps> ops_;
+  std::unique_ptr<DeviceAttention> attention_;
+  StepDims dims_;
+  DeviceBuffer staging_;  // device copies of this step's new KV (grows)
+  uint32_t outstanding_replies_ = 0;
+};
+
+}  // namespace writescope::gpu
+
+#endif  // WRITESCOPE_GPU_WORKER_GPU_STEP_H_

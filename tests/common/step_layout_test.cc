@@ -1,0 +1,191 @@
+// MakeStepLayout: how both workers lay out a step's plan, and the plans it refuses.
+#include "common/step_layout.h"
+
+#include <functional>
+
+#include "gtest/gtest.h"
+#include "tests/common/test_util.h"
+
+namespace writescope {
+namespace {
+
+class StepLayoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.geometry = KvGeometry{.kind = AttentionKind::kGqa, .num_layers = 2, .block_tokens = 4,
+                                  .num_kv_heads = 1, .head_dim = 2};
+    config_.window_tokens = 8;  // two blocks per flush
+    config_.cpu_compute_bytes = 10 * config_.geometry.block_bytes();
+    config_.gpu_transfer_bytes = 10 * config_.geometry.block_bytes();
+    config_.max_sequences = 4;
+  }
+  static void AddRun(google::protobuf::RepeatedPtrField<internal::BlockRun>* runs,
+                     internal::Region region, std::initializer_list<uint32_t> ids) {
+    internal::BlockRun* run = runs->Add();
+    run->set_region(region);
+    for (uint32_t id : ids) run->add_block_ids(id);
+  }
+  internal::SequenceStep* Decode(uint64_t id, uint64_t position, uint32_t window_tokens) {
+    internal::SequenceStep* s = plan_.add_sequences();
+    s->set_seq_id(id);
+    s->set_window_slot(static_cast<uint32_t>(id));
+    s->set_position(position);
+    s->set_num_tokens(1);
+    s->add_token_ids(7);
+    s->set_dwindow_tokens(window_tokens);
+    return s;
+  }
+  internal::SequenceStep* Prefill(uint64_t id, uint64_t position, uint32_t tokens) {
+    internal::SequenceStep* s = plan_.add_sequences();
+    s->set_seq_id(id);
+    s->set_window_slot(static_cast<uint32_t>(id));
+    s->set_prefill(true);
+    s->set_position(position);
+    s->set_num_tokens(tokens);
+    for (uint32_t t = 0; t < tokens; ++t) s->add_token_ids(t);
+    return s;
+  }
+
+  KvCacheConfig config_;
+  internal::StepPlan plan_;
+};
+
+TEST_F(StepLayoutTest, MixedStepOffsets) {
+  // Decode: 3 blocks (cpu 0, gpu 1, cpu 2) + 5 window tokens, at position 17.
+  internal::SequenceStep* d = Decode(0, 17, 5);
+  AddRun(d->mutable_blocks(), internal::REGION_CPU_COMPUTE, {0});
+  AddRun(d->mutable_blocks(), internal::REGION_GPU_TRANSFER, {1});
+  AddRun(d->mutable_blocks(), internal::REGION_CPU_COMPUTE, {2});
+  // A first chunk of 6 tokens: one new block, tail 2 in the window; no CPU keys yet.
+  internal::SequenceStep* p = Prefill(1, 0, 6);
+  AddRun(p->mutable_new_blocks(), internal::REGION_GPU_TRANSFER, {3});
+  // A later chunk with one earlier CPU block.
+  internal::SequenceStep* q = Prefill(2, 4, 3);
+  AddRun(q->mutable_blocks(), internal::REGION_CPU_COMPUTE, {5});
+  absl::StatusOr<StepLayout> layout = MakeStepLayout(plan_, config_);
+  WS_ASSERT_OK(layout.status());
+  ASSERT_EQ(layout->sequences.size(), 3u);
+  EXPECT_EQ(layout->total_tokens, 10u);
+  EXPECT_EQ(layout->cpu_tokens, 4u);  // decode (1) + the later chunk (3)
+  EXPECT_EQ(layout->sequences[0].cpu_offset, 0u);
+  EXPECT_EQ(layout->sequences[2].cpu_offset, 1u);
+  EXPECT_EQ(layout->sequences[2].token_offset, 7u);
+  ASSERT_EQ(layout->sequences[0].cpu_blocks.size(), 2u);
+  EXPECT_EQ(layout->sequences[0].cpu_blocks[1].first_token, 8u);
+  EXPECT_EQ(layout->sequences[0].transfer_blocks[0].first_token, 4u);
+  EXPECT_EQ(layout->cpu_host_tokens, 12u);
+  EXPECT_EQ(layout->transfer_host_tokens, 4u);
+}
+
+TEST_F(StepLayoutTest, DecodeAfterFlushNamesTheLastBlocks) {
+  internal::SequenceStep* d = Decode(0, 8, 0);
+  AddRun(d->mutable_blocks(), internal::REGION_CPU_COMPUTE, {0, 1});
+  AddRun(d->mutable_new_blocks(), internal::REGION_CPU_COMPUTE, {0, 1});
+  WS_EXPECT_OK(MakeStepLayout(plan_, config_).status());
+  // The flushed blocks must be the last ones, with an empty window.
+  d->set_dwindow_tokens(1);
+  d->set_position(9);
+  EXPECT_EQ(MakeStepLayout(plan_, config_).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StepLayoutTest, RefusesInconsistentPlans) {
+  struct Case {
+    const char* what;
+    std::function<void(internal::StepPlan&)> make;
+  };
+  const Case cases[] = {
+      {"slot outside region",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* s = plan.add_sequences();
+         s->set_num_tokens(1);
+         s->add_token_ids(1);
+         s->set_position(4);
+         AddRun(s->mutable_blocks(), internal::REGION_CPU_COMPUTE, {10});
+       }},
+      {"window slot out of range",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* s = plan.add_sequences();
+         s->set_window_slot(4);
+         s->set_num_tokens(1);
+         s->add_token_ids(1);
+       }},
+      {"token count mismatch",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* s = plan.add_sequences();
+         s->set_num_tokens(2);
+         s->add_token_ids(1);
+       }},
+      {"decode of two tokens",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* s = plan.add_sequences();
+         s->set_num_tokens(2);
+         s->add_token_ids(1);
+         s->add_token_ids(2);
+       }},
+      {"decode position does not follow the blocks",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* s = plan.add_sequences();
+         s->set_num_tokens(1);
+         s->add_token_ids(1);
+         s->set_position(3);
+       }},
+      {"prefill off a block boundary",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* s = plan.add_sequences();
+         s->set_prefill(true);
+         s->set_position(2);
+         s->set_num_tokens(1);
+         s->add_token_ids(1);
+       }},
+      {"prefill with the wrong number of new blocks",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* s = plan.add_sequences();
+         s->set_prefill(true);
+         s->set_num_tokens(8);
+         for (int i = 0; i < 8; ++i) s->add_token_ids(1);
+         AddRun(s->mutable_new_blocks(), internal::REGION_CPU_COMPUTE, {0});
+       }},
+      {"the same sequence twice",
+       [](internal::StepPlan& plan) {
+         for (uint32_t w = 0; w < 2; ++w) {
+           internal::SequenceStep* s = plan.add_sequences();
+           s->set_seq_id(5);
+           s->set_window_slot(w);
+           s->set_num_tokens(1);
+           s->add_token_ids(1);
+         }
+       }},
+      {"a block run without a region",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* s = plan.add_sequences();
+         s->set_num_tokens(1);
+         s->add_token_ids(1);
+         s->set_position(4);
+         AddRun(s->mutable_blocks(), internal::REGION_UNSPECIFIED, {0});
+       }},
+  };
+  for (const Case& c : cases) {
+    internal::StepPlan plan;
+    c.make(plan);
+    EXPECT_EQ(MakeStepLayout(plan, config_).status().code(), absl::StatusCode::kInvalidArgument)
+        << c.what;
+  }
+}
+
+TEST(StepDimsTest, MessageWidths) {
+  ModelConfig config;
+  config.arch = ModelArch::kDeepseekV2;
+  config.num_heads = 16;
+  config.kv_lora_rank = 512;
+  config.qk_rope_head_dim = 64;
+  config.hidden_size = 2048;
+  config.num_experts_per_tok = 6;
+  const StepDims d = StepDimsFor(config);
+  EXPECT_EQ(d.q_dim, 576);
+  EXPECT_EQ(d.o_dim, 512);
+  EXPECT_EQ(d.attention_result_bytes(1), 16u * 513 * 4);
+  EXPECT_EQ(d.max_bytes_per_token(), 16u * 513 * 4);
+}
+
+}  // namespace
+}  // namespace writescope

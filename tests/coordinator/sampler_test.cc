@@ -1,0 +1,487 @@
+#include "coordinator/sampler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace writescope::coordinator {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Plain-loop double reference of the raw log-softmax (finite logits only).
+std::vector<double> ReferenceLogSoftmax(const std::vector<float>& logits) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (float logit : logits) max_logit = std::max<double>(max_logit, logit);
+  double sum = 0.0;
+  for (float logit : logits) sum += std::exp(logit - max_logit);
+  std::vector<double> out;
+  for (float logit : logits) out.push_back(logit - max_logit - std::log(sum));
+  return out;
+}
+
+// softmax(logits / T) restricted to `kept` and renormalised; 0 elsewhere.
+std::vector<double> ReferenceProbs(const std::vector<float>& logits, double temperature,
+                                   const std::set<int32_t>& kept) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (float logit : logits) max_logit = std::max<double>(max_logit, logit);
+  std::vector<double> p(logits.size(), 0.0);
+  double sum = 0.0;
+  for (int32_t id : kept) {
+    p[id] = std::exp((logits[id] - max_logit) / temperature);
+    sum += p[id];
+  }
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+std::set<int32_t> AllIds(size_t vocab) {
+  std::set<int32_t> ids;
+  for (size_t i = 0; i < vocab; ++i) ids.insert(static_cast<int32_t>(i));
+  return ids;
+}
+
+// Ids by logit descending, ties to the lower id.
+std::vector<int32_t> RankedIds(const std::vector<float>& logits) {
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  return ids;
+}
+
+// Reference nucleus: top_k first (if > 0), then the smallest prefix whose share of
+// the top-k-renormalised mass reaches top_p.
+std::set<int32_t> ReferenceKept(const std::vector<float>& logits, double temperature,
+                                uint32_t top_k, float top_p) {
+  std::vector<int32_t> ranked = RankedIds(logits);
+  if (top_k > 0 && top_k < ranked.size()) ranked.resize(top_k);
+  std::set<int32_t> kept(ranked.begin(), ranked.end());
+  if (top_p >= 1.0f) return kept;
+  const std::vector<double> p = ReferenceProbs(logits, temperature, kept);
+  std::set<int32_t> nucleus;
+  double running = 0.0;
+  for (int32_t id : ranked) {
+    nucleus.insert(id);
+    running += p[id];
+    if (running >= top_p) break;
+  }
+  return nucleus;
+}
+
+std::vector<float> RandomLogits(size_t vocab, uint64_t seed, float scale = 3.0f) {
+  std::mt19937_64 generator(seed);
+  std::vector<float> logits(vocab);
+  // Not uniform_real_distribution: fixed across standard libraries.
+  for (float& logit : logits) {
+    logit = scale * static_cast<float>((generator() >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  return logits;
+}
+
+// Pearson chi-square of observed counts against expected probabilities, over the
+// ids with positive probability; a draw of a zero-probability id fails the test.
+double ChiSquare(const std::vector<int>& counts, const std::vector<double>& p, int draws) {
+  double chi2 = 0.0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == 0.0) {
+      EXPECT_EQ(counts[i], 0) << "id " << i << " has probability 0";
+      continue;
+    }
+    const double expected = p[i] * draws;
+    chi2 += (counts[i] - expected) * (counts[i] - expected) / expected;
+  }
+  return chi2;
+}
+
+std::vector<int> CountDraws(Sampler& sampler, const std::vector<float>& logits, int draws) {
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < draws; ++i) ++counts[sampler.Sample(logits).token_id];
+  return counts;
+}
+
+TEST(SamplerGreedyTest, ArgmaxTiesToLowerId) {
+  Sampler sampler(SamplerOptions{});
+  EXPECT_EQ(sampler.Sample(std::vector<float>{1.0f, 3.0f, 3.0f, 2.0f}).token_id, 1);
+  EXPECT_EQ(sampler.Sample(std::vector<float>{5.0f, 5.0f}).token_id, 0);
+  EXPECT_EQ(sampler.Sample(std::vector<float>{-9.0f, -8.0f, -7.5f}).token_id, 2);
+  // Greedy ignores top-k/top-p and the seed.
+  Sampler filtered(SamplerOptions{.top_k = 2, .top_p = 0.3f, .seed = 77});
+  EXPECT_EQ(filtered.Sample(std::vector<float>{0.0f, 4.0f, 1.0f, 4.0f}).token_id, 1);
+}
+
+TEST(SamplerLogprobTest, MatchesDoubleReference) {
+  const std::vector<float> logits = RandomLogits(1000, 1, 8.0f);
+  const std::vector<double> reference = ReferenceLogSoftmax(logits);
+  std::vector<float> logprobs;
+  LogSoftmaxInto(logits, &logprobs);
+  ASSERT_EQ(logprobs.size(), logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    EXPECT_NEAR(logprobs[i], reference[i], 1e-6 * (1.0 + std::abs(reference[i]))) << i;
+  }
+
+  for (float temperature : {0.0f, 0.8f}) {
+    Sampler sampler(SamplerOptions{.temperature = temperature, .seed = 3, .num_top = 5});
+    for (int step = 0; step < 20; ++step) {
+      const SampledToken token = sampler.Sample(logits);
+      // The logprob is the RAW one whatever the temperature, and bit-equal to
+      // LogSoftmaxInto; the top list is bit-equal to TopLogprobs.
+      EXPECT_EQ(token.logprob, logprobs[token.token_id]);
+      EXPECT_NEAR(token.logprob, reference[token.token_id], 1e-5);
+      const std::vector<TokenLogprob> top = TopLogprobs(logprobs, 5);
+      ASSERT_EQ(token.top.size(), 5u);
+      for (size_t i = 0; i < top.size(); ++i) {
+        EXPECT_EQ(token.top[i].token_id, top[i].token_id);
+        EXPECT_EQ(token.top[i].logprob, top[i].logprob);
+      }
+    }
+  }
+  // Without a top list, the same logprob.
+  Sampler plain(SamplerOptions{});
+  const SampledToken token = plain.Sample(logits);
+  EXPECT_EQ(token.logprob, logprobs[token.token_id]);
+  EXPECT_TRUE(token.top.empty());
+}
+
+TEST(SamplerLogprobTest, TopListOrderAndTies) {
+  const std::vector<float> logits = {0.0f, 2.0f, 2.0f, 1.0f, 2.0f, -1.0f};
+  Sampler sampler(SamplerOptions{.num_top = 4});
+  const SampledToken token = sampler.Sample(logits);
+  EXPECT_EQ(token.token_id, 1);
+  const std::vector<double> reference = ReferenceLogSoftmax(logits);
+  ASSERT_EQ(token.top.size(), 4u);
+  const int32_t expected_ids[] = {1, 2, 4, 3};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(token.top[i].token_id, expected_ids[i]);
+    EXPECT_NEAR(token.top[i].logprob, reference[expected_ids[i]], 1e-6);
+  }
+  // n beyond the vocabulary is clamped; n = 0 is empty.
+  std::vector<float> logprobs;
+  LogSoftmaxInto(logits, &logprobs);
+  const std::vector<TokenLogprob> all = TopLogprobs(logprobs, 100);
+  ASSERT_EQ(all.size(), logits.size());
+  std::vector<int32_t> ids;
+  for (const TokenLogprob& entry : all) ids.push_back(entry.token_id);
+  EXPECT_THAT(ids, ::testing::ElementsAre(1, 2, 4, 3, 0, 5));
+  EXPECT_TRUE(TopLogprobs(logprobs, 0).empty());
+  // NaN in the input of TopLogprobs counts as -inf, and ties keep the lower index.
+  const std::vector<TokenLogprob> with_nan =
+      TopLogprobs(std::vector<float>{kNaN, -1.0f, -kInf, -1.0f}, 4);
+  ASSERT_EQ(with_nan.size(), 4u);
+  EXPECT_EQ(with_nan[0].token_id, 1);
+  EXPECT_EQ(with_nan[1].token_id, 3);
+  EXPECT_EQ(with_nan[2].token_id, 0);
+  EXPECT_EQ(with_nan[2].logprob, -kInf);
+  EXPECT_EQ(with_nan[3].token_id, 2);
+}
+
+TEST(SamplerLogprobTest, NegativeInfinityLogits) {
+  const std::vector<float> logits = {-kInf, 0.0f, -kInf, 0.0f, -kInf};
+  std::vector<float> logprobs;
+  LogSoftmaxInto(logits, &logprobs);
+  EXPECT_EQ(logprobs[0], -kInf);
+  EXPECT_FLOAT_EQ(logprobs[1], -std::log(2.0f));
+  EXPECT_FLOAT_EQ(logprobs[3], -std::log(2.0f));
+
+  Sampler greedy(SamplerOptions{.num_top = 3});
+  const SampledToken token = greedy.Sample(logits);
+  EXPECT_EQ(token.token_id, 1);
+  EXPECT_FLOAT_EQ(token.logprob, -std::log(2.0f));
+  ASSERT_EQ(token.top.size(), 3u);
+  EXPECT_EQ(token.top[2].token_id, 0);
+  EXPECT_EQ(token.top[2].logprob, -kInf);
+
+  for (float temperature : {0.5f, 1.0f, 100.0f}) {
+    Sampler sampler(SamplerOptions{.temperature = temperature, .seed = 11});
+    const std::vector<int> counts = CountDraws(sampler, logits, 2000);
+    EXPECT_EQ(counts[0] + counts[2] + counts[4], 0);
+    EXPECT_GT(counts[1], 800);
+    EXPECT_GT(counts[3], 800);
+  }
+}
+
+TEST(SamplerLogprobTest, NaNLogitsCountAsNegativeInfinity) {
+  const std::vector<float> logits = {kNaN, 1.0f, kNaN, 0.0f};
+  std::vector<float> logprobs;
+  LogSoftmaxInto(logits, &logprobs);
+  EXPECT_EQ(logprobs[0], -kInf);
+  EXPECT_EQ(logprobs[2], -kInf);
+  const std::vector<double> reference = ReferenceLogSoftmax({1.0f, 0.0f});
+  EXPECT_NEAR(logprobs[1], reference[0], 1e-6);
+  EXPECT_NEAR(logprobs[3], reference[1], 1e-6);
+
+  Sampler greedy(SamplerOptions{.num_top = 4});
+  const SampledToken token = greedy.Sample(logits);
+  EXPECT_EQ(token.token_id, 1);
+  EXPECT_FALSE(std::isnan(token.logprob));
+  for (const TokenLogprob& entry : token.top) EXPECT_FALSE(std::isnan(entry.logprob));
+  EXPECT_EQ(token.top[2].token_id, 0);  // the NaNs last, lower id first
+  EXPECT_EQ(token.top[3].token_id, 2);
+
+  // A NaN first logit must not win greedy.
+  EXPECT_EQ(greedy.Sample(std::vector<float>{kNaN, -5.0f}).token_id, 1);
+
+  Sampler sampler(SamplerOptions{.temperature = 1.0f, .top_p = 0.99f, .seed = 5});
+  const std::vector<int> counts = CountDraws(sampler, logits, 2000);
+  EXPECT_EQ(counts[0] + counts[2], 0);
+}
+
+TEST(SamplerLogprobTest, DegenerateRowsStayDefined) {
+  // All -inf (or NaN): uniform, never NaN.
+  const std::vector<float> dead = {-kInf, kNaN, -kInf, -kInf};
+  std::vector<float> logprobs;
+  LogSoftmaxInto(dead, &logprobs);
+  for (float logprob : logprobs) EXPECT_FLOAT_EQ(logprob, -std::log(4.0f));
+  Sampler greedy(SamplerOptions{});
+  EXPECT_EQ(greedy.Sample(dead).token_id, 0);
+  Sampler sampler(SamplerOptions{.temperature = 1.0f, .top_k = 2, .seed = 1});
+  for (int i = 0; i < 100; ++i) EXPECT_LT(sampler.Sample(dead).token_id, 2);
+
+  // +inf: the mass is shared among the +inf logits.
+  const std::vector<float> hot = {0.0f, kInf, 1.0f, kInf};
+  LogSoftmaxInto(hot, &logprobs);
+  EXPECT_EQ(logprobs[0], -kInf);
+  EXPECT_FLOAT_EQ(logprobs[1], -std::log(2.0f));
+  EXPECT_FLOAT_EQ(logprobs[3], -std::log(2.0f));
+  EXPECT_EQ(greedy.Sample(hot).token_id, 1);
+  Sampler hot_sampler(SamplerOptions{.temperature = 2.0f, .seed = 9});
+  const std::vector<int> counts = CountDraws(hot_sampler, hot, 1000);
+  EXPECT_EQ(counts[0] + counts[2], 0);
+  EXPECT_GT(counts[1], 400);
+  EXPECT_GT(counts[3], 400);
+
+  // An empty row is a caller bug but defined.
+  EXPECT_EQ(greedy.Sample({}).logprob, -kInf);
+}
+
+// About six standard deviations above the mean of a chi-square of `categories` - 1
+// degrees of freedom (40 for 8 categories, P ~ 1e-6). The seeds are fixed, so
+// this is a deterministic check that the draws follow the distribution, not a
+// flaky one; it would catch any real bias.
+double ChiSquareBound(size_t categories) {
+  const double dof = static_cast<double>(categories) - 1.0;
+  return dof + 6.0 * std::sqrt(2.0 * dof) + 10.0;
+}
+
+TEST(SamplerTemperatureTest, FrequenciesMatchSoftmaxOverTemperature) {
+  const std::vector<float> logits = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f, 1.5f, -2.0f, 0.7f};
+  constexpr int kDraws = 200000;
+  for (float temperature : {0.5f, 1.0f, 1.7f}) {
+    Sampler sampler(SamplerOptions{.temperature = temperature, .seed = 20240601});
+    const std::vector<int> counts = CountDraws(sampler, logits, kDraws);
+    const std::vector<double> p = ReferenceProbs(logits, temperature, AllIds(logits.size()));
+    EXPECT_LT(ChiSquare(counts, p, kDraws), ChiSquareBound(logits.size())) << "T=" << temperature;
+  }
+}
+
+TEST(SamplerTemperatureTest, FilteredFrequenciesMatchRenormalised) {
+  const std::vector<float> logits = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f, 1.5f, -2.0f, 0.7f};
+  constexpr int kDraws = 100000;
+  struct Case {
+    uint32_t top_k;
+    float top_p;
+  };
+  for (const Case& c : {Case{3, 1.0f}, Case{0, 0.8f}, Case{5, 0.8f}, Case{8, 0.95f}}) {
+    const float temperature = 1.3f;
+    Sampler sampler(
+        SamplerOptions{.temperature = temperature, .top_k = c.top_k, .top_p = c.top_p, .seed = 42});
+    const std::vector<int> counts = CountDraws(sampler, logits, kDraws);
+    const std::set<int32_t> kept = ReferenceKept(logits, temperature, c.top_k, c.top_p);
+    const std::vector<double> p = ReferenceProbs(logits, temperature, kept);
+    EXPECT_LT(ChiSquare(counts, p, kDraws), ChiSquareBound(kept.size()))
+        << "top_k=" << c.top_k << " top_p=" << c.top_p << " kept " << kept.size();
+  }
+}
+
+TEST(SamplerFilterTest, TopKOneIsGreedy) {
+  for (uint64_t seed : {1, 2, 3}) {
+    std::vector<float> logits = RandomLogits(500, seed);
+    logits[17] = logits[300] = 10.0f;  // a tie for the max: the lower id wins
+    Sampler sampler(SamplerOptions{.temperature = 5.0f, .top_k = 1, .seed = seed});
+    for (int i = 0; i < 200; ++i) EXPECT_EQ(sampler.Sample(logits).token_id, 17);
+  }
+}
+
+TEST(SamplerFilterTest, TinyTopPIsGreedy) {
+  std::vector<float> logits = RandomLogits(500, 8);
+  logits[250] = logits[400] = 4.0f;
+  Sampler sampler(SamplerOptions{.temperature = 2.0f, .top_p = 1e-6f, .seed = 8});
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(sampler.Sample(logits).token_id, 250);
+}
+
+TEST(SamplerFilterTest, NeverPicksAnExcludedToken) {
+  const std::vector<float> logits = RandomLogits(300, 21, 4.0f);
+  struct Case {
+    uint32_t top_k;
+    float top_p;
+  };
+  for (const Case& c : {Case{5, 1.0f}, Case{40, 1.0f}, Case{0, 0.5f}, Case{0, 0.9f}, Case{20, 0.6f},
+                        Case{299, 0.3f}}) {
+    const float temperature = 1.0f;
+    const std::set<int32_t> kept = ReferenceKept(logits, temperature, c.top_k, c.top_p);
+    Sampler sampler(
+        SamplerOptions{.temperature = temperature, .top_k = c.top_k, .top_p = c.top_p, .seed = 4});
+    std::set<int32_t> seen;
+    for (int i = 0; i < 5000; ++i) {
+      const int32_t id = sampler.Sample(logits).token_id;
+      ASSERT_TRUE(kept.contains(id))
+          << "top_k=" << c.top_k << " top_p=" << c.top_p << " drew " << id;
+      seen.insert(id);
+    }
+    EXPECT_GT(seen.size(), 1u);  // it did sample, not collapse to greedy
+  }
+}
+
+TEST(SamplerFilterTest, NucleusOnLargerVocabs) {
+  // Vocab 9000: a nucleus within the 128 or the 512 most likely is found by the
+  // one-scan selection, a larger one by the bisection; all three must give the
+  // reference nucleus, renormalised.
+  constexpr size_t kVocab = 9000;
+  struct Case {
+    size_t hot;  // tokens of logit in [0, 1), spread over the ids; the rest are -40
+    float top_p;
+    int draws;
+    bool check_frequencies;
+  };
+  for (const Case& c :
+       {Case{8, 0.8f, 5000, true}, Case{300, 0.9f, 8000, true}, Case{kVocab, 0.5f, 1500, false}}) {
+    const std::vector<float> noise = RandomLogits(kVocab, c.hot, 1.0f);
+    std::vector<float> logits(kVocab, -40.0f);
+    for (size_t i = 0; i < c.hot; ++i) {
+      const size_t id = (i * 7919) % kVocab;
+      logits[id] = 0.5f + 0.5f * noise[i];
+    }
+    const std::set<int32_t> kept = ReferenceKept(logits, 1.0, 0, c.top_p);
+    Sampler sampler(SamplerOptions{.temperature = 1.0f, .top_p = c.top_p, .seed = 31});
+    std::vector<int> counts(kVocab, 0);
+    for (int i = 0; i < c.draws; ++i) {
+      const int32_t id = sampler.Sample(logits).token_id;
+      ASSERT_TRUE(kept.contains(id)) << "hot=" << c.hot << " drew " << id;
+      ++counts[id];
+    }
+    if (c.check_frequencies) {
+      const std::vector<double> p = ReferenceProbs(logits, 1.0, kept);
+      EXPECT_LT(ChiSquare(counts, p, c.draws), ChiSquareBound(kept.size()))
+          << "hot=" << c.hot << " kept " << kept.size();
+    } else {
+      EXPECT_GT(kept.size(), 1000u);
+      EXPECT_GT(std::count_if(counts.begin(), counts.end(), [](int n) { return n > 0; }), 1000);
+    }
+  }
+}
+
+TEST(SamplerFilterTest, FlatNucleusGrowsPastTheFirstSelection) {
+  // Equal logits: the nucleus of top_p = 0.9 is the lowest 900 ids, found by the
+  // bisection (1000 -> 500 -> 250 -> 125, then sorted).
+  const std::vector<float> logits(1000, 0.25f);
+  Sampler sampler(SamplerOptions{.temperature = 1.0f, .top_p = 0.9f, .seed = 6});
+  int32_t highest = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const int32_t id = sampler.Sample(logits).token_id;
+    ASSERT_LT(id, 900);
+    highest = std::max(highest, id);
+  }
+  EXPECT_GT(highest, 890);
+}
+
+TEST(SamplerSeedTest, SameSeedSameSequenceDifferentSeedsDiffer) {
+  const std::vector<float> logits = RandomLogits(1000, 5, 2.0f);
+  auto run = [&](uint64_t seed) {
+    Sampler sampler(SamplerOptions{.temperature = 1.0f, .top_k = 50, .top_p = 0.95f, .seed = seed});
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 64; ++i) ids.push_back(sampler.Sample(logits).token_id);
+    return ids;
+  };
+  EXPECT_EQ(run(123), run(123));
+  EXPECT_NE(run(123), run(124));
+  EXPECT_NE(run(0), run(1));
+}
+
+TEST(SamplerSeedTest, ResolveSeedAndOptionsFromProto) {
+  v1::SamplingParams params;
+  params.set_seed(99);
+  EXPECT_EQ(ResolveSeed(params), 99u);
+  params.set_seed(0);  // an explicit 0 is a seed too
+  EXPECT_EQ(ResolveSeed(params), 0u);
+  params.clear_seed();
+  EXPECT_NE(ResolveSeed(params), ResolveSeed(params));  // 2^-64 odds of a collision
+
+  params.set_temperature(0.7f);
+  params.set_top_k(40);
+  params.set_logprobs(3);
+  SamplerOptions options = SamplerOptionsFrom(params, 55);
+  EXPECT_EQ(options.temperature, 0.7f);
+  EXPECT_EQ(options.top_k, 40u);
+  EXPECT_EQ(options.top_p, 1.0f);  // unset
+  EXPECT_EQ(options.seed, 55u);
+  EXPECT_EQ(options.num_top, 3u);
+  params.set_top_p(0.9f);
+  EXPECT_EQ(SamplerOptionsFrom(params, 55).top_p, 0.9f);
+}
+
+TEST(SamplerShapeTest, VocabOfOne) {
+  const std::vector<float> logits = {-3.5f};
+  for (float temperature : {0.0f, 1.0f}) {
+    Sampler sampler(SamplerOptions{
+        .temperature = temperature, .top_k = 1, .top_p = 0.5f, .seed = 1, .num_top = 4});
+    const SampledToken token = sampler.Sample(logits);
+    EXPECT_EQ(token.token_id, 0);
+    EXPECT_EQ(token.logprob, 0.0f);
+    ASSERT_EQ(token.top.size(), 1u);
+    EXPECT_EQ(token.top[0].token_id, 0);
+    EXPECT_EQ(token.top[0].logprob, 0.0f);
+  }
+}
+
+TEST(SamplerShapeTest, LargeVocabRuns) {
+  constexpr size_t kVocab = 152064;
+  std::vector<float> logits = RandomLogits(kVocab, 77, 10.0f);
+  logits[kVocab - 1] = 25.0f;
+  logits[3] = -kInf;
+  const std::vector<double> reference = ReferenceLogSoftmax([&] {
+    std::vector<float> finite = logits;
+    finite[3] = -1e30f;
+    return finite;
+  }());
+  struct Case {
+    float temperature;
+    uint32_t top_k;
+    float top_p;
+  };
+  for (const Case& c : {Case{0.0f, 0, 1.0f}, Case{1.0f, 0, 1.0f}, Case{0.7f, 50, 1.0f},
+                        Case{0.7f, 0, 0.9f}, Case{1.0f, 20, 0.8f}}) {
+    Sampler sampler(SamplerOptions{
+        .temperature = c.temperature, .top_k = c.top_k, .top_p = c.top_p, .seed = 3, .num_top = 5});
+    const auto start = std::chrono::steady_clock::now();
+    constexpr int kSteps = 8;
+    for (int i = 0; i < kSteps; ++i) {
+      const SampledToken token = sampler.Sample(logits);
+      ASSERT_GE(token.token_id, 0);
+      ASSERT_LT(token.token_id, static_cast<int32_t>(kVocab));
+      ASSERT_NE(token.token_id, 3);
+      EXPECT_NEAR(token.logprob, reference[token.token_id], 1e-4);
+      ASSERT_EQ(token.top.size(), 5u);
+      EXPECT_EQ(token.top[0].token_id, static_cast<int32_t>(kVocab - 1));
+    }
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        kSteps;
+    RecordProperty("us_per_sample", static_cast<int>(us));
+    std::printf("T=%.1f top_k=%u top_p=%.2f: %.0f us per Sample\n", c.temperature, c.top_k, c.top_p,
+                us);
+  }
+}
+
+}  // namespace
+}  // namespace writescope::coordinator

@@ -1,0 +1,741 @@
+#!/usr/bin/env python3
+"""End-to-end generation through the real trio (deploy/launch.sh --device host, or the
+device WS_E2E_DEVICE names, e.g. cuda on the GPU machine).
+
+   python3 tests/e2e/generate_test.py --root SRC --bin BUILD/bin
+
+Checks (one "ok: ..." / "FAIL: ..." line each, with the numbers measured; exit 1 on a
+failure):
+  1. fixtures (qwen3_moe, mixtral, deepseek_v2), default policy: every prompt of
+     expected.json (500-600 tokens, across 256-token blocks and the D-window) greedy 16
+     tokens + prompt logprobs, against ws_reference (the single-process forward) and
+     against transformers (expected.json);
+  2. batching invariance: 8 concurrent requests of different lengths give the tokens
+     each gives alone;
+  3. policy invariance: transfer-all, cpu-all, static:0.5, writescope, monolithic give
+     the same tokens and prompt logprobs; their placements (placed CPU share) differ;
+  4. abort of a long generation: found, ends quickly with finish_reason abort;
+  5. a client deadline: DEADLINE_EXCEEDED, blocks freed, the server still serves;
+  6. bad requests: INVALID_ARGUMENT naming the field, the server still serves;
+  7. KV exhaustion (small regions): RESOURCE_EXHAUSTED with the numbers.
+Python standard library only.
+"""
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ARCHS = ("qwen3_moe", "mixtral", "deepseek_v2")
+POLICIES = ("transfer-all", "cpu-all", "static:0.5", "writescope", "monolithic")
+
+# Tolerances.
+REF_LOGPROB_TOL = 2e-3  # trio vs the single-process forward (same kernels, same math)
+REF_MARGIN_MIN = 1e-3  # greedy compared up to the first reference near-tie
+HF_MARGIN_MIN = 0.05  # greedy compared up to the first transformers near-tie
+HF_MEDIAN_TOL = 0.02  # prompt logprobs vs transformers: median |diff|
+HF_POSITION_TOL = 0.1  # ... and at least HF_WITHIN_FRACTION of positions within this
+HF_WITHIN_FRACTION = 0.95
+POLICY_LOGPROB_TOL = 1e-3
+
+FAILURES = []
+PASSES = []
+
+
+def ok(message):
+    PASSES.append(message)
+    print(f"ok: {message}", flush=True)
+
+
+def fail(message):
+    FAILURES.append(message)
+    print(f"FAIL: {message}", flush=True)
+
+
+def check(condition, message, detail=""):
+    if condition:
+        ok(message)
+    else:
+        fail(message + (f" -- {detail}" if detail else ""))
+    return condition
+
+
+def note(message):
+    print(f"  note: {message}", flush=True)
+
+
+def ids_arg(ids):
+    return ",".join(str(int(i)) for i in ids)
+
+
+def max_abs_diff(a, b):
+    """(max |a[i]-b[i]|, index of it); NaN counts as infinitely far."""
+    worst, where = 0.0, -1
+    for i, (x, y) in enumerate(zip(a, b)):
+        d = abs(x - y)
+        if d != d:
+            d = float("inf")
+        if d > worst or where < 0:
+            worst, where = d, i
+    return worst, where
+
+
+def first_low_margin(margins, threshold):
+    for i, m in enumerate(margins):
+        if not (m >= threshold):
+            return i
+    return len(margins)
+
+
+def compare_greedy(got, want, margins, threshold):
+    """Compares tokens up to the first position whose margin is below `threshold`.
+    Returns (compared, first differing index or None)."""
+    limit = min(first_low_margin(margins, threshold), len(want))
+    compared = min(limit, len(got))
+    for i in range(compared):
+        if got[i] != want[i]:
+            return compared, i
+    if len(got) < limit:
+        return compared, len(got)
+    return compared, None
+
+
+class Env:
+    def __init__(self, root, bindir, work):
+        self.root = root
+        self.bin = bindir
+        self.work = work
+        self.fixtures = os.path.join(root, "tests", "fixtures")
+        self._reference_cache = {}
+        self._expected = {}
+
+    def exe(self, name):
+        return os.path.join(self.bin, name)
+
+    def expected(self, arch):
+        if arch not in self._expected:
+            with open(os.path.join(self.fixtures, arch, "expected.json")) as f:
+                self._expected[arch] = json.load(f)
+        return self._expected[arch]
+
+    def model_config(self, arch):
+        with open(os.path.join(self.fixtures, arch, "config.json")) as f:
+            return json.load(f)
+
+    def reference(self, arch, prompt, greedy):
+        """ws_reference's JSON for `prompt` (cached)."""
+        key = (arch, tuple(prompt), greedy)
+        if key not in self._reference_cache:
+            proc = subprocess.run(
+                [self.exe("ws_reference"), f"--model={os.path.join(self.fixtures, arch)}",
+                 f"--prompt_ids={ids_arg(prompt)}", f"--greedy={greedy}"],
+                capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                raise RuntimeError(f"ws_reference failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            self._reference_cache[key] = json.loads(proc.stdout)
+        return self._reference_cache[key]
+
+
+# ---- the trio ------------------------------------------------------------------------
+
+class Trio:
+    def __init__(self, env, arch, coordinator_flags):
+        self.env = env
+        self.arch = arch
+        self.flags = list(coordinator_flags)
+        self.proc = None
+        self.ready = {}
+        self.log_path = None
+        self.label = f"{arch}" + (f" [{' '.join(self.flags)}]" if self.flags else "")
+
+    @property
+    def target(self):
+        return self.ready["WS_TARGET"]
+
+    def start(self):
+        fd, ready_file = tempfile.mkstemp(prefix="ready.", dir=self.env.work)
+        os.close(fd)
+        os.unlink(ready_file)
+        fd, self.log_path = tempfile.mkstemp(prefix="launch.", suffix=".log", dir=self.env.work)
+        log = os.fdopen(fd, "w")
+        cmd = [os.path.join(self.env.root, "deploy", "launch.sh"),
+               "--device", os.environ.get("WS_E2E_DEVICE", "host"),
+               "--listen", "127.0.0.1:0", "--bin", self.env.bin, "--ready-file", ready_file,
+               "--cpu-worker-flag", "--expert_precision=f32", "--",
+               f"--model={os.path.join(self.env.fixtures, self.arch)}"] + self.flags
+        started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        deadline = started + 120
+        while time.monotonic() < deadline:
+            if os.path.exists(ready_file) and os.path.getsize(ready_file) > 0:
+                with open(ready_file) as f:
+                    for line in f:
+                        if "=" in line:
+                            k, v = line.strip().split("=", 1)
+                            self.ready[k] = v
+                if "WS_TARGET" in self.ready:
+                    return time.monotonic() - started
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"launch.sh exited ({self.proc.returncode}) while starting "
+                                   f"{self.label}:\n{self.log_tail()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.label}: no ready file within 120 s:\n{self.log_tail()}")
+
+    def log_tail(self, lines=30):
+        try:
+            with open(self.log_path) as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self):
+        """SIGTERM to launch.sh, wait; then check nothing of this launch is left."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # start_new_session: launch.sh leads its own group
+        clean = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                clean = False
+                fail(f"{self.label}: launch.sh still running 30 s after SIGTERM; killing its group")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        else:
+            clean = False
+            fail(f"{self.label}: launch.sh had exited by itself ({self.proc.returncode}):\n"
+                 f"{self.log_tail()}")
+        # The trio runs in launch.sh's process group: give it a moment to be reaped.
+        left = True
+        for _ in range(50):
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                left = False
+                break
+            time.sleep(0.1)
+        if left:
+            clean = False
+            fail(f"{self.label}: processes of the launch's group {pgid} left after stop")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        arena = self.ready.get("WS_ARENA", "")
+        shm_left = [n for n in os.listdir("/dev/shm") if n.startswith(f"ws-{pgid}-")]
+        if arena and os.path.exists("/dev/shm" + arena):
+            shm_left.append(arena.lstrip("/"))
+        if shm_left:
+            clean = False
+            fail(f"{self.label}: shared memory left in /dev/shm: {sorted(set(shm_left))}")
+        if clean:
+            ok(f"{self.label}: stopped on SIGTERM, no process and no /dev/shm/ws-{pgid}-* left")
+        self.proc = None
+
+    # ---- wscope ---------------------------------------------------------------------
+
+    def wscope(self, args, timeout=120):
+        return subprocess.run([self.env.exe("wscope")] + args, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def generate_args(self, prompt=None, prompt_file=None, max_tokens=16, extra=()):
+        args = ["generate", f"--target={self.target}", "--json", f"--max_tokens={max_tokens}"]
+        if prompt_file is not None:
+            args.append(f"--prompt_file={prompt_file}")
+        else:
+            args.append(f"--prompt_ids={ids_arg(prompt)}")
+        return args + list(extra)
+
+    def generate(self, prompt=None, prompt_file=None, max_tokens=16, extra=(), timeout=180):
+        """The JSON object wscope printed ({"error": ...} on failure), plus "_rc", "_s"."""
+        started = time.monotonic()
+        proc = self.wscope(self.generate_args(prompt, prompt_file, max_tokens, extra), timeout)
+        return parse_generate(proc.stdout, proc.stderr, proc.returncode,
+                              time.monotonic() - started)
+
+    def info(self):
+        proc = self.wscope(["info", f"--target={self.target}"], timeout=30)
+        text = proc.stdout
+        out = {"text": text, "rc": proc.returncode, "regions": {}}
+        m = re.search(r"policy (\S+)\s+cpu share ([-0-9.naif]+) \(placed ([-0-9.naif]+)\)", text)
+        if m:
+            out["policy"] = m.group(1)
+            out["cpu_share"] = float(m.group(2))
+            out["placed_cpu_share"] = float(m.group(3))
+        for m in re.finditer(r"region (\S+)\s+([0-9.]+) MiB\s+blocks (\d+)/(\d+)", text):
+            out["regions"][m.group(1)] = (int(m.group(3)), int(m.group(4)))
+        m = re.search(r"requests running (\d+)\s+waiting (\d+)", text)
+        if m:
+            out["running"] = int(m.group(1))
+            out["waiting"] = int(m.group(2))
+        return out
+
+
+def parse_generate(stdout, stderr, rc, seconds):
+    text = stdout.strip().splitlines()
+    result = None
+    if text:
+        try:
+            result = json.loads(text[-1])
+        except ValueError:
+            result = None
+    if result is None:
+        result = {"error": {"code": "NO_JSON", "message": f"rc {rc}; stdout {stdout[-500:]!r}; "
+                                                           f"stderr {stderr[-500:]!r}"}}
+    result["_rc"] = rc
+    result["_s"] = seconds
+    return result
+
+
+def err_text(result):
+    e = result.get("error")
+    return f"{e.get('code')}: {e.get('message')}" if e else ""
+
+
+def well_formed(result, prompt_len, max_tokens, prompt_logprobs):
+    """Problems with a finished greedy generation (ignore_eos), as a string ('' if none)."""
+    if "error" in result:
+        return f"error {err_text(result)}"
+    problems = []
+    if result.get("finish_reason") != "length":
+        problems.append(f"finish_reason {result.get('finish_reason')}")
+    if len(result.get("tokens", [])) != max_tokens:
+        problems.append(f"{len(result.get('tokens', []))} tokens, wanted {max_tokens}")
+    usage = result.get("usage", {})
+    if usage.get("prompt_tokens") != prompt_len or usage.get("completion_tokens") != max_tokens:
+        problems.append(f"usage {usage}")
+    if prompt_logprobs and len(result.get("prompt_logprobs", [])) != prompt_len - 1:
+        problems.append(f"{len(result.get('prompt_logprobs', []))} prompt logprobs, wanted "
+                        f"{prompt_len - 1}")
+    return "; ".join(problems)
+
+
+# ---- checks ----------------------------------------------------------------------------
+
+def check_fixture(env, trio, arch):
+    """1. Every prompt of expected.json against ws_reference and transformers."""
+    expected = env.expected(arch)
+    for p in expected["prompts"]:
+        name = f"{arch}/{p['name']}"
+        prompt = p["token_ids"]
+        n = len(prompt)
+        got = trio.generate(prompt, max_tokens=16, extra=["--prompt_logprobs", "--ignore_eos"])
+        problem = well_formed(got, n, 16, True)
+        if not check(not problem, f"{name}: generate {n} prompt + 16 greedy tokens "
+                                  f"({got['_s']:.2f} s)", problem):
+            continue
+        ref = env.reference(arch, prompt, 16)
+        # -- against the single-process forward
+        lp, ref_lp = got["prompt_logprobs"], ref["prompt_logprobs"]
+        worst, where = max_abs_diff(lp, ref_lp)
+        diffs = [abs(a - b) if a == a else float("inf") for a, b in zip(lp, ref_lp)]
+        over = [i + 1 for i, d in enumerate(diffs) if not d <= REF_LOGPROB_TOL]
+        check(len(ref_lp) == len(lp) and worst <= REF_LOGPROB_TOL,
+              f"{name} vs ws_reference: prompt logprobs max |diff| {worst:.2e} over {len(lp)} "
+              f"positions (<= {REF_LOGPROB_TOL:g})",
+              f"worst at prompt position {where + 1}: trio {lp[where]!r} reference "
+              f"{ref_lp[where]!r} (transformers {p['prompt_logprobs'][where + 1]!r}); median "
+              f"|diff| {statistics.median(diffs) if diffs else float('nan'):.2e}; {len(over)} "
+              f"positions over {REF_LOGPROB_TOL:g}, the first at {over[:8]}; {len(ref_lp)} "
+              f"reference entries")
+        compared, bad = compare_greedy(got["tokens"], ref["greedy"], ref["greedy_margins"],
+                                       REF_MARGIN_MIN)
+        check(bad is None and compared > 0,
+              f"{name} vs ws_reference: greedy tokens identical, {compared}/16 compared (up to the "
+              f"first reference margin < {REF_MARGIN_MIN:g})",
+              "" if bad is None else
+              f"first difference at {bad}: trio {got['tokens']} reference {ref['greedy']} "
+              f"(reference margins {[round(m, 5) for m in ref['greedy_margins']]})")
+        # -- against transformers
+        hf = p["greedy"]
+        compared, bad = compare_greedy(got["tokens"], hf["token_ids"], hf["margins"], HF_MARGIN_MIN)
+        check(bad is None and compared > 0,
+              f"{name} vs transformers: greedy tokens identical, {compared}/16 compared (up to the "
+              f"first transformers margin < {HF_MARGIN_MIN:g})",
+              "" if bad is None else
+              f"first difference at {bad}: trio {got['tokens']} transformers {hf['token_ids']} "
+              f"(margins {[round(m, 4) for m in hf['margins']]})")
+        hf_lp = p["prompt_logprobs"][1:]  # the first prompt token has no entry
+        diffs = [abs(a - b) if a == a else float("inf") for a, b in zip(lp, hf_lp)]
+        median = statistics.median(diffs) if diffs else float("inf")
+        within = sum(d <= HF_POSITION_TOL for d in diffs) / max(1, len(diffs))
+        worst_i = max(range(len(diffs)), key=lambda i: diffs[i]) if diffs else 0
+        check(len(hf_lp) == len(lp) and median <= HF_MEDIAN_TOL and within >= HF_WITHIN_FRACTION,
+              f"{name} vs transformers: prompt logprobs median |diff| {median:.2e} (<= "
+              f"{HF_MEDIAN_TOL:g}), max {max(diffs):.3f} at position {worst_i + 1}, "
+              f"{100 * within:.1f}% within {HF_POSITION_TOL:g} (>= {100 * HF_WITHIN_FRACTION:.0f}%; "
+              f"bf16 KV rounding and router near-ties move a few positions)",
+              f"{len(lp)} trio vs {len(hf_lp)} transformers entries; at the worst position trio "
+              f"{lp[worst_i] if diffs else None!r} transformers {hf_lp[worst_i] if diffs else None!r}")
+
+
+def small_request_ok(env, trio, arch, tag):
+    """A short greedy request after something unusual: served, tokens as the reference."""
+    prompt = env.expected(arch)["prompts"][0]["token_ids"][:40]
+    got = trio.generate(prompt, max_tokens=8, extra=["--ignore_eos"])
+    problem = well_formed(got, len(prompt), 8, False)
+    if problem:
+        return check(False, f"{tag}: the next request is served", problem)
+    ref = env.reference(arch, prompt, 8)
+    compared, bad = compare_greedy(got["tokens"], ref["greedy"], ref["greedy_margins"],
+                                   REF_MARGIN_MIN)
+    return check(bad is None and compared > 0,
+                 f"{tag}: the next request is served, {compared}/8 tokens as ws_reference",
+                 f"trio {got['tokens']} reference {ref['greedy']}")
+
+
+def check_batching(env, trio):
+    """2. 8 concurrent requests of different lengths = each alone."""
+    prompts = env.expected("qwen3_moe")["prompts"]
+    p0, p1 = prompts[0]["token_ids"], prompts[1]["token_ids"]
+    lengths = (5, 37, 100, 255, 256, 257, 300, 530)
+    cases = [(p0 if i % 2 == 0 else p1)[:n] for i, n in enumerate(lengths)]
+    alone = []
+    started = time.monotonic()
+    for c in cases:
+        r = trio.generate(c, max_tokens=12, extra=["--ignore_eos"])
+        problem = well_formed(r, len(c), 12, False)
+        if problem:
+            check(False, f"batching: alone run of {len(c)} prompt tokens", problem)
+            return
+        alone.append(r["tokens"])
+    alone_s = time.monotonic() - started
+    started = time.monotonic()
+    procs = [subprocess.Popen([env.exe("wscope")] + trio.generate_args(c, max_tokens=12,
+                                                                       extra=["--ignore_eos"]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c in cases]
+    results = []
+    for p in procs:
+        try:
+            out, errout = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, errout = p.communicate()
+        results.append(parse_generate(out, errout, p.returncode, 0.0))
+    together_s = time.monotonic() - started
+    mismatches = []
+    for c, a, r in zip(cases, alone, results):
+        problem = well_formed(r, len(c), 12, False)
+        if problem:
+            mismatches.append(f"prompt {len(c)}: {problem}")
+        elif r["tokens"] != a:
+            first = next(i for i, (x, y) in enumerate(zip(r["tokens"], a)) if x != y)
+            ref = env.reference("qwen3_moe", c, 12)
+            mismatches.append(f"prompt {len(c)}: first difference at {first}: concurrent "
+                              f"{r['tokens']} alone {a} (reference margins "
+                              f"{[round(m, 5) for m in ref['greedy_margins']]})")
+    check(not mismatches,
+          f"batching: 8 concurrent requests (prompts {', '.join(map(str, lengths))} tokens, 12 "
+          f"greedy each) give the tokens of each alone ({alone_s:.2f} s sequential, "
+          f"{together_s:.2f} s concurrent)", "; ".join(mismatches))
+    # The alone runs against the single-process forward, too.
+    bad = []
+    compared_total = 0
+    for c, a in zip(cases, alone):
+        ref = env.reference("qwen3_moe", c, 12)
+        compared, first = compare_greedy(a, ref["greedy"], ref["greedy_margins"], REF_MARGIN_MIN)
+        compared_total += compared
+        if first is not None:
+            bad.append(f"prompt {len(c)}: trio {a} reference {ref['greedy']} (first diff {first})")
+    check(not bad, f"batching: the alone runs match ws_reference ({compared_total}/{12 * len(cases)} "
+                   f"tokens compared up to reference margins < {REF_MARGIN_MIN:g})", "; ".join(bad))
+
+
+def check_abort(env, trio):
+    """4. Abort of a long generation."""
+    prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
+    args = trio.generate_args(prompt, max_tokens=2000,
+                              extra=["--ignore_eos", "--request_id=long-1"])
+    proc = subprocess.Popen([env.exe("wscope")] + args, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        aborted_at = time.monotonic()
+        a = trio.wscope(["abort", f"--target={trio.target}", "--request_id=long-1", "--json"],
+                        timeout=30)
+        try:
+            answer = json.loads(a.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            answer = {"raw": a.stdout + a.stderr}
+        check(answer.get("found") is True, f"abort: wscope abort --request_id=long-1 -> found "
+                                           f"({answer})")
+        try:
+            out, errout = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, errout = proc.communicate()
+        ended_after = time.monotonic() - aborted_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    r = parse_generate(out, errout, proc.returncode, ended_after)
+    done = r.get("usage", {}).get("completion_tokens")
+    check("error" not in r and r.get("finish_reason") == "abort" and ended_after < 5.0
+          and done is not None and done < 2000,
+          f"abort: the generation ended {ended_after:.2f} s after the abort (< 5 s) with "
+          f"finish_reason {r.get('finish_reason')}, {done} of 2000 tokens",
+          err_text(r) or f"{ {k: v for k, v in r.items() if k != 'tokens'} }")
+    wait_idle(trio, "abort")
+    small_request_ok(env, trio, "qwen3_moe", "abort")
+
+
+def wait_idle(trio, tag, within=2.0):
+    """requests_running 0 and no KV block used, within `within` seconds."""
+    started = time.monotonic()
+    while True:
+        info = trio.info()
+        used = sum(u for u, _ in info["regions"].values())
+        if info.get("running") == 0 and info.get("waiting") == 0 and used == 0:
+            return check(True, f"{tag}: requests running 0, KV blocks used 0 after "
+                               f"{time.monotonic() - started:.2f} s (<= {within:g} s)")
+        if time.monotonic() - started > within:
+            return check(False, f"{tag}: requests running / blocks freed within {within:g} s",
+                         info["text"])
+        time.sleep(0.05)
+
+
+def check_deadline(env, trio):
+    """5. A client deadline."""
+    prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
+    r = trio.generate(prompt, max_tokens=5000,
+                      extra=["--ignore_eos", "--generate_timeout=300ms"], timeout=60)
+    code = r.get("error", {}).get("code")
+    check(code == "DEADLINE_EXCEEDED" and r["_rc"] == 1 and r["_s"] < 5.0,
+          f"deadline: --generate_timeout=300ms, max_tokens 5000 -> {code} after {r['_s']:.2f} s "
+          f"(exit {r['_rc']})", err_text(r) or str({k: v for k, v in r.items() if k != "tokens"}))
+    wait_idle(trio, "deadline")
+    small_request_ok(env, trio, "qwen3_moe", "deadline")
+
+
+def check_bad_requests(env, trio):
+    """6. INVALID_ARGUMENT naming the field, then a good request."""
+    prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"][:10]
+    max_context = env.model_config("qwen3_moe")["max_position_embeddings"]
+    empty = os.path.join(env.work, "empty_prompt.txt")
+    open(empty, "w").close()
+    # wscope refuses --prompt_ids= (empty) locally ("give exactly one of --prompt_ids and
+    # --prompt_file"), but an empty --prompt_file sends an empty prompt to the server.
+    local = trio.wscope(trio.generate_args([], max_tokens=4), timeout=30)
+    note(f"wscope --prompt_ids= (empty) is refused locally: exit {local.returncode}, "
+         f"{local.stderr.strip()!r}; the empty prompt goes through --prompt_file=<empty file>")
+    cases = [
+        ("empty prompt", dict(prompt_file=empty, max_tokens=4), "prompt_token_ids"),
+        ("token id 99999", dict(prompt=prompt[:3] + [99999] + prompt[3:], max_tokens=4),
+         "prompt_token_ids[3]"),
+        ("negative temperature", dict(prompt=prompt, max_tokens=4, extra=["--temperature=-0.5"]),
+         "sampling.temperature"),
+        (f"max_tokens {max_context} beyond the context of {max_context}",
+         dict(prompt=prompt, max_tokens=max_context), "sampling.max_tokens"),
+        ("top_p 1.5", dict(prompt=prompt, max_tokens=4, extra=["--top_p=1.5"]), "sampling.top_p"),
+    ]
+    for label, kwargs, field in cases:
+        r = trio.generate(timeout=30, **kwargs)
+        e = r.get("error", {})
+        check(e.get("code") == "INVALID_ARGUMENT" and field in e.get("message", ""),
+              f"bad request, {label}: {e.get('code')} naming {field}: {e.get('message')!r}",
+              err_text(r) or "it was served")
+        small_request_ok(env, trio, "qwen3_moe", f"after {label}")
+
+
+def probe_placement(env, trio, tag):
+    """Placed CPU share and region usage while a 600-token request decodes."""
+    prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
+    rid = "probe-" + re.sub(r"[^a-z0-9]", "-", tag)
+    args = trio.generate_args(prompt, max_tokens=2000, extra=["--ignore_eos", f"--request_id={rid}"])
+    proc = subprocess.Popen([env.exe("wscope")] + args, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    info = None
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            i = trio.info()
+            used = sum(u for u, _ in i["regions"].values())
+            if i.get("running") == 1 and used > 0:
+                info = i
+                break
+            time.sleep(0.02)
+        trio.wscope(["abort", f"--target={trio.target}", f"--request_id={rid}"], timeout=30)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return info
+
+
+def check_policies(env):
+    """3. Same tokens and prompt logprobs under every policy; placements differ."""
+    prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
+    runs = {}
+    placements = {}
+    for policy in POLICIES:
+        trio = Trio(env, "qwen3_moe", [f"--policy={policy}"])
+        try:
+            trio.start()
+            r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
+            problem = well_formed(r, len(prompt), 12, True)
+            if not check(not problem, f"policy {policy}: generate {len(prompt)} prompt + 12 greedy "
+                                      f"tokens ({r['_s']:.2f} s)", problem):
+                continue
+            runs[policy] = r
+            after = trio.info()
+            check(after.get("policy") == policy,
+                  f"policy {policy}: wscope info reports policy {after.get('policy')}, placed CPU "
+                  f"share after the run {after.get('placed_cpu_share')} (blocks freed: "
+                  f"{ {k: v[0] for k, v in after['regions'].items()} })", after["text"])
+            info = probe_placement(env, trio, policy)
+            if info is None:
+                fail(f"policy {policy}: no wscope info caught while a request was running")
+                continue
+            placements[policy] = info
+            note(f"policy {policy}: while a 600-token request decodes: placed CPU share "
+                 f"{info['placed_cpu_share']:.3f}, target cpu share {info['cpu_share']:.3f}, blocks "
+                 + ", ".join(f"{k} {v[0]}" for k, v in info["regions"].items()))
+        finally:
+            trio.stop()
+    if len(runs) == len(POLICIES):
+        base = runs["transfer-all"]
+        token_diffs = [p for p in POLICIES if runs[p]["tokens"] != base["tokens"]]
+        check(not token_diffs, f"policies: the 12 greedy tokens are identical under "
+                               f"{', '.join(POLICIES)}",
+              "; ".join(f"{p}: {runs[p]['tokens']} vs transfer-all {base['tokens']}"
+                        for p in token_diffs))
+        worst, pair, where = 0.0, None, -1
+        for i, a in enumerate(POLICIES):
+            for b in POLICIES[i + 1:]:
+                d, w = max_abs_diff(runs[a]["prompt_logprobs"], runs[b]["prompt_logprobs"])
+                if d > worst or pair is None:
+                    worst, pair, where = d, (a, b), w
+        check(worst <= POLICY_LOGPROB_TOL,
+              f"policies: prompt logprobs max |diff| across policies {worst:.2e} "
+              f"(<= {POLICY_LOGPROB_TOL:g}; worst pair {pair[0]} / {pair[1]})",
+              f"at prompt position {where + 1}: {runs[pair[0]]['prompt_logprobs'][where]!r} vs "
+              f"{runs[pair[1]]['prompt_logprobs'][where]!r}")
+    shares = {p: placements[p]["placed_cpu_share"] for p in placements}
+    if "cpu-all" in placements:
+        cpu_blocks = placements["cpu-all"]["regions"].get("gpu-transfer", (None,))[0]
+        check(shares["cpu-all"] == 1.0 and cpu_blocks == 0,
+              f"policy cpu-all placed everything in cpu-compute (placed CPU share "
+              f"{shares['cpu-all']:.3f}, gpu-transfer blocks {cpu_blocks})",
+              placements["cpu-all"]["text"])
+    if "transfer-all" in placements:
+        t_blocks = placements["transfer-all"]["regions"].get("cpu-compute", (None,))[0]
+        check(shares["transfer-all"] == 0.0 and t_blocks == 0,
+              f"policy transfer-all placed everything in gpu-transfer (placed CPU share "
+              f"{shares['transfer-all']:.3f}, cpu-compute blocks {t_blocks})",
+              placements["transfer-all"]["text"])
+    if shares:
+        note("placed CPU share per policy: " + ", ".join(f"{p} {s:.3f}" for p, s in shares.items()))
+
+
+def check_exhaustion(env):
+    """7. A context larger than both KV regions together."""
+    trio = Trio(env, "qwen3_moe", ["--cpu_region_mib=1", "--transfer_region_mib=1"])
+    try:
+        trio.start()
+        info = trio.info()
+        cpu_total = info["regions"].get("cpu-compute", (0, 0))[1]
+        gpu_total = info["regions"].get("gpu-transfer", (0, 0))[1]
+        prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
+        r = trio.generate(prompt, max_tokens=30000, extra=["--ignore_eos"], timeout=60)
+        e = r.get("error", {})
+        msg = e.get("message", "")
+        numbers = [str(len(prompt)), "30000", str(cpu_total + gpu_total), str(cpu_total),
+                   str(gpu_total)]
+        missing = [n for n in numbers if not re.search(rf"\b{n}\b", msg)]
+        check(e.get("code") == "RESOURCE_EXHAUSTED" and not missing,
+              f"exhaustion: regions of {cpu_total} cpu-compute + {gpu_total} gpu-transfer blocks, "
+              f"{len(prompt)} prompt + 30000 tokens -> {e.get('code')}: {msg!r}",
+              err_text(r) or "it was served" + (f"; numbers missing from the message: {missing}"
+                                                if missing else ""))
+        small_request_ok(env, trio, "qwen3_moe", "exhaustion")
+        r = trio.generate(prompt, max_tokens=16, extra=["--ignore_eos"], timeout=60)
+        ref = env.reference("qwen3_moe", prompt, 16)
+        problem = well_formed(r, len(prompt), 16, False)
+        compared, bad = (0, None) if problem else compare_greedy(
+            r["tokens"], ref["greedy"], ref["greedy_margins"], REF_MARGIN_MIN)
+        check(not problem and bad is None,
+              f"exhaustion: a {len(prompt)}-token request fits the small regions and matches "
+              f"ws_reference ({compared}/16 compared)", problem or f"trio {r['tokens']} reference "
+                                                                  f"{ref['greedy']}")
+    finally:
+        trio.stop()
+
+
+def run_section(name, fn, *args):
+    started = time.monotonic()
+    print(f"== {name}", flush=True)
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 -- report and go on with the other sections
+        fail(f"{name}: {type(e).__name__}: {e}")
+    print(f"   ({name}: {time.monotonic() - started:.1f} s)", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", required=True, help="source tree")
+    parser.add_argument("--bin", required=True, help="folder of the built binaries")
+    args = parser.parse_args()
+
+    # SIGTERM (ctest, a supervisor) unwinds like Ctrl-C, so every trio is stopped.
+    def on_term(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_term)
+    root = os.path.abspath(args.root)
+    bindir = os.path.abspath(args.bin)
+    for b in ("coordinator", "gpu_worker", "cpu_worker", "wscope", "ws_reference"):
+        if not os.access(os.path.join(bindir, b), os.X_OK):
+            print(f"FAIL: {bindir}/{b} not found; build it first")
+            return 1
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ws-generate-test.") as work:
+        env = Env(root, bindir, work)
+
+        def qwen_sections():
+            trio = Trio(env, "qwen3_moe", [])
+            try:
+                s = trio.start()
+                note(f"qwen3_moe trio up in {s:.1f} s at {trio.target}")
+                run_section("1. fixture qwen3_moe", check_fixture, env, trio, "qwen3_moe")
+                run_section("2. batching invariance", check_batching, env, trio)
+                run_section("4. abort", check_abort, env, trio)
+                run_section("5. deadline", check_deadline, env, trio)
+                run_section("6. bad requests", check_bad_requests, env, trio)
+            finally:
+                trio.stop()
+
+        def fixture_section(arch):
+            trio = Trio(env, arch, [])
+            try:
+                trio.start()
+                check_fixture(env, trio, arch)
+            finally:
+                trio.stop()
+
+        run_section("qwen3_moe trio (checks 1, 2, 4, 5, 6)", qwen_sections)
+        for arch in ARCHS[1:]:
+            run_section(f"1. fixture {arch}", fixture_section, arch)
+        run_section("3. policy invariance", check_policies, env)
+        run_section("7. KV exhaustion", check_exhaustion, env)
+    print(f"{len(PASSES)} passed, {len(FAILURES)} failed in {time.monotonic() - started:.1f} s")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as interrupted:
+        print(f"FAIL: interrupted ({interrupted}); the trios were stopped", flush=True)
+        sys.exit(130)

@@ -60,6 +60,10 @@ class WorkerService final : public internal::Worker::Service {
     *response = *std::move(result);
     return grpc::Status::OK;
   }
+  grpc::Status ResetDataPlane(grpc::ServerContext*, const internal::ResetDataPlaneRequest*,
+                              internal::ResetDataPlaneResponse*) override {
+    return ToGrpcStatus(backend_.ResetDataPlane());
+  }
   grpc::Status Shutdown(grpc::ServerContext*, const internal::ShutdownRequest*,
                         internal::ShutdownResponse*) override {
     WS_LOG(INFO) << "shutdown requested over RPC";

@@ -1,5 +1,6 @@
 #include "coordinator/coordinator.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -7,6 +8,7 @@
 #include "common/kv_spec.h"
 #include "common/data_plane_messages.h"
 #include "common/step_layout.h"
+#include "common/profile.h"
 #include "common/status.h"
 
 namespace writescope::coordinator {
@@ -14,6 +16,8 @@ namespace {
 
 constexpr char kVersion[] = "0.1.0";
 constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
+// A health check: a dead worker fails at once (connection refused), a hung one here.
+constexpr absl::Duration kHealthTimeout = absl::Seconds(1);
 
 }  // namespace
 
@@ -68,8 +72,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   coordinator->engine_ = std::make_unique<Engine>(
       engine, coordinator->model_config_, kv, &coordinator->placement_mutex_,
       coordinator->placement_.get(), coordinator->scheduler_.get(), &coordinator->gpu_worker_,
-      &coordinator->cpu_worker_);
+      &coordinator->cpu_worker_, &coordinator->metrics_);
   WS_LOG(INFO) << "steps of up to " << engine.max_step_tokens << " tokens";
+  coordinator->engine_->set_on_step_failure(
+      [c = coordinator.get()] { c->check_now_.store(true); });
+  WS_RETURN_IF_ERROR(coordinator->StartMetrics());
   WS_LOG(INFO) << "created arena " << coordinator->arena_->name() << " of "
                << coordinator->arena_->size() << " bytes; " << kv.DebugString();
   return coordinator;
@@ -77,18 +84,57 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
 
 Coordinator::~Coordinator() { Stop(/*shutdown_workers=*/false); }
 
+absl::Status Coordinator::StartMetrics() {
+  const std::string& listen = options_.metrics_listen;
+  if (listen.empty()) return absl::OkStatus();
+  const size_t colon = listen.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(absl::StrCat("--metrics_listen '", listen,
+                                                   "' is not host:port"));
+  }
+  const std::string host = listen.substr(0, colon);
+  metrics_server_ = std::make_unique<MetricsServer>(&metrics_, [this] { RefreshMetrics(); });
+  absl::StatusOr<int> bound = metrics_server_->Start(host, port);
+  if (!bound.ok()) {
+    return absl::Status(bound.status().code(),
+                        absl::StrCat("metrics on ", listen, ": ", bound.status().message()));
+  }
+  metrics_address_ = absl::StrCat(host, ":", *bound);
+  WS_LOG(INFO) << "metrics at http://" << metrics_address_ << "/metrics";
+  return absl::OkStatus();
+}
+
+void Coordinator::RefreshMetrics() {
+  const EngineCounts counts = engine_->Counts();
+  metrics_.SetRequests(counts.running, counts.waiting);
+  std::lock_guard<std::mutex> lock(placement_mutex_);
+  for (KvRegion region : {KvRegion::kCpuCompute, KvRegion::kGpuTransfer}) {
+    const RegionUsage usage = placement_->Usage(region);
+    metrics_.SetKvBlocks(KvRegionName(region), usage.used_blocks, usage.total_blocks);
+  }
+  const RooflineParams estimates = scheduler_->estimates();
+  metrics_.SetScheduler(scheduler_->target_cpu_share(), scheduler_->optimal_cpu_share(),
+                        estimates.cpu_ns_per_token, estimates.gpu_ns_per_token);
+}
+
 void Coordinator::Start(std::function<void(bool)> on_serving_change) {
   on_serving_change_ = std::move(on_serving_change);
   supervisor_ = std::thread([this] { Supervise(); });
 }
 
-absl::Status Coordinator::LoadWorkers() {
+internal::LoadRequest Coordinator::MakeLoadRequest() const {
   internal::LoadRequest request;
   request.mutable_arena()->set_name(arena_->name());
   request.mutable_arena()->set_bytes(arena_->size());
   *request.mutable_kv() = ToKvSpec(options_.kv);
   ToLoadRequest(options_.model, &request);
   request.set_vram_budget_bytes(options_.vram_budget_bytes);
+  return request;
+}
+
+absl::Status Coordinator::LoadWorkers() {
+  const internal::LoadRequest request = MakeLoadRequest();
   for (WorkerClient* worker : {&cpu_worker_, &gpu_worker_}) {
     WS_RETURN_IF_ERROR(worker->WaitUntilReachable(options_.worker_start_timeout));
   }
@@ -145,41 +191,99 @@ void Coordinator::Supervise() {
     WS_LOG(ERROR) << "bringing up the workers failed: " << loaded;
     if (options_.on_fatal) options_.on_fatal(loaded);
   }
+  bool recovering = false;  // a worker was lost: the data plane is closed until Recover()
   while (loaded.ok() && !stop_.WaitForNotificationWithTimeout(absl::ZeroDuration())) {
-    bool all_serving = true;
+    bool all_serving = true, all_reachable = true;
     for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {
-      absl::StatusOr<bool> serving = worker->Serving(kRpcTimeout);
+      absl::StatusOr<bool> serving = worker->Serving(kHealthTimeout);
       const bool up = serving.ok() && *serving;
       all_serving = all_serving && up;
+      all_reachable = all_reachable && serving.ok();
       std::lock_guard<std::mutex> lock(status_mutex_);
       v1::WorkerStatus& status = (worker == &gpu_worker_) ? gpu_status_ : cpu_status_;
       if (status.serving() != up) {
         WS_LOG(INFO) << worker->name() << (up ? " is serving" : " is not serving")
-                                   << (serving.ok() ? "" : absl::StrCat(": ", serving.status().message()));
+                     << (serving.ok() ? "" : absl::StrCat(": ", serving.status().message()));
+        if (!up) status.set_detail(serving.ok() ? "not serving" : "unreachable (relaunch pending)");
       }
       status.set_serving(up);
     }
-    if (serving_.exchange(all_serving) != all_serving) {
-      engine_->set_serving(all_serving);
-      if (all_serving) {
-        engine_->Start();
-      } else {
-        // A worker is gone or unhealthy: end every request now rather than at a timeout.
-        const absl::Status down = absl::UnavailableError(
-            absl::StrCat(gpu_status_.serving() ? "cpu_worker" : "gpu_worker", " is not serving"));
-        gpu_worker_.CancelStep();
-        cpu_worker_.CancelStep();
-        engine_->FailAll(down);
-      }
-      if (on_serving_change_) on_serving_change_(all_serving);
+    if (serving_.load() && !all_serving) {
+      // A worker died or stopped serving: end every request now (UNAVAILABLE) rather than
+      // at a timeout, and close the data plane so that the surviving worker's step waits
+      // end at once.
+      const absl::Status down = absl::UnavailableError(absl::StrCat(
+          gpu_status_.serving() ? "cpu_worker" : "gpu_worker", " is not serving (it died or "
+          "stopped); requests in flight were ended"));
+      serving_.store(false);
+      engine_->set_serving(false);
+      engine_->FailAll(down);  // first: the cancelled step's requests end with `down`
+      gpu_worker_.CancelStep();
+      cpu_worker_.CancelStep();
+      CloseDataPlane();
+      recovering = true;
+      WS_LOG(WARNING) << down.message() << "; waiting for the worker to come back";
+      if (on_serving_change_) on_serving_change_(false);
     }
-    stop_.WaitForNotificationWithTimeout(options_.health_interval);
+    if (recovering && all_reachable) {
+      // Both answer again (launch.sh relaunched the dead one): fresh channels, reload it,
+      // re-attach the survivor.
+      absl::Status recovered = Recover();
+      if (recovered.ok()) {
+        recovering = false;
+        WS_LOG(INFO) << "recovered: both workers are back";
+        continue;  // re-check health at once
+      }
+      WS_LOG(WARNING) << "recovery failed (will retry): " << recovered;
+    }
+    if (!serving_.load() && all_serving && !recovering) {
+      serving_.store(true);
+      engine_->set_serving(true);
+      engine_->Start();
+      if (on_serving_change_) on_serving_change_(true);
+    }
+    // Until the next poll, or at once when a step failed.
+    const absl::Time next = absl::Now() + options_.health_interval;
+    while (!check_now_.exchange(false) && absl::Now() < next &&
+           !stop_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    }
   }
+}
+
+void Coordinator::CloseDataPlane() {
+  absl::StatusOr<DataPlane> plane = AttachDataPlane(*arena_);
+  if (!plane.ok()) {
+    WS_LOG(ERROR) << "closing the data plane: " << plane.status();
+    return;
+  }
+  plane->to_cpu.Close();
+  plane->to_gpu.Close();
+}
+
+absl::Status Coordinator::Recover() {
+  WS_RETURN_IF_ERROR(CreateDataPlane(*arena_).status());
+  internal::LoadRequest request = MakeLoadRequest();
+  for (WorkerClient* worker : {&cpu_worker_, &gpu_worker_}) {
+    WS_ASSIGN_OR_RETURN(internal::WorkerStats stats, worker->Stats(kRpcTimeout));
+    if (stats.loaded()) {
+      WS_RETURN_IF_ERROR(worker->ResetDataPlane(kRpcTimeout));
+      continue;
+    }
+    WS_LOG(INFO) << "reloading " << worker->name();
+    WS_ASSIGN_OR_RETURN(internal::LoadResponse response,
+                        worker->Load(request, options_.load_timeout));
+    std::lock_guard<std::mutex> lock(status_mutex_);
+    v1::WorkerStatus& status = (worker == &gpu_worker_) ? gpu_status_ : cpu_status_;
+    status.set_detail(absl::StrFormat("device: %s, weights %.1f MiB (relaunched)",
+                                      response.device(), response.weight_bytes() / 1048576.0));
+  }
+  return absl::OkStatus();
 }
 
 void Coordinator::Stop(bool shutdown_workers) {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (supervisor_.joinable()) supervisor_.join();
+  if (metrics_server_ != nullptr) metrics_server_->Stop();
   if (engine_ != nullptr) {
     gpu_worker_.CancelStep();
     cpu_worker_.CancelStep();
@@ -234,6 +338,7 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
   info.set_requests_running(counts.running);
   info.set_requests_waiting(counts.waiting);
   info.set_queue_capacity(options_.engine.queue_capacity);
+  info.set_metrics_address(metrics_address_);
   {
     std::lock_guard<std::mutex> lock(status_mutex_);
     *info.add_workers() = gpu_status_;
@@ -362,6 +467,64 @@ absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
   free_all();
   response.set_ok(ok);
   return response;
+}
+
+}  // namespace writescope::coordinator
+
+namespace writescope::coordinator {
+
+absl::StatusOr<v1::Profile> Coordinator::Profile(uint32_t steps) {
+  steps = std::clamp<uint32_t>(steps == 0 ? 8 : steps, 1, 1000);
+  std::vector<internal::WorkerProfile> processes(1);
+  processes[0].set_process("coordinator");
+  engine_->spans().LastSteps(steps, processes[0].mutable_spans());
+  for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {
+    absl::StatusOr<internal::WorkerProfile> profile = worker->Profile(steps, kRpcTimeout);
+    if (!profile.ok()) {
+      WS_LOG(WARNING) << worker->name() << " profile: " << profile.status();
+      continue;
+    }
+    processes.push_back(*std::move(profile));
+  }
+  v1::Profile result;
+  result.set_trace_json(ChromeTraceJson(processes));
+  uint32_t seen = 0;
+  std::vector<v1::PhaseSummary> phases = SummarizePhases(processes, &seen);
+  result.set_steps(seen);
+  // Busy and idle per worker: the gpu_worker's step span is the step; what it waits for the
+  // cpu_worker is idle time on its side, the cpu_worker is busy in its two phases.
+  double gpu_step = 0, gpu_wait = 0, cpu_busy = 0;
+  for (const v1::PhaseSummary& phase : phases) {
+    if (phase.process() == "gpu_worker" && phase.phase() == "step") gpu_step = phase.ms_per_step();
+    if (phase.process() == "gpu_worker" &&
+        (phase.phase() == "cpu_attention_wait" || phase.phase() == "experts_wait")) {
+      gpu_wait += phase.ms_per_step();
+    }
+    if (phase.process() == "cpu_worker") cpu_busy += phase.ms_per_step();
+  }
+  auto add = [&](const char* process, const char* phase, double ms) {
+    v1::PhaseSummary summary;
+    summary.set_process(process);
+    summary.set_phase(phase);
+    summary.set_ms_per_step(ms);
+    phases.push_back(summary);
+  };
+  if (gpu_step > 0) {
+    add("summary", "gpu_worker busy", gpu_step - gpu_wait);
+    add("summary", "gpu_worker idle (waiting for the cpu_worker)", gpu_wait);
+    add("summary", "cpu_worker busy", cpu_busy);
+    add("summary", "cpu_worker idle", std::max(0.0, gpu_step - cpu_busy));
+  }
+  const Engine::SchedulerCheck check = engine_->scheduler_check();
+  if (check.steps > 0) {
+    // Per layer, decode-only steps: the roofline model's A and B at work.
+    add("scheduler", "cpu attention per layer, predicted", check.predicted_cpu_ms);
+    add("scheduler", "cpu attention per layer, measured", check.measured_cpu_ms);
+    add("scheduler", "gpu attention per layer, predicted", check.predicted_gpu_ms);
+    add("scheduler", "gpu attention per layer, measured", check.measured_gpu_ms);
+  }
+  for (v1::PhaseSummary& phase : phases) *result.add_phases() = std::move(phase);
+  return result;
 }
 
 }  // namespace writescope::coordinator

@@ -45,6 +45,8 @@ struct CoordinatorOptions {
   absl::Duration load_timeout = absl::Minutes(30);
   absl::Duration health_interval = absl::Milliseconds(500);
   EngineOptions engine;
+  // Prometheus metrics over HTTP: "host:port" (port 0 picks a free one), empty for none.
+  std::string metrics_listen = "127.0.0.1:0";
 };
 
 class Coordinator {
@@ -65,13 +67,24 @@ class Coordinator {
   absl::StatusOr<v1::ModelInfo> ModelInfo();
   // The plumbing check behind the public SelfTest RPC (see writescope.proto).
   absl::StatusOr<v1::SelfTestResponse> SelfTest(uint32_t sequences);
+  // The last `steps` steps of the three processes: Chrome trace JSON and a per-phase summary.
+  absl::StatusOr<v1::Profile> Profile(uint32_t steps);
   // Generation (Generate, Abort).
   Engine& engine() { return *engine_; }
 
  private:
   explicit Coordinator(CoordinatorOptions options);
   void Supervise();
+  absl::Status StartMetrics();
+  // Sets the gauges (requests, KV blocks, scheduler) before a scrape.
+  void RefreshMetrics();
   absl::Status LoadWorkers();
+  internal::LoadRequest MakeLoadRequest() const;
+  // A worker was lost: closes both data-plane channels (the survivor's waits end).
+  void CloseDataPlane();
+  // Both workers answer again: re-formats the channels, loads the relaunched worker and
+  // re-attaches the survivor.
+  absl::Status Recover();
 
   CoordinatorOptions options_;
   ModelConfig model_config_;
@@ -82,12 +95,17 @@ class Coordinator {
   // The CPU-share policy; guarded by placement_mutex_ (it steers placement).
   std::unique_ptr<Scheduler> scheduler_;
   // Batching and generation; started once the workers serve.
+  Metrics metrics_;
+  std::unique_ptr<MetricsServer> metrics_server_;
+  std::string metrics_address_;
   std::unique_ptr<Engine> engine_;
   uint64_t next_selftest_id_ = uint64_t{1} << 62;
   WorkerClient gpu_worker_;
   WorkerClient cpu_worker_;
   std::function<void(bool)> on_serving_change_;
   std::thread supervisor_;
+  // Set by the engine when a step fails: the supervisor checks health at once.
+  std::atomic<bool> check_now_{false};
   absl::Notification stop_;
   std::atomic<bool> serving_{false};
   // Last known state of each worker, for ServerInfo.

@@ -96,12 +96,12 @@ struct Engine::Request {
   std::vector<v1::TokenLogprobs> prompt_logprobs;
   bool first_chunk_sent = false;
 
-  absl::Time submitted, admitted_at, first_token_at;
+  absl::Time submitted, admitted_at, first_token_at, last_token_at;
 };
 
 Engine::Engine(const EngineOptions& options, const ModelConfig& model, const KvCacheConfig& kv,
                std::mutex* placement_mutex, KvPlacement* placement, Scheduler* scheduler,
-               WorkerClient* gpu_worker, WorkerClient* cpu_worker)
+               WorkerClient* gpu_worker, WorkerClient* cpu_worker, Metrics* metrics)
     : options_(options),
       model_(model),
       kv_(kv),
@@ -109,7 +109,8 @@ Engine::Engine(const EngineOptions& options, const ModelConfig& model, const KvC
       placement_(placement),
       scheduler_(scheduler),
       gpu_worker_(gpu_worker),
-      cpu_worker_(cpu_worker) {
+      cpu_worker_(cpu_worker),
+      metrics_(metrics) {
   limits_.vocab_size = static_cast<uint32_t>(model.vocab_size);
   limits_.max_context = static_cast<uint32_t>(model.max_position_embeddings);
   limits_.max_prompt_tokens = options.max_prompt_tokens;
@@ -135,6 +136,13 @@ void Engine::Stop() {
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(const v1::GenerateRequest& proto,
                                                               absl::Time deadline) {
+  absl::StatusOr<std::shared_ptr<RequestStream>> stream = Queue(proto, deadline);
+  if (!stream.ok() && metrics_ != nullptr) metrics_->AddRequest("rejected");
+  return stream;
+}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateRequest& proto,
+                                                             absl::Time deadline) {
   if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
   WS_RETURN_IF_ERROR(ValidateGenerateRequest(proto, limits_));
   auto request = std::make_shared<Request>();
@@ -216,6 +224,11 @@ void Engine::FailAll(const absl::Status& status) {
   for (auto& request : running) Fail(*request, status);
 }
 
+Engine::SchedulerCheck Engine::scheduler_check() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return check_;
+}
+
 EngineCounts Engine::Counts() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return counts_;
@@ -229,11 +242,17 @@ void Engine::Loop() {
                      [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
       if (stopping_) break;
     }
-    DropEnded();
-    Admit();
+    {
+      SpanRecorder::Scope span(&spans_, "admission", next_step_);
+      DropEnded();
+      Admit();
+    }
     if (running_.empty()) continue;
     absl::Status status = RunOneStep();
-    if (!status.ok()) WS_LOG(WARNING) << "step failed: " << status;
+    if (!status.ok()) {
+      WS_LOG(WARNING) << "step failed: " << status;
+      if (on_step_failure_) on_step_failure_();
+    }
   }
 }
 
@@ -322,6 +341,7 @@ absl::Status Engine::RunOneStep() {
   uint32_t budget = max_step_tokens_;
   bool any_prefill = false;
   {
+    SpanRecorder::Scope span(&spans_, "planning", plan.step_id());
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     plan.set_cpu_share(scheduler_->target_cpu_share());
     // Decode tokens first: generating sequences never wait behind a long prompt.
@@ -406,11 +426,14 @@ absl::Status Engine::RunOneStep() {
 
   // Both workers run the step at once; they meet on the data plane.
   absl::StatusOr<internal::StepResult> cpu_result = absl::UnknownError("not run");
-  std::thread cpu_call([&] { cpu_result = cpu_worker_->RunStep(plan, options_.step_timeout); });
-  absl::StatusOr<internal::StepResult> gpu_result =
-      gpu_worker_->RunStep(plan, options_.step_timeout);
-  if (!gpu_result.ok()) cpu_worker_->CancelStep();
-  cpu_call.join();
+  absl::StatusOr<internal::StepResult> gpu_result = absl::UnknownError("not run");
+  {
+    SpanRecorder::Scope span(&spans_, "workers", plan.step_id());
+    std::thread cpu_call([&] { cpu_result = cpu_worker_->RunStep(plan, options_.step_timeout); });
+    gpu_result = gpu_worker_->RunStep(plan, options_.step_timeout);
+    if (!gpu_result.ok()) cpu_worker_->CancelStep();
+    cpu_call.join();
+  }
   absl::Status status = gpu_result.status();
   status.Update(cpu_result.status());
   if (!status.ok()) {
@@ -420,7 +443,11 @@ absl::Status Engine::RunOneStep() {
         std::lock_guard<std::mutex> lock(mutex_);
         forced = e.request->forced;  // FailAll's reason (a dead worker) beats "cancelled"
       }
-      Fail(*e.request, forced.ok() ? status : forced);
+      // Only the coordinator cancels a step (a lost worker, shutdown): the service is
+      // unavailable, not the request cancelled.
+      Fail(*e.request, !forced.ok()                      ? forced
+                       : absl::IsCancelled(status) ? absl::UnavailableError(status.message())
+                                                   : status);
     }
     return status;
   }
@@ -428,6 +455,11 @@ absl::Status Engine::RunOneStep() {
     std::lock_guard<std::mutex> lock(mutex_);
     ++counts_.steps;
   }
+  if (metrics_ != nullptr) {
+    metrics_->ObserveStepTime("gpu_worker", gpu_result->step_ms() / 1e3);
+    metrics_->ObserveStepTime("cpu_worker", cpu_result->step_ms() / 1e3);
+  }
+  SpanRecorder::Scope sampling_span(&spans_, "sampling", plan.step_id());
   absl::flat_hash_map<uint64_t, const internal::SequenceResult*> results;
   for (const internal::SequenceResult& result : gpu_result->sequences()) {
     results[result.seq_id()] = &result;
@@ -458,6 +490,7 @@ absl::Status Engine::RunOneStep() {
         std::lock_guard<std::mutex> lock(mutex_);
         counts_.prompt_tokens += e.tokens;
       }
+      if (metrics_ != nullptr) metrics_->AddPromptTokens(e.tokens);
       if (!e.last_chunk) {
         v1::GenerateResponse progress;
         progress.set_request_id(r.id);
@@ -480,6 +513,22 @@ absl::Status Engine::RunOneStep() {
     sample.gpu = {static_cast<double>(gpu_result->attended_tokens()),
                   gpu_result->attention_ms() * 1e6 / layers};
     std::lock_guard<std::mutex> lock(*placement_mutex_);
+    if (scheduler_->estimates_ready()) {
+      // What the model predicted for this step's split, before it learns from it.
+      const RooflineParams p = scheduler_->estimates();
+      const double predicted_cpu = p.cpu_ns_per_token * sample.cpu.tokens + p.cpu_fixed_ns;
+      const double predicted_gpu = p.gpu_ns_per_token * sample.gpu.tokens + p.gpu_fixed_ns;
+      std::lock_guard<std::mutex> counts_lock(mutex_);
+      constexpr double kKeep = 31.0 / 32.0;
+      auto mix = [&](double& mean, double value) {
+        mean = check_.steps == 0 ? value : kKeep * mean + (1 - kKeep) * value;
+      };
+      mix(check_.predicted_cpu_ms, predicted_cpu / 1e6);
+      mix(check_.measured_cpu_ms, sample.cpu.ns / 1e6);
+      mix(check_.predicted_gpu_ms, predicted_gpu / 1e6);
+      mix(check_.measured_gpu_ms, sample.gpu.ns / 1e6);
+      ++check_.steps;
+    }
     scheduler_->ObserveStep(sample);
     uint64_t host_tokens = 0;
     for (SequenceId id : placement_->LiveSequences()) {
@@ -498,7 +547,16 @@ void Engine::Sampled(Request& r, absl::Span<const float> logits) {
   }
   const SampledToken token = r.sampler->Sample(logits);
   const absl::Time now = absl::Now();
+  if (metrics_ != nullptr) {
+    metrics_->AddGeneratedTokens(1);
+    if (r.generated.empty()) {
+      metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - r.submitted));
+    } else {
+      metrics_->ObserveTimePerToken(absl::ToDoubleSeconds(now - r.last_token_at));
+    }
+  }
   if (r.generated.empty()) r.first_token_at = now;
+  r.last_token_at = now;
   r.generated.push_back(token.token_id);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -574,6 +632,9 @@ void Engine::Finish(Request& r, v1::FinishReason reason) {
     }
   }
   std::shared_ptr<RequestStream> stream = r.stream;  // Release may drop the last owner of r
+  if (metrics_ != nullptr) {
+    metrics_->AddRequest(reason == v1::FINISH_REASON_ABORT ? "abort" : "complete");
+  }
   stream->Push(std::move(response));
   Release(r);
   stream->Finish(absl::OkStatus());
@@ -586,6 +647,7 @@ void Engine::Fail(Request& r, const absl::Status& status) {
   response.mutable_error()->set_code(static_cast<int32_t>(status.code()));
   response.mutable_error()->set_message(std::string(status.message()));
   std::shared_ptr<RequestStream> stream = r.stream;  // Release may drop the last owner of r
+  if (metrics_ != nullptr) metrics_->AddRequest("error");
   stream->Push(std::move(response));
   Release(r);
   stream->Finish(status);

@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,8 @@
 #include "absl/time/time.h"
 #include "common/kv_config.h"
 #include "common/model_config.h"
+#include "common/profile.h"
+#include "coordinator/metrics.h"
 #include "coordinator/placement.h"
 #include "coordinator/request_validation.h"
 #include "coordinator/sampler.h"
@@ -91,9 +94,10 @@ class Engine {
  public:
   // Everything borrowed must outlive the engine; `placement` and `scheduler` are used
   // under `placement_mutex`.
+  // `metrics` may be null.
   Engine(const EngineOptions& options, const ModelConfig& model, const KvCacheConfig& kv,
          std::mutex* placement_mutex, KvPlacement* placement, Scheduler* scheduler,
-         WorkerClient* gpu_worker, WorkerClient* cpu_worker);
+         WorkerClient* gpu_worker, WorkerClient* cpu_worker, Metrics* metrics = nullptr);
   ~Engine();
 
   void Start();
@@ -111,12 +115,29 @@ class Engine {
   void FailAll(const absl::Status& status);
 
   void set_serving(bool serving) { serving_.store(serving); }
+  // Called (on the engine thread) when a step fails: the coordinator checks the workers'
+  // health at once instead of at its next poll.
+  void set_on_step_failure(std::function<void()> callback) {
+    on_step_failure_ = std::move(callback);
+  }
+  // The coordinator's spans (admission, planning, the step's wait for the workers, sampling).
+  const SpanRecorder& spans() const { return spans_; }
+  // The scheduler at work over the last decode-only steps: per layer, what the roofline
+  // model predicted for the chosen split and what the workers measured (ms, means).
+  struct SchedulerCheck {
+    uint32_t steps = 0;
+    double predicted_cpu_ms = 0, measured_cpu_ms = 0;
+    double predicted_gpu_ms = 0, measured_gpu_ms = 0;
+  };
+  SchedulerCheck scheduler_check() const;
   EngineCounts Counts() const;
   const RequestLimits& limits() const { return limits_; }
   uint32_t max_step_tokens() const { return max_step_tokens_; }
 
  private:
   struct Request;
+  absl::StatusOr<std::shared_ptr<RequestStream>> Queue(const v1::GenerateRequest& request,
+                                                       absl::Time deadline);
   void Loop();
   // Step phases (engine thread).
   void DropEnded();
@@ -138,6 +159,8 @@ class Engine {
   Scheduler* scheduler_;
   WorkerClient* gpu_worker_;
   WorkerClient* cpu_worker_;
+  Metrics* metrics_;
+  std::function<void()> on_step_failure_;
 
   mutable std::mutex mutex_;  // the queues and the request map
   std::condition_variable work_;
@@ -151,6 +174,8 @@ class Engine {
   std::atomic<bool> serving_{false};
   bool stopping_ = false;
   EngineCounts counts_;
+  SpanRecorder spans_;
+  SchedulerCheck check_;  // guarded by mutex_; decays (last ~32 steps)
   std::thread thread_;
 };
 

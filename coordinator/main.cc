@@ -39,6 +39,9 @@ ABSL_FLAG(double, vram_budget_gib, 32.0,
 ABSL_FLAG(uint64_t, channel_mib, 16, "MiB of each data-plane channel (one per direction)");
 ABSL_FLAG(uint32_t, max_step_tokens, 512,
           "Tokens per step: decode tokens + prompt chunk tokens (capped by the data plane)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
+          "Prometheus metrics over HTTP (GET /metrics) on host:port (port 0: a free one, shown "
+          "by wscope info); empty: off");
 ABSL_FLAG(uint32_t, queue_capacity, 256, "Requests that may wait for admission");
 ABSL_FLAG(uint32_t, max_prompt_tokens, 0, "Longest prompt accepted (0: the model's context)");
 ABSL_FLAG(std::string, policy, "writescope",
@@ -78,6 +81,7 @@ int main(int argc, char** argv) {
   options.policy = absl::GetFlag(FLAGS_policy);
   options.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   options.engine.queue_capacity = absl::GetFlag(FLAGS_queue_capacity);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   auto coordinator = Coordinator::Create(options);
   if (!coordinator.ok()) {

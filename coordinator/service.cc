@@ -48,9 +48,11 @@ grpc::Status WriteScopeService::GetServerInfo(grpc::ServerContext*, const v1::Ge
   return grpc::Status::OK;
 }
 
-grpc::Status WriteScopeService::GetProfile(grpc::ServerContext*, const v1::GetProfileRequest*,
+grpc::Status WriteScopeService::GetProfile(grpc::ServerContext*, const v1::GetProfileRequest* request,
                                            v1::Profile* response) {
-  response->set_trace_json("{\"traceEvents\":[]}");
+  absl::StatusOr<v1::Profile> profile = coordinator_.Profile(request->steps());
+  if (!profile.ok()) return ToGrpcStatus(profile.status());
+  *response = *std::move(profile);
   return grpc::Status::OK;
 }
 

@@ -127,9 +127,34 @@ absl::StatusOr<internal::StepResult> WorkerClient::RunStep(const internal::StepP
   return response;
 }
 
+absl::StatusOr<internal::WorkerProfile> WorkerClient::Profile(uint32_t steps,
+                                                             absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::WorkerProfileRequest request;
+  request.set_steps(steps);
+  internal::WorkerProfile response;
+  grpc::Status status = worker_->GetProfile(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
 void WorkerClient::CancelStep() {
   std::lock_guard<std::mutex> lock(load_mutex_);
   if (step_context_ != nullptr) step_context_->TryCancel();
+}
+
+absl::Status WorkerClient::ResetDataPlane(absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::ResetDataPlaneResponse response;
+  grpc::Status status =
+      worker_->ResetDataPlane(&context, internal::ResetDataPlaneRequest(), &response);
+  if (!status.ok()) {
+    absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat(name_, " ResetDataPlane: ", error.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WorkerClient::Shutdown(absl::Duration timeout) {

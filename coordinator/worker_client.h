@@ -38,8 +38,10 @@ class WorkerClient {
   // One step on this worker.
   absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
                                                absl::Duration timeout);
+  absl::StatusOr<internal::WorkerProfile> Profile(uint32_t steps, absl::Duration timeout);
   // Cancels a RunStep in progress (from another thread); it returns CANCELLED.
   void CancelStep();
+  absl::Status ResetDataPlane(absl::Duration timeout);
   absl::Status Shutdown(absl::Duration timeout);
 
  private:

@@ -13,6 +13,10 @@
 //                                           object at the end instead ({"error": ...} on
 //                                           failure). Exit 1 on an error.
 //   wscope abort --request_id=S [--json]    ends a running or queued request
+//   wscope profile [--steps=N] [--out=trace.json]
+//                                           the last N steps of the three processes: writes
+//                                           the Chrome trace (Perfetto, chrome://tracing)
+//                                           and prints the per-phase summary
 //
 // --timeout is the deadline of each call (default 10 s); for generate it bounds the whole
 // stream and defaults to --generate_timeout (600 s).
@@ -68,6 +72,8 @@ ABSL_FLAG(uint32_t, logprobs, 0,
 ABSL_FLAG(bool, prompt_logprobs, false, "generate: log p(prompt[i] | prompt[:i]) as well");
 ABSL_FLAG(std::string, request_id, "",
           "generate: the request's id (empty: the server picks); abort: the request to end");
+ABSL_FLAG(uint32_t, steps, 8, "profile: the last N steps");
+ABSL_FLAG(std::string, out, "trace.json", "profile: where to write the Chrome trace JSON");
 ABSL_FLAG(uint32_t, stream_interval, 0, "generate: one chunk per this many tokens (0: each)");
 ABSL_FLAG(bool, json, false,
           "generate, abort: print one JSON object on stdout at the end instead of text");
@@ -177,6 +183,9 @@ int Info() {
     std::printf("data plane round trip (gpu_worker -> cpu_worker -> gpu_worker): %.1f us\n",
                 info.channel_round_trip_us());
   }
+  if (!info.metrics_address().empty()) {
+    std::printf("metrics: http://%s/metrics\n", info.metrics_address().c_str());
+  }
   return 0;
 }
 
@@ -195,6 +204,40 @@ int SelfTest() {
   for (const std::string& check : response.checks()) std::printf("  %s\n", check.c_str());
   std::printf("selftest: %s\n", response.ok() ? "OK" : "FAILED");
   return response.ok() ? 0 : 1;
+}
+
+int Profile() {
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto stub = writescope::v1::WriteScope::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  writescope::v1::GetProfileRequest request;
+  request.set_steps(absl::GetFlag(FLAGS_steps));
+  writescope::v1::Profile profile;
+  grpc::Status status = stub->GetProfile(&context, request, &profile);
+  if (!status.ok()) {
+    std::fprintf(stderr, "wscope profile: %s (code %d)\n", status.error_message().c_str(),
+                 static_cast<int>(status.error_code()));
+    return 1;
+  }
+  const std::string out = absl::GetFlag(FLAGS_out);
+  std::ofstream file(out, std::ios::binary);
+  file << profile.trace_json();
+  if (!file.good()) {
+    std::fprintf(stderr, "wscope profile: cannot write %s\n", out.c_str());
+    return 1;
+  }
+  std::printf("profile of the last %u steps -> %s (open in https://ui.perfetto.dev or "
+              "chrome://tracing)\n", profile.steps(), out.c_str());
+  std::string process;
+  for (const auto& phase : profile.phases()) {
+    if (phase.process() != process) {
+      process = phase.process();
+      std::printf("%s\n", process.c_str());
+    }
+    std::printf("  %-48s %10.3f ms/step\n", phase.phase().c_str(), phase.ms_per_step());
+  }
+  return 0;
 }
 
 // ---- generate / abort ---------------------------------------------------------------
@@ -534,7 +577,8 @@ int main(int argc, char** argv) {
       "      [--max_tokens=N] [--temperature=F] [--top_k=N] [--top_p=F] [--seed=N]\n"
       "      [--stop_ids=a,b] [--ignore_eos] [--logprobs=N] [--prompt_logprobs]\n"
       "      [--request_id=S] [--stream_interval=N] [--timeout=600s] [--json] |\n"
-      "  wscope abort [--target=ADDRESS] --request_id=S [--json]");
+      "  wscope abort [--target=ADDRESS] --request_id=S [--json] |\n"
+      "  wscope profile [--target=ADDRESS] [--steps=N] [--out=trace.json]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());
@@ -545,6 +589,7 @@ int main(int argc, char** argv) {
   if (command == "health") return Health(rest);
   if (command == "info") return Info();
   if (command == "selftest") return SelfTest();
+  if (command == "profile") return Profile();
   if ((command == "generate" || command == "abort") && !rest.empty()) {
     std::fprintf(stderr, "wscope %s: unexpected argument '%s' (ids go in --prompt_ids)\n",
                  command.c_str(), rest.front().c_str());

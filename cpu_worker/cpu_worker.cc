@@ -52,11 +52,13 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
 void CpuWorker::DataPlaneLoop() {
   ShmChannel in = data_plane_->to_cpu;
   ShmChannel out = data_plane_->to_gpu;
-  while (!stopping_.load()) {
+  while (!stopping_.load() && !loop_reset_.load()) {
     absl::StatusOr<absl::Span<const std::byte>> message = in.Peek(absl::Milliseconds(200));
     if (absl::IsDeadlineExceeded(message.status())) continue;
     if (!message.ok()) {
       if (!stopping_.load()) WS_LOG(INFO) << "data plane ends: " << message.status();
+      FailPendingSteps(absl::UnavailableError(
+          absl::StrCat("the data plane closed: ", message.status().message())));
       return;
     }
     DataPlaneHeader header;
@@ -106,7 +108,8 @@ double MillisSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 absl::StatusOr<internal::StepResult> CpuWorker::RunStep(const internal::StepPlan& plan) {
-  if (!loaded_.load()) return absl::FailedPreconditionError("cpu_worker is not loaded");
+  // A relaunched worker before the coordinator reloaded it: not available for steps.
+  if (!loaded_.load()) return absl::UnavailableError("cpu_worker is not loaded");
   const auto start = std::chrono::steady_clock::now();
   auto state = std::make_shared<StepState>();
   WS_ASSIGN_OR_RETURN(state->layout, MakeStepLayout(plan, kv_config_));
@@ -189,8 +192,13 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
     return;
   }
   absl::Span<std::byte> body = reply->subspan(sizeof(DataPlaneHeader));
-  absl::Status status = attention ? step_->Attention(layout, header.layer, payload, body)
-                                  : step_->Experts(layout, header.layer, payload, body);
+  absl::Status status;
+  {
+    SpanRecorder::Scope span(&spans_, attention ? "cpu_attention" : "cpu_experts", header.step_id,
+                             static_cast<int32_t>(header.layer));
+    status = attention ? step_->Attention(layout, header.layer, payload, body)
+                       : step_->Experts(layout, header.layer, payload, body);
+  }
   if (!status.ok()) {
     // Give the reservation back as an error message instead.
     DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, 0};
@@ -223,9 +231,10 @@ internal::WorkerStats CpuWorker::Stats() {
   return stats;
 }
 
-internal::WorkerProfile CpuWorker::Profile(uint32_t) {
+internal::WorkerProfile CpuWorker::Profile(uint32_t steps) {
   internal::WorkerProfile profile;
   profile.set_process(name());
+  spans_.LastSteps(steps, profile.mutable_spans());
   return profile;
 }
 
@@ -267,6 +276,34 @@ absl::StatusOr<internal::KvPatternResponse> CpuWorker::KvPattern(
   response.set_first_mismatch(first_mismatch);
   response.set_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return response;
+}
+
+void CpuWorker::FailPendingSteps(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(steps_mutex_);
+  for (auto& [id, state] : steps_) {
+    if (state->done) continue;
+    state->status.Update(status);
+    state->done = true;
+  }
+  steps_changed_.notify_all();
+}
+
+absl::Status CpuWorker::ResetDataPlane() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (arena_ == nullptr || !loaded_.load()) {
+    return absl::FailedPreconditionError("cpu_worker is not loaded");
+  }
+  // The loop has ended (the coordinator closed its channel) or ends within one poll; the
+  // channel memory is already re-formatted, so it must not be closed from here.
+  loop_reset_.store(true);
+  if (data_plane_thread_.joinable()) data_plane_thread_.join();
+  loop_reset_.store(false);
+  FailPendingSteps(absl::UnavailableError("the data plane was reset"));
+  WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena_));
+  data_plane_ = plane;
+  data_plane_thread_ = std::thread([this] { DataPlaneLoop(); });
+  WS_LOG(INFO) << "re-attached to the data plane";
+  return absl::OkStatus();
 }
 
 void CpuWorker::Stop() {

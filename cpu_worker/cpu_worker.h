@@ -16,6 +16,7 @@
 #include "common/shm_arena.h"
 #include "common/kv_config.h"
 #include "common/model_weights.h"
+#include "common/profile.h"
 #include "common/worker_server.h"
 #include "common/step_layout.h"
 #include "cpu_worker/cpu_step.h"
@@ -37,11 +38,14 @@ class CpuWorker final : public WorkerBackend {
       const internal::ChannelPingRequest& request) override;
   absl::StatusOr<internal::KvPatternResponse> KvPattern(
       const internal::KvPatternRequest& request) override;
+  absl::Status ResetDataPlane() override;
   void Stop() override;
 
  private:
   // Serves messages from the gpu_worker until the channel closes or Stop().
   void DataPlaneLoop();
+  // Ends every step waiting in RunStep with `status` (the data plane is gone).
+  void FailPendingSteps(const absl::Status& status);
 
   // A step between RunStep (which installs it and waits) and the gpu_worker's kStepEnd.
   struct StepState {
@@ -64,6 +68,7 @@ class CpuWorker final : public WorkerBackend {
   std::condition_variable steps_changed_;
   std::map<uint64_t, std::shared_ptr<StepState>> steps_;
   std::atomic<uint64_t> steps_run_{0};
+  SpanRecorder spans_;
 
   std::mutex mutex_;
   std::unique_ptr<ShmArena> arena_;
@@ -77,6 +82,7 @@ class CpuWorker final : public WorkerBackend {
   std::unique_ptr<ModelWeights> weights_;
   std::thread data_plane_thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> loop_reset_{false};  // ResetDataPlane: end the loop without closing
   std::atomic<uint64_t> messages_served_{0};
 };
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Starts the WriteScope trio (gpu_worker, cpu_worker, coordinator), waits until all
-# three report SERVING, then supervises them: on SIGINT/SIGTERM, or when any of them
-# dies, it stops the others and removes the shared-memory arena, so no process and no
-# /dev/shm segment is left behind.
+# three report SERVING, then supervises them. A worker that dies is relaunched on its port
+# after WS_RELAUNCH_DELAY_S (default 1 s), at most WS_MAX_RESTARTS times (default 5): the
+# coordinator ends the requests in flight with UNAVAILABLE, reports NOT_SERVING, and serves
+# again once it has reloaded the worker. On SIGINT/SIGTERM, when the coordinator dies, or
+# past the restart limit, it stops the others and removes the shared-memory arena, so no
+# process and no /dev/shm segment is left behind.
 #
 #   deploy/launch.sh [--listen HOST:PORT] [--bin DIR] [--ready-file FILE] [--device auto|cuda|host]
 #                    [--cpu-worker-flag FLAG]... [--gpu-worker-flag FLAG]... [-- COORDINATOR_FLAGS...]
@@ -34,7 +37,7 @@ while [[ $# -gt 0 ]]; do
     --cpu-worker-flag) CPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --gpu-worker-flag) GPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --) shift; COORDINATOR_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -116,8 +119,19 @@ wait_for_file() {  # wait_for_file PATH WHAT
   done
 }
 
-start gpu_worker --port=0 --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE" ${GPU_WORKER_ARGS[@]+"${GPU_WORKER_ARGS[@]}"}
-start cpu_worker --port=0 --port_file="$RUN_DIR/cpu_worker.port" ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"}
+start_worker() {  # start_worker NAME PORT: (re)starts a worker on PORT (0: a free one)
+  local name="$1" port="$2"
+  if [[ $name == gpu_worker ]]; then
+    start gpu_worker --port="$port" --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE" \
+      ${GPU_WORKER_ARGS[@]+"${GPU_WORKER_ARGS[@]}"}
+  else
+    start cpu_worker --port="$port" --port_file="$RUN_DIR/cpu_worker.port" \
+      ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"}
+  fi
+}
+
+start_worker gpu_worker 0
+start_worker cpu_worker 0
 wait_for_file "$RUN_DIR/gpu_worker.port" "the gpu_worker's port"
 wait_for_file "$RUN_DIR/cpu_worker.port" "the cpu_worker's port"
 GPU_ADDR="127.0.0.1:$(cat "$RUN_DIR/gpu_worker.port")"
@@ -142,13 +156,35 @@ if [[ -n "$READY_FILE" ]]; then
   mv "$READY_FILE.tmp" "$READY_FILE"
 fi
 
-# Supervise: the first process to exit (or a signal) stops them all.
-set +e
-wait -n "${PIDS[@]}"
-code=$?
-set -e
-if [[ $STOPPING -eq 0 ]]; then
-  log "$(dead_process || echo 'a process') exited (status $code); stopping the others"
+# Supervise: a worker that dies is relaunched on its port (the coordinator ends the
+# requests in flight with UNAVAILABLE, reports NOT_SERVING, and reloads it when it is back),
+# up to WS_MAX_RESTARTS times in all; the coordinator dying (or a signal) stops them all.
+MAX_RESTARTS="${WS_MAX_RESTARTS:-5}"
+RELAUNCH_DELAY_S="${WS_RELAUNCH_DELAY_S:-1}"  # back off a little before each relaunch
+RESTARTS=0
+while true; do
+  set +e
+  wait -n "${PIDS[@]}"
+  code=$?
+  set -e
+  [[ $STOPPING -eq 1 ]] && break
+  dead="$(dead_process || echo 'a process')"
+  if [[ ($dead == gpu_worker || $dead == cpu_worker) && $RESTARTS -lt $MAX_RESTARTS ]]; then
+    RESTARTS=$((RESTARTS + 1))
+    for i in "${!NAMES[@]}"; do
+      if [[ ${NAMES[$i]} == "$dead" ]]; then unset 'PIDS[i]' 'NAMES[i]'; fi
+    done
+    PIDS=("${PIDS[@]}")
+    NAMES=("${NAMES[@]}")
+    port="$(cat "$RUN_DIR/$dead.port")"
+    mv "$RUN_DIR/$dead.log" "$RUN_DIR/$dead.$RESTARTS.log" 2>/dev/null || true
+    log "$dead exited (status $code); relaunching it on port $port in ${RELAUNCH_DELAY_S}s (restart $RESTARTS of $MAX_RESTARTS)"
+    sleep "$RELAUNCH_DELAY_S"
+    [[ $STOPPING -eq 1 ]] && break
+    start_worker "$dead" "$port"
+    continue
+  fi
+  log "$dead exited (status $code); stopping the others"
   stop_all
   exit 1
-fi
+done

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "gpu_worker/kv_transfer_plan.h"
 #include "kernels/attention_state.h"
@@ -161,6 +162,7 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
   const KvGeometry& g = config.geometry;
   Step step;
   step.plan = &plan;
+  SpanRecorder::Scope step_span(options_.spans, "step", plan.step_id());
   WS_ASSIGN_OR_RETURN(step.layout, MakeStepLayout(plan, config));
   const StepLayout& layout = step.layout;
   if (layout.total_tokens == 0) return absl::InvalidArgumentError("a step without tokens");
@@ -204,13 +206,16 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
 
   // Full D-windows first: decode tokens land in an empty window, and the cpu_worker may
   // read the flushed blocks of its region in this very step.
-  bool flushed = false;
-  for (const StepSequenceLayout& s : layout.sequences) {
-    if (s.prefill || s.new_blocks.empty()) continue;
-    WS_RETURN_IF_ERROR(kv_cache_->FlushWindow(s.window_slot, s.new_blocks));
-    flushed = true;
+  {
+    SpanRecorder::Scope span(options_.spans, "dwindow_flush", plan.step_id());
+    bool flushed = false;
+    for (const StepSequenceLayout& s : layout.sequences) {
+      if (s.prefill || s.new_blocks.empty()) continue;
+      WS_RETURN_IF_ERROR(kv_cache_->FlushWindow(s.window_slot, s.new_blocks));
+      flushed = true;
+    }
+    if (flushed) WS_RETURN_IF_ERROR(kv_cache_->WaitForWrites());
   }
-  if (flushed) WS_RETURN_IF_ERROR(kv_cache_->WaitForWrites());
 
   // The GPU-transfer blocks of every sequence, streamed layer by layer.
   std::vector<StepSequence> batch;
@@ -241,7 +246,10 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
 
   internal::StepResult result;
   result.set_step_id(layout.step_id);
-  WS_RETURN_IF_ERROR(Logits(step, &result));
+  {
+    SpanRecorder::Scope span(options_.spans, "logits", layout.step_id);
+    WS_RETURN_IF_ERROR(Logits(step, &result));
+  }
   result.set_attention_ms(step.attention_ms);
   result.set_expert_ms(step.expert_ms);
   result.set_attended_tokens(layout.transfer_host_tokens);
@@ -265,64 +273,86 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
   const int64_t T = static_cast<int64_t>(layout.total_tokens);
   const int64_t hidden = ops_->config().hidden_size;
   const KvGeometry& g = kv_cache_->config().geometry;
+  SpanRecorder* spans = options_.spans;
+  const uint64_t id = layout.step_id;
+  const int32_t l = static_cast<int32_t>(layer);
   std::vector<float> h(T * hidden), y(T * hidden);
-  ops_->InputNorm(layer, step.x.data(), T, h.data());
   std::vector<float> q(T * ops_->q_values()), kv(T * ops_->kv_row_values());
-  WS_RETURN_IF_ERROR(ops_->ProjectQkv(layer, h.data(), T, step.positions.data(), q.data(), kv.data()));
+  {
+    SpanRecorder::Scope span(spans, "qkv", id, l);
+    ops_->InputNorm(layer, step.x.data(), T, h.data());
+    WS_RETURN_IF_ERROR(
+        ops_->ProjectQkv(layer, h.data(), T, step.positions.data(), q.data(), kv.data()));
+  }
 
   // This layer's new KV: bf16 rows -> block layout (prefill) or a token row (decode) in the
   // host staging, copied to the device, then written through the KV cache.
-  const int64_t row = ops_->kv_row_values();
-  std::vector<uint16_t> kv_bf16(kv.size());
-  ToBf16(kv.data(), static_cast<int64_t>(kv.size()), kv_bf16.data());
-  auto* device_base = static_cast<std::byte*>(staging_.data()) + layer * step.staging_layer_bytes;
-  auto* host_base = reinterpret_cast<std::byte*>(step.host_staging.data()) +
-                    layer * step.staging_layer_bytes;
-  for (size_t i = 0; i < layout.sequences.size(); ++i) {
-    const StepSequenceLayout& s = layout.sequences[i];
-    std::byte* host = host_base + step.staging_offset[i];
-    std::byte* device = device_base + step.staging_offset[i];
-    const auto* rows = reinterpret_cast<const std::byte*>(kv_bf16.data() + s.token_offset * row);
-    if (s.prefill) {
-      const uint32_t blocks = (s.num_tokens + g.block_tokens - 1) / g.block_tokens;
-      for (uint32_t t = 0; t < s.num_tokens; ++t) {
-        ScatterTokenRow(g, rows + uint64_t{t} * row * 2, t % g.block_tokens,
-                        host + uint64_t{t / g.block_tokens} * g.layer_block_bytes());
+  {
+    SpanRecorder::Scope kv_span(spans, "kv_write", id, l);
+    const int64_t row = ops_->kv_row_values();
+    std::vector<uint16_t> kv_bf16(kv.size());
+    ToBf16(kv.data(), static_cast<int64_t>(kv.size()), kv_bf16.data());
+    auto* device_base = static_cast<std::byte*>(staging_.data()) + layer * step.staging_layer_bytes;
+    auto* host_base = reinterpret_cast<std::byte*>(step.host_staging.data()) +
+                      layer * step.staging_layer_bytes;
+    for (size_t i = 0; i < layout.sequences.size(); ++i) {
+      const StepSequenceLayout& s = layout.sequences[i];
+      std::byte* host = host_base + step.staging_offset[i];
+      std::byte* device = device_base + step.staging_offset[i];
+      const auto* rows = reinterpret_cast<const std::byte*>(kv_bf16.data() + s.token_offset * row);
+      if (s.prefill) {
+        const uint32_t blocks = (s.num_tokens + g.block_tokens - 1) / g.block_tokens;
+        for (uint32_t t = 0; t < s.num_tokens; ++t) {
+          ScatterTokenRow(g, rows + uint64_t{t} * row * 2, t % g.block_tokens,
+                          host + uint64_t{t / g.block_tokens} * g.layer_block_bytes());
+        }
+        WS_RETURN_IF_ERROR(device_->CopyToDevice(device, host, blocks * g.layer_block_bytes(),
+                                                 Stream::kCompute));
+        WS_RETURN_IF_ERROR(kv_cache_->WritePrefillLayer(layer, s.new_blocks, s.window_slot,
+                                                        s.num_tokens % g.block_tokens, device));
+      } else {
+        std::memcpy(host, rows, row * 2);
+        WS_RETURN_IF_ERROR(device_->CopyToDevice(device, host, row * 2, Stream::kCompute));
+        WS_RETURN_IF_ERROR(kv_cache_->AppendToken(s.window_slot, s.dwindow_tokens, layer, device));
       }
-      WS_RETURN_IF_ERROR(device_->CopyToDevice(device, host, blocks * g.layer_block_bytes(),
-                                               Stream::kCompute));
-      WS_RETURN_IF_ERROR(kv_cache_->WritePrefillLayer(layer, s.new_blocks, s.window_slot,
-                                                      s.num_tokens % g.block_tokens, device));
-    } else {
-      std::memcpy(host, rows, row * 2);
-      WS_RETURN_IF_ERROR(device_->CopyToDevice(device, host, row * 2, Stream::kCompute));
-      WS_RETURN_IF_ERROR(kv_cache_->AppendToken(s.window_slot, s.dwindow_tokens, layer, device));
     }
-  }
 
+  }
   std::vector<float> attn(T * ops_->attn_values());
   WS_RETURN_IF_ERROR(Attention(step, layer, q, &attn));
-  WS_RETURN_IF_ERROR(ops_->OutputProjection(layer, attn.data(), T, y.data()));
-  for (int64_t i = 0; i < T * hidden; ++i) step.x[i] += y[i];
-
-  ops_->PostAttentionNorm(layer, step.x.data(), T, h.data());
+  {
+    SpanRecorder::Scope span(spans, "o_proj", id, l);
+    WS_RETURN_IF_ERROR(ops_->OutputProjection(layer, attn.data(), T, y.data()));
+    for (int64_t i = 0; i < T * hidden; ++i) step.x[i] += y[i];
+    ops_->PostAttentionNorm(layer, step.x.data(), T, h.data());
+  }
   if (!ops_->config().IsMoeLayer(layer)) {
+    SpanRecorder::Scope span(spans, "dense_mlp", id, l);
     WS_RETURN_IF_ERROR(ops_->DenseMlp(layer, h.data(), T, y.data()));
   } else {
     const kernels::model::RouterSpec& router = ops_->router();
     std::vector<float> logits(T * router.num_experts), weights(T * router.top_k);
     std::vector<int32_t> ids(T * router.top_k);
-    WS_RETURN_IF_ERROR(ops_->RouterLogits(layer, h.data(), T, logits.data()));
-    kernels::model::RouteTokens(logits.data(), T, router, ids.data(), weights.data());
-    const absl::Span<const std::byte> parts[] = {Bytes(h), Bytes(ids), Bytes(weights)};
-    WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kExperts, layout.step_id, layer, parts));
+    {
+      SpanRecorder::Scope span(spans, "router", id, l);
+      WS_RETURN_IF_ERROR(ops_->RouterLogits(layer, h.data(), T, logits.data()));
+      kernels::model::RouteTokens(logits.data(), T, router, ids.data(), weights.data());
+      const absl::Span<const std::byte> parts[] = {Bytes(h), Bytes(ids), Bytes(weights)};
+      WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kExperts, layout.step_id, layer, parts));
+    }
     std::fill(y.begin(), y.end(), 0.0f);
-    WS_RETURN_IF_ERROR(ops_->AddSharedExperts(layer, h.data(), T, y.data()));
+    if (ops_->config().n_shared_experts > 0) {
+      SpanRecorder::Scope span(spans, "shared_experts", id, l);
+      WS_RETURN_IF_ERROR(ops_->AddSharedExperts(layer, h.data(), T, y.data()));
+    }
     const auto wait = Clock::now();
     std::vector<float> routed(T * hidden);
-    WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kExpertsResult, layout.step_id, layer,
-                               absl::MakeSpan(reinterpret_cast<std::byte*>(routed.data()),
-                                              routed.size() * sizeof(float))));
+    {
+      SpanRecorder::Scope span(spans, "experts_wait", id, l);
+      WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kExpertsResult, layout.step_id, layer,
+                                 absl::MakeSpan(reinterpret_cast<std::byte*>(routed.data()),
+                                                routed.size() * sizeof(float))));
+    }
     step.expert_ms += MillisSince(wait);
     for (int64_t i = 0; i < T * hidden; ++i) y[i] += routed[i];
   }
@@ -361,6 +391,7 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const std::vector<fl
     WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kAttention, layout.step_id, layer, parts));
   }
   const auto start = Clock::now();
+  const uint64_t gpu_start_ns = MonotonicNanos();
   Partial acc, part;
   acc.Reset(T * heads, o_dim);
 
@@ -498,13 +529,22 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const std::vector<fl
   }
   if (any_prefill) WS_RETURN_IF_ERROR(attend(lists, /*causal=*/true));
   step.attention_ms += MillisSince(start);
+  if (options_.spans != nullptr) {
+    options_.spans->Record("gpu_attention", gpu_start_ns, MonotonicNanos(), layout.step_id,
+                           static_cast<int32_t>(layer));
+  }
 
   // 3. The CPU's partial, merged into the rows it covers.
   if (layout.cpu_tokens > 0) {
     std::vector<float> cpu(layout.cpu_tokens * heads * (o_dim + 1));
-    WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kAttentionResult, layout.step_id, layer,
-                               absl::MakeSpan(reinterpret_cast<std::byte*>(cpu.data()),
-                                              cpu.size() * sizeof(float))));
+    {
+      SpanRecorder::Scope span(options_.spans, "cpu_attention_wait", layout.step_id,
+                               static_cast<int32_t>(layer));
+      WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kAttentionResult, layout.step_id, layer,
+                                 absl::MakeSpan(reinterpret_cast<std::byte*>(cpu.data()),
+                                                cpu.size() * sizeof(float))));
+    }
+    SpanRecorder::Scope span(options_.spans, "merge", layout.step_id, static_cast<int32_t>(layer));
     const float* cpu_lse = cpu.data() + layout.cpu_tokens * heads * o_dim;
     for (const StepSequenceLayout& s : layout.sequences) {
       if (s.cpu_blocks.empty()) continue;

@@ -33,6 +33,7 @@
 #include "common/data_plane_messages.h"
 #include "common/kv_config.h"
 #include "common/model_weights.h"
+#include "common/profile.h"
 #include "common/step_layout.h"
 #include "gpu_worker/device.h"
 #include "gpu_worker/device_attention.h"
@@ -45,6 +46,8 @@ namespace writescope::gpu {
 struct GpuStepOptions {
   // How long to wait for one reply of the cpu_worker.
   absl::Duration reply_timeout = absl::Seconds(120);
+  // Spans of every step and layer (may be null: no profiling).
+  SpanRecorder* spans = nullptr;
 };
 
 class GpuStep {
@@ -56,6 +59,8 @@ class GpuStep {
                                                          const GpuStepOptions& options = {});
 
   absl::StatusOr<internal::StepResult> Run(const internal::StepPlan& plan);
+  // The channels were re-formatted (the cpu_worker was relaunched): use these.
+  void set_data_plane(DataPlane data_plane) { data_plane_ = data_plane; }
 
  private:
   GpuStep(Device* device, KvCache* kv_cache, DataPlane data_plane, const GpuStepOptions& options)

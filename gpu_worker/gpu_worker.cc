@@ -46,7 +46,10 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   if (request.vram_budget_bytes() > 0) budget.total_bytes = request.vram_budget_bytes();
   WS_ASSIGN_OR_RETURN(device_weights_,
                       DeviceWeights::Upload(*weights_, device_.get(), budget, config.gpu_bytes()));
-  WS_ASSIGN_OR_RETURN(step_, GpuStep::Create(*weights_, device_.get(), kv_cache_.get(), plane));
+  GpuStepOptions step_options;
+  step_options.spans = &spans_;
+  WS_ASSIGN_OR_RETURN(step_, GpuStep::Create(*weights_, device_.get(), kv_cache_.get(), plane,
+                                             step_options));
   loaded_.store(true);
   WS_LOG(INFO) << "weights of " << DescribeModelSource(source) << ": " << weights_->num_tensors()
                << " tensors, " << weights_->total_bytes() << " bytes (attention side), "
@@ -60,7 +63,8 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
 
 absl::StatusOr<internal::StepResult> GpuWorker::RunStep(const internal::StepPlan& plan) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (step_ == nullptr) return absl::FailedPreconditionError("gpu_worker is not loaded");
+  // A relaunched worker before the coordinator reloaded it: not available for steps.
+  if (step_ == nullptr) return absl::UnavailableError("gpu_worker is not loaded");
   absl::StatusOr<internal::StepResult> result = step_->Run(plan);
   if (result.ok()) steps_.fetch_add(1);
   return result;
@@ -79,9 +83,10 @@ internal::WorkerStats GpuWorker::Stats() {
   return stats;
 }
 
-internal::WorkerProfile GpuWorker::Profile(uint32_t) {
+internal::WorkerProfile GpuWorker::Profile(uint32_t steps) {
   internal::WorkerProfile profile;
   profile.set_process(name());
+  spans_.LastSteps(steps, profile.mutable_spans());
   return profile;
 }
 
@@ -280,6 +285,19 @@ absl::StatusOr<internal::KvPatternResponse> GpuWorker::VerifyPattern(
   response.set_first_mismatch(first_mismatch);
   response.set_ms(MillisSince(start));
   return response;
+}
+
+absl::Status GpuWorker::ResetDataPlane() {
+  // A step in progress ends first: the coordinator closed the channels, so its waits fail.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (arena_ == nullptr || step_ == nullptr) {
+    return absl::FailedPreconditionError("gpu_worker is not loaded");
+  }
+  WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena_));
+  data_plane_ = plane;
+  step_->set_data_plane(plane);
+  WS_LOG(INFO) << "re-attached to the data plane";
+  return absl::OkStatus();
 }
 
 void GpuWorker::Stop() {

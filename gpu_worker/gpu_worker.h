@@ -33,6 +33,7 @@ class GpuWorker final : public WorkerBackend {
       const internal::ChannelPingRequest& request) override;
   absl::StatusOr<internal::KvPatternResponse> KvPattern(
       const internal::KvPatternRequest& request) override;
+  absl::Status ResetDataPlane() override;
   void Stop() override;
 
  private:
@@ -54,6 +55,7 @@ class GpuWorker final : public WorkerBackend {
   std::unique_ptr<DeviceWeights> device_weights_;
   // Runs the steps (after Load).
   std::unique_ptr<GpuStep> step_;
+  SpanRecorder spans_;
   std::atomic<uint64_t> steps_{0};
 };
 

@@ -23,6 +23,7 @@ Python standard library only.
 import argparse
 import contextlib
 import json
+import urllib.request
 import os
 import re
 import signal
@@ -673,6 +674,212 @@ def check_exhaustion(env):
         trio.stop()
 
 
+def parse_prometheus(text):
+    """{(name, frozenset(labels)): value} of a Prometheus text exposition; asserts the
+    syntax of every line and that every family has HELP and TYPE."""
+    samples, helps, types = {}, set(), set()
+    line_re = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+    label_re = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+    for line in text.splitlines():
+        if not line:
+            continue
+        if line.startswith("# HELP "):
+            helps.add(line.split()[2])
+            continue
+        if line.startswith("# TYPE "):
+            types.add(line.split()[2])
+            continue
+        m = line_re.match(line)
+        if not m:
+            raise ValueError(f"bad metrics line {line!r}")
+        labels = frozenset(label_re.findall(m.group(3) or ""))
+        samples[(m.group(1), labels)] = float(m.group(4))
+    for name, _ in samples:
+        family = re.sub(r"_(bucket|sum|count)$", "", name)
+        if family not in types and name not in types:
+            raise ValueError(f"{name}: no # TYPE")
+        if family not in helps and name not in helps:
+            raise ValueError(f"{name}: no # HELP")
+    return samples
+
+
+def check_observability(env):
+    """Issue 8: a profile of a real trio run has spans of all three processes, properly
+    nested and in order across the processes; the metrics count what was served."""
+    trio = Trio(env, "qwen3_moe", [])
+    try:
+        trio.start()
+        prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
+        lengths, max_tokens = [37, 300, 600], 10
+        for n in lengths:
+            r = trio.generate(prompt=prompt[:n], max_tokens=max_tokens, extra=["--ignore_eos"])
+            check("error" not in r and len(r.get("tokens", [])) == max_tokens,
+                  f"observability: generate {n} prompt + {max_tokens} tokens", err_text(r))
+        bad = trio.generate(prompt=[99999], max_tokens=4)
+        check(bad.get("error", {}).get("code") == "INVALID_ARGUMENT",
+              "observability: a rejected request", err_text(bad))
+
+        # Metrics.
+        text = trio.info()["text"]
+        m = re.search(r"metrics: http://(\S+)/metrics", text)
+        if not check(m is not None, "observability: wscope info shows the metrics address", text):
+            return
+        with urllib.request.urlopen(f"http://{m.group(1)}/metrics", timeout=10) as response:
+            body = response.read().decode()
+            content_type = response.headers.get("Content-Type", "")
+        try:
+            samples = parse_prometheus(body)
+        except ValueError as error:
+            fail(f"observability: /metrics does not parse: {error}")
+            return
+        ok(f"observability: /metrics parses ({len(samples)} samples, {content_type})")
+
+        def value(name, **labels):
+            return samples.get((name, frozenset(labels.items())))
+        want = {
+            ("writescope_requests_total", (("outcome", "complete"),)): len(lengths),
+            ("writescope_requests_total", (("outcome", "rejected"),)): 1,
+            ("writescope_prompt_tokens_total", ()): sum(lengths),
+            ("writescope_generated_tokens_total", ()): len(lengths) * max_tokens,
+            ("writescope_time_to_first_token_seconds_count", ()): len(lengths),
+            ("writescope_time_per_output_token_seconds_count", ()): len(lengths) * (max_tokens - 1),
+            ("writescope_requests_running", ()): 0,
+            ("writescope_kv_blocks_used", (("region", "cpu_compute"),)): 0,
+        }
+        for (name, labels), expected in want.items():
+            got = value(name, **dict(labels))
+            check(got == expected, f"observability: {name}{dict(labels) or ''} = {got} "
+                                   f"(served: {expected})")
+        gpu_steps = value("writescope_step_seconds_count", worker="gpu_worker")
+        cpu_steps = value("writescope_step_seconds_count", worker="cpu_worker")
+        check(gpu_steps is not None and gpu_steps > 0 and gpu_steps == cpu_steps,
+              f"observability: step time histograms count {gpu_steps} gpu / {cpu_steps} cpu steps")
+
+        # Profile.
+        trace_path = os.path.join(env.work, "trace.json")
+        proc = trio.wscope(["profile", f"--target={trio.target}", "--steps=3",
+                            f"--out={trace_path}"], timeout=60)
+        if not check(proc.returncode == 0, "observability: wscope profile",
+                     proc.stderr[-500:]):
+            return
+        with open(trace_path) as f:
+            trace = json.load(f)
+        events = trace["traceEvents"]
+        names = {e["pid"]: e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+        spans = [e for e in events if e.get("ph") == "X"]
+        by_process = {}
+        for e in spans:
+            by_process.setdefault(names.get(e["pid"]), []).append(e)
+        check(all(by_process.get(p) for p in ("coordinator", "gpu_worker", "cpu_worker")),
+              "observability: the profile has spans of all three processes "
+              f"({ {p: len(v) for p, v in by_process.items()} })")
+        # Proper nesting per (pid, tid).
+        nested = True
+        lanes = {}
+        for e in spans:
+            lanes.setdefault((e["pid"], e["tid"]), []).append(e)
+        for lane in lanes.values():
+            lane.sort(key=lambda e: (e["ts"], -e["dur"]))
+            stack = []
+            for e in lane:
+                while stack and stack[-1] <= e["ts"]:
+                    stack.pop()
+                if stack and e["ts"] + e["dur"] > stack[-1] + 1e-3:
+                    nested = False
+                stack.append(e["ts"] + e["dur"])
+        check(nested, f"observability: spans nest properly in each of {len(lanes)} lanes")
+        # In order across processes (one clock): the coordinator's wait for the workers
+        # contains the gpu_worker's step, which contains the cpu_worker's work of that step.
+        def by_step(process, name=None):
+            out = {}
+            for e in by_process.get(process, []):
+                if name is None or e["name"] == name:
+                    out.setdefault(e["args"]["step"], []).append(e)
+            return out
+        coordinator_waits = by_step("coordinator", "workers")
+        gpu_steps_spans = by_step("gpu_worker", "step")
+        cpu_work = by_step("cpu_worker")
+        inside = lambda e, outer: outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"]
+        ordered, compared = True, 0
+        for step, (g,) in ((k, v) for k, v in gpu_steps_spans.items() if len(v) == 1):
+            for c in coordinator_waits.get(step, []):
+                ordered = ordered and inside(g, c)
+                compared += 1
+            for e in cpu_work.get(step, []):
+                ordered = ordered and inside(e, g)
+                compared += 1
+        check(ordered and compared > 0,
+              f"observability: across processes, {compared} spans lie inside their step "
+              "(coordinator wait > gpu_worker step > cpu_worker work)")
+        summary = proc.stdout
+        check("gpu_worker" in summary and "cpu_worker" in summary and "busy" in summary,
+              "observability: wscope profile prints the per-phase summary", summary[-800:])
+    finally:
+        trio.stop()
+
+
+def check_worker_death(env):
+    """Issue 9: killing a worker mid-generation ends the request with UNAVAILABLE within 2 s,
+    the coordinator stays up and reports NOT_SERVING, and serves again once launch.sh has
+    relaunched the worker."""
+    trio = Trio(env, "qwen3_moe", [])
+    try:
+        trio.start()
+        prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
+        ref = env.reference("qwen3_moe", prompt[:40], 8)
+        log_dir = trio.ready["WS_LOG_DIR"]
+        for victim in ("cpu_worker", "gpu_worker"):
+            args = trio.generate_args(prompt=prompt, max_tokens=3000, extra=["--ignore_eos"])
+            started = time.monotonic()
+            proc = subprocess.Popen([env.exe("wscope")] + args, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            time.sleep(1.0)  # decoding by now
+            pids = subprocess.run(["pgrep", "-f", "--", f"--port_file={log_dir}/{victim}.port"],
+                                  capture_output=True, text=True).stdout.split()
+            if not check(len(pids) == 1, f"worker death: found the {victim} process", pids):
+                proc.kill()
+                continue
+            killed = time.monotonic()
+            os.kill(int(pids[0]), signal.SIGKILL)
+            # Health of the coordinator while the worker is gone.
+            not_serving_seen = False
+            while proc.poll() is None and time.monotonic() - killed < 10:
+                h = trio.wscope(["health", trio.target], timeout=10)
+                not_serving_seen = not_serving_seen or "NOT_SERVING" in h.stdout
+                time.sleep(0.02)
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            ended = time.monotonic() - killed
+            r = parse_generate(out, err, proc.returncode, time.monotonic() - started)
+            code = r.get("error", {}).get("code")
+            check(code == "UNAVAILABLE" and ended < 2.0,
+                  f"worker death: {victim} killed mid-generation -> {code} after {ended:.2f} s "
+                  f"(< 2 s; {len(r.get('tokens', []))} tokens had streamed)", err_text(r))
+            # NOT_SERVING while the worker is gone or reloading, then SERVING again.
+            while not not_serving_seen and time.monotonic() - killed < 2:
+                h = trio.wscope(["health", trio.target], timeout=10)
+                not_serving_seen = "NOT_SERVING" in h.stdout
+                time.sleep(0.01)
+            for _ in range(150):
+                h = trio.wscope(["health", trio.target], timeout=10)
+                if h.returncode == 0 and "NOT_SERVING" not in h.stdout:
+                    break
+                time.sleep(0.1)
+            check(not_serving_seen, f"worker death: the coordinator reported NOT_SERVING after "
+                                    f"{victim} died")
+            back = time.monotonic() - killed
+            r = trio.generate(prompt=prompt[:40], max_tokens=8, extra=["--ignore_eos"])
+            check("error" not in r and r.get("tokens") == ref["greedy"][:8],
+                  f"worker death: served again {back:.1f} s after {victim} died (relaunched by "
+                  "launch.sh), the next request matches ws_reference", err_text(r))
+    finally:
+        trio.stop()
+
+
 def run_section(name, fn, *args):
     started = time.monotonic()
     print(f"== {name}", flush=True)
@@ -729,6 +936,8 @@ def main():
             run_section(f"1. fixture {arch}", fixture_section, arch)
         run_section("3. policy invariance", check_policies, env)
         run_section("7. KV exhaustion", check_exhaustion, env)
+        run_section("8. profile and metrics", check_observability, env)
+        run_section("9. worker death", check_worker_death, env)
     print(f"{len(PASSES)} passed, {len(FAILURES)} failed in {time.monotonic() - started:.1f} s")
     return 1 if FAILURES else 0
 

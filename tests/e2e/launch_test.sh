@@ -2,8 +2,9 @@
 # End-to-end test of deploy/launch.sh with the three real processes:
 #  1. the trio comes up, all three report SERVING, server info shows a data-plane round
 #     trip, and SIGTERM stops everything with nothing left in /dev/shm;
-#  2. killing any one process (SIGKILL) makes launch.sh stop the other two and remove
-#     the arena.
+#  2. killing a worker (SIGKILL) makes launch.sh relaunch it and the trio serve again;
+#     killing the coordinator makes launch.sh stop the other two and remove the arena;
+#     a worker that keeps dying (past WS_MAX_RESTARTS) stops everything too.
 set -uo pipefail
 
 ROOT="$1"
@@ -83,30 +84,76 @@ else
   fail "trio did not start"
 fi
 
-# ---- 2. one process dies: the rest stop ------------------------------------------
-for victim in cpu_worker gpu_worker coordinator; do
-  if ! start_trio; then fail "trio did not start (victim $victim)"; continue; fi
-  TRIO="$(pids_of_trio | sort -u)"
-  [[ $(wc -w <<<"$TRIO") -eq 3 ]] || fail "expected 3 trio processes, found: $TRIO"
-  victim_pid=""
-  for p in $TRIO; do
-    [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == "$victim" ]] && victim_pid=$p
-  done
-  if [[ -z "$victim_pid" ]]; then fail "no $victim process found"; kill -TERM "$LAUNCH_PID"; wait; continue; fi
-  kill -KILL "$victim_pid"
+# ---- 2. a worker dies: relaunched; the coordinator dies: everything stops -----------
+stops_cleanly() {  # stops_cleanly WHAT: launch.sh exits non-zero, nothing left behind
   if wait_gone "$LAUNCH_PID" 15; then
     wait "$LAUNCH_PID"; code=$?
-    [[ $code -ne 0 ]] && pass "launch.sh exits non-zero ($code) when $victim dies" \
-      || fail "launch.sh exited 0 after $victim died"
+    [[ $code -ne 0 ]] && pass "launch.sh exits non-zero ($code) when $1" \
+      || fail "launch.sh exited 0 when $1"
   else
-    fail "launch.sh did not stop after $victim died"
+    fail "launch.sh did not stop when $1"
     kill -TERM "$LAUNCH_PID"
   fi
   left=0
   for p in $TRIO; do kill -0 "$p" 2>/dev/null && left=1; done
-  [[ $left -eq 0 ]] && pass "no process left after $victim died" || fail "processes left after $victim died"
-  [[ -e "/dev/shm$WS_ARENA" ]] && fail "arena left after $victim died" || pass "no arena left after $victim died"
-done
+  for p in $(pids_of_trio); do kill -0 "$p" 2>/dev/null && left=1; done
+  [[ $left -eq 0 ]] && pass "no process left when $1" || fail "processes left when $1"
+  [[ -e "/dev/shm$WS_ARENA" ]] && fail "arena left when $1" || pass "no arena left when $1"
+}
+pid_of() {  # pid_of NAME: the trio's process of that name
+  local p
+  for p in $(pids_of_trio | sort -u); do
+    [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == "$1" ]] && { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+if start_trio; then
+  for victim in cpu_worker gpu_worker; do
+    victim_pid="$(pid_of "$victim")" || { fail "no $victim process found"; continue; }
+    kill -KILL "$victim_pid"
+    back=0
+    for _ in $(seq 150); do
+      sleep 0.1
+      new_pid="$(pid_of "$victim")" || continue
+      [[ "$new_pid" != "$victim_pid" ]] || continue
+      if "$BIN/wscope" health "$WS_TARGET" "$WS_GPU_WORKER" "$WS_CPU_WORKER" >/dev/null 2>&1; then
+        back=1; break
+      fi
+    done
+    [[ $back -eq 1 ]] && pass "$victim killed: relaunched on its port and the trio serves again" \
+      || fail "$victim killed: the trio did not serve again within 15 s: $(tail -3 "$WORK/launch.log")"
+    kill -0 "$LAUNCH_PID" 2>/dev/null && pass "launch.sh keeps running after $victim died" \
+      || fail "launch.sh stopped after $victim died"
+  done
+  "$BIN/wscope" selftest --target="$WS_TARGET" >"$WORK/selftest2" 2>&1 \
+    && pass "self test passes after both workers were relaunched" \
+    || fail "self test after relaunch: $(tail -5 "$WORK/selftest2")"
+  TRIO="$(pids_of_trio | sort -u)"
+  kill -KILL "$(pid_of coordinator)"
+  stops_cleanly "the coordinator dies"
+else
+  fail "trio did not start (worker deaths)"
+fi
+
+# A worker that keeps dying: after WS_MAX_RESTARTS relaunches, everything stops.
+export WS_MAX_RESTARTS=1
+if start_trio; then
+  for _ in 1 2; do
+    victim_pid="$(pid_of cpu_worker)" || break
+    kill -KILL "$victim_pid"
+    for _ in $(seq 100); do
+      sleep 0.1
+      new_pid="$(pid_of cpu_worker)" && [[ "$new_pid" != "$victim_pid" ]] && break
+      kill -0 "$LAUNCH_PID" 2>/dev/null || break
+    done
+  done
+  TRIO="$(pids_of_trio | sort -u)"
+  stops_cleanly "a worker dies more often than WS_MAX_RESTARTS"
+else
+  fail "trio did not start (restart limit)"
+fi
+unset WS_MAX_RESTARTS
 
 # ---- 3. a bad model folder: a clear error, nothing left behind ------------------
 if "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 -- --model=/nonexistent/model >"$WORK/bad.log" 2>&1; then

@@ -13,6 +13,11 @@
 //                                           object at the end instead ({"error": ...} on
 //                                           failure). Exit 1 on an error.
 //   wscope abort --request_id=S [--json]    ends a running or queued request
+//   wscope load [--streams=N] [--duration=10s] [--prompt_tokens=N] [--max_tokens=N]
+//          [--seed=N] [--json]          a bounded load generator: N concurrent Generate
+//                                           streams for a fixed time, each repeating random
+//                                           prompts; prints completed requests, outcomes by
+//                                           status code, tokens/s and latency percentiles
 //   wscope profile [--steps=N] [--out=trace.json]
 //                                           the last N steps of the three processes: writes
 //                                           the Chrome trace (Perfetto, chrome://tracing)
@@ -20,8 +25,14 @@
 //
 // --timeout is the deadline of each call (default 10 s); for generate it bounds the whole
 // stream and defaults to --generate_timeout (600 s).
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -73,6 +84,9 @@ ABSL_FLAG(bool, prompt_logprobs, false, "generate: log p(prompt[i] | prompt[:i])
 ABSL_FLAG(std::string, request_id, "",
           "generate: the request's id (empty: the server picks); abort: the request to end");
 ABSL_FLAG(uint32_t, steps, 8, "profile: the last N steps");
+ABSL_FLAG(uint32_t, streams, 8, "load: concurrent streams");
+ABSL_FLAG(absl::Duration, duration, absl::Seconds(10), "load: how long to run");
+ABSL_FLAG(uint32_t, prompt_tokens, 64, "load: prompt length of each request");
 ABSL_FLAG(std::string, out, "trace.json", "profile: where to write the Chrome trace JSON");
 ABSL_FLAG(uint32_t, stream_interval, 0, "generate: one chunk per this many tokens (0: each)");
 ABSL_FLAG(bool, json, false,
@@ -204,6 +218,127 @@ int SelfTest() {
   for (const std::string& check : response.checks()) std::printf("  %s\n", check.c_str());
   std::printf("selftest: %s\n", response.ok() ? "OK" : "FAILED");
   return response.ok() ? 0 : 1;
+}
+
+// ---- load ------------------------------------------------------------------------------
+
+struct LoadTotals {
+  std::mutex mutex;
+  std::map<std::string, uint64_t> outcomes;  // "OK" or the status code name
+  std::vector<double> ttft_ms, request_ms;
+  uint64_t tokens = 0;
+};
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t i = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
+  return values[i];
+}
+
+std::string CodeName(int code);
+
+int Load() {
+  const uint32_t streams = std::max<uint32_t>(1, absl::GetFlag(FLAGS_streams));
+  const absl::Duration duration = absl::GetFlag(FLAGS_duration);
+  const uint32_t prompt_tokens = std::max<uint32_t>(1, absl::GetFlag(FLAGS_prompt_tokens));
+  const uint32_t max_tokens = absl::GetFlag(FLAGS_max_tokens) == 0 ? 32 : absl::GetFlag(FLAGS_max_tokens);
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto stub = writescope::v1::WriteScope::NewStub(channel);
+  writescope::v1::ModelInfo model;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status status = stub->GetModelInfo(&context, writescope::v1::GetModelInfoRequest(), &model);
+    if (!status.ok()) {
+      std::fprintf(stderr, "wscope load: %s\n", status.error_message().c_str());
+      return 1;
+    }
+  }
+  LoadTotals totals;
+  const absl::Time start = absl::Now(), end = start + duration;
+  const uint64_t seed = absl::GetFlag(FLAGS_seed).value_or(1);
+  std::vector<std::thread> threads;
+  for (uint32_t s = 0; s < streams; ++s) {
+    threads.emplace_back([&, s] {
+      std::mt19937_64 rng(seed * 7919 + s);
+      for (uint64_t n = 0; absl::Now() < end; ++n) {
+        writescope::v1::GenerateRequest request;
+        for (uint32_t t = 0; t < prompt_tokens; ++t) {
+          request.add_prompt_token_ids(static_cast<uint32_t>(rng() % model.vocab_size()));
+        }
+        request.mutable_sampling()->set_max_tokens(max_tokens);
+        request.mutable_sampling()->set_temperature(0.7f);
+        request.mutable_sampling()->set_seed(rng());
+        request.mutable_sampling()->set_ignore_eos(true);
+        grpc::ClientContext context;
+        // A request still running at the end of the run is cut off by its deadline.
+        context.set_deadline(absl::ToChronoTime(end + absl::Seconds(30)));
+        const absl::Time sent = absl::Now();
+        std::optional<absl::Time> first;
+        uint64_t tokens = 0;
+        std::string outcome = "OK";
+        auto reader = stub->Generate(&context, request);
+        writescope::v1::GenerateResponse response;
+        while (reader->Read(&response)) {
+          if (response.has_chunk() && response.chunk().token_ids_size() > 0) {
+            if (!first) first = absl::Now();
+            tokens += response.chunk().token_ids_size();
+          }
+          if (response.has_error()) outcome = CodeName(response.error().code());
+        }
+        grpc::Status status = reader->Finish();
+        if (!status.ok()) outcome = CodeName(static_cast<int>(status.error_code()));
+        std::lock_guard<std::mutex> lock(totals.mutex);
+        ++totals.outcomes[outcome];
+        totals.tokens += tokens;
+        if (outcome == "OK") {
+          totals.request_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));
+          if (first) totals.ttft_ms.push_back(absl::ToDoubleMilliseconds(*first - sent));
+        } else if (outcome == "RESOURCE_EXHAUSTED") {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // back off a little
+        }
+      }
+    });
+  }
+  // Progress once a second.
+  while (absl::Now() < end) {
+    absl::SleepFor(std::min(absl::Seconds(1), end - absl::Now()));
+    std::lock_guard<std::mutex> lock(totals.mutex);
+    uint64_t done = 0;
+    for (const auto& [name, count] : totals.outcomes) done += count;
+    std::fprintf(stderr, "load: %.0f s, %llu requests, %llu tokens\n",
+                 absl::ToDoubleSeconds(absl::Now() - start), static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(totals.tokens));
+  }
+  for (std::thread& thread : threads) thread.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  uint64_t requests = 0;
+  for (const auto& [name, count] : totals.outcomes) requests += count;
+  if (absl::GetFlag(FLAGS_json)) {
+    std::string outcomes;
+    for (const auto& [name, count] : totals.outcomes) {
+      absl::StrAppend(&outcomes, outcomes.empty() ? "" : ",", "\"", name, "\":", count);
+    }
+    std::printf("{\"streams\":%u,\"seconds\":%.3f,\"requests\":%llu,\"outcomes\":{%s},"
+                "\"tokens\":%llu,\"tokens_per_s\":%.3f,\"ttft_ms_p50\":%.3f,"
+                "\"ttft_ms_p99\":%.3f,\"request_ms_p50\":%.3f,\"request_ms_p99\":%.3f}\n",
+                streams, seconds, static_cast<unsigned long long>(requests), outcomes.c_str(),
+                static_cast<unsigned long long>(totals.tokens), totals.tokens / seconds,
+                Percentile(totals.ttft_ms, 0.5), Percentile(totals.ttft_ms, 0.99),
+                Percentile(totals.request_ms, 0.5), Percentile(totals.request_ms, 0.99));
+    return 0;
+  }
+  std::printf("load: %u streams for %.1f s: %llu requests, %llu tokens (%.1f tokens/s)\n",
+              streams, seconds, static_cast<unsigned long long>(requests),
+              static_cast<unsigned long long>(totals.tokens), totals.tokens / seconds);
+  for (const auto& [name, count] : totals.outcomes) {
+    std::printf("  %-20s %llu\n", name.c_str(), static_cast<unsigned long long>(count));
+  }
+  std::printf("time to first token p50 %.1f ms  p99 %.1f ms;  request p50 %.1f ms  p99 %.1f ms\n",
+              Percentile(totals.ttft_ms, 0.5), Percentile(totals.ttft_ms, 0.99),
+              Percentile(totals.request_ms, 0.5), Percentile(totals.request_ms, 0.99));
+  return 0;
 }
 
 int Profile() {
@@ -578,7 +713,9 @@ int main(int argc, char** argv) {
       "      [--stop_ids=a,b] [--ignore_eos] [--logprobs=N] [--prompt_logprobs]\n"
       "      [--request_id=S] [--stream_interval=N] [--timeout=600s] [--json] |\n"
       "  wscope abort [--target=ADDRESS] --request_id=S [--json] |\n"
-      "  wscope profile [--target=ADDRESS] [--steps=N] [--out=trace.json]");
+      "  wscope profile [--target=ADDRESS] [--steps=N] [--out=trace.json] |\n"
+      "  wscope load [--target=ADDRESS] [--streams=N] [--duration=10s] [--prompt_tokens=N]\n"
+      "      [--max_tokens=N] [--seed=N] [--json]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());
@@ -590,6 +727,7 @@ int main(int argc, char** argv) {
   if (command == "info") return Info();
   if (command == "selftest") return SelfTest();
   if (command == "profile") return Profile();
+  if (command == "load") return Load();
   if ((command == "generate" || command == "abort") && !rest.empty()) {
     std::fprintf(stderr, "wscope %s: unexpected argument '%s' (ids go in --prompt_ids)\n",
                  command.c_str(), rest.front().c_str());

@@ -71,6 +71,7 @@ for step in "${steps[@]}"; do
             /tmp/ws/bin/wscope generate --target=$WS_TARGET --prompt_ids=$ids --max_tokens=64 --ignore_eos | tail -3
           done
           /tmp/ws/bin/wscope info --target=$WS_TARGET
+          /tmp/ws/bin/wscope profile --target=$WS_TARGET --steps=4 --out=$OUT/trio-trace.json
           kill -TERM $p; wait $p' ;;
     trio)
       # The trio on the CUDA device with a synthetic Qwen3-30B-A3B of 4 layers (real

@@ -880,6 +880,68 @@ def check_worker_death(env):
         trio.stop()
 
 
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def check_load(env):
+    """Issue 9: a bounded load (more streams than sequences + queue) runs without deadlock,
+    answers beyond capacity with RESOURCE_EXHAUSTED, keeps memory flat, and leaves the trio
+    idle and correct."""
+    trio = Trio(env, "qwen3_moe", ["--queue_capacity=4", "--max_sequences=8"])
+    try:
+        trio.start()
+        log_dir = trio.ready["WS_LOG_DIR"]
+        pids = {}
+        for name, pattern in (("coordinator", f"--arena={trio.ready['WS_ARENA']}"),
+                              ("gpu_worker", f"--port_file={log_dir}/gpu_worker.port"),
+                              ("cpu_worker", f"--port_file={log_dir}/cpu_worker.port")):
+            found = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True,
+                                   text=True).stdout.split()
+            if found:
+                pids[name] = int(found[0])
+        if not check(len(pids) == 3, f"load: found the three processes {pids}"):
+            return
+        rounds = []
+        for round_index in range(2):
+            started = time.monotonic()
+            proc = trio.wscope(["load", f"--target={trio.target}", "--streams=24",
+                                "--duration=4s", "--prompt_tokens=48", "--max_tokens=16",
+                                f"--seed={round_index + 1}", "--json"], timeout=90)
+            took = time.monotonic() - started
+            try:
+                result = json.loads(proc.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                fail(f"load: round {round_index + 1} printed no JSON", proc.stderr[-500:])
+                return
+            rounds.append(({n: rss_kib(p) for n, p in pids.items()}, result))
+            outcomes = result["outcomes"]
+            check(proc.returncode == 0 and took < 40 and set(outcomes) <= {"OK", "RESOURCE_EXHAUSTED"}
+                  and outcomes.get("OK", 0) > 0,
+                  f"load: round {round_index + 1}, 24 streams x 4 s over 8 sequences + a queue of "
+                  f"4: {result['requests']} requests {outcomes}, {result['tokens_per_s']:.0f} "
+                  f"tokens/s, ttft p50 {result['ttft_ms_p50']:.0f} ms p99 "
+                  f"{result['ttft_ms_p99']:.0f} ms, done in {took:.1f} s (no deadlock)")
+        check(any(r["outcomes"].get("RESOURCE_EXHAUSTED", 0) > 0 for _, r in rounds),
+              "load: beyond capacity the queue answers RESOURCE_EXHAUSTED")
+        (first, _), (second, _) = rounds
+        growth = {n: second[n] - first[n] for n in pids}
+        check(all(growth[n] < 0.10 * first[n] + 8192 for n in pids),
+              f"load: memory flat from round 1 to round 2 (RSS KiB {first} -> {second})")
+        wait_idle(trio, "load")
+        prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
+        ref = env.reference("qwen3_moe", prompt[:40], 8)
+        r = trio.generate(prompt=prompt[:40], max_tokens=8, extra=["--ignore_eos"])
+        check("error" not in r and r.get("tokens") == ref["greedy"][:8],
+              "load: the next request matches ws_reference", err_text(r))
+    finally:
+        trio.stop()
+
+
 def run_section(name, fn, *args):
     started = time.monotonic()
     print(f"== {name}", flush=True)
@@ -938,6 +1000,7 @@ def main():
         run_section("7. KV exhaustion", check_exhaustion, env)
         run_section("8. profile and metrics", check_observability, env)
         run_section("9. worker death", check_worker_death, env)
+        run_section("10. bounded load", check_load, env)
     print(f"{len(PASSES)} passed, {len(FAILURES)} failed in {time.monotonic() - started:.1f} s")
     return 1 if FAILURES else 0
 

@@ -1,10 +1,16 @@
-// The CUDA attention adapter of builds without CUDA.
+// The CUDA adapters of builds without CUDA.
 #include "gpu_worker/device_attention.h"
+#include "gpu_worker/device_linear.h"
 
 namespace writescope::gpu {
 
 absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(Device*) {
   return absl::UnimplementedError("this build has no CUDA attention");
+}
+
+absl::StatusOr<std::unique_ptr<DeviceLinear>> CreateCudaDeviceLinear(Device*, const ModelWeights&,
+                                                                     uint64_t) {
+  return absl::UnimplementedError("this build has no cuBLAS");
 }
 
 }  // namespace writescope::gpu

@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& wei
                                                          const GpuStepOptions& options) {
   auto step = std::unique_ptr<GpuStep>(new GpuStep(device, kv_cache, data_plane, options));
   WS_ASSIGN_OR_RETURN(step->ops_, kernels::model::DecoderOps::Create(weights.config(), weights));
+  if (options.linear) step->ops_->set_linear_backend(options.linear);
   WS_ASSIGN_OR_RETURN(step->attention_, CreateDeviceAttention(device));
   step->dims_ = StepDimsFor(weights.config());
   return step;

@@ -48,6 +48,8 @@ struct GpuStepOptions {
   absl::Duration reply_timeout = absl::Seconds(120);
   // Spans of every step and layer (may be null: no profiling).
   SpanRecorder* spans = nullptr;
+  // The layer math's matrix products (empty: the host Linear).
+  kernels::model::LinearBackend linear;
 };
 
 class GpuStep {

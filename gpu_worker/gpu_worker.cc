@@ -46,8 +46,18 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   if (request.vram_budget_bytes() > 0) budget.total_bytes = request.vram_budget_bytes();
   WS_ASSIGN_OR_RETURN(device_weights_,
                       DeviceWeights::Upload(*weights_, device_.get(), budget, config.gpu_bytes()));
+  // What is left of the budget after weights, KV and workspace.
+  const uint64_t used = device_weights_->bytes() + config.gpu_bytes() + budget.workspace_bytes;
+  WS_ASSIGN_OR_RETURN(linear_, CreateDeviceLinear(device_.get(), *weights_,
+                                                  budget.total_bytes > used ? budget.total_bytes - used : 0));
   GpuStepOptions step_options;
   step_options.spans = &spans_;
+  if (linear_ != nullptr) {
+    step_options.linear = [linear = linear_.get()](const float* x, int64_t tokens,
+                                                   const kernels::model::LinearWeight& w, float* y) {
+      return linear->Linear(x, tokens, w, y);
+    };
+  }
   WS_ASSIGN_OR_RETURN(step_, GpuStep::Create(*weights_, device_.get(), kv_cache_.get(), plane,
                                              step_options));
   loaded_.store(true);
@@ -79,7 +89,10 @@ internal::WorkerStats GpuWorker::Stats() {
   stats.set_load_fraction(Snapshot(load_progress_).fraction());
   stats.set_resident_bytes(load_progress_.bytes_done.load());
   stats.set_steps(steps_.load());
-  if (loaded_.load()) stats.set_device_bytes(device_weights_->bytes() + kv_cache_->device_bytes());
+  if (loaded_.load()) {
+    stats.set_device_bytes(device_weights_->bytes() + kv_cache_->device_bytes() +
+                           (linear_ != nullptr ? linear_->weight_bytes() : 0));
+  }
   return stats;
 }
 
@@ -307,6 +320,7 @@ void GpuWorker::Stop() {
     data_plane_.reset();
   }
   step_.reset();
+  linear_.reset();
   kv_cache_.reset();  // unpins the transfer region before the arena is unmapped
   device_weights_.reset();
   weights_.reset();

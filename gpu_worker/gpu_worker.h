@@ -14,6 +14,7 @@
 #include "common/worker_server.h"
 #include "gpu_worker/device.h"
 #include "gpu_worker/device_weights.h"
+#include "gpu_worker/device_linear.h"
 #include "gpu_worker/gpu_step.h"
 #include "gpu_worker/kv_cache.h"
 
@@ -54,6 +55,8 @@ class GpuWorker final : public WorkerBackend {
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<DeviceWeights> device_weights_;
   // Runs the steps (after Load).
+  // The attention side's matrix products on the GPU (null: on the host).
+  std::unique_ptr<DeviceLinear> linear_;
   std::unique_ptr<GpuStep> step_;
   SpanRecorder spans_;
   std::atomic<uint64_t> steps_{0};

@@ -90,6 +90,21 @@ const Bf16Tensor& DecoderOps::W(int64_t layer, const char* suffix) const {
   return weights_.At(LayerTensorName(layer, suffix));
 }
 
+absl::Status DecoderOps::Matmul(const float* x, int64_t tokens, const LinearWeight& w, float* y) {
+  if (backend_) return backend_(x, tokens, w, y);
+  return Linear(x, tokens, w, y, cache());
+}
+
+absl::Status DecoderOps::SwiGlu(const float* x, int64_t tokens, const LinearWeight& gate,
+                                const LinearWeight& up, const LinearWeight& down, float* y) {
+  if (!backend_) return SwiGluMlp(x, tokens, gate, up, down, y, cache());
+  std::vector<float> g(tokens * gate.out_features), u(tokens * up.out_features);
+  WS_RETURN_IF_ERROR(Matmul(x, tokens, gate, g.data()));
+  WS_RETURN_IF_ERROR(Matmul(x, tokens, up, u.data()));
+  SiluMul(g.data(), u.data(), tokens * gate.out_features, g.data());
+  return Matmul(g.data(), tokens, down, y);
+}
+
 const LinearWeight DecoderOps::KvB(int64_t layer) const {
   return AsLinear(W(layer, "self_attn.kv_b_proj.weight"));
 }
@@ -116,11 +131,9 @@ absl::Status DecoderOps::ProjectQkv(int64_t layer, const float* h, int64_t token
     const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads;
     const int64_t dim = config_.head_dim;
     std::vector<float> k(tokens * kv_heads * dim), v(tokens * kv_heads * dim);
-    WS_RETURN_IF_ERROR(Linear(h, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q, cache()));
-    WS_RETURN_IF_ERROR(
-        Linear(h, tokens, AsLinear(W(layer, "self_attn.k_proj.weight")), k.data(), cache()));
-    WS_RETURN_IF_ERROR(
-        Linear(h, tokens, AsLinear(W(layer, "self_attn.v_proj.weight")), v.data(), cache()));
+    WS_RETURN_IF_ERROR(Matmul(h, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q));
+    WS_RETURN_IF_ERROR(Matmul(h, tokens, AsLinear(W(layer, "self_attn.k_proj.weight")), k.data()));
+    WS_RETURN_IF_ERROR(Matmul(h, tokens, AsLinear(W(layer, "self_attn.v_proj.weight")), v.data()));
     if (config_.arch == ModelArch::kQwen3Moe) {
       RmsNorm(q, tokens * heads, dim, W(layer, "self_attn.q_norm.weight").data,
               config_.rms_norm_eps, q);
@@ -142,13 +155,13 @@ absl::Status DecoderOps::ProjectQkv(int64_t layer, const float* h, int64_t token
     const int64_t rank = *config_.q_lora_rank;
     std::vector<float> q_a(tokens * rank);
     WS_RETURN_IF_ERROR(
-        Linear(h, tokens, AsLinear(W(layer, "self_attn.q_a_proj.weight")), q_a.data(), cache()));
+        Matmul(h, tokens, AsLinear(W(layer, "self_attn.q_a_proj.weight")), q_a.data()));
     RmsNorm(q_a.data(), tokens, rank, W(layer, "self_attn.q_a_layernorm.weight").data,
             kMlaLatentNormEps, q_a.data());
     WS_RETURN_IF_ERROR(
         Linear(q_a.data(), tokens, AsLinear(W(layer, "self_attn.q_b_proj.weight")), q, cache()));
   } else {
-    WS_RETURN_IF_ERROR(Linear(h, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q, cache()));
+    WS_RETURN_IF_ERROR(Matmul(h, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q));
   }
   WS_RETURN_IF_ERROR(Linear(h, tokens, AsLinear(W(layer, "self_attn.kv_a_proj_with_mqa.weight")),
                             kv_rows, cache()));
@@ -173,19 +186,18 @@ void DecoderOps::MlaUv(int64_t layer, const float* o_latent, int64_t tokens, flo
 
 absl::Status DecoderOps::OutputProjection(int64_t layer, const float* attn, int64_t tokens,
                                           float* out) {
-  return Linear(attn, tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out, cache());
+  return Matmul(attn, tokens, AsLinear(W(layer, "self_attn.o_proj.weight")), out);
 }
 
 absl::Status DecoderOps::DenseMlp(int64_t layer, const float* h, int64_t tokens, float* out) {
-  return SwiGluMlp(h, tokens, AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kGate))),
-                   AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kUp))),
-                   AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kDown))), out,
-                   cache());
+  return SwiGlu(h, tokens, AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kGate))),
+                AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kUp))),
+                AsLinear(weights_.At(DenseMlpTensorName(layer, MlpMatrix::kDown))), out);
 }
 
 absl::Status DecoderOps::RouterLogits(int64_t layer, const float* h, int64_t tokens,
                                       float* logits) {
-  return Linear(h, tokens, AsLinear(weights_.Router(layer)), logits, cache());
+  return Matmul(h, tokens, AsLinear(weights_.Router(layer)), logits);
 }
 
 absl::Status DecoderOps::AddSharedExperts(int64_t layer, const float* h, int64_t tokens,
@@ -196,10 +208,10 @@ absl::Status DecoderOps::AddSharedExperts(int64_t layer, const float* h, int64_t
   const int64_t n = tokens * config_.hidden_size;
   std::vector<float> shared(n);
   WS_RETURN_IF_ERROR(
-      SwiGluMlp(h, tokens, AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kGate))),
-                AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kUp))),
-                AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kDown))),
-                shared.data(), cache()));
+      SwiGlu(h, tokens, AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kGate))),
+             AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kUp))),
+             AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kDown))),
+             shared.data()));
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) out[i] += shared[i];
   return absl::OkStatus();
@@ -214,7 +226,7 @@ absl::Status DecoderOps::FinalLogits(const float* x, int64_t tokens, float* logi
   }
   RmsNorm(x, tokens, config_.hidden_size, weights_.At("model.norm.weight").data,
           config_.rms_norm_eps, normed);
-  return Linear(normed, tokens, AsLinear(weights_.At("lm_head.weight")), logits, cache());
+  return Matmul(normed, tokens, AsLinear(weights_.At("lm_head.weight")), logits);
 }
 
 }  // namespace writescope::kernels::model

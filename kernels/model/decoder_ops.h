@@ -25,6 +25,7 @@
 #define WRITESCOPE_KERNELS_MODEL_DECODER_OPS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -55,6 +56,12 @@ struct DecoderOpsOptions {
   uint64_t f32_cache_limit_bytes = uint64_t{8} << 30;
 };
 
+// A matrix-product backend: y[tokens, out] = x[tokens, in] W^T for a weight `w` of the
+// model's weights (its host view identifies it), x and y fp32 in host memory. The gpu_worker
+// puts its GPU (cuBLAS) behind it; unset, the host Linear (oneDNN) runs.
+using LinearBackend = std::function<absl::Status(const float* x, int64_t tokens,
+                                                 const LinearWeight& w, float* y)>;
+
 class DecoderOps {
  public:
   // `weights` must hold the attention-side tensors (SideFilter::kGpu or kAll) with the shapes
@@ -77,6 +84,8 @@ class DecoderOps {
   int64_t attn_values() const;
   // The fp32 weight cache (null when off); routed experts on the host may share it.
   F32WeightCache* cache() { return use_cache_ ? &cache_ : nullptr; }
+  // Every matrix product of these ops through `backend` (empty: the host Linear).
+  void set_linear_backend(LinearBackend backend) { backend_ = std::move(backend); }
 
   // x [tokens, hidden]. INVALID_ARGUMENT for a token outside the vocabulary.
   absl::Status Embed(absl::Span<const int32_t> tokens, float* x) const;
@@ -109,6 +118,9 @@ class DecoderOps {
   DecoderOps(const ModelConfig& config, const ModelWeights& weights,
              const DecoderOpsOptions& options);
   const Bf16Tensor& W(int64_t layer, const char* suffix) const;
+  absl::Status Matmul(const float* x, int64_t tokens, const LinearWeight& w, float* y);
+  absl::Status SwiGlu(const float* x, int64_t tokens, const LinearWeight& gate,
+                      const LinearWeight& up, const LinearWeight& down, float* y);
 
   ModelConfig config_;
   const ModelWeights& weights_;
@@ -118,6 +130,7 @@ class DecoderOps {
   float softmax_scale_ = 0;
   bool use_cache_ = false;
   F32WeightCache cache_;
+  LinearBackend backend_;
 };
 
 }  // namespace writescope::kernels::model

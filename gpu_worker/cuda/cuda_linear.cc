@@ -1,0 +1,143 @@
+// DeviceLinear on the CUDA device: cuBLAS SGEMM over fp32 copies of the weights.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/model_tensors.h"
+#include "common/status.h"
+#include "gpu_worker/device_linear.h"
+#include "kernels/cuda/cuda_convert.h"
+
+namespace writescope::gpu {
+namespace {
+
+absl::Status CublasStatus(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": cuBLAS status ", static_cast<int>(status)));
+}
+
+class CudaLinear final : public DeviceLinear {
+ public:
+  explicit CudaLinear(Device* device) : device_(device) {}
+  ~CudaLinear() override {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+
+  absl::Status Init(const ModelWeights& weights, uint64_t vram_bytes_available) {
+    // Every 2-D attention-side tensor but the embedding table (a gather, not a product),
+    // unless it is also lm_head (tied).
+    const Bf16Tensor* lm_head = weights.Find("lm_head.weight");
+    std::vector<const Bf16Tensor*> tensors;
+    uint64_t bytes = 0;
+    for (const TensorSpec& spec : weights.specs()) {
+      if (spec.shape.size() != 2 || spec.side != WorkerSide::kGpu) continue;
+      const Bf16Tensor* tensor = weights.Find(spec.name);
+      if (tensor == nullptr) continue;
+      if (spec.name == "model.embed_tokens.weight" &&
+          (lm_head == nullptr || lm_head->data != tensor->data)) {
+        continue;
+      }
+      if (weights_.contains(tensor->data)) continue;
+      weights_[tensor->data] = nullptr;
+      tensors.push_back(tensor);
+      bytes += 4 * static_cast<uint64_t>(tensor->numel());
+    }
+    if (bytes > vram_bytes_available) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "fp32 weights for the GPU matrix products need ", bytes, " bytes, ",
+          vram_bytes_available, " are left in the VRAM budget"));
+    }
+    if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) {
+      handle_ = nullptr;
+      return absl::UnavailableError("cublasCreate failed");
+    }
+    WS_RETURN_IF_ERROR(CublasStatus(
+        cublasSetStream(handle_, static_cast<cudaStream_t>(device_->native_stream(Stream::kCompute))),
+        "cublasSetStream"));
+    // Exact fp32 products, not TF32.
+    WS_RETURN_IF_ERROR(
+        CublasStatus(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
+    WS_ASSIGN_OR_RETURN(buffer_, DeviceBuffer::Allocate(device_, std::max<uint64_t>(bytes, 256)));
+    uint64_t largest = 0;
+    for (const Bf16Tensor* t : tensors) largest = std::max<uint64_t>(largest, t->numel());
+    WS_ASSIGN_OR_RETURN(DeviceBuffer staging, DeviceBuffer::Allocate(device_, 2 * largest));
+    uint64_t offset = 0;
+    for (const Bf16Tensor* t : tensors) {
+      float* dst = reinterpret_cast<float*>(static_cast<std::byte*>(buffer_.data()) + offset);
+      WS_RETURN_IF_ERROR(
+          device_->CopyToDevice(staging.data(), t->data, 2 * t->numel(), Stream::kCompute));
+      WS_RETURN_IF_ERROR(kernels::cuda::Bf16ToFloat(static_cast<const uint16_t*>(staging.data()),
+                                                     dst, t->numel(),
+                                                     device_->native_stream(Stream::kCompute)));
+      // The staging buffer is reused: one tensor at a time.
+      WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
+      weights_[t->data] = dst;
+      offset += 4 * static_cast<uint64_t>(t->numel());
+    }
+    bytes_ = bytes;
+    WS_LOG(INFO) << "GPU matrix products: " << tensors.size() << " weights widened to fp32, "
+                 << bytes << " bytes of VRAM (cuBLAS SGEMM)";
+    return absl::OkStatus();
+  }
+
+  absl::Status Linear(const float* x, int64_t tokens, const kernels::model::LinearWeight& w,
+                      float* y) override {
+    if (tokens == 0) return absl::OkStatus();
+    auto it = weights_.find(w.data);
+    if (it == weights_.end() || it->second == nullptr) {
+      return absl::InternalError(absl::StrCat("no device copy of a [", w.out_features, ", ",
+                                              w.in_features, "] weight"));
+    }
+    const uint64_t x_bytes = 4 * static_cast<uint64_t>(tokens * w.in_features);
+    const uint64_t y_bytes = 4 * static_cast<uint64_t>(tokens * w.out_features);
+    WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
+    WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), x, x_bytes, Stream::kCompute));
+    // Row-major y[T, out] = x[T, in] W^T is column-major Y[out, T] = W^T[out, in] X[in, T]
+    // with W row-major [out, in] = column-major [in, out].
+    const float alpha = 1.0f, beta = 0.0f;
+    WS_RETURN_IF_ERROR(CublasStatus(
+        cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out_features),
+                    static_cast<int>(tokens), static_cast<int>(w.in_features), &alpha, it->second,
+                    static_cast<int>(w.in_features), static_cast<const float*>(x_.data()),
+                    static_cast<int>(w.in_features), &beta, static_cast<float*>(y_.data()),
+                    static_cast<int>(w.out_features)),
+        "cublasSgemm"));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(y, y_.data(), y_bytes, Stream::kCompute));
+    return device_->Synchronize(Stream::kCompute);
+  }
+
+  uint64_t weight_bytes() const override { return bytes_; }
+
+ private:
+  absl::Status Grow(DeviceBuffer* buffer, uint64_t bytes) {
+    if (buffer->size() >= bytes) return absl::OkStatus();
+    *buffer = DeviceBuffer();
+    WS_ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Allocate(device_, std::max<uint64_t>(bytes, 1 << 20)));
+    return absl::OkStatus();
+  }
+
+  Device* device_;
+  cublasHandle_t handle_ = nullptr;
+  DeviceBuffer buffer_;
+  DeviceBuffer x_, y_;
+  absl::flat_hash_map<const uint16_t*, const float*> weights_;  // host bf16 -> device fp32
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceLinear>> CreateCudaDeviceLinear(Device* device,
+                                                                     const ModelWeights& weights,
+                                                                     uint64_t vram_bytes_available) {
+  auto linear = std::make_unique<CudaLinear>(device);
+  WS_RETURN_IF_ERROR(linear->Init(weights, vram_bytes_available));
+  return std::unique_ptr<DeviceLinear>(std::move(linear));
+}
+
+}  // namespace writescope::gpu

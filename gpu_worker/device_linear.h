@@ -1,0 +1,39 @@
+// The gpu_worker's matrix products on the device (kernels/model/decoder_ops.h LinearBackend):
+// every 2-D attention-side weight (projections, routers, shared experts, dense MLPs, lm_head)
+// widened once to fp32 in device memory, y = x W^T by cuBLAS SGEMM on the compute stream,
+// x and y copied through device staging buffers. fp32 weights and products keep the GPU's
+// numbers equal to the host path's (oneDNN fp32 on the widened bf16 weights) up to
+// summation order, at twice the bf16 bytes of VRAM (counted against the budget).
+//
+// Null on the host device (the host Linear runs there) and when the fp32 weights do not fit
+// `vram_bytes_available` (then a log line says so, and the host Linear runs).
+#ifndef WRITESCOPE_GPU_WORKER_DEVICE_LINEAR_H_
+#define WRITESCOPE_GPU_WORKER_DEVICE_LINEAR_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/model_weights.h"
+#include "gpu_worker/device.h"
+#include "kernels/model/decoder_ops.h"
+
+namespace writescope::gpu {
+
+class DeviceLinear {
+ public:
+  virtual ~DeviceLinear() = default;
+  virtual absl::Status Linear(const float* x, int64_t tokens, const kernels::model::LinearWeight& w,
+                              float* y) = 0;
+  // Device bytes of the widened weights.
+  virtual uint64_t weight_bytes() const = 0;
+};
+
+// The backend for `device` over the attention-side `weights` (both must outlive it).
+absl::StatusOr<std::unique_ptr<DeviceLinear>> CreateDeviceLinear(Device* device,
+                                                                 const ModelWeights& weights,
+                                                                 uint64_t vram_bytes_available);
+
+}  // namespace writescope::gpu
+
+#endif  // WRITESCOPE_GPU_WORKER_DEVICE_LINEAR_H_

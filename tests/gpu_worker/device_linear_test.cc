@@ -1,0 +1,72 @@
+// The gpu_worker's GPU matrix products (cuBLAS SGEMM on fp32 weight copies) against the host
+// Linear, for every attention-side weight of a small model of each architecture. Needs a CUDA
+// device (label gpu); the host device has no backend (the host Linear runs).
+#include "gpu_worker/device_linear.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/model/layers.h"
+#include "tests/common/test_util.h"
+#include "tests/kernels/model/tiny_models.h"
+
+namespace writescope::gpu {
+namespace {
+
+using kernels::model::AsLinear;
+using kernels::model::LinearWeight;
+
+TEST(DeviceLinearTest, HostDeviceHasNoBackend) {
+  std::unique_ptr<Device> host = CreateHostDevice();
+  const ModelConfig config = kernels::model::testing::TinyConfig("qwen3_moe");
+  auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 3});
+  WS_ASSERT_OK(weights.status());
+  auto linear = CreateDeviceLinear(host.get(), **weights, uint64_t{1} << 30);
+  WS_ASSERT_OK(linear.status());
+  EXPECT_EQ(*linear, nullptr);
+}
+
+class DeviceLinearArchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceLinearArchTest, MatchesHostLinearForEveryWeight) {
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
+  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  const ModelConfig config = kernels::model::testing::TinyConfig(GetParam());
+  auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 5});
+  WS_ASSERT_OK(weights.status());
+  auto linear = CreateDeviceLinear(device->get(), **weights, uint64_t{1} << 30);
+  WS_ASSERT_OK(linear.status());
+  ASSERT_NE(*linear, nullptr);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal;
+  int checked = 0;
+  for (const TensorSpec& spec : (*weights)->specs()) {
+    if (spec.shape.size() != 2 || spec.name == "model.embed_tokens.weight") continue;
+    const LinearWeight w = AsLinear((*weights)->At(spec.name));
+    for (int64_t tokens : {int64_t{1}, int64_t{7}, int64_t{130}}) {
+      std::vector<float> x(tokens * w.in_features);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> want(tokens * w.out_features), got(want.size());
+      WS_ASSERT_OK(kernels::model::Linear(x.data(), tokens, w, want.data()));
+      WS_ASSERT_OK((*linear)->Linear(x.data(), tokens, w, got.data()));
+      double worst = 0, scale = 1e-30;
+      for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+        scale = std::max(scale, std::fabs(double(want[i])));
+      }
+      // fp32 products of the same fp32 values: summation order only.
+      EXPECT_LT(worst / scale, 1e-5) << spec.name << " tokens " << tokens;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 10);
+  EXPECT_GT((*linear)->weight_bytes(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, DeviceLinearArchTest,
+                         ::testing::Values("qwen3_moe", "mixtral", "deepseek_v2"));
+
+}  // namespace
+}  // namespace writescope::gpu

@@ -515,6 +515,32 @@ absl::StatusOr<v1::Profile> Coordinator::Profile(uint32_t steps) {
     add("summary", "cpu_worker busy", cpu_busy);
     add("summary", "cpu_worker idle", std::max(0.0, gpu_step - cpu_busy));
   }
+  // How much of the ping-pong DMA ran while the cpu_worker computed routed experts (the
+  // overlap the design counts on: the next layer's transfer hides behind this layer's
+  // experts). Spans of different processes share the clock.
+  std::vector<std::pair<uint64_t, uint64_t>> dma, experts;
+  for (const internal::WorkerProfile& process : processes) {
+    for (const internal::Span& span : process.spans()) {
+      const std::pair<uint64_t, uint64_t> interval{span.start_ns(),
+                                                   span.start_ns() + span.duration_ns()};
+      if (process.process() == "gpu_worker" && span.name() == "dma") dma.push_back(interval);
+      if (process.process() == "cpu_worker" && span.name() == "cpu_experts") {
+        experts.push_back(interval);
+      }
+    }
+  }
+  if (!dma.empty() && seen > 0) {
+    double dma_ns = 0, overlap_ns = 0;
+    for (const auto& [start, end] : dma) {
+      dma_ns += static_cast<double>(end - start);
+      for (const auto& [e_start, e_end] : experts) {
+        const uint64_t lo = std::max(start, e_start), hi = std::min(end, e_end);
+        if (hi > lo) overlap_ns += static_cast<double>(hi - lo);
+      }
+    }
+    add("summary", "dma (ping-pong transfer)", dma_ns / 1e6 / seen);
+    add("summary", "dma overlapped with cpu_worker experts", overlap_ns / 1e6 / seen);
+  }
   const Engine::SchedulerCheck check = engine_->scheduler_check();
   if (check.steps > 0) {
     // Per layer, decode-only steps: the roofline model's A and B at work.

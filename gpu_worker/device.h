@@ -58,6 +58,16 @@ class Device {
   // The native stream handle (cudaStream_t for CUDA, nullptr for host) for kernel
   // launchers in kernels/cuda.
   virtual void* native_stream(Stream stream) const = 0;
+
+  // Timing of queued work on the CLOCK_MONOTONIC timeline (the profile's clock). A marker
+  // recorded on `stream` is passed once the work queued on it before the marker has run;
+  // MarkerNanos waits for that and returns when it happened (host device: when it was
+  // recorded, copies being synchronous; CUDA: the event's time since an anchor event that
+  // ResetMarkers synchronized with the host clock, to within the synchronization latency,
+  // microseconds). ResetMarkers forgets all markers; call it with the streams idle.
+  virtual absl::Status ResetMarkers() = 0;
+  virtual absl::StatusOr<int> RecordMarker(Stream stream) = 0;
+  virtual absl::StatusOr<uint64_t> MarkerNanos(int marker) = 0;
 };
 
 // Plain host memory; copies are memcpy and complete immediately.

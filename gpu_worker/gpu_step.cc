@@ -225,6 +225,10 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
   }
   WS_ASSIGN_OR_RETURN(step.transfer, BuildTransferPlan(config, batch));
   step.chunks = static_cast<uint32_t>(step.transfer.chunks.size());
+  // Time the ping-pong copies on the device (the profile's "dma" spans).
+  const bool time_dma = options_.spans != nullptr && step.transfer.num_rounds() > 0;
+  kv_cache_->set_time_rounds(time_dma);
+  if (time_dma) WS_RETURN_IF_ERROR(device_->ResetMarkers());
   if (step.transfer.num_rounds() > 0) WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
 
   outstanding_replies_ = 0;
@@ -244,6 +248,7 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
   status.Update(written);
   status.Update(Send(DataPlaneMessage::kStepEnd, layout.step_id, 0, {}));
   WS_RETURN_IF_ERROR(status);
+  if (time_dma) RecordDmaSpans(step);
 
   internal::StepResult result;
   result.set_step_id(layout.step_id);
@@ -257,6 +262,21 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
   result.set_num_layers(g.num_layers);
   result.set_step_ms(MillisSince(start));
   return result;
+}
+
+void GpuStep::RecordDmaSpans(const Step& step) {
+  const std::vector<std::pair<int, int>>& markers = kv_cache_->round_markers();
+  for (uint32_t round = 0; round < markers.size(); ++round) {
+    if (markers[round].first < 0) continue;
+    absl::StatusOr<uint64_t> start = device_->MarkerNanos(markers[round].first);
+    absl::StatusOr<uint64_t> end = device_->MarkerNanos(markers[round].second);
+    if (!start.ok() || !end.ok()) {
+      WS_LOG(WARNING) << "timing the transfer: " << (start.ok() ? end.status() : start.status());
+      return;
+    }
+    options_.spans->Record("dma", *start, *end, step.layout.step_id,
+                           static_cast<int32_t>(step.transfer.layer_of_round(round)));
+  }
 }
 
 absl::Status GpuStep::RunLayers(Step& step) {

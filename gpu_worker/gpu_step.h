@@ -74,6 +74,8 @@ class GpuStep {
   absl::Status Attention(Step& step, uint32_t layer, const std::vector<float>& q,
                          std::vector<float>* attn);
   absl::Status Logits(Step& step, internal::StepResult* result);
+  // The ping-pong copies of the step as "dma" spans, from the device's markers.
+  void RecordDmaSpans(const Step& step);
   // Data plane.
   absl::Status Send(DataPlaneMessage type, uint64_t step_id, uint32_t layer,
                     absl::Span<const absl::Span<const std::byte>> parts);

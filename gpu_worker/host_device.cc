@@ -2,7 +2,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "common/process.h"
 #include "gpu_worker/device.h"
 
 namespace writescope::gpu {
@@ -51,6 +54,24 @@ class HostDevice final : public Device {
   absl::Status StreamWait(Stream, Stream) override { return absl::OkStatus(); }
   absl::Status Synchronize(Stream) override { return absl::OkStatus(); }
   void* native_stream(Stream) const override { return nullptr; }
+
+  absl::Status ResetMarkers() override {
+    markers_.clear();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> RecordMarker(Stream) override {
+    markers_.push_back(MonotonicNanos());
+    return static_cast<int>(markers_.size()) - 1;
+  }
+  absl::StatusOr<uint64_t> MarkerNanos(int marker) override {
+    if (marker < 0 || marker >= static_cast<int>(markers_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("no marker ", marker));
+    }
+    return markers_[marker];
+  }
+
+ private:
+  std::vector<uint64_t> markers_;
 };
 
 }  // namespace

@@ -217,6 +217,10 @@ absl::Status KvCache::IssueRound(uint32_t round) {
   const TransferChunk& chunk = plan_->chunks[plan_->chunk_of_round(round)];
   const uint64_t lbb = config_.geometry.layer_block_bytes();
   std::byte* buffer = pingpong_[round % 2];
+  std::pair<int, int> markers{-1, -1};
+  if (time_rounds_ && !chunk.runs.empty()) {
+    WS_ASSIGN_OR_RETURN(markers.first, device_->RecordMarker(Stream::kCopyIn));
+  }
   for (const TransferRun& run : chunk.runs) {
     const uint64_t bytes = uint64_t{run.num_blocks} * lbb;
     WS_RETURN_IF_ERROR(device_->CopyToDevice(
@@ -225,6 +229,11 @@ absl::Status KvCache::IssueRound(uint32_t round) {
     ++stats_.transfer_copies;
     stats_.transfer_bytes += bytes;
   }
+  if (markers.first >= 0) {
+    WS_ASSIGN_OR_RETURN(markers.second, device_->RecordMarker(Stream::kCopyIn));
+  }
+  if (round_markers_.size() <= round) round_markers_.resize(round + 1, {-1, -1});
+  round_markers_[round] = markers;
   return absl::OkStatus();
 }
 
@@ -254,6 +263,7 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
   // read back, and the previous step's attention must be done with buffer 0.
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCopyOut));
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
+  round_markers_.assign(plan.num_rounds(), {-1, -1});
   return IssueRound(0);
 }
 

@@ -125,6 +125,12 @@ class KvCache {
   absl::Status BeginTransfer(const TransferPlan& plan);
   absl::StatusOr<PingPongRound> ReadyRound(uint32_t round);
 
+  // With timing on, every round's copies are bracketed by device markers
+  // (Device::RecordMarker): round_markers()[round] = {before, after}, -1 when the round
+  // copied nothing. The caller resets the device's markers between steps.
+  void set_time_rounds(bool on) { time_rounds_ = on; }
+  const std::vector<std::pair<int, int>>& round_markers() const { return round_markers_; }
+
   // INVALID_ARGUMENT unless `block` names a slot of its region and layer < num_layers.
   absl::Status ValidateBlock(KvBlockRef block, uint32_t layer) const;
 
@@ -150,6 +156,8 @@ class KvCache {
   const TransferPlan* plan_ = nullptr;
   uint32_t next_round_ = 0;
   KvCacheStats stats_;
+  bool time_rounds_ = false;
+  std::vector<std::pair<int, int>> round_markers_;
 };
 
 // Block-layout helpers shared with tests and benchmarks: scatter one token row into a

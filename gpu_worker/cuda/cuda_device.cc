@@ -2,10 +2,13 @@
 // CUDA runtime (static cudart); no kernels live here.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "gpu_worker/device.h"
 
 namespace writescope::gpu {
@@ -50,6 +53,8 @@ class CudaDevice final : public Device {
   }
 
   ~CudaDevice() override {
+    for (cudaEvent_t event : markers_) cudaEventDestroy(event);
+    if (anchor_ != nullptr) cudaEventDestroy(anchor_);
     for (cudaEvent_t event : events_) {
       if (event != nullptr) cudaEventDestroy(event);
     }
@@ -113,6 +118,34 @@ class CudaDevice final : public Device {
   }
   void* native_stream(Stream stream) const override { return stream_of(stream); }
 
+  absl::Status ResetMarkers() override {
+    if (anchor_ == nullptr) WS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&anchor_));
+    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(anchor_, stream_of(Stream::kCompute)));
+    WS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor_));
+    anchor_nanos_ = MonotonicNanos();
+    used_markers_ = 0;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> RecordMarker(Stream stream) override {
+    if (anchor_ == nullptr) return absl::FailedPreconditionError("RecordMarker before ResetMarkers");
+    if (used_markers_ == markers_.size()) {
+      cudaEvent_t event = nullptr;
+      WS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event));
+      markers_.push_back(event);
+    }
+    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(markers_[used_markers_], stream_of(stream)));
+    return static_cast<int>(used_markers_++);
+  }
+  absl::StatusOr<uint64_t> MarkerNanos(int marker) override {
+    if (marker < 0 || static_cast<size_t>(marker) >= used_markers_) {
+      return absl::InvalidArgumentError(absl::StrCat("no marker ", marker));
+    }
+    WS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(markers_[marker]));
+    float ms = 0;
+    WS_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, anchor_, markers_[marker]));
+    return anchor_nanos_ + static_cast<uint64_t>(std::max(0.0f, ms) * 1e6);
+  }
+
  private:
   CudaDevice(int ordinal, std::string name) : ordinal_(ordinal), name_(std::move(name)) {}
   cudaStream_t stream_of(Stream stream) const { return streams_[static_cast<int>(stream)]; }
@@ -121,6 +154,11 @@ class CudaDevice final : public Device {
   std::string name_;
   std::array<cudaStream_t, kNumStreams> streams_{};
   std::array<cudaEvent_t, kNumStreams> events_{};
+  // Timing markers (ResetMarkers / RecordMarker / MarkerNanos).
+  cudaEvent_t anchor_ = nullptr;
+  uint64_t anchor_nanos_ = 0;
+  std::vector<cudaEvent_t> markers_;
+  size_t used_markers_ = 0;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #define WRITESCOPE_TESTS_GPU_WORKER_DEFERRED_DEVICE_H_
 
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -66,6 +67,21 @@ class DeferredDevice final : public gpu::Device {
   }
   void* native_stream(gpu::Stream) const override { return nullptr; }
 
+  // Markers: passed when the queued work has run (here: at the next synchronization).
+  absl::Status ResetMarkers() override {
+    markers_ = 0;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> RecordMarker(gpu::Stream) override { return markers_++; }
+  absl::StatusOr<uint64_t> MarkerNanos(int marker) override {
+    if (marker < 0 || marker >= markers_) return absl::InvalidArgumentError("no such marker");
+    if (absl::Status status = SynchronizeAll(); !status.ok()) return status;
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::steady_clock::now().time_since_epoch())
+            .count());
+  }
+
   // A host function run in stream order, standing in for a kernel (e.g. attention
   // reading a ping-pong buffer).
   void EnqueueHostFn(gpu::Stream stream, std::function<void()> fn) {
@@ -111,6 +127,7 @@ class DeferredDevice final : public gpu::Device {
   std::array<std::deque<Op>, gpu::kNumStreams> queues_;
   std::array<uint64_t, gpu::kNumStreams> enqueued_{};
   std::array<uint64_t, gpu::kNumStreams> executed_{};
+  int markers_ = 0;
 };
 
 }  // namespace writescope::testing

@@ -34,6 +34,9 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
   layout.step_id = plan.step_id();
   absl::flat_hash_set<uint64_t> seen;
   absl::flat_hash_set<uint32_t> windows;
+  // Every (region, slot) the step reads, and those it writes: a slot is one block.
+  absl::flat_hash_set<uint64_t> read_slots, written_slots;
+  auto key = [](KvBlockRef ref) { return (uint64_t{KvRegionIndex(ref.region)} << 32) | ref.slot; };
   auto to_ref = [&](const internal::BlockRun& run, uint32_t id) -> absl::StatusOr<KvBlockRef> {
     KvBlockRef ref;
     if (run.region() == internal::REGION_CPU_COMPUTE) {
@@ -77,6 +80,11 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
       for (uint32_t id : run.block_ids()) {
         auto ref = to_ref(run, id);
         if (!ref.ok()) return absl::InvalidArgumentError(absl::StrCat(who, ref.status().message()));
+        if (!read_slots.insert(key(*ref)).second) {
+          return absl::InvalidArgumentError(absl::StrCat(who, "block slot ", ref->slot, " of ",
+                                                         KvRegionName(ref->region),
+                                                         " appears twice in the step"));
+        }
         const PlacedSlot placed{ref->slot, next_token};
         (ref->region == KvRegion::kCpuCompute ? s.cpu_blocks : s.transfer_blocks).push_back(placed);
         s.blocks.push_back(*ref);
@@ -87,6 +95,10 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
       for (uint32_t id : run.block_ids()) {
         auto ref = to_ref(run, id);
         if (!ref.ok()) return absl::InvalidArgumentError(absl::StrCat(who, ref.status().message()));
+        if (!written_slots.insert(key(*ref)).second) {
+          return absl::InvalidArgumentError(absl::StrCat(who, "new block slot ", ref->slot,
+                                                         " is written twice in the step"));
+        }
         s.new_blocks.push_back(*ref);
       }
     }
@@ -132,6 +144,16 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
     layout.cpu_host_tokens += s.cpu_blocks.size() * uint64_t{bt};
     layout.transfer_host_tokens += s.transfer_blocks.size() * uint64_t{bt};
     layout.sequences.push_back(std::move(s));
+  }
+  for (const StepSequenceLayout& s : layout.sequences) {
+    if (!s.prefill) continue;  // a decode flush writes the blocks it then reads, by design
+    for (const KvBlockRef& ref : s.new_blocks) {
+      if (read_slots.contains(key(ref))) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": prefill writes "
+                                                       "block slot ", ref.slot,
+                                                       " that the step also reads"));
+      }
+    }
   }
   return layout;
 }

@@ -60,9 +60,9 @@ class WorkerService final : public internal::Worker::Service {
     *response = *std::move(result);
     return grpc::Status::OK;
   }
-  grpc::Status ResetDataPlane(grpc::ServerContext*, const internal::ResetDataPlaneRequest*,
+  grpc::Status ResetDataPlane(grpc::ServerContext*, const internal::ResetDataPlaneRequest* request,
                               internal::ResetDataPlaneResponse*) override {
-    return ToGrpcStatus(backend_.ResetDataPlane());
+    return ToGrpcStatus(backend_.ResetDataPlane(request->attach()));
   }
   grpc::Status Shutdown(grpc::ServerContext*, const internal::ShutdownRequest*,
                         internal::ShutdownResponse*) override {

@@ -24,9 +24,10 @@ class WorkerBackend {
       const internal::ChannelPingRequest& request) = 0;
   virtual absl::StatusOr<internal::KvPatternResponse> KvPattern(
       const internal::KvPatternRequest& request) = 0;
-  // Re-attaches to the arena's data-plane channels after the coordinator re-formatted them
-  // (the other worker was relaunched). FAILED_PRECONDITION before Load.
-  virtual absl::Status ResetDataPlane() = 0;
+  // The other worker was relaunched: detach (attach = false: end any step in progress, stop
+  // using the channels), then attach to the channels the coordinator re-formatted.
+  // FAILED_PRECONDITION before Load.
+  virtual absl::Status ResetDataPlane(bool attach) = 0;
   // Called once when the server stops: release the arena, close channels.
   virtual void Stop() = 0;
 };

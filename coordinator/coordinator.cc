@@ -18,6 +18,9 @@ constexpr char kVersion[] = "0.1.0";
 constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
 // A health check: a dead worker fails at once (connection refused), a hung one here.
 constexpr absl::Duration kHealthTimeout = absl::Seconds(1);
+// Detaching waits for the survivor's step to end (its channel waits fail at once, but a
+// long prefill's host math may finish first).
+constexpr absl::Duration kResetTimeout = absl::Seconds(60);
 
 }  // namespace
 
@@ -261,14 +264,22 @@ void Coordinator::CloseDataPlane() {
 }
 
 absl::Status Coordinator::Recover() {
-  WS_RETURN_IF_ERROR(CreateDataPlane(*arena_).status());
-  internal::LoadRequest request = MakeLoadRequest();
+  // 1. The survivor stops using the channels (its step in progress ends: they are closed).
+  std::vector<WorkerClient*> survivors, relaunched;
   for (WorkerClient* worker : {&cpu_worker_, &gpu_worker_}) {
     WS_ASSIGN_OR_RETURN(internal::WorkerStats stats, worker->Stats(kRpcTimeout));
-    if (stats.loaded()) {
-      WS_RETURN_IF_ERROR(worker->ResetDataPlane(kRpcTimeout));
-      continue;
-    }
+    (stats.loaded() ? survivors : relaunched).push_back(worker);
+  }
+  for (WorkerClient* worker : survivors) {
+    WS_RETURN_IF_ERROR(worker->ResetDataPlane(/*attach=*/false, kResetTimeout));
+  }
+  // 2. Fresh channels; 3. the survivor attaches, the relaunched worker loads.
+  WS_RETURN_IF_ERROR(CreateDataPlane(*arena_).status());
+  for (WorkerClient* worker : survivors) {
+    WS_RETURN_IF_ERROR(worker->ResetDataPlane(/*attach=*/true, kResetTimeout));
+  }
+  const internal::LoadRequest request = MakeLoadRequest();
+  for (WorkerClient* worker : relaunched) {
     WS_LOG(INFO) << "reloading " << worker->name();
     WS_ASSIGN_OR_RETURN(internal::LoadResponse response,
                         worker->Load(request, options_.load_timeout));
@@ -395,9 +406,23 @@ absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
   }
 
   // 2. The KV paths, on synthetic sequences placed block by block in alternating regions.
+  // Their blocks and D-windows are reserved with the engine first, so that neither the
+  // requests in flight nor the self test can run the other out of KV.
+  const uint32_t block = options_.kv.block_tokens();
+  const uint64_t selftest_blocks = uint64_t{sequences} * 4;  // the longest length below
+  if (!engine_->ReserveExternal(selftest_blocks, sequences)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "self test: the KV regions or D-windows are too busy for ", sequences,
+        " test sequences of up to 4 blocks; try again when fewer requests run"));
+  }
+  struct Unreserve {
+    Engine* engine;
+    uint64_t blocks;
+    uint32_t sequences;
+    ~Unreserve() { engine->ReleaseExternal(blocks, sequences); }
+  } unreserve{engine_.get(), selftest_blocks, sequences};
   // The lock covers the placement changes only, not the worker RPCs below.
   std::unique_lock<std::mutex> lock(placement_mutex_);
-  const uint32_t block = options_.kv.block_tokens();
   internal::KvPatternRequest request;
   std::vector<SequenceId> admitted;
   absl::Status placed = absl::OkStatus();

@@ -87,7 +87,8 @@ struct Engine::Request {
   bool ended = false;
 
   SequenceId sequence = 0;
-  bool admitted = false;
+  bool admitted = false;   // holds a sequence in the placement
+  bool reserved = false;   // its blocks count in reserved_blocks_
   uint64_t reserved_blocks = 0;
   uint64_t prefilled = 0;  // prompt tokens whose KV is written
   std::vector<int32_t> generated;
@@ -205,8 +206,8 @@ void Engine::FailAll(const absl::Status& status) {
     counts_.waiting = 0;
   }
   for (auto& request : all) Fail(*request, status);
-  // Running requests belong to the engine thread; with it stopped (or between steps, as
-  // the supervisor calls this only after cancelling the step) they end here too.
+  // Running requests belong to the engine thread: while it runs they are marked and end at
+  // its next step (the step in flight, if any, fails); with it stopped they end here.
   std::vector<std::shared_ptr<Request>> running;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -222,6 +223,26 @@ void Engine::FailAll(const absl::Status& status) {
     running = running_;
   }
   for (auto& request : running) Fail(*request, status);
+}
+
+bool Engine::ReserveExternal(uint64_t blocks, uint32_t sequences) {
+  const uint64_t total = kv_.region_slots(KvRegion::kCpuCompute) +
+                         kv_.region_slots(KvRegion::kGpuTransfer);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (reserved_blocks_ + blocks > total ||
+      running_.size() + external_sequences_ + sequences > kv_.max_sequences) {
+    return false;
+  }
+  reserved_blocks_ += blocks;
+  external_sequences_ += sequences;
+  return true;
+}
+
+void Engine::ReleaseExternal(uint64_t blocks, uint32_t sequences) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reserved_blocks_ -= std::min(reserved_blocks_, blocks);
+  external_sequences_ -= std::min(external_sequences_, sequences);
+  work_.notify_all();
 }
 
 Engine::SchedulerCheck Engine::scheduler_check() const {
@@ -284,6 +305,9 @@ void Engine::DropEnded() {
     }
     if (!forced.ok()) {
       Fail(*request, forced);
+    } else if (!request->aborted.load() && !request->stream->cancelled() &&
+               now >= request->deadline) {
+      Fail(*request, absl::DeadlineExceededError("the request's deadline passed"));
     } else {
       Finish(*request, v1::FINISH_REASON_ABORT);
     }
@@ -296,15 +320,20 @@ void Engine::Admit() {
   while (true) {
     std::shared_ptr<Request> request;
     {
+      // Moved from waiting to running in one step, so FailAll always finds it.
       std::lock_guard<std::mutex> lock(mutex_);
       if (waiting_.empty()) break;
       request = waiting_.front();
-      if (running_.size() >= kv_.max_sequences ||
+      if (running_.size() + external_sequences_ >= kv_.max_sequences ||
           reserved_blocks_ + request->reserved_blocks > total) {
         break;  // first come, first served: wait for running requests to end
       }
       waiting_.pop_front();
+      running_.push_back(request);
+      reserved_blocks_ += request->reserved_blocks;
+      request->reserved = true;
       counts_.waiting = static_cast<uint32_t>(waiting_.size());
+      counts_.running = static_cast<uint32_t>(running_.size());
     }
     request->sequence = next_sequence_++;
     absl::Status admitted;
@@ -318,10 +347,6 @@ void Engine::Admit() {
     }
     request->admitted = true;
     request->admitted_at = absl::Now();
-    reserved_blocks_ += request->reserved_blocks;
-    std::lock_guard<std::mutex> lock(mutex_);
-    running_.push_back(request);
-    counts_.running = static_cast<uint32_t>(running_.size());
   }
 }
 
@@ -431,7 +456,7 @@ absl::Status Engine::RunOneStep() {
     SpanRecorder::Scope span(&spans_, "workers", plan.step_id());
     std::thread cpu_call([&] { cpu_result = cpu_worker_->RunStep(plan, options_.step_timeout); });
     gpu_result = gpu_worker_->RunStep(plan, options_.step_timeout);
-    if (!gpu_result.ok()) cpu_worker_->CancelStep();
+    if (!gpu_result.ok()) cpu_worker_->CancelStep(plan.step_id());
     cpu_call.join();
   }
   absl::Status status = gpu_result.status();
@@ -659,10 +684,13 @@ void Engine::Release(Request& r) {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     absl::Status freed = placement_->Free(r.sequence);
     if (!freed.ok()) WS_LOG(ERROR) << "freeing sequence " << r.sequence << ": " << freed;
-    reserved_blocks_ -= r.reserved_blocks;
     r.admitted = false;
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  if (r.reserved) {
+    reserved_blocks_ -= r.reserved_blocks;
+    r.reserved = false;
+  }
   by_id_.erase(r.id);
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [&](const std::shared_ptr<Request>& p) { return p.get() == &r; }),

@@ -113,6 +113,11 @@ class Engine {
   bool Abort(const std::string& request_id);
   // Ends every request with `status` (a worker died).
   void FailAll(const absl::Status& status);
+  // KV blocks and D-window slots taken outside the engine (the self test), counted with the
+  // requests' reservations so that neither can run the other out of KV. False (nothing
+  // reserved) when they are not free now.
+  bool ReserveExternal(uint64_t blocks, uint32_t sequences);
+  void ReleaseExternal(uint64_t blocks, uint32_t sequences);
 
   void set_serving(bool serving) { serving_.store(serving); }
   // Called (on the engine thread) when a step fails: the coordinator checks the workers'
@@ -167,7 +172,8 @@ class Engine {
   std::deque<std::shared_ptr<Request>> waiting_;
   std::vector<std::shared_ptr<Request>> running_;  // engine thread only
   absl::flat_hash_map<std::string, std::shared_ptr<Request>> by_id_;
-  uint64_t reserved_blocks_ = 0;  // engine thread only
+  uint64_t reserved_blocks_ = 0;     // guarded by mutex_
+  uint32_t external_sequences_ = 0;  // guarded by mutex_
   uint64_t next_sequence_ = 1;
   uint64_t next_step_ = 1;
   uint64_t next_auto_id_ = 1;

@@ -112,6 +112,8 @@ absl::StatusOr<internal::StepResult> WorkerClient::RunStep(const internal::StepP
   {
     std::lock_guard<std::mutex> lock(load_mutex_);
     step_context_ = &context;
+    step_id_ = plan.step_id();
+    if (cancelled_step_ == plan.step_id()) context.TryCancel();
   }
   internal::StepResult response;
   grpc::Status status = worker_->RunStep(&context, plan, &response);
@@ -139,17 +141,22 @@ absl::StatusOr<internal::WorkerProfile> WorkerClient::Profile(uint32_t steps,
   return response;
 }
 
-void WorkerClient::CancelStep() {
+void WorkerClient::CancelStep(uint64_t step_id) {
   std::lock_guard<std::mutex> lock(load_mutex_);
-  if (step_context_ != nullptr) step_context_->TryCancel();
+  if (step_context_ != nullptr && (step_id == kAnyStep || step_id == step_id_)) {
+    step_context_->TryCancel();
+  } else if (step_id != kAnyStep) {
+    cancelled_step_ = step_id;
+  }
 }
 
-absl::Status WorkerClient::ResetDataPlane(absl::Duration timeout) {
+absl::Status WorkerClient::ResetDataPlane(bool attach, absl::Duration timeout) {
   grpc::ClientContext context;
   SetDeadline(context, timeout);
+  internal::ResetDataPlaneRequest request;
+  request.set_attach(attach);
   internal::ResetDataPlaneResponse response;
-  grpc::Status status =
-      worker_->ResetDataPlane(&context, internal::ResetDataPlaneRequest(), &response);
+  grpc::Status status = worker_->ResetDataPlane(&context, request, &response);
   if (!status.ok()) {
     absl::Status error = FromGrpcStatus(status);
     return absl::Status(error.code(), absl::StrCat(name_, " ResetDataPlane: ", error.message()));

@@ -39,9 +39,11 @@ class WorkerClient {
   absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
                                                absl::Duration timeout);
   absl::StatusOr<internal::WorkerProfile> Profile(uint32_t steps, absl::Duration timeout);
-  // Cancels a RunStep in progress (from another thread); it returns CANCELLED.
-  void CancelStep();
-  absl::Status ResetDataPlane(absl::Duration timeout);
+  // Cancels a RunStep in progress (from another thread); it returns CANCELLED. With a step
+  // id, only that step, also when its call has not started yet (it then ends at once).
+  static constexpr uint64_t kAnyStep = ~uint64_t{0};
+  void CancelStep(uint64_t step_id = kAnyStep);
+  absl::Status ResetDataPlane(bool attach, absl::Duration timeout);
   absl::Status Shutdown(absl::Duration timeout);
 
  private:
@@ -53,6 +55,8 @@ class WorkerClient {
   std::mutex load_mutex_;
   grpc::ClientContext* load_context_ = nullptr;  // while Load runs
   grpc::ClientContext* step_context_ = nullptr;  // while RunStep runs
+  uint64_t step_id_ = 0;                         // of that call
+  uint64_t cancelled_step_ = kAnyStep;           // cancelled before its call began
 };
 
 }  // namespace writescope::coordinator

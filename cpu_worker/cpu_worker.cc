@@ -97,7 +97,7 @@ void CpuWorker::DataPlaneLoop() {
 namespace {
 
 // How long a step message waits for its RunStep, and RunStep for the step's end.
-constexpr auto kPlanWait = std::chrono::seconds(30);
+constexpr auto kPlanWait = std::chrono::seconds(5);
 constexpr auto kStepWait = std::chrono::minutes(30);
 constexpr absl::Duration kReplyTimeout = absl::Seconds(30);
 
@@ -114,6 +114,11 @@ absl::StatusOr<internal::StepResult> CpuWorker::RunStep(const internal::StepPlan
   auto state = std::make_shared<StepState>();
   WS_ASSIGN_OR_RETURN(state->layout, MakeStepLayout(plan, kv_config_));
   std::unique_lock<std::mutex> lock(steps_mutex_);
+  if (ended_steps_.erase(plan.step_id()) > 0) {
+    // The gpu_worker ended this step before its plan arrived here (it failed early).
+    return absl::AbortedError(absl::StrCat("step ", plan.step_id(),
+                                           " was ended by the gpu_worker before it began here"));
+  }
   if (!steps_.emplace(plan.step_id(), state).second) {
     return absl::AlreadyExistsError(absl::StrCat("step ", plan.step_id(), " is already running"));
   }
@@ -144,7 +149,7 @@ std::shared_ptr<CpuWorker::StepState> CpuWorker::AwaitStep(uint64_t step_id) {
   steps_changed_.wait_for(lock, kPlanWait, [&] {
     auto it = steps_.find(step_id);
     if (it != steps_.end()) state = it->second;
-    return state != nullptr || stopping_.load();
+    return state != nullptr || stopping_.load() || loop_reset_.load();
   });
   return state;
 }
@@ -169,6 +174,11 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
     if (header.type != DataPlaneMessage::kStepEnd) {
       reply_error(absl::FailedPreconditionError(
           absl::StrCat("cpu_worker has no plan for step ", header.step_id)));
+    } else {
+      // Its RunStep may still arrive: it must not wait for this end again.
+      std::lock_guard<std::mutex> lock(steps_mutex_);
+      ended_steps_.insert(header.step_id);
+      while (ended_steps_.size() > 64) ended_steps_.erase(ended_steps_.begin());
     }
     return;
   }
@@ -189,6 +199,7 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
   if (!reply.ok()) {
     WS_LOG(ERROR) << "data plane: cannot reply: " << reply.status();
     state->status.Update(reply.status());
+    reply_error(reply.status());  // a short message may still fit
     return;
   }
   absl::Span<std::byte> body = reply->subspan(sizeof(DataPlaneHeader));
@@ -288,17 +299,27 @@ void CpuWorker::FailPendingSteps(const absl::Status& status) {
   steps_changed_.notify_all();
 }
 
-absl::Status CpuWorker::ResetDataPlane() {
+absl::Status CpuWorker::ResetDataPlane(bool attach) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (arena_ == nullptr || !loaded_.load()) {
     return absl::FailedPreconditionError("cpu_worker is not loaded");
   }
-  // The loop has ended (the coordinator closed its channel) or ends within one poll; the
-  // channel memory is already re-formatted, so it must not be closed from here.
-  loop_reset_.store(true);
-  if (data_plane_thread_.joinable()) data_plane_thread_.join();
+  if (!attach) {
+    // The loop has ended (the coordinator closed its channel) or ends within one poll.
+    loop_reset_.store(true);
+    {
+      std::lock_guard<std::mutex> steps_lock(steps_mutex_);
+      steps_changed_.notify_all();  // a loop waiting for a plan stops waiting
+    }
+    if (data_plane_thread_.joinable()) data_plane_thread_.join();
+    FailPendingSteps(absl::UnavailableError("the data plane was reset"));
+    WS_LOG(INFO) << "detached from the data plane";
+    return absl::OkStatus();
+  }
+  if (data_plane_thread_.joinable()) {
+    return absl::FailedPreconditionError("ResetDataPlane(attach) before detach");
+  }
   loop_reset_.store(false);
-  FailPendingSteps(absl::UnavailableError("the data plane was reset"));
   WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena_));
   data_plane_ = plane;
   data_plane_thread_ = std::thread([this] { DataPlaneLoop(); });

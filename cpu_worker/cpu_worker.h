@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,7 +39,7 @@ class CpuWorker final : public WorkerBackend {
       const internal::ChannelPingRequest& request) override;
   absl::StatusOr<internal::KvPatternResponse> KvPattern(
       const internal::KvPatternRequest& request) override;
-  absl::Status ResetDataPlane() override;
+  absl::Status ResetDataPlane(bool attach) override;
   void Stop() override;
 
  private:
@@ -67,6 +68,8 @@ class CpuWorker final : public WorkerBackend {
   std::mutex steps_mutex_;
   std::condition_variable steps_changed_;
   std::map<uint64_t, std::shared_ptr<StepState>> steps_;
+  // Steps the gpu_worker ended before their RunStep arrived here (the newest 64).
+  std::set<uint64_t> ended_steps_;
   std::atomic<uint64_t> steps_run_{0};
   SpanRecorder spans_;
 

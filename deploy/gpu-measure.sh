@@ -4,7 +4,8 @@
 # $OUT (at most 8 files come back): measure.log has everything, in order.
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
-#                                     e2e generate trio trio-generate fixtures
+#                                     e2e generate trio trio-generate trio-generate-mla
+#                                     fixtures
 #                                     (default: probe tests attention kv channel experts load
 #                                     e2e trio, in order)
 #
@@ -72,6 +73,22 @@ for step in "${steps[@]}"; do
           done
           /tmp/ws/bin/wscope info --target=$WS_TARGET
           /tmp/ws/bin/wscope profile --target=$WS_TARGET --steps=4 --out=$OUT/trio-trace.json
+          kill -TERM $p; wait $p' ;;
+    trio-generate-mla)
+      # DeepSeek-V2-Lite real shapes, 3 synthetic layers (dense first layer + 2 MoE) on the
+      # CUDA device: MLA attention on the GPU kernels, a 1024-token prompt, 32 new tokens.
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      run_step trio-generate-mla 300 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" \
+        bash -c 'set -e; r=$(mktemp -u); WS_BIN=/tmp/ws/bin deploy/launch.sh --listen 127.0.0.1:0 \
+          --ready-file "$r" --device cuda -- --synthetic=deepseek_v2 --num_layers=3 \
+          --cpu_region_mib=2048 --transfer_region_mib=2048 --channel_mib=64 & p=$!
+          for i in $(seq 600); do [[ -f $r ]] && break; sleep 0.2; done; source "$r"
+          ids=$(python3 -c "import random; random.seed(2); print(\",\".join(str(random.randrange(102400)) for _ in range(1024)))")
+          for run in 1 2; do
+            /tmp/ws/bin/wscope generate --target=$WS_TARGET --prompt_ids=$ids --max_tokens=32 --ignore_eos | tail -2
+          done
+          /tmp/ws/bin/wscope profile --target=$WS_TARGET --steps=4 --out=$OUT/trio-mla-trace.json | tail -30
+          grep -h "WARN\|fall" $WS_LOG_DIR/gpu_worker.log | head -5 || true
           kill -TERM $p; wait $p' ;;
     trio)
       # The trio on the CUDA device with a synthetic Qwen3-30B-A3B of 4 layers (real

@@ -38,6 +38,8 @@ fi
 head -2 "$dest/MANIFEST" >&2
 
 [[ $1 == "--unpack-only" ]] && exit 0
+# The test fixtures of the working tree this runs in (the bundle was built elsewhere).
+[[ -d tests/fixtures ]] && export WS_FIXTURES_DIR="${WS_FIXTURES_DIR:-$PWD/tests/fixtures}"
 if [[ $1 != "--all-tests" ]]; then
   exec "$dest/run.sh" "$@"
 fi

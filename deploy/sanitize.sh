@@ -3,12 +3,16 @@
 #
 #   ASan + UBSan  build-asan/  the unit and e2e tests (ctest -L 'unit|e2e')
 #   TSan          build-tsan/  the shared-memory channel and arena, the KV cache
-#                              (block allocator, transfer plans, cross-process view) and
-#                              placement tests
+#                              (block allocator, transfer plans, cross-process view),
+#                              placement, profile and metrics tests; with --tsan-e2e also
+#                              the batching code: the three processes built with TSan
+#                              under e2e_generate (engine, supervisor, workers' step and
+#                              data-plane threads)
 #
 #   deploy/sanitize.sh               both
 #   deploy/sanitize.sh --asan        ASan + UBSan only
 #   deploy/sanitize.sh --tsan        TSan only
+#   deploy/sanitize.sh --tsan-e2e    TSan only, with the trio under e2e_generate
 #   deploy/sanitize.sh --build-only  build, run nothing
 #   deploy/sanitize.sh -j N          parallel jobs (default: nproc)
 #
@@ -23,15 +27,17 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DO_ASAN=1
 DO_TSAN=1
+TSAN_E2E=0
 RUN=1
 JOBS="$(nproc)"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --asan) DO_TSAN=0; shift ;;
     --tsan) DO_ASAN=0; shift ;;
+    --tsan-e2e) DO_ASAN=0; TSAN_E2E=1; shift ;;
     --build-only) RUN=0; shift ;;
     -j) JOBS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "sanitize.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -93,14 +99,32 @@ if [[ $DO_TSAN -eq 1 ]]; then
   TSAN_DIR="$ROOT/build-tsan"
   configure "$TSAN_DIR" "-fsanitize=thread -fno-omit-frame-pointer"
   TSAN_TARGETS=(shm_arena_test shm_channel_test kv_cache_property_test kv_transfer_plan_test
-                kv_view_cross_process_test placement_test)
+                kv_view_cross_process_test placement_test profile_test metrics_test)
+  if [[ $TSAN_E2E -eq 1 ]]; then
+    TSAN_TARGETS+=(coordinator gpu_worker cpu_worker wscope ws_reference)
+  fi
   timed "TSan build" cmake --build "$TSAN_DIR" -j "$JOBS" --target "${TSAN_TARGETS[@]}"
   if [[ $RUN -eq 1 ]]; then
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
     (cd "$TSAN_DIR" && timed "TSan tests" \
       ctest --output-on-failure --timeout 900 -j "$JOBS" \
-        -R '^([A-Za-z0-9_]+/)?(ShmArenaTest|ShmChannelTest|BlockAllocatorTest|BlockAllocatorDeathTest|KvCachePropertyTest|TransferPlanTest|KvViewCrossProcessTest|PlacementTest)\.') \
+        -R '^([A-Za-z0-9_]+/)?(ShmArenaTest|ShmChannelTest|BlockAllocatorTest|BlockAllocatorDeathTest|KvCachePropertyTest|TransferPlanTest|KvViewCrossProcessTest|PlacementTest|SpanRecorderTest|ChromeTraceJsonTest|TraceEventsNestTest|SummarizePhasesTest|HistogramTest|MetricsTest|MetricsServerTest)\.') \
       || FAILED=1
+    if [[ $TSAN_E2E -eq 1 ]]; then
+      # The trio's processes report into files of our own (their logs are deleted). gRPC,
+      # protobuf and Abseil come from Debian, uninstrumented: TSan cannot see their
+      # synchronization, so reports from inside them are suppressed (ours are not).
+      reports="$TSAN_DIR/e2e-tsan-reports"
+      rm -rf "$reports" && mkdir -p "$reports"
+      TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:log_path=$reports/tsan:suppressions=$ROOT/deploy/tsan.supp" \
+        timed "TSan e2e (trio under e2e_generate)" \
+        python3 "$ROOT/tests/e2e/generate_test.py" --root "$ROOT" --bin "$TSAN_DIR/bin" || FAILED=1
+      if compgen -G "$reports/*" >/dev/null; then
+        echo "[sanitize] TSan reports from the trio:" >&2
+        head -n 80 "$reports"/* >&2
+        FAILED=1
+      fi
+    fi
     unset TSAN_OPTIONS
   fi
 fi

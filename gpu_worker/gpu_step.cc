@@ -124,25 +124,35 @@ absl::Status GpuStep::Send(DataPlaneMessage type, uint64_t step_id, uint32_t lay
 
 absl::Status GpuStep::Receive(DataPlaneMessage type, uint64_t step_id, uint32_t layer,
                               absl::Span<std::byte> out) {
-  absl::StatusOr<absl::Span<const std::byte>> message =
-      data_plane_.to_gpu.Peek(options_.reply_timeout);
-  if (!message.ok()) {
-    return absl::UnavailableError(absl::StrCat("no reply from the cpu_worker for layer ", layer,
-                                               " of step ", step_id, ": ",
-                                               message.status().message()));
-  }
-  --outstanding_replies_;
-  DataPlaneHeader header;
-  absl::Status status;
-  if (message->size() < sizeof(header)) {
-    status = absl::DataLossError("data plane: a reply without a header");
-  } else {
+  while (true) {
+    absl::StatusOr<absl::Span<const std::byte>> message =
+        data_plane_.to_gpu.Peek(options_.reply_timeout);
+    if (!message.ok()) {
+      return absl::UnavailableError(absl::StrCat("no reply from the cpu_worker for layer ", layer,
+                                                 " of step ", step_id, ": ",
+                                                 message.status().message()));
+    }
+    DataPlaneHeader header;
+    if (message->size() < sizeof(header)) {
+      data_plane_.to_gpu.Release();
+      --outstanding_replies_;
+      return absl::DataLossError("data plane: a reply without a header");
+    }
     std::memcpy(&header, message->data(), sizeof(header));
+    if (header.step_id < step_id) {
+      // A late reply of an earlier, failed step (step ids only grow): not ours, drop it.
+      data_plane_.to_gpu.Release();
+      WS_LOG(WARNING) << "data plane: dropped a late reply of step " << header.step_id;
+      continue;
+    }
+    --outstanding_replies_;
     const auto payload = message->subspan(sizeof(header));
+    absl::Status status;
     if (header.type == DataPlaneMessage::kError) {
-      status = absl::InternalError(absl::StrCat(
-          "cpu_worker, layer ", header.layer, " of step ", header.step_id, ": ",
-          std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
+      const size_t n = std::min<size_t>(header.payload_bytes, payload.size());
+      status = absl::InternalError(
+          absl::StrCat("cpu_worker, layer ", header.layer, " of step ", header.step_id, ": ",
+                       std::string(reinterpret_cast<const char*>(payload.data()), n)));
     } else if (header.type != type || header.step_id != step_id || header.layer != layer ||
                payload.size() != out.size()) {
       status = absl::DataLossError(absl::StrCat(
@@ -152,19 +162,35 @@ absl::Status GpuStep::Receive(DataPlaneMessage type, uint64_t step_id, uint32_t 
     } else if (!out.empty()) {
       std::memcpy(out.data(), payload.data(), out.size());
     }
+    data_plane_.to_gpu.Release();
+    return status;
   }
-  data_plane_.to_gpu.Release();
-  return status;
 }
 
 absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan) {
+  // The cpu_worker validates the same plan with the same function: an invalid plan fails
+  // there too. Any later failure here must still end the step on its side (kStepEnd), or
+  // its RunStep would wait for it.
+  absl::StatusOr<StepLayout> layout = MakeStepLayout(plan, kv_cache_->config());
+  if (!layout.ok()) return layout.status();
+  end_sent_ = false;
+  absl::StatusOr<internal::StepResult> result = RunValidated(plan, *std::move(layout));
+  if (!end_sent_) {
+    absl::Status ended = Send(DataPlaneMessage::kStepEnd, plan.step_id(), 0, {});
+    if (!ended.ok()) WS_LOG(WARNING) << "ending step " << plan.step_id() << ": " << ended;
+  }
+  return result;
+}
+
+absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepPlan& plan,
+                                                          StepLayout validated) {
   const auto start = Clock::now();
   const KvCacheConfig& config = kv_cache_->config();
   const KvGeometry& g = config.geometry;
   Step step;
   step.plan = &plan;
   SpanRecorder::Scope step_span(options_.spans, "step", plan.step_id());
-  WS_ASSIGN_OR_RETURN(step.layout, MakeStepLayout(plan, config));
+  step.layout = std::move(validated);
   const StepLayout& layout = step.layout;
   if (layout.total_tokens == 0) return absl::InvalidArgumentError("a step without tokens");
   const uint64_t max_tokens =
@@ -247,6 +273,7 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
   if (written.ok()) written = device_->SynchronizeAll();
   status.Update(written);
   status.Update(Send(DataPlaneMessage::kStepEnd, layout.step_id, 0, {}));
+  end_sent_ = true;
   WS_RETURN_IF_ERROR(status);
   if (time_dma) RecordDmaSpans(step);
 

@@ -69,6 +69,8 @@ class GpuStep {
       : device_(device), kv_cache_(kv_cache), data_plane_(data_plane), options_(options) {}
 
   struct Step;  // per-step state (gpu_step.cc)
+  absl::StatusOr<internal::StepResult> RunValidated(const internal::StepPlan& plan,
+                                                    StepLayout validated);
   absl::Status RunLayers(Step& step);
   absl::Status Layer(Step& step, uint32_t layer);
   absl::Status Attention(Step& step, uint32_t layer, const std::vector<float>& q,
@@ -92,6 +94,7 @@ class GpuStep {
   StepDims dims_;
   DeviceBuffer staging_;  // device copies of this step's new KV (grows)
   uint32_t outstanding_replies_ = 0;
+  bool end_sent_ = false;  // this step's kStepEnd went out
 };
 
 }  // namespace writescope::gpu

@@ -75,6 +75,7 @@ absl::StatusOr<internal::StepResult> GpuWorker::RunStep(const internal::StepPlan
   std::lock_guard<std::mutex> lock(mutex_);
   // A relaunched worker before the coordinator reloaded it: not available for steps.
   if (step_ == nullptr) return absl::UnavailableError("gpu_worker is not loaded");
+  if (detached_) return absl::UnavailableError("gpu_worker is re-attaching its data plane");
   absl::StatusOr<internal::StepResult> result = step_->Run(plan);
   if (result.ok()) steps_.fetch_add(1);
   return result;
@@ -300,15 +301,21 @@ absl::StatusOr<internal::KvPatternResponse> GpuWorker::VerifyPattern(
   return response;
 }
 
-absl::Status GpuWorker::ResetDataPlane() {
-  // A step in progress ends first: the coordinator closed the channels, so its waits fail.
+absl::Status GpuWorker::ResetDataPlane(bool attach) {
+  // A step in progress ends first (the coordinator closed the channels, so its waits fail).
   std::lock_guard<std::mutex> lock(mutex_);
   if (arena_ == nullptr || step_ == nullptr) {
     return absl::FailedPreconditionError("gpu_worker is not loaded");
   }
+  if (!attach) {
+    detached_ = true;
+    WS_LOG(INFO) << "detached from the data plane";
+    return absl::OkStatus();
+  }
   WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena_));
   data_plane_ = plane;
   step_->set_data_plane(plane);
+  detached_ = false;
   WS_LOG(INFO) << "re-attached to the data plane";
   return absl::OkStatus();
 }

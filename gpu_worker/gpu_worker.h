@@ -34,7 +34,7 @@ class GpuWorker final : public WorkerBackend {
       const internal::ChannelPingRequest& request) override;
   absl::StatusOr<internal::KvPatternResponse> KvPattern(
       const internal::KvPatternRequest& request) override;
-  absl::Status ResetDataPlane() override;
+  absl::Status ResetDataPlane(bool attach) override;
   void Stop() override;
 
  private:
@@ -60,6 +60,7 @@ class GpuWorker final : public WorkerBackend {
   std::unique_ptr<GpuStep> step_;
   SpanRecorder spans_;
   std::atomic<uint64_t> steps_{0};
+  bool detached_ = false;  // between ResetDataPlane(false) and (true); guarded by mutex_
 };
 
 }  // namespace writescope::gpu

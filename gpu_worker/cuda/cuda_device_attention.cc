@@ -15,9 +15,11 @@
 #include <limits>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "kernels/attention_state.h"
 #include "kernels/cpu_attention.h"
 #include "gpu_worker/device_attention.h"
 #include "kernels/cuda/cuda_attention.h"
@@ -76,19 +78,28 @@ class CudaDeviceAttention final : public DeviceAttention {
   // Rewrites the lists' tile pointers to host copies of the device tiles (kept in host_tiles_
   // until the next call).
   absl::Status CopyTilesToHost(absl::Span<kernels::KvBlockList> lists, uint64_t tile_bytes) {
+    // Lists shared by several rows (one prefill chunk's queries) are copied once.
+    absl::flat_hash_map<const uint16_t* const*, std::pair<uint64_t, int32_t>> copied;
     uint64_t tiles = 0;
-    for (const kernels::KvBlockList& list : lists) tiles += list.num_blocks;
+    for (const kernels::KvBlockList& list : lists) {
+      auto [it, inserted] = copied.try_emplace(list.blocks, 0, list.num_blocks);
+      if (!inserted) it->second.second = std::max(it->second.second, list.num_blocks);
+    }
+    for (auto& [blocks, entry] : copied) {
+      entry.first = tiles;
+      tiles += entry.second;
+    }
     host_tiles_.assign(tiles * tile_bytes / 2, 0);
     host_pointers_.assign(tiles, nullptr);
-    uint64_t next = 0;
-    for (kernels::KvBlockList& list : lists) {
-      const uint64_t first = next;
-      for (int32_t i = 0; i < list.num_blocks; ++i, ++next) {
-        uint16_t* host = host_tiles_.data() + next * tile_bytes / 2;
-        WS_RETURN_IF_ERROR(device_->CopyToHost(host, list.blocks[i], tile_bytes, Stream::kCompute));
-        host_pointers_[next] = host;
+    for (const auto& [blocks, entry] : copied) {
+      for (int32_t i = 0; i < entry.second; ++i) {
+        uint16_t* host = host_tiles_.data() + (entry.first + i) * tile_bytes / 2;
+        WS_RETURN_IF_ERROR(device_->CopyToHost(host, blocks[i], tile_bytes, Stream::kCompute));
+        host_pointers_[entry.first + i] = host;
       }
-      list.blocks = host_pointers_.data() + first;
+    }
+    for (kernels::KvBlockList& list : lists) {
+      if (list.num_blocks > 0) list.blocks = host_pointers_.data() + copied[list.blocks].first;
     }
     return device_->Synchronize(Stream::kCompute);
   }
@@ -144,47 +155,110 @@ class CudaDeviceAttention final : public DeviceAttention {
 
   absl::Status CudaMlaDecode(const kernels::MlaDecodeArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
+    if (args.num_seqs == 0) return absl::OkStatus();
     const int32_t bt = args.shape.block_tokens;
     const uint64_t tile_bytes = uint64_t{static_cast<uint32_t>(bt)} * args.shape.row_dim() * 2;
-    std::vector<int32_t> begin(args.num_seqs + 1, 0), last(args.num_seqs, 0);
-    int32_t max_tokens = 1;
+    // The kernel reads one packed tile array. Rows that share a tile list (the queries of
+    // one prefill chunk: all of its earlier blocks, or prefixes of its own) share one packed
+    // copy of it; packing per row would copy a long chunk's blocks once per query.
+    absl::flat_hash_map<const uint16_t* const*, std::pair<int32_t, int32_t>> packed;  // offset, n
+    std::vector<const kernels::KvBlockList*> order;
+    bool shared = false;
+    int32_t total = 0, max_tokens = 1;
     for (int32_t s = 0; s < args.num_seqs; ++s) {
-      begin[s + 1] = begin[s] + args.seqs[s].num_blocks;
-      last[s] = args.seqs[s].last_block_tokens;
-      max_tokens = std::max<int32_t>(max_tokens, static_cast<int32_t>(args.seqs[s].NumTokens(bt)));
-    }
-    WS_RETURN_IF_ERROR(Grow(&packed_, std::max<uint64_t>(1, begin.back()) * tile_bytes));
-    for (int32_t s = 0; s < args.num_seqs; ++s) {
-      for (int32_t i = 0; i < args.seqs[s].num_blocks; ++i) {
-        WS_RETURN_IF_ERROR(device_->CopyOnDevice(
-            static_cast<std::byte*>(packed_.data()) + uint64_t(begin[s] + i) * tile_bytes,
-            args.seqs[s].blocks[i], tile_bytes, Stream::kCompute));
+      const kernels::KvBlockList& list = args.seqs[s];
+      max_tokens = std::max<int32_t>(max_tokens, static_cast<int32_t>(list.NumTokens(bt)));
+      if (list.num_blocks == 0) continue;  // an empty row shares nothing
+      auto [it, inserted] = packed.try_emplace(list.blocks, total, list.num_blocks);
+      if (!inserted) {
+        shared = true;
+        it->second.second = std::max(it->second.second, list.num_blocks);
+      } else {
+        order.push_back(&list);
+        total += list.num_blocks;
       }
     }
-    const int64_t rows = int64_t{args.num_seqs} * args.shape.num_heads;
-    const int64_t o_bytes = rows * args.shape.kv_lora_rank * 4;
-    WS_RETURN_IF_ERROR(Stage(&q_, args.q, rows * args.shape.row_dim() * 2));
-    WS_RETURN_IF_ERROR(Stage(&positions_, begin.data(), begin.size() * sizeof(int32_t)));
-    WS_RETURN_IF_ERROR(Stage(&tokens_, last.data(), last.size() * sizeof(int32_t)));
-    WS_RETURN_IF_ERROR(Grow(&o_, o_bytes + rows * 4));
-    kernels::cuda::MlaGpuDecodeArgs gpu;
-    gpu.shape = args.shape;
-    gpu.num_seqs = args.num_seqs;
-    gpu.q = static_cast<const uint16_t*>(q_.data());
-    gpu.kv.tiles = static_cast<const uint16_t*>(packed_.data());
-    gpu.kv.seq_tile_begin = static_cast<const int32_t*>(positions_.data());
-    gpu.kv.seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
-    gpu.kv.max_seq_tokens = max_tokens;
-    gpu.o = static_cast<float*>(o_.data());
-    gpu.lse = gpu.o + rows * args.shape.kv_lora_rank;
-    const size_t workspace = kernels::cuda::MlaGpuDecodeWorkspaceBytes(gpu);
-    WS_RETURN_IF_ERROR(Grow(&workspace_, std::max<size_t>(workspace, 256)));
-    gpu.workspace = workspace_.data();
-    gpu.workspace_bytes = workspace_.size();
-    WS_RETURN_IF_ERROR(kernels::cuda::MlaGpuDecode(gpu, device_->native_stream(Stream::kCompute)));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(args.o, gpu.o, o_bytes, Stream::kCompute));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, gpu.lse, rows * 4, Stream::kCompute));
-    return device_->Synchronize(Stream::kCompute);
+    // A list met again with more blocks than its first row: re-lay the offsets.
+    total = 0;
+    for (const kernels::KvBlockList* list : order) {
+      auto& entry = packed[list->blocks];
+      entry.first = total;
+      total += entry.second;
+    }
+    WS_RETURN_IF_ERROR(Grow(&packed_, std::max<uint64_t>(1, total) * tile_bytes));
+    for (const kernels::KvBlockList* list : order) {
+      const auto& [offset, count] = packed[list->blocks];
+      for (int32_t i = 0; i < count; ++i) {
+        WS_RETURN_IF_ERROR(device_->CopyOnDevice(
+            static_cast<std::byte*>(packed_.data()) + uint64_t(offset + i) * tile_bytes,
+            list->blocks[i], tile_bytes, Stream::kCompute));
+      }
+    }
+    const int64_t row_values = int64_t{args.shape.num_heads};
+    WS_RETURN_IF_ERROR(Stage(&q_, args.q, args.num_seqs * row_values * args.shape.row_dim() * 2));
+    WS_RETURN_IF_ERROR(Grow(&o_, args.num_seqs * row_values * (args.shape.kv_lora_rank + 1) * 4));
+    float* o_all = static_cast<float*>(o_.data());
+    float* lse_all = o_all + args.num_seqs * row_values * args.shape.kv_lora_rank;
+    // One launch over every row when no two share a list (their packed ranges are then
+    // consecutive), else one launch per row over its (prefix of its) packed list.
+    auto launch = [&](int32_t first_row, int32_t rows, const std::vector<int32_t>& begin,
+                      const std::vector<int32_t>& last, const std::byte* tiles) -> absl::Status {
+      WS_RETURN_IF_ERROR(Stage(&positions_, begin.data(), begin.size() * sizeof(int32_t)));
+      WS_RETURN_IF_ERROR(Stage(&tokens_, last.data(), last.size() * sizeof(int32_t)));
+      kernels::cuda::MlaGpuDecodeArgs gpu;
+      gpu.shape = args.shape;
+      gpu.num_seqs = rows;
+      gpu.q = static_cast<const uint16_t*>(q_.data()) +
+              int64_t{first_row} * row_values * args.shape.row_dim();
+      gpu.kv.tiles = reinterpret_cast<const uint16_t*>(tiles);
+      gpu.kv.seq_tile_begin = static_cast<const int32_t*>(positions_.data());
+      gpu.kv.seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
+      gpu.kv.max_seq_tokens = max_tokens;
+      gpu.o = o_all + int64_t{first_row} * row_values * args.shape.kv_lora_rank;
+      gpu.lse = lse_all + int64_t{first_row} * row_values;
+      const size_t workspace = kernels::cuda::MlaGpuDecodeWorkspaceBytes(gpu);
+      WS_RETURN_IF_ERROR(Grow(&workspace_, std::max<size_t>(workspace, 256)));
+      gpu.workspace = workspace_.data();
+      gpu.workspace_bytes = workspace_.size();
+      WS_RETURN_IF_ERROR(kernels::cuda::MlaGpuDecode(gpu, device_->native_stream(Stream::kCompute)));
+      // Staging buffers are reused by the next launch: wait for this one.
+      return device_->Synchronize(Stream::kCompute);
+    };
+    const auto* tiles = static_cast<const std::byte*>(packed_.data());
+    if (!shared) {
+      // Distinct lists were packed in row order: row s's range ends where the next begins.
+      std::vector<int32_t> begin(args.num_seqs + 1, 0), last(args.num_seqs, 0);
+      int32_t running = 0;
+      for (int32_t s = 0; s < args.num_seqs; ++s) {
+        begin[s] = running;
+        running += args.seqs[s].num_blocks;
+        last[s] = args.seqs[s].last_block_tokens;
+      }
+      begin[args.num_seqs] = running;
+      WS_RETURN_IF_ERROR(launch(0, args.num_seqs, begin, last, tiles));
+    } else {
+      for (int32_t s = 0; s < args.num_seqs; ++s) {
+        const kernels::KvBlockList& list = args.seqs[s];
+        if (list.num_blocks == 0) continue;  // set empty below
+        const int32_t offset = packed[list.blocks].first;
+        WS_RETURN_IF_ERROR(launch(s, 1, {0, list.num_blocks}, {list.last_block_tokens},
+                                  tiles + uint64_t(offset) * tile_bytes));
+      }
+    }
+    const int64_t rows = int64_t{args.num_seqs} * row_values;
+    WS_RETURN_IF_ERROR(
+        device_->CopyToHost(args.o, o_all, rows * args.shape.kv_lora_rank * 4, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, lse_all, rows * 4, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
+    if (shared) {
+      for (int32_t s = 0; s < args.num_seqs; ++s) {
+        if (args.seqs[s].num_blocks > 0) continue;
+        std::fill_n(args.o + s * row_values * args.shape.kv_lora_rank,
+                    row_values * args.shape.kv_lora_rank, 0.0f);
+        std::fill_n(args.lse + s * row_values, row_values, kernels::kEmptyLse);
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Grow(DeviceBuffer* buffer, uint64_t bytes) {

@@ -47,9 +47,13 @@ class CudaLinear final : public DeviceLinear {
       tensors.push_back(tensor);
       bytes += 4 * static_cast<uint64_t>(tensor->numel());
     }
-    if (bytes > vram_bytes_available) {
+    uint64_t largest = 0;
+    for (const Bf16Tensor* t : tensors) largest = std::max<uint64_t>(largest, t->numel());
+    // The widening goes through a bf16 staging buffer of the largest tensor (freed after).
+    if (bytes + 2 * largest > vram_bytes_available) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "fp32 weights for the GPU matrix products need ", bytes, " bytes, ",
+          "fp32 weights for the GPU matrix products need ", bytes, " bytes (+ ", 2 * largest,
+          " of staging), ",
           vram_bytes_available, " are left in the VRAM budget"));
     }
     if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) {
@@ -63,8 +67,6 @@ class CudaLinear final : public DeviceLinear {
     WS_RETURN_IF_ERROR(
         CublasStatus(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
     WS_ASSIGN_OR_RETURN(buffer_, DeviceBuffer::Allocate(device_, std::max<uint64_t>(bytes, 256)));
-    uint64_t largest = 0;
-    for (const Bf16Tensor* t : tensors) largest = std::max<uint64_t>(largest, t->numel());
     WS_ASSIGN_OR_RETURN(DeviceBuffer staging, DeviceBuffer::Allocate(device_, 2 * largest));
     uint64_t offset = 0;
     for (const Bf16Tensor* t : tensors) {

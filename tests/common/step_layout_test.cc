@@ -155,6 +155,35 @@ TEST_F(StepLayoutTest, RefusesInconsistentPlans) {
            s->add_token_ids(1);
          }
        }},
+      {"a slot read by two sequences",
+       [](internal::StepPlan& plan) {
+         for (uint32_t w = 0; w < 2; ++w) {
+           internal::SequenceStep* s = plan.add_sequences();
+           s->set_seq_id(w);
+           s->set_window_slot(w);
+           s->set_num_tokens(1);
+           s->add_token_ids(1);
+           s->set_position(4);
+           AddRun(s->mutable_blocks(), internal::REGION_CPU_COMPUTE, {3});
+         }
+       }},
+      {"a prefill writing a slot another sequence reads",
+       [](internal::StepPlan& plan) {
+         internal::SequenceStep* d = plan.add_sequences();
+         d->set_seq_id(1);
+         d->set_window_slot(1);
+         d->set_num_tokens(1);
+         d->add_token_ids(1);
+         d->set_position(4);
+         AddRun(d->mutable_blocks(), internal::REGION_GPU_TRANSFER, {2});
+         internal::SequenceStep* p = plan.add_sequences();
+         p->set_seq_id(2);
+         p->set_window_slot(2);
+         p->set_prefill(true);
+         p->set_num_tokens(4);
+         for (int i = 0; i < 4; ++i) p->add_token_ids(1);
+         AddRun(p->mutable_new_blocks(), internal::REGION_GPU_TRANSFER, {2});
+       }},
       {"a block run without a region",
        [](internal::StepPlan& plan) {
          internal::SequenceStep* s = plan.add_sequences();

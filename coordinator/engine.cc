@@ -102,7 +102,7 @@ struct Engine::Request {
 
 Engine::Engine(const EngineOptions& options, const ModelConfig& model, const KvCacheConfig& kv,
                std::mutex* placement_mutex, KvPlacement* placement, Scheduler* scheduler,
-               WorkerClient* gpu_worker, WorkerClient* cpu_worker, Metrics* metrics)
+               StepWorker* gpu_worker, StepWorker* cpu_worker, Metrics* metrics)
     : options_(options),
       model_(model),
       kv_(kv),

@@ -44,10 +44,21 @@
 #include "coordinator/request_validation.h"
 #include "coordinator/sampler.h"
 #include "coordinator/scheduler.h"
-#include "coordinator/worker_client.h"
+#include "writescope/internal/worker.pb.h"
 #include "writescope/v1/writescope.pb.h"
 
 namespace writescope::coordinator {
+
+// What the engine needs of a worker: run one step, cancel one. WorkerClient (gRPC) in the
+// service, fakes in tests.
+class StepWorker {
+ public:
+  virtual ~StepWorker() = default;
+  virtual absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
+                                                       absl::Duration timeout) = 0;
+  // Cancels step `step_id`, also when its call has not started yet.
+  virtual void CancelStep(uint64_t step_id) = 0;
+};
 
 struct EngineOptions {
   // Tokens per step (decode tokens + prompt chunk tokens); also capped by the data plane.
@@ -97,7 +108,7 @@ class Engine {
   // `metrics` may be null.
   Engine(const EngineOptions& options, const ModelConfig& model, const KvCacheConfig& kv,
          std::mutex* placement_mutex, KvPlacement* placement, Scheduler* scheduler,
-         WorkerClient* gpu_worker, WorkerClient* cpu_worker, Metrics* metrics = nullptr);
+         StepWorker* gpu_worker, StepWorker* cpu_worker, Metrics* metrics = nullptr);
   ~Engine();
 
   void Start();
@@ -162,8 +173,8 @@ class Engine {
   std::mutex* placement_mutex_;
   KvPlacement* placement_;
   Scheduler* scheduler_;
-  WorkerClient* gpu_worker_;
-  WorkerClient* cpu_worker_;
+  StepWorker* gpu_worker_;
+  StepWorker* cpu_worker_;
   Metrics* metrics_;
   std::function<void()> on_step_failure_;
 

@@ -10,11 +10,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "coordinator/engine.h"
 #include "writescope/internal/worker.grpc.pb.h"
 
 namespace writescope::coordinator {
 
-class WorkerClient {
+class WorkerClient final : public StepWorker {
  public:
   WorkerClient(std::string name, std::string address);
 
@@ -37,12 +38,12 @@ class WorkerClient {
                                                         absl::Duration timeout);
   // One step on this worker.
   absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
-                                               absl::Duration timeout);
+                                               absl::Duration timeout) override;
   absl::StatusOr<internal::WorkerProfile> Profile(uint32_t steps, absl::Duration timeout);
   // Cancels a RunStep in progress (from another thread); it returns CANCELLED. With a step
   // id, only that step, also when its call has not started yet (it then ends at once).
   static constexpr uint64_t kAnyStep = ~uint64_t{0};
-  void CancelStep(uint64_t step_id = kAnyStep);
+  void CancelStep(uint64_t step_id = kAnyStep) override;
   absl::Status ResetDataPlane(bool attach, absl::Duration timeout);
   absl::Status Shutdown(absl::Duration timeout);
 

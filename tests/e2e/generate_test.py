@@ -174,7 +174,8 @@ class Trio:
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
-        deadline = started + 120
+        start_timeout = float(os.environ.get("WS_START_TIMEOUT_S", "120"))
+        deadline = started + start_timeout
         while time.monotonic() < deadline:
             if os.path.exists(ready_file) and os.path.getsize(ready_file) > 0:
                 with open(ready_file) as f:
@@ -188,7 +189,8 @@ class Trio:
                 raise RuntimeError(f"launch.sh exited ({self.proc.returncode}) while starting "
                                    f"{self.label}:\n{self.log_tail()}")
             time.sleep(0.05)
-        raise RuntimeError(f"{self.label}: no ready file within 120 s:\n{self.log_tail()}")
+        raise RuntimeError(f"{self.label}: no ready file within {start_timeout:.0f} s:\n"
+                           f"{self.log_tail()}")
 
     def log_tail(self, lines=30):
         try:

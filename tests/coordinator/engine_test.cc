@@ -1,0 +1,275 @@
+// The coordinator's engine (batching, admission, sampling, lifecycle) against fake workers:
+// the fake gpu_worker's logits put all mass on (last token + 1) % vocab, so every greedy
+// continuation is known. Several threads submit, abort and fail requests at once; the TSan
+// subset of deploy/sanitize.sh runs these tests (the batching code's threads without gRPC's).
+#include "coordinator/engine.h"
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/common/test_util.h"
+#include "tests/kernels/model/tiny_models.h"
+
+namespace writescope::coordinator {
+namespace {
+
+// Answers every step; the gpu side returns the logits, the cpu side nothing.
+class FakeWorker final : public StepWorker {
+ public:
+  FakeWorker(bool gpu, int64_t vocab) : gpu_(gpu), vocab_(vocab) {}
+
+  absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
+                                               absl::Duration) override {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // a step takes time
+    if (fail_next_.exchange(false)) return absl::InternalError("injected step failure");
+    steps_.fetch_add(1);
+    internal::StepResult result;
+    result.set_step_id(plan.step_id());
+    result.set_num_layers(2);
+    if (!gpu_) return result;
+    for (const internal::SequenceStep& step : plan.sequences()) {
+      internal::SequenceResult* out = result.add_sequences();
+      out->set_seq_id(step.seq_id());
+      if (step.want_logits()) {
+        const uint32_t last = step.token_ids(step.num_tokens() - 1);
+        for (int64_t v = 0; v < vocab_; ++v) {
+          out->add_last_logits(v == (last + 1) % vocab_ ? 10.0f : 0.0f);
+        }
+      }
+      if (step.want_prompt_logprobs()) {
+        const int targets = step.num_tokens() - (step.next_prompt_token() >= 0 ? 0 : 1);
+        for (int t = 0; t < targets; ++t) out->add_prompt_logprobs(-1.0f);
+      }
+    }
+    return result;
+  }
+  void CancelStep(uint64_t) override {}
+
+  std::atomic<bool> fail_next_{false};
+  std::atomic<uint64_t> steps_{0};
+
+ private:
+  bool gpu_;
+  int64_t vocab_;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = kernels::model::testing::TinyConfig("qwen3_moe");
+    model_.max_position_embeddings = 4096;
+    model_.eos_token_ids = {};  // no early stop: lengths are exact
+    KvCacheConfig kv;
+    kv.geometry = model_.kv_geometry(16);
+    kv.window_tokens = 32;
+    kv.max_sequences = 6;
+    kv.cpu_compute_bytes = 40 * kv.geometry.block_bytes();
+    kv.gpu_transfer_bytes = 40 * kv.geometry.block_bytes();
+    kv.gpu_kv_budget_bytes = uint64_t{64} << 20;
+    auto resolved = ResolveKvCacheConfig(kv);
+    WS_ASSERT_OK(resolved.status());
+    kv_ = *resolved;
+    auto placement = KvPlacement::Create(kv_);
+    WS_ASSERT_OK(placement.status());
+    placement_ = *std::move(placement);
+    SchedulerOptions options;
+    options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
+    options.num_layers = kv_.geometry.num_layers;
+    auto scheduler = Scheduler::Create("writescope", options);
+    WS_ASSERT_OK(scheduler.status());
+    scheduler_ = *std::move(scheduler);
+    gpu_ = std::make_unique<FakeWorker>(true, model_.vocab_size);
+    cpu_ = std::make_unique<FakeWorker>(false, model_.vocab_size);
+    EngineOptions engine_options;
+    engine_options.max_step_tokens = 64;
+    engine_options.queue_capacity = 8;
+    engine_ = std::make_unique<Engine>(engine_options, model_, kv_, &placement_mutex_,
+                                       placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get());
+    engine_->set_serving(true);
+    engine_->Start();
+  }
+  void TearDown() override { engine_->Stop(); }
+
+  static v1::GenerateRequest Request(std::vector<uint32_t> prompt, uint32_t max_tokens,
+                                     const std::string& id = "") {
+    v1::GenerateRequest request;
+    request.set_request_id(id);
+    request.mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
+    request.mutable_sampling()->set_max_tokens(max_tokens);
+    return request;
+  }
+
+  struct Outcome {
+    std::vector<uint32_t> tokens;
+    bool complete = false;
+    v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
+    absl::Status status;
+  };
+  static Outcome Drain(RequestStream& stream) {
+    Outcome outcome;
+    v1::GenerateResponse response;
+    bool done = false;
+    while (true) {
+      if (stream.Next(&response, absl::Seconds(10), &done)) {
+        if (response.has_chunk()) {
+          outcome.tokens.insert(outcome.tokens.end(), response.chunk().token_ids().begin(),
+                                response.chunk().token_ids().end());
+        }
+        if (response.has_complete()) {
+          outcome.complete = true;
+          outcome.reason = response.complete().finish_reason();
+        }
+        continue;
+      }
+      if (done) break;
+      ADD_FAILURE() << "the stream did not end within 10 s";
+      break;
+    }
+    outcome.status = stream.final_status();
+    return outcome;
+  }
+  // The fake's greedy continuation of a prompt ending in `last`.
+  std::vector<uint32_t> Expected(uint32_t last, uint32_t n) const {
+    std::vector<uint32_t> out;
+    for (uint32_t i = 0; i < n; ++i) out.push_back(last = (last + 1) % model_.vocab_size);
+    return out;
+  }
+  uint32_t UsedBlocks() {
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    return placement_->Usage(KvRegion::kCpuCompute).used_blocks +
+           placement_->Usage(KvRegion::kGpuTransfer).used_blocks;
+  }
+
+  ModelConfig model_;
+  KvCacheConfig kv_;
+  std::mutex placement_mutex_;
+  std::unique_ptr<KvPlacement> placement_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<FakeWorker> gpu_, cpu_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineTest, GreedyContinuationAcrossChunksAndFlushes) {
+  // 100 prompt tokens: chunks of whole 16-token blocks; 70 new tokens cross the 32-token
+  // D-window twice.
+  std::vector<uint32_t> prompt(100);
+  for (uint32_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 7) % 200;
+  auto stream = engine_->Submit(Request(prompt, 70), absl::InfiniteFuture());
+  WS_ASSERT_OK(stream.status());
+  const Outcome outcome = Drain(**stream);
+  WS_EXPECT_OK(outcome.status);
+  EXPECT_TRUE(outcome.complete);
+  EXPECT_EQ(outcome.reason, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(outcome.tokens, Expected(prompt.back(), 70));
+  EXPECT_EQ(UsedBlocks(), 0u);
+  EXPECT_EQ(engine_->Counts().generated_tokens, 70u);
+}
+
+TEST_F(EngineTest, ConcurrentSubmittersGetTheirOwnTokens) {
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0}, exhausted{0};
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 4; ++r) {
+        const uint32_t n = 5 + 13 * ((t + r) % 5);
+        std::vector<uint32_t> prompt(n, static_cast<uint32_t>(t * 10 + r));
+        auto stream = engine_->Submit(Request(prompt, 12), absl::InfiniteFuture());
+        if (!stream.ok()) {
+          // A full queue is the only acceptable refusal here.
+          EXPECT_EQ(stream.status().code(), absl::StatusCode::kResourceExhausted) << stream.status();
+          exhausted.fetch_add(1);
+          continue;
+        }
+        const Outcome outcome = Drain(**stream);
+        EXPECT_TRUE(outcome.status.ok()) << outcome.status;
+        EXPECT_EQ(outcome.tokens, Expected(prompt.back(), 12));
+        good.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(good + exhausted, 24);
+  EXPECT_GT(good, 0);
+  EXPECT_EQ(UsedBlocks(), 0u);
+  EXPECT_EQ(engine_->Counts().running, 0u);
+}
+
+TEST_F(EngineTest, AbortAndFailAllFromOtherThreads) {
+  std::vector<uint32_t> prompt(20, 3);
+  auto aborted = engine_->Submit(Request(prompt, 1000, "victim"), absl::InfiniteFuture());
+  WS_ASSERT_OK(aborted.status());
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(engine_->Abort("victim"));
+  });
+  const Outcome abort_outcome = Drain(**aborted);
+  aborter.join();
+  WS_EXPECT_OK(abort_outcome.status);
+  EXPECT_EQ(abort_outcome.reason, v1::FINISH_REASON_ABORT);
+  EXPECT_FALSE(engine_->Abort("victim"));
+
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    auto stream = engine_->Submit(Request(prompt, 1000), absl::InfiniteFuture());
+    WS_ASSERT_OK(stream.status());
+    streams.push_back(*stream);
+  }
+  std::thread failer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    engine_->FailAll(absl::UnavailableError("worker lost"));
+  });
+  for (auto& stream : streams) {
+    const Outcome outcome = Drain(*stream);
+    EXPECT_EQ(outcome.status.code(), absl::StatusCode::kUnavailable) << outcome.status;
+  }
+  failer.join();
+  EXPECT_EQ(UsedBlocks(), 0u);
+  // Serving goes on.
+  auto next = engine_->Submit(Request(prompt, 5), absl::InfiniteFuture());
+  WS_ASSERT_OK(next.status());
+  EXPECT_EQ(Drain(**next).tokens, Expected(3, 5));
+}
+
+TEST_F(EngineTest, AStepFailureEndsItsRequestsOnly) {
+  std::vector<uint32_t> prompt(10, 9);
+  gpu_->fail_next_ = true;
+  auto failed = engine_->Submit(Request(prompt, 5), absl::InfiniteFuture());
+  WS_ASSERT_OK(failed.status());
+  EXPECT_EQ(Drain(**failed).status.code(), absl::StatusCode::kInternal);
+  auto next = engine_->Submit(Request(prompt, 5), absl::InfiniteFuture());
+  WS_ASSERT_OK(next.status());
+  EXPECT_EQ(Drain(**next).tokens, Expected(9, 5));
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
+TEST_F(EngineTest, RefusalsNameTheirReason) {
+  // A context larger than both regions together.
+  auto huge = engine_->Submit(Request({1, 2, 3}, 4000), absl::InfiniteFuture());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("KV blocks"), absl::string_view::npos);
+  // A bad request.
+  auto bad = engine_->Submit(Request({}, 4), absl::InfiniteFuture());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  // A duplicate id in flight.
+  auto first = engine_->Submit(Request({1, 2}, 1000, "same"), absl::InfiniteFuture());
+  WS_ASSERT_OK(first.status());
+  auto second = engine_->Submit(Request({1, 2}, 4, "same"), absl::InfiniteFuture());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(engine_->Abort("same"));
+  Drain(**first);
+  // A deadline in the past ends the request with DEADLINE_EXCEEDED and frees its blocks.
+  auto late = engine_->Submit(Request({1, 2}, 1000), absl::Now() + absl::Milliseconds(30));
+  WS_ASSERT_OK(late.status());
+  EXPECT_EQ(Drain(**late).status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(UsedBlocks(), 0u);
+  // Not serving.
+  engine_->set_serving(false);
+  EXPECT_EQ(engine_->Submit(Request({1}, 1), absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace writescope::coordinator

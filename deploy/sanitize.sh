@@ -21,8 +21,9 @@
 # UBSan); reports from the e2e trio's background processes are collected into
 # build-asan/e2e-sanitizer-reports/ and fail the run too. TSan sees threads, not the
 # other process across a shared-memory channel. Measured on the 2-core dev machine
-# (2026-11-29, from clean): ASan build 401 s, unit tests 43 s, e2e 7 s; TSan build 30 s,
-# tests 1 s. deploy/test.sh runs the TSan part by default and all with --sanitizers all.
+# (2026-11-29, from clean): ASan build 555 s, unit tests 87 s, e2e 55-65 s; TSan build of
+# the subset ~2-4 min (the engine test links the coordinator's gRPC code), tests 7 s.
+# deploy/test.sh runs the TSan part by default and all with --sanitizers all.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -85,7 +86,8 @@ if [[ $DO_ASAN -eq 1 ]]; then
     reports="$ASAN_DIR/e2e-sanitizer-reports"
     rm -rf "$reports" && mkdir -p "$reports"
     (cd "$ASAN_DIR" && ASAN_OPTIONS="$ASAN_OPTIONS:log_path=$reports/asan" \
-      UBSAN_OPTIONS="$UBSAN_OPTIONS:log_path=$reports/ubsan" timed "ASan+UBSan e2e tests" \
+      UBSAN_OPTIONS="$UBSAN_OPTIONS:log_path=$reports/ubsan" WS_E2E_SANITIZER=asan \
+      timed "ASan+UBSan e2e tests" \
       ctest --output-on-failure --timeout 900 -L e2e) || FAILED=1
     if compgen -G "$reports/*" >/dev/null; then
       echo "[sanitize] sanitizer reports from the e2e processes:" >&2
@@ -118,7 +120,7 @@ if [[ $DO_TSAN -eq 1 ]]; then
       reports="$TSAN_DIR/e2e-tsan-reports"
       rm -rf "$reports" && mkdir -p "$reports"
       TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:log_path=$reports/tsan:suppressions=$ROOT/deploy/tsan.supp" \
-        WS_START_TIMEOUT_S=300 timed "TSan e2e (trio under e2e_generate)" \
+        WS_START_TIMEOUT_S=300 WS_E2E_SANITIZER=tsan timed "TSan e2e (trio under e2e_generate)" \
         python3 "$ROOT/tests/e2e/generate_test.py" --root "$ROOT" --bin "$TSAN_DIR/bin" || FAILED=1
       if compgen -G "$reports/*" >/dev/null; then
         echo "[sanitize] TSan reports from the trio:" >&2

@@ -932,8 +932,13 @@ def check_load(env):
               "load: beyond capacity the queue answers RESOURCE_EXHAUSTED")
         (first, _), (second, _) = rounds
         growth = {n: second[n] - first[n] for n in pids}
-        check(all(growth[n] < 0.10 * first[n] + 8192 for n in pids),
-              f"load: memory flat from round 1 to round 2 (RSS KiB {first} -> {second})")
+        if os.environ.get("WS_E2E_SANITIZER"):
+            # ASan's quarantine holds freed memory on purpose: RSS says nothing there.
+            note(f"load: RSS not checked under {os.environ['WS_E2E_SANITIZER']} "
+                 f"(KiB {first} -> {second})")
+        else:
+            check(all(growth[n] < 0.10 * first[n] + 8192 for n in pids),
+                  f"load: memory flat from round 1 to round 2 (RSS KiB {first} -> {second})")
         wait_idle(trio, "load")
         prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
         ref = env.reference("qwen3_moe", prompt[:40], 8)

@@ -18,9 +18,10 @@
 //   wait for the KV writes; kStepEnd -> cpu_worker
 //   logits of the rows that need them; prompt log-probabilities
 //
-// The layer math runs on the host through DecoderOps on both devices (GPU matrix products
-// through cuBLAS are not wired yet); attention runs on the device. Not thread-safe: the
-// gpu_worker serializes steps.
+// The layer math runs through DecoderOps: its matrix products on the device where
+// GpuStepOptions::linear is set (cuBLAS on a GPU, gpu_worker/device_linear.h), norms, RoPE
+// and routing on the host; attention runs on the device. Not thread-safe: the gpu_worker
+// serializes steps.
 #ifndef WRITESCOPE_GPU_WORKER_GPU_STEP_H_
 #define WRITESCOPE_GPU_WORKER_GPU_STEP_H_
 

@@ -2,6 +2,8 @@
 #ifndef WRITESCOPE_COMMON_PROCESS_H_
 #define WRITESCOPE_COMMON_PROCESS_H_
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
@@ -26,6 +28,12 @@ absl::Status WritePortFile(const std::string& path, int port);
 
 // Nanoseconds of CLOCK_MONOTONIC: the clock shared by the three processes' profiles.
 uint64_t MonotonicNanos();
+
+// Milliseconds of std::chrono::steady_clock since `start` (timings in results and logs).
+inline double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
 
 }  // namespace writescope
 

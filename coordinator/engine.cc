@@ -372,11 +372,13 @@ absl::Status Engine::RunOneStep() {
     // Decode tokens first: generating sequences never wait behind a long prompt.
     for (const auto& r : running_) {
       if (r->pending_token < 0 || budget == 0) continue;
-      SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
       internal::SequenceStep* step = plan.add_sequences();
       step->set_seq_id(r->sequence);
       size_t flushed = 0;
       if (placement_->NeedsFlush(r->sequence)) {
+        // The chooser snapshots every live sequence's placement: built only when a block
+        // is placed, once per W decoded tokens, not for every token.
+        SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
         absl::StatusOr<FlushPlan> flush = placement_->Flush(r->sequence, chooser);
         if (!flush.ok()) {
           plan.mutable_sequences()->RemoveLast();
@@ -613,30 +615,30 @@ void Engine::Sampled(Request& r, absl::Span<const float> logits) {
   r.pending_token = token.token_id;
   const uint32_t interval = std::max<uint32_t>(1, r.proto.stream_interval());
   if (static_cast<uint32_t>(r.chunk.token_ids_size()) >= interval || !r.first_chunk_sent) {
-    v1::GenerateResponse response;
-    response.set_request_id(r.id);
-    *response.mutable_chunk() = std::move(r.chunk);
-    r.chunk.Clear();
-    if (!r.first_chunk_sent) {
-      for (auto& lp : r.prompt_logprobs) *response.mutable_chunk()->add_prompt_logprobs() = lp;
-      r.first_chunk_sent = true;
-    }
-    r.stream->Push(std::move(response));
+    PushChunk(r);
   }
+}
+
+void Engine::PushChunk(Request& r) {
+  v1::GenerateResponse response;
+  response.set_request_id(r.id);
+  *response.mutable_chunk() = std::move(r.chunk);
+  r.chunk.Clear();
+  if (!r.first_chunk_sent) {
+    // The prompt's log-probabilities travel once, in the first chunk.
+    for (const v1::TokenLogprobs& lp : r.prompt_logprobs) {
+      *response.mutable_chunk()->add_prompt_logprobs() = lp;
+    }
+    r.first_chunk_sent = true;
+  }
+  r.stream->Push(std::move(response));
 }
 
 void Engine::Finish(Request& r, v1::FinishReason reason) {
   if (r.ended) return;
   const absl::Time now = absl::Now();
   if (r.chunk.token_ids_size() > 0 || (!r.first_chunk_sent && !r.prompt_logprobs.empty())) {
-    v1::GenerateResponse response;
-    response.set_request_id(r.id);
-    *response.mutable_chunk() = std::move(r.chunk);
-    if (!r.first_chunk_sent) {
-      for (auto& lp : r.prompt_logprobs) *response.mutable_chunk()->add_prompt_logprobs() = lp;
-      r.first_chunk_sent = true;
-    }
-    r.stream->Push(std::move(response));
+    PushChunk(r);
   }
   v1::GenerateResponse response;
   response.set_request_id(r.id);

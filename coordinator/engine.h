@@ -164,6 +164,8 @@ class Engine {
   void Release(Request& request);
   // Samples, streams and possibly finishes a request whose step produced logits.
   void Sampled(Request& request, absl::Span<const float> logits);
+  // Streams the request's pending tokens (and, the first time, its prompt logprobs).
+  void PushChunk(Request& request);
 
   EngineOptions options_;
   ModelConfig model_;

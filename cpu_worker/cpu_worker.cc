@@ -9,6 +9,7 @@
 #include "common/kv_spec.h"
 #include "common/worker_model.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/status.h"
 
 namespace writescope::cpu {
@@ -100,10 +101,6 @@ namespace {
 constexpr auto kPlanWait = std::chrono::seconds(5);
 constexpr auto kStepWait = std::chrono::minutes(30);
 constexpr absl::Duration kReplyTimeout = absl::Seconds(30);
-
-double MillisSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include "common/kv_spec.h"
 #include "common/worker_model.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/status.h"
 
 namespace writescope::gpu {
@@ -178,10 +179,6 @@ absl::StatusOr<std::vector<KvBlockRef>> ToBlockRefs(const internal::KvPatternSeq
     blocks.push_back(ref);
   }
   return blocks;
-}
-
-double MillisSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace

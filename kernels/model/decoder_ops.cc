@@ -97,12 +97,10 @@ absl::Status DecoderOps::Matmul(const float* x, int64_t tokens, const LinearWeig
 
 absl::Status DecoderOps::SwiGlu(const float* x, int64_t tokens, const LinearWeight& gate,
                                 const LinearWeight& up, const LinearWeight& down, float* y) {
-  if (!backend_) return SwiGluMlp(x, tokens, gate, up, down, y, cache());
-  std::vector<float> g(tokens * gate.out_features), u(tokens * up.out_features);
-  WS_RETURN_IF_ERROR(Matmul(x, tokens, gate, g.data()));
-  WS_RETURN_IF_ERROR(Matmul(x, tokens, up, u.data()));
-  SiluMul(g.data(), u.data(), tokens * gate.out_features, g.data());
-  return Matmul(g.data(), tokens, down, y);
+  return SwiGluMlp(x, tokens, gate, up, down, y,
+                   [this](const float* in, int64_t n, const LinearWeight& w, float* out) {
+                     return Matmul(in, n, w, out);
+                   });
 }
 
 const LinearWeight DecoderOps::KvB(int64_t layer) const {

@@ -122,6 +122,15 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
 absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
                        const LinearWeight& up, const LinearWeight& down, float* y,
                        F32WeightCache* cache) {
+  return SwiGluMlp(x, tokens, gate, up, down, y,
+                   [cache](const float* in, int64_t n, const LinearWeight& w, float* out) {
+                     return Linear(in, n, w, out, cache);
+                   });
+}
+
+absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
+                       const LinearWeight& up, const LinearWeight& down, float* y,
+                       MatmulFn matmul) {
   if (gate.out_features != up.out_features || down.in_features != gate.out_features ||
       gate.in_features != up.in_features || down.out_features != gate.in_features) {
     return absl::InvalidArgumentError(
@@ -131,10 +140,10 @@ absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
   }
   const int64_t inter = gate.out_features;
   std::vector<float> g(tokens * inter), u(tokens * inter);
-  WS_RETURN_IF_ERROR(Linear(x, tokens, gate, g.data(), cache));
-  WS_RETURN_IF_ERROR(Linear(x, tokens, up, u.data(), cache));
+  WS_RETURN_IF_ERROR(matmul(x, tokens, gate, g.data()));
+  WS_RETURN_IF_ERROR(matmul(x, tokens, up, u.data()));
   SiluMul(g.data(), u.data(), tokens * inter, g.data());
-  return Linear(g.data(), tokens, down, y, cache);
+  return matmul(g.data(), tokens, down, y);
 }
 
 absl::Status Embed(const Bf16Tensor& table, absl::Span<const int32_t> tokens, float* out) {

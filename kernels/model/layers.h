@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -77,6 +78,12 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
                        const LinearWeight& up, const LinearWeight& down, float* y,
                        F32WeightCache* cache = nullptr);
+// The same with every product y = x W^T through `matmul` (e.g. a GPU backend).
+using MatmulFn =
+    absl::FunctionRef<absl::Status(const float* x, int64_t tokens, const LinearWeight& w, float* y)>;
+absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
+                       const LinearWeight& up, const LinearWeight& down, float* y,
+                       MatmulFn matmul);
 
 // out[i] = table[tokens[i]] widened: table [vocab, hidden] bf16, out [tokens,
 // hidden]. INVALID_ARGUMENT for a token outside [0, vocab).

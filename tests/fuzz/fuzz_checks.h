@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -33,6 +36,19 @@ struct FuzzResult {
   absl::Status parse;     // what the parser returned
   std::string violation;  // empty unless an invariant is broken
 };
+
+// The body of every LLVMFuzzerTestOneInput: runs `check` on the input and aborts (libFuzzer
+// saves the input) when an invariant is broken.
+inline int RunFuzzCheck(FuzzResult (*check)(absl::string_view), const uint8_t* data,
+                        size_t size) {
+  const FuzzResult result = check(absl::string_view(reinterpret_cast<const char*>(data), size));
+  if (!result.violation.empty()) {
+    std::fprintf(stderr, "invariant broken: %s\nparser status: %s\n", result.violation.c_str(),
+                 result.parse.ToString().c_str());
+    std::abort();
+  }
+  return 0;
+}
 
 namespace internal_checks {
 

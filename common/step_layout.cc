@@ -66,6 +66,11 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
     s.position = step.position();
     s.num_tokens = step.num_tokens();
     s.dwindow_tokens = step.dwindow_tokens();
+    s.gpu_reads_cpu_blocks = step.gpu_reads_cpu_blocks();
+    if (s.gpu_reads_cpu_blocks && !s.prefill) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, "gpu_reads_cpu_blocks applies to prefill chunks only"));
+    }
     if (s.window_slot >= config.max_sequences || !windows.insert(s.window_slot).second) {
       return absl::InvalidArgumentError(absl::StrCat(who, "window slot ", s.window_slot,
                                                      " is out of range or shared (max_sequences ",
@@ -86,7 +91,9 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
                                                          " appears twice in the step"));
         }
         const PlacedSlot placed{ref->slot, next_token};
-        (ref->region == KvRegion::kCpuCompute ? s.cpu_blocks : s.transfer_blocks).push_back(placed);
+        (ref->region == KvRegion::kCpuCompute && !s.gpu_reads_cpu_blocks ? s.cpu_blocks
+                                                                          : s.transfer_blocks)
+            .push_back(placed);
         s.blocks.push_back(*ref);
         next_token += bt;
       }

@@ -66,9 +66,12 @@ struct StepSequenceLayout {
   uint32_t num_tokens = 0;
   uint32_t dwindow_tokens = 0;
   uint64_t token_offset = 0;  // of its first token in the step's token list
-  // Host blocks it attends (all before `position`), by region, in token order.
+  // Host blocks it attends (all before `position`), by who attends them, in token order:
+  // the cpu_worker its CPU-compute blocks in place, the GPU the transfer region's — and the
+  // CPU-compute ones too when gpu_reads_cpu_blocks (cpu_blocks is then empty).
   std::vector<PlacedSlot> cpu_blocks;
   std::vector<PlacedSlot> transfer_blocks;
+  bool gpu_reads_cpu_blocks = false;  // SequenceStep.gpu_reads_cpu_blocks (prefill only)
   // Every attended block in token order, both regions (the transfer plan's input).
   std::vector<KvBlockRef> blocks;
   // Blocks written this step (prefill: the chunk's full blocks; decode: the flush).
@@ -92,7 +95,7 @@ struct StepLayout {
 // cover [0, position) exactly in order, token_ids that do not match num_tokens, a decode
 // step of more than one token or one that overflows the D-window, a prefill chunk that does
 // not start on a block boundary or whose new blocks do not match its full blocks, a
-// sequence id twice.
+// sequence id twice, gpu_reads_cpu_blocks on a decode step.
 absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
                                           const KvCacheConfig& config);
 

@@ -185,7 +185,35 @@ absl::Status Coordinator::LoadWorkers() {
                                             load.result->weight_bytes() / 1048576.0));
     WS_LOG(INFO) << load.worker->name() << " loaded on " << load.result->device();
   }
-  return status;
+  if (!status.ok()) return status;
+  for (Loading& load : loads) (load.worker == &gpu_worker_ ? gpu_load_ : cpu_load_) = *load.result;
+  return ConfigureExperts();
+}
+
+absl::Status Coordinator::ConfigureExperts() {
+  WS_ASSIGN_OR_RETURN(const ExpertMode mode, ParseExpertMode(options_.routed_experts));
+  ExpertPlacementParams params;
+  params.num_experts = model_config_.n_routed_experts;
+  params.top_k = model_config_.num_experts_per_tok;
+  for (int64_t layer = 0; layer < model_config_.num_layers; ++layer) {
+    if (model_config_.IsMoeLayer(layer)) ++params.moe_layers;
+  }
+  params.gpu_streams = gpu_load_.streams_experts();
+  params.stream_bytes_per_ms = gpu_load_.expert_stream_bytes_per_ms();
+  params.layer_bytes = gpu_load_.expert_layer_bytes();
+  params.cpu_ms_per_token = cpu_load_.expert_ms_per_token();
+  WS_ASSIGN_OR_RETURN(ExpertPlacement placement, ExpertPlacement::Create(mode, params));
+  if (params.gpu_streams && params.cpu_ms_per_token > 0 && params.stream_bytes_per_ms > 0) {
+    // The chunk size from which the GPU wins, for the log.
+    int64_t from = 1;
+    while (from < (int64_t{1} << 20) && !placement.OnGpu(from)) from *= 2;
+    WS_LOG(INFO) << "routed experts (" << ExpertModeName(mode) << "): cpu "
+                 << params.cpu_ms_per_token * 1e3 << " us per token and layer, gpu stream "
+                 << params.stream_bytes_per_ms / 1e6 << " GB/s of " << params.layer_bytes
+                 << " bytes per layer; the gpu_worker takes steps from ~" << from << " tokens";
+  }
+  engine_->set_expert_placement(placement);
+  return absl::OkStatus();
 }
 
 void Coordinator::Supervise() {
@@ -283,6 +311,8 @@ absl::Status Coordinator::Recover() {
     WS_LOG(INFO) << "reloading " << worker->name();
     WS_ASSIGN_OR_RETURN(internal::LoadResponse response,
                         worker->Load(request, options_.load_timeout));
+    (worker == &gpu_worker_ ? gpu_load_ : cpu_load_) = response;
+    WS_RETURN_IF_ERROR(ConfigureExperts());
     std::lock_guard<std::mutex> lock(status_mutex_);
     v1::WorkerStatus& status = (worker == &gpu_worker_) ? gpu_status_ : cpu_status_;
     status.set_detail(absl::StrFormat("device: %s, weights %.1f MiB (relaunched)",

@@ -36,6 +36,9 @@ struct CoordinatorOptions {
   std::string gpu_worker_address;
   std::string cpu_worker_address;
   std::string policy = "writescope";
+  // Where routed experts run per step: "auto" (the cost rule, coordinator/expert_placement.h),
+  // "cpu", or "gpu" (needs a gpu_worker that streams experts).
+  std::string routed_experts = "auto";
   absl::Duration worker_start_timeout = absl::Seconds(60);
   uint64_t vram_budget_bytes = uint64_t{32} << 30;
   // Called once if the workers cannot be brought up (bad model, budget): the process
@@ -85,7 +88,10 @@ class Coordinator {
   // Both workers answer again: re-formats the channels, loads the relaunched worker and
   // re-attaches the survivor.
   absl::Status Recover();
+  // The expert placement rule from the workers' latest load responses (after a load).
+  absl::Status ConfigureExperts();
 
+  internal::LoadResponse gpu_load_, cpu_load_;  // the latest; supervisor thread
   CoordinatorOptions options_;
   ModelConfig model_config_;
   std::unique_ptr<ShmArena> arena_;

@@ -120,6 +120,20 @@ Engine::Engine(const EngineOptions& options, const ModelConfig& model, const KvC
 
 Engine::~Engine() { Stop(); }
 
+void Engine::set_expert_placement(const ExpertPlacement& placement) {
+  std::lock_guard<std::mutex> lock(*placement_mutex_);
+  experts_ = placement;
+}
+
+Engine::ExpertCheck Engine::expert_check() const {
+  std::lock_guard<std::mutex> lock(*placement_mutex_);
+  if (!experts_.has_value()) return {};
+  return {.cpu_steps = experts_->cpu_steps(),
+          .gpu_steps = experts_->gpu_steps(),
+          .cpu_ms_per_token = experts_->params().cpu_ms_per_token,
+          .gpu_correction = experts_->gpu_correction()};
+}
+
 void Engine::Start() {
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
 }
@@ -443,6 +457,8 @@ absl::Status Engine::RunOneStep() {
       step->set_want_prompt_logprobs(r->proto.sampling().prompt_logprobs());
       step->set_top_logprobs(r->proto.sampling().logprobs());
       step->set_next_prompt_token(last ? -1 : r->prompt[r->prefilled + chunk]);
+      step->set_gpu_reads_cpu_blocks(options_.prefill_attention != "split" &&
+                                     PrefillReadsOnGpu(chunk, *scheduler_));
       entries.push_back({r, true, chunk, last});
       budget -= chunk;
       any_prefill = true;
@@ -450,6 +466,13 @@ absl::Status Engine::RunOneStep() {
   }
   for (const auto& r : failed) Fail(*r, failure);
   if (entries.empty()) return failure;
+  uint64_t step_tokens = 0;
+  for (const Entry& e : entries) step_tokens += e.tokens;
+  {
+    std::lock_guard<std::mutex> lock(*placement_mutex_);
+    plan.set_experts_on_gpu(experts_.has_value() &&
+                            experts_->OnGpu(static_cast<int64_t>(step_tokens)));
+  }
 
   // Both workers run the step at once; they meet on the data plane.
   absl::StatusOr<internal::StepResult> cpu_result = absl::UnknownError("not run");
@@ -485,6 +508,16 @@ absl::Status Engine::RunOneStep() {
   if (metrics_ != nullptr) {
     metrics_->ObserveStepTime("gpu_worker", gpu_result->step_ms() / 1e3);
     metrics_->ObserveStepTime("cpu_worker", cpu_result->step_ms() / 1e3);
+  }
+  {
+    std::lock_guard<std::mutex> lock(*placement_mutex_);
+    if (experts_.has_value()) {
+      if (plan.experts_on_gpu()) {
+        experts_->ObserveGpu(static_cast<int64_t>(step_tokens), gpu_result->expert_ms());
+      } else {
+        experts_->ObserveCpu(static_cast<int64_t>(step_tokens), cpu_result->expert_ms());
+      }
+    }
   }
   SpanRecorder::Scope sampling_span(&spans_, "sampling", plan.step_id());
   absl::flat_hash_map<uint64_t, const internal::SequenceResult*> results;

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "common/kv_config.h"
 #include "common/model_config.h"
 #include "common/profile.h"
+#include "coordinator/expert_placement.h"
 #include "coordinator/metrics.h"
 #include "coordinator/placement.h"
 #include "coordinator/request_validation.h"
@@ -66,6 +68,11 @@ struct EngineOptions {
   uint32_t queue_capacity = 256;
   uint32_t max_prompt_tokens = 0;  // 0: the model's context
   absl::Duration step_timeout = absl::Minutes(10);
+  // Prefill chunks: "auto" lets the gpu_worker read the chunk's earlier CPU-compute blocks
+  // over PCIe when the roofline says the CPU would be slower (chunk tokens x A > B: a
+  // chunk of q queries costs the CPU q times a decode token's attention per key, the GPU
+  // one transfer), "split" always attends them on the CPU in place.
+  std::string prefill_attention = "auto";
 };
 
 // What one Generate call reads: responses in order, then the end.
@@ -131,6 +138,15 @@ class Engine {
   void ReleaseExternal(uint64_t blocks, uint32_t sequences);
 
   void set_serving(bool serving) { serving_.store(serving); }
+  // Where routed experts run, per step (after the workers loaded: their load responses
+  // carry the rates). Until set, always the cpu_worker.
+  void set_expert_placement(const ExpertPlacement& placement);
+  // Steps so far whose routed experts ran on each worker.
+  struct ExpertCheck {
+    uint64_t cpu_steps = 0, gpu_steps = 0;
+    double cpu_ms_per_token = 0, gpu_correction = 1;
+  };
+  ExpertCheck expert_check() const;
   // Called (on the engine thread) when a step fails: the coordinator checks the workers'
   // health at once instead of at its next poll.
   void set_on_step_failure(std::function<void()> callback) {
@@ -195,6 +211,7 @@ class Engine {
   EngineCounts counts_;
   SpanRecorder spans_;
   SchedulerCheck check_;  // guarded by mutex_; decays (last ~32 steps)
+  std::optional<ExpertPlacement> experts_;  // guarded by placement_mutex_
   std::thread thread_;
 };
 

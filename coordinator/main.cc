@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/expert_placement.h"
 #include "coordinator/service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -44,6 +45,12 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
           "by wscope info); empty: off");
 ABSL_FLAG(uint32_t, queue_capacity, 256, "Requests that may wait for admission");
 ABSL_FLAG(uint32_t, max_prompt_tokens, 0, "Longest prompt accepted (0: the model's context)");
+ABSL_FLAG(std::string, routed_experts, "auto",
+          "Where routed experts run per step: auto (cost rule: long prefill chunks stream the "
+          "weights to the GPU when that is faster), cpu, or gpu");
+ABSL_FLAG(std::string, prefill_attention, "auto",
+          "Prefill chunks: auto (the GPU reads the chunk's earlier CPU-compute blocks when the "
+          "roofline says the CPU would be slower) or split (the CPU attends them in place)");
 ABSL_FLAG(std::string, policy, "writescope",
           "Split policy: writescope, transfer-all, cpu-all, static:R, monolithic");
 
@@ -79,6 +86,18 @@ int main(int argc, char** argv) {
   options.gpu_worker_address = absl::GetFlag(FLAGS_gpu_worker);
   options.cpu_worker_address = absl::GetFlag(FLAGS_cpu_worker);
   options.policy = absl::GetFlag(FLAGS_policy);
+  options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
+  if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
+      !mode.ok()) {
+    WS_LOG(ERROR) << mode;
+    return EXIT_FAILURE;
+  }
+  options.engine.prefill_attention = absl::GetFlag(FLAGS_prefill_attention);
+  if (options.engine.prefill_attention != "auto" && options.engine.prefill_attention != "split") {
+    WS_LOG(ERROR) << "--prefill_attention must be auto or split, not '"
+                  << options.engine.prefill_attention << "'";
+    return EXIT_FAILURE;
+  }
   options.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   options.engine.queue_capacity = absl::GetFlag(FLAGS_queue_capacity);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

@@ -490,4 +490,10 @@ double SequenceCpuShare(const SequencePlacement& sequence) {
   return static_cast<double>(cpu) / static_cast<double>(sequence.blocks.size());
 }
 
+bool PrefillReadsOnGpu(uint32_t chunk_tokens, const Scheduler& scheduler) {
+  if (!scheduler.estimates_ready()) return chunk_tokens >= kPrefillReadMinTokens;
+  const RooflineParams p = scheduler.estimates();
+  return static_cast<double>(chunk_tokens) * p.cpu_ns_per_token > p.gpu_ns_per_token;
+}
+
 }  // namespace writescope::coordinator

@@ -275,6 +275,15 @@ class Scheduler {
   uint64_t total_resplit_bytes_ = 0;
 };
 
+// Whether the gpu_worker reads a prefill chunk's earlier CPU-compute blocks (over PCIe,
+// through the ping-pong buffers like transfer blocks) instead of the cpu_worker attending
+// them in place. Per key token and layer the CPU pays chunk_tokens x A (every query of the
+// chunk attends every key; A is one query's cost), the GPU about B (one transfer of the
+// key, whatever the chunk). Before the estimators are ready: chunks of at least
+// kPrefillReadMinTokens. Nothing placed moves; decode keeps the placed split.
+inline constexpr uint32_t kPrefillReadMinTokens = 16;
+bool PrefillReadsOnGpu(uint32_t chunk_tokens, const Scheduler& scheduler);
+
 // ---------------------------------------------------------------------------------------
 // Placement steering.
 

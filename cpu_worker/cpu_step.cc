@@ -1,8 +1,12 @@
 #include "cpu_worker/cpu_step.h"
 
+#include <chrono>
 #include <cstring>
+#include <numeric>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "kernels/attention.h"
 #include "kernels/model/decoder_ops.h"
@@ -174,6 +178,36 @@ absl::Status CpuStep::Attention(const StepLayout& layout, uint32_t layer,
   args.o = o_all;
   args.lse = lse_all;
   return kernels::CpuMlaDecode(args, options);
+}
+
+absl::StatusOr<double> CpuStep::MeasureExpertCost(int64_t tokens) {
+  kernels::experts::CpuExperts* experts = nullptr;
+  for (const auto& layer : experts_) {
+    if (layer != nullptr) {
+      experts = layer.get();
+      break;
+    }
+  }
+  if (experts == nullptr || tokens <= 0) return 0.0;
+  const int64_t hidden = dims_.hidden, top_k = dims_.top_k, num_experts = experts->num_experts();
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(tokens * hidden), y(tokens * hidden), weights(tokens * top_k);
+  std::vector<int32_t> ids(tokens * top_k);
+  for (float& v : x) v = normal(rng);
+  std::vector<int32_t> order(num_experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::iota(order.begin(), order.end(), 0);
+    for (int64_t k = 0; k < top_k; ++k) {  // partial Fisher-Yates: k distinct experts
+      std::swap(order[k], order[k + rng() % (num_experts - k)]);
+      ids[t * top_k + k] = order[k];
+      weights[t * top_k + k] = 1.0f / static_cast<float>(top_k);
+    }
+  }
+  WS_RETURN_IF_ERROR(experts->Forward(x.data(), tokens, top_k, ids.data(), weights.data(), y.data()));
+  const auto start = std::chrono::steady_clock::now();
+  WS_RETURN_IF_ERROR(experts->Forward(x.data(), tokens, top_k, ids.data(), weights.data(), y.data()));
+  return MillisSince(start) / static_cast<double>(tokens);
 }
 
 absl::Status CpuStep::Experts(const StepLayout& layout, uint32_t layer,

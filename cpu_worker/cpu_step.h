@@ -57,6 +57,10 @@ class CpuStep {
   // q: the kAttention payload of `layer`; out: room for the kAttentionResult payload.
   absl::Status Attention(const StepLayout& layout, uint32_t layer, absl::Span<const std::byte> q,
                          absl::Span<std::byte> out);
+  // The routed experts' cost on this CPU, ms per (token, layer), measured on the first MoE
+  // layer with `tokens` random tokens (after one warm-up run): the starting point of the
+  // coordinator's expert placement rule. 0 for a dense model.
+  absl::StatusOr<double> MeasureExpertCost(int64_t tokens);
   // in: the kExperts payload (layout.total_tokens tokens); out: the kExpertsResult payload.
   absl::Status Experts(const StepLayout& layout, uint32_t layer, absl::Span<const std::byte> in,
                        absl::Span<std::byte> out);

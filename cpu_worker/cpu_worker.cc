@@ -40,6 +40,11 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
                                              *cpu_region_, step_options_));
   WS_LOG(INFO) << "routed experts: " << step_->experts_description() << ", "
                << step_->owned_expert_bytes() << " bytes beyond the checkpoint's";
+  // A prefill-sized batch: the expert placement rule compares it with streaming the
+  // weights to the GPU.
+  WS_ASSIGN_OR_RETURN(const double expert_ms_per_token, step_->MeasureExpertCost(512));
+  WS_LOG(INFO) << "routed experts, 512 tokens: " << expert_ms_per_token * 1000
+               << " us per token and layer";
   loaded_.store(true);
   data_plane_ = plane;
   data_plane_thread_ = std::thread([this] { DataPlaneLoop(); });
@@ -47,6 +52,7 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
   internal::LoadResponse response;
   response.set_device("cpu");
   response.set_weight_bytes(weights_->total_bytes());
+  response.set_expert_ms_per_token(expert_ms_per_token);
   return response;
 }
 

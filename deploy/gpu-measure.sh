@@ -5,7 +5,7 @@
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
 #                                     e2e generate trio trio-generate trio-generate-mla
-#                                     fixtures
+#                                     prefill-long fixtures
 #                                     (default: probe tests attention kv channel experts load
 #                                     e2e trio, in order)
 #
@@ -74,6 +74,33 @@ for step in "${steps[@]}"; do
           /tmp/ws/bin/wscope info --target=$WS_TARGET
           /tmp/ws/bin/wscope profile --target=$WS_TARGET --steps=4 --out=$OUT/trio-trace.json
           kill -TERM $p; wait $p' ;;
+    prefill-long)
+      # Long prefill, synthetic Qwen3-30B-A3B of WS_PREFILL_LAYERS (default 8) layers (real
+      # shapes): a 32768-token prompt with the expert placement rule (auto: long chunks run
+      # their routed experts on the GPU, streaming the weights), then 8192 tokens with the
+      # routed experts forced on the CPU and on the GPU, in 4096-token chunks (capped by the
+      # data plane). WS_PREFILL_MODES picks the runs (default "auto cpu gpu").
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      run_step prefill-long 560 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" \
+        bash -c 'set -e; layers=${WS_PREFILL_LAYERS:-8}
+          python3 -c "import random; random.seed(3); print(\" \".join(str(random.randrange(151936)) for _ in range(32768)))" > /tmp/p32k
+          python3 -c "import random; random.seed(4); print(\" \".join(str(random.randrange(151936)) for _ in range(8192)))" > /tmp/p8k
+          for mode in ${WS_PREFILL_MODES:-auto cpu gpu}; do
+            r=$(mktemp -u); WS_BIN=/tmp/ws/bin deploy/launch.sh --listen 127.0.0.1:0 \
+              --ready-file "$r" --device cuda -- --synthetic=qwen3_moe --num_layers=$layers \
+              --cpu_region_mib=2048 --transfer_region_mib=2048 --channel_mib=96 \
+              --max_step_tokens=4096 --routed_experts=$mode & p=$!
+            for i in $(seq 900); do [[ -f $r ]] && break; sleep 0.2; done; source "$r"
+            echo "== routed_experts=$mode, $layers layers"
+            grep -h "routed experts\|streamable" $WS_LOG_DIR/*.log | head -4 || true
+            if [[ $mode == auto ]]; then
+              /tmp/ws/bin/wscope generate --target=$WS_TARGET --prompt_file=/tmp/p32k --max_tokens=8 --ignore_eos | tail -3
+              /tmp/ws/bin/wscope profile --target=$WS_TARGET --steps=10 --out=$OUT/prefill-32k-trace.json | tail -40
+            fi
+            /tmp/ws/bin/wscope generate --target=$WS_TARGET --prompt_file=/tmp/p8k --max_tokens=8 --ignore_eos | tail -3
+            /tmp/ws/bin/wscope profile --target=$WS_TARGET --steps=10 --out=$OUT/prefill-8k-$mode-trace.json | tail -25
+            kill -TERM $p; wait $p || true
+          done' ;;
     trio-generate-mla)
       # DeepSeek-V2-Lite real shapes, 3 synthetic layers (dense first layer + 2 MoE) on the
       # CUDA device: MLA attention on the GPU kernels, a 1024-token prompt, 32 new tokens.

@@ -19,8 +19,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Element loops over a step's activations: a long prefill chunk has millions of values
+// per layer, so they run on the host's cores (small decode steps stay single-threaded).
+constexpr int64_t kParallelValues = int64_t{1} << 16;
+
 void ToBf16(const float* x, int64_t n, uint16_t* out) {
+#pragma omp parallel for schedule(static) if (n > kParallelValues)
   for (int64_t i = 0; i < n; ++i) out[i] = kernels::FloatToBf16(x[i]);
+}
+
+// x += y, n values.
+void AddTo(float* x, const float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelValues)
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 template <typename T>
@@ -62,12 +73,28 @@ struct Partial {
   std::vector<float> lse;
 
   void Reset(int64_t rows, int64_t o_dim) {
-    o.assign(rows * o_dim, 0.0f);
-    lse.assign(rows, kernels::kEmptyLse);
+    o.resize(rows * o_dim);
+    lse.resize(rows);
+    kernels::SetEmptyState({o.data(), lse.data()}, rows, static_cast<int32_t>(o_dim));
   }
 };
 
 }  // namespace
+
+// Per-layer buffers, kept across layers and steps: a long prefill chunk's activations are
+// hundreds of MB per layer, and fresh allocations would fault their pages in every layer.
+// Every user overwrites what it reads (resize only).
+struct GpuStep::Scratch {
+  std::vector<float> h, y, q, kv, attn, routed, absorbed;
+  std::vector<uint16_t> kv_bf16, qk;
+  Partial acc, part;
+};
+
+template <typename T>
+std::vector<T>& Sized(std::vector<T>& v, int64_t n) {
+  v.resize(static_cast<size_t>(n));
+  return v;
+}
 
 struct GpuStep::Step {
   const internal::StepPlan* plan = nullptr;
@@ -83,6 +110,9 @@ struct GpuStep::Step {
   std::vector<uint16_t> host_staging;  // the host side of the copies, alive until the end
   double attention_ms = 0;
   double expert_ms = 0;
+  bool experts_here = false;  // plan.experts_on_gpu: DeviceExperts, no kExperts
+  uint64_t expert_bytes_streamed = 0;
+  double expert_stream_wait_ms = 0;
 };
 
 absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& weights,
@@ -96,6 +126,16 @@ absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& wei
   step->dims_ = StepDimsFor(weights.config());
   return step;
 }
+
+GpuStep::GpuStep(Device* device, KvCache* kv_cache, DataPlane data_plane,
+                 const GpuStepOptions& options)
+    : device_(device),
+      kv_cache_(kv_cache),
+      data_plane_(data_plane),
+      options_(options),
+      scratch_(std::make_unique<Scratch>()) {}
+
+GpuStep::~GpuStep() = default;
 
 absl::Status GpuStep::Send(DataPlaneMessage type, uint64_t step_id, uint32_t layer,
                            absl::Span<const absl::Span<const std::byte>> parts) {
@@ -243,7 +283,7 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   // The GPU-transfer blocks of every sequence, streamed layer by layer.
   std::vector<StepSequence> batch;
   for (const StepSequenceLayout& s : layout.sequences) {
-    batch.push_back({s.window_slot, s.dwindow_tokens, s.blocks});
+    batch.push_back({s.window_slot, s.dwindow_tokens, s.blocks, s.gpu_reads_cpu_blocks});
   }
   WS_ASSIGN_OR_RETURN(step.transfer, BuildTransferPlan(config, batch));
   step.chunks = static_cast<uint32_t>(step.transfer.chunks.size());
@@ -253,8 +293,23 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   if (time_dma) WS_RETURN_IF_ERROR(device_->ResetMarkers());
   if (step.transfer.num_rounds() > 0) WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
 
+  step.experts_here = plan.experts_on_gpu();
+  if (step.experts_here) {
+    if (options_.experts == nullptr) {
+      return absl::FailedPreconditionError(
+          "the plan puts the routed experts on the gpu_worker, which does not stream them "
+          "(--stream_experts)");
+    }
+    for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
+      if (!ops_->config().IsMoeLayer(layer)) continue;
+      WS_RETURN_IF_ERROR(options_.experts->Prefetch(layer));
+      break;
+    }
+  }
+
   outstanding_replies_ = 0;
   absl::Status status = RunLayers(step);
+  if (step.experts_here) status.Update(options_.experts->EndStep());
   // Leave the channel clean for the next step whatever happened.
   while (outstanding_replies_ > 0) {
     absl::StatusOr<absl::Span<const std::byte>> stale =
@@ -281,6 +336,8 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   }
   result.set_attention_ms(step.attention_ms);
   result.set_expert_ms(step.expert_ms);
+  result.set_expert_bytes_streamed(step.expert_bytes_streamed);
+  result.set_expert_stream_wait_ms(step.expert_stream_wait_ms);
   result.set_attended_tokens(layout.transfer_host_tokens);
   result.set_num_layers(g.num_layers);
   result.set_step_ms(MillisSince(start));
@@ -320,8 +377,10 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
   SpanRecorder* spans = options_.spans;
   const uint64_t id = layout.step_id;
   const int32_t l = static_cast<int32_t>(layer);
-  std::vector<float> h(T * hidden), y(T * hidden);
-  std::vector<float> q(T * ops_->q_values()), kv(T * ops_->kv_row_values());
+  std::vector<float>& h = Sized(scratch_->h, T * hidden);
+  std::vector<float>& y = Sized(scratch_->y, T * hidden);
+  std::vector<float>& q = Sized(scratch_->q, T * ops_->q_values());
+  std::vector<float>& kv = Sized(scratch_->kv, T * ops_->kv_row_values());
   {
     SpanRecorder::Scope span(spans, "qkv", id, l);
     ops_->InputNorm(layer, step.x.data(), T, h.data());
@@ -334,7 +393,7 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
   {
     SpanRecorder::Scope kv_span(spans, "kv_write", id, l);
     const int64_t row = ops_->kv_row_values();
-    std::vector<uint16_t> kv_bf16(kv.size());
+    std::vector<uint16_t>& kv_bf16 = Sized(scratch_->kv_bf16, static_cast<int64_t>(kv.size()));
     ToBf16(kv.data(), static_cast<int64_t>(kv.size()), kv_bf16.data());
     auto* device_base = static_cast<std::byte*>(staging_.data()) + layer * step.staging_layer_bytes;
     auto* host_base = reinterpret_cast<std::byte*>(step.host_staging.data()) +
@@ -362,12 +421,12 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
     }
 
   }
-  std::vector<float> attn(T * ops_->attn_values());
+  std::vector<float>& attn = Sized(scratch_->attn, T * ops_->attn_values());
   WS_RETURN_IF_ERROR(Attention(step, layer, q, &attn));
   {
     SpanRecorder::Scope span(spans, "o_proj", id, l);
     WS_RETURN_IF_ERROR(ops_->OutputProjection(layer, attn.data(), T, y.data()));
-    for (int64_t i = 0; i < T * hidden; ++i) step.x[i] += y[i];
+    AddTo(step.x.data(), y.data(), T * hidden);
     ops_->PostAttentionNorm(layer, step.x.data(), T, h.data());
   }
   if (!ops_->config().IsMoeLayer(layer)) {
@@ -381,8 +440,10 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
       SpanRecorder::Scope span(spans, "router", id, l);
       WS_RETURN_IF_ERROR(ops_->RouterLogits(layer, h.data(), T, logits.data()));
       kernels::model::RouteTokens(logits.data(), T, router, ids.data(), weights.data());
-      const absl::Span<const std::byte> parts[] = {Bytes(h), Bytes(ids), Bytes(weights)};
-      WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kExperts, layout.step_id, layer, parts));
+      if (!step.experts_here) {
+        const absl::Span<const std::byte> parts[] = {Bytes(h), Bytes(ids), Bytes(weights)};
+        WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kExperts, layout.step_id, layer, parts));
+      }
     }
     std::fill(y.begin(), y.end(), 0.0f);
     if (ops_->config().n_shared_experts > 0) {
@@ -390,17 +451,23 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
       WS_RETURN_IF_ERROR(ops_->AddSharedExperts(layer, h.data(), T, y.data()));
     }
     const auto wait = Clock::now();
-    std::vector<float> routed(T * hidden);
-    {
+    std::vector<float>& routed = Sized(scratch_->routed, T * hidden);
+    if (step.experts_here) {
+      SpanRecorder::Scope span(spans, "gpu_experts", id, l);
+      WS_RETURN_IF_ERROR(options_.experts->Forward(layer, h.data(), T, router.top_k, ids.data(),
+                                                   weights.data(), routed.data()));
+      step.expert_bytes_streamed += options_.experts->last_stats().bytes_streamed;
+      step.expert_stream_wait_ms += options_.experts->last_stats().wait_ms;
+    } else {
       SpanRecorder::Scope span(spans, "experts_wait", id, l);
       WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kExpertsResult, layout.step_id, layer,
                                  absl::MakeSpan(reinterpret_cast<std::byte*>(routed.data()),
                                                 routed.size() * sizeof(float))));
     }
     step.expert_ms += MillisSince(wait);
-    for (int64_t i = 0; i < T * hidden; ++i) y[i] += routed[i];
+    AddTo(y.data(), routed.data(), T * hidden);
   }
-  for (int64_t i = 0; i < T * hidden; ++i) step.x[i] += y[i];
+  AddTo(step.x.data(), y.data(), T * hidden);
   return absl::OkStatus();
 }
 
@@ -415,9 +482,9 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const std::vector<fl
   const uint64_t lbb = g.layer_block_bytes();
 
   // Queries as the kernels take them: bf16, MLA absorbed through W_UK.
-  std::vector<uint16_t> qk(T * heads * q_dim);
+  std::vector<uint16_t>& qk = Sized(scratch_->qk, T * heads * q_dim);
   if (mla) {
-    std::vector<float> absorbed(T * heads * q_dim);
+    std::vector<float>& absorbed = Sized(scratch_->absorbed, T * heads * q_dim);
     ops_->MlaAbsorb(layer, q.data(), T, absorbed.data());
     ToBf16(absorbed.data(), static_cast<int64_t>(absorbed.size()), qk.data());
   } else {
@@ -436,7 +503,8 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const std::vector<fl
   }
   const auto start = Clock::now();
   const uint64_t gpu_start_ns = MonotonicNanos();
-  Partial acc, part;
+  Partial& acc = scratch_->acc;
+  Partial& part = scratch_->part;
   acc.Reset(T * heads, o_dim);
 
   // Attends one part of the keys: `lists[i]` are sequence i's tiles (empty: none), all of
@@ -603,7 +671,7 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const std::vector<fl
   if (mla) {
     ops_->MlaUv(layer, acc.o.data(), T, attn->data());
   } else {
-    *attn = std::move(acc.o);
+    std::swap(*attn, acc.o);  // both keep their capacity for the next layer
   }
   return absl::OkStatus();
 }

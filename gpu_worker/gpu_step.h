@@ -15,6 +15,8 @@
 //     x += o_proj(attention)
 //     h = post_norm(x); dense MLP, or router -> cpu_worker (kExperts) while the shared
 //     experts run here, + the routed sum <- cpu_worker     (kExpertsResult)
+//     (a step with plan.experts_on_gpu runs the routed experts here instead, streaming
+//     their weights: DeviceExperts; the cpu_worker then gets no kExperts)
 //   wait for the KV writes; kStepEnd -> cpu_worker
 //   logits of the rows that need them; prompt log-probabilities
 //
@@ -38,6 +40,7 @@
 #include "common/step_layout.h"
 #include "gpu_worker/device.h"
 #include "gpu_worker/device_attention.h"
+#include "gpu_worker/device_experts.h"
 #include "gpu_worker/kv_cache.h"
 #include "kernels/model/decoder_ops.h"
 #include "writescope/internal/worker.pb.h"
@@ -51,6 +54,9 @@ struct GpuStepOptions {
   SpanRecorder* spans = nullptr;
   // The layer math's matrix products (empty: the host Linear).
   kernels::model::LinearBackend linear;
+  // Routed experts on this device, for steps whose plan says experts_on_gpu (null: such
+  // plans are refused).
+  DeviceExperts* experts = nullptr;
 };
 
 class GpuStep {
@@ -61,15 +67,17 @@ class GpuStep {
                                                          DataPlane data_plane,
                                                          const GpuStepOptions& options = {});
 
+  ~GpuStep();
+
   absl::StatusOr<internal::StepResult> Run(const internal::StepPlan& plan);
   // The channels were re-formatted (the cpu_worker was relaunched): use these.
   void set_data_plane(DataPlane data_plane) { data_plane_ = data_plane; }
 
  private:
-  GpuStep(Device* device, KvCache* kv_cache, DataPlane data_plane, const GpuStepOptions& options)
-      : device_(device), kv_cache_(kv_cache), data_plane_(data_plane), options_(options) {}
+  GpuStep(Device* device, KvCache* kv_cache, DataPlane data_plane, const GpuStepOptions& options);
 
-  struct Step;  // per-step state (gpu_step.cc)
+  struct Step;     // per-step state (gpu_step.cc)
+  struct Scratch;  // per-layer buffers, reused (gpu_step.cc)
   absl::StatusOr<internal::StepResult> RunValidated(const internal::StepPlan& plan,
                                                     StepLayout validated);
   absl::Status RunLayers(Step& step);
@@ -92,6 +100,7 @@ class GpuStep {
   GpuStepOptions options_;
   std::unique_ptr<kernels::model::DecoderOps> ops_;
   std::unique_ptr<DeviceAttention> attention_;
+  std::unique_ptr<Scratch> scratch_;
   StepDims dims_;
   DeviceBuffer staging_;  // device copies of this step's new KV (grows)
   uint32_t outstanding_replies_ = 0;

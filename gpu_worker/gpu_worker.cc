@@ -21,7 +21,8 @@ constexpr absl::Duration kChannelTimeout = absl::Seconds(5);
 
 }  // namespace
 
-GpuWorker::GpuWorker(std::unique_ptr<Device> device) : device_(std::move(device)) {}
+GpuWorker::GpuWorker(std::unique_ptr<Device> device, const GpuWorkerOptions& options)
+    : device_(std::move(device)), options_(options) {}
 
 GpuWorker::~GpuWorker() { Stop(); }
 
@@ -51,8 +52,34 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   const uint64_t used = device_weights_->bytes() + config.gpu_bytes() + budget.workspace_bytes;
   WS_ASSIGN_OR_RETURN(linear_, CreateDeviceLinear(device_.get(), *weights_,
                                                   budget.total_bytes > used ? budget.total_bytes - used : 0));
+  const uint64_t linear_bytes = linear_ != nullptr ? linear_->weight_bytes() : 0;
+  const uint64_t left = budget.total_bytes > used + linear_bytes ? budget.total_bytes - used - linear_bytes : 0;
+  const bool stream_experts =
+      options_.stream_experts == "on" || (options_.stream_experts == "auto" && device_->is_cuda());
+  internal::LoadResponse response;
+  if (stream_experts && weights_->config().n_routed_experts > 0) {
+    // The step's token bound is the data plane's (the coordinator caps its steps to it).
+    const StepDims dims = StepDimsFor(weights_->config());
+    const int64_t max_tokens = static_cast<int64_t>(
+        (plane.to_cpu.max_message_bytes() - sizeof(DataPlaneHeader)) / dims.max_bytes_per_token());
+    WS_ASSIGN_OR_RETURN(routed_weights_, LoadWorkerWeights(source, SideFilter::kCpu, nullptr));
+    WS_ASSIGN_OR_RETURN(experts_, CreateDeviceExperts(device_.get(), *routed_weights_,
+                                                      std::max<int64_t>(max_tokens, 1), left));
+    const ModelConfig& model = weights_->config();
+    const uint64_t layer_bytes = uint64_t{3} * 2 * model.n_routed_experts *
+                                 model.moe_intermediate_size * model.hidden_size;
+    response.set_streams_experts(true);
+    response.set_expert_stream_bytes_per_ms(experts_->calibrated_bytes_per_ms());
+    response.set_expert_layer_bytes(layer_bytes);
+    WS_LOG(INFO) << "routed experts streamable to " << device_->name() << ": "
+                 << routed_weights_->total_bytes() << " host bytes, " << layer_bytes
+                 << " per layer, " << experts_->device_bytes() << " device bytes, stream "
+                 << experts_->calibrated_bytes_per_ms() / 1e6 << " GB/s, steps up to "
+                 << max_tokens << " tokens";
+  }
   GpuStepOptions step_options;
   step_options.spans = &spans_;
+  step_options.experts = experts_.get();
   if (linear_ != nullptr) {
     step_options.linear = [linear = linear_.get()](const float* x, int64_t tokens,
                                                    const kernels::model::LinearWeight& w, float* y) {
@@ -66,7 +93,6 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
                << " tensors, " << weights_->total_bytes() << " bytes (attention side), "
                << device_weights_->bytes() << " bytes on " << device_->name() << "; VRAM budget "
                << budget.total_bytes << " bytes";
-  internal::LoadResponse response;
   response.set_device(device_->name());
   response.set_weight_bytes(weights_->total_bytes());
   return response;
@@ -93,7 +119,8 @@ internal::WorkerStats GpuWorker::Stats() {
   stats.set_steps(steps_.load());
   if (loaded_.load()) {
     stats.set_device_bytes(device_weights_->bytes() + kv_cache_->device_bytes() +
-                           (linear_ != nullptr ? linear_->weight_bytes() : 0));
+                           (linear_ != nullptr ? linear_->weight_bytes() : 0) +
+                           (experts_ != nullptr ? experts_->device_bytes() : 0));
   }
   return stats;
 }

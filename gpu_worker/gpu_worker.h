@@ -7,12 +7,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "common/data_plane.h"
 #include "common/model_weights.h"
 #include "common/shm_arena.h"
 #include "common/worker_server.h"
 #include "gpu_worker/device.h"
+#include "gpu_worker/device_experts.h"
 #include "gpu_worker/device_weights.h"
 #include "gpu_worker/device_linear.h"
 #include "gpu_worker/gpu_step.h"
@@ -20,9 +22,18 @@
 
 namespace writescope::gpu {
 
+struct GpuWorkerOptions {
+  // Routed experts on this device for the steps the coordinator's cost rule gives it
+  // (long prefill chunks), streaming their weights from host memory: "on", "off", or
+  // "auto" (on with a CUDA device). The weights are a second ModelWeights of the routed
+  // experts: views of the checkpoint's mmap (shared in the page cache with the
+  // cpu_worker's), but synthetic weights are generated again here (twice in host memory).
+  std::string stream_experts = "auto";
+};
+
 class GpuWorker final : public WorkerBackend {
  public:
-  explicit GpuWorker(std::unique_ptr<Device> device);
+  explicit GpuWorker(std::unique_ptr<Device> device, const GpuWorkerOptions& options = {});
   ~GpuWorker() override;
 
   std::string name() const override { return "gpu_worker"; }
@@ -39,6 +50,7 @@ class GpuWorker final : public WorkerBackend {
 
  private:
   std::unique_ptr<Device> device_;
+  GpuWorkerOptions options_;
   // Serializes RPCs that use the arena and channels (one step at a time).
   std::mutex mutex_;
   absl::StatusOr<internal::KvPatternResponse> WritePattern(const internal::KvPatternRequest& request);
@@ -57,6 +69,9 @@ class GpuWorker final : public WorkerBackend {
   // Runs the steps (after Load).
   // The attention side's matrix products on the GPU (null: on the host).
   std::unique_ptr<DeviceLinear> linear_;
+  // Routed experts streamed to the device (null unless options_.stream_experts).
+  std::unique_ptr<ModelWeights> routed_weights_;
+  std::unique_ptr<DeviceExperts> experts_;
   std::unique_ptr<GpuStep> step_;
   SpanRecorder spans_;
   std::atomic<uint64_t> steps_{0};

@@ -64,6 +64,20 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& co
     WS_RETURN_IF_ERROR(device->RegisterHost(base, transfer_bytes));
     cache->pinned_ = base;
   }
+  // The CPU-compute region is read by the GPU only for prefill chunks it attends whole
+  // (SequenceStep.gpu_reads_cpu_blocks). Pinned, those reads run at the DMA rate; if the
+  // device refuses (memory limits), they are pageable copies: correct, slower.
+  const uint64_t cpu_bytes = resolved.region_used_bytes(KvRegion::kCpuCompute);
+  if (cpu_bytes > 0 && device->is_cuda()) {
+    std::byte* base = cache->region_base_[KvRegionIndex(KvRegion::kCpuCompute)];
+    absl::Status pinned = device->RegisterHost(base, cpu_bytes);
+    if (pinned.ok()) {
+      cache->pinned_cpu_ = base;
+    } else {
+      WS_LOG(WARNING) << "the CPU-compute region stays pageable (" << pinned
+                      << "): prefill reads of it are slower";
+    }
+  }
   WS_ASSIGN_OR_RETURN(cache->window_, DeviceBuffer::Allocate(device, resolved.window_bytes()));
   for (int i = 0; i < 2; ++i) {
     WS_ASSIGN_OR_RETURN(cache->pingpong_buffers_[i],
@@ -76,11 +90,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& co
 }
 
 KvCache::~KvCache() {
-  if (pinned_ != nullptr) {
-    absl::Status status = device_->SynchronizeAll();
-    if (status.ok()) status = device_->UnregisterHost(pinned_);
-    if (!status.ok()) WS_LOG(WARNING) << "KV cache shutdown: " << status;
+  if (pinned_ == nullptr && pinned_cpu_ == nullptr) return;
+  absl::Status status = device_->SynchronizeAll();
+  for (std::byte* base : {pinned_, pinned_cpu_}) {
+    if (status.ok() && base != nullptr) status = device_->UnregisterHost(base);
   }
+  if (!status.ok()) WS_LOG(WARNING) << "KV cache shutdown: " << status;
 }
 
 std::byte* KvCache::BlockAddress(KvBlockRef block, uint32_t layer) const {
@@ -225,7 +240,7 @@ absl::Status KvCache::IssueRound(uint32_t round) {
     const uint64_t bytes = uint64_t{run.num_blocks} * lbb;
     WS_RETURN_IF_ERROR(device_->CopyToDevice(
         buffer + uint64_t{run.pingpong_block} * lbb,
-        BlockAddress({KvRegion::kGpuTransfer, run.first_slot}, layer), bytes, Stream::kCopyIn));
+        BlockAddress({run.region, run.first_slot}, layer), bytes, Stream::kCopyIn));
     ++stats_.transfer_copies;
     stats_.transfer_bytes += bytes;
   }
@@ -249,8 +264,7 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
                                                      config_.pingpong_blocks));
     }
     for (const TransferRun& run : chunk.runs) {
-      if (uint64_t{run.first_slot} + run.num_blocks >
-          region_slots_[KvRegionIndex(KvRegion::kGpuTransfer)]) {
+      if (uint64_t{run.first_slot} + run.num_blocks > region_slots_[KvRegionIndex(run.region)]) {
         return absl::InvalidArgumentError(
             absl::StrCat("transfer run at slot ", run.first_slot, " leaves the region"));
       }

@@ -148,7 +148,8 @@ class KvCache {
   Device* device_;
   std::array<std::byte*, kNumKvRegions> region_base_{};
   std::array<uint32_t, kNumKvRegions> region_slots_{};
-  std::byte* pinned_ = nullptr;
+  std::byte* pinned_ = nullptr;      // the GPU-transfer region, registered
+  std::byte* pinned_cpu_ = nullptr;  // the CPU-compute region, when the device allowed it
   DeviceBuffer window_;
   std::array<DeviceBuffer, 2> pingpong_buffers_;
   std::array<std::byte*, 2> pingpong_{};

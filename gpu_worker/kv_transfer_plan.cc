@@ -22,28 +22,34 @@ uint64_t TransferPlan::copies_per_layer() const {
 absl::StatusOr<TransferPlan> BuildTransferPlan(const KvCacheConfig& config,
                                                absl::Span<const StepSequence> batch) {
   struct Needed {
+    int region;  // KvRegionIndex
     uint32_t slot;
     uint32_t sequence_index;
     uint32_t block_index;
   };
-  const uint32_t region_slots = config.region_slots(KvRegion::kGpuTransfer);
   std::vector<Needed> needed;
   for (uint32_t s = 0; s < batch.size(); ++s) {
     const std::vector<KvBlockRef>& blocks = batch[s].blocks;
     for (uint32_t b = 0; b < blocks.size(); ++b) {
-      if (blocks[b].region != KvRegion::kGpuTransfer) continue;
-      if (blocks[b].slot >= region_slots) {
-        return absl::InvalidArgumentError(absl::StrCat("transfer plan: sequence ", s, " block ", b,
-                                                       " names slot ", blocks[b].slot,
-                                                       " of a region of ", region_slots, " slots"));
+      const KvRegion region = blocks[b].region;
+      if (region != KvRegion::kGpuTransfer &&
+          !(region == KvRegion::kCpuCompute && batch[s].read_cpu_blocks)) {
+        continue;
       }
-      needed.push_back({blocks[b].slot, s, b});
+      const uint32_t region_slots = config.region_slots(region);
+      if (blocks[b].slot >= region_slots) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "transfer plan: sequence ", s, " block ", b, " names slot ", blocks[b].slot, " of ",
+            KvRegionName(region), ", a region of ", region_slots, " slots"));
+      }
+      needed.push_back({KvRegionIndex(region), blocks[b].slot, s, b});
     }
   }
-  std::sort(needed.begin(), needed.end(),
-            [](const Needed& a, const Needed& b) { return a.slot < b.slot; });
+  std::sort(needed.begin(), needed.end(), [](const Needed& a, const Needed& b) {
+    return std::tie(a.region, a.slot) < std::tie(b.region, b.slot);
+  });
   for (size_t i = 1; i < needed.size(); ++i) {
-    if (needed[i].slot == needed[i - 1].slot) {
+    if (needed[i].region == needed[i - 1].region && needed[i].slot == needed[i - 1].slot) {
       return absl::InvalidArgumentError(
           absl::StrCat("transfer plan: slot ", needed[i].slot, " is named twice (sequence ",
                        needed[i - 1].sequence_index, " and ", needed[i].sequence_index, ")"));
@@ -60,11 +66,12 @@ absl::StatusOr<TransferPlan> BuildTransferPlan(const KvCacheConfig& config,
     chunk.num_blocks = static_cast<uint32_t>(end - begin);
     for (size_t i = begin; i < end; ++i) {
       const uint32_t position = static_cast<uint32_t>(i - begin);
-      if (!chunk.runs.empty() &&
+      const KvRegion region = static_cast<KvRegion>(needed[i].region);
+      if (!chunk.runs.empty() && chunk.runs.back().region == region &&
           chunk.runs.back().first_slot + chunk.runs.back().num_blocks == needed[i].slot) {
         ++chunk.runs.back().num_blocks;
       } else {
-        chunk.runs.push_back({needed[i].slot, 1, position});
+        chunk.runs.push_back({needed[i].slot, 1, position, region});
       }
       chunk.entries.push_back({needed[i].sequence_index, needed[i].block_index, position});
     }

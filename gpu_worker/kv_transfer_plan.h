@@ -1,8 +1,8 @@
 // The per-layer transfer plan of a decode step: which GPU-transfer blocks the batch
 // needs, where each lands in a ping-pong buffer, and the copies that bring them there.
 //
-// The needed blocks are sorted by slot and given consecutive ping-pong positions, so a
-// run of consecutive slots is one contiguous source range (the region is layer-major,
+// The needed blocks are sorted by (region, slot) and given consecutive ping-pong positions,
+// so a run of consecutive slots of one region is one contiguous source range (the region is layer-major,
 // common/kv_layout.h) AND one contiguous destination: one copy per run. The slots are
 // the same for every layer; only the source offset moves with the layer.
 //
@@ -23,19 +23,23 @@
 
 namespace writescope::gpu {
 
-// One sequence of a decode batch as the coordinator describes it.
+// One sequence of a step as the coordinator describes it.
 struct StepSequence {
   uint32_t window_slot = 0;
   uint32_t window_tokens = 0;
   std::vector<KvBlockRef> blocks;  // in token order, both regions
+  // Stream its CPU-compute blocks too (a prefill chunk the GPU attends whole:
+  // SequenceStep.gpu_reads_cpu_blocks); otherwise only the transfer region's.
+  bool read_cpu_blocks = false;
 };
 
-// Copies layer-blocks [first_slot, first_slot + num_blocks) of the transfer region into
-// ping-pong positions [pingpong_block, pingpong_block + num_blocks).
+// Copies layer-blocks [first_slot, first_slot + num_blocks) of `region` into ping-pong
+// positions [pingpong_block, pingpong_block + num_blocks).
 struct TransferRun {
   uint32_t first_slot = 0;
   uint32_t num_blocks = 0;
   uint32_t pingpong_block = 0;
+  KvRegion region = KvRegion::kGpuTransfer;
 };
 
 // Block `block_index` (index in StepSequence::blocks) of batch sequence
@@ -69,8 +73,8 @@ struct TransferPlan {
   uint64_t copies_per_layer() const;
 };
 
-// Builds the plan for `batch`. INVALID_ARGUMENT for a transfer slot outside the region
-// or one that appears twice (two blocks never share a slot).
+// Builds the plan for `batch`. INVALID_ARGUMENT for a slot outside its region or one that
+// appears twice (two blocks never share a slot).
 absl::StatusOr<TransferPlan> BuildTransferPlan(const KvCacheConfig& config,
                                                absl::Span<const StepSequence> batch);
 

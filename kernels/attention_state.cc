@@ -5,13 +5,21 @@
 
 namespace writescope::kernels {
 
+// Rows are independent: a long prefill chunk's states (tokens x heads rows) merge in
+// parallel; small ones (decode) stay on the calling thread.
+constexpr int64_t kParallelValues = int64_t{1} << 16;
+
 void SetEmptyState(AttentionStateView state, int64_t rows, int32_t head_dim) {
-  std::fill(state.o, state.o + rows * head_dim, 0.0f);
-  std::fill(state.lse, state.lse + rows, kEmptyLse);
+#pragma omp parallel for schedule(static) if (rows * head_dim > kParallelValues)
+  for (int64_t r = 0; r < rows; ++r) {
+    std::fill(state.o + r * head_dim, state.o + (r + 1) * head_dim, 0.0f);
+    state.lse[r] = kEmptyLse;
+  }
 }
 
 void MergeStates(ConstAttentionStateView a, ConstAttentionStateView b, AttentionStateView out,
                  int64_t rows, int32_t head_dim) {
+#pragma omp parallel for schedule(static) if (rows * head_dim > kParallelValues)
   for (int64_t r = 0; r < rows; ++r) {
     const MergeWeights w = ComputeMergeWeights(a.lse[r], b.lse[r]);
     const float* oa = a.o + r * head_dim;

@@ -77,6 +77,41 @@ TEST_F(StepLayoutTest, MixedStepOffsets) {
   EXPECT_EQ(layout->transfer_host_tokens, 4u);
 }
 
+TEST_F(StepLayoutTest, GpuReadsCpuBlocksOfAPrefillChunk) {
+  // A chunk at position 12 after blocks cpu 0, gpu 1, cpu 2, attended whole on the GPU: the
+  // cpu_worker gets none of its rows; its CPU blocks are in the GPU's list, in token order.
+  internal::SequenceStep* p = Prefill(0, 12, 4);
+  AddRun(p->mutable_blocks(), internal::REGION_CPU_COMPUTE, {0});
+  AddRun(p->mutable_blocks(), internal::REGION_GPU_TRANSFER, {1});
+  AddRun(p->mutable_blocks(), internal::REGION_CPU_COMPUTE, {2});
+  AddRun(p->mutable_new_blocks(), internal::REGION_GPU_TRANSFER, {3});
+  p->set_gpu_reads_cpu_blocks(true);
+  // A second chunk of another sequence keeps the split.
+  internal::SequenceStep* q = Prefill(1, 4, 4);
+  AddRun(q->mutable_blocks(), internal::REGION_CPU_COMPUTE, {5});
+  AddRun(q->mutable_new_blocks(), internal::REGION_CPU_COMPUTE, {6});
+  absl::StatusOr<StepLayout> layout = MakeStepLayout(plan_, config_);
+  WS_ASSERT_OK(layout.status());
+  const StepSequenceLayout& s = layout->sequences[0];
+  EXPECT_TRUE(s.gpu_reads_cpu_blocks);
+  EXPECT_TRUE(s.cpu_blocks.empty());
+  ASSERT_EQ(s.transfer_blocks.size(), 3u);
+  EXPECT_EQ(s.transfer_blocks[0].slot, 0u);
+  EXPECT_EQ(s.transfer_blocks[2].first_token, 8u);
+  EXPECT_EQ(s.blocks.size(), 3u);
+  EXPECT_EQ(layout->cpu_tokens, 4u);  // only the second sequence's rows
+  EXPECT_EQ(layout->sequences[1].cpu_offset, 0u);
+  EXPECT_EQ(layout->cpu_host_tokens, 4u);
+  EXPECT_EQ(layout->transfer_host_tokens, 12u);
+
+  // Decode steps keep their split: the flag is refused there.
+  plan_.Clear();
+  internal::SequenceStep* d = Decode(0, 5, 1);
+  AddRun(d->mutable_blocks(), internal::REGION_CPU_COMPUTE, {0});
+  d->set_gpu_reads_cpu_blocks(true);
+  EXPECT_EQ(MakeStepLayout(plan_, config_).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(StepLayoutTest, DecodeAfterFlushNamesTheLastBlocks) {
   internal::SequenceStep* d = Decode(0, 8, 0);
   AddRun(d->mutable_blocks(), internal::REGION_CPU_COMPUTE, {0, 1});

@@ -687,3 +687,30 @@ TEST(SteeringTest, StableUnderThirtyPercentNoise) {
 
 }  // namespace
 }  // namespace writescope::coordinator
+
+namespace writescope::coordinator {
+namespace {
+
+TEST(PrefillReadsTest, TheGpuReadsACpuBlockWhenTheChunkMakesTheCpuSlower) {
+  std::unique_ptr<Scheduler> owned = *Scheduler::Create("writescope", {});
+  Scheduler& scheduler = *owned;
+  // No estimates yet: chunks of kPrefillReadMinTokens and more.
+  EXPECT_FALSE(scheduler.estimates_ready());
+  EXPECT_FALSE(PrefillReadsOnGpu(kPrefillReadMinTokens - 1, scheduler));
+  EXPECT_TRUE(PrefillReadsOnGpu(kPrefillReadMinTokens, scheduler));
+  // A = 40 ns per token and query, B = 400 ns per token: the CPU is cheaper for chunks
+  // below 10 queries, the GPU from 11 on.
+  for (int i = 0; i < 64; ++i) {
+    for (double tokens : {1000.0, 4000.0}) {
+      scheduler.ObserveStep({.cpu = {tokens, 40 * tokens}, .gpu = {tokens, 400 * tokens}});
+    }
+  }
+  ASSERT_TRUE(scheduler.estimates_ready());
+  EXPECT_FALSE(PrefillReadsOnGpu(4, scheduler));
+  EXPECT_FALSE(PrefillReadsOnGpu(9, scheduler));
+  EXPECT_TRUE(PrefillReadsOnGpu(11, scheduler));
+  EXPECT_TRUE(PrefillReadsOnGpu(2048, scheduler));
+}
+
+}  // namespace
+}  // namespace writescope::coordinator

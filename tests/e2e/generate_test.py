@@ -17,7 +17,11 @@ failure):
   4. abort of a long generation: found, ends quickly with finish_reason abort;
   5. a client deadline: DEADLINE_EXCEEDED, blocks freed, the server still serves;
   6. bad requests: INVALID_ARGUMENT naming the field, the server still serves;
-  7. KV exhaustion (small regions): RESOURCE_EXHAUSTED with the numbers.
+  7. KV exhaustion (small regions): RESOURCE_EXHAUSTED with the numbers;
+  11. where the work runs: prefill chunks attending their CPU blocks on the CPU
+     (--prefill_attention=split) equal the reference; routed experts run by the gpu_worker
+     (--routed_experts=gpu, the weights streamed) match it within bf16 rounding, and the
+     profile shows them there.
 Python standard library only.
 """
 import argparse
@@ -146,10 +150,16 @@ class Env:
 # ---- the trio ------------------------------------------------------------------------
 
 class Trio:
-    def __init__(self, env, arch, coordinator_flags):
+    def __init__(self, env, arch, coordinator_flags, launch_flags=()):
         self.env = env
         self.arch = arch
         self.flags = list(coordinator_flags)
+        # The reference comparisons assume the cpu_worker's f32 experts: on a GPU the
+        # placement rule would run prefill chunks' experts on the GPU in bf16 (section 11
+        # checks that path with the bf16 tolerance).
+        if not any(f.startswith("--routed_experts") for f in self.flags):
+            self.flags.append("--routed_experts=cpu")
+        self.launch_flags = list(launch_flags)
         self.proc = None
         self.ready = {}
         self.log_path = None
@@ -168,7 +178,7 @@ class Trio:
         cmd = [os.path.join(self.env.root, "deploy", "launch.sh"),
                "--device", os.environ.get("WS_E2E_DEVICE", "host"),
                "--listen", "127.0.0.1:0", "--bin", self.env.bin, "--ready-file", ready_file,
-               "--cpu-worker-flag", "--expert_precision=f32", "--",
+               "--cpu-worker-flag", "--expert_precision=f32"] + self.launch_flags + ["--",
                f"--model={os.path.join(self.env.fixtures, self.arch)}"] + self.flags
         started = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -642,6 +652,66 @@ def check_policies(env):
         note("placed CPU share per policy: " + ", ".join(f"{p} {s:.3f}" for p, s in shares.items()))
 
 
+def check_placement_of_work(env):
+    """11. CPU prefill attention (split) = reference; routed experts on the gpu_worker."""
+    arch = "qwen3_moe"
+    prompt = env.expected(arch)["prompts"][0]["token_ids"]
+    ref = env.reference(arch, prompt, 12)
+    # The CPU attends every prefill chunk's CPU-compute blocks in place (the GPU reads them
+    # by default): same math, same numbers.
+    trio = Trio(env, arch, ["--prefill_attention=split", "--policy=static:0.5"])
+    try:
+        trio.start()
+        r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
+        problem = well_formed(r, len(prompt), 12, True)
+        if check(not problem, f"split prefill attention: generate {len(prompt)} prompt + 12 "
+                              f"greedy tokens in 512-token chunks ({r['_s']:.2f} s)", problem):
+            worst, where = max_abs_diff(r["prompt_logprobs"], ref["prompt_logprobs"])
+            check(worst <= REF_LOGPROB_TOL,
+                  f"split prefill attention vs ws_reference: prompt logprobs max |diff| "
+                  f"{worst:.2e} (<= {REF_LOGPROB_TOL:g})", f"at prompt position {where + 1}")
+            compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
+                                           REF_MARGIN_MIN)
+            check(bad is None and compared > 0,
+                  f"split prefill attention: greedy tokens as ws_reference ({compared}/12)",
+                  f"trio {r['tokens']} reference {ref['greedy']}")
+    finally:
+        trio.stop()
+    # Routed experts on the gpu_worker for every step: bf16 products (the cpu_worker here
+    # runs f32), so the bf16 tolerance of the transformers comparison applies.
+    trio = Trio(env, arch, ["--routed_experts=gpu"],
+                launch_flags=["--gpu-worker-flag", "--stream_experts=on"])
+    try:
+        trio.start()
+        r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
+        problem = well_formed(r, len(prompt), 12, True)
+        if not check(not problem, f"experts on the gpu_worker: generate {len(prompt)} prompt + 12 "
+                                  f"greedy tokens ({r['_s']:.2f} s)", problem):
+            return
+        lp, ref_lp = r["prompt_logprobs"], ref["prompt_logprobs"]
+        diffs = [abs(a - b) if a == a else float("inf") for a, b in zip(lp, ref_lp)]
+        median = statistics.median(diffs) if diffs else float("inf")
+        within = sum(d <= HF_POSITION_TOL for d in diffs) / max(1, len(diffs))
+        check(len(lp) == len(ref_lp) and median <= HF_MEDIAN_TOL and within >= HF_WITHIN_FRACTION,
+              f"experts on the gpu_worker vs ws_reference: prompt logprobs median |diff| "
+              f"{median:.2e} (<= {HF_MEDIAN_TOL:g}), max {max(diffs):.3f}, {100 * within:.1f}% "
+              f"within {HF_POSITION_TOL:g} (bf16 expert products)")
+        compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
+                                       HF_MARGIN_MIN)
+        check(bad is None and compared > 0,
+              f"experts on the gpu_worker: greedy tokens as ws_reference ({compared}/12 compared, "
+              f"up to the first margin < {HF_MARGIN_MIN:g})",
+              f"trio {r['tokens']} reference {ref['greedy']}")
+        proc = trio.wscope(["profile", f"--target={trio.target}", "--steps=4",
+                            f"--out={os.path.join(env.work, 'trace-experts.json')}"], timeout=60)
+        check(proc.returncode == 0 and "gpu_experts" in proc.stdout and
+              "cpu_experts" not in proc.stdout,
+              "experts on the gpu_worker: the profile shows gpu_experts spans and no cpu_experts",
+              proc.stdout[-1500:] + proc.stderr[-300:])
+    finally:
+        trio.stop()
+
+
 def check_exhaustion(env):
     """7. A context larger than both KV regions together."""
     trio = Trio(env, "qwen3_moe", ["--cpu_region_mib=1", "--transfer_region_mib=1"])
@@ -1008,6 +1078,7 @@ def main():
         run_section("8. profile and metrics", check_observability, env)
         run_section("9. worker death", check_worker_death, env)
         run_section("10. bounded load", check_load, env)
+        run_section("11. where the work runs", check_placement_of_work, env)
     print(f"{len(PASSES)} passed, {len(FAILURES)} failed in {time.monotonic() - started:.1f} s")
     return 1 if FAILURES else 0
 

@@ -55,6 +55,47 @@ TEST(TransferPlanTest, CoalescesConsecutiveSlotsAcrossSequencesAndSkipsCpuBlocks
   EXPECT_EQ(chunk.entries[5].pingpong_block, 0u);
 }
 
+TEST(TransferPlanTest, ReadsCpuBlocksOfTheSequencesThatAskAndNeverMergesRegions) {
+  // Sequence 0 (a prefill chunk attended whole on the GPU) streams its CPU blocks too;
+  // sequence 1 leaves its CPU block to the cpu_worker. Transfer slot 3 and CPU slot 4 are
+  // "consecutive" numbers but different regions: two runs.
+  const std::vector<StepSequence> batch = {
+      {.window_slot = 0, .blocks = {C(2), T(3), C(3), C(4)}, .read_cpu_blocks = true},
+      {.window_slot = 1, .blocks = {C(5), T(4)}},
+  };
+  auto plan = BuildTransferPlan(Config(100), batch);
+  WS_ASSERT_OK(plan.status());
+  ASSERT_EQ(plan->chunks.size(), 1u);
+  const TransferChunk& chunk = plan->chunks[0];
+  EXPECT_EQ(chunk.num_blocks, 5u);
+  // (cpu 2 3 4) | (transfer 3 4): CPU-compute sorts first.
+  ASSERT_EQ(chunk.runs.size(), 2u);
+  EXPECT_EQ(chunk.runs[0].region, KvRegion::kCpuCompute);
+  EXPECT_EQ(chunk.runs[0].first_slot, 2u);
+  EXPECT_EQ(chunk.runs[0].num_blocks, 3u);
+  EXPECT_EQ(chunk.runs[1].region, KvRegion::kGpuTransfer);
+  EXPECT_EQ(chunk.runs[1].first_slot, 3u);
+  EXPECT_EQ(chunk.runs[1].num_blocks, 2u);
+  EXPECT_EQ(chunk.runs[1].pingpong_block, 3u);
+  // Sequence 0's blocks 0..3 sit at positions 0, 3, 1, 2; sequence 1's block 1 at 4.
+  ASSERT_EQ(chunk.entries.size(), 5u);
+  const uint32_t want[] = {0, 3, 1, 2, 4};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(chunk.entries[i].pingpong_block, want[i]) << i;
+  EXPECT_EQ(chunk.entries[4].sequence_index, 1u);
+  EXPECT_EQ(chunk.entries[4].block_index, 1u);
+  // The same CPU slot named by two reading sequences is an error; a CPU slot out of range too.
+  const std::vector<StepSequence> twice = {
+      {.window_slot = 0, .blocks = {C(1)}, .read_cpu_blocks = true},
+      {.window_slot = 1, .blocks = {C(1)}, .read_cpu_blocks = true},
+  };
+  EXPECT_EQ(BuildTransferPlan(Config(100), twice).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<StepSequence> outside = {
+      {.window_slot = 0, .blocks = {C(16)}, .read_cpu_blocks = true}};
+  EXPECT_EQ(BuildTransferPlan(Config(100), outside).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TransferPlanTest, SplitsIntoChunksOfThePingPongCapacity) {
   std::vector<StepSequence> batch(1);
   for (uint32_t s = 0; s < 10; ++s) batch[0].blocks.push_back(T(s));

@@ -1,0 +1,104 @@
+#include "coordinator/expert_placement.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace writescope::coordinator {
+
+absl::StatusOr<ExpertMode> ParseExpertMode(absl::string_view text) {
+  if (text == "auto") return ExpertMode::kAuto;
+  if (text == "cpu") return ExpertMode::kCpu;
+  if (text == "gpu") return ExpertMode::kGpu;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--routed_experts must be auto, cpu or gpu, not '", text, "'"));
+}
+
+std::string ExpertModeName(ExpertMode mode) {
+  switch (mode) {
+    case ExpertMode::kAuto:
+      return "auto";
+    case ExpertMode::kCpu:
+      return "cpu";
+    case ExpertMode::kGpu:
+      return "gpu";
+  }
+  return "?";
+}
+
+absl::StatusOr<ExpertPlacement> ExpertPlacement::Create(ExpertMode mode,
+                                                        const ExpertPlacementParams& params) {
+  if (params.num_experts < 0 || params.top_k < 0 || params.top_k > params.num_experts ||
+      params.moe_layers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("expert placement: ", params.top_k, " of ",
+                                                   params.num_experts, " experts, ",
+                                                   params.moe_layers, " MoE layers"));
+  }
+  if (!(params.stream_bytes_per_ms >= 0) || !(params.cpu_ms_per_token >= 0)) {
+    return absl::InvalidArgumentError("expert placement: negative or NaN rates");
+  }
+  if (mode == ExpertMode::kGpu && !params.gpu_streams && params.moe_layers > 0) {
+    return absl::InvalidArgumentError(
+        "--routed_experts=gpu, but the gpu_worker does not stream experts (start it with "
+        "--stream_experts=on)");
+  }
+  return ExpertPlacement(mode, params);
+}
+
+double ExpertPlacement::TouchedShare(int64_t tokens) const {
+  if (params_.num_experts == 0 || tokens <= 0) return 0;
+  const double miss = 1.0 - static_cast<double>(params_.top_k) / params_.num_experts;
+  return 1.0 - std::pow(miss, static_cast<double>(tokens));
+}
+
+double ExpertPlacement::CpuMs(int64_t tokens) const {
+  return params_.cpu_ms_per_token * static_cast<double>(tokens);
+}
+
+double ExpertPlacement::GpuModelMs(int64_t tokens) const {
+  if (!params_.gpu_streams) return INFINITY;
+  if (params_.stream_bytes_per_ms <= 0) return 0;  // the host device: nothing to stream
+  return static_cast<double>(params_.layer_bytes) * TouchedShare(tokens) /
+         params_.stream_bytes_per_ms;
+}
+
+double ExpertPlacement::GpuMs(int64_t tokens) const {
+  return GpuModelMs(tokens) * gpu_correction_;
+}
+
+bool ExpertPlacement::OnGpu(int64_t tokens) const {
+  if (params_.moe_layers == 0 || !params_.gpu_streams || tokens <= 0) return false;
+  switch (mode_) {
+    case ExpertMode::kCpu:
+      return false;
+    case ExpertMode::kGpu:
+      return true;
+    case ExpertMode::kAuto:
+      // The host device has no stream to pay for and no faster compute: keep the CPU.
+      if (params_.stream_bytes_per_ms <= 0) return false;
+      return GpuMs(tokens) < CpuMs(tokens);
+  }
+  return false;
+}
+
+void ExpertPlacement::ObserveCpu(int64_t tokens, double expert_ms) {
+  if (tokens < kMinLearnTokens || params_.moe_layers == 0 || !(expert_ms >= 0)) return;
+  const double sample = expert_ms / params_.moe_layers / static_cast<double>(tokens);
+  params_.cpu_ms_per_token = params_.cpu_ms_per_token > 0
+                                 ? kKeep * params_.cpu_ms_per_token + (1 - kKeep) * sample
+                                 : sample;
+  ++cpu_steps_;
+}
+
+void ExpertPlacement::ObserveGpu(int64_t tokens, double expert_ms) {
+  if (tokens <= 0 || params_.moe_layers == 0 || !(expert_ms >= 0)) return;
+  const double model = GpuModelMs(tokens);
+  if (model > 0 && std::isfinite(model)) {
+    const double ratio = expert_ms / params_.moe_layers / model;
+    gpu_correction_ = gpu_steps_ == 0 ? ratio : kKeep * gpu_correction_ + (1 - kKeep) * ratio;
+  }
+  ++gpu_steps_;
+}
+
+}  // namespace writescope::coordinator

@@ -1,0 +1,93 @@
+// Where a step's routed experts run: on the cpu_worker (oneDNN on the weights in host
+// memory, nothing moves) or on the gpu_worker (each MoE layer's expert weights streamed
+// over PCIe into VRAM, then GEMMs there; gpu_worker/device_experts.h). The pure logic: no
+// threads, clocks or I/O; the engine feeds it the workers' measurements.
+//
+// Cost of ONE MoE layer for a step of T tokens, top-k routing over E experts:
+//
+//   cpu(T) = a_cpu · T
+//   gpu(T) = S · u(T) / R · g
+//     S    = one layer's routed-expert bytes, R = the stream's rate (bytes/ms, measured by
+//            the gpu_worker at load with the copies it uses),
+//     u(T) = 1 − (1 − k/E)^T, the expected share of experts a batch of T tokens touches
+//            (uniform routing), so S·u(T) is what must cross PCIe;
+//     g    = an online correction, the running mean of measured / modelled GPU time
+//            (what the stream-only model leaves out: the GEMMs — hundreds of TFLOP/s,
+//            small beside the stream at prefill sizes —, a stream slower under load).
+//
+// a_cpu starts from the cpu_worker's measurement at load (a 512-token batch) and follows an
+// exponential moving average of what it reports for steps of >= kMinLearnTokens tokens
+// (smaller ones are bandwidth-bound and would make a_cpu look expensive per token).
+// Decision per step: the GPU iff gpu(T) < cpu(T). A decode step of a few tokens costs
+// the GPU a whole stream of the touched experts and stays on the CPU; a long prefill chunk
+// (thousands of tokens) is compute the CPU does at ~5 TFLOP/s and the GPU at hundreds.
+#ifndef WRITESCOPE_COORDINATOR_EXPERT_PLACEMENT_H_
+#define WRITESCOPE_COORDINATOR_EXPERT_PLACEMENT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace writescope::coordinator {
+
+enum class ExpertMode { kAuto, kCpu, kGpu };
+// "auto" | "cpu" | "gpu"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<ExpertMode> ParseExpertMode(absl::string_view text);
+std::string ExpertModeName(ExpertMode mode);
+
+struct ExpertPlacementParams {
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t moe_layers = 0;
+  // From the workers' load responses (0: the gpu_worker cannot stream experts).
+  bool gpu_streams = false;
+  double stream_bytes_per_ms = 0;
+  uint64_t layer_bytes = 0;
+  double cpu_ms_per_token = 0;
+};
+
+class ExpertPlacement {
+ public:
+  static constexpr int64_t kMinLearnTokens = 64;
+  static constexpr double kKeep = 0.75;  // EMA weight of the old value
+
+  // INVALID_ARGUMENT for mode gpu without a streaming gpu_worker, or nonsensical params.
+  static absl::StatusOr<ExpertPlacement> Create(ExpertMode mode,
+                                                const ExpertPlacementParams& params);
+
+  // Whether a step of `tokens` tokens runs its routed experts on the gpu_worker.
+  bool OnGpu(int64_t tokens) const;
+
+  // Modelled ms per MoE layer.
+  double CpuMs(int64_t tokens) const;
+  double GpuMs(int64_t tokens) const;
+  // u(T) above.
+  double TouchedShare(int64_t tokens) const;
+
+  // A step ran: its tokens and the worker's routed-expert time summed over the layers.
+  void ObserveCpu(int64_t tokens, double expert_ms);
+  void ObserveGpu(int64_t tokens, double expert_ms);
+
+  ExpertMode mode() const { return mode_; }
+  const ExpertPlacementParams& params() const { return params_; }
+  double gpu_correction() const { return gpu_correction_; }
+  uint64_t gpu_steps() const { return gpu_steps_; }
+  uint64_t cpu_steps() const { return cpu_steps_; }
+
+ private:
+  ExpertPlacement(ExpertMode mode, const ExpertPlacementParams& params)
+      : mode_(mode), params_(params) {}
+  double GpuModelMs(int64_t tokens) const;  // without the correction
+
+  ExpertMode mode_;
+  ExpertPlacementParams params_;
+  double gpu_correction_ = 1.0;  // g
+  uint64_t gpu_steps_ = 0;
+  uint64_t cpu_steps_ = 0;
+};
+
+}  // namespace writescope::coordinator
+
+#endif  // WRITESCOPE_COORDINATOR_EXPERT_PLACEMENT_H_

@@ -1,0 +1,576 @@
+// DeviceExperts on the CUDA device: the routed experts of one MoE layer at a time streamed
+// from host memory into one of two device buffers on the copy stream, cuBLAS bf16 GEMMs per
+// expert (fp32 accumulation and output) over the rows grouped by expert on the compute stream.
+//
+// Layer buffer (bf16), per expert e of the layer, at e * 3 * I * H values:
+//   [gate; up]  [2I, H]  (gate rows, then up rows: one GEMM gives both halves per row)
+//   down        [H, I]
+// Scratch (device), for `tokens` tokens and `rows` = tokens * top_k (token, k) pairs:
+//   x [tokens, H] fp32, y [tokens, H] fp32, row_token [rows] int32, slot [rows] int32,
+//   route_weights [rows] fp32, xs [rows, H] bf16, gate_up [rows, 2I] fp32, hs [rows, I] bf16,
+//   ys [rows, H] fp32.
+// Pair p (sorted by expert, stable) is row p of xs / gate_up / hs / ys; slot[t * top_k + k]
+// names the row of pair (t, k), row_token[p] the token of row p.
+#include "gpu_worker/cuda_experts.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/model_tensors.h"
+#include "common/process.h"
+#include "common/status.h"
+#include "kernels/cuda/cuda_experts.h"
+
+namespace writescope::gpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kPageBytes = 4096;
+constexpr uint64_t kRegionAlign = 256;  // device scratch regions (cuBLAS likes 256-byte bases)
+
+uint64_t AlignUp(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
+
+absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("CudaExperts: ", what, ": ", cudaGetErrorName(error),
+                                          " (", cudaGetErrorString(error), ")"));
+}
+
+absl::Status CublasStatus(cublasStatus_t status, absl::string_view what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("CudaExperts: ", what, ": cuBLAS status ", static_cast<int>(status)));
+}
+
+// Offsets of the device scratch regions for a token and row capacity.
+struct ScratchLayout {
+  int64_t tokens = 0;  // capacity in tokens (x, y)
+  int64_t rows = 0;    // capacity in (token, k) pairs
+  uint64_t x = 0, y = 0, row_token = 0, slot = 0, route_weights = 0;
+  uint64_t xs = 0, gate_up = 0, hs = 0, ys = 0;
+  uint64_t bytes = 0;
+
+  static ScratchLayout For(int64_t tokens, int64_t rows, int64_t hidden, int64_t inter) {
+    ScratchLayout l;
+    l.tokens = tokens;
+    l.rows = rows;
+    const uint64_t t = tokens, r = rows, h = hidden, i = inter;
+    uint64_t offset = 0;
+    auto take = [&offset](uint64_t bytes) {
+      const uint64_t at = offset;
+      offset = AlignUp(offset + bytes, kRegionAlign);
+      return at;
+    };
+    l.x = take(4 * t * h);
+    l.y = take(4 * t * h);
+    l.row_token = take(4 * r);
+    l.slot = take(4 * r);
+    l.route_weights = take(4 * r);
+    l.xs = take(2 * r * h);
+    l.gate_up = take(4 * r * 2 * i);
+    l.hs = take(2 * r * i);
+    l.ys = take(4 * r * h);
+    l.bytes = std::max<uint64_t>(offset, kRegionAlign);
+    return l;
+  }
+};
+
+// Page-aligned host memory, pinned (cudaHostRegister through the device) when the driver
+// allows; otherwise the copies through it are pageable.
+class HostStaging {
+ public:
+  explicit HostStaging(Device* device) : device_(device) {}
+  ~HostStaging() { Release(); }
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+
+  absl::Status Reserve(uint64_t bytes) {
+    if (bytes <= size_) return absl::OkStatus();
+    Release();
+    const uint64_t size = AlignUp(bytes, kPageBytes);
+    data_ = std::aligned_alloc(kPageBytes, size);
+    if (data_ == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("CudaExperts: ", size, " bytes of host staging"));
+    }
+    size_ = size;
+    const absl::Status pinned = device_->RegisterHost(data_, size_);
+    registered_ = pinned.ok();
+    if (!registered_) {
+      cudaGetLastError();  // not sticky: keep it from surfacing at the next kernel launch
+      WS_LOG(WARNING) << "CudaExperts: could not pin " << size_
+                      << " bytes of host staging, activation copies are pageable: " << pinned;
+    }
+    return absl::OkStatus();
+  }
+
+  std::byte* data() const { return static_cast<std::byte*>(data_); }
+
+ private:
+  void Release() {
+    if (data_ == nullptr) return;
+    if (registered_) device_->UnregisterHost(data_).IgnoreError();
+    std::free(data_);
+    data_ = nullptr;
+    size_ = 0;
+    registered_ = false;
+  }
+
+  Device* device_;
+  void* data_ = nullptr;
+  uint64_t size_ = 0;
+  bool registered_ = false;
+};
+
+class CudaExperts final : public DeviceExperts {
+ public:
+  CudaExperts(Device* device, const ModelWeights& routed)
+      : device_(device), routed_(routed), staging_(device) {}
+
+  ~CudaExperts() override {
+    // Nothing may still read the pinned weights or the buffers when they go.
+    device_->Synchronize(Stream::kCopyIn).IgnoreError();
+    device_->Synchronize(Stream::kCompute).IgnoreError();
+    if (pinned_weights_ != nullptr) device_->UnregisterHost(pinned_weights_).IgnoreError();
+    for (LayerBuffer& buffer : buffers_) {
+      if (buffer.ready != nullptr) cudaEventDestroy(buffer.ready);
+    }
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+
+  absl::Status Init(int64_t max_tokens, uint64_t vram_bytes_available) {
+    if (!device_->is_cuda()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CudaExperts: device ", device_->name(), " is not a CUDA device"));
+    }
+    const ModelConfig& config = routed_.config();
+    hidden_ = config.hidden_size;
+    inter_ = config.moe_intermediate_size;
+    num_experts_ = config.n_routed_experts;
+    config_top_k_ = std::max<int64_t>(config.num_experts_per_tok, 1);
+    constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+    if (hidden_ <= 0 || inter_ <= 0 || num_experts_ <= 0 || 2 * inter_ > kIntMax ||
+        hidden_ > kIntMax) {
+      return absl::InvalidArgumentError(absl::StrCat("CudaExperts: ", config.source, ": hidden ",
+                                                     hidden_, ", moe intermediate ", inter_, ", ",
+                                                     num_experts_, " routed experts"));
+    }
+    if (max_tokens <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("CudaExperts: max_tokens ", max_tokens));
+    }
+
+    // The routed experts' host tensors, per MoE layer.
+    moe_index_.assign(config.num_layers, -1);
+    uintptr_t lowest = std::numeric_limits<uintptr_t>::max(), highest = 0;
+    for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+      if (!config.IsMoeLayer(layer)) continue;
+      moe_index_[layer] = static_cast<int64_t>(moe_layers_.size());
+      moe_layers_.push_back(layer);
+      std::vector<ExpertWeights>& experts = weights_.emplace_back(num_experts_);
+      for (int64_t e = 0; e < num_experts_; ++e) {
+        const MlpMatrix kinds[3] = {MlpMatrix::kGate, MlpMatrix::kUp, MlpMatrix::kDown};
+        const uint16_t** ptrs[3] = {&experts[e].gate, &experts[e].up, &experts[e].down};
+        for (int j = 0; j < 3; ++j) {
+          const std::string name = RoutedExpertTensorName(config, layer, e, kinds[j]);
+          WS_ASSIGN_OR_RETURN(const Bf16Tensor* tensor, routed_.Get(name));
+          const std::vector<int64_t> want =
+              j < 2 ? std::vector<int64_t>{inter_, hidden_} : std::vector<int64_t>{hidden_, inter_};
+          if (tensor->shape != want) {
+            return absl::InvalidArgumentError(absl::StrCat("CudaExperts: ", name, " is ",
+                                                           ShapeString(tensor->shape),
+                                                           ", expected ", ShapeString(want)));
+          }
+          *ptrs[j] = tensor->data;
+          const uintptr_t begin = reinterpret_cast<uintptr_t>(tensor->data);
+          lowest = std::min(lowest, begin);
+          highest = std::max<uintptr_t>(highest, begin + tensor->bytes());
+        }
+      }
+    }
+    if (moe_layers_.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaExperts: ", config.source, " has no MoE layer"));
+    }
+
+    // Budget: two layer buffers and the scratch for max_tokens at the config's top-k.
+    layer_bytes_ = static_cast<uint64_t>(num_experts_) * ExpertValues() * 2;
+    budget_ = vram_bytes_available;
+    const ScratchLayout layout =
+        ScratchLayout::For(max_tokens, max_tokens * config_top_k_, hidden_, inter_);
+    const uint64_t buffer_bytes = AlignUp(layer_bytes_, kRegionAlign);
+    if (2 * buffer_bytes + layout.bytes > budget_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("CudaExperts: two layer buffers of ", buffer_bytes, " bytes (", num_experts_,
+                       " experts) and ", layout.bytes, " bytes of scratch for ", max_tokens,
+                       " tokens x top-", config_top_k_, " need ", 2 * buffer_bytes + layout.bytes,
+                       " bytes of VRAM, ", budget_, " are left in the budget"));
+    }
+    for (LayerBuffer& buffer : buffers_) {
+      WS_ASSIGN_OR_RETURN(buffer.memory, DeviceBuffer::Allocate(device_, buffer_bytes));
+      WS_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&buffer.ready, cudaEventDisableTiming),
+                                    "cudaEventCreateWithFlags"));
+    }
+    WS_RETURN_IF_ERROR(AllocateScratch(layout));
+
+    compute_ = static_cast<cudaStream_t>(device_->native_stream(Stream::kCompute));
+    if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) {
+      handle_ = nullptr;
+      return absl::UnavailableError("CudaExperts: cublasCreate failed");
+    }
+    WS_RETURN_IF_ERROR(CublasStatus(cublasSetStream(handle_, compute_), "cublasSetStream"));
+    WS_RETURN_IF_ERROR(
+        CublasStatus(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+
+    // Pin the weights' host range so that the stream is DMA at full rate. Synthetic weights
+    // are one anonymous mapping; a read-only file mapping or a range over several mappings
+    // is refused by the driver.
+    const uintptr_t base = lowest / kPageBytes * kPageBytes;
+    const uint64_t span = AlignUp(highest, kPageBytes) - base;
+    void* base_ptr = reinterpret_cast<void*>(base);
+    const absl::Status pinned = device_->RegisterHost(base_ptr, span);
+    if (pinned.ok()) {
+      pinned_weights_ = base_ptr;
+    } else {
+      cudaGetLastError();  // not sticky: keep it from surfacing at the next kernel launch
+      WS_LOG(WARNING) << "CudaExperts: could not pin the " << span
+                      << " bytes of routed-expert weights, the weight copies are pageable "
+                         "(slower): "
+                      << pinned;
+    }
+
+    // Calibration: one layer's copy, wall clock.
+    const auto start = Clock::now();
+    WS_RETURN_IF_ERROR(QueueCopy(0));
+    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCopyIn));
+    const double ms = MillisSince(start);
+    bytes_per_ms_ = static_cast<double>(layer_bytes_) / std::max(ms, 1e-6);
+    WS_RETURN_IF_ERROR(EndStep());
+    WS_LOG(INFO) << "CudaExperts: " << moe_layers_.size() << " MoE layers of " << layer_bytes_
+                 << " bytes, " << device_bytes() << " bytes of VRAM, weights "
+                 << (pinned_weights_ != nullptr ? "pinned" : "pageable") << ", one layer in " << ms
+                 << " ms (" << bytes_per_ms_ / 1e6 << " GB/s)";
+    return absl::OkStatus();
+  }
+
+  absl::Status Prefetch(int64_t layer) override {
+    WS_ASSIGN_OR_RETURN(const int64_t moe, MoeIndex(layer));
+    return QueueCopy(moe);
+  }
+
+  absl::Status Forward(int64_t layer, const float* x, int64_t tokens, int64_t top_k,
+                       const int32_t* ids, const float* weights, float* y) override {
+    const auto start = Clock::now();
+    stats_ = {};
+    WS_ASSIGN_OR_RETURN(const int64_t moe, MoeIndex(layer));
+    if (tokens < 0 || top_k <= 0 || top_k > num_experts_) {
+      return absl::InvalidArgumentError(absl::StrCat("CudaExperts: tokens ", tokens, ", top_k ",
+                                                     top_k, " with ", num_experts_, " experts"));
+    }
+    if (tokens == 0) {
+      stats_.total_ms = MillisSince(start);
+      return absl::OkStatus();
+    }
+    if (x == nullptr || ids == nullptr || weights == nullptr || y == nullptr) {
+      return absl::InvalidArgumentError("CudaExperts: null input or output");
+    }
+    WS_RETURN_IF_ERROR(CheckIds(ids, tokens, top_k));
+
+    // This layer's weights: queued (by Prefetch, or the previous Forward) or copied now.
+    WS_RETURN_IF_ERROR(QueueCopy(moe));
+    LayerBuffer& buffer = buffers_[moe % 2];
+    const auto wait_start = Clock::now();
+    WS_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(buffer.ready), "cudaEventSynchronize"));
+    stats_.wait_ms = MillisSince(wait_start);
+    WS_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamWaitEvent(compute_, buffer.ready, 0), "cudaStreamWaitEvent"));
+    stats_.bytes_streamed = std::exchange(buffer.unreported_bytes, 0);
+    // The next MoE layer goes into the other buffer (idle: the previous Forward synchronized)
+    // and arrives while this one computes and the host works up to it.
+    if (moe + 1 < static_cast<int64_t>(moe_layers_.size())) WS_RETURN_IF_ERROR(QueueCopy(moe + 1));
+
+    absl::Status status = ComputeAll(buffer, x, tokens, top_k, ids, weights, y);
+    if (!status.ok()) {
+      // Leave nothing in flight on the scratch or the staging.
+      device_->Synchronize(Stream::kCompute).IgnoreError();
+      return status;
+    }
+    stats_.total_ms = MillisSince(start);
+    return absl::OkStatus();
+  }
+
+  absl::Status EndStep() override {
+    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCopyIn));
+    for (LayerBuffer& buffer : buffers_) {
+      buffer.moe_layer = -1;
+      buffer.unreported_bytes = 0;
+    }
+    return absl::OkStatus();
+  }
+
+  const DeviceExpertsStats& last_stats() const override { return stats_; }
+  uint64_t device_bytes() const override {
+    return buffers_[0].memory.size() + buffers_[1].memory.size() + scratch_.size();
+  }
+  double calibrated_bytes_per_ms() const override { return bytes_per_ms_; }
+
+ private:
+  struct ExpertWeights {
+    const uint16_t* gate = nullptr;  // [I, H]
+    const uint16_t* up = nullptr;    // [I, H]
+    const uint16_t* down = nullptr;  // [H, I]
+  };
+  struct LayerBuffer {
+    DeviceBuffer memory;
+    cudaEvent_t ready = nullptr;    // recorded on the copy stream after the layer's copies
+    int64_t moe_layer = -1;         // MoE index whose weights are (or are being) copied here
+    uint64_t unreported_bytes = 0;  // a copy no Forward has reported in its stats yet
+  };
+
+  // bf16 values of one expert in a layer buffer: [gate; up] [2I, H] and down [H, I].
+  uint64_t ExpertValues() const { return 3 * static_cast<uint64_t>(inter_) * hidden_; }
+
+  absl::StatusOr<int64_t> MoeIndex(int64_t layer) const {
+    if (layer < 0 || layer >= static_cast<int64_t>(moe_index_.size()) || moe_index_[layer] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CudaExperts: layer ", layer, " of ", routed_.config().source, " has no routed experts"));
+    }
+    return moe_index_[layer];
+  }
+
+  absl::Status CheckIds(const int32_t* ids, int64_t tokens, int64_t top_k) const {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int32_t* row = ids + t * top_k;
+      for (int64_t k = 0; k < top_k; ++k) {
+        if (row[k] < 0 || row[k] >= num_experts_) {
+          return absl::InvalidArgumentError(absl::StrCat("CudaExperts: token ", t, " slot ", k,
+                                                         ": expert ", row[k], " outside [0, ",
+                                                         num_experts_, ")"));
+        }
+        for (int64_t j = 0; j < k; ++j) {
+          if (row[j] == row[k]) {
+            return absl::InvalidArgumentError(absl::StrCat("CudaExperts: token ", t,
+                                                           " routed to expert ", row[k],
+                                                           " twice (slots ", j, " and ", k, ")"));
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Queues MoE layer `moe`'s weights into buffer moe % 2 on the copy stream, unless they are
+  // there or on their way. The caller guarantees that no compute still reads that buffer.
+  absl::Status QueueCopy(int64_t moe) {
+    LayerBuffer& buffer = buffers_[moe % 2];
+    if (buffer.moe_layer == moe) return absl::OkStatus();
+    buffer.moe_layer = -1;  // until the copies are queued
+    buffer.unreported_bytes = 0;
+    uint16_t* dst = static_cast<uint16_t*>(buffer.memory.data());
+    const uint64_t gate_bytes = 2 * static_cast<uint64_t>(inter_) * hidden_;
+    for (const ExpertWeights& expert : weights_[moe]) {
+      WS_RETURN_IF_ERROR(device_->CopyToDevice(dst, expert.gate, gate_bytes, Stream::kCopyIn));
+      WS_RETURN_IF_ERROR(
+          device_->CopyToDevice(dst + gate_bytes / 2, expert.up, gate_bytes, Stream::kCopyIn));
+      WS_RETURN_IF_ERROR(
+          device_->CopyToDevice(dst + gate_bytes, expert.down, gate_bytes, Stream::kCopyIn));
+      dst += ExpertValues();
+    }
+    WS_RETURN_IF_ERROR(CudaStatus(
+        cudaEventRecord(buffer.ready,
+                        static_cast<cudaStream_t>(device_->native_stream(Stream::kCopyIn))),
+        "cudaEventRecord"));
+    buffer.moe_layer = moe;
+    buffer.unreported_bytes = layer_bytes_;
+    return absl::OkStatus();
+  }
+
+  // Host staging: x [tokens, H], y [tokens, H] fp32, row_token, slot [rows] int32,
+  // route_weights [rows] fp32.
+  struct StagingLayout {
+    uint64_t x, y, row_token, slot, route_weights, bytes;
+  };
+  static StagingLayout StagingFor(const ScratchLayout& s, int64_t hidden) {
+    StagingLayout l;
+    const uint64_t t = s.tokens, r = s.rows, h = hidden;
+    l.x = 0;
+    l.y = AlignUp(l.x + 4 * t * h, 64);
+    l.row_token = AlignUp(l.y + 4 * t * h, 64);
+    l.slot = AlignUp(l.row_token + 4 * r, 64);
+    l.route_weights = AlignUp(l.slot + 4 * r, 64);
+    l.bytes = l.route_weights + 4 * r;
+    return l;
+  }
+
+  absl::Status AllocateScratch(const ScratchLayout& layout) {
+    // No capacity until both allocations succeed (a failed one leaves Forward refusing with
+    // RESOURCE_EXHAUSTED, not writing through a stale layout).
+    scratch_ = DeviceBuffer();
+    layout_ = ScratchLayout();
+    WS_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, layout.bytes));
+    const StagingLayout staging_layout = StagingFor(layout, hidden_);
+    WS_RETURN_IF_ERROR(staging_.Reserve(staging_layout.bytes));
+    layout_ = layout;
+    staging_layout_ = staging_layout;
+    return absl::OkStatus();
+  }
+
+  // Grows the scratch to `tokens` tokens and `rows` pairs when the budget allows (else the
+  // caller runs in chunks of what is there).
+  absl::Status MaybeGrowScratch(int64_t tokens, int64_t rows) {
+    if (tokens <= layout_.tokens && rows <= layout_.rows) return absl::OkStatus();
+    const ScratchLayout grown = ScratchLayout::For(std::max(tokens, layout_.tokens),
+                                                   std::max(rows, layout_.rows), hidden_, inter_);
+    const uint64_t buffers = buffers_[0].memory.size() + buffers_[1].memory.size();
+    if (buffers + grown.bytes > budget_) return absl::OkStatus();
+    const ScratchLayout previous = layout_;
+    const absl::Status status = AllocateScratch(grown);
+    if (status.ok()) return status;
+    WS_LOG(WARNING) << "CudaExperts: could not grow the scratch to " << grown.bytes
+                    << " bytes, running in chunks: " << status;
+    return AllocateScratch(previous);
+  }
+
+  absl::Status ComputeAll(const LayerBuffer& buffer, const float* x, int64_t tokens, int64_t top_k,
+                          const int32_t* ids, const float* weights, float* y) {
+    WS_RETURN_IF_ERROR(MaybeGrowScratch(tokens, tokens * top_k));
+    const int64_t chunk = std::min({tokens, layout_.tokens, layout_.rows / top_k});
+    if (chunk <= 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("CudaExperts: top_k ", top_k, " needs ",
+                                                       top_k, " rows of scratch per token, ",
+                                                       layout_.rows, " fit the VRAM budget"));
+    }
+    for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+      const int64_t n = std::min(chunk, tokens - t0);
+      WS_RETURN_IF_ERROR(ComputeChunk(buffer, x + t0 * hidden_, n, top_k, ids + t0 * top_k,
+                                      weights + t0 * top_k, y + t0 * hidden_));
+    }
+    return absl::OkStatus();
+  }
+
+  // One chunk of tokens through the layer in `buffer` (whose copy the compute stream already
+  // waits for); synchronous.
+  absl::Status ComputeChunk(const LayerBuffer& buffer, const float* x, int64_t tokens,
+                            int64_t top_k, const int32_t* ids, const float* weights, float* y) {
+    const int64_t H = hidden_, I = inter_, E = num_experts_;
+    const int64_t rows = tokens * top_k;
+    std::byte* host = staging_.data();
+    float* x_stage = reinterpret_cast<float*>(host + staging_layout_.x);
+    float* y_stage = reinterpret_cast<float*>(host + staging_layout_.y);
+    int32_t* row_token = reinterpret_cast<int32_t*>(host + staging_layout_.row_token);
+    int32_t* slot = reinterpret_cast<int32_t*>(host + staging_layout_.slot);
+    float* w_stage = reinterpret_cast<float*>(host + staging_layout_.route_weights);
+
+    // Counting sort of the pairs by expert (stable: token order within an expert).
+    offsets_.assign(E + 1, 0);
+    for (int64_t i = 0; i < rows; ++i) ++offsets_[ids[i] + 1];
+    for (int64_t e = 0; e < E; ++e) offsets_[e + 1] += offsets_[e];
+    fill_.assign(offsets_.begin(), offsets_.end() - 1);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t p = fill_[ids[i]]++;
+      row_token[p] = static_cast<int32_t>(i / top_k);
+      slot[i] = static_cast<int32_t>(p);
+    }
+    std::memcpy(x_stage, x, 4 * tokens * H);
+    std::memcpy(w_stage, weights, 4 * rows);
+
+    std::byte* dev = static_cast<std::byte*>(scratch_.data());
+    float* x_dev = reinterpret_cast<float*>(dev + layout_.x);
+    float* y_dev = reinterpret_cast<float*>(dev + layout_.y);
+    int32_t* row_token_dev = reinterpret_cast<int32_t*>(dev + layout_.row_token);
+    int32_t* slot_dev = reinterpret_cast<int32_t*>(dev + layout_.slot);
+    float* w_dev = reinterpret_cast<float*>(dev + layout_.route_weights);
+    uint16_t* xs = reinterpret_cast<uint16_t*>(dev + layout_.xs);
+    float* gate_up = reinterpret_cast<float*>(dev + layout_.gate_up);
+    uint16_t* hs = reinterpret_cast<uint16_t*>(dev + layout_.hs);
+    float* ys = reinterpret_cast<float*>(dev + layout_.ys);
+    void* stream = compute_;
+
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_dev, x_stage, 4 * tokens * H, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(row_token_dev, row_token, 4 * rows, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(slot_dev, slot, 4 * rows, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(w_dev, w_stage, 4 * rows, Stream::kCompute));
+    WS_RETURN_IF_ERROR(kernels::cuda::GatherRowsToBf16(x_dev, H, row_token_dev, rows, xs, stream));
+
+    const uint16_t* layer = static_cast<const uint16_t*>(buffer.memory.data());
+    const float one = 1.0f, zero = 0.0f;
+    // Row-major C[n_e, N] = A[n_e, K] W^T with W row-major [N, K] is column-major
+    // C^T[N, n_e] = op_T(W as column-major [K, N]) * (A as column-major [K, n_e]).
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t first = offsets_[e], n_e = offsets_[e + 1] - first;
+      if (n_e == 0) continue;
+      const uint16_t* gate_up_w = layer + e * ExpertValues();
+      WS_RETURN_IF_ERROR(CublasStatus(
+          cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * I),
+                       static_cast<int>(n_e), static_cast<int>(H), &one, gate_up_w, CUDA_R_16BF,
+                       static_cast<int>(H), xs + first * H, CUDA_R_16BF, static_cast<int>(H), &zero,
+                       gate_up + first * 2 * I, CUDA_R_32F, static_cast<int>(2 * I),
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx (gate, up)"));
+    }
+    WS_RETURN_IF_ERROR(kernels::cuda::SwiGluToBf16(gate_up, rows, I, hs, stream));
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t first = offsets_[e], n_e = offsets_[e + 1] - first;
+      if (n_e == 0) continue;
+      const uint16_t* down_w = layer + e * ExpertValues() + 2 * I * H;
+      WS_RETURN_IF_ERROR(
+          CublasStatus(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(H),
+                                    static_cast<int>(n_e), static_cast<int>(I), &one, down_w,
+                                    CUDA_R_16BF, static_cast<int>(I), hs + first * I, CUDA_R_16BF,
+                                    static_cast<int>(I), &zero, ys + first * H, CUDA_R_32F,
+                                    static_cast<int>(H), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx (down)"));
+    }
+    WS_RETURN_IF_ERROR(
+        kernels::cuda::CombineExpertRows(ys, H, slot_dev, w_dev, tokens, top_k, y_dev, stream));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(y_stage, y_dev, 4 * tokens * H, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
+    std::memcpy(y, y_stage, 4 * tokens * H);
+    return absl::OkStatus();
+  }
+
+  Device* device_;
+  const ModelWeights& routed_;
+  int64_t hidden_ = 0, inter_ = 0, num_experts_ = 0, config_top_k_ = 1;
+  std::vector<int64_t> moe_index_;                   // [num_layers] -> MoE index, -1 dense
+  std::vector<int64_t> moe_layers_;                  // [MoE index] -> layer
+  std::vector<std::vector<ExpertWeights>> weights_;  // [MoE index][expert], host
+  uint64_t layer_bytes_ = 0;
+  uint64_t budget_ = 0;
+  LayerBuffer buffers_[2];
+  DeviceBuffer scratch_;
+  ScratchLayout layout_;
+  HostStaging staging_;
+  StagingLayout staging_layout_{};
+  void* pinned_weights_ = nullptr;  // base of the registered weight range
+  cudaStream_t compute_ = nullptr;
+  cublasHandle_t handle_ = nullptr;
+  double bytes_per_ms_ = 0;
+  DeviceExpertsStats stats_;
+  std::vector<int64_t> offsets_;  // [E + 1] first row of each expert
+  std::vector<int64_t> fill_;     // [E] next row of each expert during the sort
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceExperts>> CreateCudaExperts(Device* device,
+                                                                 const ModelWeights& routed,
+                                                                 int64_t max_tokens,
+                                                                 uint64_t vram_bytes_available) {
+  auto experts = std::make_unique<CudaExperts>(device, routed);
+  WS_RETURN_IF_ERROR(experts->Init(max_tokens, vram_bytes_available));
+  return std::unique_ptr<DeviceExperts>(std::move(experts));
+}
+
+}  // namespace writescope::gpu

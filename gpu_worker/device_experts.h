@@ -1,0 +1,80 @@
+// Routed experts on the gpu_worker's device for steps of many tokens (long prefill chunks):
+// the bf16 weights stay in host memory and are streamed over PCIe, one MoE layer at a time,
+// into one of two device buffers, while the previous layer computes (as llama.cpp and
+// KTransformers do for prefill). Whether a step runs its routed experts here or on the
+// cpu_worker is the coordinator's cost rule (coordinator/expert_placement.h); the
+// contract of Forward is CpuExperts::Forward's (kernels/experts/cpu_experts.h):
+//
+//   x        [tokens, hidden]  fp32, host
+//   ids      [tokens, top_k]   int32 in [0, num_experts), distinct within a token
+//   weights  [tokens, top_k]   fp32, the router's final weights
+//   y        [tokens, hidden]  fp32, host, overwritten with sum_k w[t,k] * expert_{ids[t,k]}(x[t])
+//
+// Numerics are CpuExperts' bf16 path: x and the SwiGLU product rounded to bf16, products
+// accumulated in fp32, the k terms summed in k order.
+//
+// Two implementations: CUDA (gpu_worker/cuda/cuda_experts.cc: cuBLAS bf16 GEMMs per expert
+// over rows grouped by expert, the weights of layer l+1 copied on the copy stream while
+// layer l computes) and the host device's (CpuExperts per layer on the same host weights,
+// so the whole path runs in CI).
+//
+// Not thread-safe: one step at a time (the gpu_worker serializes steps).
+#ifndef WRITESCOPE_GPU_WORKER_DEVICE_EXPERTS_H_
+#define WRITESCOPE_GPU_WORKER_DEVICE_EXPERTS_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/model_weights.h"
+#include "gpu_worker/device.h"
+
+namespace writescope::gpu {
+
+// What the last Forward cost (for the step result and the cost rule).
+struct DeviceExpertsStats {
+  uint64_t bytes_streamed = 0;  // weight bytes copied host -> device for this layer
+  double wait_ms = 0;           // Forward waiting for this layer's weights to arrive
+  double total_ms = 0;          // Forward, call to return
+};
+
+class DeviceExperts {
+ public:
+  virtual ~DeviceExperts() = default;
+
+  // Queues the copy of `layer`'s routed-expert weights (asynchronous; a no-op if already
+  // queued or resident). The gpu_worker calls it at the start of a step that runs its
+  // experts here, for the first MoE layer; Forward(l) queues the next MoE layer itself.
+  virtual absl::Status Prefetch(int64_t layer) = 0;
+
+  // y = the routed-expert sum of `layer` (contract above). Synchronous: y is written on
+  // return. INVALID_ARGUMENT for a non-MoE layer, an expert id out of range or repeated in
+  // a token; tokens == 0 writes nothing.
+  virtual absl::Status Forward(int64_t layer, const float* x, int64_t tokens, int64_t top_k,
+                               const int32_t* ids, const float* weights, float* y) = 0;
+
+  // The step is over: waits for any prefetch in flight and forgets which layer is resident
+  // (the next step starts with Prefetch again).
+  virtual absl::Status EndStep() = 0;
+
+  virtual const DeviceExpertsStats& last_stats() const = 0;
+  // Device memory held (the two layer buffers + scratch), counted against the VRAM budget.
+  virtual uint64_t device_bytes() const = 0;
+  // Host-to-device rate of the weight stream measured at creation (one layer's copy),
+  // bytes per millisecond; 0 on the host device (no stream).
+  virtual double calibrated_bytes_per_ms() const = 0;
+};
+
+// `routed` holds the routed experts (a ModelWeights of side kCpu or kAll) and must outlive
+// the object, as must `device`. RESOURCE_EXHAUSTED (with the numbers) when two layer
+// buffers and the scratch for `max_tokens` tokens do not fit `vram_bytes_available`.
+// The CUDA version pins the host range of the weights when it can (cudaHostRegister; a
+// read-only file mapping may refuse, then the copies are pageable and slower, logged).
+absl::StatusOr<std::unique_ptr<DeviceExperts>> CreateDeviceExperts(Device* device,
+                                                                   const ModelWeights& routed,
+                                                                   int64_t max_tokens,
+                                                                   uint64_t vram_bytes_available);
+
+}  // namespace writescope::gpu
+
+#endif  // WRITESCOPE_GPU_WORKER_DEVICE_EXPERTS_H_

@@ -1,0 +1,133 @@
+// Where routed experts run: the cost rule's model, its decisions, and what it learns.
+#include "coordinator/expert_placement.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "tests/common/test_util.h"
+
+namespace writescope::coordinator {
+namespace {
+
+// Qwen3-30B-A3B's routed experts, the H200 machine's rates (order of magnitude): 128
+// experts top-8, 1.21 GB per layer, 55 GB/s, the CPU at 0.2 ms per token and layer.
+ExpertPlacementParams Qwen3Like() {
+  return {.num_experts = 128,
+          .top_k = 8,
+          .moe_layers = 48,
+          .gpu_streams = true,
+          .stream_bytes_per_ms = 55e6,
+          .layer_bytes = 1207959552,
+          .cpu_ms_per_token = 0.2};
+}
+
+TEST(ExpertPlacementTest, ParsesModes) {
+  EXPECT_EQ(*ParseExpertMode("auto"), ExpertMode::kAuto);
+  EXPECT_EQ(*ParseExpertMode("cpu"), ExpertMode::kCpu);
+  EXPECT_EQ(*ParseExpertMode("gpu"), ExpertMode::kGpu);
+  EXPECT_EQ(ParseExpertMode("GPU").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseExpertMode("").status().code(), absl::StatusCode::kInvalidArgument);
+  for (ExpertMode mode : {ExpertMode::kAuto, ExpertMode::kCpu, ExpertMode::kGpu}) {
+    EXPECT_EQ(*ParseExpertMode(ExpertModeName(mode)), mode);
+  }
+}
+
+TEST(ExpertPlacementTest, RefusesGpuModeWithoutAStreamingWorkerAndBadParams) {
+  ExpertPlacementParams params = Qwen3Like();
+  params.gpu_streams = false;
+  EXPECT_EQ(ExpertPlacement::Create(ExpertMode::kGpu, params).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  WS_EXPECT_OK(ExpertPlacement::Create(ExpertMode::kAuto, params).status());
+  params = Qwen3Like();
+  params.top_k = 200;
+  EXPECT_FALSE(ExpertPlacement::Create(ExpertMode::kAuto, params).ok());
+  params = Qwen3Like();
+  params.stream_bytes_per_ms = NAN;
+  EXPECT_FALSE(ExpertPlacement::Create(ExpertMode::kAuto, params).ok());
+}
+
+TEST(ExpertPlacementTest, TouchedShareIsTheUniformRoutingExpectation) {
+  auto placement = *ExpertPlacement::Create(ExpertMode::kAuto, Qwen3Like());
+  EXPECT_EQ(placement.TouchedShare(0), 0.0);
+  EXPECT_NEAR(placement.TouchedShare(1), 8.0 / 128.0, 1e-12);
+  EXPECT_NEAR(placement.TouchedShare(2), 1 - std::pow(120.0 / 128.0, 2), 1e-12);
+  EXPECT_GT(placement.TouchedShare(512), 0.9999);
+  // Mixtral: 2 of 8, a decode token touches a quarter of the layer.
+  ExpertPlacementParams mixtral = Qwen3Like();
+  mixtral.num_experts = 8;
+  mixtral.top_k = 2;
+  auto m = *ExpertPlacement::Create(ExpertMode::kAuto, mixtral);
+  EXPECT_NEAR(m.TouchedShare(1), 0.25, 1e-12);
+}
+
+TEST(ExpertPlacementTest, AutoKeepsDecodeOnTheCpuAndSendsLongChunksToTheGpu) {
+  auto placement = *ExpertPlacement::Create(ExpertMode::kAuto, Qwen3Like());
+  // A whole layer streams in ~22 ms; the CPU needs 0.2 ms per token: the crossing is
+  // near 110 tokens.
+  EXPECT_NEAR(placement.GpuMs(4096), 1207959552 / 55e6, 1e-3);
+  EXPECT_FALSE(placement.OnGpu(1));
+  EXPECT_FALSE(placement.OnGpu(32));
+  EXPECT_FALSE(placement.OnGpu(100));
+  EXPECT_TRUE(placement.OnGpu(128));
+  EXPECT_TRUE(placement.OnGpu(4096));
+  EXPECT_FALSE(placement.OnGpu(0));
+}
+
+TEST(ExpertPlacementTest, ForcedModesAndNoStreamingWorker) {
+  auto cpu = *ExpertPlacement::Create(ExpertMode::kCpu, Qwen3Like());
+  auto gpu = *ExpertPlacement::Create(ExpertMode::kGpu, Qwen3Like());
+  for (int64_t tokens : {1, 100, 100000}) {
+    EXPECT_FALSE(cpu.OnGpu(tokens));
+    EXPECT_TRUE(gpu.OnGpu(tokens));
+  }
+  ExpertPlacementParams none = Qwen3Like();
+  none.gpu_streams = false;
+  auto auto_none = *ExpertPlacement::Create(ExpertMode::kAuto, none);
+  EXPECT_FALSE(auto_none.OnGpu(100000));
+  EXPECT_TRUE(std::isinf(auto_none.GpuMs(100000)));
+  // The host device streams at rate 0: auto never picks it (no faster compute there).
+  ExpertPlacementParams host = Qwen3Like();
+  host.stream_bytes_per_ms = 0;
+  EXPECT_FALSE(ExpertPlacement::Create(ExpertMode::kAuto, host)->OnGpu(100000));
+  EXPECT_TRUE(ExpertPlacement::Create(ExpertMode::kGpu, host)->OnGpu(1));
+  // A dense model has no experts to place.
+  ExpertPlacementParams dense = Qwen3Like();
+  dense.moe_layers = 0;
+  EXPECT_FALSE(ExpertPlacement::Create(ExpertMode::kGpu, dense)->OnGpu(1000));
+}
+
+TEST(ExpertPlacementTest, LearnsTheCpuRateFromLargeStepsOnly) {
+  auto placement = *ExpertPlacement::Create(ExpertMode::kAuto, Qwen3Like());
+  // A decode step's per-token cost is bandwidth-bound and high: not learned.
+  placement.ObserveCpu(4, 48 * 4 * 5.0);
+  EXPECT_DOUBLE_EQ(placement.params().cpu_ms_per_token, 0.2);
+  EXPECT_EQ(placement.cpu_steps(), 0u);
+  // The CPU turns out 4x slower than measured at load (another tenant): the crossing
+  // moves down, chunks of 64 go to the GPU.
+  EXPECT_FALSE(placement.OnGpu(64));
+  for (int i = 0; i < 20; ++i) placement.ObserveCpu(512, 48 * 512 * 0.8);
+  EXPECT_NEAR(placement.params().cpu_ms_per_token, 0.8, 0.01);
+  EXPECT_EQ(placement.cpu_steps(), 20u);
+  EXPECT_TRUE(placement.OnGpu(64));
+}
+
+TEST(ExpertPlacementTest, CorrectsTheGpuModelByWhatItMeasures) {
+  auto placement = *ExpertPlacement::Create(ExpertMode::kAuto, Qwen3Like());
+  const double model = placement.GpuMs(2048);
+  EXPECT_TRUE(placement.OnGpu(128));
+  // Measured: twice the stream-only model (a stream slower under load).
+  for (int i = 0; i < 20; ++i) placement.ObserveGpu(2048, 48 * 2 * model);
+  EXPECT_NEAR(placement.gpu_correction(), 2.0, 0.01);
+  EXPECT_NEAR(placement.GpuMs(2048), 2 * model, 0.05 * model);
+  EXPECT_EQ(placement.gpu_steps(), 20u);
+  // The crossing doubles: 128-token chunks go back to the CPU, 512 stay on the GPU.
+  EXPECT_FALSE(placement.OnGpu(128));
+  EXPECT_TRUE(placement.OnGpu(512));
+  // Noise around the truth does not flip a clear decision.
+  for (int i = 0; i < 50; ++i) placement.ObserveGpu(2048, 48 * model * (i % 2 ? 2.6 : 1.4));
+  EXPECT_TRUE(placement.OnGpu(512));
+  EXPECT_FALSE(placement.OnGpu(64));
+}
+
+}  // namespace
+}  // namespace writescope::coordinator

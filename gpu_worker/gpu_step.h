@@ -42,6 +42,7 @@
 #include "gpu_worker/device_attention.h"
 #include "gpu_worker/device_experts.h"
 #include "gpu_worker/kv_cache.h"
+#include "gpu_worker/pinned_array.h"
 #include "kernels/model/decoder_ops.h"
 #include "writescope/internal/worker.pb.h"
 
@@ -82,8 +83,8 @@ class GpuStep {
                                                     StepLayout validated);
   absl::Status RunLayers(Step& step);
   absl::Status Layer(Step& step, uint32_t layer);
-  absl::Status Attention(Step& step, uint32_t layer, const std::vector<float>& q,
-                         std::vector<float>* attn);
+  absl::Status Attention(Step& step, uint32_t layer, const PinnedArray<float>& q,
+                         PinnedArray<float>* attn);
   absl::Status Logits(Step& step, internal::StepResult* result);
   // The ping-pong copies of the step as "dma" spans, from the device's markers.
   void RecordDmaSpans(const Step& step);

@@ -144,6 +144,7 @@ class CudaExperts final : public DeviceExperts {
     device_->Synchronize(Stream::kCopyIn).IgnoreError();
     device_->Synchronize(Stream::kCompute).IgnoreError();
     if (pinned_weights_ != nullptr) device_->UnregisterHost(pinned_weights_).IgnoreError();
+    for (void* ptr : pinned_ranges_) cudaHostUnregister(ptr);
     for (LayerBuffer& buffer : buffers_) {
       if (buffer.ready != nullptr) cudaEventDestroy(buffer.ready);
     }
@@ -174,6 +175,7 @@ class CudaExperts final : public DeviceExperts {
     // The routed experts' host tensors, per MoE layer.
     moe_index_.assign(config.num_layers, -1);
     uintptr_t lowest = std::numeric_limits<uintptr_t>::max(), highest = 0;
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;  // page-rounded [begin, end)
     for (int64_t layer = 0; layer < config.num_layers; ++layer) {
       if (!config.IsMoeLayer(layer)) continue;
       moe_index_[layer] = static_cast<int64_t>(moe_layers_.size());
@@ -196,6 +198,8 @@ class CudaExperts final : public DeviceExperts {
           const uintptr_t begin = reinterpret_cast<uintptr_t>(tensor->data);
           lowest = std::min(lowest, begin);
           highest = std::max<uintptr_t>(highest, begin + tensor->bytes());
+          ranges.emplace_back(begin / kPageBytes * kPageBytes,
+                              AlignUp(begin + tensor->bytes(), kPageBytes));
         }
       }
     }
@@ -244,10 +248,34 @@ class CudaExperts final : public DeviceExperts {
       pinned_weights_ = base_ptr;
     } else {
       cudaGetLastError();  // not sticky: keep it from surfacing at the next kernel launch
-      WS_LOG(WARNING) << "CudaExperts: could not pin the " << span
-                      << " bytes of routed-expert weights, the weight copies are pageable "
-                         "(slower): "
-                      << pinned;
+      // A checkpoint: each shard is its own read-only file mapping, with gaps between
+      // them. Pin the tensors' own pages, range by range, read-only (the device only
+      // reads them; the pages are the page cache's, shared with the cpu_worker's mapping).
+      std::sort(ranges.begin(), ranges.end());
+      std::vector<std::pair<uintptr_t, uintptr_t>> merged;
+      for (const auto& r : ranges) {
+        if (!merged.empty() && r.first <= merged.back().second) {
+          merged.back().second = std::max(merged.back().second, r.second);
+        } else {
+          merged.push_back(r);
+        }
+      }
+      cudaError_t error = cudaSuccess;
+      for (const auto& [begin, end] : merged) {
+        void* ptr = reinterpret_cast<void*>(begin);
+        error = cudaHostRegister(ptr, end - begin, cudaHostRegisterReadOnly);
+        if (error != cudaSuccess) break;
+        pinned_ranges_.push_back(ptr);
+      }
+      if (error != cudaSuccess) {
+        cudaGetLastError();
+        for (void* ptr : pinned_ranges_) cudaHostUnregister(ptr);
+        pinned_ranges_.clear();
+        WS_LOG(WARNING) << "CudaExperts: could not pin the " << span
+                        << " bytes of routed-expert weights (" << pinned << "; read-only, per "
+                        << "range: " << cudaGetErrorString(error) << "), the weight copies are "
+                        << "pageable (slower)";
+      }
     }
 
     // Calibration: one layer's copy, wall clock.
@@ -259,7 +287,10 @@ class CudaExperts final : public DeviceExperts {
     WS_RETURN_IF_ERROR(EndStep());
     WS_LOG(INFO) << "CudaExperts: " << moe_layers_.size() << " MoE layers of " << layer_bytes_
                  << " bytes, " << device_bytes() << " bytes of VRAM, weights "
-                 << (pinned_weights_ != nullptr ? "pinned" : "pageable") << ", one layer in " << ms
+                 << (pinned_weights_ != nullptr ? "pinned"
+                     : !pinned_ranges_.empty()    ? "pinned read-only"
+                                                  : "pageable")
+                 << ", one layer in " << ms
                  << " ms (" << bytes_per_ms_ / 1e6 << " GB/s)";
     return absl::OkStatus();
   }
@@ -482,7 +513,10 @@ class CudaExperts final : public DeviceExperts {
       row_token[p] = static_cast<int32_t>(i / top_k);
       slot[i] = static_cast<int32_t>(p);
     }
-    std::memcpy(x_stage, x, 4 * tokens * H);
+    // The gpu_worker's step buffers are pinned: DMA straight from and into them; other
+    // callers' memory goes through the pinned staging.
+    const bool x_pinned = IsPinnedHost(x), y_pinned = IsPinnedHost(y);
+    if (!x_pinned) std::memcpy(x_stage, x, 4 * tokens * H);
     std::memcpy(w_stage, weights, 4 * rows);
 
     std::byte* dev = static_cast<std::byte*>(scratch_.data());
@@ -497,7 +531,8 @@ class CudaExperts final : public DeviceExperts {
     float* ys = reinterpret_cast<float*>(dev + layout_.ys);
     void* stream = compute_;
 
-    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_dev, x_stage, 4 * tokens * H, Stream::kCompute));
+    WS_RETURN_IF_ERROR(
+        device_->CopyToDevice(x_dev, x_pinned ? x : x_stage, 4 * tokens * H, Stream::kCompute));
     WS_RETURN_IF_ERROR(device_->CopyToDevice(row_token_dev, row_token, 4 * rows, Stream::kCompute));
     WS_RETURN_IF_ERROR(device_->CopyToDevice(slot_dev, slot, 4 * rows, Stream::kCompute));
     WS_RETURN_IF_ERROR(device_->CopyToDevice(w_dev, w_stage, 4 * rows, Stream::kCompute));
@@ -534,10 +569,21 @@ class CudaExperts final : public DeviceExperts {
     }
     WS_RETURN_IF_ERROR(
         kernels::cuda::CombineExpertRows(ys, H, slot_dev, w_dev, tokens, top_k, y_dev, stream));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(y_stage, y_dev, 4 * tokens * H, Stream::kCompute));
+    WS_RETURN_IF_ERROR(
+        device_->CopyToHost(y_pinned ? y : y_stage, y_dev, 4 * tokens * H, Stream::kCompute));
     WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
-    std::memcpy(y, y_stage, 4 * tokens * H);
+    if (!y_pinned) std::memcpy(y, y_stage, 4 * tokens * H);
     return absl::OkStatus();
+  }
+
+  // Host memory registered with CUDA (page-locked), which copies can use directly.
+  static bool IsPinnedHost(const void* p) {
+    cudaPointerAttributes attributes;
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+      cudaGetLastError();  // clear it: a plain pointer is not an error here
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeHost;
   }
 
   Device* device_;
@@ -554,6 +600,7 @@ class CudaExperts final : public DeviceExperts {
   HostStaging staging_;
   StagingLayout staging_layout_{};
   void* pinned_weights_ = nullptr;  // base of the registered weight range
+  std::vector<void*> pinned_ranges_;  // or these, read-only (a checkpoint's mappings)
   cudaStream_t compute_ = nullptr;
   cublasHandle_t handle_ = nullptr;
   double bytes_per_ms_ = 0;

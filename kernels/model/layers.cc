@@ -304,40 +304,45 @@ void WeighExperts(const float* scores, const int32_t* ids, const RouterSpec& spe
 void RouteTokens(const float* logits, int64_t tokens, const RouterSpec& spec, int32_t* expert_ids,
                  float* weights, float* margins) {
   const int64_t e_count = spec.num_experts, k = spec.top_k;
-  std::vector<float> scores(e_count);
-  std::vector<int32_t> order(e_count);
-  for (int64_t t = 0; t < tokens; ++t) {
-    RouterSoftmax(logits + t * e_count, e_count, scores.data());
-    if (spec.method == TopkMethod::kGroupLimitedGreedy && spec.n_group > 1) {
-      const int64_t per_group = e_count / spec.n_group;
-      std::vector<float> group_max(spec.n_group);
-      for (int64_t g = 0; g < spec.n_group; ++g) {
-        group_max[g] =
-            *std::max_element(scores.begin() + g * per_group, scores.begin() + (g + 1) * per_group);
+  // Tokens are independent: a long prefill chunk routes on every core.
+#pragma omp parallel if (tokens * e_count > (1 << 14))
+  {
+    std::vector<float> scores(e_count);
+    std::vector<int32_t> order(e_count);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      RouterSoftmax(logits + t * e_count, e_count, scores.data());
+      if (spec.method == TopkMethod::kGroupLimitedGreedy && spec.n_group > 1) {
+        const int64_t per_group = e_count / spec.n_group;
+        std::vector<float> group_max(spec.n_group);
+        for (int64_t g = 0; g < spec.n_group; ++g) {
+          group_max[g] = *std::max_element(scores.begin() + g * per_group,
+                                           scores.begin() + (g + 1) * per_group);
+        }
+        std::vector<int64_t> groups(spec.n_group);
+        std::iota(groups.begin(), groups.end(), 0);
+        std::stable_sort(groups.begin(), groups.end(),
+                         [&](int64_t a, int64_t b) { return group_max[a] > group_max[b]; });
+        std::vector<bool> keep(spec.n_group, false);
+        for (int64_t i = 0; i < spec.topk_group; ++i) keep[groups[i]] = true;
+        // transformers: masked_fill(~mask, 0.0), then top-k over the masked scores.
+        for (int64_t e = 0; e < e_count; ++e) {
+          if (!keep[e / per_group]) scores[e] = 0.0f;
+        }
       }
-      std::vector<int64_t> groups(spec.n_group);
-      std::iota(groups.begin(), groups.end(), 0);
-      std::stable_sort(groups.begin(), groups.end(),
-                       [&](int64_t a, int64_t b) { return group_max[a] > group_max[b]; });
-      std::vector<bool> keep(spec.n_group, false);
-      for (int64_t i = 0; i < spec.topk_group; ++i) keep[groups[i]] = true;
-      // transformers: masked_fill(~mask, 0.0), then top-k over the masked scores.
-      for (int64_t e = 0; e < e_count; ++e) {
-        if (!keep[e / per_group]) scores[e] = 0.0f;
+      std::iota(order.begin(), order.end(), 0);
+      const int64_t sorted = std::min(k + 1, e_count);
+      std::partial_sort(order.begin(), order.begin() + sorted, order.end(),
+                        [&](int32_t a, int32_t b) {
+                          return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
+                        });
+      if (margins != nullptr) {
+        margins[t] = k < e_count ? scores[order[k - 1]] - scores[order[k]] : INFINITY;
       }
+      std::copy_n(order.begin(), k, expert_ids + t * k);
+      WeighExperts(scores.data(), expert_ids + t * k, spec, weights + t * k);
     }
-    std::iota(order.begin(), order.end(), 0);
-    const int64_t sorted = std::min(k + 1, e_count);
-    std::partial_sort(order.begin(), order.begin() + sorted, order.end(),
-                      [&](int32_t a, int32_t b) {
-                        return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
-                      });
-    if (margins != nullptr) {
-      margins[t] = k < e_count ? scores[order[k - 1]] - scores[order[k]] : INFINITY;
-    }
-    std::copy_n(order.begin(), k, expert_ids + t * k);
-    WeighExperts(scores.data(), expert_ids + t * k, spec, weights + t * k);
-  }
+  }  // omp parallel
 }
 
 void RouterWeights(const float* logits, int64_t tokens, const RouterSpec& spec,

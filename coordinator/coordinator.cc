@@ -55,14 +55,26 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   scheduler_options.num_layers = kv.geometry.num_layers;
   WS_ASSIGN_OR_RETURN(coordinator->scheduler_,
                       Scheduler::Create(coordinator->options_.policy, scheduler_options));
+  // Each channel is sized to carry a step of --max_step_tokens (a message may take half a
+  // ring): --channel_mib is a floor, so a long prefill chunk needs no channel arithmetic.
+  const StepDims step_dims = StepDimsFor(coordinator->model_config_);
+  const uint64_t step_bytes = sizeof(DataPlaneHeader) +
+                              uint64_t{coordinator->options_.engine.max_step_tokens} *
+                                  step_dims.max_bytes_per_token();
+  const uint64_t wanted_channel = (2 * step_bytes + (uint64_t{1} << 20) + (uint64_t{1} << 20) - 1) /
+                                  (uint64_t{1} << 20) * (uint64_t{1} << 20);
+  if (wanted_channel > coordinator->options_.channel_bytes) {
+    WS_LOG(INFO) << "data-plane channels of " << (wanted_channel >> 20) << " MiB each (for steps of "
+                 << coordinator->options_.engine.max_step_tokens << " tokens)";
+    coordinator->options_.channel_bytes = wanted_channel;
+  }
   WS_ASSIGN_OR_RETURN(coordinator->arena_,
                       ShmArena::Create(coordinator->options_.arena_name,
                                        ArenaRegions(kv.arena_sizes(coordinator->options_.channel_bytes))));
   WS_ASSIGN_OR_RETURN(DataPlane plane, CreateDataPlane(*coordinator->arena_));
   // A step's per-layer messages must fit one data-plane message.
-  const StepDims dims = StepDimsFor(coordinator->model_config_);
-  const uint64_t plane_tokens =
-      (plane.to_cpu.max_message_bytes() - sizeof(DataPlaneHeader)) / dims.max_bytes_per_token();
+  const uint64_t plane_tokens = (plane.to_cpu.max_message_bytes() - sizeof(DataPlaneHeader)) /
+                                step_dims.max_bytes_per_token();
   EngineOptions engine = coordinator->options_.engine;
   engine.max_step_tokens = static_cast<uint32_t>(
       std::min<uint64_t>(engine.max_step_tokens, plane_tokens));

@@ -37,7 +37,9 @@ ABSL_FLAG(uint32_t, block_tokens, 0, "Tokens per KV block (0: = window_tokens)")
 ABSL_FLAG(uint32_t, max_sequences, 16, "Live sequences (one D-window each)");
 ABSL_FLAG(double, vram_budget_gib, 32.0,
           "VRAM the gpu_worker may use in all: weights + KV budget + workspace");
-ABSL_FLAG(uint64_t, channel_mib, 16, "MiB of each data-plane channel (one per direction)");
+ABSL_FLAG(uint64_t, channel_mib, 16,
+          "MiB of each data-plane channel (one per direction), at least; grown to carry a step "
+          "of --max_step_tokens");
 ABSL_FLAG(uint32_t, max_step_tokens, 512,
           "Tokens per step: decode tokens + prompt chunk tokens (capped by the data plane)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",

@@ -78,8 +78,8 @@ for step in "${steps[@]}"; do
       # Long prefill, synthetic Qwen3-30B-A3B of WS_PREFILL_LAYERS (default 8) layers (real
       # shapes): a 32768-token prompt with the expert placement rule (auto: long chunks run
       # their routed experts on the GPU, streaming the weights), then 8192 tokens with the
-      # routed experts forced on the CPU and on the GPU, in 4096-token chunks (capped by the
-      # data plane). WS_PREFILL_MODES picks the runs (default "auto cpu gpu").
+      # routed experts forced on the CPU and on the GPU, in chunks of up to 4096 tokens.
+      # WS_PREFILL_MODES picks the runs (default "auto cpu gpu").
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
       run_step prefill-long 560 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" \
         bash -c 'set -e; layers=${WS_PREFILL_LAYERS:-8}

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "common/model_tensors.h"
 #include "common/process.h"
 #include "common/status.h"
+#include "gpu_worker/pinned_array.h"
 #include "kernels/cuda/cuda_experts.h"
 
 namespace writescope::gpu {
@@ -85,53 +87,6 @@ struct ScratchLayout {
     l.bytes = std::max<uint64_t>(offset, kRegionAlign);
     return l;
   }
-};
-
-// Page-aligned host memory, pinned (cudaHostRegister through the device) when the driver
-// allows; otherwise the copies through it are pageable.
-class HostStaging {
- public:
-  explicit HostStaging(Device* device) : device_(device) {}
-  ~HostStaging() { Release(); }
-  HostStaging(const HostStaging&) = delete;
-  HostStaging& operator=(const HostStaging&) = delete;
-
-  absl::Status Reserve(uint64_t bytes) {
-    if (bytes <= size_) return absl::OkStatus();
-    Release();
-    const uint64_t size = AlignUp(bytes, kPageBytes);
-    data_ = std::aligned_alloc(kPageBytes, size);
-    if (data_ == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("CudaExperts: ", size, " bytes of host staging"));
-    }
-    size_ = size;
-    const absl::Status pinned = device_->RegisterHost(data_, size_);
-    registered_ = pinned.ok();
-    if (!registered_) {
-      cudaGetLastError();  // not sticky: keep it from surfacing at the next kernel launch
-      WS_LOG(WARNING) << "CudaExperts: could not pin " << size_
-                      << " bytes of host staging, activation copies are pageable: " << pinned;
-    }
-    return absl::OkStatus();
-  }
-
-  std::byte* data() const { return static_cast<std::byte*>(data_); }
-
- private:
-  void Release() {
-    if (data_ == nullptr) return;
-    if (registered_) device_->UnregisterHost(data_).IgnoreError();
-    std::free(data_);
-    data_ = nullptr;
-    size_ = 0;
-    registered_ = false;
-  }
-
-  Device* device_;
-  void* data_ = nullptr;
-  uint64_t size_ = 0;
-  bool registered_ = false;
 };
 
 class CudaExperts final : public DeviceExperts {
@@ -451,7 +406,12 @@ class CudaExperts final : public DeviceExperts {
     layout_ = ScratchLayout();
     WS_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Allocate(device_, layout.bytes));
     const StagingLayout staging_layout = StagingFor(layout, hidden_);
-    WS_RETURN_IF_ERROR(staging_.Reserve(staging_layout.bytes));
+    try {
+      staging_.Resize(static_cast<int64_t>(staging_layout.bytes));
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("CudaExperts: ", staging_layout.bytes, " bytes of host staging"));
+    }
     layout_ = layout;
     staging_layout_ = staging_layout;
     return absl::OkStatus();
@@ -597,7 +557,7 @@ class CudaExperts final : public DeviceExperts {
   LayerBuffer buffers_[2];
   DeviceBuffer scratch_;
   ScratchLayout layout_;
-  HostStaging staging_;
+  PinnedArray<std::byte> staging_;  // pinned host side of x, y and the routing arrays
   StagingLayout staging_layout_{};
   void* pinned_weights_ = nullptr;  // base of the registered weight range
   std::vector<void*> pinned_ranges_;  // or these, read-only (a checkpoint's mappings)

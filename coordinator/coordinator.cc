@@ -428,6 +428,15 @@ absl::StatusOr<v1::ModelInfo> Coordinator::ModelInfo() {
   return info;
 }
 
+absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& request) {
+  if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
+  WS_ASSIGN_OR_RETURN(v1::BenchResponse response,
+                      engine_->RunBench(request, options_.engine.step_timeout * 4));
+  response.set_policy(options_.policy);
+  response.set_num_layers(static_cast<uint32_t>(model_config_.num_layers));
+  return response;
+}
+
 absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
   if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
   sequences = sequences == 0 ? 4 : sequences;

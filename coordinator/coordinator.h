@@ -70,6 +70,8 @@ class Coordinator {
   absl::StatusOr<v1::ModelInfo> ModelInfo();
   // The plumbing check behind the public SelfTest RPC (see writescope.proto).
   absl::StatusOr<v1::SelfTestResponse> SelfTest(uint32_t sequences);
+  // The Bench RPC (see writescope.proto).
+  absl::StatusOr<v1::BenchResponse> Bench(const v1::BenchRequest& request);
   // The last `steps` steps of the three processes: Chrome trace JSON and a per-phase summary.
   absl::StatusOr<v1::Profile> Profile(uint32_t steps);
   // Generation (Generate, Abort).

@@ -1,9 +1,11 @@
 #include "coordinator/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/status.h"
 
 namespace writescope::coordinator {
@@ -98,6 +100,7 @@ struct Engine::Request {
   bool first_chunk_sent = false;
 
   absl::Time submitted, admitted_at, first_token_at, last_token_at;
+  uint64_t bench_round = 0;  // SubmitBench: the context is placed, not computed
 };
 
 Engine::Engine(const EngineOptions& options, const ModelConfig& model, const KvCacheConfig& kv,
@@ -156,8 +159,27 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(const v1::Generate
   return stream;
 }
 
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitBench(uint64_t context_tokens,
+                                                                   uint32_t decode_steps,
+                                                                   uint64_t round) {
+  const uint32_t bt = kv_.block_tokens();
+  if (context_tokens == 0 || context_tokens % bt != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bench context of ", context_tokens,
+                                                   " tokens: a positive multiple of the ", bt,
+                                                   "-token KV block"));
+  }
+  if (round == 0) return absl::InvalidArgumentError("bench round 0");
+  v1::GenerateRequest proto;
+  // Token ids do not matter (the context is not computed); the last one is fed first.
+  proto.mutable_prompt_token_ids()->Resize(static_cast<int>(context_tokens), 1);
+  proto.mutable_sampling()->set_max_tokens(decode_steps);
+  proto.mutable_sampling()->set_ignore_eos(true);
+  return Queue(proto, absl::InfiniteFuture(), round);
+}
+
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateRequest& proto,
-                                                             absl::Time deadline) {
+                                                             absl::Time deadline,
+                                                             uint64_t bench_round) {
   if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
   WS_RETURN_IF_ERROR(ValidateGenerateRequest(proto, limits_));
   auto request = std::make_shared<Request>();
@@ -165,6 +187,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateR
   request->prompt.assign(proto.prompt_token_ids().begin(), proto.prompt_token_ids().end());
   request->max_tokens = ResolveMaxTokens(proto, limits_);
   request->deadline = deadline;
+  request->bench_round = bench_round;
   request->submitted = absl::Now();
   if (request->max_tokens == 0) {
     return absl::InvalidArgumentError("the prompt fills the model's context: no token to generate");
@@ -200,6 +223,80 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateR
   counts_.waiting = static_cast<uint32_t>(waiting_.size());
   work_.notify_all();
   return request->stream;
+}
+
+absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& request,
+                                                   absl::Duration timeout) {
+  if (request.batch() == 0 || request.batch() > kv_.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("bench batch ", request.batch(),
+                                                   ": between 1 and max_sequences (",
+                                                   kv_.max_sequences, ")"));
+  }
+  constexpr uint32_t kMaxSteps = 100000;
+  if (request.decode_steps() == 0 || request.decode_steps() > kMaxSteps ||
+      request.warmup_steps() > kMaxSteps) {
+    return absl::InvalidArgumentError(absl::StrCat("bench decode_steps ", request.decode_steps(),
+                                                   " (1..", kMaxSteps, "), warmup_steps ",
+                                                   request.warmup_steps()));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::BenchResponse response;
+  for (const uint32_t steps : {request.warmup_steps(), request.decode_steps()}) {
+    if (steps == 0) continue;
+    const uint64_t round = next_bench_round_.fetch_add(1);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    absl::Status status;
+    for (uint32_t b = 0; b < request.batch() && status.ok(); ++b) {
+      absl::StatusOr<std::shared_ptr<RequestStream>> stream =
+          SubmitBench(request.context_tokens(), steps, round);
+      if (stream.ok()) {
+        streams.push_back(*std::move(stream));
+      } else {
+        status = stream.status();
+      }
+    }
+    // Every stream to its end (on an error: cancelled, so that nothing is left running).
+    for (const auto& stream : streams) {
+      if (!status.ok()) stream->Cancel();
+    }
+    for (const auto& stream : streams) {
+      v1::GenerateResponse ignored;
+      bool done = false;
+      while (!done) {
+        if (absl::Now() > deadline) {
+          for (const auto& s : streams) s->Cancel();
+          if (status.ok()) status = absl::DeadlineExceededError("the bench ran out of time");
+        }
+        stream->Next(&ignored, absl::Seconds(1), &done);
+      }
+      if (status.ok() && !stream->final_status().ok()) status = stream->final_status();
+    }
+    WS_RETURN_IF_ERROR(status);
+    response.clear_steps();  // the measured round's replace the warm-up's
+    for (const StepRecord& r : StepRecords(round)) {
+      if (r.bench_sequences != request.batch()) continue;
+      v1::BenchStep* step = response.add_steps();
+      step->set_step_id(r.step_id);
+      step->set_decode_sequences(r.decode_sequences);
+      step->set_step_ms(r.step_ms);
+      step->set_gpu_attention_ms(r.gpu_attention_ms);
+      step->set_cpu_attention_ms(r.cpu_attention_ms);
+      step->set_gpu_expert_wait_ms(r.gpu_expert_wait_ms);
+      step->set_cpu_expert_ms(r.cpu_expert_ms);
+      step->set_target_cpu_share(r.target_cpu_share);
+      step->set_placed_cpu_share(r.placed_cpu_share);
+      step->set_host_tokens(r.host_tokens);
+      step->set_bound_ms(r.bound_ms);
+      step->set_optimal_cpu_share(r.optimal_cpu_share);
+    }
+  }
+  double total_ms = 0;
+  for (const v1::BenchStep& step : response.steps()) total_ms += step.step_ms();
+  if (response.steps_size() > 0) {
+    response.set_mean_step_ms(total_ms / response.steps_size());
+    response.set_tokens_per_second(request.batch() * 1e3 / response.mean_step_ms());
+  }
+  return response;
 }
 
 bool Engine::Abort(const std::string& request_id) {
@@ -361,10 +458,27 @@ void Engine::Admit() {
     }
     request->admitted = true;
     request->admitted_at = absl::Now();
+    if (request->bench_round > 0) {
+      // The context lands where a prefill would have put it, uncomputed.
+      absl::Status placed;
+      {
+        std::lock_guard<std::mutex> lock(*placement_mutex_);
+        SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
+        placed = placement_->PlanPrefill(request->sequence, request->prompt.size(), chooser).status();
+      }
+      if (!placed.ok()) {
+        Fail(*request, placed);
+        continue;
+      }
+      request->prefilled = request->prompt.size();
+      request->pending_token = request->prompt.back();
+      request->first_chunk_sent = true;
+    }
   }
 }
 
 absl::Status Engine::RunOneStep() {
+  const auto step_start = std::chrono::steady_clock::now();
   const uint32_t bt = kv_.block_tokens();
   internal::StepPlan plan;
   plan.set_step_id(next_step_++);
@@ -468,11 +582,29 @@ absl::Status Engine::RunOneStep() {
   if (entries.empty()) return failure;
   uint64_t step_tokens = 0;
   for (const Entry& e : entries) step_tokens += e.tokens;
+  StepRecord record;
+  record.step_id = plan.step_id();
+  record.target_cpu_share = plan.cpu_share();
+  for (const Entry& e : entries) {
+    if (e.prefill) {
+      record.prefill_tokens += e.tokens;
+      continue;
+    }
+    ++record.decode_sequences;
+    const uint64_t round = e.request->bench_round;
+    if (round == 0) continue;
+    if (record.bench_round == 0) record.bench_round = round;
+    if (round == record.bench_round) ++record.bench_sequences;
+  }
+  for (const internal::SequenceStep& sequence : plan.sequences()) {
+    for (const internal::BlockRun& run : sequence.blocks()) record.host_tokens += run.num_tokens();
+  }
   {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     plan.set_experts_on_gpu(experts_.has_value() &&
                             experts_->OnGpu(static_cast<int64_t>(step_tokens)));
   }
+  record.experts_on_gpu = plan.experts_on_gpu();
 
   // Both workers run the step at once; they meet on the data plane.
   absl::StatusOr<internal::StepResult> cpu_result = absl::UnknownError("not run");
@@ -596,7 +728,33 @@ absl::Status Engine::RunOneStep() {
     }
     scheduler_->UpdateTarget(host_tokens);
   }
+  record.step_ms = MillisSince(step_start);
+  record.gpu_attention_ms = gpu_result->attention_ms();
+  record.cpu_attention_ms = cpu_result->attention_ms();
+  record.gpu_expert_wait_ms = gpu_result->expert_ms();
+  record.cpu_expert_ms = cpu_result->expert_ms();
+  {
+    std::lock_guard<std::mutex> lock(*placement_mutex_);
+    record.placed_cpu_share = placement_->PlacedCpuShare();
+    if (scheduler_->estimates_ready()) {
+      const RooflineBound bound = scheduler_->Bound(record.host_tokens);
+      record.bound_ms = bound.step_ns * model_.num_layers / 1e6;
+      record.optimal_cpu_share = bound.cpu_share;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  records_.push_back(record);
+  if (records_.size() > kMaxStepRecords) records_.pop_front();
   return absl::OkStatus();
+}
+
+std::vector<Engine::StepRecord> Engine::StepRecords(uint64_t bench_round) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<StepRecord> out;
+  for (const StepRecord& r : records_) {
+    if (bench_round == 0 || r.bench_round == bench_round) out.push_back(r);
+  }
+  return out;
 }
 
 void Engine::Sampled(Request& r, absl::Span<const float> logits) {

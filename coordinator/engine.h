@@ -127,6 +127,18 @@ class Engine {
   // request id in flight; UNAVAILABLE when not serving.
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(const v1::GenerateRequest& request,
                                                         absl::Time deadline);
+  // A benchmark request (the Bench RPC): `context_tokens` tokens (a multiple of the block
+  // size) are placed in the KV regions at admission, as a prefill would place them but
+  // without computing them, then it decodes `decode_steps` tokens (greedy, no EOS). Steps
+  // that decode sequences of `round` (> 0) are tagged with it (StepRecord).
+  absl::StatusOr<std::shared_ptr<RequestStream>> SubmitBench(uint64_t context_tokens,
+                                                             uint32_t decode_steps,
+                                                             uint64_t round);
+  // The Bench RPC (writescope.proto): an optional warm-up round, then the measured round of
+  // `batch` bench requests; returns the measured round's steps in which all `batch`
+  // sequences decoded (policy and num_layers are the caller's to fill).
+  absl::StatusOr<v1::BenchResponse> RunBench(const v1::BenchRequest& request,
+                                             absl::Duration timeout);
   // Ends a running or queued request at the next step. False when no such request.
   bool Abort(const std::string& request_id);
   // Ends every request with `status` (a worker died).
@@ -162,6 +174,23 @@ class Engine {
     double predicted_gpu_ms = 0, measured_gpu_ms = 0;
   };
   SchedulerCheck scheduler_check() const;
+  // What each step cost (the last kMaxStepRecords).
+  struct StepRecord {
+    uint64_t step_id = 0;
+    uint32_t decode_sequences = 0;
+    uint32_t prefill_tokens = 0;
+    uint64_t bench_round = 0;      // > 0: the step decoded bench sequences of this round
+    uint32_t bench_sequences = 0;  // ... this many (other requests may share the step)
+    double step_ms = 0;        // planning to the end of sampling
+    double gpu_attention_ms = 0, cpu_attention_ms = 0;
+    double gpu_expert_wait_ms = 0, cpu_expert_ms = 0;
+    bool experts_on_gpu = false;
+    double target_cpu_share = 0, placed_cpu_share = 0, optimal_cpu_share = 0;
+    uint64_t host_tokens = 0;   // per layer, both regions, this step's sequences
+    double bound_ms = 0;        // the roofline bound of its attention, all layers (0: no estimates)
+  };
+  static constexpr size_t kMaxStepRecords = 8192;
+  std::vector<StepRecord> StepRecords(uint64_t bench_round) const;
   EngineCounts Counts() const;
   const RequestLimits& limits() const { return limits_; }
   uint32_t max_step_tokens() const { return max_step_tokens_; }
@@ -169,7 +198,8 @@ class Engine {
  private:
   struct Request;
   absl::StatusOr<std::shared_ptr<RequestStream>> Queue(const v1::GenerateRequest& request,
-                                                       absl::Time deadline);
+                                                       absl::Time deadline,
+                                                       uint64_t bench_round = 0);
   void Loop();
   // Step phases (engine thread).
   void DropEnded();
@@ -211,6 +241,8 @@ class Engine {
   EngineCounts counts_;
   SpanRecorder spans_;
   SchedulerCheck check_;  // guarded by mutex_; decays (last ~32 steps)
+  std::deque<StepRecord> records_;  // guarded by mutex_
+  std::atomic<uint64_t> next_bench_round_{1};
   std::optional<ExpertPlacement> experts_;  // guarded by placement_mutex_
   std::thread thread_;
 };

@@ -23,6 +23,8 @@ class WriteScopeService final : public v1::WriteScope::Service {
                           v1::Profile* response) override;
   grpc::Status SelfTest(grpc::ServerContext* context, const v1::SelfTestRequest* request,
                         v1::SelfTestResponse* response) override;
+  grpc::Status Bench(grpc::ServerContext* context, const v1::BenchRequest* request,
+                     v1::BenchResponse* response) override;
 
  private:
   Coordinator& coordinator_;

@@ -18,6 +18,11 @@
 //                                           streams for a fixed time, each repeating random
 //                                           prompts; prints completed requests, outcomes by
 //                                           status code, tokens/s and latency percentiles
+//   wscope bench [--batches=4,16] [--contexts=2048,8192] [--decode_steps=N] [--warmup_steps=N]
+//          [--csv=FILE]                     steady-state decode at fixed contexts (the KV
+//                                           placed, not computed: Bench RPC), one table row
+//                                           per point: tokens/s, step time, attention and
+//                                           expert time, the CPU share, the roofline bound
 //   wscope profile [--steps=N] [--out=trace.json]
 //                                           the last N steps of the three processes: writes
 //                                           the Chrome trace (Perfetto, chrome://tracing)
@@ -88,6 +93,11 @@ ABSL_FLAG(uint32_t, streams, 8, "load: concurrent streams");
 ABSL_FLAG(absl::Duration, duration, absl::Seconds(10), "load: how long to run");
 ABSL_FLAG(uint32_t, prompt_tokens, 64, "load: prompt length of each request");
 ABSL_FLAG(std::string, out, "trace.json", "profile: where to write the Chrome trace JSON");
+ABSL_FLAG(std::string, batches, "4", "bench: batch sizes, comma separated");
+ABSL_FLAG(std::string, contexts, "2048", "bench: context lengths in tokens, comma separated");
+ABSL_FLAG(uint32_t, decode_steps, 16, "bench: measured decode steps per point");
+ABSL_FLAG(uint32_t, warmup_steps, 8, "bench: warm-up decode steps per point (the scheduler learns)");
+ABSL_FLAG(std::string, csv, "", "bench: also append one row per point to this CSV file");
 ABSL_FLAG(uint32_t, stream_interval, 0, "generate: one chunk per this many tokens (0: each)");
 ABSL_FLAG(bool, json, false,
           "generate, abort: print one JSON object on stdout at the end instead of text");
@@ -218,6 +228,101 @@ int SelfTest() {
   for (const std::string& check : response.checks()) std::printf("  %s\n", check.c_str());
   std::printf("selftest: %s\n", response.ok() ? "OK" : "FAILED");
   return response.ok() ? 0 : 1;
+}
+
+// ---- bench -----------------------------------------------------------------------------
+
+int Bench() {
+  std::vector<uint64_t> batches, contexts;
+  for (const auto& [flag, out] : {std::pair{absl::GetFlag(FLAGS_batches), &batches},
+                                  std::pair{absl::GetFlag(FLAGS_contexts), &contexts}}) {
+    for (absl::string_view part : absl::StrSplit(flag, ',', absl::SkipWhitespace())) {
+      uint64_t value = 0;
+      if (!absl::SimpleAtoi(part, &value) || value == 0) {
+        std::fprintf(stderr, "wscope bench: '%s' is not a positive number\n",
+                     std::string(part).c_str());
+        return 2;
+      }
+      out->push_back(value);
+    }
+  }
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto stub = writescope::v1::WriteScope::NewStub(channel);
+  std::FILE* csv = nullptr;
+  const std::string csv_path = absl::GetFlag(FLAGS_csv);
+  if (!csv_path.empty()) {
+    const bool fresh = !std::ifstream(csv_path).good();
+    csv = std::fopen(csv_path.c_str(), "a");
+    if (csv == nullptr) {
+      std::fprintf(stderr, "wscope bench: cannot write %s\n", csv_path.c_str());
+      return 1;
+    }
+    if (fresh) {
+      std::fprintf(csv, "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
+                        "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,"
+                        "placed_cpu_share,optimal_cpu_share,bound_attention_ms\n");
+    }
+  }
+  // Times in ms per step (all layers); "experts": the cpu_worker's routed experts; "bound":
+  // the roofline bound of the step's attention at the best split, from the scheduler's
+  // current estimates of A and B.
+  std::printf("%-12s %5s %8s %9s %9s %9s %9s %9s %6s %6s %6s %9s\n", "policy", "batch",
+              "context", "tok/s", "step ms", "gpu attn", "cpu attn", "experts", "r tgt",
+              "r plc", "r*", "bound");
+  int failures = 0;
+  for (uint64_t context : contexts) {
+    for (uint64_t batch : batches) {
+      writescope::v1::BenchRequest request;
+      request.set_batch(static_cast<uint32_t>(batch));
+      request.set_context_tokens(context);
+      request.set_decode_steps(absl::GetFlag(FLAGS_decode_steps));
+      request.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
+      grpc::ClientContext call;
+      call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+      writescope::v1::BenchResponse response;
+      std::fprintf(stderr, "bench: batch %llu, context %llu ...\n",
+                   static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context));
+      grpc::Status status = stub->Bench(&call, request, &response);
+      if (!status.ok()) {
+        std::printf("batch %llu context %llu: %s (code %d)\n",
+                    static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
+                    status.error_message().c_str(), static_cast<int>(status.error_code()));
+        ++failures;
+        continue;
+      }
+      // Means over the measured steps.
+      double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0, optimal = 0,
+             bound = 0;
+      for (const auto& step : response.steps()) {
+        gpu += step.gpu_attention_ms();
+        cpu += step.cpu_attention_ms();
+        experts += step.cpu_expert_ms();
+        expert_wait += step.gpu_expert_wait_ms();
+        target += step.target_cpu_share();
+        placed += step.placed_cpu_share();
+        optimal += step.optimal_cpu_share();
+        bound += step.bound_ms();
+      }
+      const double n = std::max(1, response.steps_size());
+      std::printf("%-12s %5llu %8llu %9.1f %9.2f %9.2f %9.2f %9.2f %6.3f %6.3f %6.3f %9.2f\n",
+                  response.policy().c_str(), static_cast<unsigned long long>(batch),
+                  static_cast<unsigned long long>(context), response.tokens_per_second(),
+                  response.mean_step_ms(), gpu / n, cpu / n, experts / n, target / n, placed / n,
+                  optimal / n, bound / n);
+      std::fflush(stdout);
+      if (csv != nullptr) {
+        std::fprintf(csv, "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n",
+                     response.policy().c_str(), response.num_layers(),
+                     static_cast<unsigned long long>(batch),
+                     static_cast<unsigned long long>(context), response.steps_size(),
+                     response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
+                     expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n);
+        std::fflush(csv);
+      }
+    }
+  }
+  if (csv != nullptr) std::fclose(csv);
+  return failures == 0 ? 0 : 1;
 }
 
 // ---- load ------------------------------------------------------------------------------
@@ -715,7 +820,9 @@ int main(int argc, char** argv) {
       "  wscope abort [--target=ADDRESS] --request_id=S [--json] |\n"
       "  wscope profile [--target=ADDRESS] [--steps=N] [--out=trace.json] |\n"
       "  wscope load [--target=ADDRESS] [--streams=N] [--duration=10s] [--prompt_tokens=N]\n"
-      "      [--max_tokens=N] [--seed=N] [--json]");
+      "      [--max_tokens=N] [--seed=N] [--json] |\n"
+      "  wscope bench [--target=ADDRESS] [--batches=4,16] [--contexts=2048,8192]\n"
+      "      [--decode_steps=N] [--warmup_steps=N] [--csv=FILE]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());
@@ -728,6 +835,7 @@ int main(int argc, char** argv) {
   if (command == "selftest") return SelfTest();
   if (command == "profile") return Profile();
   if (command == "load") return Load();
+  if (command == "bench") return Bench();
   if ((command == "generate" || command == "abort") && !rest.empty()) {
     std::fprintf(stderr, "wscope %s: unexpected argument '%s' (ids go in --prompt_ids)\n",
                  command.c_str(), rest.front().c_str());

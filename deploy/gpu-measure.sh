@@ -5,7 +5,7 @@
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
 #                                     e2e generate trio trio-generate trio-generate-mla
-#                                     prefill-long fixtures
+#                                     prefill-long bench-grid fixtures
 #                                     (default: probe tests attention kv channel experts load
 #                                     e2e trio, in order)
 #
@@ -99,6 +99,25 @@ for step in "${steps[@]}"; do
             fi
             /tmp/ws/bin/wscope generate --target=$WS_TARGET --prompt_file=/tmp/p8k --max_tokens=8 --ignore_eos | tail -3
             /tmp/ws/bin/wscope profile --target=$WS_TARGET --steps=10 --out=$OUT/prefill-8k-$mode-trace.json | tail -25
+            kill -TERM $p; wait $p || true
+          done' ;;
+    bench-grid)
+      # Issue 7: steady-state decode at fixed contexts (wscope bench: the KV placed, not
+      # computed) under each policy, synthetic Qwen3-30B-A3B of WS_BENCH_LAYERS (default 4)
+      # layers, batches WS_BENCH_BATCHES (4,32) x contexts WS_BENCH_CONTEXTS
+      # (2048,8192,32768); one CSV for all ($OUT/bench-grid.csv).
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      run_step bench-grid 560 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" OUT="$OUT" \
+        bash -c 'set -e; layers=${WS_BENCH_LAYERS:-4}
+          for policy in ${WS_BENCH_POLICIES:-writescope transfer-all cpu-all static:0.5 monolithic}; do
+            r=$(mktemp -u); WS_BIN=/tmp/ws/bin deploy/launch.sh --listen 127.0.0.1:0 \
+              --ready-file "$r" --device cuda -- --synthetic=qwen3_moe --num_layers=$layers \
+              --cpu_region_mib=$((layers * 2200)) --transfer_region_mib=$((layers * 2200)) \
+              --max_sequences=32 --policy=$policy & p=$!
+            for i in $(seq 900); do [[ -f $r ]] && break; sleep 0.2; done; source "$r"
+            /tmp/ws/bin/wscope bench --target=$WS_TARGET --batches=${WS_BENCH_BATCHES:-4,32} \
+              --contexts=${WS_BENCH_CONTEXTS:-2048,8192,32768} --decode_steps=8 --warmup_steps=6 \
+              --csv=$OUT/bench-grid.csv || true
             kill -TERM $p; wait $p || true
           done' ;;
     trio-generate-mla)

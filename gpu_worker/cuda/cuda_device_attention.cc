@@ -2,9 +2,9 @@
 // copied in and the partial states copied out through device staging buffers (grown on
 // demand, reused), everything on the compute stream and synchronized before returning.
 //
-//   GQA decode   GqaGpuPrefill with one query per sequence placed after every key (the
-//                prefill kernel takes an arbitrary list of tile pointers, so the ping-pong
-//                tiles, the D-window and a chunk's own blocks need no repacking).
+//   GQA decode   GqaGpuDecode (split-KV) over a tile pointer list: the ping-pong tiles, the
+//                D-window and a chunk's own blocks need no repacking; the batch is one
+//                launch.
 //   GQA prefill  GqaGpuPrefill.
 //   MLA decode   MlaGpuDecode over tiles packed per query row into one buffer (a device-to-
 //                device copy per tile): its source format is a packed tile array.
@@ -104,23 +104,60 @@ class CudaDeviceAttention final : public DeviceAttention {
     return device_->Synchronize(Stream::kCompute);
   }
 
+  // The batch in one split-KV decode launch (kernels/cuda/cuda_attention.h GqaGpuDecode)
+  // over a tile pointer list: each sequence's tiles lie wherever the step put them (its
+  // ping-pong positions in slot order, the D-window, a chunk's own blocks), so nothing is
+  // repacked. One staging of all queries and lists, one copy of all outputs, one sync.
   absl::Status CudaGqaDecode(const kernels::GqaDecodeArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
+    if (args.num_seqs == 0) return absl::OkStatus();
     const int64_t heads = args.shape.num_q_heads, dim = args.shape.head_dim;
+    const int32_t bt = args.shape.block_tokens;
+    std::vector<int32_t> first(args.num_seqs + 1, 0), last_tokens(args.num_seqs, 0);
+    int64_t max_tokens = 0;
     for (int32_t s = 0; s < args.num_seqs; ++s) {
-      kernels::GqaPrefillArgs one;
-      one.shape = args.shape;
-      one.num_queries = 1;
-      one.query_position0 = std::numeric_limits<int64_t>::max() / 4;  // sees every key
-      one.q = args.q + s * heads * dim;
-      one.keys = args.seqs[s];
-      std::vector<int64_t> positions(one.keys.num_blocks, 0);  // any order for decode
-      if (one.keys.block_positions == nullptr) one.keys.block_positions = positions.data();
-      one.o = args.o + s * heads * dim;
-      one.lse = args.lse + s * heads;
-      WS_RETURN_IF_ERROR(CudaGqaPrefill(one));
+      const kernels::KvBlockList& list = args.seqs[s];
+      first[s + 1] = first[s] + list.num_blocks;
+      last_tokens[s] = list.num_blocks == 0 ? 0 : list.last_block_tokens;
+      max_tokens = std::max(max_tokens, list.NumTokens(bt));
     }
-    return absl::OkStatus();
+    const int32_t total = first[args.num_seqs];
+    if (total == 0) {  // no keys at all: every row is the empty state
+      std::fill_n(args.o, int64_t{args.num_seqs} * heads * dim, 0.0f);
+      std::fill_n(args.lse, int64_t{args.num_seqs} * heads, kernels::kEmptyLse);
+      return absl::OkStatus();
+    }
+    std::vector<const uint16_t*> tiles(total);
+    for (int32_t s = 0; s < args.num_seqs; ++s) {
+      std::copy_n(args.seqs[s].blocks, args.seqs[s].num_blocks, tiles.data() + first[s]);
+    }
+    if (max_tokens > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("a sequence of ", max_tokens, " keys"));
+    }
+    const int64_t rows = int64_t{args.num_seqs} * heads;
+    WS_RETURN_IF_ERROR(Stage(&q_, args.q, rows * dim * 2));
+    WS_RETURN_IF_ERROR(Stage(&tiles_, tiles.data(), total * sizeof(void*)));
+    WS_RETURN_IF_ERROR(Stage(&positions_, first.data(), first.size() * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Stage(&tokens_, last_tokens.data(), last_tokens.size() * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Grow(&o_, rows * dim * 4 + rows * 4));
+    kernels::cuda::GqaGpuDecodeArgs gpu;
+    gpu.shape = args.shape;
+    gpu.num_seqs = args.num_seqs;
+    gpu.q = static_cast<const uint16_t*>(q_.data());
+    gpu.kv.tile_ptrs = static_cast<const uint16_t* const*>(tiles_.data());
+    gpu.kv.seq_tile_begin = static_cast<const int32_t*>(positions_.data());
+    gpu.kv.seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
+    gpu.kv.max_seq_tokens = static_cast<int32_t>(max_tokens);
+    gpu.o = static_cast<float*>(o_.data());
+    gpu.lse = gpu.o + rows * dim;
+    const size_t workspace = kernels::cuda::GqaGpuDecodeWorkspaceBytes(gpu);
+    WS_RETURN_IF_ERROR(Grow(&workspace_, workspace));
+    gpu.workspace = workspace_.data();
+    gpu.workspace_bytes = workspace_.size();
+    WS_RETURN_IF_ERROR(kernels::cuda::GqaGpuDecode(gpu, device_->native_stream(Stream::kCompute)));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.o, gpu.o, rows * dim * 4, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, gpu.lse, rows * 4, Stream::kCompute));
+    return device_->Synchronize(Stream::kCompute);
   }
 
   absl::Status CudaGqaPrefill(const kernels::GqaPrefillArgs& args) {

@@ -70,13 +70,15 @@ absl::StatusOr<SplitPlan> PlanSplits(int32_t max_seq_tokens, int64_t ctas_per_sp
 }
 
 internal::KvParams ToKvParams(const GpuKvSource& kv, int64_t tile_values, int64_t window_values) {
-  return {kv.tiles, kv.seq_tile_begin, kv.seq_last_tile_tokens, kv.window, kv.window_capacity,
-          kv.seq_window_slot, kv.seq_window_tokens, tile_values, window_values};
+  return {kv.tiles,        kv.tile_ptrs,       kv.seq_tile_begin,    kv.seq_last_tile_tokens,
+          kv.window,       kv.window_capacity, kv.seq_window_slot,   kv.seq_window_tokens,
+          tile_values,     window_values};
 }
 
 absl::Status ValidateKv(const GpuKvSource& kv) {
-  if (kv.seq_tile_begin != nullptr && (kv.tiles == nullptr || kv.seq_last_tile_tokens == nullptr)) {
-    return absl::InvalidArgumentError("tiles need tiles and seq_last_tile_tokens");
+  if (kv.seq_tile_begin != nullptr &&
+      ((kv.tiles == nullptr && kv.tile_ptrs == nullptr) || kv.seq_last_tile_tokens == nullptr)) {
+    return absl::InvalidArgumentError("tiles need tiles or tile_ptrs, and seq_last_tile_tokens");
   }
   if (kv.seq_window_tokens != nullptr && (kv.window == nullptr || kv.window_capacity <= 0)) {
     return absl::InvalidArgumentError("window tokens need a window and window_capacity > 0");

@@ -31,7 +31,11 @@
 namespace writescope::kernels::cuda {
 
 struct GpuKvSource {
-  const uint16_t* tiles = nullptr;                // device, packed ping-pong tiles
+  const uint16_t* tiles = nullptr;                // device, packed ping-pong tiles, or
+  // device [total tiles] -> device tile bases: sequence s's tiles are
+  // tile_ptrs[seq_tile_begin[s] ..] wherever they lie (ping-pong positions in any order,
+  // the D-window, a chunk's own blocks); `tiles` is then ignored.
+  const uint16_t* const* tile_ptrs = nullptr;
   const int32_t* seq_tile_begin = nullptr;        // device [num_seqs + 1]
   const int32_t* seq_last_tile_tokens = nullptr;  // device [num_seqs]
   const uint16_t* window = nullptr;               // device [window_slots][slot values]

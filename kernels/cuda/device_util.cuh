@@ -32,11 +32,17 @@ __device__ __forceinline__ float WarpSum(float x) {
 // The keys of one sequence as a virtual token range: first its ping-pong tiles
 // (all full but the last), then its window tokens.
 struct SeqKeys {
-  const uint16_t* tiles;    // first tile of the sequence
+  const uint16_t* tiles;             // first tile of the sequence (packed tiles), or
+  const uint16_t* const* tile_ptrs;  // its tiles' bases (a tile pointer list)
+  int64_t tile_values;
   int32_t tile_tokens;      // tokens in its tiles
   const uint16_t* window;   // its window slot (or nullptr)
   int32_t window_tokens;
   __device__ int32_t total() const { return tile_tokens + window_tokens; }
+  // Base of the sequence's tile i.
+  __device__ __forceinline__ const uint16_t* Tile(int32_t i) const {
+    return tile_ptrs != nullptr ? tile_ptrs[i] : tiles + int64_t{i} * tile_values;
+  }
 };
 
 __device__ __forceinline__ SeqKeys LoadSeqKeys(const KvParams& kv, int32_t seq,
@@ -44,7 +50,9 @@ __device__ __forceinline__ SeqKeys LoadSeqKeys(const KvParams& kv, int32_t seq,
   SeqKeys keys;
   const int32_t begin = kv.seq_tile_begin ? kv.seq_tile_begin[seq] : 0;
   const int32_t count = kv.seq_tile_begin ? kv.seq_tile_begin[seq + 1] - begin : 0;
-  keys.tiles = kv.tiles + int64_t{begin} * kv.tile_values;
+  keys.tiles = kv.tile_ptrs != nullptr ? nullptr : kv.tiles + int64_t{begin} * kv.tile_values;
+  keys.tile_ptrs = kv.tile_ptrs != nullptr ? kv.tile_ptrs + begin : nullptr;
+  keys.tile_values = kv.tile_values;
   keys.tile_tokens = count == 0 ? 0 : (count - 1) * block_tokens + kv.seq_last_tile_tokens[seq];
   keys.window_tokens = kv.seq_window_tokens ? kv.seq_window_tokens[seq] : 0;
   const int32_t slot = kv.seq_window_slot ? kv.seq_window_slot[seq] : seq;

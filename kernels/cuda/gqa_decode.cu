@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
       const int32_t t = t0 + gid + 8 * g;
       valid[g] = t < end;
       if (t < keys.tile_tokens) {
-        k_row[g] = keys.tiles + int64_t{t / p.block_tokens} * p.kv.tile_values + kvh * head_tile +
+        k_row[g] = keys.Tile(t / p.block_tokens) + kvh * head_tile +
                    int64_t{t % p.block_tokens} * kDim;
         v_off[g] = v_in_tile;
       } else {
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const uint16_t* v_row = nullptr;
     if (lane < n) {
       if (t < keys.tile_tokens) {
-        const uint16_t* tile = keys.tiles + int64_t{t / p.block_tokens} * p.kv.tile_values;
+        const uint16_t* tile = keys.Tile(t / p.block_tokens);
         const int64_t off = int64_t{kvh} * head_tile + int64_t{t % p.block_tokens} * kDim;
         k_row = tile + off;
         v_row = tile + int64_t{p.num_kv_heads} * head_tile + off;

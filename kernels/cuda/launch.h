@@ -10,6 +10,7 @@ namespace writescope::kernels::cuda::internal {
 
 struct KvParams {
   const uint16_t* tiles;
+  const uint16_t* const* tile_ptrs;  // or, when set, tile i's base is tile_ptrs[i]
   const int32_t* seq_tile_begin;
   const int32_t* seq_last_tile_tokens;
   const uint16_t* window;

@@ -72,8 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32) MlaDecodeSplitKernel(MlaParams p)
         const int32_t t = t0 + r;
         const uint16_t* row =
             t < keys.tile_tokens
-                ? keys.tiles + int64_t{t / p.block_tokens} * p.kv.tile_values +
-                      int64_t{t % p.block_tokens} * kRow
+                ? keys.Tile(t / p.block_tokens) + int64_t{t % p.block_tokens} * kRow
                 : keys.window + int64_t{t - keys.tile_tokens} * kRow;
         value = *reinterpret_cast<const uint4*>(row + c);
       }

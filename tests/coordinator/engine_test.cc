@@ -271,5 +271,59 @@ TEST_F(EngineTest, RefusalsNameTheirReason) {
             absl::StatusCode::kUnavailable);
 }
 
+TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
+  const uint32_t bt = kv_.block_tokens();  // 16
+  v1::BenchRequest request;
+  request.set_batch(3);
+  request.set_context_tokens(4 * bt);
+  request.set_decode_steps(6);
+  request.set_warmup_steps(2);
+  // Meanwhile a real request decodes beside the bench; its tokens stay its own.
+  auto other = engine_->Submit(Request({5, 6, 7}, 30), absl::InfiniteFuture());
+  WS_ASSERT_OK(other.status());
+  const uint64_t steps_before = gpu_->steps_.load();
+  absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
+  WS_ASSERT_OK(response.status());
+  // No prefill step was run for the bench contexts: 2 + 6 decode steps per sequence (plus
+  // the other request's).
+  EXPECT_LE(gpu_->steps_.load() - steps_before, 2u + 6u + 32u);
+  // Steps in which all 3 measured sequences decoded: at most 6; every one tagged right.
+  EXPECT_GE(response->steps_size(), 1);
+  EXPECT_LE(response->steps_size(), 6);
+  for (const v1::BenchStep& step : response->steps()) {
+    EXPECT_GE(step.decode_sequences(), 3u);      // the bench's 3, and maybe the other one
+    EXPECT_GE(step.host_tokens(), 3u * 4 * bt);  // each sequence's placed context
+    EXPECT_GT(step.step_ms(), 0.0);
+  }
+  EXPECT_GT(response->tokens_per_second(), 0.0);
+  EXPECT_GT(response->mean_step_ms(), 0.0);
+  const Outcome outcome = Drain(**other);
+  EXPECT_EQ(outcome.tokens, Expected(7, 30));
+  // Everything freed.
+  EXPECT_EQ(UsedBlocks(), 0u);
+
+  // Refusals.
+  request.set_batch(0);
+  EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.set_batch(kv_.max_sequences + 1);
+  EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.set_batch(2);
+  request.set_context_tokens(bt + 1);  // not whole blocks
+  EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.set_context_tokens(bt);
+  request.set_decode_steps(0);
+  EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // More KV than the regions hold: RESOURCE_EXHAUSTED, nothing left behind.
+  request.set_decode_steps(4);
+  request.set_context_tokens(80 * bt);
+  EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
 }  // namespace
 }  // namespace writescope::coordinator

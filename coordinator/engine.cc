@@ -128,15 +128,6 @@ void Engine::set_expert_placement(const ExpertPlacement& placement) {
   experts_ = placement;
 }
 
-Engine::ExpertCheck Engine::expert_check() const {
-  std::lock_guard<std::mutex> lock(*placement_mutex_);
-  if (!experts_.has_value()) return {};
-  return {.cpu_steps = experts_->cpu_steps(),
-          .gpu_steps = experts_->gpu_steps(),
-          .cpu_ms_per_token = experts_->params().cpu_ms_per_token,
-          .gpu_correction = experts_->gpu_correction()};
-}
-
 void Engine::Start() {
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
 }
@@ -169,6 +160,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitBench(uint64_t cont
                                                    "-token KV block"));
   }
   if (round == 0) return absl::InvalidArgumentError("bench round 0");
+  // Bounded before anything is built: the context becomes a prompt of that many ids.
+  if (context_tokens + decode_steps > limits_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench context of ", context_tokens, " tokens + ", decode_steps,
+        " decode steps exceeds the model's context of ", limits_.max_context));
+  }
   v1::GenerateRequest proto;
   // Token ids do not matter (the context is not computed); the last one is fed first.
   proto.mutable_prompt_token_ids()->Resize(static_cast<int>(context_tokens), 1);
@@ -232,12 +229,23 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
                                                    ": between 1 and max_sequences (",
                                                    kv_.max_sequences, ")"));
   }
-  constexpr uint32_t kMaxSteps = 100000;
+  // The measured round's steps must all stay in the step records.
+  constexpr uint32_t kMaxSteps = kMaxStepRecords / 2;
   if (request.decode_steps() == 0 || request.decode_steps() > kMaxSteps ||
       request.warmup_steps() > kMaxSteps) {
     return absl::InvalidArgumentError(absl::StrCat("bench decode_steps ", request.decode_steps(),
-                                                   " (1..", kMaxSteps, "), warmup_steps ",
-                                                   request.warmup_steps()));
+                                                   " and warmup_steps ", request.warmup_steps(),
+                                                   ": 1..", kMaxSteps, " and 0..", kMaxSteps));
+  }
+  const uint32_t bt = kv_.block_tokens();
+  const uint64_t longest = std::max(request.decode_steps(), request.warmup_steps());
+  const uint64_t blocks = uint64_t{request.batch()} * ((request.context_tokens() + longest + bt - 1) / bt);
+  const uint64_t slots = kv_.region_slots(KvRegion::kCpuCompute) +
+                         kv_.region_slots(KvRegion::kGpuTransfer);
+  if (request.context_tokens() <= limits_.max_context && blocks > slots) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "bench batch ", request.batch(), " x ", request.context_tokens(), " + ", longest,
+        " tokens needs ", blocks, " KV blocks of ", bt, " tokens; the regions hold ", slots));
   }
   const absl::Time deadline = absl::Now() + timeout;
   v1::BenchResponse response;
@@ -269,7 +277,10 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
         }
         stream->Next(&ignored, absl::Seconds(1), &done);
       }
-      if (status.ok() && !stream->final_status().ok()) status = stream->final_status();
+      if (status.ok() && !stream->final_status().ok()) {
+        status = stream->final_status();
+        for (const auto& s : streams) s->Cancel();  // the rest end at the next step
+      }
     }
     WS_RETURN_IF_ERROR(status);
     response.clear_steps();  // the measured round's replace the warm-up's
@@ -289,6 +300,12 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_bound_ms(r.bound_ms);
       step->set_optimal_cpu_share(r.optimal_cpu_share);
     }
+  }
+  if (response.steps_size() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no step decoded the whole batch of ", request.batch(),
+        " at once (other requests held KV blocks or sequence slots, so the bench sequences "
+        "ran in turns)"));
   }
   double total_ms = 0;
   for (const v1::BenchStep& step : response.steps()) total_ms += step.step_ms();

@@ -153,12 +153,7 @@ class Engine {
   // Where routed experts run, per step (after the workers loaded: their load responses
   // carry the rates). Until set, always the cpu_worker.
   void set_expert_placement(const ExpertPlacement& placement);
-  // Steps so far whose routed experts ran on each worker.
-  struct ExpertCheck {
-    uint64_t cpu_steps = 0, gpu_steps = 0;
-    double cpu_ms_per_token = 0, gpu_correction = 1;
-  };
-  ExpertCheck expert_check() const;
+
   // Called (on the engine thread) when a step fails: the coordinator checks the workers'
   // health at once instead of at its next poll.
   void set_on_step_failure(std::function<void()> callback) {

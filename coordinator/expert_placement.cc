@@ -46,12 +46,6 @@ absl::StatusOr<ExpertPlacement> ExpertPlacement::Create(ExpertMode mode,
   return ExpertPlacement(mode, params);
 }
 
-double ExpertPlacement::TouchedShare(int64_t tokens) const {
-  if (params_.num_experts == 0 || tokens <= 0) return 0;
-  const double miss = 1.0 - static_cast<double>(params_.top_k) / params_.num_experts;
-  return 1.0 - std::pow(miss, static_cast<double>(tokens));
-}
-
 double ExpertPlacement::CpuMs(int64_t tokens) const {
   return params_.cpu_ms_per_token * static_cast<double>(tokens);
 }
@@ -59,8 +53,7 @@ double ExpertPlacement::CpuMs(int64_t tokens) const {
 double ExpertPlacement::GpuModelMs(int64_t tokens) const {
   if (!params_.gpu_streams) return INFINITY;
   if (params_.stream_bytes_per_ms <= 0) return 0;  // the host device: nothing to stream
-  return static_cast<double>(params_.layer_bytes) * TouchedShare(tokens) /
-         params_.stream_bytes_per_ms;
+  return tokens <= 0 ? 0.0 : static_cast<double>(params_.layer_bytes) / params_.stream_bytes_per_ms;
 }
 
 double ExpertPlacement::GpuMs(int64_t tokens) const {

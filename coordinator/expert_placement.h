@@ -3,24 +3,26 @@
 // over PCIe into VRAM, then GEMMs there; gpu_worker/device_experts.h). The pure logic: no
 // threads, clocks or I/O; the engine feeds it the workers' measurements.
 //
-// Cost of ONE MoE layer for a step of T tokens, top-k routing over E experts:
+// Cost of ONE MoE layer for a step of T tokens:
 //
 //   cpu(T) = a_cpu · T
-//   gpu(T) = S · u(T) / R · g
-//     S    = one layer's routed-expert bytes, R = the stream's rate (bytes/ms, measured by
-//            the gpu_worker at load with the copies it uses),
-//     u(T) = 1 − (1 − k/E)^T, the expected share of experts a batch of T tokens touches
-//            (uniform routing), so S·u(T) is what must cross PCIe;
-//     g    = an online correction, the running mean of measured / modelled GPU time
-//            (what the stream-only model leaves out: the GEMMs — hundreds of TFLOP/s,
-//            small beside the stream at prefill sizes —, a stream slower under load).
+//   gpu(T) = S / R · g
+//     S    = one layer's routed-expert bytes: the gpu_worker streams the whole layer (the
+//            next layer's copy starts before its router has run, so it cannot pick the
+//            experts a batch touches);
+//     R    = the stream's rate (bytes/ms, measured by the gpu_worker at load with the
+//            copies it uses);
+//     g    = an online correction, an exponential moving average of measured / modelled GPU
+//            time (what the stream-only model leaves out: the GEMMs and activation copies —
+//            small beside the stream at prefill sizes —, a stream slower under load). It
+//            is learned at the sizes the GPU runs, so it mostly refines large T.
 //
 // a_cpu starts from the cpu_worker's measurement at load (a 512-token batch) and follows an
 // exponential moving average of what it reports for steps of >= kMinLearnTokens tokens
 // (smaller ones are bandwidth-bound and would make a_cpu look expensive per token).
-// Decision per step: the GPU iff gpu(T) < cpu(T). A decode step of a few tokens costs
-// the GPU a whole stream of the touched experts and stays on the CPU; a long prefill chunk
-// (thousands of tokens) is compute the CPU does at ~5 TFLOP/s and the GPU at hundreds.
+// Decision per step: the GPU iff gpu(T) < cpu(T). A decode step of a few tokens would pay a
+// whole layer's stream and stays on the CPU; a long prefill chunk (thousands of tokens) is
+// compute the CPU does at ~5 TFLOP/s and the GPU at hundreds.
 #ifndef WRITESCOPE_COORDINATOR_EXPERT_PLACEMENT_H_
 #define WRITESCOPE_COORDINATOR_EXPERT_PLACEMENT_H_
 
@@ -63,8 +65,6 @@ class ExpertPlacement {
   // Modelled ms per MoE layer.
   double CpuMs(int64_t tokens) const;
   double GpuMs(int64_t tokens) const;
-  // u(T) above.
-  double TouchedShare(int64_t tokens) const;
 
   // A step ran: its tokens and the worker's routed-expert time summed over the layers.
   void ObserveCpu(int64_t tokens, double expert_ms);

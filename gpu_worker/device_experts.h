@@ -59,6 +59,7 @@ class DeviceExperts {
 
   virtual const DeviceExpertsStats& last_stats() const = 0;
   // Device memory held (the two layer buffers + scratch), counted against the VRAM budget.
+  // Thread-safe.
   virtual uint64_t device_bytes() const = 0;
   // Host-to-device rate of the weight stream measured at creation (one layer's copy),
   // bytes per millisecond; 0 on the host device (no stream).

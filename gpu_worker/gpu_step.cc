@@ -256,6 +256,14 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
     }
   }
 
+  // Checked before anything is queued on the device.
+  step.experts_here = plan.experts_on_gpu();
+  if (step.experts_here && options_.experts == nullptr) {
+    return absl::FailedPreconditionError(
+        "the plan puts the routed experts on the gpu_worker, which does not stream them "
+        "(--stream_experts)");
+  }
+
   // Staging for the step's new KV: prefill chunks in block layout, decode token rows.
   step.staging_offset.resize(layout.sequences.size());
   for (size_t i = 0; i < layout.sequences.size(); ++i) {
@@ -299,22 +307,18 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   if (time_dma) WS_RETURN_IF_ERROR(device_->ResetMarkers());
   if (step.transfer.num_rounds() > 0) WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
 
-  step.experts_here = plan.experts_on_gpu();
+
+  outstanding_replies_ = 0;
+  absl::Status status;
   if (step.experts_here) {
-    if (options_.experts == nullptr) {
-      return absl::FailedPreconditionError(
-          "the plan puts the routed experts on the gpu_worker, which does not stream them "
-          "(--stream_experts)");
-    }
-    for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
+    // The first MoE layer's weights start streaming now (each Forward queues the next).
+    for (uint32_t layer = 0; layer < g.num_layers && status.ok(); ++layer) {
       if (!ops_->config().IsMoeLayer(layer)) continue;
-      WS_RETURN_IF_ERROR(options_.experts->Prefetch(layer));
+      status = options_.experts->Prefetch(layer);
       break;
     }
   }
-
-  outstanding_replies_ = 0;
-  absl::Status status = RunLayers(step);
+  if (status.ok()) status = RunLayers(step);
   if (step.experts_here) status.Update(options_.experts->EndStep());
   // Leave the channel clean for the next step whatever happened.
   while (outstanding_replies_ > 0) {

@@ -57,14 +57,26 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   const bool stream_experts =
       options_.stream_experts == "on" || (options_.stream_experts == "auto" && device_->is_cuda());
   internal::LoadResponse response;
+  // The step's token bound is the data plane's (the coordinator caps its steps to it); the
+  // experts' scratch starts there and runs larger steps in chunks if the budget is short.
+  const int64_t max_tokens = static_cast<int64_t>(
+      (plane.to_cpu.max_message_bytes() - sizeof(DataPlaneHeader)) /
+      StepDimsFor(weights_->config()).max_bytes_per_token());
   if (stream_experts && weights_->config().n_routed_experts > 0) {
-    // The step's token bound is the data plane's (the coordinator caps its steps to it).
-    const StepDims dims = StepDimsFor(weights_->config());
-    const int64_t max_tokens = static_cast<int64_t>(
-        (plane.to_cpu.max_message_bytes() - sizeof(DataPlaneHeader)) / dims.max_bytes_per_token());
     WS_ASSIGN_OR_RETURN(routed_weights_, LoadWorkerWeights(source, SideFilter::kCpu, nullptr));
-    WS_ASSIGN_OR_RETURN(experts_, CreateDeviceExperts(device_.get(), *routed_weights_,
-                                                      std::max<int64_t>(max_tokens, 1), left));
+    absl::StatusOr<std::unique_ptr<DeviceExperts>> experts = CreateDeviceExperts(
+        device_.get(), *routed_weights_, std::max<int64_t>(max_tokens, 1), left);
+    if (!experts.ok() && options_.stream_experts == "on") return experts.status();
+    if (experts.ok()) {
+      experts_ = *std::move(experts);
+    } else {
+      // auto: the service runs without it (every step's experts on the cpu_worker).
+      WS_LOG(WARNING) << "routed experts will not be streamed to " << device_->name() << ": "
+                      << experts.status();
+      routed_weights_.reset();
+    }
+  }
+  if (experts_ != nullptr) {
     const ModelConfig& model = weights_->config();
     const uint64_t layer_bytes = uint64_t{3} * 2 * model.n_routed_experts *
                                  model.moe_intermediate_size * model.hidden_size;

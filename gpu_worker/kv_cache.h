@@ -67,13 +67,14 @@ struct PingPongRound {
 class KvCache {
  public:
   // Maps the arena's cpu_compute and gpu_transfer regions (their slot counts must
-  // match `config`), pins the transfer region, allocates the D-window and both
+  // match `config`), pins the transfer region (and the CPU-compute region when
+  // the device allows: prefill chunks read it on the GPU), allocates the D-window and both
   // ping-pong buffers: config.gpu_bytes() <= the KV budget in all.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheConfig& config,
                                                          const ShmArena& arena, Device* device);
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
-  ~KvCache();  // unpins the transfer region
+  ~KvCache();  // unpins what it pinned
 
   const KvCacheConfig& config() const { return config_; }
   const KvCacheStats& stats() const { return stats_; }

@@ -7,8 +7,8 @@
 //   h.Resize(tokens * hidden);          // contents unspecified: every user overwrites
 //   ops->InputNorm(layer, x, tokens, h.data());
 //
-// On the host device, or when the device refuses to register (memory limits: logged once),
-// it is plain host memory and copies are memcpy / pageable. Not thread-safe.
+// On the host device, or when the device refuses to register (memory limits: logged at
+// each growth), it is plain host memory and copies are memcpy / pageable. Not thread-safe.
 #ifndef WRITESCOPE_GPU_WORKER_PINNED_ARRAY_H_
 #define WRITESCOPE_GPU_WORKER_PINNED_ARRAY_H_
 

@@ -16,6 +16,10 @@ namespace {
 
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
+  // The error is returned here; clear CUDA's last-error slot so that a caller that goes on
+  // (a pinning refused: copies stay pageable) does not see it again at its next kernel
+  // launch's cudaGetLastError(). Sticky errors (a faulted context) stay sticky anyway.
+  cudaGetLastError();
   const absl::StatusCode code =
       (error == cudaErrorMemoryAllocation)      ? absl::StatusCode::kResourceExhausted
       : (error == cudaErrorInsufficientDriver ||

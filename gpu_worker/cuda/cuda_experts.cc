@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
@@ -46,6 +47,7 @@ uint64_t AlignUp(uint64_t value, uint64_t align) { return (value + align - 1) / 
 
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // returned as a Status: not for the next launch to report
   return absl::InternalError(absl::StrCat("CudaExperts: ", what, ": ", cudaGetErrorName(error),
                                           " (", cudaGetErrorString(error), ")"));
 }
@@ -215,21 +217,26 @@ class CudaExperts final : public DeviceExperts {
           merged.push_back(r);
         }
       }
-      cudaError_t error = cudaSuccess;
+      // Each range on its own: a copy from a pinned range runs at the DMA rate, one from
+      // a range the driver refused is pageable (slower) but correct.
+      uint64_t refused = 0;
+      cudaError_t last_error = cudaSuccess;
       for (const auto& [begin, end] : merged) {
         void* ptr = reinterpret_cast<void*>(begin);
-        error = cudaHostRegister(ptr, end - begin, cudaHostRegisterReadOnly);
-        if (error != cudaSuccess) break;
-        pinned_ranges_.push_back(ptr);
+        const cudaError_t error = cudaHostRegister(ptr, end - begin, cudaHostRegisterReadOnly);
+        if (error == cudaSuccess) {
+          pinned_ranges_.push_back(ptr);
+        } else {
+          cudaGetLastError();
+          refused += end - begin;
+          last_error = error;
+        }
       }
-      if (error != cudaSuccess) {
-        cudaGetLastError();
-        for (void* ptr : pinned_ranges_) cudaHostUnregister(ptr);
-        pinned_ranges_.clear();
-        WS_LOG(WARNING) << "CudaExperts: could not pin the " << span
-                        << " bytes of routed-expert weights (" << pinned << "; read-only, per "
-                        << "range: " << cudaGetErrorString(error) << "), the weight copies are "
-                        << "pageable (slower)";
+      if (refused > 0) {
+        WS_LOG(WARNING) << "CudaExperts: " << refused << " of the " << span
+                        << " bytes of routed-expert weights could not be pinned (" << pinned
+                        << "; read-only, per range: " << cudaGetErrorString(last_error)
+                        << "): their copies are pageable (slower)";
       }
     }
 
@@ -306,9 +313,8 @@ class CudaExperts final : public DeviceExperts {
   }
 
   const DeviceExpertsStats& last_stats() const override { return stats_; }
-  uint64_t device_bytes() const override {
-    return buffers_[0].memory.size() + buffers_[1].memory.size() + scratch_.size();
-  }
+  // Readable from another thread (the worker's Stats) while a step grows the scratch.
+  uint64_t device_bytes() const override { return device_bytes_.load(); }
   double calibrated_bytes_per_ms() const override { return bytes_per_ms_; }
 
  private:
@@ -413,6 +419,7 @@ class CudaExperts final : public DeviceExperts {
           absl::StrCat("CudaExperts: ", staging_layout.bytes, " bytes of host staging"));
     }
     layout_ = layout;
+    device_bytes_.store(buffers_[0].memory.size() + buffers_[1].memory.size() + scratch_.size());
     staging_layout_ = staging_layout;
     return absl::OkStatus();
   }
@@ -557,6 +564,7 @@ class CudaExperts final : public DeviceExperts {
   LayerBuffer buffers_[2];
   DeviceBuffer scratch_;
   ScratchLayout layout_;
+  std::atomic<uint64_t> device_bytes_{0};
   PinnedArray<std::byte> staging_;  // pinned host side of x, y and the routing arrays
   StagingLayout staging_layout_{};
   void* pinned_weights_ = nullptr;  // base of the registered weight range

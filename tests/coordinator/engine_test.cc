@@ -281,12 +281,10 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   // Meanwhile a real request decodes beside the bench; its tokens stay its own.
   auto other = engine_->Submit(Request({5, 6, 7}, 30), absl::InfiniteFuture());
   WS_ASSERT_OK(other.status());
-  const uint64_t steps_before = gpu_->steps_.load();
   absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
   WS_ASSERT_OK(response.status());
-  // No prefill step was run for the bench contexts: 2 + 6 decode steps per sequence (plus
-  // the other request's).
-  EXPECT_LE(gpu_->steps_.load() - steps_before, 2u + 6u + 32u);
+  // The bench contexts were placed, not prefilled: the only prompt tokens computed are the
+  // other request's 3.
   // Steps in which all 3 measured sequences decoded: at most 6; every one tagged right.
   EXPECT_GE(response->steps_size(), 1);
   EXPECT_LE(response->steps_size(), 6);
@@ -299,6 +297,7 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   EXPECT_GT(response->mean_step_ms(), 0.0);
   const Outcome outcome = Drain(**other);
   EXPECT_EQ(outcome.tokens, Expected(7, 30));
+  EXPECT_EQ(engine_->Counts().prompt_tokens, 3u);
   // Everything freed.
   EXPECT_EQ(UsedBlocks(), 0u);
 
@@ -317,12 +316,20 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   request.set_decode_steps(0);
   EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  // More KV than the regions hold: RESOURCE_EXHAUSTED, nothing left behind.
+  request.set_decode_steps(Engine::kMaxStepRecords);  // more than the records keep
+  EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // More KV than the regions hold: RESOURCE_EXHAUSTED at once, nothing left behind.
   request.set_decode_steps(4);
   request.set_context_tokens(80 * bt);
   EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(UsedBlocks(), 0u);
+  // Beyond the model's context (and absurd sizes): INVALID_ARGUMENT before anything is
+  // allocated.
+  request.set_context_tokens(uint64_t{1} << 40);
+  EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

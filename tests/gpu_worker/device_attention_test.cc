@@ -1,8 +1,9 @@
 // DeviceAttention (what the gpu_worker's steps call) against the fp64 reference: batched GQA
 // decode over sequences with their own tile lists (empty ones, partial last tiles, odd
 // counts), on the host device and, when there is one, the CUDA device (its batched decode
-// path stages all sequences once). Real head shapes (Qwen3 32/4, Mixtral 32/8, head_dim 128)
-// so that CUDA runs its kernels, not the CPU fallback.
+// path stages all sequences once). Real head shapes (Qwen3 32/4, Mixtral 32/8, head_dim 128),
+// which have compiled CUDA kernels (the adapter's CPU fallback is for shapes without one and
+// logs a warning when taken).
 #include "gpu_worker/device_attention.h"
 
 #include <cmath>

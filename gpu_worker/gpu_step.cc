@@ -307,7 +307,6 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   if (time_dma) WS_RETURN_IF_ERROR(device_->ResetMarkers());
   if (step.transfer.num_rounds() > 0) WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
 
-
   outstanding_replies_ = 0;
   absl::Status status;
   if (step.experts_here) {

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""deploy/bench_report.py on a CSV whose answers are known: the integration of step time over
+the context and the geometric mean of the speedups."""
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = sys.argv[1]
+HEADER = ("policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
+          "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,"
+          "placed_cpu_share,optimal_cpu_share,bound_attention_ms\n")
+
+
+def row(policy, batch, context, step_ms):
+    return f"{policy},4,{batch},{context},8,{batch * 1e3 / step_ms:.3f},{step_ms},0,0,0,0,0,0,0,0\n"
+
+
+with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+    f.write(HEADER)
+    # writescope: 10 ms at 2K, 30 ms at 8K -> 2K..8K takes 6144 * 20 ms = 122.88 s for
+    # 4 * 6144 tokens: 200 tokens/s. The baseline is twice as slow everywhere.
+    f.write(row("writescope", 4, 2048, 10))
+    f.write(row("writescope", 4, 8192, 30))
+    f.write(row("transfer-all", 4, 2048, 20))
+    f.write(row("transfer-all", 4, 8192, 60))
+    # cpu-all: 4x slower at 8K only.
+    f.write(row("cpu-all", 4, 2048, 10))
+    f.write(row("cpu-all", 4, 8192, 120))
+    path = f.name
+try:
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path,
+                          "--headline-from", "8192"], capture_output=True, text=True, check=True)
+finally:
+    os.unlink(path)
+text = out.stdout
+checks = [
+    ("writescope     2048->8192:   200.0" in text, "cumulative throughput of writescope"),
+    ("transfer-all   2048->8192:   100.0" in text, "cumulative throughput of transfer-all"),
+    ("writescope / transfer-all   2.00x over 1 points" in text, "geomean vs transfer-all"),
+    ("writescope / cpu-all        4.00x over 1 points" in text, "geomean vs cpu-all"),
+    ("vs the best baseline 1.00x" in text, "2K: cpu-all ties"),
+]
+failed = [name for ok, name in checks if not ok]
+if failed:
+    print(text)
+    print("FAILED: " + ", ".join(failed))
+    sys.exit(1)
+print(f"ok: {len(checks)} checks")

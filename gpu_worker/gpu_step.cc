@@ -19,21 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Element loops over a step's activations: a long prefill chunk has millions of values
-// per layer, so they run on the host's cores (small decode steps stay single-threaded).
-constexpr int64_t kParallelValues = int64_t{1} << 16;
-
-void ToBf16(const float* x, int64_t n, uint16_t* out) {
-#pragma omp parallel for schedule(static) if (n > kParallelValues)
-  for (int64_t i = 0; i < n; ++i) out[i] = kernels::FloatToBf16(x[i]);
-}
-
-// x += y, n values.
-void AddTo(float* x, const float* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelValues)
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-}
-
 template <typename Array>
 absl::Span<const std::byte> Bytes(const Array& v) {
   return absl::MakeConstSpan(reinterpret_cast<const std::byte*>(v.data()),
@@ -403,7 +388,7 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
     SpanRecorder::Scope kv_span(spans, "kv_write", id, l);
     const int64_t row = ops_->kv_row_values();
     PinnedArray<uint16_t>& kv_bf16 = Sized(scratch_->kv_bf16, static_cast<int64_t>(kv.size()));
-    ToBf16(kv.data(), static_cast<int64_t>(kv.size()), kv_bf16.data());
+    kernels::model::ToBf16(kv.data(), static_cast<int64_t>(kv.size()), kv_bf16.data());
     auto* device_base = static_cast<std::byte*>(staging_.data()) + layer * step.staging_layer_bytes;
     auto* host_base = reinterpret_cast<std::byte*>(step.host_staging.data()) +
                       layer * step.staging_layer_bytes;
@@ -435,7 +420,7 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
   {
     SpanRecorder::Scope span(spans, "o_proj", id, l);
     WS_RETURN_IF_ERROR(ops_->OutputProjection(layer, attn.data(), T, y.data()));
-    AddTo(step.x.data(), y.data(), T * hidden);
+    kernels::model::AddInPlace(step.x.data(), y.data(), T * hidden);
     ops_->PostAttentionNorm(layer, step.x.data(), T, h.data());
   }
   if (!ops_->config().IsMoeLayer(layer)) {
@@ -474,9 +459,9 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
                                                 routed.size() * sizeof(float))));
     }
     step.expert_ms += MillisSince(wait);
-    AddTo(y.data(), routed.data(), T * hidden);
+    kernels::model::AddInPlace(y.data(), routed.data(), T * hidden);
   }
-  AddTo(step.x.data(), y.data(), T * hidden);
+  kernels::model::AddInPlace(step.x.data(), y.data(), T * hidden);
   return absl::OkStatus();
 }
 
@@ -495,9 +480,9 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
   if (mla) {
     PinnedArray<float>& absorbed = Sized(scratch_->absorbed, T * heads * q_dim);
     ops_->MlaAbsorb(layer, q.data(), T, absorbed.data());
-    ToBf16(absorbed.data(), static_cast<int64_t>(absorbed.size()), qk.data());
+    kernels::model::ToBf16(absorbed.data(), static_cast<int64_t>(absorbed.size()), qk.data());
   } else {
-    ToBf16(q.data(), static_cast<int64_t>(q.size()), qk.data());
+    kernels::model::ToBf16(q.data(), static_cast<int64_t>(q.size()), qk.data());
   }
   // The CPU's share first, so that it runs while the GPU side works.
   if (layout.cpu_tokens > 0) {

@@ -210,8 +210,7 @@ absl::Status DecoderOps::AddSharedExperts(int64_t layer, const float* h, int64_t
              AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kUp))),
              AsLinear(weights_.At(SharedExpertTensorName(layer, MlpMatrix::kDown))),
              shared.data()));
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) out[i] += shared[i];
+  AddInPlace(out, shared.data(), n);
   return absl::OkStatus();
 }
 

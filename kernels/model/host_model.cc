@@ -16,15 +16,6 @@
 namespace writescope::kernels::model {
 namespace {
 
-void ToBf16(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
-}
-
-void AddInPlace(float* x, const float* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-}
-
 // The tiles a sequence's first `tokens` tokens occupy in one layer.
 struct TileList {
   std::vector<const uint16_t*> blocks;

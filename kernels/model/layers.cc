@@ -96,6 +96,16 @@ absl::Status Linear(const float* x, int64_t tokens, const LinearWeight& w, float
   return absl::OkStatus();
 }
 
+void ToBf16(const float* x, int64_t n, uint16_t* out) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
+}
+
+void AddInPlace(float* x, const float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const uint16_t* weight, double eps,
              float* y) {
 #pragma omp parallel for schedule(static) if (rows * dim > (1 << 15))

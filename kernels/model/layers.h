@@ -62,6 +62,15 @@ absl::Status Linear(const float* x, int64_t tokens, const LinearWeight& w, float
                     F32WeightCache* cache = nullptr);
 
 // ---------------------------------------------------------------------------------------------
+// Element loops over activations (on all cores for long inputs: a prefill chunk's
+// activations are millions of values per layer; short ones stay on the calling thread).
+
+// out[i] = bf16(x[i]), round to nearest even; n values.
+void ToBf16(const float* x, int64_t n, uint16_t* out);
+// x[i] += y[i]; n values.
+void AddInPlace(float* x, const float* y, int64_t n);
+
+// ---------------------------------------------------------------------------------------------
 // Norms, activations, embeddings, log-softmax
 
 // y[r] = weight * (x[r] / sqrt(mean(x[r]^2) + eps)) for rows of `dim` values;

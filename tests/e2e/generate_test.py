@@ -91,6 +91,18 @@ def max_abs_diff(a, b):
     return worst, where
 
 
+def abs_diffs(a, b):
+    """|a[i]-b[i]| per position (NaN in a counts as infinitely far)."""
+    return [abs(x - y) if x == x else float("inf") for x, y in zip(a, b)]
+
+
+def bf16_closeness(diffs):
+    """(median |diff|, share of positions within HF_POSITION_TOL): the bf16 comparison."""
+    median = statistics.median(diffs) if diffs else float("inf")
+    within = sum(d <= HF_POSITION_TOL for d in diffs) / max(1, len(diffs))
+    return median, within
+
+
 def first_low_margin(margins, threshold):
     for i, m in enumerate(margins):
         if not (m >= threshold):
@@ -350,7 +362,7 @@ def check_fixture(env, trio, arch):
         # -- against the single-process forward
         lp, ref_lp = got["prompt_logprobs"], ref["prompt_logprobs"]
         worst, where = max_abs_diff(lp, ref_lp)
-        diffs = [abs(a - b) if a == a else float("inf") for a, b in zip(lp, ref_lp)]
+        diffs = abs_diffs(lp, ref_lp)
         over = [i + 1 for i, d in enumerate(diffs) if not d <= REF_LOGPROB_TOL]
         check(len(ref_lp) == len(lp) and worst <= REF_LOGPROB_TOL,
               f"{name} vs ws_reference: prompt logprobs max |diff| {worst:.2e} over {len(lp)} "
@@ -378,9 +390,8 @@ def check_fixture(env, trio, arch):
               f"first difference at {bad}: trio {got['tokens']} transformers {hf['token_ids']} "
               f"(margins {[round(m, 4) for m in hf['margins']]})")
         hf_lp = p["prompt_logprobs"][1:]  # the first prompt token has no entry
-        diffs = [abs(a - b) if a == a else float("inf") for a, b in zip(lp, hf_lp)]
-        median = statistics.median(diffs) if diffs else float("inf")
-        within = sum(d <= HF_POSITION_TOL for d in diffs) / max(1, len(diffs))
+        diffs = abs_diffs(lp, hf_lp)
+        median, within = bf16_closeness(diffs)
         worst_i = max(range(len(diffs)), key=lambda i: diffs[i]) if diffs else 0
         check(len(hf_lp) == len(lp) and median <= HF_MEDIAN_TOL and within >= HF_WITHIN_FRACTION,
               f"{name} vs transformers: prompt logprobs median |diff| {median:.2e} (<= "
@@ -689,9 +700,8 @@ def check_placement_of_work(env):
                                   f"greedy tokens ({r['_s']:.2f} s)", problem):
             return
         lp, ref_lp = r["prompt_logprobs"], ref["prompt_logprobs"]
-        diffs = [abs(a - b) if a == a else float("inf") for a, b in zip(lp, ref_lp)]
-        median = statistics.median(diffs) if diffs else float("inf")
-        within = sum(d <= HF_POSITION_TOL for d in diffs) / max(1, len(diffs))
+        diffs = abs_diffs(lp, ref_lp)
+        median, within = bf16_closeness(diffs)
         check(len(lp) == len(ref_lp) and median <= HF_MEDIAN_TOL and within >= HF_WITHIN_FRACTION,
               f"experts on the gpu_worker vs ws_reference: prompt logprobs median |diff| "
               f"{median:.2e} (<= {HF_MEDIAN_TOL:g}), max {max(diffs):.3f}, {100 * within:.1f}% "

@@ -19,6 +19,7 @@
 #include "kernels/experts/cpu_experts.h"
 #include "kernels/model/layers.h"
 #include "tests/common/test_util.h"
+#include "tests/kernels/experts/expert_test_util.h"
 #include "tests/kernels/model/tiny_models.h"
 
 namespace writescope::gpu {
@@ -31,46 +32,12 @@ constexpr float kGuard = -12345.0f;
 constexpr int64_t kGuardFloats = 64;
 constexpr uint64_t kLargeBudget = uint64_t{1} << 30;
 
-// One Forward's inputs: x [tokens, hidden] ~ N(0, 1), top_k distinct experts per token,
-// route weights in [0.05, 1).
-struct Routing {
-  int64_t tokens = 0, top_k = 0;
-  std::vector<float> x;
-  std::vector<int32_t> ids;
-  std::vector<float> weights;
-};
+using kernels::experts::testing::RelativeError;
+using kernels::experts::testing::Routing;
 
 Routing RandomRouting(const ModelConfig& config, int64_t tokens, int64_t top_k, uint64_t seed) {
-  Routing r;
-  r.tokens = tokens;
-  r.top_k = top_k;
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> weight(0.05f, 1.0f);
-  r.x.resize(tokens * config.hidden_size);
-  for (float& v : r.x) v = normal(rng);
-  std::vector<int32_t> pool(config.n_routed_experts);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (size_t e = 0; e < pool.size(); ++e) pool[e] = static_cast<int32_t>(e);
-    std::shuffle(pool.begin(), pool.end(), rng);
-    for (int64_t k = 0; k < top_k; ++k) {
-      r.ids.push_back(pool[k]);
-      r.weights.push_back(weight(rng));
-    }
-  }
-  return r;
-}
-
-// ||a - b|| / ||b|| (Frobenius); NaN anywhere gives NaN.
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = double{a[i]} - b[i];
-    num += d * d;
-    den += double{b[i]} * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+  return kernels::experts::testing::RandomRouting(tokens, config.hidden_size,
+                                                  config.n_routed_experts, top_k, seed);
 }
 
 std::vector<int64_t> MoeLayers(const ModelConfig& config) {

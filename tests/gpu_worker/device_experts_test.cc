@@ -3,40 +3,19 @@
 // tested against CpuExperts in cuda_experts_test (label gpu).
 #include "gpu_worker/device_experts.h"
 
-#include <numeric>
-#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/experts/cpu_experts.h"
 #include "tests/common/test_util.h"
+#include "tests/kernels/experts/expert_test_util.h"
 #include "tests/kernels/model/tiny_models.h"
 
 namespace writescope::gpu {
 namespace {
 
-struct Routed {
-  std::vector<float> x, weights;
-  std::vector<int32_t> ids;
-};
-
-Routed RandomRouting(int64_t tokens, int64_t hidden, int64_t experts, int64_t top_k, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  Routed r;
-  r.x.resize(tokens * hidden);
-  for (float& v : r.x) v = normal(rng);
-  std::vector<int32_t> order(experts);
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::iota(order.begin(), order.end(), 0);
-    for (int64_t k = 0; k < top_k; ++k) {
-      std::swap(order[k], order[k + rng() % (experts - k)]);
-      r.ids.push_back(order[k]);
-      r.weights.push_back(0.1f + std::uniform_real_distribution<float>(0, 1)(rng));
-    }
-  }
-  return r;
-}
+using kernels::experts::testing::RandomRouting;
+using kernels::experts::testing::Routing;
 
 class DeviceExpertsHostTest : public ::testing::TestWithParam<std::string> {};
 
@@ -66,7 +45,7 @@ TEST_P(DeviceExpertsHostTest, EqualsTheCpuWorkersExperts) {
     WS_ASSERT_OK(reference.status());
     WS_ASSERT_OK((*experts)->Prefetch(layer));
     for (int64_t tokens : {1, 5, 77, 257}) {
-      const Routed r = RandomRouting(tokens, H, config.n_routed_experts, k, 31 * tokens + layer);
+      const Routing r = RandomRouting(tokens, H, config.n_routed_experts, k, 31 * tokens + layer);
       std::vector<float> want(tokens * H), got(tokens * H + 8, 42.0f);
       WS_ASSERT_OK((*reference)->Forward(r.x.data(), tokens, k, r.ids.data(), r.weights.data(),
                                          want.data()));

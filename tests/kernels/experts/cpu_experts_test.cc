@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/kernels/experts/expert_test_util.h"
 #include "kernels/bf16.h"
 #include "kernels/model/layers.h"
 #include "tests/kernels/model/tiny_models.h"
@@ -85,16 +86,7 @@ void RandomRouting(int64_t tokens, int64_t top_k, const std::vector<int32_t>& al
   }
 }
 
-// ||a - b|| / ||b|| (Frobenius); NaN anywhere gives NaN.
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = double{a[i]} - b[i];
-    num += d * d;
-    den += double{b[i]} * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::RelativeError;
 
 struct Case {
   std::string name;

@@ -36,6 +36,16 @@ void AddRuns(const std::vector<PlacedBlock>& blocks, size_t begin, size_t end,
   }
 }
 
+// Asks the gpu_worker for the next token with the request's options and its next draw.
+void SetSampleNext(const SamplerOptions& options, Sampler& sampler, internal::SequenceStep* step) {
+  internal::TokenSampling* sample = step->mutable_sample_next();
+  sample->set_temperature(options.temperature);
+  sample->set_top_k(options.top_k);
+  sample->set_top_p(options.top_p);
+  sample->set_num_top(options.num_top);
+  sample->set_draw(sampler.NextDraw());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -83,6 +93,9 @@ struct Engine::Request {
   uint32_t max_tokens = 0;
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<RequestStream> stream = std::make_shared<RequestStream>();
+  // The request's sampling options and its seeded generator: the coordinator takes each
+  // token's draw here; the gpu_worker samples with it (common/sampler.h).
+  SamplerOptions sampling;
   std::unique_ptr<Sampler> sampler;
   std::atomic<bool> aborted{false};
   absl::Status forced;  // FailAll's status for a running request (guarded by Engine::mutex_)
@@ -201,8 +214,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateR
         " tokens; the KV regions hold ", cpu_slots + gpu_slots, " blocks in all (", cpu_slots,
         " cpu_compute + ", gpu_slots, " gpu_transfer): lower sampling.max_tokens or the prompt"));
   }
-  request->sampler = std::make_unique<Sampler>(
-      SamplerOptionsFrom(proto.sampling(), ResolveSeed(proto.sampling())));
+  request->sampling = SamplerOptionsFrom(proto.sampling(), ResolveSeed(proto.sampling()));
+  request->sampler = std::make_unique<Sampler>(request->sampling);
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
   if (waiting_.size() >= options_.queue_capacity) {
@@ -299,6 +312,7 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_host_tokens(r.host_tokens);
       step->set_bound_ms(r.bound_ms);
       step->set_optimal_cpu_share(r.optimal_cpu_share);
+      step->set_end_unix_s(r.end_unix_s);
     }
   }
   if (response.steps_size() == 0) {
@@ -544,7 +558,7 @@ absl::Status Engine::RunOneStep() {
       step->set_num_tokens(1);
       step->add_token_ids(static_cast<uint32_t>(r->pending_token));
       step->set_window_slot(seq.window_slot);
-      step->set_want_logits(true);
+      SetSampleNext(r->sampling, *r->sampler, step);
       step->set_next_prompt_token(-1);
       step->set_prefill(false);
       entries.push_back({r, false, 1, false});
@@ -584,7 +598,7 @@ absl::Status Engine::RunOneStep() {
       AddRuns(seq.blocks, old_blocks, seq.blocks.size(), step->mutable_new_blocks(), bt);
       step->set_window_slot(seq.window_slot);
       step->set_dwindow_tokens(0);
-      step->set_want_logits(last);
+      if (last) SetSampleNext(r->sampling, *r->sampler, step);
       step->set_want_prompt_logprobs(r->proto.sampling().prompt_logprobs());
       step->set_top_logprobs(r->proto.sampling().logprobs());
       step->set_next_prompt_token(last ? -1 : r->prompt[r->prefilled + chunk]);
@@ -711,7 +725,12 @@ absl::Status Engine::RunOneStep() {
     } else {
       r.pending_token = -1;  // fed
     }
-    Sampled(r, absl::MakeConstSpan(result.last_logits().data(), result.last_logits_size()));
+    if (!result.has_next_token()) {
+      Fail(r, absl::InternalError(absl::StrCat("the gpu_worker sampled no token for sequence ",
+                                               r.sequence)));
+      continue;
+    }
+    Sampled(r, result.next_token());
   }
   // The scheduler learns from decode-only steps (its model is a decode step's).
   if (!any_prefill) {
@@ -746,6 +765,7 @@ absl::Status Engine::RunOneStep() {
     scheduler_->UpdateTarget(host_tokens);
   }
   record.step_ms = MillisSince(step_start);
+  record.end_unix_s = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   record.gpu_attention_ms = gpu_result->attention_ms();
   record.cpu_attention_ms = cpu_result->attention_ms();
   record.gpu_expert_wait_ms = gpu_result->expert_ms();
@@ -774,13 +794,24 @@ std::vector<Engine::StepRecord> Engine::StepRecords(uint64_t bench_round) const 
   return out;
 }
 
-void Engine::Sampled(Request& r, absl::Span<const float> logits) {
-  if (logits.size() != static_cast<size_t>(model_.vocab_size)) {
-    Fail(r, absl::InternalError(absl::StrCat("logits of ", logits.size(), " values for a vocabulary of ",
-                                             model_.vocab_size)));
+void Engine::Sampled(Request& r, const internal::SampledToken& sampled) {
+  if (sampled.token_id() >= static_cast<uint64_t>(model_.vocab_size) ||
+      sampled.top_ids_size() != sampled.top_logprobs_size() ||
+      sampled.top_ids_size() !=
+          static_cast<int>(std::min<uint64_t>(r.sampling.num_top, model_.vocab_size))) {
+    Fail(r, absl::InternalError(absl::StrCat(
+                "the gpu_worker sampled token ", sampled.token_id(), " with ",
+                sampled.top_ids_size(), " alternatives (", sampled.top_logprobs_size(),
+                " logprobs) for a vocabulary of ", model_.vocab_size, " and ",
+                r.sampling.num_top, " alternatives asked")));
     return;
   }
-  const SampledToken token = r.sampler->Sample(logits);
+  SampledToken token;
+  token.token_id = static_cast<int32_t>(sampled.token_id());
+  token.logprob = sampled.logprob();
+  for (int i = 0; i < sampled.top_ids_size(); ++i) {
+    token.top.push_back({static_cast<int32_t>(sampled.top_ids(i)), sampled.top_logprobs(i)});
+  }
   const absl::Time now = absl::Now();
   if (metrics_ != nullptr) {
     metrics_->AddGeneratedTokens(1);

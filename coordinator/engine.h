@@ -44,7 +44,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/placement.h"
 #include "coordinator/request_validation.h"
-#include "coordinator/sampler.h"
+#include "common/sampler.h"
 #include "coordinator/scheduler.h"
 #include "writescope/internal/worker.pb.h"
 #include "writescope/v1/writescope.pb.h"
@@ -183,6 +183,7 @@ class Engine {
     double target_cpu_share = 0, placed_cpu_share = 0, optimal_cpu_share = 0;
     uint64_t host_tokens = 0;   // per layer, both regions, this step's sequences
     double bound_ms = 0;        // the roofline bound of its attention, all layers (0: no estimates)
+    double end_unix_s = 0;      // wall clock at the step's end, seconds since the Unix epoch
   };
   static constexpr size_t kMaxStepRecords = 8192;
   std::vector<StepRecord> StepRecords(uint64_t bench_round) const;
@@ -203,8 +204,9 @@ class Engine {
   void Finish(Request& request, v1::FinishReason reason);
   void Fail(Request& request, const absl::Status& status);
   void Release(Request& request);
-  // Samples, streams and possibly finishes a request whose step produced logits.
-  void Sampled(Request& request, absl::Span<const float> logits);
+  // Streams and possibly finishes a request whose step sampled a token (on the gpu_worker,
+  // with the draw the plan carried).
+  void Sampled(Request& request, const internal::SampledToken& token);
   // Streams the request's pending tokens (and, the first time, its prompt logprobs).
   void PushChunk(Request& request);
 

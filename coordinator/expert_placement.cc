@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace writescope::coordinator {
 
@@ -46,8 +47,20 @@ absl::StatusOr<ExpertPlacement> ExpertPlacement::Create(ExpertMode mode,
   return ExpertPlacement(mode, params);
 }
 
+ExpertPlacement::ExpertPlacement(ExpertMode mode, const ExpertPlacementParams& params)
+    : mode_(mode), params_(params) {
+  if (params.cpu_ms_per_token > 0) {
+    const CostSample line[] = {{.tokens = 0, .ns = 0},
+                               {.tokens = 512, .ns = 512 * params.cpu_ms_per_token}};
+    // Finite (Create checked the rate) at two distinct sizes: it cannot fail.
+    const absl::Status calibrated = cpu_.Calibrate(line);
+    WS_CHECK(calibrated.ok()) << calibrated;
+  }
+}
+
 double ExpertPlacement::CpuMs(int64_t tokens) const {
-  return params_.cpu_ms_per_token * static_cast<double>(tokens);
+  if (!cpu_.ready()) return params_.cpu_ms_per_token * static_cast<double>(tokens);
+  return cpu_.Predict(static_cast<double>(tokens));
 }
 
 double ExpertPlacement::GpuModelMs(int64_t tokens) const {
@@ -70,17 +83,18 @@ bool ExpertPlacement::OnGpu(int64_t tokens) const {
     case ExpertMode::kAuto:
       // The host device has no stream to pay for and no faster compute: keep the CPU.
       if (params_.stream_bytes_per_ms <= 0) return false;
-      return GpuMs(tokens) < CpuMs(tokens);
+      if (!(GpuMs(tokens) < CpuMs(tokens))) return false;
+      return !(gpu_since_cpu_ >= kProbeEvery && tokens <= kProbeMaxTokens);
   }
   return false;
 }
 
 void ExpertPlacement::ObserveCpu(int64_t tokens, double expert_ms) {
-  if (tokens < kMinLearnTokens || params_.moe_layers == 0 || !(expert_ms >= 0)) return;
-  const double sample = expert_ms / params_.moe_layers / static_cast<double>(tokens);
-  params_.cpu_ms_per_token = params_.cpu_ms_per_token > 0
-                                 ? kKeep * params_.cpu_ms_per_token + (1 - kKeep) * sample
-                                 : sample;
+  if (tokens <= 0 || params_.moe_layers == 0 || !(expert_ms >= 0) || !std::isfinite(expert_ms)) {
+    return;
+  }
+  cpu_.Observe({.tokens = static_cast<double>(tokens), .ns = expert_ms / params_.moe_layers});
+  gpu_since_cpu_ = 0;
   ++cpu_steps_;
 }
 
@@ -92,6 +106,7 @@ void ExpertPlacement::ObserveGpu(int64_t tokens, double expert_ms) {
     gpu_correction_ = gpu_steps_ == 0 ? ratio : kKeep * gpu_correction_ + (1 - kKeep) * ratio;
   }
   ++gpu_steps_;
+  ++gpu_since_cpu_;
 }
 
 }  // namespace writescope::coordinator

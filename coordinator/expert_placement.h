@@ -17,12 +17,20 @@
 //            small beside the stream at prefill sizes —, a stream slower under load). It
 //            is learned at the sizes the GPU runs, so it mostly refines large T.
 //
-// a_cpu starts from the cpu_worker's measurement at load (a 512-token batch) and follows an
-// exponential moving average of what it reports for steps of >= kMinLearnTokens tokens
-// (smaller ones are bandwidth-bound and would make a_cpu look expensive per token).
+// The CPU's line is learned online: cpu(T) = c_cpu + a_cpu · T (a LinearCostEstimator,
+// coordinator/scheduler.h), calibrated through the origin and the cpu_worker's measurement
+// at load (a 512-token batch), then fitted to what the cpu_worker reports for every step it
+// runs — decode steps too, so that another tenant slowing the CPU down shows within a few
+// steps (a decode step's experts are bandwidth-bound: the intercept takes that).
 // Decision per step: the GPU iff gpu(T) < cpu(T). A decode step of a few tokens would pay a
-// whole layer's stream and stays on the CPU; a long prefill chunk (thousands of tokens) is
-// compute the CPU does at ~5 TFLOP/s and the GPU at hundreds.
+// whole layer's stream and stays on the CPU, unless the CPU is much slower than usual (a
+// competing load); a long prefill chunk (thousands of tokens) is compute the CPU does at
+// ~5 TFLOP/s and the GPU at hundreds.
+//
+// Probes: a path that is not used is not measured, so a CPU once judged slow would stay
+// judged slow after the competing load ends. After kProbeEvery consecutive steps on the GPU,
+// a step of at most kProbeMaxTokens tokens runs on the CPU once (a decode step: the probe
+// costs one step of CPU experts, not a prefill chunk's).
 #ifndef WRITESCOPE_COORDINATOR_EXPERT_PLACEMENT_H_
 #define WRITESCOPE_COORDINATOR_EXPERT_PLACEMENT_H_
 
@@ -31,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/scheduler.h"
 
 namespace writescope::coordinator {
 
@@ -52,14 +61,16 @@ struct ExpertPlacementParams {
 
 class ExpertPlacement {
  public:
-  static constexpr int64_t kMinLearnTokens = 64;
-  static constexpr double kKeep = 0.75;  // EMA weight of the old value
+  static constexpr double kKeep = 0.75;  // EMA weight of the old value (g)
+  static constexpr uint64_t kProbeEvery = 8;
+  static constexpr int64_t kProbeMaxTokens = 64;
 
   // INVALID_ARGUMENT for mode gpu without a streaming gpu_worker, or nonsensical params.
   static absl::StatusOr<ExpertPlacement> Create(ExpertMode mode,
                                                 const ExpertPlacementParams& params);
 
-  // Whether a step of `tokens` tokens runs its routed experts on the gpu_worker.
+  // Whether a step of `tokens` tokens runs its routed experts on the gpu_worker (a CPU
+  // probe is due: false).
   bool OnGpu(int64_t tokens) const;
 
   // Modelled ms per MoE layer.
@@ -75,17 +86,22 @@ class ExpertPlacement {
   double gpu_correction() const { return gpu_correction_; }
   uint64_t gpu_steps() const { return gpu_steps_; }
   uint64_t cpu_steps() const { return cpu_steps_; }
+  const LinearCostEstimator& cpu_estimator() const { return cpu_; }
 
  private:
-  ExpertPlacement(ExpertMode mode, const ExpertPlacementParams& params)
-      : mode_(mode), params_(params) {}
+  ExpertPlacement(ExpertMode mode, const ExpertPlacementParams& params);
   double GpuModelMs(int64_t tokens) const;  // without the correction
 
   ExpertMode mode_;
   ExpertPlacementParams params_;
+  // ms per MoE layer against step tokens (CostSample's `ns` holds ms here). Fast (EMA
+  // weight 0.5) and without outlier rejection: a probe is one sample among many GPU steps
+  // and must count.
+  LinearCostEstimator cpu_{EstimatorOptions{.ema_weight = 0.5, .outlier_factor = 1e9}};
   double gpu_correction_ = 1.0;  // g
   uint64_t gpu_steps_ = 0;
   uint64_t cpu_steps_ = 0;
+  uint64_t gpu_since_cpu_ = 0;  // consecutive steps on the GPU
 };
 
 }  // namespace writescope::coordinator

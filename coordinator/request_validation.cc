@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -127,6 +128,22 @@ uint32_t ResolveMaxTokens(const v1::GenerateRequest& request, const RequestLimit
   if (request.sampling().max_tokens() != 0) return request.sampling().max_tokens();
   const uint64_t prompt = static_cast<uint64_t>(request.prompt_token_ids_size());
   return prompt < limits.max_context ? static_cast<uint32_t>(limits.max_context - prompt) : 0;
+}
+
+uint64_t ResolveSeed(const v1::SamplingParams& params) {
+  if (params.has_seed()) return params.seed();
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+SamplerOptions SamplerOptionsFrom(const v1::SamplingParams& params, uint64_t seed) {
+  SamplerOptions options;
+  options.temperature = params.temperature();
+  options.top_k = params.top_k();
+  options.top_p = params.top_p() == 0.0f ? 1.0f : params.top_p();
+  options.seed = seed;
+  options.num_top = params.logprobs();
+  return options;
 }
 
 }  // namespace writescope::coordinator

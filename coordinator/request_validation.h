@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/sampler.h"
 #include "writescope/v1/writescope.pb.h"
 
 namespace writescope::coordinator {
@@ -43,6 +44,12 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
 // (max_context - prompt length, 0 when the prompt already fills it). For a request that
 // passed ValidateGenerateRequest it is >= 1 and prompt + it <= max_context.
 uint32_t ResolveMaxTokens(const v1::GenerateRequest& request, const RequestLimits& limits);
+
+// Same seed, same draws: the seed the request gave, or a random one when it gave none.
+uint64_t ResolveSeed(const v1::SamplingParams& params);
+
+// The request's sampling parameters as SamplerOptions (top_p 0, unset, becomes 1).
+SamplerOptions SamplerOptionsFrom(const v1::SamplingParams& params, uint64_t seed);
 
 }  // namespace writescope::coordinator
 

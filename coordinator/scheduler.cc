@@ -292,6 +292,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("hold_updates = ", options.hold_updates, " must be >= 1"));
   }
+  if (!(options.probe_share >= 0.0 && options.probe_share <= 0.25)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe_share = ", options.probe_share, " must be in [0, 0.25]"));
+  }
   return absl::OkStatus();
 }
 
@@ -364,15 +368,17 @@ double Scheduler::UpdateTarget(uint64_t host_tokens) {
   if (!policy_.adaptive()) return target_;
   if (!estimates_ready()) return target_;
   optimal_ = OptimalCpuShare(estimates(), static_cast<double>(host_tokens));
+  const double wanted =
+      std::clamp(optimal_, options_.probe_share, 1.0 - options_.probe_share);
   if (!target_from_estimates_) {
     // The initial share was a guess: take the first estimate at once.
     target_from_estimates_ = true;
     pending_side_ = 0;
     pending_count_ = 0;
-    SetTarget(optimal_, host_tokens);
+    SetTarget(wanted, host_tokens);
     return target_;
   }
-  const double delta = optimal_ - target_;
+  const double delta = wanted - target_;
   if (std::abs(delta) <= options_.deadband) {
     pending_side_ = 0;
     pending_count_ = 0;
@@ -388,7 +394,7 @@ double Scheduler::UpdateTarget(uint64_t host_tokens) {
   if (pending_count_ >= options_.hold_updates) {
     pending_side_ = 0;
     pending_count_ = 0;
-    SetTarget(optimal_, host_tokens);
+    SetTarget(wanted, host_tokens);
   }
   return target_;
 }

@@ -191,6 +191,10 @@ struct SchedulerOptions {
   // jumps to r*.
   double deadband = 0.02;
   int hold_updates = 6;
+  // Adaptive policies keep the target in [probe_share, 1 − probe_share]: a path that gets
+  // no tokens is never measured, so a share of 0 chosen while the CPU was loaded would
+  // stay 0 after the load ends. This small share keeps both estimates current. In [0, 0.25].
+  double probe_share = 0.03;
   // Steps between re-measurements of B under contention (RecalibrationDue); 0:
   // never.
   uint64_t recalibration_period_steps = 2000;
@@ -230,9 +234,9 @@ class Scheduler {
   void ObserveStep(const StepSample& sample);
 
   // Recomputes the target for a batch of `host_tokens` host-resident tokens and
-  // returns it: the fixed share of a fixed policy; for an adaptive one r*
-  // through the hysteresis (the first r* after the estimators become ready is
-  // taken at once). A monolithic policy charges MonolithicResplitBytes for
+  // returns it: the fixed share of a fixed policy; for an adaptive one r*, kept
+  // within [probe_share, 1 − probe_share], through the hysteresis (the first r*
+  // after the estimators become ready is taken at once). A monolithic policy charges MonolithicResplitBytes for
   // every change (TakeResplitBytes).
   double UpdateTarget(uint64_t host_tokens);
 

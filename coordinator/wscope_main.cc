@@ -19,10 +19,12 @@
 //                                           prompts; prints completed requests, outcomes by
 //                                           status code, tokens/s and latency percentiles
 //   wscope bench [--batches=4,16] [--contexts=2048,8192] [--decode_steps=N] [--warmup_steps=N]
-//          [--csv=FILE]                     steady-state decode at fixed contexts (the KV
+//          [--rounds=N] [--bench_for=60s] [--csv=FILE] [--steps_csv=FILE]
+//                                           steady-state decode at fixed contexts (the KV
 //                                           placed, not computed: Bench RPC), one table row
 //                                           per point: tokens/s, step time, attention and
-//                                           expert time, the CPU share, the roofline bound
+//                                           expert time, the CPU share, the roofline bound;
+//                                           --steps_csv: every measured step, timestamped
 //   wscope profile [--steps=N] [--out=trace.json]
 //                                           the last N steps of the three processes: writes
 //                                           the Chrome trace (Perfetto, chrome://tracing)
@@ -98,6 +100,13 @@ ABSL_FLAG(std::string, contexts, "2048", "bench: context lengths in tokens, comm
 ABSL_FLAG(uint32_t, decode_steps, 16, "bench: measured decode steps per point");
 ABSL_FLAG(uint32_t, warmup_steps, 8, "bench: warm-up decode steps per point (the scheduler learns)");
 ABSL_FLAG(std::string, csv, "", "bench: also append one row per point to this CSV file");
+ABSL_FLAG(uint32_t, rounds, 1,
+          "bench: run the list of points this many times (each round places its context anew "
+          "at the scheduler's target then)");
+ABSL_FLAG(absl::Duration, bench_for, absl::ZeroDuration(),
+          "bench: start no round after this long (0: no limit; with --rounds)");
+ABSL_FLAG(std::string, steps_csv, "",
+          "bench: also append one row per measured step (with its wall-clock time) to this CSV");
 ABSL_FLAG(uint32_t, stream_interval, 0, "generate: one chunk per this many tokens (0: each)");
 ABSL_FLAG(bool, json, false,
           "generate, abort: print one JSON object on stdout at the end instead of text");
@@ -263,6 +272,22 @@ int Bench() {
                         "placed_cpu_share,optimal_cpu_share,bound_attention_ms\n");
     }
   }
+  std::FILE* steps_csv = nullptr;
+  const std::string steps_path = absl::GetFlag(FLAGS_steps_csv);
+  if (!steps_path.empty()) {
+    const bool fresh = !std::ifstream(steps_path).good();
+    steps_csv = std::fopen(steps_path.c_str(), "a");
+    if (steps_csv == nullptr) {
+      std::fprintf(stderr, "wscope bench: cannot write %s\n", steps_path.c_str());
+      if (csv != nullptr) std::fclose(csv);
+      return 1;
+    }
+    if (fresh) {
+      std::fprintf(steps_csv, "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
+                              "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
+                              "optimal_cpu_share,batch,context\n");
+    }
+  }
   // Times in ms per step (all layers); "experts": the cpu_worker's routed experts; "bound":
   // the roofline bound of the step's attention at the best split, from the scheduler's
   // current estimates of A and B.
@@ -270,58 +295,78 @@ int Bench() {
               "context", "tok/s", "step ms", "gpu attn", "cpu attn", "experts", "r tgt",
               "r plc", "r*", "bound");
   int failures = 0;
-  for (uint64_t context : contexts) {
-    for (uint64_t batch : batches) {
-      writescope::v1::BenchRequest request;
-      request.set_batch(static_cast<uint32_t>(batch));
-      request.set_context_tokens(context);
-      request.set_decode_steps(absl::GetFlag(FLAGS_decode_steps));
-      request.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
-      grpc::ClientContext call;
-      call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
-      writescope::v1::BenchResponse response;
-      std::fprintf(stderr, "bench: batch %llu, context %llu ...\n",
-                   static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context));
-      grpc::Status status = stub->Bench(&call, request, &response);
-      if (!status.ok()) {
-        std::printf("batch %llu context %llu: %s (code %d)\n",
-                    static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
-                    status.error_message().c_str(), static_cast<int>(status.error_code()));
-        ++failures;
-        continue;
-      }
-      // Means over the measured steps.
-      double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0, optimal = 0,
-             bound = 0;
-      for (const auto& step : response.steps()) {
-        gpu += step.gpu_attention_ms();
-        cpu += step.cpu_attention_ms();
-        experts += step.cpu_expert_ms();
-        expert_wait += step.gpu_expert_wait_ms();
-        target += step.target_cpu_share();
-        placed += step.placed_cpu_share();
-        optimal += step.optimal_cpu_share();
-        bound += step.bound_ms();
-      }
-      const double n = std::max(1, response.steps_size());
-      std::printf("%-12s %5llu %8llu %9.1f %9.2f %9.2f %9.2f %9.2f %6.3f %6.3f %6.3f %9.2f\n",
-                  response.policy().c_str(), static_cast<unsigned long long>(batch),
-                  static_cast<unsigned long long>(context), response.tokens_per_second(),
-                  response.mean_step_ms(), gpu / n, cpu / n, experts / n, target / n, placed / n,
-                  optimal / n, bound / n);
-      std::fflush(stdout);
-      if (csv != nullptr) {
-        std::fprintf(csv, "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n",
-                     response.policy().c_str(), response.num_layers(),
-                     static_cast<unsigned long long>(batch),
-                     static_cast<unsigned long long>(context), response.steps_size(),
-                     response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
-                     expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n);
-        std::fflush(csv);
+  const uint32_t rounds = std::max<uint32_t>(1, absl::GetFlag(FLAGS_rounds));
+  const absl::Duration bench_for = absl::GetFlag(FLAGS_bench_for);
+  const absl::Time bench_start = absl::Now();
+  for (uint32_t round = 0; round < rounds; ++round) {
+    if (bench_for > absl::ZeroDuration() && absl::Now() - bench_start >= bench_for) break;
+    for (uint64_t context : contexts) {
+      for (uint64_t batch : batches) {
+        writescope::v1::BenchRequest request;
+        request.set_batch(static_cast<uint32_t>(batch));
+        request.set_context_tokens(context);
+        request.set_decode_steps(absl::GetFlag(FLAGS_decode_steps));
+        request.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
+        grpc::ClientContext call;
+        call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+        writescope::v1::BenchResponse response;
+        std::fprintf(stderr, "bench: round %u/%u, batch %llu, context %llu ...\n", round + 1,
+                     rounds, static_cast<unsigned long long>(batch),
+                     static_cast<unsigned long long>(context));
+        grpc::Status status = stub->Bench(&call, request, &response);
+        if (!status.ok()) {
+          std::printf("batch %llu context %llu: %s (code %d)\n",
+                      static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
+                      status.error_message().c_str(), static_cast<int>(status.error_code()));
+          ++failures;
+          continue;
+        }
+        // Means over the measured steps.
+        double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0, optimal = 0,
+               bound = 0;
+        for (const auto& step : response.steps()) {
+          gpu += step.gpu_attention_ms();
+          cpu += step.cpu_attention_ms();
+          experts += step.cpu_expert_ms();
+          expert_wait += step.gpu_expert_wait_ms();
+          target += step.target_cpu_share();
+          placed += step.placed_cpu_share();
+          optimal += step.optimal_cpu_share();
+          bound += step.bound_ms();
+        }
+        const double n = std::max(1, response.steps_size());
+        std::printf("%-12s %5llu %8llu %9.1f %9.2f %9.2f %9.2f %9.2f %6.3f %6.3f %6.3f %9.2f\n",
+                    response.policy().c_str(), static_cast<unsigned long long>(batch),
+                    static_cast<unsigned long long>(context), response.tokens_per_second(),
+                    response.mean_step_ms(), gpu / n, cpu / n, experts / n, target / n, placed / n,
+                    optimal / n, bound / n);
+        std::fflush(stdout);
+        if (csv != nullptr) {
+          std::fprintf(csv, "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n",
+                       response.policy().c_str(), response.num_layers(),
+                       static_cast<unsigned long long>(batch),
+                       static_cast<unsigned long long>(context), response.steps_size(),
+                       response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
+                       expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n);
+          std::fflush(csv);
+        }
+        if (steps_csv != nullptr) {
+          for (int i = 0; i < response.steps_size(); ++i) {
+            const auto& step = response.steps(i);
+            std::fprintf(steps_csv, "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu\n",
+                         response.policy().c_str(), round, i, step.end_unix_s(), step.step_ms(),
+                         step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
+                         step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
+                         static_cast<unsigned long long>(batch),
+                         static_cast<unsigned long long>(context));
+          }
+          std::fflush(steps_csv);
+        }
       }
     }
   }
   if (csv != nullptr) std::fclose(csv);
+  if (steps_csv != nullptr) std::fclose(steps_csv);
   return failures == 0 ? 0 : 1;
 }
 
@@ -822,7 +867,8 @@ int main(int argc, char** argv) {
       "  wscope load [--target=ADDRESS] [--streams=N] [--duration=10s] [--prompt_tokens=N]\n"
       "      [--max_tokens=N] [--seed=N] [--json] |\n"
       "  wscope bench [--target=ADDRESS] [--batches=4,16] [--contexts=2048,8192]\n"
-      "      [--decode_steps=N] [--warmup_steps=N] [--csv=FILE]");
+      "      [--decode_steps=N] [--warmup_steps=N] [--rounds=N] [--bench_for=D] [--csv=FILE]"
+      " [--steps_csv=FILE]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());

@@ -5,7 +5,7 @@
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
 #                                     e2e generate trio trio-generate trio-generate-mla
-#                                     prefill-long bench-grid fixtures
+#                                     prefill-long bench-grid contention fixtures
 #                                     (default: probe tests attention kv channel experts load
 #                                     e2e trio, in order)
 #
@@ -102,24 +102,28 @@ for step in "${steps[@]}"; do
             kill -TERM $p; wait $p || true
           done' ;;
     bench-grid)
-      # Issue 7: steady-state decode at fixed contexts (wscope bench: the KV placed, not
-      # computed) under each policy, synthetic Qwen3-30B-A3B of WS_BENCH_LAYERS (default 4)
-      # layers, batches WS_BENCH_BATCHES (4,32) x contexts WS_BENCH_CONTEXTS
-      # (2048,8192,32768); one CSV for all ($OUT/bench-grid.csv).
+      # Issue 7: steady-state decode at fixed contexts under each policy (deploy/bench-grid.sh)
+      # for each shape of WS_BENCH_ARCHS (qwen3_moe), WS_BENCH_LAYERS (4) layers, policies
+      # WS_BENCH_POLICIES, batches WS_BENCH_BATCHES (4,16,32), contexts WS_BENCH_CONTEXTS
+      # (2048,8192,16384,32768), WS_BENCH_STEPS (16) measured after WS_BENCH_WARMUP (8);
+      # $OUT/bench-ARCH.csv. Limit WS_BENCH_LIMIT_S (560).
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
-      run_step bench-grid 560 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" OUT="$OUT" \
-        bash -c 'set -e; layers=${WS_BENCH_LAYERS:-4}
-          for policy in ${WS_BENCH_POLICIES:-writescope transfer-all cpu-all static:0.5 monolithic}; do
-            r=$(mktemp -u); WS_BIN=/tmp/ws/bin deploy/launch.sh --listen 127.0.0.1:0 \
-              --ready-file "$r" --device cuda -- --synthetic=qwen3_moe --num_layers=$layers \
-              --cpu_region_mib=$((layers * 2200)) --transfer_region_mib=$((layers * 2200)) \
-              --max_sequences=32 --policy=$policy & p=$!
-            for i in $(seq 900); do [[ -f $r ]] && break; sleep 0.2; done; source "$r"
-            /tmp/ws/bin/wscope bench --target=$WS_TARGET --batches=${WS_BENCH_BATCHES:-4,32} \
-              --contexts=${WS_BENCH_CONTEXTS:-2048,8192,32768} --decode_steps=8 --warmup_steps=6 \
-              --csv=$OUT/bench-grid.csv || true
-            kill -TERM $p; wait $p || true
-          done' ;;
+      for arch in ${WS_BENCH_ARCHS:-qwen3_moe}; do
+        run_step "bench-grid $arch" "${WS_BENCH_LIMIT_S:-560}" \
+          env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" WS_BIN=/tmp/ws/bin \
+          deploy/bench-grid.sh --arch "$arch" --layers "${WS_BENCH_LAYERS:-4}" \
+          --policies "${WS_BENCH_POLICIES:-writescope transfer-all cpu-all static:0.5 monolithic}" \
+          --batches "${WS_BENCH_BATCHES:-4,16,32}" --contexts "${WS_BENCH_CONTEXTS:-2048,8192,16384,32768}" \
+          --steps "${WS_BENCH_STEPS:-16}" --warmup "${WS_BENCH_WARMUP:-8}" --out "$OUT"
+      done ;;
+    contention)
+      # Issue 7: a competing CPU + DRAM load mid-run (deploy/contention.sh); WS_CONTENTION_ARGS
+      # are passed on. $OUT/contention-*.csv.
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      # shellcheck disable=SC2086
+      run_step contention "${WS_CONTENTION_LIMIT_S:-400}" \
+        env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" WS_BIN=/tmp/ws/bin \
+        deploy/contention.sh --out "$OUT" ${WS_CONTENTION_ARGS:-} ;;
     trio-generate-mla)
       # DeepSeek-V2-Lite real shapes, 3 synthetic layers (dense first layer + 2 MoE) on the
       # CUDA device: MLA attention on the GPU kernels, a 1024-token prompt, 32 new tokens.

@@ -17,6 +17,9 @@
 # named /ws-<pid>-<random> (fresh per launch) and created with mode 0600. Once the trio
 # serves, FILE (if given) receives shell assignments: WS_TARGET, WS_GPU_WORKER,
 # WS_CPU_WORKER, WS_ARENA, WS_LOG_DIR.
+#
+# Cores: the cpu_worker runs nproc - WS_RESERVED_CORES (default 1) OpenMP threads, or
+# WS_CPU_WORKER_THREADS; the gpu_worker and the coordinator run with OMP_WAIT_POLICY=passive.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,7 +40,7 @@ while [[ $# -gt 0 ]]; do
     --cpu-worker-flag) CPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --gpu-worker-flag) GPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --) shift; COORDINATOR_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -119,14 +122,27 @@ wait_for_file() {  # wait_for_file PATH WHAT
   done
 }
 
+# The cores. The cpu_worker's OpenMP threads (attention, routed experts) spin between
+# parallel regions and fill every core they get; the gpu_worker's one driving thread must
+# not wait for a core while both paths attend at once (it issues the copies and kernels of
+# the GPU path). So the cpu_worker gets all cores but WS_RESERVED_CORES (default 1), or
+# WS_CPU_WORKER_THREADS if set; the gpu_worker and the coordinator may use every core for
+# their own parallel loops (long prefill chunks) but their idle threads sleep at once
+# (OMP_WAIT_POLICY=passive) instead of spinning on the cpu_worker's cores.
+CORES="$(nproc)"
+CPU_WORKER_THREADS="${WS_CPU_WORKER_THREADS:-$((CORES - ${WS_RESERVED_CORES:-1}))}"
+[[ $CPU_WORKER_THREADS -ge 1 ]] || CPU_WORKER_THREADS=1
+log "cores: $CORES; cpu_worker OpenMP threads: $CPU_WORKER_THREADS"
+
 start_worker() {  # start_worker NAME PORT: (re)starts a worker on PORT (0: a free one)
   local name="$1" port="$2"
   if [[ $name == gpu_worker ]]; then
-    start gpu_worker --port="$port" --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE" \
+    OMP_WAIT_POLICY=passive start gpu_worker --port="$port" \
+      --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE" \
       ${GPU_WORKER_ARGS[@]+"${GPU_WORKER_ARGS[@]}"}
   else
-    start cpu_worker --port="$port" --port_file="$RUN_DIR/cpu_worker.port" \
-      ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"}
+    OMP_NUM_THREADS="$CPU_WORKER_THREADS" start cpu_worker --port="$port" \
+      --port_file="$RUN_DIR/cpu_worker.port" ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"}
   fi
 }
 
@@ -137,7 +153,7 @@ wait_for_file "$RUN_DIR/cpu_worker.port" "the cpu_worker's port"
 GPU_ADDR="127.0.0.1:$(cat "$RUN_DIR/gpu_worker.port")"
 CPU_ADDR="127.0.0.1:$(cat "$RUN_DIR/cpu_worker.port")"
 
-start coordinator --listen="$LISTEN" --port_file="$RUN_DIR/coordinator.port" \
+OMP_WAIT_POLICY=passive start coordinator --listen="$LISTEN" --port_file="$RUN_DIR/coordinator.port" \
   --gpu_worker="$GPU_ADDR" --cpu_worker="$CPU_ADDR" --arena="$ARENA" "${COORDINATOR_ARGS[@]}"
 wait_for_file "$RUN_DIR/coordinator.port" "the coordinator's port"
 TARGET="${LISTEN%:*}:$(cat "$RUN_DIR/coordinator.port")"

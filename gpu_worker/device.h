@@ -18,9 +18,11 @@
 namespace writescope::gpu {
 
 // Work queues of the device. Copies into the ping-pong buffers run on kCopyIn so they
-// overlap attention on kCompute; D-window flushes (device to host) run on kCopyOut.
-enum class Stream { kCompute = 0, kCopyIn = 1, kCopyOut = 2 };
-inline constexpr int kNumStreams = 3;
+// overlap attention on kCompute; D-window flushes (device to host) run on kCopyOut; the
+// routed experts' weights stream on kWeightsIn (DeviceExperts), so that a layer's weights
+// never queue behind, or hold up, the KV rounds.
+enum class Stream { kCompute = 0, kCopyIn = 1, kCopyOut = 2, kWeightsIn = 3 };
+inline constexpr int kNumStreams = 4;
 
 class Device {
  public:

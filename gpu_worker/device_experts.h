@@ -14,7 +14,7 @@
 // accumulated in fp32, the k terms summed in k order.
 //
 // Two implementations: CUDA (gpu_worker/cuda/cuda_experts.cc: cuBLAS bf16 GEMMs per expert
-// over rows grouped by expert, the weights of layer l+1 copied on the copy stream while
+// over rows grouped by expert, the weights of layer l+1 copied on their own stream while
 // layer l computes) and the host device's (CpuExperts per layer on the same host weights,
 // so the whole path runs in CI).
 //

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <omp.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -685,17 +687,55 @@ absl::Status GpuStep::Logits(Step& step, internal::StepResult* result) {
     }
     return ops_->FinalLogits(xs.data(), n, logits.data());
   };
+  std::vector<internal::SequenceResult*> outs(layout.sequences.size());
+  for (size_t i = 0; i < layout.sequences.size(); ++i) {
+    outs[i] = result->add_sequences();
+    outs[i]->set_seq_id(layout.sequences[i].seq_id);
+  }
+  // The next tokens: the last rows of the sequences that ask, kBatchRows per product, each
+  // row sampled here with the draw the coordinator took (only the token goes back).
+  std::vector<size_t> sampled;
+  for (size_t i = 0; i < layout.sequences.size(); ++i) {
+    if (step.plan->sequences(static_cast<int>(i)).has_sample_next()) sampled.push_back(i);
+  }
+  if (samplers_.size() < static_cast<size_t>(std::max(1, omp_get_max_threads()))) {
+    samplers_.resize(std::max(1, omp_get_max_threads()), Sampler(SamplerOptions{}));
+  }
+  for (size_t begin = 0; begin < sampled.size(); begin += kBatchRows) {
+    const size_t n = std::min<size_t>(kBatchRows, sampled.size() - begin);
+    std::vector<int64_t> rows(n);
+    for (size_t r = 0; r < n; ++r) {
+      const StepSequenceLayout& s = layout.sequences[sampled[begin + r]];
+      rows[r] = static_cast<int64_t>(s.token_offset + s.num_tokens - 1);
+    }
+    WS_RETURN_IF_ERROR(compute(rows));
+    std::vector<SampledToken> tokens(n);
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+    for (size_t r = 0; r < n; ++r) {
+      const internal::TokenSampling& in =
+          step.plan->sequences(static_cast<int>(sampled[begin + r])).sample_next();
+      Sampler& sampler = samplers_[omp_get_thread_num()];
+      sampler.Reset(SamplerOptions{.temperature = in.temperature(),
+                                   .top_k = in.top_k(),
+                                   .top_p = in.top_p(),
+                                   .num_top = in.num_top()});
+      tokens[r] = sampler.Sample(absl::MakeConstSpan(logits.data() + r * vocab, vocab), in.draw());
+    }
+    for (size_t r = 0; r < n; ++r) {
+      internal::SampledToken* out = outs[sampled[begin + r]]->mutable_next_token();
+      out->set_token_id(static_cast<uint32_t>(tokens[r].token_id));
+      out->set_logprob(tokens[r].logprob);
+      for (const TokenLogprob& alt : tokens[r].top) {
+        out->add_top_ids(static_cast<uint32_t>(alt.token_id));
+        out->add_top_logprobs(alt.logprob);
+      }
+    }
+  }
   std::vector<float> logprobs(vocab);
   for (size_t i = 0; i < layout.sequences.size(); ++i) {
     const StepSequenceLayout& s = layout.sequences[i];
     const internal::SequenceStep& in = step.plan->sequences(static_cast<int>(i));
-    internal::SequenceResult* out = result->add_sequences();
-    out->set_seq_id(s.seq_id);
-    const int64_t last = static_cast<int64_t>(s.token_offset + s.num_tokens - 1);
-    if (in.want_logits()) {
-      WS_RETURN_IF_ERROR(compute({last}));
-      out->mutable_last_logits()->Assign(logits.begin(), logits.begin() + vocab);
-    }
+    internal::SequenceResult* out = outs[i];
     if (!in.want_prompt_logprobs()) continue;
     // Position t of the chunk predicts token t + 1 (the next chunk's first for the last).
     const uint32_t targets = s.num_tokens - (in.next_prompt_token() >= 0 ? 0 : 1);

@@ -18,7 +18,8 @@
 //     (a step with plan.experts_on_gpu runs the routed experts here instead, streaming
 //     their weights: DeviceExperts; the cpu_worker then gets no kExperts)
 //   wait for the KV writes; kStepEnd -> cpu_worker
-//   logits of the rows that need them; prompt log-probabilities
+//   logits of the rows that need them: the next tokens sampled (with the coordinator's
+//   draws, common/sampler.h), prompt log-probabilities
 //
 // The layer math runs through DecoderOps: its matrix products on the device where
 // GpuStepOptions::linear is set (cuBLAS on a GPU, gpu_worker/device_linear.h), norms, RoPE
@@ -37,6 +38,7 @@
 #include "common/kv_config.h"
 #include "common/model_weights.h"
 #include "common/profile.h"
+#include "common/sampler.h"
 #include "common/step_layout.h"
 #include "gpu_worker/device.h"
 #include "gpu_worker/device_attention.h"
@@ -104,6 +106,7 @@ class GpuStep {
   std::unique_ptr<Scratch> scratch_;
   StepDims dims_;
   DeviceBuffer staging_;  // device copies of this step's new KV (grows)
+  std::vector<Sampler> samplers_;  // one per OpenMP thread, buffers reused across steps
   uint32_t outstanding_replies_ = 0;
   bool end_sent_ = false;  // this step's kStepEnd went out
 };

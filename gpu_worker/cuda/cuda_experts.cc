@@ -1,6 +1,7 @@
 // DeviceExperts on the CUDA device: the routed experts of one MoE layer at a time streamed
-// from host memory into one of two device buffers on the copy stream, cuBLAS bf16 GEMMs per
-// expert (fp32 accumulation and output) over the rows grouped by expert on the compute stream.
+// from host memory into one of two device buffers on their own copy stream (kWeightsIn),
+// cuBLAS bf16 GEMMs per expert (fp32 accumulation and output) over the rows grouped by
+// expert on the compute stream.
 //
 // Layer buffer (bf16), per expert e of the layer, at e * 3 * I * H values:
 //   [gate; up]  [2I, H]  (gate rows, then up rows: one GEMM gives both halves per row)
@@ -98,7 +99,7 @@ class CudaExperts final : public DeviceExperts {
 
   ~CudaExperts() override {
     // Nothing may still read the pinned weights or the buffers when they go.
-    device_->Synchronize(Stream::kCopyIn).IgnoreError();
+    device_->Synchronize(Stream::kWeightsIn).IgnoreError();
     device_->Synchronize(Stream::kCompute).IgnoreError();
     if (pinned_weights_ != nullptr) device_->UnregisterHost(pinned_weights_).IgnoreError();
     for (void* ptr : pinned_ranges_) cudaHostUnregister(ptr);
@@ -243,7 +244,7 @@ class CudaExperts final : public DeviceExperts {
     // Calibration: one layer's copy, wall clock.
     const auto start = Clock::now();
     WS_RETURN_IF_ERROR(QueueCopy(0));
-    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCopyIn));
+    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kWeightsIn));
     const double ms = MillisSince(start);
     bytes_per_ms_ = static_cast<double>(layer_bytes_) / std::max(ms, 1e-6);
     WS_RETURN_IF_ERROR(EndStep());
@@ -304,7 +305,7 @@ class CudaExperts final : public DeviceExperts {
   }
 
   absl::Status EndStep() override {
-    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCopyIn));
+    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kWeightsIn));
     for (LayerBuffer& buffer : buffers_) {
       buffer.moe_layer = -1;
       buffer.unreported_bytes = 0;
@@ -325,7 +326,7 @@ class CudaExperts final : public DeviceExperts {
   };
   struct LayerBuffer {
     DeviceBuffer memory;
-    cudaEvent_t ready = nullptr;    // recorded on the copy stream after the layer's copies
+    cudaEvent_t ready = nullptr;    // recorded on kWeightsIn after the layer's copies
     int64_t moe_layer = -1;         // MoE index whose weights are (or are being) copied here
     uint64_t unreported_bytes = 0;  // a copy no Forward has reported in its stats yet
   };
@@ -362,7 +363,7 @@ class CudaExperts final : public DeviceExperts {
     return absl::OkStatus();
   }
 
-  // Queues MoE layer `moe`'s weights into buffer moe % 2 on the copy stream, unless they are
+  // Queues MoE layer `moe`'s weights into buffer moe % 2 on kWeightsIn, unless they are
   // there or on their way. The caller guarantees that no compute still reads that buffer.
   absl::Status QueueCopy(int64_t moe) {
     LayerBuffer& buffer = buffers_[moe % 2];
@@ -372,16 +373,16 @@ class CudaExperts final : public DeviceExperts {
     uint16_t* dst = static_cast<uint16_t*>(buffer.memory.data());
     const uint64_t gate_bytes = 2 * static_cast<uint64_t>(inter_) * hidden_;
     for (const ExpertWeights& expert : weights_[moe]) {
-      WS_RETURN_IF_ERROR(device_->CopyToDevice(dst, expert.gate, gate_bytes, Stream::kCopyIn));
+      WS_RETURN_IF_ERROR(device_->CopyToDevice(dst, expert.gate, gate_bytes, Stream::kWeightsIn));
       WS_RETURN_IF_ERROR(
-          device_->CopyToDevice(dst + gate_bytes / 2, expert.up, gate_bytes, Stream::kCopyIn));
+          device_->CopyToDevice(dst + gate_bytes / 2, expert.up, gate_bytes, Stream::kWeightsIn));
       WS_RETURN_IF_ERROR(
-          device_->CopyToDevice(dst + gate_bytes, expert.down, gate_bytes, Stream::kCopyIn));
+          device_->CopyToDevice(dst + gate_bytes, expert.down, gate_bytes, Stream::kWeightsIn));
       dst += ExpertValues();
     }
     WS_RETURN_IF_ERROR(CudaStatus(
         cudaEventRecord(buffer.ready,
-                        static_cast<cudaStream_t>(device_->native_stream(Stream::kCopyIn))),
+                        static_cast<cudaStream_t>(device_->native_stream(Stream::kWeightsIn))),
         "cudaEventRecord"));
     buffer.moe_layer = moe;
     buffer.unreported_bytes = layer_bytes_;

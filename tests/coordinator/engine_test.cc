@@ -1,7 +1,8 @@
 // The coordinator's engine (batching, admission, sampling, lifecycle) against fake workers:
 // the fake gpu_worker's logits put all mass on (last token + 1) % vocab, so every greedy
-// continuation is known. Several threads submit, abort and fail requests at once; the TSan
-// subset of deploy/sanitize.sh runs these tests (the batching code's threads without gRPC's).
+// continuation is known; it samples them with the real Sampler and the plan's draw. Several
+// threads submit, abort and fail requests at once; the TSan subset of deploy/sanitize.sh
+// runs these tests (the batching code's threads without gRPC's).
 #include "coordinator/engine.h"
 
 #include <atomic>
@@ -33,10 +34,21 @@ class FakeWorker final : public StepWorker {
     for (const internal::SequenceStep& step : plan.sequences()) {
       internal::SequenceResult* out = result.add_sequences();
       out->set_seq_id(step.seq_id());
-      if (step.want_logits()) {
+      if (step.has_sample_next()) {
+        // Samples as the gpu_worker does, with the coordinator's draw.
         const uint32_t last = step.token_ids(step.num_tokens() - 1);
-        for (int64_t v = 0; v < vocab_; ++v) {
-          out->add_last_logits(v == (last + 1) % vocab_ ? 10.0f : 0.0f);
+        std::vector<float> logits(vocab_);
+        for (int64_t v = 0; v < vocab_; ++v) logits[v] = v == (last + 1) % vocab_ ? 10.0f : 0.0f;
+        const internal::TokenSampling& in = step.sample_next();
+        Sampler sampler(SamplerOptions{.temperature = in.temperature(), .top_k = in.top_k(),
+                                       .top_p = in.top_p(), .num_top = in.num_top()});
+        const SampledToken token = sampler.Sample(logits, in.draw());
+        internal::SampledToken* next = out->mutable_next_token();
+        next->set_token_id(static_cast<uint32_t>(token.token_id));
+        next->set_logprob(token.logprob);
+        for (const TokenLogprob& alt : token.top) {
+          next->add_top_ids(static_cast<uint32_t>(alt.token_id));
+          next->add_top_logprobs(alt.logprob);
         }
       }
       if (step.want_prompt_logprobs()) {

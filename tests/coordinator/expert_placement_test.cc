@@ -83,19 +83,69 @@ TEST(ExpertPlacementTest, ForcedModesAndNoStreamingWorker) {
   EXPECT_FALSE(ExpertPlacement::Create(ExpertMode::kGpu, dense)->OnGpu(1000));
 }
 
-TEST(ExpertPlacementTest, LearnsTheCpuRateFromLargeStepsOnly) {
+TEST(ExpertPlacementTest, LearnsTheCpuCostAtEverySize) {
   auto placement = *ExpertPlacement::Create(ExpertMode::kAuto, Qwen3Like());
-  // A decode step's per-token cost is bandwidth-bound and high: not learned.
-  placement.ObserveCpu(4, 48 * 4 * 5.0);
-  EXPECT_DOUBLE_EQ(placement.params().cpu_ms_per_token, 0.2);
-  EXPECT_EQ(placement.cpu_steps(), 0u);
+  // The calibration: through the origin and 0.2 ms per token at 512.
+  EXPECT_NEAR(placement.CpuMs(512), 512 * 0.2, 1e-6);
+  EXPECT_NEAR(placement.CpuMs(0), 0.0, 1e-9);
   // The CPU turns out 4x slower than measured at load (another tenant): the crossing
   // moves down, chunks of 64 go to the GPU.
   EXPECT_FALSE(placement.OnGpu(64));
   for (int i = 0; i < 20; ++i) placement.ObserveCpu(512, 48 * 512 * 0.8);
-  EXPECT_NEAR(placement.params().cpu_ms_per_token, 0.8, 0.01);
+  EXPECT_NEAR(placement.CpuMs(512), 512 * 0.8, 512 * 0.8 * 0.05);
   EXPECT_EQ(placement.cpu_steps(), 20u);
   EXPECT_TRUE(placement.OnGpu(64));
+  // Decode steps are learned too: 16-token steps at 40 ms per layer (a competing load on
+  // the CPU) cost more than a layer's stream (~22 ms): decode goes to the GPU.
+  auto loaded = *ExpertPlacement::Create(ExpertMode::kAuto, Qwen3Like());
+  EXPECT_FALSE(loaded.OnGpu(16));
+  for (int i = 0; i < 10; ++i) loaded.ObserveCpu(16, 48 * 40.0);
+  EXPECT_NEAR(loaded.CpuMs(16), 40.0, 2.0);
+  EXPECT_TRUE(loaded.OnGpu(16));
+  // Nonsense is ignored.
+  loaded.ObserveCpu(0, 10.0);
+  loaded.ObserveCpu(16, NAN);
+  loaded.ObserveCpu(16, -1.0);
+  EXPECT_EQ(loaded.cpu_steps(), 10u);
+}
+
+// Decode on the GPU because the CPU was loaded: every kProbeEvery GPU steps one decode step
+// probes the CPU. While the load lasts the probe confirms the GPU; once it ends, the probes
+// bring decode back to the CPU within a few of them. Long chunks are never probes.
+TEST(ExpertPlacementTest, ProbesTheCpuAndComesBackWhenTheLoadEnds) {
+  auto placement = *ExpertPlacement::Create(ExpertMode::kAuto, Qwen3Like());
+  const double stream_ms = placement.GpuMs(16);
+  double cpu_ms = 40.0;  // per layer, a 16-token step under load
+  int probes = 0, steps_on_gpu = 0;
+  auto step = [&] {
+    if (placement.OnGpu(16)) {
+      EXPECT_TRUE(placement.OnGpu(4096));  // a long chunk is never a probe
+      placement.ObserveGpu(16, 48 * stream_ms);
+      ++steps_on_gpu;
+    } else {
+      if (steps_on_gpu > 0) ++probes;
+      placement.ObserveCpu(16, 48 * cpu_ms);
+    }
+  };
+  for (int i = 0; i < 10; ++i) step();  // learns the load
+  probes = 0;
+  steps_on_gpu = 0;
+  for (int i = 0; i < 200; ++i) step();
+  // One probe per kProbeEvery GPU steps.
+  const int expected = 200 / static_cast<int>(ExpertPlacement::kProbeEvery + 1);
+  EXPECT_EQ(steps_on_gpu + probes, 200);
+  EXPECT_GE(probes, expected - 1);
+  EXPECT_LE(probes, expected + 1);
+  cpu_ms = 2.5;  // the load ends
+  int back = -1;
+  for (int i = 0; i < 400 && back < 0; ++i) {
+    step();
+    if (!placement.OnGpu(16) && placement.CpuMs(16) < stream_ms) back = i;
+  }
+  EXPECT_GE(back, 0);
+  EXPECT_LE(back, 3 * static_cast<int>(ExpertPlacement::kProbeEvery) + 3);
+  EXPECT_FALSE(placement.OnGpu(16));
+  EXPECT_TRUE(placement.OnGpu(4096));
 }
 
 TEST(ExpertPlacementTest, CorrectsTheGpuModelByWhatItMeasures) {

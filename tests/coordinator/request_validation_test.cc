@@ -259,5 +259,27 @@ INSTANTIATE_TEST_SUITE_P(
                               {"prompt_token_ids[0]", "[0, 0)"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
+TEST(SamplerSeedTest, ResolveSeedAndOptionsFromProto) {
+  v1::SamplingParams params;
+  params.set_seed(99);
+  EXPECT_EQ(ResolveSeed(params), 99u);
+  params.set_seed(0);  // an explicit 0 is a seed too
+  EXPECT_EQ(ResolveSeed(params), 0u);
+  params.clear_seed();
+  EXPECT_NE(ResolveSeed(params), ResolveSeed(params));  // 2^-64 odds of a collision
+
+  params.set_temperature(0.7f);
+  params.set_top_k(40);
+  params.set_logprobs(3);
+  SamplerOptions options = SamplerOptionsFrom(params, 55);
+  EXPECT_EQ(options.temperature, 0.7f);
+  EXPECT_EQ(options.top_k, 40u);
+  EXPECT_EQ(options.top_p, 1.0f);  // unset
+  EXPECT_EQ(options.seed, 55u);
+  EXPECT_EQ(options.num_top, 3u);
+  params.set_top_p(0.9f);
+  EXPECT_EQ(SamplerOptionsFrom(params, 55).top_p, 0.9f);
+}
+
 }  // namespace
 }  // namespace writescope::coordinator

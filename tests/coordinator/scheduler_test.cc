@@ -440,6 +440,56 @@ TEST(SchedulerTest, RecalibrationIsDuePeriodically) {
 // ---------------------------------------------------------------------------------------
 // Steering.
 
+// A = 100, B = 150 ns/token, c_C = 20 µs, c_G = 40 µs.
+RooflineParams kTruthForProbe() {
+  return {.cpu_ns_per_token = 100, .gpu_ns_per_token = 150, .cpu_fixed_ns = 20000,
+          .gpu_fixed_ns = 40000};
+}
+
+// Placement that follows the target at once (every sequence's context placed anew, as the
+// bench's rounds and request turnover do): a CPU 50 times slower for a while sends the
+// target to the floor. Without a probe share the CPU then gets no tokens, is never measured
+// again, and the target stays at 0 after the load ends; with it the target comes back.
+TEST(SchedulerTest, TheProbeShareBringsTheTargetBackAfterALoad) {
+  for (const double probe : {0.0, 0.03}) {
+    SCOPED_TRACE(probe);
+    SchedulerOptions options;
+    options.probe_share = probe;
+    auto scheduler = *Scheduler::Create("writescope", options);
+    RooflineParams truth = kTruthForProbe();
+    constexpr double kTokens = 100000;
+    auto run = [&](int steps) {
+      for (int i = 0; i < steps; ++i) {
+        const double cpu = std::round(scheduler->target_cpu_share() * kTokens);
+        const double gpu = kTokens - cpu;
+        StepSample sample;
+        // A path with no tokens does no work and reports nothing.
+        if (cpu > 0) sample.cpu = {cpu, truth.cpu_ns_per_token * cpu + truth.cpu_fixed_ns};
+        if (gpu > 0) sample.gpu = {gpu, truth.gpu_ns_per_token * gpu + truth.gpu_fixed_ns};
+        scheduler->ObserveStep(sample);
+        scheduler->UpdateTarget(static_cast<uint64_t>(kTokens));
+      }
+    };
+    run(200);
+    const double before = scheduler->target_cpu_share();
+    EXPECT_NEAR(before, OptimalCpuShare(truth, kTokens), 0.03);
+    truth.cpu_ns_per_token *= 50;  // a competing load on the CPU
+    run(200);
+    EXPECT_EQ(scheduler->target_cpu_share(), probe);
+    truth.cpu_ns_per_token /= 50;  // it ends
+    run(300);
+    if (probe == 0.0) {
+      EXPECT_EQ(scheduler->target_cpu_share(), 0.0);  // stuck: nothing measures the CPU
+    } else {
+      EXPECT_NEAR(scheduler->target_cpu_share(), before, 0.03);
+    }
+  }
+  SchedulerOptions bad;
+  bad.probe_share = 0.3;
+  EXPECT_EQ(Scheduler::Create("writescope", bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SteerBlockTest, MovesTheBatchShareTowardTheTargetAndRespectsFreeSlots) {
   const std::array<uint32_t, kNumKvRegions> room{10, 10};
   // c = 2 of n = 10, r = 0.5: CPU (2.5 < 5.5).

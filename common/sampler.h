@@ -1,5 +1,7 @@
-// The coordinator's token sampler, pure logic: one generated token from one row of
-// raw model logits, with its log-probability and the top alternatives.
+// The token sampler, pure logic: one generated token from one row of raw model logits,
+// with its log-probability and the top alternatives. The coordinator owns each request's
+// seeded generator and draws u (NextDraw); the gpu_worker, which has the logits, samples
+// with that u (Sample(logits, u)), so only the token travels, never the [vocab] row.
 //
 // Conventions. Log-probabilities are natural log, fp32, of the RAW distribution
 // (softmax of the logits at temperature 1, before top-k/top-p), accumulated in
@@ -31,17 +33,16 @@
 // them in id order (both are fixed by the logits and the seed, on any library).
 // Buffers are members, reused across calls.
 // Not thread-safe; one Sampler per request.
-#ifndef WRITESCOPE_COORDINATOR_SAMPLER_H_
-#define WRITESCOPE_COORDINATOR_SAMPLER_H_
+#ifndef WRITESCOPE_COMMON_SAMPLER_H_
+#define WRITESCOPE_COMMON_SAMPLER_H_
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "absl/types/span.h"
-#include "writescope/v1/writescope.pb.h"
 
-namespace writescope::coordinator {
+namespace writescope {
 
 // One alternative with its log-probability.
 struct TokenLogprob {
@@ -82,14 +83,27 @@ class Sampler {
 
   // logits: [vocab] raw model logits (fp32; may contain -inf; NaN is treated as
   // -inf). An empty row is a caller bug; it returns token 0 with logprob -inf.
+  // Same as Sample(logits, NextDraw()).
   SampledToken Sample(absl::Span<const float> logits);
+
+  // The next draw u in [0, 1) of the seeded generator at temperature > 0; 0, drawing
+  // nothing, when greedy. One per sampled token.
+  double NextDraw();
+
+  // Samples with the given draw u in [0, 1) (clamped into it; ignored when greedy) instead
+  // of the generator's: the same token Sample(logits) gives when u is its next draw.
+  SampledToken Sample(absl::Span<const float> logits, double u);
+
+  // Other options for the next calls, keeping the buffers (a worker samples many
+  // requests with one Sampler); the generator is reseeded with options.seed.
+  void Reset(const SamplerOptions& options);
 
  private:
   // The token drawn at temperature > 0 (keys_ and max_key_ already set). Sets
   // all_weights_total_ when it weighed the whole vocabulary (in id order).
-  int32_t Draw();
-  // Draws from weights_[candidates_[0..count)], in that order.
-  int32_t DrawAmong(size_t count);
+  int32_t Draw(double u);
+  // Draws u from weights_[candidates_[0..count)], in that order.
+  int32_t DrawAmong(size_t count, double u);
 
   SamplerOptions options_;
   bool greedy_;
@@ -114,12 +128,6 @@ void LogSoftmaxInto(absl::Span<const float> logits, std::vector<float>* out);
 // index; NaN counts as -inf.
 std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logprobs, uint32_t n);
 
-// Same seed, same draws: the seed the request gave, or a random one when it gave none.
-uint64_t ResolveSeed(const v1::SamplingParams& params);
+}  // namespace writescope
 
-// The request's sampling parameters as SamplerOptions (top_p 0, unset, becomes 1).
-SamplerOptions SamplerOptionsFrom(const v1::SamplingParams& params, uint64_t seed);
-
-}  // namespace writescope::coordinator
-
-#endif  // WRITESCOPE_COORDINATOR_SAMPLER_H_
+#endif  // WRITESCOPE_COMMON_SAMPLER_H_

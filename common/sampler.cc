@@ -1,11 +1,11 @@
-#include "coordinator/sampler.h"
+#include "common/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-namespace writescope::coordinator {
+namespace writescope {
 namespace {
 
 using internal_sampler::RankedToken;
@@ -148,7 +148,26 @@ Sampler::Sampler(const SamplerOptions& options)
       top_p_active_(options.top_p > 0.0f && options.top_p < 1.0f),
       generator_(options.seed) {}
 
+void Sampler::Reset(const SamplerOptions& options) {
+  options_ = options;
+  greedy_ = !(options.temperature > 0.0f);
+  top_p_active_ = options.top_p > 0.0f && options.top_p < 1.0f;
+  generator_.seed(options.seed);
+}
+
+double Sampler::NextDraw() {
+  if (greedy_) return 0.0;
+  return static_cast<double>(generator_() >> 11) * 0x1.0p-53;
+}
+
 SampledToken Sampler::Sample(absl::Span<const float> logits) {
+  const double u = NextDraw();
+  return Sample(logits, u);
+}
+
+SampledToken Sampler::Sample(absl::Span<const float> logits, double u) {
+  // [0, 1): the largest double below 1 keeps the walk inside the kept tokens.
+  u = std::isnan(u) ? 0.0 : std::clamp(u, 0.0, 0x1.fffffffffffffp-1);
   SampledToken result;
   if (logits.empty()) {
     result.logprob = -kInf;
@@ -161,7 +180,7 @@ SampledToken Sampler::Sample(absl::Span<const float> logits) {
     result.token_id =
         static_cast<int32_t>(std::find(keys_.begin(), keys_.end(), max_key_) - keys_.begin());
   } else {
-    result.token_id = Draw();
+    result.token_id = Draw(u);
   }
   // At temperature 1 the draw already summed exactly the raw terms: V exps saved.
   const double log_sum_exp = std::log(have_all_weights_total_ && options_.temperature == 1.0f
@@ -180,7 +199,7 @@ SampledToken Sampler::Sample(absl::Span<const float> logits) {
   return result;
 }
 
-int32_t Sampler::Draw() {
+int32_t Sampler::Draw(double u) {
   const size_t vocab = keys_.size();
   const double temperature = options_.temperature;
   const double max_key = max_key_;
@@ -212,7 +231,7 @@ int32_t Sampler::Draw() {
       weights_[id] = weight_of(id);
       total += weights_[id];
     }
-    return DrawAmong(top_p_active_ ? nucleus_of(k, total) : k);
+    return DrawAmong(top_p_active_ ? nucleus_of(k, total) : k, u);
   }
 
   double total = 0.0;
@@ -223,7 +242,6 @@ int32_t Sampler::Draw() {
   all_weights_total_ = total;
   have_all_weights_total_ = true;
   if (!top_p_active_) {
-    const double u = static_cast<double>(generator_() >> 11) * 0x1.0p-53;
     return WalkTo(u, vocab, weights_, [](size_t i) { return static_cast<int32_t>(i); });
   }
 
@@ -235,7 +253,7 @@ int32_t Sampler::Draw() {
     SelectBest(keys_, count, &candidates_, &heap_);
     double mass = 0.0;
     for (int32_t id : candidates_) mass += weights_[id];
-    if (mass >= target) return DrawAmong(nucleus_of(count, total));
+    if (mass >= target) return DrawAmong(nucleus_of(count, total), u);
   }
   // A flatter distribution: bisect for the nucleus size among the tokens of positive
   // weight (the nucleus is among them), nth_element halving the range, so O(V) in
@@ -276,12 +294,10 @@ int32_t Sampler::Draw() {
     }
   }
   for (size_t i = nucleus; i < ranked.size(); ++i) weights_[ranked[i].id] = 0.0;
-  const double u = static_cast<double>(generator_() >> 11) * 0x1.0p-53;
   return WalkTo(u, vocab, weights_, [](size_t i) { return static_cast<int32_t>(i); });
 }
 
-int32_t Sampler::DrawAmong(size_t count) {
-  const double u = static_cast<double>(generator_() >> 11) * 0x1.0p-53;
+int32_t Sampler::DrawAmong(size_t count, double u) {
   return WalkTo(u, count, weights_, [this](size_t i) { return candidates_[i]; });
 }
 
@@ -300,20 +316,4 @@ std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logprobs, uint32_t
   return TopOf(keys, n, &best, &heap);
 }
 
-uint64_t ResolveSeed(const v1::SamplingParams& params) {
-  if (params.has_seed()) return params.seed();
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
-}
-
-SamplerOptions SamplerOptionsFrom(const v1::SamplingParams& params, uint64_t seed) {
-  SamplerOptions options;
-  options.temperature = params.temperature();
-  options.top_k = params.top_k();
-  options.top_p = params.top_p() == 0.0f ? 1.0f : params.top_p();
-  options.seed = seed;
-  options.num_top = params.logprobs();
-  return options;
-}
-
-}  // namespace writescope::coordinator
+}  // namespace writescope

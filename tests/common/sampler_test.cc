@@ -1,4 +1,4 @@
-#include "coordinator/sampler.h"
+#include "common/sampler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace writescope::coordinator {
+namespace writescope {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -407,26 +407,63 @@ TEST(SamplerSeedTest, SameSeedSameSequenceDifferentSeedsDiffer) {
   EXPECT_NE(run(0), run(1));
 }
 
-TEST(SamplerSeedTest, ResolveSeedAndOptionsFromProto) {
-  v1::SamplingParams params;
-  params.set_seed(99);
-  EXPECT_EQ(ResolveSeed(params), 99u);
-  params.set_seed(0);  // an explicit 0 is a seed too
-  EXPECT_EQ(ResolveSeed(params), 0u);
-  params.clear_seed();
-  EXPECT_NE(ResolveSeed(params), ResolveSeed(params));  // 2^-64 odds of a collision
+// The split the service uses: the coordinator's sampler draws, another one (reused across
+// requests with Reset) samples with that draw. Every option mix, 200 tokens each: the
+// same tokens, logprobs and alternatives as sampling in one place.
+TEST(SamplerSplitTest, DrawThenSampleElsewhereEqualsSampleInOnePlace) {
+  const std::vector<float> peaked = RandomLogits(5000, 11, 6.0f);
+  const std::vector<float> flat = RandomLogits(5000, 12, 0.3f);
+  const SamplerOptions mixes[] = {
+      {.temperature = 0.0f, .num_top = 3},
+      {.temperature = 1.0f},
+      {.temperature = 0.7f, .top_k = 40, .num_top = 5},
+      {.temperature = 1.3f, .top_p = 0.9f},
+      {.temperature = 1.0f, .top_k = 100, .top_p = 0.5f, .num_top = 2},
+      {.temperature = 2.0f, .top_p = 0.99f},  // flat: the bisection path
+  };
+  Sampler worker(SamplerOptions{});
+  for (const std::vector<float>* logits : {&peaked, &flat}) {
+    for (SamplerOptions options : mixes) {
+      options.seed = 2024;
+      Sampler whole(options), coordinator(options);
+      for (int i = 0; i < 200; ++i) {
+        const SampledToken expected = whole.Sample(*logits);
+        const double u = coordinator.NextDraw();
+        if (options.temperature == 0.0f) EXPECT_EQ(u, 0.0);
+        worker.Reset(SamplerOptions{.temperature = options.temperature,
+                                    .top_k = options.top_k,
+                                    .top_p = options.top_p,
+                                    .num_top = options.num_top});
+        const SampledToken got = worker.Sample(*logits, u);
+        ASSERT_EQ(got.token_id, expected.token_id) << "token " << i;
+        ASSERT_EQ(got.logprob, expected.logprob);
+        ASSERT_EQ(got.top.size(), expected.top.size());
+        for (size_t k = 0; k < got.top.size(); ++k) {
+          EXPECT_EQ(got.top[k].token_id, expected.top[k].token_id);
+          EXPECT_EQ(got.top[k].logprob, expected.top[k].logprob);
+        }
+      }
+    }
+  }
+}
 
-  params.set_temperature(0.7f);
-  params.set_top_k(40);
-  params.set_logprobs(3);
-  SamplerOptions options = SamplerOptionsFrom(params, 55);
-  EXPECT_EQ(options.temperature, 0.7f);
-  EXPECT_EQ(options.top_k, 40u);
-  EXPECT_EQ(options.top_p, 1.0f);  // unset
-  EXPECT_EQ(options.seed, 55u);
-  EXPECT_EQ(options.num_top, 3u);
-  params.set_top_p(0.9f);
-  EXPECT_EQ(SamplerOptionsFrom(params, 55).top_p, 0.9f);
+// A draw outside [0, 1) (a corrupted plan) still picks a kept token: u >= 1 the last of the
+// walk, u < 0 or NaN the first; nothing outside the top-k.
+TEST(SamplerSplitTest, OutOfRangeDrawsStayInTheKeptSet) {
+  const std::vector<float> logits = RandomLogits(1000, 13, 3.0f);
+  Sampler sampler(SamplerOptions{.temperature = 1.0f, .top_k = 10});
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const std::set<int32_t> kept(order.begin(), order.begin() + 10);
+  for (double u : {-1.0, 0.0, 0.999999, 1.0, 7.5, std::numeric_limits<double>::quiet_NaN(),
+                   std::numeric_limits<double>::infinity()}) {
+    EXPECT_TRUE(kept.count(sampler.Sample(logits, u).token_id)) << u;
+  }
+  EXPECT_EQ(sampler.Sample(logits, -1.0).token_id, order[0]);
+  EXPECT_EQ(sampler.Sample(logits, std::numeric_limits<double>::quiet_NaN()).token_id, order[0]);
 }
 
 TEST(SamplerShapeTest, VocabOfOne) {
@@ -484,4 +521,4 @@ TEST(SamplerShapeTest, LargeVocabRuns) {
 }
 
 }  // namespace
-}  // namespace writescope::coordinator
+}  // namespace writescope

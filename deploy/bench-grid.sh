@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Issue 7's decode grid on one model shape: for each policy, one trio on synthetic weights of
+# the real shape (fewer layers: the per-layer step time and the projection are what count),
+# then `wscope bench` over batches x contexts (the KV placed by the policy's steering, not
+# computed: decode speed does not depend on KV values). Appends to OUT/bench-ARCH.csv and
+# prints the table as it goes.
+#
+#   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
+#       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
+#       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 8]
+#       [--out DIR] [--bin DIR] [--device cuda|host] [-- EXTRA_COORDINATOR_FLAGS...]
+#
+# Host KV regions are sized so that either one can hold the largest point whole (the single-
+# path policies put everything in one region); the GPU KV budget is the coordinator's default
+# (2 GiB, 0.3 GiB for MLA), the VRAM budget 32 GiB.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic"
+BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=8 OUT_DIR="${OUT:-.}"
+BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --arch) ARCH="$2"; shift 2 ;;
+    --layers) LAYERS="$2"; shift 2 ;;
+    --policies) POLICIES="$2"; shift 2 ;;
+    --batches) BATCHES="$2"; shift 2 ;;
+    --contexts) CONTEXTS="$2"; shift 2 ;;
+    --steps) STEPS="$2"; shift 2 ;;
+    --warmup) WARMUP="$2"; shift 2 ;;
+    --out) OUT_DIR="$2"; shift 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$ARCH" in
+  qwen3_moe) kv_bytes=2048 ;;     # 4 KV heads x 128 x (K, V) x bf16, per token and layer
+  mixtral) kv_bytes=4096 ;;       # 8 KV heads
+  deepseek_v2) kv_bytes=1152 ;;   # MLA: 512 + 64 latent values
+  *) echo "bench-grid.sh: --arch must be qwen3_moe, mixtral or deepseek_v2" >&2; exit 2 ;;
+esac
+max_of() { tr ',' '\n' <<<"$1" | sort -n | tail -1; }
+max_batch=$(max_of "$BATCHES") max_context=$(max_of "$CONTEXTS")
+# Tokens per sequence: the context, the decode steps, the D-window's flushes (one block).
+tokens=$((max_batch * (max_context + STEPS + WARMUP + 512)))
+region_mib=$(((tokens * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
+mkdir -p "$OUT_DIR"
+csv="$OUT_DIR/bench-$ARCH.csv"
+echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, policies: $POLICIES"
+for policy in $POLICIES; do
+  ready=$(mktemp -u)
+  WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
+    --device "$DEVICE" -- --synthetic="$ARCH" --num_layers="$LAYERS" \
+    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" \
+    --max_sequences="$max_batch" --policy="$policy" ${EXTRA[@]+"${EXTRA[@]}"} &
+  launcher=$!
+  for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
+  if [[ ! -f $ready ]]; then
+    echo "bench-grid: the trio for $policy did not start" >&2
+    kill -TERM $launcher 2>/dev/null || true; wait $launcher || true; exit 1
+  fi
+  # shellcheck disable=SC1090
+  source "$ready"
+  "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
+    --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" || true
+  kill -TERM $launcher; wait $launcher || true
+done
+echo "bench-grid: $csv"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 7's contention experiment: per policy, one trio; `wscope bench` repeats one point
+# (batch x context) in rounds (each round places its context anew, at the scheduler's target
+# of that moment: how a changed r reaches the KV without moving any) and records every
+# measured step with its time; after --before seconds a competing CPU + DRAM load
+# (ws_cpu_load, --load-threads threads) runs for --during seconds. Writes
+# OUT/contention-steps.csv (one row per step) and OUT/contention-events.csv (load start/end).
+#
+#   deploy/contention.sh [--arch qwen3_moe] [--layers 4] [--batch 16] [--context 32768]
+#       [--policies "writescope static:0.5 transfer-all"] [--load-threads 8]
+#       [--before 20] [--during 40] [--after 0] [--out DIR] [--bin DIR] [--device cuda|host]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ARCH=qwen3_moe LAYERS=4 BATCH=16 CONTEXT=32768 POLICIES="writescope static:0.5 transfer-all"
+LOAD_THREADS=8 BEFORE=20 DURING=40 AFTER=0 OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}"
+DEVICE=cuda
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --arch) ARCH="$2"; shift 2 ;;
+    --layers) LAYERS="$2"; shift 2 ;;
+    --batch) BATCH="$2"; shift 2 ;;
+    --context) CONTEXT="$2"; shift 2 ;;
+    --policies) POLICIES="$2"; shift 2 ;;
+    --load-threads) LOAD_THREADS="$2"; shift 2 ;;
+    --before) BEFORE="$2"; shift 2 ;;
+    --during) DURING="$2"; shift 2 ;;
+    --after) AFTER="$2"; shift 2 ;;
+    --out) OUT_DIR="$2"; shift 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "contention.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$ARCH" in
+  qwen3_moe) kv_bytes=2048 ;; mixtral) kv_bytes=4096 ;; deepseek_v2) kv_bytes=1152 ;;
+  *) echo "contention.sh: --arch must be qwen3_moe, mixtral or deepseek_v2" >&2; exit 2 ;;
+esac
+[[ -x $BIN/ws_cpu_load ]] || { echo "contention.sh: $BIN/ws_cpu_load not found" >&2; exit 2; }
+# Rounds overlap in the placement only while one ends and the next starts: room for two.
+region_mib=$(((2 * BATCH * (CONTEXT + 1024) * kv_bytes * LAYERS >> 20) + 64))
+mkdir -p "$OUT_DIR"
+steps_csv="$OUT_DIR/contention-steps.csv" events="$OUT_DIR/contention-events.csv"
+[[ -f $events ]] || echo "policy,unix_s,event" >"$events"
+now() { date +%s.%N; }
+for policy in $POLICIES; do
+  ready=$(mktemp -u)
+  WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
+    --device "$DEVICE" -- --synthetic="$ARCH" --num_layers="$LAYERS" \
+    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" \
+    --max_sequences="$((2 * BATCH))" --policy="$policy" &
+  launcher=$!
+  for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
+  if [[ ! -f $ready ]]; then
+    echo "contention: the trio for $policy did not start" >&2
+    kill -TERM $launcher 2>/dev/null || true; wait $launcher || true; exit 1
+  fi
+  # shellcheck disable=SC1090
+  source "$ready"
+  total=$((BEFORE + DURING + AFTER))
+  echo "contention: $policy, batch $BATCH x $CONTEXT, load of $LOAD_THREADS threads from ${BEFORE}s for ${DURING}s"
+  "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
+    --decode_steps=8 --warmup_steps=2 --rounds=100000 --bench_for="${total}s" \
+    --steps_csv="$steps_csv" >"$OUT_DIR/contention-$policy.log" 2>&1 &
+  bench=$!
+  sleep "$BEFORE"
+  echo "$policy,$(now),load start" >>"$events"
+  "$BIN/ws_cpu_load" --threads="$LOAD_THREADS" --seconds="$DURING" >>"$OUT_DIR/contention-load.log" 2>&1 || true
+  echo "$policy,$(now),load end" >>"$events"
+  wait $bench || true
+  kill -TERM $launcher; wait $launcher || true
+done
+echo "contention: $steps_csv, $events"

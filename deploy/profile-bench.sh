@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Where a bench point's step time goes: per policy, one trio on synthetic weights, one
+# `wscope bench` point, then `wscope profile` of its last steps: OUT/profile-POLICY.json (the
+# Chrome trace of the three processes) and the per-phase summary on stdout.
+#
+#   deploy/profile-bench.sh [--arch qwen3_moe] [--layers 4] [--batch 32] [--context 32768]
+#       [--policies "writescope cpu-all"] [--steps 4] [--out DIR] [--bin DIR] [--device cuda|host]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ARCH=qwen3_moe LAYERS=4 BATCH=32 CONTEXT=32768 POLICIES="writescope cpu-all" STEPS=4
+OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --arch) ARCH="$2"; shift 2 ;;
+    --layers) LAYERS="$2"; shift 2 ;;
+    --batch) BATCH="$2"; shift 2 ;;
+    --context) CONTEXT="$2"; shift 2 ;;
+    --policies) POLICIES="$2"; shift 2 ;;
+    --steps) STEPS="$2"; shift 2 ;;
+    --out) OUT_DIR="$2"; shift 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$ARCH" in
+  qwen3_moe) kv_bytes=2048 ;; mixtral) kv_bytes=4096 ;; deepseek_v2) kv_bytes=1152 ;;
+  *) echo "profile-bench.sh: --arch must be qwen3_moe, mixtral or deepseek_v2" >&2; exit 2 ;;
+esac
+region_mib=$(((BATCH * (CONTEXT + 1024) * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
+mkdir -p "$OUT_DIR"
+for policy in $POLICIES; do
+  ready=$(mktemp -u)
+  WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
+    --device "$DEVICE" -- --synthetic="$ARCH" --num_layers="$LAYERS" \
+    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" \
+    --max_sequences="$BATCH" --policy="$policy" &
+  launcher=$!
+  for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
+  if [[ ! -f $ready ]]; then
+    echo "profile-bench: the trio for $policy did not start" >&2
+    kill -TERM $launcher 2>/dev/null || true; wait $launcher || true; exit 1
+  fi
+  # shellcheck disable=SC1090
+  source "$ready"
+  echo "== $policy, batch $BATCH x $CONTEXT"
+  "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
+    --decode_steps=8 --warmup_steps=8 || true
+  "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" \
+    --out="$OUT_DIR/profile-${policy//[^a-z0-9.-]/_}.json" || true
+  kill -TERM $launcher; wait $launcher || true
+done

@@ -96,6 +96,7 @@ struct GpuStep::Step {
   std::vector<int64_t> positions;
   TransferPlan transfer;
   uint32_t chunks = 0;
+  bool transfer_begun = false;  // round 0 queued (KvCache::BeginTransfer)
   std::vector<float> x;  // [tokens][hidden]
   // This step's new KV in the device staging buffer: per layer, per sequence.
   std::vector<uint64_t> staging_offset;  // [sequence] within a layer's share
@@ -292,7 +293,7 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   const bool time_dma = options_.spans != nullptr && step.transfer.num_rounds() > 0;
   kv_cache_->set_time_rounds(time_dma);
   if (time_dma) WS_RETURN_IF_ERROR(device_->ResetMarkers());
-  if (step.transfer.num_rounds() > 0) WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
+  // Round 0 is queued in the first layer, after its uploads (Layer).
 
   outstanding_replies_ = 0;
   absl::Status status;
@@ -418,6 +419,12 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
 
   }
   PinnedArray<float>& attn = Sized(scratch_->attn, T * ops_->attn_values());
+  if (!step.transfer_begun && step.transfer.num_rounds() > 0) {
+    // The first round's DMA goes after this layer's small uploads (the products' inputs, the
+    // KV rows): a copy queued behind it on the copy engine would wait the whole round.
+    WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
+    step.transfer_begun = true;
+  }
   WS_RETURN_IF_ERROR(Attention(step, layer, q, &attn));
   {
     SpanRecorder::Scope span(spans, "o_proj", id, l);
@@ -599,13 +606,16 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
   std::vector<TileList> lists(layout.sequences.size());
   // 1. This layer's GPU-transfer blocks, chunk by chunk through the ping-pong buffers.
   for (uint32_t chunk = 0; chunk < step.chunks; ++chunk) {
-    WS_ASSIGN_OR_RETURN(PingPongRound round, kv_cache_->ReadyRound(layer * step.chunks + chunk));
+    WS_ASSIGN_OR_RETURN(PingPongRound round, kv_cache_->ReadyRound(layer * step.chunks + chunk,
+                                                                  /*prefetch_next=*/false));
     for (TileList& list : lists) list = TileList();
     for (const PingPongEntry& entry : round.chunk_plan->entries) {
       lists[entry.sequence_index].Add(round.buffer + uint64_t{entry.pingpong_block} * lbb,
                                       int64_t{entry.block_index} * bt, bt);
     }
     WS_RETURN_IF_ERROR(attend(lists, /*causal=*/false));
+    // The next round after this one's uploads (queries, tile lists), not before them.
+    WS_RETURN_IF_ERROR(kv_cache_->PrefetchNext());
   }
   // 2. The D-window (decode; it holds the new token now) and the chunk's own blocks
   // (prefill, causal).

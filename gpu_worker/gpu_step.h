@@ -2,7 +2,9 @@
 // layer, with the cpu_worker on the other end of the data plane (common/step_layout.h):
 //
 //   flush the full D-windows the plan names (decode), wait for the writes
-//   stream the step's GPU-transfer blocks through the ping-pong buffers (KvCache)
+//   stream the step's GPU-transfer blocks through the ping-pong buffers (KvCache): round
+//   0 queued in layer 0 after its uploads, each next round after the current round's
+//   attention (a small copy queued behind a round's DMA waits for all of it)
 //   x = embed(tokens)
 //   per layer:
 //     h = input_norm(x); q, kv = project(h)               (DecoderOps)

@@ -249,6 +249,7 @@ absl::Status KvCache::IssueRound(uint32_t round) {
   }
   if (round_markers_.size() <= round) round_markers_.resize(round + 1, {-1, -1});
   round_markers_[round] = markers;
+  issued_round_ = round;
   return absl::OkStatus();
 }
 
@@ -272,6 +273,7 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
   }
   plan_ = &plan;
   next_round_ = 0;
+  issued_round_ = -1;
   if (plan.num_rounds() == 0) return absl::OkStatus();
   // Blocks flushed or prefilled into the transfer region must land before they are
   // read back, and the previous step's attention must be done with buffer 0.
@@ -281,26 +283,37 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
   return IssueRound(0);
 }
 
-absl::StatusOr<PingPongRound> KvCache::ReadyRound(uint32_t round) {
+absl::StatusOr<PingPongRound> KvCache::ReadyRound(uint32_t round, bool prefetch_next) {
   if (plan_ == nullptr || round != next_round_ || round >= plan_->num_rounds()) {
     return absl::FailedPreconditionError(
         absl::StrCat("ReadyRound(", round, "): expected round ", next_round_, " of ",
                      plan_ == nullptr ? 0 : plan_->num_rounds(), " after BeginTransfer"));
   }
-  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCompute, Stream::kCopyIn));
-  if (round + 1 < plan_->num_rounds()) {
-    // The other buffer was read by round - 1's attention, the last compute work
-    // queued: the prefetch waits for it, then overlaps this round's attention.
+  if (issued_round_ < static_cast<int64_t>(round)) {
+    // Nobody prefetched it: queue it now, after round - 1's attention (its buffer's reader).
     WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
-    WS_RETURN_IF_ERROR(IssueRound(round + 1));
+    WS_RETURN_IF_ERROR(IssueRound(round));
   }
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCompute, Stream::kCopyIn));
   ++next_round_;
+  if (prefetch_next) WS_RETURN_IF_ERROR(PrefetchNext());
   const uint32_t chunk = plan_->chunk_of_round(round);
   return PingPongRound{.layer = plan_->layer_of_round(round),
                        .chunk = chunk,
                        .buffer_index = static_cast<int>(round % 2),
                        .buffer = pingpong_[round % 2],
                        .chunk_plan = &plan_->chunks[chunk]};
+}
+
+absl::Status KvCache::PrefetchNext() {
+  if (plan_ == nullptr || next_round_ >= plan_->num_rounds() ||
+      issued_round_ >= static_cast<int64_t>(next_round_)) {
+    return absl::OkStatus();
+  }
+  // The other buffer was read by the previous round's attention, queued before this call:
+  // the copies wait for the compute work queued so far, then overlap what follows.
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
+  return IssueRound(next_round_);
 }
 
 }  // namespace writescope::gpu

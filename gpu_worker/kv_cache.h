@@ -123,8 +123,16 @@ class KvCache {
   //                                       // after the attention queued so far
   //     enqueue attention over r.buffer on kCompute
   // `plan` must stay alive until the last ReadyRound. Rounds come in order.
+  //
+  // With ReadyRound(round, /*prefetch_next=*/false) the caller queues round+1 itself with
+  // PrefetchNext() once this round's attention is queued: a host-to-device copy queued
+  // after a round's DMA waits for it on the copy engine, so the attention's own small
+  // uploads should go first. A round that nobody prefetched is queued by its ReadyRound.
   absl::Status BeginTransfer(const TransferPlan& plan);
-  absl::StatusOr<PingPongRound> ReadyRound(uint32_t round);
+  absl::StatusOr<PingPongRound> ReadyRound(uint32_t round, bool prefetch_next = true);
+  // Queues the round after the last readied one (after the compute work queued so far);
+  // nothing when it is queued already or there is none.
+  absl::Status PrefetchNext();
 
   // With timing on, every round's copies are bracketed by device markers
   // (Device::RecordMarker): round_markers()[round] = {before, after}, -1 when the round
@@ -157,6 +165,7 @@ class KvCache {
   std::vector<bool> flush_pending_;  // per window slot
   const TransferPlan* plan_ = nullptr;
   uint32_t next_round_ = 0;
+  int64_t issued_round_ = -1;  // the last round queued on kCopyIn
   KvCacheStats stats_;
   bool time_rounds_ = false;
   std::vector<std::pair<int, int>> round_markers_;

@@ -306,6 +306,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelFolder(const std::string&
   uint64_t sink = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : sink)
   for (size_t w = 0; w < work.size(); ++w) {
+    if (reporter.cancelled()) continue;  // a loop of OpenMP cannot break: skip the rest
     WorkItem& item = work[w];
     if (item.convert) {
       ConvertToBf16(*item.source.file, *item.source.info, item.converted.get());
@@ -315,6 +316,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelFolder(const std::string&
     reporter.Advance(item.spec_count, item.spec_bytes);
   }
   (void)sink;
+  WS_RETURN_IF_ERROR(reporter.CheckCancelled());
   reporter.Finish();
 
   ModelWeightsBuilder builder(config, options.side);

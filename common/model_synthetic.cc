@@ -1,9 +1,18 @@
 // MakeSyntheticWeights: random bf16 weights of a model's real shapes, no file needed.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -52,6 +61,158 @@ struct Chunk {
   int64_t end;
 };
 
+// The first page of a shared segment; the weights follow it.
+struct SharedHeader {
+  static constexpr uint64_t kMagic = 0x57535359'4e544831ull;  // "WSSYNTH1"
+  std::atomic<uint64_t> magic;     // set once the creator sized and mapped the segment
+  uint64_t weight_bytes;
+  int32_t creator_pid;
+  std::atomic<uint32_t> state;     // kGenerating, kReady or kFailed
+};
+constexpr uint32_t kGenerating = 0, kReady = 1, kFailed = 2;
+constexpr uint64_t kSharedHeaderBytes = 4096;
+static_assert(sizeof(SharedHeader) <= kSharedHeaderBytes);
+static_assert(kSharedHeaderBytes % kTensorAlignment == 0);
+
+// Where the weights live.
+struct Storage {
+  std::shared_ptr<void> keep_alive;  // unmaps
+  uint16_t* weights = nullptr;
+  SharedHeader* header = nullptr;    // shared segments only
+  bool generate = true;              // this process fills them
+};
+
+absl::StatusOr<Storage> MapPrivate(uint64_t map_bytes, const std::string& what) {
+  // Anonymous and lazily backed: each page is first touched by the thread that fills it.
+  void* base = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrFormat("%s: cannot map %.2f GiB: %s", what,
+                                                        map_bytes / double(1 << 30),
+                                                        std::strerror(errno)));
+  }
+  // Transparent huge pages cut the page faults of filling tens of GiB by 512x (a hint:
+  // ignored where THP is off).
+  madvise(base, map_bytes, MADV_HUGEPAGE);
+  Storage storage;
+  storage.keep_alive = std::shared_ptr<void>(base, [map_bytes](void* p) { munmap(p, map_bytes); });
+  storage.weights = static_cast<uint16_t*>(base);
+  return storage;
+}
+
+// Creates `name` (then this process generates) or maps the existing one and waits until
+// its creator has filled it.
+absl::StatusOr<Storage> MapShared(const std::string& name, uint64_t weight_bytes,
+                                  uint64_t reserve_bytes, const LoadProgress* progress,
+                                  const std::string& what) {
+  const uint64_t segment_bytes = kSharedHeaderBytes + weight_bytes;
+  auto map = [&](int fd) -> absl::StatusOr<Storage> {
+    void* base = mmap(nullptr, segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int error = errno;
+    close(fd);
+    if (base == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrFormat("%s: cannot map %s (%.2f GiB): %s",
+                                                          what, name, segment_bytes / double(1 << 30),
+                                                          std::strerror(error)));
+    }
+    Storage storage;
+    storage.keep_alive =
+        std::shared_ptr<void>(base, [segment_bytes](void* p) { munmap(p, segment_bytes); });
+    storage.header = static_cast<SharedHeader*>(base);
+    storage.weights = reinterpret_cast<uint16_t*>(static_cast<std::byte*>(base) + kSharedHeaderBytes);
+    return storage;
+  };
+  auto cancelled = [&] { return progress != nullptr && progress->cancelled.load(); };
+
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd >= 0) {
+    // tmpfs sizes a segment lazily: filling one larger than its free space would end in
+    // SIGBUS. Refuse instead (the caller falls back to private memory).
+    struct statvfs fs;
+    if (fstatvfs(fd, &fs) == 0 &&
+        static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize < segment_bytes + reserve_bytes) {
+      close(fd);
+      shm_unlink(name.c_str());
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "%s: %s needs %.2f GiB (+ %.2f GiB kept free), the shared-memory file system has "
+          "%.2f GiB free",
+          what, name, segment_bytes / double(1 << 30), reserve_bytes / double(1 << 30),
+          static_cast<double>(fs.f_bavail) * fs.f_frsize / double(1 << 30)));
+    }
+    if (ftruncate(fd, static_cast<off_t>(segment_bytes)) != 0) {
+      const int error = errno;
+      close(fd);
+      shm_unlink(name.c_str());
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "%s: cannot size %s to %.2f GiB: %s", what, name, segment_bytes / double(1 << 30),
+          std::strerror(error)));
+    }
+    WS_ASSIGN_OR_RETURN(Storage storage, map(fd));
+    storage.header->weight_bytes = weight_bytes;
+    storage.header->creator_pid = static_cast<int32_t>(getpid());
+    storage.header->state.store(kGenerating);
+    storage.header->magic.store(SharedHeader::kMagic, std::memory_order_release);
+    storage.generate = true;
+    return storage;
+  }
+  if (errno != EEXIST) {
+    return absl::InternalError(
+        absl::StrFormat("%s: cannot create %s: %s", what, name, std::strerror(errno)));
+  }
+  // Another process creates it: wait until it is sized, mapped and filled.
+  using Clock = std::chrono::steady_clock;
+  const auto sizing_deadline = Clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    if (cancelled()) return absl::CancelledError(absl::StrCat(what, ": cancelled"));
+    fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0 && errno == ENOENT) {
+      // Its creator gave it up (no room): try to create it, or find the next one.
+      return MapShared(name, weight_bytes, reserve_bytes, progress, what);
+    }
+    if (fd < 0) {
+      return absl::InternalError(
+          absl::StrFormat("%s: cannot open %s: %s", what, name, std::strerror(errno)));
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == segment_bytes) break;
+    const bool sized = fstat(fd, &st) == 0 && st.st_size != 0;
+    close(fd);
+    if (sized) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: %s holds %d bytes, these weights need %d: another model's", what, name,
+          static_cast<int64_t>(st.st_size), static_cast<int64_t>(segment_bytes)));
+    }
+    if (Clock::now() > sizing_deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": ", name, " was never sized by its creator"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  WS_ASSIGN_OR_RETURN(Storage storage, map(fd));
+  storage.generate = false;
+  SharedHeader* header = storage.header;
+  for (int polls = 0;; ++polls) {
+    if (header->magic.load(std::memory_order_acquire) == SharedHeader::kMagic) {
+      const uint32_t state = header->state.load(std::memory_order_acquire);
+      if (state == kReady) break;
+      if (state == kFailed) {
+        return absl::AbortedError(absl::StrCat(what, ": the process generating ", name,
+                                               " (pid ", header->creator_pid, ") gave up"));
+      }
+      if (kill(header->creator_pid, 0) != 0 && errno == ESRCH) {
+        return absl::AbortedError(absl::StrCat(what, ": the process generating ", name,
+                                               " (pid ", header->creator_pid, ") died"));
+      }
+    } else if (polls > 6000) {  // 30 s
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": ", name, " was never initialised by its creator"));
+    }
+    if (cancelled()) return absl::CancelledError(absl::StrCat(what, ": cancelled"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return storage;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticWeights(
@@ -81,19 +242,19 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticWeights(
     tensor_bytes += specs[i].bf16_bytes();
   }
   const uint64_t map_bytes = std::max<uint64_t>(total, kTensorAlignment);
-  // Anonymous and lazily backed: each page is first touched by the thread that fills it.
-  void* base = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "synthetic %s weights (%s side): cannot map %.2f GiB: %s", ModelArchName(config.arch),
-        SideFilterName(options.side), map_bytes / double(1 << 30), std::strerror(errno)));
+  const std::string what = absl::StrFormat("synthetic %s weights (%s side)",
+                                           ModelArchName(config.arch), SideFilterName(options.side));
+  absl::StatusOr<Storage> mapped =
+      options.shared_name.empty()
+          ? MapPrivate(map_bytes, what)
+          : MapShared(options.shared_name, map_bytes, options.shared_reserve_bytes,
+                      options.progress, what);
+  if (!mapped.ok() && absl::IsResourceExhausted(mapped.status()) && !options.shared_name.empty()) {
+    WS_LOG(WARNING) << mapped.status() << "; generating them in private memory instead";
+    mapped = MapPrivate(map_bytes, what);
   }
-  // Transparent huge pages cut the page faults of filling tens of GiB by 512x (a hint:
-  // ignored where THP is off).
-  madvise(base, map_bytes, MADV_HUGEPAGE);
-  std::shared_ptr<void> storage(base, [map_bytes](void* p) { munmap(p, map_bytes); });
-  uint16_t* const arena = static_cast<uint16_t*>(base);
+  WS_ASSIGN_OR_RETURN(Storage storage, std::move(mapped));
+  uint16_t* const arena = storage.weights;
 
   std::vector<Chunk> chunks;
   std::vector<uint64_t> keys(specs.size());
@@ -116,8 +277,14 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticWeights(
       absl::StrCat("synthetic ", ModelArchName(config.arch), " weights (", config.num_layers,
                    " layers, ", SideFilterName(options.side), " side, seed ", options.seed, ")"));
   reporter.Start(tensor_count, tensor_bytes);
+  if (!storage.generate) {
+    // Another process generated them into the shared segment: nothing to do.
+    chunks.clear();
+    reporter.Advance(tensor_count, tensor_bytes);
+  }
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t c = 0; c < chunks.size(); ++c) {
+    if (reporter.cancelled()) continue;  // a loop of OpenMP cannot break: skip the rest
     const Chunk& chunk = chunks[c];
     const TensorSpec& spec = specs[chunk.tensor];
     const uint64_t key = keys[chunk.tensor];
@@ -143,10 +310,16 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticWeights(
     const bool last_chunk = chunk.end == spec.numel();
     reporter.Advance(last_chunk ? 1 : 0, 2 * static_cast<uint64_t>(chunk.end - chunk.begin));
   }
+  if (storage.header != nullptr && storage.generate) {
+    // Tell the processes waiting on the segment; they fail too when this one gave up.
+    storage.header->state.store(reporter.cancelled() ? kFailed : kReady,
+                                std::memory_order_release);
+  }
+  WS_RETURN_IF_ERROR(reporter.CheckCancelled());
   reporter.Finish();
 
   ModelWeightsBuilder builder(config, options.side);
-  builder.KeepAlive(storage);
+  builder.KeepAlive(storage.keep_alive);
   builder.AddOwnedBytes(tensor_bytes);
   for (size_t i = 0; i < specs.size(); ++i) {
     Bf16Tensor tensor;

@@ -157,6 +157,11 @@ void ProgressReporter::Finish() {
   Report(Snapshot(*progress_), true);
 }
 
+absl::Status ProgressReporter::CheckCancelled() const {
+  if (!cancelled()) return absl::OkStatus();
+  return absl::CancelledError(absl::StrCat(what_, ": cancelled (the worker is stopping)"));
+}
+
 void ProgressReporter::Report(const LoadProgressSnapshot& s, bool final) {
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
   WS_LOG(INFO) << what_ << (final ? ": done " : ": ")

@@ -55,6 +55,9 @@ struct LoadProgress {
   std::atomic<uint64_t> bytes_done{0};
   std::atomic<uint64_t> bytes_total{0};
   std::atomic<bool> finished{false};
+  // Set from another thread (the worker is stopping): the loader stops at its next tensor
+  // piece and returns CANCELLED.
+  std::atomic<bool> cancelled{false};
 };
 
 struct LoadProgressSnapshot {
@@ -138,6 +141,16 @@ struct SyntheticOptions {
   uint64_t seed = 0;
   LoadProgress* progress = nullptr;
   ProgressCallback on_progress;
+  // A POSIX shared-memory name ("/ws-...") to hold the weights in, shared between
+  // processes that ask for the same weights: the first to create it generates them, the
+  // others map it and wait (CANCELLED if cancelled meanwhile, an error naming the creator if
+  // it died). Empty: private memory. The name is never unlinked here: whoever chose it does
+  // (the coordinator, for the workers' routed experts).
+  std::string shared_name;
+  // The segment is made only when the shared-memory file system has this much free room
+  // beyond it (sparse segments there, like the KV arena, take their pages later: filling
+  // past the room would end in SIGBUS); else the weights go to private memory.
+  uint64_t shared_reserve_bytes = 0;
 };
 
 // Random bf16 weights of the model's real shapes (take the layer count from the config:

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/model_weights.h"
 
@@ -35,6 +36,10 @@ class ProgressReporter {
   void Start(uint64_t tensors_total, uint64_t bytes_total);
   void Advance(uint64_t tensors, uint64_t bytes);
   void Finish();
+  // Whether LoadProgress::cancelled is set.
+  bool cancelled() const { return progress_->cancelled.load(std::memory_order_relaxed); }
+  // CANCELLED naming the load when cancelled(); OK otherwise.
+  absl::Status CheckCancelled() const;
 
  private:
   void Report(const LoadProgressSnapshot& snapshot, bool final);

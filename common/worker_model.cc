@@ -46,15 +46,25 @@ ModelSource FromLoadRequest(const internal::LoadRequest& request) {
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWorkerWeights(const ModelSource& source,
                                                                 SideFilter side,
-                                                                LoadProgress* progress) {
+                                                                LoadProgress* progress,
+                                                                const std::string& shared_name,
+                                                                uint64_t shared_reserve_bytes) {
   WS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(source));
   if (!source.synthetic_arch.empty()) {
-    return MakeSyntheticWeights(config, {.side = side, .seed = source.seed, .progress = progress,
-                                         .on_progress = nullptr});
+    return MakeSyntheticWeights(config, {.side = side,
+                                         .seed = source.seed,
+                                         .progress = progress,
+                                         .on_progress = nullptr,
+                                         .shared_name = shared_name,
+                                         .shared_reserve_bytes = shared_reserve_bytes});
   }
   return LoadModelFolder(source.model_path, {.side = side, .populate = false,
                                              .strict_unused = false, .progress = progress,
                                              .on_progress = nullptr});
+}
+
+std::string SyntheticExpertsShmName(const std::string& arena_name) {
+  return arena_name + "-synthetic-experts";
 }
 
 absl::Status CheckKvMatchesModel(const ModelConfig& model, const KvCacheConfig& kv) {

@@ -31,10 +31,20 @@ std::string DescribeModelSource(const ModelSource& source);
 void ToLoadRequest(const ModelSource& source, internal::LoadRequest* request);
 ModelSource FromLoadRequest(const internal::LoadRequest& request);
 
-// The worker's side of the weights; `progress` advances while it loads.
+// The worker's side of the weights; `progress` advances while it loads. Synthetic weights
+// go into the shared-memory segment `shared_name` when it is not empty and the file system
+// keeps `shared_reserve_bytes` free beside it (SyntheticOptions): the processes that ask
+// for the same side with the same name hold one copy.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWorkerWeights(const ModelSource& source,
                                                                 SideFilter side,
-                                                                LoadProgress* progress);
+                                                                LoadProgress* progress,
+                                                                const std::string& shared_name = "",
+                                                                uint64_t shared_reserve_bytes = 0);
+
+// The shared-memory name of the synthetic routed experts of the launch whose arena is
+// `arena_name`: the cpu_worker runs them, the gpu_worker streams them (one copy in host
+// memory). The coordinator unlinks it once both workers have loaded, and at shutdown.
+std::string SyntheticExpertsShmName(const std::string& arena_name);
 
 // FAILED_PRECONDITION unless the KV cache was sized for this model's geometry.
 absl::Status CheckKvMatchesModel(const ModelConfig& model, const KvCacheConfig& kv);

@@ -103,6 +103,7 @@ absl::Status RunWorkerServer(WorkerBackend& backend, const WorkerServerOptions& 
 
   std::thread watcher = StartTerminationWatcher([&] {
     WS_LOG(INFO) << backend.name() << " stopping";
+    backend.CancelLoad();
     server->GetHealthCheckService()->SetServingStatus(false);
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   });

@@ -30,6 +30,9 @@ class WorkerBackend {
   virtual absl::Status ResetDataPlane(bool attach) = 0;
   // Called once when the server stops: release the arena, close channels.
   virtual void Stop() = 0;
+  // Called from the termination watcher before the server shuts down: a Load in progress
+  // should return soon (CANCELLED) instead of holding the shutdown until it is killed.
+  virtual void CancelLoad() {}
 };
 
 struct WorkerServerOptions {

@@ -1,5 +1,11 @@
 #include "coordinator/coordinator.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -185,8 +191,10 @@ absl::Status Coordinator::LoadWorkers() {
     }
   }
   absl::Status status = absl::OkStatus();
+  for (Loading& load : loads) load.thread.join();
+  // Both workers have mapped the synthetic experts they share, or failed: the name goes.
+  UnlinkSharedWeights();
   for (Loading& load : loads) {
-    load.thread.join();
     std::lock_guard<std::mutex> lock(status_mutex_);
     if (!load.result.ok()) {
       load.status->set_detail(std::string(load.result.status().message()));
@@ -323,6 +331,7 @@ absl::Status Coordinator::Recover() {
     WS_LOG(INFO) << "reloading " << worker->name();
     WS_ASSIGN_OR_RETURN(internal::LoadResponse response,
                         worker->Load(request, options_.load_timeout));
+    UnlinkSharedWeights();  // the relaunched worker generated its own
     (worker == &gpu_worker_ ? gpu_load_ : cpu_load_) = response;
     WS_RETURN_IF_ERROR(ConfigureExperts());
     std::lock_guard<std::mutex> lock(status_mutex_);
@@ -349,8 +358,17 @@ void Coordinator::Stop(bool shutdown_workers) {
     }
   }
   if (arena_ != nullptr) {
+    UnlinkSharedWeights();
     absl::Status status = arena_->Unlink();
     if (!status.ok()) WS_LOG(WARNING) << status;
+  }
+}
+
+void Coordinator::UnlinkSharedWeights() {
+  if (arena_ == nullptr) return;
+  const std::string name = SyntheticExpertsShmName(arena_->name());
+  if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
+    WS_LOG(WARNING) << "cannot unlink " << name << ": " << std::strerror(errno);
   }
 }
 

@@ -90,6 +90,8 @@ class Coordinator {
   // Both workers answer again: re-formats the channels, loads the relaunched worker and
   // re-attaches the survivor.
   absl::Status Recover();
+  // Removes the name of the workers' shared synthetic experts (their mappings stay).
+  void UnlinkSharedWeights();
   // The expert placement rule from the workers' latest load responses (after a load).
   absl::Status ConfigureExperts();
 

@@ -239,6 +239,14 @@ int SelfTest() {
   return response.ok() ? 0 : 1;
 }
 
+// The p-quantile of values (nearest rank, p in [0, 1]); 0 for none.
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t i = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
+  return values[i];
+}
+
 // ---- bench -----------------------------------------------------------------------------
 
 int Bench() {
@@ -269,7 +277,8 @@ int Bench() {
     if (fresh) {
       std::fprintf(csv, "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
                         "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,"
-                        "placed_cpu_share,optimal_cpu_share,bound_attention_ms\n");
+                        "placed_cpu_share,optimal_cpu_share,bound_attention_ms,step_ms_p10,"
+                        "step_ms_p50,step_ms_p90\n");
     }
   }
   std::FILE* steps_csv = nullptr;
@@ -291,9 +300,10 @@ int Bench() {
   // Times in ms per step (all layers); "experts": the cpu_worker's routed experts; "bound":
   // the roofline bound of the step's attention at the best split, from the scheduler's
   // current estimates of A and B.
-  std::printf("%-12s %5s %8s %9s %9s %9s %9s %9s %6s %6s %6s %9s\n", "policy", "batch",
-              "context", "tok/s", "step ms", "gpu attn", "cpu attn", "experts", "r tgt",
-              "r plc", "r*", "bound");
+  // "p10-p90": the spread of the measured steps' times.
+  std::printf("%-12s %5s %8s %9s %9s %13s %9s %9s %9s %6s %6s %6s %9s\n", "policy", "batch",
+              "context", "tok/s", "step ms", "p10-p90", "gpu attn", "cpu attn", "experts",
+              "r tgt", "r plc", "r*", "bound");
   int failures = 0;
   const uint32_t rounds = std::max<uint32_t>(1, absl::GetFlag(FLAGS_rounds));
   const absl::Duration bench_for = absl::GetFlag(FLAGS_bench_for);
@@ -335,19 +345,27 @@ int Bench() {
           bound += step.bound_ms();
         }
         const double n = std::max(1, response.steps_size());
-        std::printf("%-12s %5llu %8llu %9.1f %9.2f %9.2f %9.2f %9.2f %6.3f %6.3f %6.3f %9.2f\n",
+        std::vector<double> times;
+        for (const auto& step : response.steps()) times.push_back(step.step_ms());
+        const double p10 = Percentile(times, 0.1), p50 = Percentile(times, 0.5),
+                     p90 = Percentile(times, 0.9);
+        std::printf("%-12s %5llu %8llu %9.1f %9.2f %6.1f-%-6.1f %9.2f %9.2f %9.2f %6.3f %6.3f "
+                    "%6.3f %9.2f\n",
                     response.policy().c_str(), static_cast<unsigned long long>(batch),
                     static_cast<unsigned long long>(context), response.tokens_per_second(),
-                    response.mean_step_ms(), gpu / n, cpu / n, experts / n, target / n, placed / n,
-                    optimal / n, bound / n);
+                    response.mean_step_ms(), p10, p90, gpu / n, cpu / n, experts / n, target / n,
+                    placed / n, optimal / n, bound / n);
         std::fflush(stdout);
         if (csv != nullptr) {
-          std::fprintf(csv, "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n",
+          std::fprintf(csv,
+                       "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
+                       "%.4f,%.4f,%.4f\n",
                        response.policy().c_str(), response.num_layers(),
                        static_cast<unsigned long long>(batch),
                        static_cast<unsigned long long>(context), response.steps_size(),
                        response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
-                       expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n);
+                       expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n,
+                       p10, p50, p90);
           std::fflush(csv);
         }
         if (steps_csv != nullptr) {
@@ -378,13 +396,6 @@ struct LoadTotals {
   std::vector<double> ttft_ms, request_ms;
   uint64_t tokens = 0;
 };
-
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const size_t i = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
-  return values[i];
-}
 
 std::string CodeName(int code);
 

@@ -30,7 +30,11 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
         kv_config_.region_slots(KvRegion::kCpuCompute)));
   }
   const ModelSource source = FromLoadRequest(request);
-  WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kCpu, &load_progress_));
+  // Synthetic experts go to a segment the gpu_worker maps too, when /dev/shm has room for
+  // it and the whole KV arena (sparse there until written).
+  WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kCpu, &load_progress_,
+                                                  SyntheticExpertsShmName(request.arena().name()),
+                                                  request.arena().bytes()));
   WS_RETURN_IF_ERROR(CheckKvMatchesModel(weights_->config(), kv_config_));
   WS_LOG(INFO) << "weights of " << DescribeModelSource(source) << ": " << weights_->num_tensors()
                << " tensors, " << weights_->total_bytes() << " bytes (routed experts)";

@@ -41,6 +41,7 @@ class CpuWorker final : public WorkerBackend {
       const internal::KvPatternRequest& request) override;
   absl::Status ResetDataPlane(bool attach) override;
   void Stop() override;
+  void CancelLoad() override { load_progress_.cancelled.store(true); }
 
  private:
   // Serves messages from the gpu_worker until the channel closes or Stop().

@@ -5,7 +5,8 @@
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
 #                                     e2e generate trio trio-generate trio-generate-mla
-#                                     prefill-long bench-grid contention fixtures
+#                                     prefill-long bench-grid contention prefill-placement
+#                                     fixtures
 #                                     (default: probe tests attention kv channel experts load
 #                                     e2e trio, in order)
 #
@@ -116,6 +117,14 @@ for step in "${steps[@]}"; do
           --batches "${WS_BENCH_BATCHES:-4,16,32}" --contexts "${WS_BENCH_CONTEXTS:-2048,8192,16384,32768}" \
           --steps "${WS_BENCH_STEPS:-16}" --warmup "${WS_BENCH_WARMUP:-8}" --out "$OUT"
       done ;;
+    prefill-placement)
+      # Issue 7: prefill time per policy (write-time placement against one region);
+      # WS_PREFILL_PLACEMENT_ARGS are passed on. $OUT/prefill-placement.csv.
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      # shellcheck disable=SC2086
+      run_step prefill-placement "${WS_PREFILL_PLACEMENT_LIMIT_S:-300}" \
+        env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" WS_BIN=/tmp/ws/bin \
+        deploy/prefill-placement.sh --out "$OUT" ${WS_PREFILL_PLACEMENT_ARGS:-} ;;
     contention)
       # Issue 7: a competing CPU + DRAM load mid-run (deploy/contention.sh); WS_CONTENTION_ARGS
       # are passed on. $OUT/contention-*.csv.

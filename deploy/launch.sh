@@ -75,7 +75,7 @@ stop_all() {
   done
   for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -f "/dev/shm$ARENA"
+  rm -f "/dev/shm$ARENA" "/dev/shm$ARENA-synthetic-experts"
   [[ -n "$READY_FILE" ]] && rm -f "$READY_FILE"
   log "stopped; logs in $RUN_DIR"
 }

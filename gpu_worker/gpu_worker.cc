@@ -63,7 +63,11 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
       (plane.to_cpu.max_message_bytes() - sizeof(DataPlaneHeader)) /
       StepDimsFor(weights_->config()).max_bytes_per_token());
   if (stream_experts && weights_->config().n_routed_experts > 0) {
-    WS_ASSIGN_OR_RETURN(routed_weights_, LoadWorkerWeights(source, SideFilter::kCpu, nullptr));
+    // Synthetic experts: the cpu_worker's copy, shared (one copy in host memory).
+    WS_ASSIGN_OR_RETURN(routed_weights_,
+                        LoadWorkerWeights(source, SideFilter::kCpu, &experts_load_progress_,
+                                          SyntheticExpertsShmName(request.arena().name()),
+                                          request.arena().bytes()));
     absl::StatusOr<std::unique_ptr<DeviceExperts>> experts = CreateDeviceExperts(
         device_.get(), *routed_weights_, std::max<int64_t>(max_tokens, 1), left);
     if (!experts.ok() && options_.stream_experts == "on") return experts.status();

@@ -47,6 +47,10 @@ class GpuWorker final : public WorkerBackend {
       const internal::KvPatternRequest& request) override;
   absl::Status ResetDataPlane(bool attach) override;
   void Stop() override;
+  void CancelLoad() override {
+    load_progress_.cancelled.store(true);
+    experts_load_progress_.cancelled.store(true);
+  }
 
  private:
   std::unique_ptr<Device> device_;
@@ -63,6 +67,7 @@ class GpuWorker final : public WorkerBackend {
   // The attention side of the weights (embeddings, attention, norms, routers, shared
   // experts, dense layers, lm_head). Progress is readable while Load runs.
   LoadProgress load_progress_;
+  LoadProgress experts_load_progress_;  // the routed experts' host copy (--stream_experts)
   std::atomic<bool> loaded_{false};
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<DeviceWeights> device_weights_;

@@ -151,6 +151,18 @@ TEST(LoaderTest, MisalignedDataIsCopied) {
   }
 }
 
+TEST(LoaderTest, ACancelledLoadReturnsCancelled) {
+  const std::string dir = MakeTempDir("cancelled");
+  WriteModelFolder(dir, TinyConfigJson("qwen3_moe"));
+  LoadProgress progress;
+  progress.cancelled = true;
+  LoadOptions options;
+  options.progress = &progress;
+  auto weights = LoadModelFolder(dir, options);
+  EXPECT_EQ(weights.status().code(), absl::StatusCode::kCancelled) << weights.status();
+  EXPECT_EQ(progress.bytes_done.load(), 0u);
+}
+
 TEST(LoaderTest, MissingTensorsAreNamed) {
   const std::string dir = MakeTempDir("missing");
   FolderOptions options;

@@ -1,8 +1,13 @@
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "common/model_weights.h"
 #include "gmock/gmock.h"
@@ -148,6 +153,146 @@ TEST(SyntheticTest, RealShapesCpuSideOneLayer) {
   WS_ASSERT_OK(weights.status());
   EXPECT_EQ((*weights)->num_tensors(), 64u * 3);
   EXPECT_EQ((*weights)->total_bytes(), 64u * 3 * 1408 * 2048 * 2);
+}
+
+// A worker that is stopping cancels its load: set before the start, nothing is generated;
+// set from another thread while the chunks are being written, it returns CANCELLED soon
+// (or OK if it had just finished).
+TEST(SyntheticTest, CancelledLoadsReturnCancelled) {
+  const ModelConfig config = Config("qwen3_moe", 1);  // the CPU side: ~1.2 GB of experts
+  {
+    LoadProgress progress;
+    progress.cancelled = true;
+    SyntheticOptions options;
+    options.side = SideFilter::kCpu;
+    options.progress = &progress;
+    auto weights = MakeSyntheticWeights(config, options);
+    EXPECT_EQ(weights.status().code(), absl::StatusCode::kCancelled) << weights.status();
+    EXPECT_EQ(progress.bytes_done.load(), 0u);
+    EXPECT_FALSE(progress.finished.load());
+  }
+  LoadProgress progress;
+  SyntheticOptions options;
+  options.side = SideFilter::kCpu;
+  options.progress = &progress;
+  uint64_t done_at_cancel = 0, total = 0;
+  std::thread canceller([&] {
+    while (progress.bytes_done.load() == 0 && !progress.finished.load()) std::this_thread::yield();
+    done_at_cancel = progress.bytes_done.load();
+    total = progress.bytes_total.load();
+    progress.cancelled = true;
+  });
+  auto weights = MakeSyntheticWeights(config, options);
+  canceller.join();
+  if (done_at_cancel < total) {
+    EXPECT_EQ(weights.status().code(), absl::StatusCode::kCancelled) << weights.status();
+    EXPECT_THAT(std::string(weights.status().message()), ::testing::HasSubstr("cancelled"));
+    EXPECT_LT(progress.bytes_done.load(), total);
+  } else {
+    WS_EXPECT_OK(weights.status());
+  }
+}
+
+// Two loaders of the same side with one shared name (the cpu_worker and the gpu_worker's
+// copy for streaming): one generates, the other maps the segment and waits; both see the
+// same values as a private generation, and the segment is one copy.
+TEST(SyntheticTest, ASharedNameHoldsOneCopyForBothLoaders) {
+  const ModelConfig config = SmallConfig("qwen3_moe");
+  const std::string name = "/ws-test-" + std::to_string(getpid()) + "-shared";
+  shm_unlink(name.c_str());
+  SyntheticOptions options;
+  options.side = SideFilter::kCpu;
+  options.seed = 7;
+  auto reference = MakeSyntheticWeights(config, options);
+  WS_ASSERT_OK(reference.status());
+
+  options.shared_name = name;
+  LoadProgress first_progress, second_progress;
+  absl::StatusOr<std::unique_ptr<ModelWeights>> first = absl::UnknownError("not run");
+  absl::StatusOr<std::unique_ptr<ModelWeights>> second = absl::UnknownError("not run");
+  std::thread a([&] {
+    SyntheticOptions o = options;
+    o.progress = &first_progress;
+    first = MakeSyntheticWeights(config, o);
+  });
+  std::thread b([&] {
+    SyntheticOptions o = options;
+    o.progress = &second_progress;
+    second = MakeSyntheticWeights(config, o);
+  });
+  a.join();
+  b.join();
+  WS_ASSERT_OK(first.status());
+  WS_ASSERT_OK(second.status());
+  EXPECT_TRUE(first_progress.finished.load() && second_progress.finished.load());
+  for (const TensorSpec& spec : (*reference)->specs()) {
+    const Bf16Tensor& want = (*reference)->At(spec.name);
+    ASSERT_EQ(std::memcmp(want.data, (*first)->At(spec.name).data, want.bytes()), 0) << spec.name;
+    ASSERT_EQ(std::memcmp(want.data, (*second)->At(spec.name).data, want.bytes()), 0)
+        << spec.name;
+  }
+  // One segment holds them: a header page plus the weights.
+  struct stat st;
+  const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fstat(fd, &st), 0);
+  close(fd);
+  EXPECT_GE(static_cast<uint64_t>(st.st_size), (*reference)->total_bytes());
+  EXPECT_LT(static_cast<uint64_t>(st.st_size), (*reference)->total_bytes() + 64 * 1024 * 1024);
+  // A third loader after the fact maps the finished segment without generating.
+  LoadProgress third_progress;
+  SyntheticOptions o = options;
+  o.progress = &third_progress;
+  auto third = MakeSyntheticWeights(config, o);
+  WS_ASSERT_OK(third.status());
+  const TensorSpec& spec = (*reference)->specs().front();
+  EXPECT_EQ(std::memcmp((*reference)->At(spec.name).data, (*third)->At(spec.name).data,
+                        (*reference)->At(spec.name).bytes()),
+            0);
+  // The name goes; the mappings stay valid.
+  ASSERT_EQ(shm_unlink(name.c_str()), 0);
+  EXPECT_EQ(std::memcmp((*reference)->At(spec.name).data, (*first)->At(spec.name).data,
+                        (*reference)->At(spec.name).bytes()),
+            0);
+}
+
+// No room for the segment beside what must stay free (the KV arena): private memory, the
+// same values, and no segment left behind.
+TEST(SyntheticTest, WithoutRoomTheWeightsGoToPrivateMemory) {
+  const ModelConfig config = SmallConfig("qwen3_moe");
+  const std::string name = "/ws-test-" + std::to_string(getpid()) + "-full";
+  shm_unlink(name.c_str());
+  SyntheticOptions options;
+  options.side = SideFilter::kCpu;
+  auto reference = MakeSyntheticWeights(config, options);
+  WS_ASSERT_OK(reference.status());
+  options.shared_name = name;
+  options.shared_reserve_bytes = uint64_t{1} << 60;
+  auto weights = MakeSyntheticWeights(config, options);
+  WS_ASSERT_OK(weights.status());
+  for (const TensorSpec& spec : (*reference)->specs()) {
+    const Bf16Tensor& want = (*reference)->At(spec.name);
+    ASSERT_EQ(std::memcmp(want.data, (*weights)->At(spec.name).data, want.bytes()), 0);
+  }
+  EXPECT_LT(shm_open(name.c_str(), O_RDONLY, 0), 0);
+  EXPECT_EQ(errno, ENOENT);
+}
+
+// A segment of that name holding something else: refused, naming it.
+TEST(SyntheticTest, ASharedNameOfAnotherSizeIsRefused) {
+  const std::string name = "/ws-test-" + std::to_string(getpid()) + "-other";
+  shm_unlink(name.c_str());
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4097), 0);
+  close(fd);
+  SyntheticOptions options;
+  options.side = SideFilter::kCpu;
+  options.shared_name = name;
+  auto weights = MakeSyntheticWeights(SmallConfig("mixtral"), options);
+  EXPECT_EQ(weights.status().code(), absl::StatusCode::kFailedPrecondition) << weights.status();
+  EXPECT_THAT(std::string(weights.status().message()), ::testing::HasSubstr(name));
+  shm_unlink(name.c_str());
 }
 
 TEST(SyntheticTest, TiedEmbeddings) {

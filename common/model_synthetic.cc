@@ -147,7 +147,12 @@ absl::StatusOr<Storage> MapShared(const std::string& name, uint64_t weight_bytes
           "%s: cannot size %s to %.2f GiB: %s", what, name, segment_bytes / double(1 << 30),
           std::strerror(error)));
     }
-    WS_ASSIGN_OR_RETURN(Storage storage, map(fd));
+    absl::StatusOr<Storage> mapped = map(fd);
+    if (!mapped.ok()) {
+      shm_unlink(name.c_str());  // waiters then create their own or fall back
+      return mapped.status();
+    }
+    Storage storage = *std::move(mapped);
     storage.header->weight_bytes = weight_bytes;
     storage.header->creator_pid = static_cast<int32_t>(getpid());
     storage.header->state.store(kGenerating);

@@ -115,6 +115,7 @@ absl::StatusOr<Storage> MapShared(const std::string& name, uint64_t weight_bytes
                                                           what, name, segment_bytes / double(1 << 30),
                                                           std::strerror(error)));
     }
+    madvise(base, segment_bytes, MADV_HUGEPAGE);  // a hint: tmpfs may ignore it
     Storage storage;
     storage.keep_alive =
         std::shared_ptr<void>(base, [segment_bytes](void* p) { munmap(p, segment_bytes); });
@@ -196,17 +197,24 @@ absl::StatusOr<Storage> MapShared(const std::string& name, uint64_t weight_bytes
   WS_ASSIGN_OR_RETURN(Storage storage, map(fd));
   storage.generate = false;
   SharedHeader* header = storage.header;
+  // Generating the largest model takes minutes; an hour means a creator that is stuck.
+  const auto ready_deadline = Clock::now() + std::chrono::hours(1);
   for (int polls = 0;; ++polls) {
     if (header->magic.load(std::memory_order_acquire) == SharedHeader::kMagic) {
       const uint32_t state = header->state.load(std::memory_order_acquire);
       if (state == kReady) break;
-      if (state == kFailed) {
+      const bool dead = kill(header->creator_pid, 0) != 0 && errno == ESRCH;
+      if (state == kFailed || dead) {
+        // Nobody will finish it: remove the name (a later loader creates a fresh one) and
+        // let the caller fall back to private memory.
+        shm_unlink(name.c_str());
         return absl::AbortedError(absl::StrCat(what, ": the process generating ", name,
-                                               " (pid ", header->creator_pid, ") gave up"));
+                                               " (pid ", header->creator_pid, ") ",
+                                               dead ? "died" : "gave up"));
       }
-      if (kill(header->creator_pid, 0) != 0 && errno == ESRCH) {
-        return absl::AbortedError(absl::StrCat(what, ": the process generating ", name,
-                                               " (pid ", header->creator_pid, ") died"));
+      if (Clock::now() > ready_deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, ": ", name, " is not ready after an hour (pid ", header->creator_pid, ")"));
       }
     } else if (polls > 6000) {  // 30 s
       return absl::DeadlineExceededError(
@@ -254,7 +262,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticWeights(
           ? MapPrivate(map_bytes, what)
           : MapShared(options.shared_name, map_bytes, options.shared_reserve_bytes,
                       options.progress, what);
-  if (!mapped.ok() && absl::IsResourceExhausted(mapped.status()) && !options.shared_name.empty()) {
+  if (!mapped.ok() && !absl::IsCancelled(mapped.status()) && !options.shared_name.empty()) {
+    // Sharing saves memory; it is not needed to serve.
     WS_LOG(WARNING) << mapped.status() << "; generating them in private memory instead";
     mapped = MapPrivate(map_bytes, what);
   }

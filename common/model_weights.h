@@ -143,8 +143,10 @@ struct SyntheticOptions {
   ProgressCallback on_progress;
   // A POSIX shared-memory name ("/ws-...") to hold the weights in, shared between
   // processes that ask for the same weights: the first to create it generates them, the
-  // others map it and wait (CANCELLED if cancelled meanwhile, an error naming the creator if
-  // it died). Empty: private memory. The name is never unlinked here: whoever chose it does
+  // others map it and wait (CANCELLED if cancelled meanwhile). Where the segment cannot be
+  // made or used (no room, its creator died or gave up, another model's segment of that
+  // name) the weights go to private memory, with a warning. Empty: private memory. A
+  // segment in use is not unlinked here (only a failed one): whoever chose the name does
   // (the coordinator, for the workers' routed experts).
   std::string shared_name;
   // The segment is made only when the shared-memory file system has this much free room

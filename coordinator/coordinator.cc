@@ -329,9 +329,12 @@ absl::Status Coordinator::Recover() {
   const internal::LoadRequest request = MakeLoadRequest();
   for (WorkerClient* worker : relaunched) {
     WS_LOG(INFO) << "reloading " << worker->name();
-    WS_ASSIGN_OR_RETURN(internal::LoadResponse response,
-                        worker->Load(request, options_.load_timeout));
-    UnlinkSharedWeights();  // the relaunched worker generated its own
+    // A segment left by a worker that died while generating would make the reload wait on
+    // it: the reload starts from a fresh name, and drops it whatever the outcome.
+    UnlinkSharedWeights();
+    absl::StatusOr<internal::LoadResponse> loaded = worker->Load(request, options_.load_timeout);
+    UnlinkSharedWeights();
+    WS_ASSIGN_OR_RETURN(internal::LoadResponse response, std::move(loaded));
     (worker == &gpu_worker_ ? gpu_load_ : cpu_load_) = response;
     WS_RETURN_IF_ERROR(ConfigureExperts());
     std::lock_guard<std::mutex> lock(status_mutex_);

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/log.h"
 
 namespace writescope::coordinator {
 
@@ -36,8 +35,9 @@ absl::StatusOr<ExpertPlacement> ExpertPlacement::Create(ExpertMode mode,
                                                    params.num_experts, " experts, ",
                                                    params.moe_layers, " MoE layers"));
   }
-  if (!(params.stream_bytes_per_ms >= 0) || !(params.cpu_ms_per_token >= 0)) {
-    return absl::InvalidArgumentError("expert placement: negative or NaN rates");
+  if (!(params.stream_bytes_per_ms >= 0) || !(params.cpu_ms_per_token >= 0) ||
+      !std::isfinite(params.stream_bytes_per_ms) || !std::isfinite(params.cpu_ms_per_token)) {
+    return absl::InvalidArgumentError("expert placement: negative, infinite or NaN rates");
   }
   if (mode == ExpertMode::kGpu && !params.gpu_streams && params.moe_layers > 0) {
     return absl::InvalidArgumentError(
@@ -48,19 +48,11 @@ absl::StatusOr<ExpertPlacement> ExpertPlacement::Create(ExpertMode mode,
 }
 
 ExpertPlacement::ExpertPlacement(ExpertMode mode, const ExpertPlacementParams& params)
-    : mode_(mode), params_(params) {
-  if (params.cpu_ms_per_token > 0) {
-    const CostSample line[] = {{.tokens = 0, .ns = 0},
-                               {.tokens = 512, .ns = 512 * params.cpu_ms_per_token}};
-    // Finite (Create checked the rate) at two distinct sizes: it cannot fail.
-    const absl::Status calibrated = cpu_.Calibrate(line);
-    WS_CHECK(calibrated.ok()) << calibrated;
-  }
-}
+    : mode_(mode), params_(params) {}
 
 double ExpertPlacement::CpuMs(int64_t tokens) const {
-  if (!cpu_.ready()) return params_.cpu_ms_per_token * static_cast<double>(tokens);
-  return cpu_.Predict(static_cast<double>(tokens));
+  if (tokens < kMinLearnTokens && small_steps_ > 0) return small_step_ms_;
+  return params_.cpu_ms_per_token * static_cast<double>(tokens);
 }
 
 double ExpertPlacement::GpuModelMs(int64_t tokens) const {
@@ -93,7 +85,17 @@ void ExpertPlacement::ObserveCpu(int64_t tokens, double expert_ms) {
   if (tokens <= 0 || params_.moe_layers == 0 || !(expert_ms >= 0) || !std::isfinite(expert_ms)) {
     return;
   }
-  cpu_.Observe({.tokens = static_cast<double>(tokens), .ns = expert_ms / params_.moe_layers});
+  const double layer_ms = expert_ms / params_.moe_layers;
+  if (tokens >= kMinLearnTokens) {
+    const double sample = layer_ms / static_cast<double>(tokens);
+    params_.cpu_ms_per_token = params_.cpu_ms_per_token > 0
+                                   ? kKeep * params_.cpu_ms_per_token + (1 - kKeep) * sample
+                                   : sample;
+  } else {
+    small_step_ms_ = small_steps_ == 0 ? layer_ms
+                                       : kSmallKeep * small_step_ms_ + (1 - kSmallKeep) * layer_ms;
+    ++small_steps_;
+  }
   gpu_since_cpu_ = 0;
   ++cpu_steps_;
 }

@@ -17,11 +17,12 @@
 //            small beside the stream at prefill sizes —, a stream slower under load). It
 //            is learned at the sizes the GPU runs, so it mostly refines large T.
 //
-// The CPU's line is learned online: cpu(T) = c_cpu + a_cpu · T (a LinearCostEstimator,
-// coordinator/scheduler.h), calibrated through the origin and the cpu_worker's measurement
-// at load (a 512-token batch), then fitted to what the cpu_worker reports for every step it
-// runs — decode steps too, so that another tenant slowing the CPU down shows within a few
-// steps (a decode step's experts are bandwidth-bound: the intercept takes that).
+// The CPU's cost is learned online in two regimes. Steps of >= kMinLearnTokens tokens
+// (prefill chunks) are compute: cpu(T) = a_cpu · T, a_cpu from the cpu_worker's measurement
+// at load (a 512-token batch), then an EMA of what it reports for such steps. Smaller steps
+// (decode) are bandwidth-bound, their cost per token far higher and not proportional: cpu(T)
+// is an EMA of their measured time per layer (before any is measured, a_cpu · T), so that
+// another tenant slowing the CPU down shows within a few decode steps.
 // Decision per step: the GPU iff gpu(T) < cpu(T). A decode step of a few tokens would pay a
 // whole layer's stream and stays on the CPU, unless the CPU is much slower than usual (a
 // competing load); a long prefill chunk (thousands of tokens) is compute the CPU does at
@@ -39,7 +40,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/scheduler.h"
 
 namespace writescope::coordinator {
 
@@ -61,9 +61,11 @@ struct ExpertPlacementParams {
 
 class ExpertPlacement {
  public:
-  static constexpr double kKeep = 0.75;  // EMA weight of the old value (g)
+  static constexpr int64_t kMinLearnTokens = 64;
+  static constexpr double kKeep = 0.75;       // EMA weight of the old value (a_cpu, g)
+  static constexpr double kSmallKeep = 0.5;   // ... of the small-step time (probes count)
   static constexpr uint64_t kProbeEvery = 8;
-  static constexpr int64_t kProbeMaxTokens = 64;
+  static constexpr int64_t kProbeMaxTokens = kMinLearnTokens - 1;
 
   // INVALID_ARGUMENT for mode gpu without a streaming gpu_worker, or nonsensical params.
   static absl::StatusOr<ExpertPlacement> Create(ExpertMode mode,
@@ -86,7 +88,6 @@ class ExpertPlacement {
   double gpu_correction() const { return gpu_correction_; }
   uint64_t gpu_steps() const { return gpu_steps_; }
   uint64_t cpu_steps() const { return cpu_steps_; }
-  const LinearCostEstimator& cpu_estimator() const { return cpu_; }
 
  private:
   ExpertPlacement(ExpertMode mode, const ExpertPlacementParams& params);
@@ -94,10 +95,8 @@ class ExpertPlacement {
 
   ExpertMode mode_;
   ExpertPlacementParams params_;
-  // ms per MoE layer against step tokens (CostSample's `ns` holds ms here). Fast (EMA
-  // weight 0.5) and without outlier rejection: a probe is one sample among many GPU steps
-  // and must count.
-  LinearCostEstimator cpu_{EstimatorOptions{.ema_weight = 0.5, .outlier_factor = 1e9}};
+  double small_step_ms_ = 0;  // per MoE layer, steps of < kMinLearnTokens tokens
+  uint64_t small_steps_ = 0;
   double gpu_correction_ = 1.0;  // g
   uint64_t gpu_steps_ = 0;
   uint64_t cpu_steps_ = 0;

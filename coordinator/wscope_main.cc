@@ -239,12 +239,14 @@ int SelfTest() {
   return response.ok() ? 0 : 1;
 }
 
-// The p-quantile of values (nearest rank, p in [0, 1]); 0 for none.
+// The p-quantile of values by nearest rank (the ceil(p·n)-th smallest, p in (0, 1]); 0 for
+// none.
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
-  const size_t i = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
-  return values[i];
+  const double rank = std::ceil(p * static_cast<double>(values.size()));
+  const size_t i = static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(values.size())));
+  return values[i - 1];
 }
 
 // ---- bench -----------------------------------------------------------------------------
@@ -268,18 +270,25 @@ int Bench() {
   std::FILE* csv = nullptr;
   const std::string csv_path = absl::GetFlag(FLAGS_csv);
   if (!csv_path.empty()) {
-    const bool fresh = !std::ifstream(csv_path).good();
+    const std::string header =
+        "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
+        "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
+        "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90";
+    std::ifstream existing(csv_path);
+    std::string first_line;
+    const bool fresh = !existing.good() || !std::getline(existing, first_line);
+    if (!fresh && first_line != header) {
+      std::fprintf(stderr,
+                   "wscope bench: %s has other columns (an older bench's); write to a new file\n",
+                   csv_path.c_str());
+      return 2;
+    }
     csv = std::fopen(csv_path.c_str(), "a");
     if (csv == nullptr) {
       std::fprintf(stderr, "wscope bench: cannot write %s\n", csv_path.c_str());
       return 1;
     }
-    if (fresh) {
-      std::fprintf(csv, "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
-                        "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,"
-                        "placed_cpu_share,optimal_cpu_share,bound_attention_ms,step_ms_p10,"
-                        "step_ms_p50,step_ms_p90\n");
-    }
+    if (fresh) std::fprintf(csv, "%s\n", header.c_str());
   }
   std::FILE* steps_csv = nullptr;
   const std::string steps_path = absl::GetFlag(FLAGS_steps_csv);
@@ -305,11 +314,18 @@ int Bench() {
               "context", "tok/s", "step ms", "p10-p90", "gpu attn", "cpu attn", "experts",
               "r tgt", "r plc", "r*", "bound");
   int failures = 0;
+  int failures_in_a_row = 0;
+  constexpr int kMaxFailuresInARow = 3;  // the server is gone or refuses every point
   const uint32_t rounds = std::max<uint32_t>(1, absl::GetFlag(FLAGS_rounds));
   const absl::Duration bench_for = absl::GetFlag(FLAGS_bench_for);
   const absl::Time bench_start = absl::Now();
   for (uint32_t round = 0; round < rounds; ++round) {
     if (bench_for > absl::ZeroDuration() && absl::Now() - bench_start >= bench_for) break;
+    if (failures_in_a_row >= kMaxFailuresInARow) {
+      std::fprintf(stderr, "wscope bench: %d points failed in a row; stopping\n",
+                   failures_in_a_row);
+      break;
+    }
     for (uint64_t context : contexts) {
       for (uint64_t batch : batches) {
         writescope::v1::BenchRequest request;
@@ -329,8 +345,10 @@ int Bench() {
                       static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
                       status.error_message().c_str(), static_cast<int>(status.error_code()));
           ++failures;
+          ++failures_in_a_row;
           continue;
         }
+        failures_in_a_row = 0;
         // Means over the measured steps.
         double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0, optimal = 0,
                bound = 0;

@@ -49,6 +49,18 @@ region_mib=$(((tokens * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/bench-$ARCH.csv"
 echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, policies: $POLICIES"
+# The trio of the current policy is stopped whatever ends this script (an error, Ctrl-C):
+# launch.sh runs in the background here, where SIGINT does not reach it.
+launcher=""
+stop_trio() {
+  if [[ -n $launcher ]]; then
+    kill -TERM "$launcher" 2>/dev/null || true
+    wait "$launcher" 2>/dev/null || true
+    launcher=""
+  fi
+}
+trap stop_trio EXIT
+trap 'stop_trio; exit 130' INT TERM
 for policy in $POLICIES; do
   ready=$(mktemp -u)
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
@@ -59,12 +71,12 @@ for policy in $POLICIES; do
   for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
   if [[ ! -f $ready ]]; then
     echo "bench-grid: the trio for $policy did not start" >&2
-    kill -TERM $launcher 2>/dev/null || true; wait $launcher || true; exit 1
+    exit 1
   fi
   # shellcheck disable=SC1090
   source "$ready"
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
     --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" || true
-  kill -TERM $launcher; wait $launcher || true
+  stop_trio
 done
 echo "bench-grid: $csv"

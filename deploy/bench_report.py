@@ -5,8 +5,9 @@
      context to each larger one, integrating the measured step time over the context
      (step time linear between measured contexts: decoding n tokens from c0 takes
      sum over c in [c0, c0 + n) of step(c) ~ the trapezoid integral of step(c) dc), per policy;
-  2. WriteScope's speedup over each baseline at every point, and the geometric mean over the
-     points at contexts >= --headline-from (default 8192).
+  2. WriteScope's speedup over each baseline at every point, marked ~ where the two points'
+     p10-p90 step-time ranges overlap (CSVs with the spread columns), and the geometric mean
+     over the points at contexts >= --headline-from (default 8192).
 
 Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
@@ -29,6 +30,9 @@ def load(path):
                     "context": int(row["context"]),
                     "tokens_per_s": float(row["tokens_per_s"]),
                     "step_ms": float(row["step_ms"]),
+                    # The spread of the point's step times (CSVs of later benches); None before.
+                    "p10": float(row["step_ms_p10"]) if row.get("step_ms_p10") else None,
+                    "p90": float(row["step_ms_p90"]) if row.get("step_ms_p90") else None,
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -44,6 +48,14 @@ def cumulative_tokens_per_s(points, batch):
         seconds += (cb - ca) * (ta + tb) / 2 / 1e3  # one step per decoded token
         out.append((cb, batch * (cb - c0) / seconds if seconds > 0 else float("nan")))
     return out
+
+
+def spreads_overlap(a, b):
+    """Whether two points' p10-p90 step-time ranges overlap (the difference is within the
+    run's noise); False when a CSV has no spread."""
+    if None in (a["p10"], a["p90"], b["p10"], b["p90"]):
+        return False
+    return a["p10"] <= b["p90"] and b["p10"] <= a["p90"]
 
 
 def main():
@@ -72,7 +84,8 @@ def main():
             print(f"  batch {batch:3d} {policy:14s} " + "  ".join(
                 f"{points[0][0]}->{c}: {v:7.1f}" for c, v in cum))
 
-    print("\nWriteScope's speedup (tokens/s ratio) over each baseline, per point:")
+    print("\nWriteScope's speedup (tokens/s ratio) over each baseline, per point "
+          "(~: the two p10-p90 step-time ranges overlap):")
     ratios = defaultdict(list)  # baseline -> ratios at contexts >= headline_from
     for batch in batches:
         ws = by.get(("writescope", batch), {})
@@ -86,7 +99,8 @@ def main():
                 if other is None or other["tokens_per_s"] <= 0:
                     continue
                 ratio = ws[context]["tokens_per_s"] / other["tokens_per_s"]
-                cells.append(f"{policy} {ratio:.2f}x")
+                noise = "~" if spreads_overlap(ws[context], other) else ""
+                cells.append(f"{policy} {ratio:.2f}x{noise}")
                 best = other["tokens_per_s"] if best is None else max(best, other["tokens_per_s"])
                 if context >= args.headline_from:
                     ratios[policy].append(ratio)

@@ -43,6 +43,18 @@ mkdir -p "$OUT_DIR"
 steps_csv="$OUT_DIR/contention-steps.csv" events="$OUT_DIR/contention-events.csv"
 [[ -f $events ]] || echo "policy,unix_s,event" >"$events"
 now() { date +%s.%N; }
+# The trio of the current policy is stopped whatever ends this script (an error, Ctrl-C):
+# launch.sh runs in the background here, where SIGINT does not reach it.
+launcher=""
+stop_trio() {
+  if [[ -n $launcher ]]; then
+    kill -TERM "$launcher" 2>/dev/null || true
+    wait "$launcher" 2>/dev/null || true
+    launcher=""
+  fi
+}
+trap stop_trio EXIT
+trap 'stop_trio; exit 130' INT TERM
 for policy in $POLICIES; do
   ready=$(mktemp -u)
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
@@ -53,7 +65,7 @@ for policy in $POLICIES; do
   for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
   if [[ ! -f $ready ]]; then
     echo "contention: the trio for $policy did not start" >&2
-    kill -TERM $launcher 2>/dev/null || true; wait $launcher || true; exit 1
+    exit 1
   fi
   # shellcheck disable=SC1090
   source "$ready"
@@ -68,6 +80,6 @@ for policy in $POLICIES; do
   "$BIN/ws_cpu_load" --threads="$LOAD_THREADS" --seconds="$DURING" >>"$OUT_DIR/contention-load.log" 2>&1 || true
   echo "$policy,$(now),load end" >>"$events"
   wait $bench || true
-  kill -TERM $launcher; wait $launcher || true
+  stop_trio
 done
 echo "contention: $steps_csv, $events"

@@ -40,6 +40,18 @@ csv="$OUT_DIR/prefill-placement.csv"
 [[ -f $csv ]] || echo "policy,layers,prompt_tokens,run,prefill_ms,tokens_per_s" >"$csv"
 prompt="$(mktemp)"
 python3 -c "import random; random.seed(5); print(' '.join(str(random.randrange($vocab)) for _ in range($TOKENS)))" >"$prompt"
+# The trio of the current policy is stopped whatever ends this script (an error, Ctrl-C):
+# launch.sh runs in the background here, where SIGINT does not reach it.
+launcher=""
+stop_trio() {
+  if [[ -n $launcher ]]; then
+    kill -TERM "$launcher" 2>/dev/null || true
+    wait "$launcher" 2>/dev/null || true
+    launcher=""
+  fi
+}
+trap stop_trio EXIT
+trap 'stop_trio; exit 130' INT TERM
 for policy in $POLICIES; do
   ready=$(mktemp -u)
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
@@ -49,7 +61,7 @@ for policy in $POLICIES; do
   for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
   if [[ ! -f $ready ]]; then
     echo "prefill-placement: the trio for $policy did not start" >&2
-    kill -TERM $launcher 2>/dev/null || true; wait $launcher || true; rm -f "$prompt"; exit 1
+    rm -f "$prompt"; exit 1
   fi
   # shellcheck disable=SC1090
   source "$ready"
@@ -59,11 +71,12 @@ for policy in $POLICIES; do
   for run in $(seq "$RUNS"); do
     json=$("$BIN/wscope" generate --target="$WS_TARGET" --prompt_file="$prompt" --max_tokens=1 \
       --ignore_eos --json) || { echo "prefill-placement: $policy run $run failed: $json" >&2; continue; }
-    ms=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['timings']['prefill_ms'])" "$json")
+    ms=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['timings']['prefill_ms'])" \
+      "$json") || { echo "prefill-placement: $policy run $run: no timings in $json" >&2; continue; }
     rate=$(python3 -c "print(f'{$TOKENS / max($ms, 1e-9) * 1e3:.1f}')")
     echo "$policy,$LAYERS,$TOKENS,$run,$ms,$rate" | tee -a "$csv"
   done
-  kill -TERM $launcher; wait $launcher || true
+  stop_trio
 done
 rm -f "$prompt"
 echo "prefill-placement: $csv"

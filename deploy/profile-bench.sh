@@ -30,6 +30,18 @@ case "$ARCH" in
 esac
 region_mib=$(((BATCH * (CONTEXT + 1024) * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
+# The trio of the current policy is stopped whatever ends this script (an error, Ctrl-C):
+# launch.sh runs in the background here, where SIGINT does not reach it.
+launcher=""
+stop_trio() {
+  if [[ -n $launcher ]]; then
+    kill -TERM "$launcher" 2>/dev/null || true
+    wait "$launcher" 2>/dev/null || true
+    launcher=""
+  fi
+}
+trap stop_trio EXIT
+trap 'stop_trio; exit 130' INT TERM
 for policy in $POLICIES; do
   ready=$(mktemp -u)
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
@@ -40,7 +52,7 @@ for policy in $POLICIES; do
   for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
   if [[ ! -f $ready ]]; then
     echo "profile-bench: the trio for $policy did not start" >&2
-    kill -TERM $launcher 2>/dev/null || true; wait $launcher || true; exit 1
+    exit 1
   fi
   # shellcheck disable=SC1090
   source "$ready"
@@ -49,5 +61,5 @@ for policy in $POLICIES; do
     --decode_steps=8 --warmup_steps=8 || true
   "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" \
     --out="$OUT_DIR/profile-${policy//[^a-z0-9.-]/_}.json" || true
-  kill -TERM $launcher; wait $launcher || true
+  stop_trio
 done

@@ -102,6 +102,9 @@ TEST(ExpertPlacementTest, LearnsTheCpuCostAtEverySize) {
   for (int i = 0; i < 10; ++i) loaded.ObserveCpu(16, 48 * 40.0);
   EXPECT_NEAR(loaded.CpuMs(16), 40.0, 2.0);
   EXPECT_TRUE(loaded.OnGpu(16));
+  // ... without touching the prefill chunks' rate (bandwidth-bound decode says nothing of it).
+  EXPECT_NEAR(loaded.CpuMs(512), 512 * 0.2, 1e-6);
+  EXPECT_FALSE(loaded.OnGpu(64));
   // Nonsense is ignored.
   loaded.ObserveCpu(0, 10.0);
   loaded.ObserveCpu(16, NAN);

@@ -1,6 +1,9 @@
 #include "common/worker_server.h"
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -21,9 +24,23 @@ class WorkerService final : public internal::Worker::Service {
   WorkerService(WorkerBackend& backend, std::function<void(bool)> set_serving)
       : backend_(backend), set_serving_(std::move(set_serving)) {}
 
-  grpc::Status Load(grpc::ServerContext*, const internal::LoadRequest* request,
+  grpc::Status Load(grpc::ServerContext* context, const internal::LoadRequest* request,
                     internal::LoadResponse* response) override {
+    // The caller giving up (its load timeout, a coordinator shutting down) cancels the load
+    // itself, not just the call: the loaders stop at their next tensor piece.
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      while (!done.load()) {
+        if (context->IsCancelled()) {
+          backend_.CancelLoad();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
     absl::StatusOr<internal::LoadResponse> result = backend_.Load(*request);
+    done.store(true);
+    watcher.join();
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
     set_serving_(true);

@@ -30,8 +30,9 @@ class WorkerBackend {
   virtual absl::Status ResetDataPlane(bool attach) = 0;
   // Called once when the server stops: release the arena, close channels.
   virtual void Stop() = 0;
-  // Called from the termination watcher before the server shuts down: a Load in progress
-  // should return soon (CANCELLED) instead of holding the shutdown until it is killed.
+  // Called from the termination watcher before the server shuts down, and when the caller
+  // of a Load gives up on it: the Load in progress should return soon (CANCELLED) instead
+  // of running on. A Load clears it when it starts.
   virtual void CancelLoad() {}
 };
 

@@ -30,6 +30,7 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
         kv_config_.region_slots(KvRegion::kCpuCompute)));
   }
   const ModelSource source = FromLoadRequest(request);
+  load_progress_.cancelled = false;  // a cancelled earlier Load must not end this one
   // Synthetic experts go to a segment the gpu_worker maps too, when /dev/shm has room for
   // it and the whole KV arena (sparse there until written).
   WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kCpu, &load_progress_,

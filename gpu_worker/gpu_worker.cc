@@ -41,6 +41,8 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   WS_LOG(INFO) << "mapped arena " << arena_->name() << " (" << arena_->size() << " bytes) on "
                << device_->name() << "; " << config.DebugString();
   const ModelSource source = FromLoadRequest(request);
+  load_progress_.cancelled = false;  // a cancelled earlier Load must not end this one
+  experts_load_progress_.cancelled = false;
   WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kGpu, &load_progress_));
   WS_RETURN_IF_ERROR(CheckKvMatchesModel(weights_->config(), config));
   // Weights go where they run: the attention side into VRAM, within the budget.

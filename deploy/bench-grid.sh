@@ -35,12 +35,9 @@ while [[ $# -gt 0 ]]; do
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-case "$ARCH" in
-  qwen3_moe) kv_bytes=2048 ;;     # 4 KV heads x 128 x (K, V) x bf16, per token and layer
-  mixtral) kv_bytes=4096 ;;       # 8 KV heads
-  deepseek_v2) kv_bytes=1152 ;;   # MLA: 512 + 64 latent values
-  *) echo "bench-grid.sh: --arch must be qwen3_moe, mixtral or deepseek_v2" >&2; exit 2 ;;
-esac
+# shellcheck source=deploy/bench-trio.sh
+source "$ROOT/deploy/bench-trio.sh"
+kv_bytes=$(kv_bytes_of "$ARCH")
 max_of() { tr ',' '\n' <<<"$1" | sort -n | tail -1; }
 max_batch=$(max_of "$BATCHES") max_context=$(max_of "$CONTEXTS")
 # Tokens per sequence: the context, the decode steps, the D-window's flushes (one block).
@@ -49,32 +46,8 @@ region_mib=$(((tokens * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/bench-$ARCH.csv"
 echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, policies: $POLICIES"
-# The trio of the current policy is stopped whatever ends this script (an error, Ctrl-C):
-# launch.sh runs in the background here, where SIGINT does not reach it.
-launcher=""
-stop_trio() {
-  if [[ -n $launcher ]]; then
-    kill -TERM "$launcher" 2>/dev/null || true
-    wait "$launcher" 2>/dev/null || true
-    launcher=""
-  fi
-}
-trap stop_trio EXIT
-trap 'stop_trio; exit 130' INT TERM
 for policy in $POLICIES; do
-  ready=$(mktemp -u)
-  WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
-    --device "$DEVICE" -- --synthetic="$ARCH" --num_layers="$LAYERS" \
-    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" \
-    --max_sequences="$max_batch" --policy="$policy" ${EXTRA[@]+"${EXTRA[@]}"} &
-  launcher=$!
-  for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
-  if [[ ! -f $ready ]]; then
-    echo "bench-grid: the trio for $policy did not start" >&2
-    exit 1
-  fi
-  # shellcheck disable=SC1090
-  source "$ready"
+  start_trio bench-grid "$policy" "$region_mib" --max_sequences="$max_batch" ${EXTRA[@]+"${EXTRA[@]}"}
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
     --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" || true
   stop_trio

@@ -27,11 +27,11 @@ while [[ $# -gt 0 ]]; do
     *) echo "prefill-placement.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-case "$ARCH" in
-  qwen3_moe) kv_bytes=2048 vocab=151936 ;;
-  mixtral) kv_bytes=4096 vocab=32000 ;;
-  deepseek_v2) kv_bytes=1152 vocab=102400 ;;
-  *) echo "prefill-placement.sh: --arch must be qwen3_moe, mixtral or deepseek_v2" >&2; exit 2 ;;
+# shellcheck source=deploy/bench-trio.sh
+source "$ROOT/deploy/bench-trio.sh"
+kv_bytes=$(kv_bytes_of "$ARCH")
+case "$ARCH" in  # the prompt's token ids stay below the vocabulary
+  qwen3_moe) vocab=151936 ;; mixtral) vocab=32000 ;; deepseek_v2) vocab=102400 ;;
 esac
 # Every run's prompt is live at most once at a time; one prompt fits either region whole.
 region_mib=$((((TOKENS + 512) * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
@@ -39,32 +39,10 @@ mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/prefill-placement.csv"
 [[ -f $csv ]] || echo "policy,layers,prompt_tokens,run,prefill_ms,tokens_per_s" >"$csv"
 prompt="$(mktemp)"
+trap 'stop_trio; rm -f "$prompt"' EXIT
 python3 -c "import random; random.seed(5); print(' '.join(str(random.randrange($vocab)) for _ in range($TOKENS)))" >"$prompt"
-# The trio of the current policy is stopped whatever ends this script (an error, Ctrl-C):
-# launch.sh runs in the background here, where SIGINT does not reach it.
-launcher=""
-stop_trio() {
-  if [[ -n $launcher ]]; then
-    kill -TERM "$launcher" 2>/dev/null || true
-    wait "$launcher" 2>/dev/null || true
-    launcher=""
-  fi
-}
-trap stop_trio EXIT
-trap 'stop_trio; exit 130' INT TERM
 for policy in $POLICIES; do
-  ready=$(mktemp -u)
-  WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
-    --device "$DEVICE" -- --synthetic="$ARCH" --num_layers="$LAYERS" \
-    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" --policy="$policy" &
-  launcher=$!
-  for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
-  if [[ ! -f $ready ]]; then
-    echo "prefill-placement: the trio for $policy did not start" >&2
-    rm -f "$prompt"; exit 1
-  fi
-  # shellcheck disable=SC1090
-  source "$ready"
+  start_trio prefill-placement "$policy" "$region_mib"
   # One unrecorded prefill first: the first one pays one-time costs (allocations, pinning).
   "$BIN/wscope" generate --target="$WS_TARGET" --prompt_file="$prompt" --max_tokens=1 \
     --ignore_eos --json >/dev/null || true

@@ -24,38 +24,13 @@ while [[ $# -gt 0 ]]; do
     *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-case "$ARCH" in
-  qwen3_moe) kv_bytes=2048 ;; mixtral) kv_bytes=4096 ;; deepseek_v2) kv_bytes=1152 ;;
-  *) echo "profile-bench.sh: --arch must be qwen3_moe, mixtral or deepseek_v2" >&2; exit 2 ;;
-esac
+# shellcheck source=deploy/bench-trio.sh
+source "$ROOT/deploy/bench-trio.sh"
+kv_bytes=$(kv_bytes_of "$ARCH")
 region_mib=$(((BATCH * (CONTEXT + 1024) * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
-# The trio of the current policy is stopped whatever ends this script (an error, Ctrl-C):
-# launch.sh runs in the background here, where SIGINT does not reach it.
-launcher=""
-stop_trio() {
-  if [[ -n $launcher ]]; then
-    kill -TERM "$launcher" 2>/dev/null || true
-    wait "$launcher" 2>/dev/null || true
-    launcher=""
-  fi
-}
-trap stop_trio EXIT
-trap 'stop_trio; exit 130' INT TERM
 for policy in $POLICIES; do
-  ready=$(mktemp -u)
-  WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
-    --device "$DEVICE" -- --synthetic="$ARCH" --num_layers="$LAYERS" \
-    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" \
-    --max_sequences="$BATCH" --policy="$policy" &
-  launcher=$!
-  for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
-  if [[ ! -f $ready ]]; then
-    echo "profile-bench: the trio for $policy did not start" >&2
-    exit 1
-  fi
-  # shellcheck disable=SC1090
-  source "$ready"
+  start_trio profile-bench "$policy" "$region_mib" --max_sequences="$BATCH"
   echo "== $policy, batch $BATCH x $CONTEXT"
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
     --decode_steps=8 --warmup_steps=8 || true

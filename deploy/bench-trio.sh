@@ -1,0 +1,54 @@
+# Sourced by the benchmark scripts (bench-grid.sh, contention.sh, profile-bench.sh,
+# prefill-placement.sh): one trio per policy on synthetic weights, stopped whatever ends
+# the script (an error, Ctrl-C: launch.sh runs in the background there, where SIGINT does
+# not reach it).
+#
+#   kv_bytes_of ARCH                   KV bytes per token and layer (exit 2 for another arch)
+#   start_trio WHO POLICY REGION_MIB [COORDINATOR_FLAGS...]
+#                                      launches ARCH/LAYERS (the caller's variables) on
+#                                      DEVICE from BIN with both host regions of REGION_MIB;
+#                                      sources the ready file (WS_TARGET, ...); exit 1 with
+#                                      "WHO: ..." when it does not start
+#   stop_trio                          stops the current trio (also on EXIT, INT, TERM)
+
+kv_bytes_of() {
+  case "$1" in
+    qwen3_moe) echo 2048 ;;    # 4 KV heads x 128 x (K, V) x bf16
+    mixtral) echo 4096 ;;      # 8 KV heads
+    deepseek_v2) echo 1152 ;;  # MLA: 512 + 64 latent values
+    *) echo "--arch must be qwen3_moe, mixtral or deepseek_v2, not '$1'" >&2; exit 2 ;;
+  esac
+}
+
+launcher=""
+stop_trio() {
+  if [[ -n $launcher ]]; then
+    kill -TERM "$launcher" 2>/dev/null || true
+    wait "$launcher" 2>/dev/null || true
+    launcher=""
+  fi
+}
+trap stop_trio EXIT
+trap 'stop_trio; exit 130' INT TERM
+
+start_trio() {
+  local who="$1" policy="$2" region_mib="$3"
+  shift 3
+  local ready
+  ready=$(mktemp -u)
+  WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
+    --device "$DEVICE" -- --synthetic="$ARCH" --num_layers="$LAYERS" \
+    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" --policy="$policy" "$@" &
+  launcher=$!
+  for _ in $(seq 1500); do
+    [[ -f $ready ]] && break
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.2
+  done
+  if [[ ! -f $ready ]]; then
+    echo "$who: the trio for $policy did not start" >&2
+    exit 1
+  fi
+  # shellcheck disable=SC1090
+  source "$ready"
+}

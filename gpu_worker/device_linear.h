@@ -25,6 +25,13 @@ class DeviceLinear {
   virtual ~DeviceLinear() = default;
   virtual absl::Status Linear(const float* x, int64_t tokens, const kernels::model::LinearWeight& w,
                               float* y) = 0;
+  // MLA's per-head products with kv_b (kernels/model/mla.h MlaAbsorbQuery, MlaApplyUv): one
+  // strided-batched product over the heads on the device's fp32 copy of kv_b.
+  virtual absl::Status MlaAbsorb(const kernels::model::MlaDims& dims, const float* q, int64_t tokens,
+                                 const kernels::model::LinearWeight& kv_b, float* q_absorbed) = 0;
+  virtual absl::Status MlaUv(const kernels::model::MlaDims& dims, const float* o_latent,
+                             int64_t tokens, const kernels::model::LinearWeight& kv_b,
+                             float* out) = 0;
   // Device bytes of the widened weights.
   virtual uint64_t weight_bytes() const = 0;
 };

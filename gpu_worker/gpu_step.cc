@@ -76,9 +76,10 @@ struct Partial {
 // Every user overwrites what it reads.
 struct GpuStep::Scratch {
   explicit Scratch(Device* d)
-      : h(d), y(d), q(d), kv(d), attn(d), routed(d), absorbed(d), kv_bf16(d), qk(d), acc(d),
-        part(d) {}
+      : h(d), y(d), q(d), kv(d), attn(d), routed(d), absorbed(d), final_x(d), logits(d),
+        kv_bf16(d), qk(d), acc(d), part(d) {}
   PinnedArray<float> h, y, q, kv, attn, routed, absorbed;
+  PinnedArray<float> final_x, logits;  // Logits: rows of x, their [rows][vocab] logits
   PinnedArray<uint16_t> kv_bf16, qk;
   Partial acc, part;
 };
@@ -116,6 +117,7 @@ absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& wei
   auto step = std::unique_ptr<GpuStep>(new GpuStep(device, kv_cache, data_plane, options));
   WS_ASSIGN_OR_RETURN(step->ops_, kernels::model::DecoderOps::Create(weights.config(), weights));
   if (options.linear) step->ops_->set_linear_backend(options.linear);
+  step->ops_->set_mla_backend(options.mla);
   WS_ASSIGN_OR_RETURN(step->attention_, CreateDeviceAttention(device));
   step->dims_ = StepDimsFor(weights.config());
   return step;
@@ -488,7 +490,7 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
   PinnedArray<uint16_t>& qk = Sized(scratch_->qk, T * heads * q_dim);
   if (mla) {
     PinnedArray<float>& absorbed = Sized(scratch_->absorbed, T * heads * q_dim);
-    ops_->MlaAbsorb(layer, q.data(), T, absorbed.data());
+    WS_RETURN_IF_ERROR(ops_->MlaAbsorb(layer, q.data(), T, absorbed.data()));
     kernels::model::ToBf16(absorbed.data(), static_cast<int64_t>(absorbed.size()), qk.data());
   } else {
     kernels::model::ToBf16(q.data(), static_cast<int64_t>(q.size()), qk.data());
@@ -675,7 +677,7 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
     }
   }
   if (mla) {
-    ops_->MlaUv(layer, acc.o.data(), T, attn->data());
+    WS_RETURN_IF_ERROR(ops_->MlaUv(layer, acc.o.data(), T, attn->data()));
   } else {
     swap(*attn, acc.o);  // both keep their capacity (and pinning) for the next layer
   }
@@ -687,11 +689,12 @@ absl::Status GpuStep::Logits(Step& step, internal::StepResult* result) {
   const int64_t hidden = ops_->config().hidden_size, vocab = ops_->config().vocab_size;
   // Rows in batches, so that a long chunk's prompt log-probs do not need [T, vocab] at once.
   constexpr int64_t kBatchRows = 64;
-  std::vector<float> xs, logits;
+  PinnedArray<float>& logits = scratch_->logits;
   auto compute = [&](const std::vector<int64_t>& rows) -> absl::Status {
+    SpanRecorder::Scope span(options_.spans, "lm_head", layout.step_id);
     const int64_t n = static_cast<int64_t>(rows.size());
-    xs.resize(n * hidden);
-    logits.resize(n * vocab);
+    PinnedArray<float>& xs = Sized(scratch_->final_x, n * hidden);
+    Sized(logits, n * vocab);
     for (int64_t i = 0; i < n; ++i) {
       std::memcpy(xs.data() + i * hidden, step.x.data() + rows[i] * hidden, hidden * 4);
     }
@@ -720,6 +723,7 @@ absl::Status GpuStep::Logits(Step& step, internal::StepResult* result) {
     }
     WS_RETURN_IF_ERROR(compute(rows));
     std::vector<SampledToken> tokens(n);
+    SpanRecorder::Scope span(options_.spans, "sample", layout.step_id);
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
     for (size_t r = 0; r < n; ++r) {
       const internal::TokenSampling& in =

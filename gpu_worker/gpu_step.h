@@ -59,6 +59,8 @@ struct GpuStepOptions {
   SpanRecorder* spans = nullptr;
   // The layer math's matrix products (empty: the host Linear).
   kernels::model::LinearBackend linear;
+  // MLA's absorbed per-head products (empty: the host loops).
+  kernels::model::MlaBackend mla;
   // Routed experts on this device, for steps whose plan says experts_on_gpu (null: such
   // plans are refused).
   DeviceExperts* experts = nullptr;

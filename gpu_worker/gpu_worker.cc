@@ -103,6 +103,18 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
                                                    const kernels::model::LinearWeight& w, float* y) {
       return linear->Linear(x, tokens, w, y);
     };
+    step_options.mla.absorb = [linear = linear_.get()](const kernels::model::MlaDims& d,
+                                                       const float* q, int64_t tokens,
+                                                       const kernels::model::LinearWeight& kv_b,
+                                                       float* out) {
+      return linear->MlaAbsorb(d, q, tokens, kv_b, out);
+    };
+    step_options.mla.uv = [linear = linear_.get()](const kernels::model::MlaDims& d,
+                                                   const float* o, int64_t tokens,
+                                                   const kernels::model::LinearWeight& kv_b,
+                                                   float* out) {
+      return linear->MlaUv(d, o, tokens, kv_b, out);
+    };
   }
   WS_ASSIGN_OR_RETURN(step_, GpuStep::Create(*weights_, device_.get(), kv_cache_.get(), plane,
                                              step_options));

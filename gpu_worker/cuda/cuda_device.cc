@@ -4,12 +4,18 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/status.h"
 #include "gpu_worker/device.h"
+#include "kernels/cuda/cuda_convert.h"
 
 namespace writescope::gpu {
 namespace {
@@ -53,10 +59,18 @@ class CudaDevice final : public Device {
     for (cudaEvent_t& event : device->events_) {
       WS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     }
+    const char* sm_copies = std::getenv("WS_SM_COPIES");
+    device->sm_copies_ = sm_copies == nullptr || std::strcmp(sm_copies, "0") != 0;
     return std::unique_ptr<Device>(std::move(device));
   }
 
   ~CudaDevice() override {
+    for (Staging& staging : staging_) {
+      for (StagingSlot& slot : staging.slots) {
+        if (slot.event != nullptr) cudaEventDestroy(slot.event);
+      }
+      if (staging.host != nullptr) cudaFreeHost(staging.host);
+    }
     for (cudaEvent_t event : markers_) cudaEventDestroy(event);
     if (anchor_ != nullptr) cudaEventDestroy(anchor_);
     for (cudaEvent_t event : events_) {
@@ -95,6 +109,13 @@ class CudaDevice final : public Device {
 
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) override {
     if (bytes == 0) return absl::OkStatus();
+    // Small uploads on the compute and write-back streams go through the SMs: the copy
+    // engine runs host-to-device copies in the order they were queued whatever their stream,
+    // so a query or a KV row would otherwise wait behind a whole ping-pong round (~15 ms).
+    if (sm_copies_ && bytes <= kStagingSlotBytes &&
+        (stream == Stream::kCompute || stream == Stream::kCopyOut)) {
+      return SmCopyToDevice(dst, src, bytes, stream);
+    }
     return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
                       "cudaMemcpyAsync(H2D)");
   }
@@ -151,6 +172,64 @@ class CudaDevice final : public Device {
   }
 
  private:
+  // Host-to-device copies of at most kStagingSlotBytes by a kernel (CopyBytes) that reads
+  // the source through the bus. Registered (pinned) sources are read where they lie, like an
+  // asynchronous copy from pinned memory; pageable ones are first copied into a mapped
+  // staging slot (one of kStagingSlots per stream, reused once the stream has passed the
+  // kernel that read it), so the caller may reuse them at once, like cudaMemcpyAsync's.
+  static constexpr size_t kStagingSlotBytes = size_t{1} << 20;
+  static constexpr int kStagingSlots = 16;
+  struct StagingSlot {
+    cudaEvent_t event = nullptr;
+    bool pending = false;
+  };
+  struct Staging {
+    std::mutex mu;
+    unsigned char* host = nullptr;
+    unsigned char* device = nullptr;
+    std::array<StagingSlot, kStagingSlots> slots;
+    int next = 0;
+  };
+
+  absl::Status SmCopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, src) != cudaSuccess) cudaGetLastError();
+    if (attributes.type == cudaMemoryTypeHost && attributes.devicePointer != nullptr) {
+      return kernels::cuda::CopyBytes(dst, attributes.devicePointer, bytes, stream_of(stream));
+    }
+    Staging& staging = staging_[static_cast<int>(stream)];
+    std::lock_guard<std::mutex> lock(staging.mu);
+    if (staging.host == nullptr) {
+      void* host = nullptr;
+      void* device = nullptr;
+      if (cudaHostAlloc(&host, kStagingSlotBytes * kStagingSlots, cudaHostAllocMapped) !=
+              cudaSuccess ||
+          cudaHostGetDevicePointer(&device, host, 0) != cudaSuccess) {
+        cudaGetLastError();
+        if (host != nullptr) cudaFreeHost(host);
+        WS_LOG(WARNING) << "no mapped staging memory: small uploads go through the copy engine";
+        sm_copies_ = false;
+        return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
+                          "cudaMemcpyAsync(H2D)");
+      }
+      staging.host = static_cast<unsigned char*>(host);
+      staging.device = static_cast<unsigned char*>(device);
+      for (StagingSlot& slot : staging.slots) {
+        WS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming));
+      }
+    }
+    const int index = staging.next;
+    staging.next = (staging.next + 1) % kStagingSlots;
+    StagingSlot& slot = staging.slots[index];
+    if (slot.pending) WS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.event));
+    std::memcpy(staging.host + index * kStagingSlotBytes, src, bytes);
+    WS_RETURN_IF_ERROR(kernels::cuda::CopyBytes(dst, staging.device + index * kStagingSlotBytes,
+                                                bytes, stream_of(stream)));
+    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.event, stream_of(stream)));
+    slot.pending = true;
+    return absl::OkStatus();
+  }
+
   CudaDevice(int ordinal, std::string name) : ordinal_(ordinal), name_(std::move(name)) {}
   cudaStream_t stream_of(Stream stream) const { return streams_[static_cast<int>(stream)]; }
 
@@ -163,6 +242,9 @@ class CudaDevice final : public Device {
   uint64_t anchor_nanos_ = 0;
   std::vector<cudaEvent_t> markers_;
   size_t used_markers_ = 0;
+  // Small uploads by the SMs (SmCopyToDevice); WS_SM_COPIES=0 turns them off.
+  std::atomic<bool> sm_copies_{true};
+  std::array<Staging, kNumStreams> staging_;
 };
 
 }  // namespace

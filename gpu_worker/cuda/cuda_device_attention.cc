@@ -190,112 +190,61 @@ class CudaDeviceAttention final : public DeviceAttention {
     return device_->Synchronize(Stream::kCompute);
   }
 
+  // Every row in one launch over a tile pointer list, like CudaGqaDecode: row s's tiles are
+  // tile_ptrs[begin[s] .. begin[s + 1]) wherever they lie (ping-pong positions, the D-window,
+  // a prefill chunk's own blocks; rows of one chunk list the same bases, each its prefix).
+  // Nothing is copied on the device: a per-tile copy into a packed array cost one memcpy
+  // launch per tile (~4000 per layer at DeepSeek-V2-Lite, batch 32 x 32K).
   absl::Status CudaMlaDecode(const kernels::MlaDecodeArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
     if (args.num_seqs == 0) return absl::OkStatus();
     const int32_t bt = args.shape.block_tokens;
-    const uint64_t tile_bytes = uint64_t{static_cast<uint32_t>(bt)} * args.shape.row_dim() * 2;
-    // The kernel reads one packed tile array. Rows that share a tile list (the queries of
-    // one prefill chunk: all of its earlier blocks, or prefixes of its own) share one packed
-    // copy of it; packing per row would copy a long chunk's blocks once per query.
-    absl::flat_hash_map<const uint16_t* const*, std::pair<int32_t, int32_t>> packed;  // offset, n
-    std::vector<const kernels::KvBlockList*> order;
-    bool shared = false;
-    int32_t total = 0, max_tokens = 1;
+    std::vector<int32_t> begin(args.num_seqs + 1, 0), last(args.num_seqs, 0);
+    int64_t max_tokens = 1;
     for (int32_t s = 0; s < args.num_seqs; ++s) {
       const kernels::KvBlockList& list = args.seqs[s];
-      max_tokens = std::max<int32_t>(max_tokens, static_cast<int32_t>(list.NumTokens(bt)));
-      if (list.num_blocks == 0) continue;  // an empty row shares nothing
-      auto [it, inserted] = packed.try_emplace(list.blocks, total, list.num_blocks);
-      if (!inserted) {
-        shared = true;
-        it->second.second = std::max(it->second.second, list.num_blocks);
-      } else {
-        order.push_back(&list);
-        total += list.num_blocks;
-      }
+      begin[s + 1] = begin[s] + list.num_blocks;
+      last[s] = list.num_blocks == 0 ? 0 : list.last_block_tokens;
+      max_tokens = std::max(max_tokens, list.NumTokens(bt));
     }
-    // A list met again with more blocks than its first row: re-lay the offsets.
-    total = 0;
-    for (const kernels::KvBlockList* list : order) {
-      auto& entry = packed[list->blocks];
-      entry.first = total;
-      total += entry.second;
+    if (max_tokens > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("a sequence of ", max_tokens, " keys"));
     }
-    WS_RETURN_IF_ERROR(Grow(&packed_, std::max<uint64_t>(1, total) * tile_bytes));
-    for (const kernels::KvBlockList* list : order) {
-      const auto& [offset, count] = packed[list->blocks];
-      for (int32_t i = 0; i < count; ++i) {
-        WS_RETURN_IF_ERROR(device_->CopyOnDevice(
-            static_cast<std::byte*>(packed_.data()) + uint64_t(offset + i) * tile_bytes,
-            list->blocks[i], tile_bytes, Stream::kCompute));
-      }
+    const int32_t total = begin[args.num_seqs];
+    const int64_t heads = args.shape.num_heads, rank = args.shape.kv_lora_rank;
+    const int64_t rows = int64_t{args.num_seqs} * heads;
+    if (total == 0) {  // no keys at all: every row is the empty state
+      std::fill_n(args.o, rows * rank, 0.0f);
+      std::fill_n(args.lse, rows, kernels::kEmptyLse);
+      return absl::OkStatus();
     }
-    const int64_t row_values = int64_t{args.shape.num_heads};
-    WS_RETURN_IF_ERROR(Stage(&q_, args.q, args.num_seqs * row_values * args.shape.row_dim() * 2));
-    WS_RETURN_IF_ERROR(Grow(&o_, args.num_seqs * row_values * (args.shape.kv_lora_rank + 1) * 4));
-    float* o_all = static_cast<float*>(o_.data());
-    float* lse_all = o_all + args.num_seqs * row_values * args.shape.kv_lora_rank;
-    // One launch over every row when no two share a list (their packed ranges are then
-    // consecutive), else one launch per row over its (prefix of its) packed list.
-    auto launch = [&](int32_t first_row, int32_t rows, const std::vector<int32_t>& begin,
-                      const std::vector<int32_t>& last, const std::byte* tiles) -> absl::Status {
-      WS_RETURN_IF_ERROR(Stage(&positions_, begin.data(), begin.size() * sizeof(int32_t)));
-      WS_RETURN_IF_ERROR(Stage(&tokens_, last.data(), last.size() * sizeof(int32_t)));
-      kernels::cuda::MlaGpuDecodeArgs gpu;
-      gpu.shape = args.shape;
-      gpu.num_seqs = rows;
-      gpu.q = static_cast<const uint16_t*>(q_.data()) +
-              int64_t{first_row} * row_values * args.shape.row_dim();
-      gpu.kv.tiles = reinterpret_cast<const uint16_t*>(tiles);
-      gpu.kv.seq_tile_begin = static_cast<const int32_t*>(positions_.data());
-      gpu.kv.seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
-      gpu.kv.max_seq_tokens = max_tokens;
-      gpu.o = o_all + int64_t{first_row} * row_values * args.shape.kv_lora_rank;
-      gpu.lse = lse_all + int64_t{first_row} * row_values;
-      const size_t workspace = kernels::cuda::MlaGpuDecodeWorkspaceBytes(gpu);
-      WS_RETURN_IF_ERROR(Grow(&workspace_, std::max<size_t>(workspace, 256)));
-      gpu.workspace = workspace_.data();
-      gpu.workspace_bytes = workspace_.size();
-      WS_RETURN_IF_ERROR(kernels::cuda::MlaGpuDecode(gpu, device_->native_stream(Stream::kCompute)));
-      // Staging buffers are reused by the next launch: wait for this one.
-      return device_->Synchronize(Stream::kCompute);
-    };
-    const auto* tiles = static_cast<const std::byte*>(packed_.data());
-    if (!shared) {
-      // Distinct lists were packed in row order: row s's range ends where the next begins.
-      std::vector<int32_t> begin(args.num_seqs + 1, 0), last(args.num_seqs, 0);
-      int32_t running = 0;
-      for (int32_t s = 0; s < args.num_seqs; ++s) {
-        begin[s] = running;
-        running += args.seqs[s].num_blocks;
-        last[s] = args.seqs[s].last_block_tokens;
-      }
-      begin[args.num_seqs] = running;
-      WS_RETURN_IF_ERROR(launch(0, args.num_seqs, begin, last, tiles));
-    } else {
-      for (int32_t s = 0; s < args.num_seqs; ++s) {
-        const kernels::KvBlockList& list = args.seqs[s];
-        if (list.num_blocks == 0) continue;  // set empty below
-        const int32_t offset = packed[list.blocks].first;
-        WS_RETURN_IF_ERROR(launch(s, 1, {0, list.num_blocks}, {list.last_block_tokens},
-                                  tiles + uint64_t(offset) * tile_bytes));
-      }
+    std::vector<const uint16_t*> tiles(total);
+    for (int32_t s = 0; s < args.num_seqs; ++s) {
+      std::copy_n(args.seqs[s].blocks, args.seqs[s].num_blocks, tiles.data() + begin[s]);
     }
-    const int64_t rows = int64_t{args.num_seqs} * row_values;
-    WS_RETURN_IF_ERROR(
-        device_->CopyToHost(args.o, o_all, rows * args.shape.kv_lora_rank * 4, Stream::kCompute));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, lse_all, rows * 4, Stream::kCompute));
-    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
-    if (shared) {
-      for (int32_t s = 0; s < args.num_seqs; ++s) {
-        if (args.seqs[s].num_blocks > 0) continue;
-        std::fill_n(args.o + s * row_values * args.shape.kv_lora_rank,
-                    row_values * args.shape.kv_lora_rank, 0.0f);
-        std::fill_n(args.lse + s * row_values, row_values, kernels::kEmptyLse);
-      }
-    }
-    return absl::OkStatus();
+    WS_RETURN_IF_ERROR(Stage(&q_, args.q, rows * args.shape.row_dim() * 2));
+    WS_RETURN_IF_ERROR(Stage(&tiles_, tiles.data(), total * sizeof(void*)));
+    WS_RETURN_IF_ERROR(Stage(&positions_, begin.data(), begin.size() * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Stage(&tokens_, last.data(), last.size() * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Grow(&o_, rows * (rank + 1) * 4));
+    kernels::cuda::MlaGpuDecodeArgs gpu;
+    gpu.shape = args.shape;
+    gpu.num_seqs = args.num_seqs;
+    gpu.q = static_cast<const uint16_t*>(q_.data());
+    gpu.kv.tile_ptrs = static_cast<const uint16_t* const*>(tiles_.data());
+    gpu.kv.seq_tile_begin = static_cast<const int32_t*>(positions_.data());
+    gpu.kv.seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
+    gpu.kv.max_seq_tokens = static_cast<int32_t>(max_tokens);
+    gpu.o = static_cast<float*>(o_.data());
+    gpu.lse = gpu.o + rows * rank;
+    const size_t workspace = kernels::cuda::MlaGpuDecodeWorkspaceBytes(gpu);
+    WS_RETURN_IF_ERROR(Grow(&workspace_, std::max<size_t>(workspace, 256)));
+    gpu.workspace = workspace_.data();
+    gpu.workspace_bytes = workspace_.size();
+    WS_RETURN_IF_ERROR(kernels::cuda::MlaGpuDecode(gpu, device_->native_stream(Stream::kCompute)));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.o, gpu.o, rows * rank * 4, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, gpu.lse, rows * 4, Stream::kCompute));
+    return device_->Synchronize(Stream::kCompute);
   }
 
   absl::Status Grow(DeviceBuffer* buffer, uint64_t bytes) {
@@ -311,7 +260,7 @@ class CudaDeviceAttention final : public DeviceAttention {
   }
 
   Device* device_;
-  DeviceBuffer q_, o_, tiles_, positions_, tokens_, packed_, workspace_;
+  DeviceBuffer q_, o_, tiles_, positions_, tokens_, workspace_;
   bool warned_ = false;
   std::vector<uint16_t> host_tiles_;
   std::vector<const uint16_t*> host_pointers_;

@@ -90,11 +90,7 @@ class CudaLinear final : public DeviceLinear {
   absl::Status Linear(const float* x, int64_t tokens, const kernels::model::LinearWeight& w,
                       float* y) override {
     if (tokens == 0) return absl::OkStatus();
-    auto it = weights_.find(w.data);
-    if (it == weights_.end() || it->second == nullptr) {
-      return absl::InternalError(absl::StrCat("no device copy of a [", w.out_features, ", ",
-                                              w.in_features, "] weight"));
-    }
+    WS_ASSIGN_OR_RETURN(const float* device_w, DeviceWeight(w));
     const uint64_t x_bytes = 4 * static_cast<uint64_t>(tokens * w.in_features);
     const uint64_t y_bytes = 4 * static_cast<uint64_t>(tokens * w.out_features);
     WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
@@ -105,7 +101,7 @@ class CudaLinear final : public DeviceLinear {
     const float alpha = 1.0f, beta = 0.0f;
     WS_RETURN_IF_ERROR(CublasStatus(
         cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out_features),
-                    static_cast<int>(tokens), static_cast<int>(w.in_features), &alpha, it->second,
+                    static_cast<int>(tokens), static_cast<int>(w.in_features), &alpha, device_w,
                     static_cast<int>(w.in_features), static_cast<const float*>(x_.data()),
                     static_cast<int>(w.in_features), &beta, static_cast<float*>(y_.data()),
                     static_cast<int>(w.out_features)),
@@ -114,9 +110,76 @@ class CudaLinear final : public DeviceLinear {
     return device_->Synchronize(Stream::kCompute);
   }
 
+  // Head h of MlaAbsorbQuery: out[t, h, :rank] = q[t, h, :nope] W_h, with W_h the head's
+  // first `nope` rows of kv_b ([nope, rank] row-major = column-major [rank, nope]); the rope
+  // part is copied on the host. Column-major: C_h[rank, T] = W_h[rank, nope] Q_h[nope, T].
+  absl::Status MlaAbsorb(const kernels::model::MlaDims& d, const float* q, int64_t tokens,
+                         const kernels::model::LinearWeight& kv_b, float* q_absorbed) override {
+    if (tokens == 0) return absl::OkStatus();
+    WS_ASSIGN_OR_RETURN(const float* w, DeviceWeight(kv_b));
+    const int64_t qd = d.q_head_dim(), latent = d.latent_dim(), heads = d.num_heads;
+    const uint64_t x_bytes = 4 * static_cast<uint64_t>(tokens * heads * qd);
+    const uint64_t y_bytes = 4 * static_cast<uint64_t>(tokens * heads * latent);
+    WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
+    WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), q, x_bytes, Stream::kCompute));
+    const float alpha = 1.0f, beta = 0.0f;
+    const int64_t head_rows = d.kv_b_rows_per_head() * d.kv_lora_rank;
+    WS_RETURN_IF_ERROR(CublasStatus(
+        cublasSgemmStridedBatched(
+            handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d.kv_lora_rank),
+            static_cast<int>(tokens), static_cast<int>(d.qk_nope), &alpha, w,
+            static_cast<int>(d.kv_lora_rank), head_rows, static_cast<const float*>(x_.data()),
+            static_cast<int>(heads * qd), qd, &beta, static_cast<float*>(y_.data()),
+            static_cast<int>(heads * latent), latent, static_cast<int>(heads)),
+        "cublasSgemmStridedBatched (MLA absorb)"));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(q_absorbed, y_.data(), y_bytes, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
+    for (int64_t r = 0; r < tokens * heads; ++r) {
+      std::copy_n(q + r * qd + d.qk_nope, d.qk_rope, q_absorbed + r * latent + d.kv_lora_rank);
+    }
+    return absl::OkStatus();
+  }
+
+  // Head h of MlaApplyUv: out[t, h, :] = o[t, h, :] V_h^T, with V_h the head's `v_dim` rows
+  // of kv_b after its `nope` rows ([v_dim, rank] row-major = column-major [rank, v_dim]).
+  // Column-major: C_h[v_dim, T] = V_h^T[v_dim, rank] O_h[rank, T].
+  absl::Status MlaUv(const kernels::model::MlaDims& d, const float* o_latent, int64_t tokens,
+                     const kernels::model::LinearWeight& kv_b, float* out) override {
+    if (tokens == 0) return absl::OkStatus();
+    WS_ASSIGN_OR_RETURN(const float* w, DeviceWeight(kv_b));
+    const int64_t heads = d.num_heads, rank = d.kv_lora_rank;
+    const uint64_t x_bytes = 4 * static_cast<uint64_t>(tokens * heads * rank);
+    const uint64_t y_bytes = 4 * static_cast<uint64_t>(tokens * heads * d.v_dim);
+    WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
+    WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), o_latent, x_bytes, Stream::kCompute));
+    const float alpha = 1.0f, beta = 0.0f;
+    const int64_t head_rows = d.kv_b_rows_per_head() * rank;
+    WS_RETURN_IF_ERROR(CublasStatus(
+        cublasSgemmStridedBatched(
+            handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d.v_dim),
+            static_cast<int>(tokens), static_cast<int>(rank), &alpha, w + d.qk_nope * rank,
+            static_cast<int>(rank), head_rows, static_cast<const float*>(x_.data()),
+            static_cast<int>(heads * rank), rank, &beta, static_cast<float*>(y_.data()),
+            static_cast<int>(heads * d.v_dim), d.v_dim, static_cast<int>(heads)),
+        "cublasSgemmStridedBatched (MLA uv)"));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(out, y_.data(), y_bytes, Stream::kCompute));
+    return device_->Synchronize(Stream::kCompute);
+  }
+
   uint64_t weight_bytes() const override { return bytes_; }
 
  private:
+  absl::StatusOr<const float*> DeviceWeight(const kernels::model::LinearWeight& w) const {
+    auto it = weights_.find(w.data);
+    if (it == weights_.end() || it->second == nullptr) {
+      return absl::InternalError(absl::StrCat("no device copy of a [", w.out_features, ", ",
+                                              w.in_features, "] weight"));
+    }
+    return it->second;
+  }
+
   absl::Status Grow(DeviceBuffer* buffer, uint64_t bytes) {
     if (buffer->size() >= bytes) return absl::OkStatus();
     *buffer = DeviceBuffer();

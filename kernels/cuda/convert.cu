@@ -16,7 +16,37 @@ __global__ void WidenBf16(const uint16_t* __restrict__ src, float* __restrict__ 
   }
 }
 
+// 16 bytes per thread per iteration where both ends allow it, then the tail byte by byte.
+__global__ void CopyBytesKernel(unsigned char* __restrict__ dst, const unsigned char* __restrict__ src,
+                                size_t vectors, size_t bytes) {
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  const size_t first = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  for (size_t i = first; i < vectors; i += stride) {
+    reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  }
+  for (size_t i = vectors * 16 + first; i < bytes; i += stride) dst[i] = src[i];
+}
+
 }  // namespace
+
+absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return absl::OkStatus();
+  const bool aligned = reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  const size_t vectors = aligned ? bytes / 16 : 0;
+  const int threads = 256;
+  const size_t units = aligned ? vectors : bytes;
+  // Enough loads in flight to hide the bus latency of mapped host memory, a wave at most.
+  const size_t wanted = (units + threads - 1) / threads;
+  const int blocks = static_cast<int>(wanted < 264 ? (wanted > 0 ? wanted : 1) : 264);
+  CopyBytesKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), vectors, bytes);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("CopyBytes: ", cudaGetErrorString(error)));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* stream) {
   if (n <= 0) return absl::OkStatus();

@@ -2,6 +2,7 @@
 #ifndef WRITESCOPE_KERNELS_CUDA_CUDA_CONVERT_H_
 #define WRITESCOPE_KERNELS_CUDA_CUDA_CONVERT_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -10,6 +11,12 @@ namespace writescope::kernels::cuda {
 
 // dst[i] = float(src[i]) for bf16 bit patterns src (exact), device pointers, asynchronous.
 absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* stream);
+
+// dst[0, bytes) = src[0, bytes), asynchronous, by the SMs (not a copy engine): `src` may be
+// host memory mapped into the device's address space (a registered or cudaHostAllocMapped
+// buffer's device view), so that a small upload does not queue behind a long DMA on the
+// copy engine.
+absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream);
 
 }  // namespace writescope::kernels::cuda
 

@@ -173,13 +173,18 @@ absl::Status DecoderOps::ProjectQkv(int64_t layer, const float* h, int64_t token
   return absl::OkStatus();
 }
 
-void DecoderOps::MlaAbsorb(int64_t layer, const float* q, int64_t tokens,
-                           float* q_absorbed) const {
+absl::Status DecoderOps::MlaAbsorb(int64_t layer, const float* q, int64_t tokens,
+                                   float* q_absorbed) const {
+  if (mla_backend_.absorb) return mla_backend_.absorb(mla_dims(), q, tokens, KvB(layer), q_absorbed);
   MlaAbsorbQuery(mla_dims(), q, tokens, KvB(layer), q_absorbed);
+  return absl::OkStatus();
 }
 
-void DecoderOps::MlaUv(int64_t layer, const float* o_latent, int64_t tokens, float* attn) const {
+absl::Status DecoderOps::MlaUv(int64_t layer, const float* o_latent, int64_t tokens,
+                               float* attn) const {
+  if (mla_backend_.uv) return mla_backend_.uv(mla_dims(), o_latent, tokens, KvB(layer), attn);
   MlaApplyUv(mla_dims(), o_latent, tokens, KvB(layer), attn);
+  return absl::OkStatus();
 }
 
 absl::Status DecoderOps::OutputProjection(int64_t layer, const float* attn, int64_t tokens,

@@ -62,6 +62,16 @@ struct DecoderOpsOptions {
 using LinearBackend = std::function<absl::Status(const float* x, int64_t tokens,
                                                  const LinearWeight& w, float* y)>;
 
+// MLA's per-head products with kv_b (DecoderOps::MlaAbsorb, MlaUv), with the arguments of
+// MlaAbsorbQuery and MlaApplyUv (mla.h). The gpu_worker puts cuBLAS behind them; unset, those
+// host loops run.
+using MlaProduct = std::function<absl::Status(const MlaDims& dims, const float* in, int64_t tokens,
+                                              const LinearWeight& kv_b, float* out)>;
+struct MlaBackend {
+  MlaProduct absorb;
+  MlaProduct uv;
+};
+
 class DecoderOps {
  public:
   // `weights` must hold the attention-side tensors (SideFilter::kGpu or kAll) with the shapes
@@ -86,6 +96,8 @@ class DecoderOps {
   F32WeightCache* cache() { return use_cache_ ? &cache_ : nullptr; }
   // Every matrix product of these ops through `backend` (empty: the host Linear).
   void set_linear_backend(LinearBackend backend) { backend_ = std::move(backend); }
+  // MLA's absorbed products through `backend` (empty members: the host loops).
+  void set_mla_backend(MlaBackend backend) { mla_backend_ = std::move(backend); }
 
   // x [tokens, hidden]. INVALID_ARGUMENT for a token outside the vocabulary.
   absl::Status Embed(absl::Span<const int32_t> tokens, float* x) const;
@@ -98,8 +110,8 @@ class DecoderOps {
                           float* q, float* kv_rows);
   // MLA: q [tokens][heads][nope + rope] -> absorbed query [tokens][heads][kv_lora_rank + rope];
   // latent-space output [tokens][heads][kv_lora_rank] -> v-space [tokens][heads][v_dim].
-  void MlaAbsorb(int64_t layer, const float* q, int64_t tokens, float* q_absorbed) const;
-  void MlaUv(int64_t layer, const float* o_latent, int64_t tokens, float* attn) const;
+  absl::Status MlaAbsorb(int64_t layer, const float* q, int64_t tokens, float* q_absorbed) const;
+  absl::Status MlaUv(int64_t layer, const float* o_latent, int64_t tokens, float* attn) const;
   const LinearWeight KvB(int64_t layer) const;
 
   // out [tokens, hidden] = o_proj(attn [tokens][attn_values()]).
@@ -131,6 +143,7 @@ class DecoderOps {
   bool use_cache_ = false;
   F32WeightCache cache_;
   LinearBackend backend_;
+  MlaBackend mla_backend_;
 };
 
 }  // namespace writescope::kernels::model

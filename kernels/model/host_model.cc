@@ -261,7 +261,7 @@ absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const flo
              (!decode && options_.mla_prefill == MlaPrefillMode::kAbsorbed)) {
     // One absorbed query per token over its causal prefix of the cache.
     std::vector<float> q_abs(tokens * d.num_heads * latent);
-    ops_->MlaAbsorb(layer, q.data(), tokens, q_abs.data());
+    WS_RETURN_IF_ERROR(ops_->MlaAbsorb(layer, q.data(), tokens, q_abs.data()));
     std::vector<uint16_t> q_bf16(q_abs.size());
     ToBf16(q_abs.data(), q_abs.size(), q_bf16.data());
     TileList tiles = MakeTileList(seq, layer, keys);
@@ -284,7 +284,7 @@ absl::Status HostModel::MlaAttention(HostSequence& seq, int64_t layer, const flo
     args.o = o_lat.data();
     args.lse = lse.data();
     WS_RETURN_IF_ERROR(CpuMlaDecode(args));
-    ops_->MlaUv(layer, o_lat.data(), tokens, attn.data());
+    WS_RETURN_IF_ERROR(ops_->MlaUv(layer, o_lat.data(), tokens, attn.data()));
   } else {
     // Naive: every cached latent, widened, expanded through kv_b.
     std::vector<float> latents(keys * latent);

@@ -127,5 +127,124 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.index);
     });
 
+
+// MLA rows as the step builds them: decode rows with their own lists (empty ones, partial
+// last tiles) and prefill rows that list prefixes of one shared block array (each query of a
+// chunk sees its own causal prefix), in one call.
+struct MlaCase {
+  std::vector<int64_t> row_tokens;  // own list per row; 0: no keys
+  int32_t prefix_rows = 0;          // then this many rows over prefixes of one shared list
+  int64_t shared_tokens = 0;
+};
+
+class DeviceMlaTest : public ::testing::TestWithParam<std::tuple<std::string, MlaCase>> {};
+
+TEST_P(DeviceMlaTest, MlaDecodeMatchesTheReference) {
+  const auto& [device_kind, c] = GetParam();
+  std::unique_ptr<Device> device;
+  if (device_kind == "cuda") {
+    absl::StatusOr<std::unique_ptr<Device>> cuda = CreateCudaDevice(0);
+    if (!cuda.ok()) GTEST_SKIP() << "no CUDA device: " << cuda.status();
+    device = *std::move(cuda);
+  } else {
+    device = CreateHostDevice();
+  }
+  auto attention = CreateDeviceAttention(device.get());
+  WS_ASSERT_OK(attention.status());
+  kernels::MlaShape shape;
+  shape.block_tokens = 64;
+  shape.softmax_scale = 1.0f / std::sqrt(192.0f);
+  const int64_t tile_values = int64_t{shape.block_tokens} * shape.row_dim();
+  const int32_t own = static_cast<int32_t>(c.row_tokens.size());
+  const int32_t n = own + c.prefix_rows;
+  std::mt19937_64 rng(29 + n);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+
+  std::vector<std::vector<uint16_t>> host_tiles;
+  std::vector<DeviceBuffer> device_tiles;
+  // Lists: one per own row, then the shared one.
+  std::vector<std::vector<const uint16_t*>> host_lists(own + 1), device_lists(own + 1);
+  auto make_list = [&](int32_t index, int64_t tokens) {
+    const int32_t blocks = static_cast<int32_t>((tokens + shape.block_tokens - 1) / shape.block_tokens);
+    for (int32_t b = 0; b < blocks; ++b) {
+      std::vector<uint16_t>& tile = host_tiles.emplace_back(tile_values);
+      for (uint16_t& v : tile) v = kernels::FloatToBf16(dist(rng));
+      absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(device.get(), tile_values * 2);
+      WS_ASSERT_OK(buffer.status());
+      WS_ASSERT_OK(device->CopyToDevice(buffer->data(), tile.data(), tile_values * 2,
+                                        Stream::kCompute));
+      host_lists[index].push_back(tile.data());
+      device_lists[index].push_back(static_cast<const uint16_t*>(buffer->data()));
+      device_tiles.push_back(*std::move(buffer));
+    }
+  };
+  for (int32_t s = 0; s < own; ++s) make_list(s, c.row_tokens[s]);
+  make_list(own, c.shared_tokens);
+  WS_ASSERT_OK(device->SynchronizeAll());
+  std::vector<kernels::KvBlockList> host_rows(n), device_rows(n);
+  auto set_row = [&](int32_t row, int32_t list, int64_t tokens) {
+    const int32_t blocks = static_cast<int32_t>((tokens + shape.block_tokens - 1) / shape.block_tokens);
+    for (auto* rows : {&host_rows, &device_rows}) {
+      kernels::KvBlockList& r = (*rows)[row];
+      r.blocks = (rows == &host_rows ? host_lists : device_lists)[list].data();
+      r.num_blocks = blocks;
+      r.last_block_tokens =
+          blocks == 0 ? 0 : static_cast<int32_t>(tokens - int64_t{blocks - 1} * shape.block_tokens);
+    }
+  };
+  for (int32_t s = 0; s < own; ++s) set_row(s, s, c.row_tokens[s]);
+  for (int32_t i = 0; i < c.prefix_rows; ++i) {
+    // Row i of the chunk sees the first tokens of the shared list, growing with i.
+    set_row(own + i, own, c.shared_tokens - (c.prefix_rows - 1 - i) * 37 % (c.shared_tokens + 1));
+  }
+  std::vector<uint16_t> q(int64_t{n} * shape.num_heads * shape.row_dim());
+  for (uint16_t& v : q) v = kernels::FloatToBf16(dist(rng));
+  const int64_t rows = int64_t{n} * shape.num_heads;
+  std::vector<float> want_o(rows * shape.kv_lora_rank), want_lse(rows);
+  std::vector<float> got_o(rows * shape.kv_lora_rank + 16, 7.0f), got_lse(rows + 16, 7.0f);
+  kernels::MlaDecodeArgs args;
+  args.shape = shape;
+  args.num_seqs = n;
+  args.q = q.data();
+  args.seqs = host_rows.data();
+  args.o = want_o.data();
+  args.lse = want_lse.data();
+  WS_ASSERT_OK(kernels::ReferenceMlaDecode(args));
+  args.seqs = device_rows.data();
+  args.o = got_o.data();
+  args.lse = got_lse.data();
+  WS_ASSERT_OK((*attention)->MlaDecode(args));
+
+  double worst = 0;
+  for (int64_t i = 0; i < rows * shape.kv_lora_rank; ++i) {
+    worst = std::max(worst, std::fabs(double(got_o[i]) - want_o[i]));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    if (std::isinf(want_lse[r])) {
+      EXPECT_TRUE(std::isinf(got_lse[r]) && got_lse[r] < 0) << "row " << r;
+    } else {
+      EXPECT_NEAR(got_lse[r], want_lse[r], 2e-3) << "row " << r;
+    }
+  }
+  EXPECT_LT(worst, 3e-3);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(got_o[rows * shape.kv_lora_rank + i], 7.0f);  // guards
+    EXPECT_EQ(got_lse[rows + i], 7.0f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DeviceMlaTest,
+    ::testing::Combine(::testing::Values("host", "cuda"),
+                       ::testing::Values(MlaCase{{1}, 0, 0}, MlaCase{{300, 0, 257, 5, 1000}, 0, 0},
+                                         MlaCase{{}, 5, 200}, MlaCase{{65, 0}, 7, 129},
+                                         MlaCase{std::vector<int64_t>(32, 511), 0, 0},
+                                         MlaCase{{0, 0}, 0, 0})),
+    [](const auto& info) {
+      const MlaCase& c = std::get<1>(info.param);
+      return std::get<0>(info.param) + "_n" + std::to_string(c.row_tokens.size()) + "_p" +
+             std::to_string(c.prefix_rows) + "_" + std::to_string(info.index);
+    });
+
 }  // namespace
 }  // namespace writescope::gpu

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/model/decoder_ops.h"
 #include "kernels/model/layers.h"
+#include "kernels/model/mla.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/model/tiny_models.h"
 
@@ -63,6 +65,53 @@ TEST_P(DeviceLinearArchTest, MatchesHostLinearForEveryWeight) {
   }
   EXPECT_GT(checked, 10);
   EXPECT_GT((*linear)->weight_bytes(), 0u);
+}
+
+// MLA's absorbed per-head products (one strided-batched SGEMM each) against mla.h's host loops
+// (double accumulation) on every layer's kv_b of a tiny DeepSeek-V2.
+TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
+  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  const ModelConfig config = kernels::model::testing::TinyConfig("deepseek_v2");
+  auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 9});
+  WS_ASSERT_OK(weights.status());
+  auto linear = CreateDeviceLinear(device->get(), **weights, uint64_t{1} << 30);
+  WS_ASSERT_OK(linear.status());
+  ASSERT_NE(*linear, nullptr);
+  auto ops = kernels::model::DecoderOps::Create(config, **weights);
+  WS_ASSERT_OK(ops.status());
+  const kernels::model::MlaDims d = (*ops)->mla_dims();
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal;
+  auto compare = [](const std::vector<float>& want, const std::vector<float>& got) {
+    double worst = 0, scale = 1e-30;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+      scale = std::max(scale, std::fabs(double(want[i])));
+    }
+    return worst / scale;
+  };
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const LinearWeight kv_b = (*ops)->KvB(layer);
+    for (int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{130}}) {
+      std::vector<float> q(tokens * d.num_heads * d.q_head_dim());
+      for (float& v : q) v = normal(rng);
+      std::vector<float> want(tokens * d.num_heads * d.latent_dim() + 8, 3.0f), got(want);
+      kernels::model::MlaAbsorbQuery(d, q.data(), tokens, kv_b, want.data());
+      WS_ASSERT_OK((*linear)->MlaAbsorb(d, q.data(), tokens, kv_b, got.data()));
+      EXPECT_LT(compare(want, got), 1e-5) << "absorb, layer " << layer << " tokens " << tokens;
+      std::vector<float> o(tokens * d.num_heads * d.kv_lora_rank);
+      for (float& v : o) v = normal(rng);
+      std::vector<float> want_v(tokens * d.num_heads * d.v_dim + 8, 3.0f), got_v(want_v);
+      kernels::model::MlaApplyUv(d, o.data(), tokens, kv_b, want_v.data());
+      WS_ASSERT_OK((*linear)->MlaUv(d, o.data(), tokens, kv_b, got_v.data()));
+      EXPECT_LT(compare(want_v, got_v), 1e-5) << "uv, layer " << layer << " tokens " << tokens;
+      for (int i = 1; i <= 8; ++i) {  // guards
+        EXPECT_EQ(got[got.size() - i], 3.0f);
+        EXPECT_EQ(got_v[got_v.size() - i], 3.0f);
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, DeviceLinearArchTest,

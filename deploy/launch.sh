@@ -19,7 +19,8 @@
 # WS_CPU_WORKER, WS_ARENA, WS_LOG_DIR.
 #
 # Cores: the cpu_worker runs nproc - WS_RESERVED_CORES (default 1) OpenMP threads, or
-# WS_CPU_WORKER_THREADS; the gpu_worker and the coordinator run with OMP_WAIT_POLICY=passive.
+# WS_CPU_WORKER_THREADS, spinning WS_CPU_WORKER_SPINCOUNT (default 20000) after a parallel
+# region; the gpu_worker and the coordinator run with OMP_WAIT_POLICY=passive.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -128,8 +129,13 @@ wait_for_file() {  # wait_for_file PATH WHAT
 # the GPU path). So the cpu_worker gets all cores but WS_RESERVED_CORES (default 1), or
 # WS_CPU_WORKER_THREADS if set; the gpu_worker and the coordinator may use every core for
 # their own parallel loops (long prefill chunks) but their idle threads sleep at once
-# (OMP_WAIT_POLICY=passive) instead of spinning on the cpu_worker's cores.
+# (OMP_WAIT_POLICY=passive) instead of spinning on the cpu_worker's cores. The
+# cpu_worker's own threads spin GOMP_SPINCOUNT (WS_CPU_WORKER_SPINCOUNT, default 20000,
+# about 0.3 ms) after a parallel region, not libgomp's default 300000 (several ms): the
+# gpu_worker's host work right after the experts (the next layer's norms, the sampling)
+# would otherwise find 15 cores busy spinning.
 CORES="$(nproc)"
+CPU_WORKER_SPINCOUNT="${WS_CPU_WORKER_SPINCOUNT:-20000}"
 CPU_WORKER_THREADS="${WS_CPU_WORKER_THREADS:-$((CORES - ${WS_RESERVED_CORES:-1}))}"
 [[ $CPU_WORKER_THREADS -ge 1 ]] || CPU_WORKER_THREADS=1
 log "cores: $CORES; cpu_worker OpenMP threads: $CPU_WORKER_THREADS"
@@ -141,7 +147,7 @@ start_worker() {  # start_worker NAME PORT: (re)starts a worker on PORT (0: a fr
       --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE" \
       ${GPU_WORKER_ARGS[@]+"${GPU_WORKER_ARGS[@]}"}
   else
-    OMP_NUM_THREADS="$CPU_WORKER_THREADS" start cpu_worker --port="$port" \
+    OMP_NUM_THREADS="$CPU_WORKER_THREADS" GOMP_SPINCOUNT="$CPU_WORKER_SPINCOUNT" start cpu_worker --port="$port" \
       --port_file="$RUN_DIR/cpu_worker.port" ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"}
   fi
 }

@@ -6,6 +6,13 @@
 
 namespace writescope::gpu {
 
+absl::Status Device::CopyPiecesOnDevice(absl::Span<const CopyPiece> pieces, Stream stream) {
+  for (const CopyPiece& piece : pieces) {
+    WS_RETURN_IF_ERROR(CopyOnDevice(piece.dst, piece.src, piece.bytes, stream));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Device::SynchronizeAll() {
   for (int i = 0; i < kNumStreams; ++i) WS_RETURN_IF_ERROR(Synchronize(static_cast<Stream>(i)));
   return absl::OkStatus();

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace writescope::gpu {
 
@@ -23,6 +24,13 @@ namespace writescope::gpu {
 // never queue behind, or hold up, the KV rounds.
 enum class Stream { kCompute = 0, kCopyIn = 1, kCopyOut = 2, kWeightsIn = 3 };
 inline constexpr int kNumStreams = 4;
+
+// One piece of a batched device-to-device copy (Device::CopyPiecesOnDevice).
+struct CopyPiece {
+  void* dst;
+  const void* src;
+  uint64_t bytes;
+};
 
 class Device {
  public:
@@ -51,6 +59,15 @@ class Device {
   virtual absl::Status CopyOnDevice(void* device_dst, const void* device_src, size_t bytes,
                                     Stream stream) = 0;
   virtual absl::Status Fill(void* device_dst, uint8_t value, size_t bytes, Stream stream) = 0;
+  // Every piece copied on the device, in no particular order among them (they must not
+  // overlap); `pieces` may be reused on return. The default is one CopyOnDevice per piece;
+  // the CUDA device does them all in one kernel.
+  virtual absl::Status CopyPiecesOnDevice(absl::Span<const CopyPiece> pieces, Stream stream);
+  // Whether a small CopyToDevice on kCompute waits for the host-to-device copies queued
+  // before it on other streams (one copy engine, in queue order). The CUDA device moves
+  // small uploads through the SMs instead (unless WS_SM_COPIES=0); the host device copies
+  // at once.
+  virtual bool small_uploads_wait_for_transfers() const { return false; }
 
   // Orders `waiter` after all work queued so far on `signaller`.
   virtual absl::Status StreamWait(Stream waiter, Stream signaller) = 0;

@@ -102,6 +102,7 @@ struct GpuStep::Step {
   // This step's new KV in the device staging buffer: per layer, per sequence.
   std::vector<uint64_t> staging_offset;  // [sequence] within a layer's share
   uint64_t staging_layer_bytes = 0;
+  std::vector<KvCache::TokenAppend> appends;  // a layer's decode rows (kv_write)
   std::vector<uint16_t> host_staging;  // the host side of the copies, alive until the end
   double attention_ms = 0;
   double expert_ms = 0;
@@ -397,33 +398,41 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
     auto* device_base = static_cast<std::byte*>(staging_.data()) + layer * step.staging_layer_bytes;
     auto* host_base = reinterpret_cast<std::byte*>(step.host_staging.data()) +
                       layer * step.staging_layer_bytes;
+    // The layer's share of the host staging, filled, goes over in one copy; then the writes.
     for (size_t i = 0; i < layout.sequences.size(); ++i) {
       const StepSequenceLayout& s = layout.sequences[i];
       std::byte* host = host_base + step.staging_offset[i];
-      std::byte* device = device_base + step.staging_offset[i];
       const auto* rows = reinterpret_cast<const std::byte*>(kv_bf16.data() + s.token_offset * row);
       if (s.prefill) {
-        const uint32_t blocks = (s.num_tokens + g.block_tokens - 1) / g.block_tokens;
         for (uint32_t t = 0; t < s.num_tokens; ++t) {
           ScatterTokenRow(g, rows + uint64_t{t} * row * 2, t % g.block_tokens,
                           host + uint64_t{t / g.block_tokens} * g.layer_block_bytes());
         }
-        WS_RETURN_IF_ERROR(device_->CopyToDevice(device, host, blocks * g.layer_block_bytes(),
-                                                 Stream::kCompute));
+      } else {
+        std::memcpy(host, rows, row * 2);
+      }
+    }
+    WS_RETURN_IF_ERROR(
+        device_->CopyToDevice(device_base, host_base, step.staging_layer_bytes, Stream::kCompute));
+    std::vector<KvCache::TokenAppend>& appends = step.appends;
+    appends.clear();
+    for (size_t i = 0; i < layout.sequences.size(); ++i) {
+      const StepSequenceLayout& s = layout.sequences[i];
+      std::byte* device = device_base + step.staging_offset[i];
+      if (s.prefill) {
         WS_RETURN_IF_ERROR(kv_cache_->WritePrefillLayer(layer, s.new_blocks, s.window_slot,
                                                         s.num_tokens % g.block_tokens, device));
       } else {
-        std::memcpy(host, rows, row * 2);
-        WS_RETURN_IF_ERROR(device_->CopyToDevice(device, host, row * 2, Stream::kCompute));
-        WS_RETURN_IF_ERROR(kv_cache_->AppendToken(s.window_slot, s.dwindow_tokens, layer, device));
+        appends.push_back({s.window_slot, s.dwindow_tokens, device});
       }
     }
-
+    WS_RETURN_IF_ERROR(kv_cache_->AppendTokens(layer, appends));
   }
   PinnedArray<float>& attn = Sized(scratch_->attn, T * ops_->attn_values());
   if (!step.transfer_begun && step.transfer.num_rounds() > 0) {
     // The first round's DMA goes after this layer's small uploads (the products' inputs, the
-    // KV rows): a copy queued behind it on the copy engine would wait the whole round.
+    // KV rows): where they go through the copy engine, one queued behind it would wait the
+    // whole round.
     WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
     step.transfer_begun = true;
   }
@@ -607,17 +616,20 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
 
   std::vector<TileList> lists(layout.sequences.size());
   // 1. This layer's GPU-transfer blocks, chunk by chunk through the ping-pong buffers.
+  // The next round goes into the other buffer as soon as this one is ready, so that its DMA
+  // overlaps this round's attention, unless small uploads would queue behind it on the copy
+  // engine (Device::small_uploads_wait_for_transfers): then after this round's uploads.
+  const bool prefetch_late = device_->small_uploads_wait_for_transfers();
   for (uint32_t chunk = 0; chunk < step.chunks; ++chunk) {
     WS_ASSIGN_OR_RETURN(PingPongRound round, kv_cache_->ReadyRound(layer * step.chunks + chunk,
-                                                                  /*prefetch_next=*/false));
+                                                                  /*prefetch_next=*/!prefetch_late));
     for (TileList& list : lists) list = TileList();
     for (const PingPongEntry& entry : round.chunk_plan->entries) {
       lists[entry.sequence_index].Add(round.buffer + uint64_t{entry.pingpong_block} * lbb,
                                       int64_t{entry.block_index} * bt, bt);
     }
     WS_RETURN_IF_ERROR(attend(lists, /*causal=*/false));
-    // The next round after this one's uploads (queries, tile lists), not before them.
-    WS_RETURN_IF_ERROR(kv_cache_->PrefetchNext());
+    if (prefetch_late) WS_RETURN_IF_ERROR(kv_cache_->PrefetchNext());
   }
   // 2. The D-window (decode; it holds the new token now) and the chunk's own blocks
   // (prefill, causal).

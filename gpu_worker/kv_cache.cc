@@ -185,27 +185,36 @@ absl::Status KvCache::WritePrefillLayer(uint32_t layer, absl::Span<const KvBlock
 
 absl::Status KvCache::AppendToken(uint32_t window_slot, uint32_t position, uint32_t layer,
                                   const void* device_token_row) {
-  WS_RETURN_IF_ERROR(ValidateWindowSlot(window_slot));
-  if (position >= config_.window_tokens || layer >= config_.geometry.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("append at window position ", position, " of ",
-                                                   config_.window_tokens, ", layer ", layer, " of ",
-                                                   config_.geometry.num_layers));
+  const TokenAppend append{window_slot, position, device_token_row};
+  return AppendTokens(layer, absl::MakeConstSpan(&append, 1));
+}
+
+absl::Status KvCache::AppendTokens(uint32_t layer, absl::Span<const TokenAppend> appends) {
+  if (layer >= config_.geometry.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("append to layer ", layer, " of ", config_.geometry.num_layers));
   }
-  WS_RETURN_IF_ERROR(WaitForFlushOf(window_slot));
+  for (const TokenAppend& append : appends) {
+    WS_RETURN_IF_ERROR(ValidateWindowSlot(append.window_slot));
+    if (append.position >= config_.window_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat("append at window position ", append.position,
+                                                     " of ", config_.window_tokens, ", layer ",
+                                                     layer, " of ", config_.geometry.num_layers));
+    }
+  }
   const uint32_t bt = config_.block_tokens();
-  std::byte* block = WindowAddress(window_slot, layer) +
-                     uint64_t{position / bt} * config_.geometry.layer_block_bytes();
-  const auto* row = static_cast<const std::byte*>(device_token_row);
-  absl::Status status;
-  // A fused scatter kernel would do this in one launch on CUDA; the contract is the
-  // layout, not the number of copies.
-  ForEachTokenPiece(config_.geometry, position % bt,
-                    [&](uint64_t row_offset, uint64_t block_offset, uint64_t bytes) {
-                      if (!status.ok()) return;
-                      status = device_->CopyOnDevice(block + block_offset, row + row_offset, bytes,
-                                                     Stream::kCompute);
-                    });
-  return status;
+  pieces_.clear();
+  for (const TokenAppend& append : appends) {
+    WS_RETURN_IF_ERROR(WaitForFlushOf(append.window_slot));
+    std::byte* block = WindowAddress(append.window_slot, layer) +
+                       uint64_t{append.position / bt} * config_.geometry.layer_block_bytes();
+    const auto* row = static_cast<const std::byte*>(append.device_token_row);
+    ForEachTokenPiece(config_.geometry, append.position % bt,
+                      [&](uint64_t row_offset, uint64_t block_offset, uint64_t bytes) {
+                        pieces_.push_back({block + block_offset, row + row_offset, bytes});
+                      });
+  }
+  return device_->CopyPiecesOnDevice(pieces_, Stream::kCompute);
 }
 
 absl::Status KvCache::FlushWindow(uint32_t window_slot, absl::Span<const KvBlockRef> blocks) {

@@ -104,6 +104,13 @@ class KvCache {
   // `position` on kCompute.
   absl::Status AppendToken(uint32_t window_slot, uint32_t position, uint32_t layer,
                            const void* device_token_row);
+  // The same for many sequences of one step at once (one batched copy on the device).
+  struct TokenAppend {
+    uint32_t window_slot;
+    uint32_t position;
+    const void* device_token_row;
+  };
+  absl::Status AppendTokens(uint32_t layer, absl::Span<const TokenAppend> appends);
 
   // Flushes the full window of `window_slot` into `blocks` (W / block_tokens of them,
   // window sub-block j into blocks[j]) in one batch on kCopyOut: one copy per layer per
@@ -163,6 +170,7 @@ class KvCache {
   std::array<DeviceBuffer, 2> pingpong_buffers_;
   std::array<std::byte*, 2> pingpong_{};
   std::vector<bool> flush_pending_;  // per window slot
+  std::vector<CopyPiece> pieces_;  // AppendTokens' batched copy
   const TransferPlan* plan_ = nullptr;
   uint32_t next_round_ = 0;
   int64_t issued_round_ = -1;  // the last round queued on kCopyIn

@@ -129,6 +129,26 @@ class CudaDevice final : public Device {
     return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(stream)),
                       "cudaMemcpyAsync(D2D)");
   }
+  bool small_uploads_wait_for_transfers() const override { return !sm_copies_; }
+
+  // The table of pieces goes through a mapped staging slot, which the kernel reads.
+  absl::Status CopyPiecesOnDevice(absl::Span<const CopyPiece> pieces, Stream stream) override {
+    static_assert(sizeof(CopyPiece) == sizeof(kernels::cuda::DevicePiece));
+    const size_t bytes = pieces.size() * sizeof(CopyPiece);
+    if (pieces.empty()) return absl::OkStatus();
+    if (!sm_copies_ || bytes > kStagingSlotBytes) return Device::CopyPiecesOnDevice(pieces, stream);
+    Staging& staging = staging_[static_cast<int>(stream)];
+    std::lock_guard<std::mutex> lock(staging.mu);
+    WS_ASSIGN_OR_RETURN(const int index, NextSlot(staging));
+    if (index < 0) return Device::CopyPiecesOnDevice(pieces, stream);
+    std::memcpy(staging.host + index * kStagingSlotBytes, pieces.data(), bytes);
+    WS_RETURN_IF_ERROR(kernels::cuda::CopyDevicePieces(
+        reinterpret_cast<const kernels::cuda::DevicePiece*>(staging.device + index * kStagingSlotBytes),
+        static_cast<int>(pieces.size()), stream_of(stream)));
+    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging.slots[index].event, stream_of(stream)));
+    staging.slots[index].pending = true;
+    return absl::OkStatus();
+  }
   absl::Status Fill(void* dst, uint8_t value, size_t bytes, Stream stream) override {
     if (bytes == 0) return absl::OkStatus();
     return CudaStatus(cudaMemsetAsync(dst, value, bytes, stream_of(stream)), "cudaMemsetAsync");
@@ -199,6 +219,22 @@ class CudaDevice final : public Device {
     }
     Staging& staging = staging_[static_cast<int>(stream)];
     std::lock_guard<std::mutex> lock(staging.mu);
+    WS_ASSIGN_OR_RETURN(const int index, NextSlot(staging));
+    if (index < 0) {
+      return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
+                        "cudaMemcpyAsync(H2D)");
+    }
+    std::memcpy(staging.host + index * kStagingSlotBytes, src, bytes);
+    WS_RETURN_IF_ERROR(kernels::cuda::CopyBytes(dst, staging.device + index * kStagingSlotBytes,
+                                                bytes, stream_of(stream)));
+    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging.slots[index].event, stream_of(stream)));
+    staging.slots[index].pending = true;
+    return absl::OkStatus();
+  }
+
+  // The next staging slot of `staging` (its lock held), once the kernel that last read it
+  // has run; -1 when there is no mapped staging memory (then the copy engine does it).
+  absl::StatusOr<int> NextSlot(Staging& staging) {
     if (staging.host == nullptr) {
       void* host = nullptr;
       void* device = nullptr;
@@ -209,8 +245,7 @@ class CudaDevice final : public Device {
         if (host != nullptr) cudaFreeHost(host);
         WS_LOG(WARNING) << "no mapped staging memory: small uploads go through the copy engine";
         sm_copies_ = false;
-        return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
-                          "cudaMemcpyAsync(H2D)");
+        return -1;
       }
       staging.host = static_cast<unsigned char*>(host);
       staging.device = static_cast<unsigned char*>(device);
@@ -222,12 +257,8 @@ class CudaDevice final : public Device {
     staging.next = (staging.next + 1) % kStagingSlots;
     StagingSlot& slot = staging.slots[index];
     if (slot.pending) WS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.event));
-    std::memcpy(staging.host + index * kStagingSlotBytes, src, bytes);
-    WS_RETURN_IF_ERROR(kernels::cuda::CopyBytes(dst, staging.device + index * kStagingSlotBytes,
-                                                bytes, stream_of(stream)));
-    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.event, stream_of(stream)));
-    slot.pending = true;
-    return absl::OkStatus();
+    slot.pending = false;
+    return index;
   }
 
   CudaDevice(int ordinal, std::string name) : ordinal_(ordinal), name_(std::move(name)) {}

@@ -27,7 +27,33 @@ __global__ void CopyBytesKernel(unsigned char* __restrict__ dst, const unsigned 
   for (size_t i = vectors * 16 + first; i < bytes; i += stride) dst[i] = src[i];
 }
 
+// Block b copies piece b (a grid-stride over pieces when there are more than blocks).
+__global__ void CopyPiecesKernel(const DevicePiece* __restrict__ pieces, int count) {
+  for (int p = blockIdx.x; p < count; p += gridDim.x) {
+    const DevicePiece piece = pieces[p];
+    auto* dst = static_cast<unsigned char*>(piece.dst);
+    const auto* src = static_cast<const unsigned char*>(piece.src);
+    const bool aligned = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % 16 == 0;
+    const uint64_t vectors = aligned ? piece.bytes / 16 : 0;
+    for (uint64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    }
+    for (uint64_t i = vectors * 16 + threadIdx.x; i < piece.bytes; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
 }  // namespace
+
+absl::Status CopyDevicePieces(const DevicePiece* pieces, int count, void* stream) {
+  if (count <= 0) return absl::OkStatus();
+  const int blocks = count < 1024 ? count : 1024;
+  CopyPiecesKernel<<<blocks, 128, 0, static_cast<cudaStream_t>(stream)>>>(pieces, count);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("CopyDevicePieces: ", cudaGetErrorString(error)));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0) return absl::OkStatus();

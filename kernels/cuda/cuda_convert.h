@@ -18,6 +18,16 @@ absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* strea
 // copy engine.
 absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream);
 
+// One kernel for `count` device-to-device copies: pieces[i] = {dst, src, bytes}, the table
+// itself readable by the device (device memory or mapped host memory). Pieces must not
+// overlap. Asynchronous.
+struct DevicePiece {
+  void* dst;
+  const void* src;
+  uint64_t bytes;
+};
+absl::Status CopyDevicePieces(const DevicePiece* pieces, int count, void* stream);
+
 }  // namespace writescope::kernels::cuda
 
 #endif  // WRITESCOPE_KERNELS_CUDA_CUDA_CONVERT_H_

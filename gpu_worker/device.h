@@ -63,6 +63,15 @@ class Device {
   // overlap); `pieces` may be reused on return. The default is one CopyOnDevice per piece;
   // the CUDA device does them all in one kernel.
   virtual absl::Status CopyPiecesOnDevice(absl::Span<const CopyPiece> pieces, Stream stream);
+  // A fence: the point `stream` has reached in its queue now. WaitFence makes `waiter`'s
+  // later work wait for what was queued on that stream before the fence (StreamWait is
+  // "before now"). Fence ids are reused after a while: wait on a fence soon after recording
+  // it (within 64 fences on the CUDA device). The default waits for the whole stream at the
+  // time of WaitFence, which is correct but waits longer.
+  virtual absl::StatusOr<int> RecordFence(Stream stream) { return static_cast<int>(stream); }
+  virtual absl::Status WaitFence(Stream waiter, int fence) {
+    return StreamWait(waiter, static_cast<Stream>(fence));
+  }
   // Whether a small CopyToDevice on kCompute waits for the host-to-device copies queued
   // before it on other streams (one copy engine, in queue order). The CUDA device moves
   // small uploads through the SMs instead (unless WS_SM_COPIES=0); the host device copies

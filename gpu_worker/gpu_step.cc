@@ -629,7 +629,8 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
                                       int64_t{entry.block_index} * bt, bt);
     }
     WS_RETURN_IF_ERROR(attend(lists, /*causal=*/false));
-    if (prefetch_late) WS_RETURN_IF_ERROR(kv_cache_->PrefetchNext());
+    WS_RETURN_IF_ERROR(prefetch_late ? kv_cache_->PrefetchNext()
+                                     : kv_cache_->PrefetchAfterAttention());
   }
   // 2. The D-window (decode; it holds the new token now) and the chunk's own blocks
   // (prefill, causal).

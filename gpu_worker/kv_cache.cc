@@ -1,5 +1,6 @@
 #include "gpu_worker/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -258,6 +259,8 @@ absl::Status KvCache::IssueRound(uint32_t round) {
   }
   if (round_markers_.size() <= round) round_markers_.resize(round + 1, {-1, -1});
   round_markers_[round] = markers;
+  if (round_fences_.size() <= round) round_fences_.resize(round + 1, -1);
+  WS_ASSIGN_OR_RETURN(round_fences_[round], device_->RecordFence(Stream::kCopyIn));
   issued_round_ = round;
   return absl::OkStatus();
 }
@@ -289,6 +292,7 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCopyOut));
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
   round_markers_.assign(plan.num_rounds(), {-1, -1});
+  round_fences_.assign(plan.num_rounds(), -1);
   return IssueRound(0);
 }
 
@@ -303,7 +307,8 @@ absl::StatusOr<PingPongRound> KvCache::ReadyRound(uint32_t round, bool prefetch_
     WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
     WS_RETURN_IF_ERROR(IssueRound(round));
   }
-  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCompute, Stream::kCopyIn));
+  // This round's copies only: the next ones may be queued behind them already.
+  WS_RETURN_IF_ERROR(device_->WaitFence(Stream::kCompute, round_fences_[round]));
   ++next_round_;
   if (prefetch_next) WS_RETURN_IF_ERROR(PrefetchNext());
   const uint32_t chunk = plan_->chunk_of_round(round);
@@ -323,6 +328,19 @@ absl::Status KvCache::PrefetchNext() {
   // the copies wait for the compute work queued so far, then overlap what follows.
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
   return IssueRound(next_round_);
+}
+
+absl::Status KvCache::PrefetchAfterAttention() {
+  if (plan_ == nullptr || next_round_ == 0) return absl::OkStatus();
+  const int64_t last = std::min<int64_t>(int64_t{next_round_} + 1, plan_->num_rounds() - 1);
+  if (issued_round_ >= last) return absl::OkStatus();
+  // Round next_round_ + 1 goes into the buffer of the last readied round, whose attention is
+  // queued now; round next_round_ into the other one, read by an earlier round's attention.
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
+  for (int64_t round = issued_round_ + 1; round <= last; ++round) {
+    WS_RETURN_IF_ERROR(IssueRound(static_cast<uint32_t>(round)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace writescope::gpu

@@ -140,6 +140,11 @@ class KvCache {
   // Queues the round after the last readied one (after the compute work queued so far);
   // nothing when it is queued already or there is none.
   absl::Status PrefetchNext();
+  // Once the last readied round's attention is queued: queues every round up to two after
+  // it (the next into the other buffer, the one after into this round's buffer, after its
+  // attention), so that the copies run ahead as far as the two buffers allow, across layers
+  // too (the next layer's first rounds stream during this layer's experts).
+  absl::Status PrefetchAfterAttention();
 
   // With timing on, every round's copies are bracketed by device markers
   // (Device::RecordMarker): round_markers()[round] = {before, after}, -1 when the round
@@ -177,6 +182,7 @@ class KvCache {
   KvCacheStats stats_;
   bool time_rounds_ = false;
   std::vector<std::pair<int, int>> round_markers_;
+  std::vector<int> round_fences_;  // per issued round: the fence after its copies
 };
 
 // Block-layout helpers shared with tests and benchmarks: scatter one token row into a

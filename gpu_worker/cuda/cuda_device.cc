@@ -65,6 +65,9 @@ class CudaDevice final : public Device {
   }
 
   ~CudaDevice() override {
+    for (cudaEvent_t event : fences_) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
     for (Staging& staging : staging_) {
       for (StagingSlot& slot : staging.slots) {
         if (slot.event != nullptr) cudaEventDestroy(slot.event);
@@ -130,6 +133,24 @@ class CudaDevice final : public Device {
                       "cudaMemcpyAsync(D2D)");
   }
   bool small_uploads_wait_for_transfers() const override { return !sm_copies_; }
+
+  absl::StatusOr<int> RecordFence(Stream stream) override {
+    std::lock_guard<std::mutex> lock(fence_mu_);
+    const int fence = next_fence_;
+    next_fence_ = (next_fence_ + 1) % kFences;
+    if (fences_[fence] == nullptr) {
+      WS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fences_[fence], cudaEventDisableTiming));
+    }
+    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(fences_[fence], stream_of(stream)));
+    return fence;
+  }
+  absl::Status WaitFence(Stream waiter, int fence) override {
+    if (fence < 0 || fence >= kFences || fences_[fence] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("no fence ", fence));
+    }
+    return CudaStatus(cudaStreamWaitEvent(stream_of(waiter), fences_[fence], 0),
+                      "cudaStreamWaitEvent(fence)");
+  }
 
   // The table of pieces goes through a mapped staging slot, which the kernel reads.
   absl::Status CopyPiecesOnDevice(absl::Span<const CopyPiece> pieces, Stream stream) override {
@@ -273,6 +294,11 @@ class CudaDevice final : public Device {
   uint64_t anchor_nanos_ = 0;
   std::vector<cudaEvent_t> markers_;
   size_t used_markers_ = 0;
+  // Fences (RecordFence / WaitFence): a ring of events.
+  static constexpr int kFences = 64;
+  std::mutex fence_mu_;
+  std::array<cudaEvent_t, kFences> fences_{};
+  int next_fence_ = 0;
   // Small uploads by the SMs (SmCopyToDevice); WS_SM_COPIES=0 turns them off.
   std::atomic<bool> sm_copies_{true};
   std::array<Staging, kNumStreams> staging_;

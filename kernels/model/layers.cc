@@ -13,8 +13,14 @@
 namespace writescope::kernels::model {
 namespace {
 
+// Elementwise loops go parallel from about a millisecond of serial work (a prefill chunk).
+// A decode step's rows (tens of tokens) stay on the calling thread: in the gpu_worker a
+// parallel region would wait for threads on cores the cpu_worker's attention or experts
+// keep busy at that moment, and take milliseconds instead of microseconds.
+constexpr int64_t kParallelElements = int64_t{1} << 20;
+
 void WidenRows(const uint16_t* src, int64_t n, float* dst) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(src[i]);
 }
 
@@ -97,18 +103,18 @@ absl::Status Linear(const float* x, int64_t tokens, const LinearWeight& w, float
 }
 
 void ToBf16(const float* x, int64_t n, uint16_t* out) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
 }
 
 void AddInPlace(float* x, const float* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const uint16_t* weight, double eps,
              float* y) {
-#pragma omp parallel for schedule(static) if (rows * dim > (1 << 15))
+#pragma omp parallel for schedule(static) if (rows * dim > kParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
@@ -122,7 +128,7 @@ void RmsNorm(const float* x, int64_t rows, int64_t dim, const uint16_t* weight, 
 }
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = static_cast<float>(g / (1.0 + std::exp(-double{g}))) * up[i];
@@ -170,7 +176,7 @@ absl::Status Embed(const Bf16Tensor& table, absl::Span<const int32_t> tokens, fl
 }
 
 void LogSoftmax(const float* x, int64_t rows, int64_t n, float* y) {
-#pragma omp parallel for schedule(static) if (rows * n > (1 << 16))
+#pragma omp parallel for schedule(static) if (rows * n > kParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -238,7 +244,7 @@ RopeTable MakeRopeTable(const RopeConfig& rope, int64_t dim, RopeStyle style) {
 void ApplyRope(const RopeTable& table, float* x, int64_t tokens, int64_t heads, int64_t head_stride,
                const int64_t* positions) {
   const int64_t half = table.dim / 2;
-#pragma omp parallel for schedule(static) if (tokens * heads * half > (1 << 15))
+#pragma omp parallel for schedule(static) if (tokens * heads * half > kParallelElements)
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<float> cos_v(half), sin_v(half);
     const float position = static_cast<float>(positions[t]);

@@ -60,6 +60,19 @@ class DeferredDevice final : public gpu::Device {
     Enqueue(waiter, {.fn = nullptr, .wait_stream = s, .wait_count = enqueued_[s]});
     return absl::OkStatus();
   }
+  absl::StatusOr<int> RecordFence(gpu::Stream stream) override {
+    const int s = static_cast<int>(stream);
+    fences_.push_back({s, enqueued_[s]});
+    return static_cast<int>(fences_.size() - 1);
+  }
+  absl::Status WaitFence(gpu::Stream waiter, int fence) override {
+    if (fence < 0 || static_cast<size_t>(fence) >= fences_.size()) {
+      return absl::InvalidArgumentError("no such fence");
+    }
+    Enqueue(waiter, {.fn = nullptr, .wait_stream = fences_[fence].first,
+                     .wait_count = fences_[fence].second});
+    return absl::OkStatus();
+  }
   absl::Status Synchronize(gpu::Stream stream) override {
     const int target = static_cast<int>(stream);
     while (!queues_[target].empty()) RunOne();
@@ -128,6 +141,7 @@ class DeferredDevice final : public gpu::Device {
   std::array<uint64_t, gpu::kNumStreams> enqueued_{};
   std::array<uint64_t, gpu::kNumStreams> executed_{};
   int markers_ = 0;
+  std::vector<std::pair<int, uint64_t>> fences_;  // stream, ops queued on it before
 };
 
 }  // namespace writescope::testing

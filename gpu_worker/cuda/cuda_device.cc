@@ -65,6 +65,10 @@ class CudaDevice final : public Device {
   }
 
   ~CudaDevice() override {
+    // Nothing queued may still read the staging slots or wait on the events freed below.
+    for (cudaStream_t stream : streams_) {
+      if (stream != nullptr) cudaStreamSynchronize(stream);
+    }
     for (cudaEvent_t event : fences_) {
       if (event != nullptr) cudaEventDestroy(event);
     }
@@ -115,7 +119,7 @@ class CudaDevice final : public Device {
     // Small uploads on the compute and write-back streams go through the SMs: the copy
     // engine runs host-to-device copies in the order they were queued whatever their stream,
     // so a query or a KV row would otherwise wait behind a whole ping-pong round (~15 ms).
-    if (sm_copies_ && bytes <= kStagingSlotBytes &&
+    if (sm_copies_ && bytes <= kSmCopyMaxBytes &&
         (stream == Stream::kCompute || stream == Stream::kCopyOut)) {
       return SmCopyToDevice(dst, src, bytes, stream);
     }
@@ -134,21 +138,27 @@ class CudaDevice final : public Device {
   }
   bool small_uploads_wait_for_transfers() const override { return !sm_copies_; }
 
+  // A fence id is slot + kFences * generation (mod 2^30), so that waiting on a fence whose
+  // slot was recorded again since is refused instead of waiting for the wrong point.
   absl::StatusOr<int> RecordFence(Stream stream) override {
     std::lock_guard<std::mutex> lock(fence_mu_);
-    const int fence = next_fence_;
-    next_fence_ = (next_fence_ + 1) % kFences;
-    if (fences_[fence] == nullptr) {
-      WS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fences_[fence], cudaEventDisableTiming));
+    const int slot = static_cast<int>(fence_count_ % kFences);
+    if (fences_[slot] == nullptr) {
+      WS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fences_[slot], cudaEventDisableTiming));
     }
-    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(fences_[fence], stream_of(stream)));
-    return fence;
+    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(fences_[slot], stream_of(stream)));
+    const int id = static_cast<int>(fence_count_ % (uint64_t{1} << 30));
+    ++fence_count_;
+    return id;
   }
   absl::Status WaitFence(Stream waiter, int fence) override {
-    if (fence < 0 || fence >= kFences || fences_[fence] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("no fence ", fence));
+    std::lock_guard<std::mutex> lock(fence_mu_);
+    const uint64_t latest = fence_count_ == 0 ? 0 : (fence_count_ - 1) % (uint64_t{1} << 30);
+    const uint64_t age = (latest - static_cast<uint64_t>(fence) + (uint64_t{1} << 30)) % (uint64_t{1} << 30);
+    if (fence < 0 || fence_count_ == 0 || age >= kFences) {
+      return absl::InvalidArgumentError(absl::StrCat("fence ", fence, " is unknown or was reused"));
     }
-    return CudaStatus(cudaStreamWaitEvent(stream_of(waiter), fences_[fence], 0),
+    return CudaStatus(cudaStreamWaitEvent(stream_of(waiter), fences_[fence % kFences], 0),
                       "cudaStreamWaitEvent(fence)");
   }
 
@@ -166,9 +176,7 @@ class CudaDevice final : public Device {
     WS_RETURN_IF_ERROR(kernels::cuda::CopyDevicePieces(
         reinterpret_cast<const kernels::cuda::DevicePiece*>(staging.device + index * kStagingSlotBytes),
         static_cast<int>(pieces.size()), stream_of(stream)));
-    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging.slots[index].event, stream_of(stream)));
-    staging.slots[index].pending = true;
-    return absl::OkStatus();
+    return MarkSlotRead(staging, index, stream);
   }
   absl::Status Fill(void* dst, uint8_t value, size_t bytes, Stream stream) override {
     if (bytes == 0) return absl::OkStatus();
@@ -213,12 +221,16 @@ class CudaDevice final : public Device {
   }
 
  private:
-  // Host-to-device copies of at most kStagingSlotBytes by a kernel (CopyBytes) that reads
-  // the source through the bus. Registered (pinned) sources are read where they lie, like an
-  // asynchronous copy from pinned memory; pageable ones are first copied into a mapped
-  // staging slot (one of kStagingSlots per stream, reused once the stream has passed the
+  // Host-to-device copies by a kernel (CopyBytes) that reads the source through the bus:
+  // up to kSmCopyMaxBytes from pinned memory, kStagingSlotBytes from pageable memory.
+  // Registered (pinned) sources are read where they lie, like an asynchronous copy from
+  // pinned memory; pageable ones are first copied into a mapped staging slot (one of kStagingSlots per stream, reused once the stream has passed the
   // kernel that read it), so the caller may reuse them at once, like cudaMemcpyAsync's.
   static constexpr size_t kStagingSlotBytes = size_t{1} << 20;
+  // Pinned sources are read where they lie, up to this size (a decode step's queries and
+  // activations up to batch ~128 at DeepSeek-V2-Lite; a prefill chunk's uploads, 16 MB and
+  // more, keep the copy engine's bandwidth).
+  static constexpr size_t kSmCopyMaxBytes = size_t{4} << 20;
   static constexpr int kStagingSlots = 16;
   struct StagingSlot {
     cudaEvent_t event = nullptr;
@@ -238,6 +250,10 @@ class CudaDevice final : public Device {
     if (attributes.type == cudaMemoryTypeHost && attributes.devicePointer != nullptr) {
       return kernels::cuda::CopyBytes(dst, attributes.devicePointer, bytes, stream_of(stream));
     }
+    if (bytes > kStagingSlotBytes) {  // pageable and larger than a slot: the copy engine
+      return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
+                        "cudaMemcpyAsync(H2D)");
+    }
     Staging& staging = staging_[static_cast<int>(stream)];
     std::lock_guard<std::mutex> lock(staging.mu);
     WS_ASSIGN_OR_RETURN(const int index, NextSlot(staging));
@@ -248,7 +264,20 @@ class CudaDevice final : public Device {
     std::memcpy(staging.host + index * kStagingSlotBytes, src, bytes);
     WS_RETURN_IF_ERROR(kernels::cuda::CopyBytes(dst, staging.device + index * kStagingSlotBytes,
                                                 bytes, stream_of(stream)));
-    WS_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging.slots[index].event, stream_of(stream)));
+    return MarkSlotRead(staging, index, stream);
+  }
+
+  // After the kernel that reads slot `index` is queued: the slot is free again once the
+  // stream passes this point. If that point cannot be recorded, wait for the stream now, so
+  // that the slot is never reused under a kernel still reading it.
+  absl::Status MarkSlotRead(Staging& staging, int index, Stream stream) {
+    absl::Status status = CudaStatus(cudaEventRecord(staging.slots[index].event, stream_of(stream)),
+                                     "cudaEventRecord(staging slot)");
+    if (!status.ok()) {
+      cudaStreamSynchronize(stream_of(stream));
+      staging.slots[index].pending = false;
+      return status;
+    }
     staging.slots[index].pending = true;
     return absl::OkStatus();
   }
@@ -268,11 +297,22 @@ class CudaDevice final : public Device {
         sm_copies_ = false;
         return -1;
       }
-      staging.host = static_cast<unsigned char*>(host);
-      staging.device = static_cast<unsigned char*>(device);
       for (StagingSlot& slot : staging.slots) {
-        WS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming));
+        if (cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming) == cudaSuccess) continue;
+        cudaGetLastError();
+        for (StagingSlot& created : staging.slots) {
+          if (created.event != nullptr) cudaEventDestroy(created.event);
+          created.event = nullptr;
+        }
+        cudaFreeHost(host);
+        WS_LOG(WARNING) << "no events for the staging slots: small uploads go through the copy "
+                           "engine";
+        sm_copies_ = false;
+        return -1;
       }
+      // Published last: a staging with a host buffer has all its events.
+      staging.device = static_cast<unsigned char*>(device);
+      staging.host = static_cast<unsigned char*>(host);
     }
     const int index = staging.next;
     staging.next = (staging.next + 1) % kStagingSlots;
@@ -298,7 +338,7 @@ class CudaDevice final : public Device {
   static constexpr int kFences = 64;
   std::mutex fence_mu_;
   std::array<cudaEvent_t, kFences> fences_{};
-  int next_fence_ = 0;
+  uint64_t fence_count_ = 0;  // fences recorded so far
   // Small uploads by the SMs (SmCopyToDevice); WS_SM_COPIES=0 turns them off.
   std::atomic<bool> sm_copies_{true};
   std::array<Staging, kNumStreams> staging_;

@@ -114,10 +114,14 @@ class CudaDeviceAttention final : public DeviceAttention {
     const int64_t heads = args.shape.num_q_heads, dim = args.shape.head_dim;
     const int32_t bt = args.shape.block_tokens;
     std::vector<int32_t> first(args.num_seqs + 1, 0), last_tokens(args.num_seqs, 0);
-    int64_t max_tokens = 0;
+    int64_t max_tokens = 0, listed = 0;
     for (int32_t s = 0; s < args.num_seqs; ++s) {
       const kernels::KvBlockList& list = args.seqs[s];
-      first[s + 1] = first[s] + list.num_blocks;
+      listed += list.num_blocks;
+      if (listed > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat("GQA decode over ", listed, "+ tiles"));
+      }
+      first[s + 1] = static_cast<int32_t>(listed);
       last_tokens[s] = list.num_blocks == 0 ? 0 : list.last_block_tokens;
       max_tokens = std::max(max_tokens, list.NumTokens(bt));
     }
@@ -200,10 +204,14 @@ class CudaDeviceAttention final : public DeviceAttention {
     if (args.num_seqs == 0) return absl::OkStatus();
     const int32_t bt = args.shape.block_tokens;
     std::vector<int32_t> begin(args.num_seqs + 1, 0), last(args.num_seqs, 0);
-    int64_t max_tokens = 1;
+    int64_t max_tokens = 1, listed = 0;
     for (int32_t s = 0; s < args.num_seqs; ++s) {
       const kernels::KvBlockList& list = args.seqs[s];
-      begin[s + 1] = begin[s] + list.num_blocks;
+      listed += list.num_blocks;
+      if (listed > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat("MLA decode over ", listed, "+ tiles"));
+      }
+      begin[s + 1] = static_cast<int32_t>(listed);
       last[s] = list.num_blocks == 0 ? 0 : list.last_block_tokens;
       max_tokens = std::max(max_tokens, list.NumTokens(bt));
     }

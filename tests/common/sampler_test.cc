@@ -153,6 +153,26 @@ TEST(SamplerLogprobTest, MatchesDoubleReference) {
   EXPECT_TRUE(token.top.empty());
 }
 
+// A real vocabulary's width (Qwen3's 151936) and a wide spread of logits: every entry stays
+// within float rounding of the double reference, and the greedy token's logprob is
+// bit-equal to LogSoftmaxInto's.
+TEST(SamplerLogprobTest, FullVocabularyMatchesDoubleReference) {
+  for (float scale : {1.0f, 12.0f, 40.0f}) {
+    const std::vector<float> logits = RandomLogits(151936, 7, scale);
+    const std::vector<double> reference = ReferenceLogSoftmax(logits);
+    std::vector<float> logprobs;
+    LogSoftmaxInto(logits, &logprobs);
+    double worst = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      worst = std::max(worst, std::abs(logprobs[i] - reference[i]) / (1.0 + std::abs(reference[i])));
+    }
+    EXPECT_LT(worst, 1e-6) << "scale " << scale;
+    Sampler greedy(SamplerOptions{.temperature = 0.0f});
+    const SampledToken token = greedy.Sample(logits);
+    EXPECT_EQ(token.logprob, logprobs[token.token_id]);
+  }
+}
+
 TEST(SamplerLogprobTest, TopListOrderAndTies) {
   const std::vector<float> logits = {0.0f, 2.0f, 2.0f, 1.0f, 2.0f, -1.0f};
   Sampler sampler(SamplerOptions{.num_top = 4});

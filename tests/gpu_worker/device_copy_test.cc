@@ -33,16 +33,19 @@ TEST_P(DeviceCopyTest, EverySizeAndSourceArrivesIntact) {
   WS_ASSERT_OK(dst.status());
   PinnedArray<unsigned char> pinned(device.get());
   pinned.Resize(kMax + 64);
+  if (kind == "cuda") ASSERT_TRUE(pinned.pinned());  // else the "pinned" cases test nothing
   std::vector<unsigned char> back(kMax + 64);
   for (size_t bytes : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{4099},
                        size_t{1} << 20, kMax}) {
-    for (size_t offset : {size_t{0}, size_t{3}, size_t{16}}) {
+    // Source and destination offsets: both aligned, both misaligned alike, one of each.
+    for (auto [offset, dst_offset] : {std::pair<size_t, size_t>{0, 0}, {3, 3}, {16, 16}, {0, 5},
+                                      {7, 0}}) {
       for (bool from_pinned : {false, true}) {
         std::vector<unsigned char> pageable(bytes + offset);
         unsigned char* src = from_pinned ? pinned.data() : pageable.data();
         for (size_t i = 0; i < bytes + offset; ++i) src[i] = static_cast<unsigned char>(rng());
         const std::vector<unsigned char> want(src + offset, src + offset + bytes);
-        auto* out = static_cast<unsigned char*>(dst->data()) + offset;
+        auto* out = static_cast<unsigned char*>(dst->data()) + dst_offset;
         WS_ASSERT_OK(device->CopyToDevice(out, src + offset, bytes, stream));
         // A pageable source may be reused at once (cudaMemcpyAsync's contract).
         if (!from_pinned) std::memset(pageable.data(), 0xAB, pageable.size());
@@ -50,7 +53,8 @@ TEST_P(DeviceCopyTest, EverySizeAndSourceArrivesIntact) {
         WS_ASSERT_OK(device->CopyToHost(back.data(), out, bytes, stream));
         WS_ASSERT_OK(device->Synchronize(stream));
         ASSERT_EQ(0, std::memcmp(back.data(), want.data(), bytes))
-            << bytes << " bytes at offset " << offset << (from_pinned ? " pinned" : " pageable");
+            << bytes << " bytes from offset " << offset << " to offset " << dst_offset
+            << (from_pinned ? " pinned" : " pageable");
       }
     }
   }

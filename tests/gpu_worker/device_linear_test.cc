@@ -72,7 +72,9 @@ TEST_P(DeviceLinearArchTest, MatchesHostLinearForEveryWeight) {
 TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
   if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
-  const ModelConfig config = kernels::model::testing::TinyConfig("deepseek_v2");
+  // v_head_dim != qk_nope_head_dim, so that a swapped offset or stride shows.
+  ModelConfig config = kernels::model::testing::TinyConfig("deepseek_v2");
+  config.v_head_dim = config.qk_nope_head_dim + 8;
   auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 9});
   WS_ASSERT_OK(weights.status());
   auto linear = CreateDeviceLinear(device->get(), **weights, uint64_t{1} << 30);
@@ -81,6 +83,7 @@ TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
   auto ops = kernels::model::DecoderOps::Create(config, **weights);
   WS_ASSERT_OK(ops.status());
   const kernels::model::MlaDims d = (*ops)->mla_dims();
+  ASSERT_NE(d.qk_nope, d.v_dim);
   std::mt19937_64 rng(11);
   std::normal_distribution<float> normal;
   auto compare = [](const std::vector<float>& want, const std::vector<float>& got) {

@@ -344,10 +344,11 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
     WS_ASSERT_OK(cache_->BeginTransfer(*plan));
     for (uint32_t round = 0; round < plan->num_rounds(); ++round) {
       // The next round queued by ReadyRound, by PrefetchNext after this round's attention,
-      // by PrefetchAfterAttention (the next two, what the gpu_worker does), or by nobody
-      // until its own ReadyRound.
-      const int prefetch = static_cast<int>(rng() % 4);
-      auto ready = cache_->ReadyRound(round, /*prefetch_next=*/prefetch == 0);
+      // by PrefetchAfterAttention (the next two), by both ReadyRound and
+      // PrefetchAfterAttention (what the gpu_worker does), or by nobody until its own
+      // ReadyRound.
+      const int prefetch = static_cast<int>(rng() % 5);
+      auto ready = cache_->ReadyRound(round, /*prefetch_next=*/prefetch == 0 || prefetch == 4);
       WS_ASSERT_OK(ready.status());
       ASSERT_EQ(ready->buffer, cache_->pingpong_buffer(round % 2));
       ASSERT_LE(ready->chunk_plan->num_blocks, config_.pingpong_blocks);
@@ -373,7 +374,7 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
         }
       });
       if (prefetch == 1) WS_ASSERT_OK(cache_->PrefetchNext());
-      if (prefetch == 2) WS_ASSERT_OK(cache_->PrefetchAfterAttention());
+      if (prefetch == 2 || prefetch == 4) WS_ASSERT_OK(cache_->PrefetchAfterAttention());
     }
     WS_ASSERT_OK(cache_->PrefetchNext());  // nothing left: a no-op
     EXPECT_EQ(cache_->ReadyRound(plan->num_rounds()).status().code(),

@@ -41,10 +41,15 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
                << " tensors, " << weights_->total_bytes() << " bytes (routed experts)";
   arena_ = std::move(arena);
   cpu_region_ = view;
+  // The prepack below (a copy of every expert) stops too when the load is cancelled.
+  step_options_.experts.cancelled = &load_progress_.cancelled;
   WS_ASSIGN_OR_RETURN(step_, CpuStep::Create(weights_->config(), kv_config_, *weights_,
                                              *cpu_region_, step_options_));
   WS_LOG(INFO) << "routed experts: " << step_->experts_description() << ", "
                << step_->owned_expert_bytes() << " bytes beyond the checkpoint's";
+  if (load_progress_.cancelled.load()) {
+    return absl::CancelledError("the load was cancelled before measuring the experts");
+  }
   // A prefill-sized batch: the expert placement rule compares it with streaming the
   // weights to the GPU.
   WS_ASSIGN_OR_RETURN(const double expert_ms_per_token, step_->MeasureExpertCost(512));

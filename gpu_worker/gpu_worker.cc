@@ -45,6 +45,15 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   experts_load_progress_.cancelled = false;
   WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kGpu, &load_progress_));
   WS_RETURN_IF_ERROR(CheckKvMatchesModel(weights_->config(), config));
+  // The phases after the weights (uploads, fp32 widening, pinning the experts) take seconds
+  // each at 48 layers and are not interruptible inside: a cancelled load stops between them.
+  auto check_cancelled = [this](const char* next) -> absl::Status {
+    if (!load_progress_.cancelled.load() && !experts_load_progress_.cancelled.load()) {
+      return absl::OkStatus();
+    }
+    return absl::CancelledError(absl::StrCat("the load was cancelled before ", next));
+  };
+  WS_RETURN_IF_ERROR(check_cancelled("the device uploads"));
   // Weights go where they run: the attention side into VRAM, within the budget.
   VramBudget budget;
   if (request.vram_budget_bytes() > 0) budget.total_bytes = request.vram_budget_bytes();
@@ -52,6 +61,7 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
                       DeviceWeights::Upload(*weights_, device_.get(), budget, config.gpu_bytes()));
   // What is left of the budget after weights, KV and workspace.
   const uint64_t used = device_weights_->bytes() + config.gpu_bytes() + budget.workspace_bytes;
+  WS_RETURN_IF_ERROR(check_cancelled("the fp32 weight copies"));
   WS_ASSIGN_OR_RETURN(linear_, CreateDeviceLinear(device_.get(), *weights_,
                                                   budget.total_bytes > used ? budget.total_bytes - used : 0));
   const uint64_t linear_bytes = linear_ != nullptr ? linear_->weight_bytes() : 0;
@@ -70,6 +80,7 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
                         LoadWorkerWeights(source, SideFilter::kCpu, &experts_load_progress_,
                                           SyntheticExpertsShmName(request.arena().name()),
                                           request.arena().bytes()));
+    WS_RETURN_IF_ERROR(check_cancelled("pinning the routed experts"));
     absl::StatusOr<std::unique_ptr<DeviceExperts>> experts = CreateDeviceExperts(
         device_.get(), *routed_weights_, std::max<int64_t>(max_tokens, 1), left);
     if (!experts.ok() && options_.stream_experts == "on") return experts.status();

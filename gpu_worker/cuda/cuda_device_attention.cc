@@ -112,46 +112,22 @@ class CudaDeviceAttention final : public DeviceAttention {
     WS_RETURN_IF_ERROR(args.shape.Validate());
     if (args.num_seqs == 0) return absl::OkStatus();
     const int64_t heads = args.shape.num_q_heads, dim = args.shape.head_dim;
-    const int32_t bt = args.shape.block_tokens;
-    std::vector<int32_t> first(args.num_seqs + 1, 0), last_tokens(args.num_seqs, 0);
-    int64_t max_tokens = 0, listed = 0;
-    for (int32_t s = 0; s < args.num_seqs; ++s) {
-      const kernels::KvBlockList& list = args.seqs[s];
-      listed += list.num_blocks;
-      if (listed > std::numeric_limits<int32_t>::max()) {
-        return absl::InvalidArgumentError(absl::StrCat("GQA decode over ", listed, "+ tiles"));
-      }
-      first[s + 1] = static_cast<int32_t>(listed);
-      last_tokens[s] = list.num_blocks == 0 ? 0 : list.last_block_tokens;
-      max_tokens = std::max(max_tokens, list.NumTokens(bt));
-    }
-    const int32_t total = first[args.num_seqs];
+    kernels::cuda::GpuKvSource kv;
+    WS_ASSIGN_OR_RETURN(const int32_t total,
+                        StageTileLists(args.seqs, args.num_seqs, args.shape.block_tokens, &kv));
     if (total == 0) {  // no keys at all: every row is the empty state
       std::fill_n(args.o, int64_t{args.num_seqs} * heads * dim, 0.0f);
       std::fill_n(args.lse, int64_t{args.num_seqs} * heads, kernels::kEmptyLse);
       return absl::OkStatus();
     }
-    std::vector<const uint16_t*> tiles(total);
-    for (int32_t s = 0; s < args.num_seqs; ++s) {
-      std::copy_n(args.seqs[s].blocks, args.seqs[s].num_blocks, tiles.data() + first[s]);
-    }
-    if (max_tokens > std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat("a sequence of ", max_tokens, " keys"));
-    }
     const int64_t rows = int64_t{args.num_seqs} * heads;
     WS_RETURN_IF_ERROR(Stage(&q_, args.q, rows * dim * 2));
-    WS_RETURN_IF_ERROR(Stage(&tiles_, tiles.data(), total * sizeof(void*)));
-    WS_RETURN_IF_ERROR(Stage(&positions_, first.data(), first.size() * sizeof(int32_t)));
-    WS_RETURN_IF_ERROR(Stage(&tokens_, last_tokens.data(), last_tokens.size() * sizeof(int32_t)));
     WS_RETURN_IF_ERROR(Grow(&o_, rows * dim * 4 + rows * 4));
     kernels::cuda::GqaGpuDecodeArgs gpu;
     gpu.shape = args.shape;
     gpu.num_seqs = args.num_seqs;
     gpu.q = static_cast<const uint16_t*>(q_.data());
-    gpu.kv.tile_ptrs = static_cast<const uint16_t* const*>(tiles_.data());
-    gpu.kv.seq_tile_begin = static_cast<const int32_t*>(positions_.data());
-    gpu.kv.seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
-    gpu.kv.max_seq_tokens = static_cast<int32_t>(max_tokens);
+    gpu.kv = kv;
     gpu.o = static_cast<float*>(o_.data());
     gpu.lse = gpu.o + rows * dim;
     const size_t workspace = kernels::cuda::GqaGpuDecodeWorkspaceBytes(gpu);
@@ -202,23 +178,9 @@ class CudaDeviceAttention final : public DeviceAttention {
   absl::Status CudaMlaDecode(const kernels::MlaDecodeArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
     if (args.num_seqs == 0) return absl::OkStatus();
-    const int32_t bt = args.shape.block_tokens;
-    std::vector<int32_t> begin(args.num_seqs + 1, 0), last(args.num_seqs, 0);
-    int64_t max_tokens = 1, listed = 0;
-    for (int32_t s = 0; s < args.num_seqs; ++s) {
-      const kernels::KvBlockList& list = args.seqs[s];
-      listed += list.num_blocks;
-      if (listed > std::numeric_limits<int32_t>::max()) {
-        return absl::InvalidArgumentError(absl::StrCat("MLA decode over ", listed, "+ tiles"));
-      }
-      begin[s + 1] = static_cast<int32_t>(listed);
-      last[s] = list.num_blocks == 0 ? 0 : list.last_block_tokens;
-      max_tokens = std::max(max_tokens, list.NumTokens(bt));
-    }
-    if (max_tokens > std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat("a sequence of ", max_tokens, " keys"));
-    }
-    const int32_t total = begin[args.num_seqs];
+    kernels::cuda::GpuKvSource kv;
+    WS_ASSIGN_OR_RETURN(const int32_t total,
+                        StageTileLists(args.seqs, args.num_seqs, args.shape.block_tokens, &kv));
     const int64_t heads = args.shape.num_heads, rank = args.shape.kv_lora_rank;
     const int64_t rows = int64_t{args.num_seqs} * heads;
     if (total == 0) {  // no keys at all: every row is the empty state
@@ -226,23 +188,13 @@ class CudaDeviceAttention final : public DeviceAttention {
       std::fill_n(args.lse, rows, kernels::kEmptyLse);
       return absl::OkStatus();
     }
-    std::vector<const uint16_t*> tiles(total);
-    for (int32_t s = 0; s < args.num_seqs; ++s) {
-      std::copy_n(args.seqs[s].blocks, args.seqs[s].num_blocks, tiles.data() + begin[s]);
-    }
     WS_RETURN_IF_ERROR(Stage(&q_, args.q, rows * args.shape.row_dim() * 2));
-    WS_RETURN_IF_ERROR(Stage(&tiles_, tiles.data(), total * sizeof(void*)));
-    WS_RETURN_IF_ERROR(Stage(&positions_, begin.data(), begin.size() * sizeof(int32_t)));
-    WS_RETURN_IF_ERROR(Stage(&tokens_, last.data(), last.size() * sizeof(int32_t)));
     WS_RETURN_IF_ERROR(Grow(&o_, rows * (rank + 1) * 4));
     kernels::cuda::MlaGpuDecodeArgs gpu;
     gpu.shape = args.shape;
     gpu.num_seqs = args.num_seqs;
     gpu.q = static_cast<const uint16_t*>(q_.data());
-    gpu.kv.tile_ptrs = static_cast<const uint16_t* const*>(tiles_.data());
-    gpu.kv.seq_tile_begin = static_cast<const int32_t*>(positions_.data());
-    gpu.kv.seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
-    gpu.kv.max_seq_tokens = static_cast<int32_t>(max_tokens);
+    gpu.kv = kv;
     gpu.o = static_cast<float*>(o_.data());
     gpu.lse = gpu.o + rows * rank;
     const size_t workspace = kernels::cuda::MlaGpuDecodeWorkspaceBytes(gpu);
@@ -253,6 +205,42 @@ class CudaDeviceAttention final : public DeviceAttention {
     WS_RETURN_IF_ERROR(device_->CopyToHost(args.o, gpu.o, rows * rank * 4, Stream::kCompute));
     WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, gpu.lse, rows * 4, Stream::kCompute));
     return device_->Synchronize(Stream::kCompute);
+  }
+
+  // The rows' tile pointer lists on the device, for a decode launch: every row's tile bases
+  // in row order (tiles_), where each row's begin (positions_, n + 1 entries) and its last
+  // tile's tokens (tokens_). Fills `kv`'s list fields and returns the number of tiles; with
+  // none, stages nothing (the caller writes the empty state).
+  absl::StatusOr<int32_t> StageTileLists(const kernels::KvBlockList* seqs, int32_t n,
+                                         int32_t block_tokens, kernels::cuda::GpuKvSource* kv) {
+    std::vector<int32_t> begin(n + 1, 0), last(n, 0);
+    int64_t max_tokens = 0, listed = 0;
+    for (int32_t s = 0; s < n; ++s) {
+      listed += seqs[s].num_blocks;
+      if (listed > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat("a decode launch over ", listed, "+ tiles"));
+      }
+      begin[s + 1] = static_cast<int32_t>(listed);
+      last[s] = seqs[s].num_blocks == 0 ? 0 : seqs[s].last_block_tokens;
+      max_tokens = std::max(max_tokens, seqs[s].NumTokens(block_tokens));
+    }
+    if (max_tokens > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("a sequence of ", max_tokens, " keys"));
+    }
+    const int32_t total = begin[n];
+    if (total == 0) return 0;
+    std::vector<const uint16_t*> tiles(total);
+    for (int32_t s = 0; s < n; ++s) {
+      std::copy_n(seqs[s].blocks, seqs[s].num_blocks, tiles.data() + begin[s]);
+    }
+    WS_RETURN_IF_ERROR(Stage(&tiles_, tiles.data(), total * sizeof(void*)));
+    WS_RETURN_IF_ERROR(Stage(&positions_, begin.data(), begin.size() * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Stage(&tokens_, last.data(), last.size() * sizeof(int32_t)));
+    kv->tile_ptrs = static_cast<const uint16_t* const*>(tiles_.data());
+    kv->seq_tile_begin = static_cast<const int32_t*>(positions_.data());
+    kv->seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
+    kv->max_seq_tokens = static_cast<int32_t>(max_tokens);
+    return total;
   }
 
   absl::Status Grow(DeviceBuffer* buffer, uint64_t bytes) {

@@ -267,6 +267,11 @@ struct CpuExperts::Impl {
     std::vector<uint64_t> bytes(num_experts, 0);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t e = 0; e < num_experts; ++e) {
+      // A cancelled load skips the experts not yet started (the threads finish their own).
+      if (options.cancelled != nullptr && options.cancelled->load(std::memory_order_relaxed)) {
+        status[e] = absl::CancelledError("loading the routed experts was cancelled");
+        continue;
+      }
       status[e] = BuildExpert(e, &bytes[e]);
     }
     for (int64_t e = 0; e < num_experts; ++e) {

@@ -33,6 +33,7 @@
 #ifndef WRITESCOPE_KERNELS_EXPERTS_CPU_EXPERTS_H_
 #define WRITESCOPE_KERNELS_EXPERTS_CPU_EXPERTS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -68,6 +69,9 @@ struct CpuExpertsOptions {
   // of H for down. Multiples of 64 keep oneDNN's N blocks whole.
   int64_t gate_up_slice = 128;
   int64_t down_slice = 256;
+  // Set from another thread (the worker stopping mid-load): building the slices (the
+  // prepack copies) stops at the next expert and Create returns CANCELLED. May be null.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 class CpuExperts {

@@ -18,6 +18,37 @@
 namespace writescope::gpu {
 namespace {
 
+std::unique_ptr<Device> MakeDevice(const std::string& kind) {
+  if (kind == "host") return CreateHostDevice();
+  absl::StatusOr<std::unique_ptr<Device>> cuda = CreateCudaDevice(0);
+  return cuda.ok() ? *std::move(cuda) : nullptr;
+}
+
+// got (o with 16 guard values after it, lse likewise) against the reference: o within
+// o_tolerance (bf16 inputs, fp32 accumulation against fp64), lse within lse_tolerance, empty
+// rows -inf, guards untouched (7.0f).
+void ExpectMatchesReference(const std::vector<float>& want_o, const std::vector<float>& want_lse,
+                            const std::vector<float>& got_o, const std::vector<float>& got_lse,
+                            double o_tolerance, double lse_tolerance) {
+  const size_t values = want_o.size(), rows = want_lse.size();
+  double worst = 0;
+  for (size_t i = 0; i < values; ++i) {
+    worst = std::max(worst, std::fabs(double(got_o[i]) - want_o[i]));
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    if (std::isinf(want_lse[r])) {
+      EXPECT_TRUE(std::isinf(got_lse[r]) && got_lse[r] < 0) << "row " << r;
+    } else {
+      EXPECT_NEAR(got_lse[r], want_lse[r], lse_tolerance) << "row " << r;
+    }
+  }
+  EXPECT_LT(worst, o_tolerance);
+  for (size_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(got_o[values + i], 7.0f);  // guards
+    EXPECT_EQ(got_lse[rows + i], 7.0f);
+  }
+}
+
 struct Case {
   int32_t q_heads, kv_heads;
   std::vector<int64_t> seq_tokens;  // per sequence; 0: no keys
@@ -27,14 +58,8 @@ class DeviceAttentionTest : public ::testing::TestWithParam<std::tuple<std::stri
 
 TEST_P(DeviceAttentionTest, BatchedGqaDecodeMatchesTheReference) {
   const auto& [device_kind, c] = GetParam();
-  std::unique_ptr<Device> device;
-  if (device_kind == "cuda") {
-    absl::StatusOr<std::unique_ptr<Device>> cuda = CreateCudaDevice(0);
-    if (!cuda.ok()) GTEST_SKIP() << "no CUDA device: " << cuda.status();
-    device = *std::move(cuda);
-  } else {
-    device = CreateHostDevice();
-  }
+  std::unique_ptr<Device> device = MakeDevice(device_kind);
+  if (device == nullptr) GTEST_SKIP() << "no CUDA device";
   auto attention = CreateDeviceAttention(device.get());
   WS_ASSERT_OK(attention.status());
   kernels::GqaShape shape;
@@ -94,23 +119,7 @@ TEST_P(DeviceAttentionTest, BatchedGqaDecodeMatchesTheReference) {
   args.o = got_o.data();
   args.lse = got_lse.data();
   WS_ASSERT_OK((*attention)->GqaDecode(args));
-
-  double worst = 0;
-  for (int64_t i = 0; i < rows * shape.head_dim; ++i) {
-    worst = std::max(worst, std::fabs(double(got_o[i]) - want_o[i]));
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    if (std::isinf(want_lse[r])) {
-      EXPECT_TRUE(std::isinf(got_lse[r]) && got_lse[r] < 0) << "row " << r;
-    } else {
-      EXPECT_NEAR(got_lse[r], want_lse[r], 1e-3) << "row " << r;
-    }
-  }
-  EXPECT_LT(worst, 2e-3);  // bf16 inputs, fp32 accumulation vs fp64
-  for (int i = 0; i < 16; ++i) {
-    EXPECT_EQ(got_o[rows * shape.head_dim + i], 7.0f);  // guards
-    EXPECT_EQ(got_lse[rows + i], 7.0f);
-  }
+  ExpectMatchesReference(want_o, want_lse, got_o, got_lse, 2e-3, 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -141,14 +150,8 @@ class DeviceMlaTest : public ::testing::TestWithParam<std::tuple<std::string, Ml
 
 TEST_P(DeviceMlaTest, MlaDecodeMatchesTheReference) {
   const auto& [device_kind, c] = GetParam();
-  std::unique_ptr<Device> device;
-  if (device_kind == "cuda") {
-    absl::StatusOr<std::unique_ptr<Device>> cuda = CreateCudaDevice(0);
-    if (!cuda.ok()) GTEST_SKIP() << "no CUDA device: " << cuda.status();
-    device = *std::move(cuda);
-  } else {
-    device = CreateHostDevice();
-  }
+  std::unique_ptr<Device> device = MakeDevice(device_kind);
+  if (device == nullptr) GTEST_SKIP() << "no CUDA device";
   auto attention = CreateDeviceAttention(device.get());
   WS_ASSERT_OK(attention.status());
   kernels::MlaShape shape;
@@ -214,23 +217,7 @@ TEST_P(DeviceMlaTest, MlaDecodeMatchesTheReference) {
   args.o = got_o.data();
   args.lse = got_lse.data();
   WS_ASSERT_OK((*attention)->MlaDecode(args));
-
-  double worst = 0;
-  for (int64_t i = 0; i < rows * shape.kv_lora_rank; ++i) {
-    worst = std::max(worst, std::fabs(double(got_o[i]) - want_o[i]));
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    if (std::isinf(want_lse[r])) {
-      EXPECT_TRUE(std::isinf(got_lse[r]) && got_lse[r] < 0) << "row " << r;
-    } else {
-      EXPECT_NEAR(got_lse[r], want_lse[r], 2e-3) << "row " << r;
-    }
-  }
-  EXPECT_LT(worst, 3e-3);
-  for (int i = 0; i < 16; ++i) {
-    EXPECT_EQ(got_o[rows * shape.kv_lora_rank + i], 7.0f);  // guards
-    EXPECT_EQ(got_lse[rows + i], 7.0f);
-  }
+  ExpectMatchesReference(want_o, want_lse, got_o, got_lse, 3e-3, 2e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -3,6 +3,7 @@
 #include "kernels/experts/cpu_experts.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -229,6 +230,21 @@ TEST_F(CpuExpertsErrors, RejectsBadShapes) {
   missing[2].down = nullptr;
   EXPECT_EQ(CpuExperts::Create(32, 16, missing).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A load cancelled from another thread: building the slices stops and Create says
+// CANCELLED (with the flag clear, the same Create succeeds).
+TEST_F(CpuExpertsErrors, CancelledBuildReturnsCancelled) {
+  std::atomic<bool> cancelled{true};
+  for (ExpertPrecision precision : {ExpertPrecision::kF32, ExpertPrecision::kBf16}) {
+    CpuExpertsOptions options{.precision = precision, .prepack = true};
+    options.cancelled = &cancelled;
+    cancelled = true;
+    EXPECT_EQ(CpuExperts::Create(32, 16, w_.Matrices(), options).status().code(),
+              absl::StatusCode::kCancelled);
+    cancelled = false;
+    EXPECT_TRUE(CpuExperts::Create(32, 16, w_.Matrices(), options).ok());
+  }
 }
 
 // A layer of synthetic weights through ForLayer, against the reference with the real router.

@@ -9,8 +9,21 @@
      p10-p90 step-time ranges overlap (CSVs with the spread columns), and the geometric mean
      over the points at contexts >= --headline-from (default 8192).
 
+  3. with --ceilings ARCH: the roofline bound of every writescope point from the machine's
+     measured ceilings (pinned H2D, host DRAM, the CPU's matrix rate), beside the measured
+     step. Per layer, with H host tokens (batch x (context - the D-window's tokens)):
+       CPU path  r H a + e   a = max(KV bytes / DRAM, attention FLOPs / CPU rate) per token,
+                             e = the point's measured routed-expert time per layer (the
+                             experts run on the CPU, after its attention)
+       GPU path  (1 - r) H b b = KV bytes / H2D per token (transfers overlap the experts)
+       bound = min over r of max(CPU, GPU) = max(e, H b) if e >= H b, else H b (H a + e) / (H (a + b))
+     plus the point's measured serial rest (step - its larger attention time - its expert
+     wait: projections, norms, merges, logits), which the split does not change.
+
 Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
+  python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps 55.4] [--dram-gbps 81.4]
+      [--cpu-tflops 2.59] [--window-tokens 256]
 """
 import argparse
 import csv
@@ -33,6 +46,11 @@ def load(path):
                     # The spread of the point's step times (CSVs of later benches); None before.
                     "p10": float(row["step_ms_p10"]) if row.get("step_ms_p10") else None,
                     "p90": float(row["step_ms_p90"]) if row.get("step_ms_p90") else None,
+                    "layers": int(row.get("layers") or 0),
+                    "gpu_attention_ms": float(row.get("gpu_attention_ms") or 0),
+                    "cpu_attention_ms": float(row.get("cpu_attention_ms") or 0),
+                    "expert_wait_ms": float(row.get("gpu_expert_wait_ms") or 0),
+                    "cpu_expert_ms": float(row.get("cpu_expert_ms") or 0),
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -58,12 +76,51 @@ def spreads_overlap(a, b):
     return a["p10"] <= b["p90"] and b["p10"] <= a["p90"]
 
 
+# Per token and layer: KV bytes in the cache, attention FLOPs of one decode query (scores and
+# weighted sum; MLA absorbed: every head over the shared latent of kv_lora_rank + rope values,
+# output over kv_lora_rank).
+SHAPES = {
+    "qwen3_moe": {"kv_bytes": 2048, "flops": 4 * 32 * 128},
+    "mixtral": {"kv_bytes": 4096, "flops": 4 * 32 * 128},
+    "deepseek_v2": {"kv_bytes": 1152, "flops": 2 * 16 * (576 + 512)},
+}
+
+
+def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens):
+    """(attention-only bound, step bound, serial rest) in ms per step for one point."""
+    layers = max(row["layers"], 1)
+    host_tokens = row["batch"] * max(0, row["context"] - window_tokens)
+    a = max(shape["kv_bytes"] / dram_gbps, shape["flops"] / (cpu_tflops * 1e3)) * 1e-6  # ms/token
+    b = shape["kv_bytes"] / h2d_gbps * 1e-6
+    cpu_all, gpu_all = host_tokens * a, host_tokens * b
+    e = row["cpu_expert_ms"] / layers
+    attention = cpu_all * gpu_all / (cpu_all + gpu_all) if cpu_all + gpu_all > 0 else 0.0
+    if e >= gpu_all:
+        layer = e
+    else:
+        layer = gpu_all * (cpu_all + e) / (cpu_all + gpu_all)
+    rest = max(0.0, row["step_ms"] - max(row["gpu_attention_ms"], row["cpu_attention_ms"])
+               - row["expert_wait_ms"])
+    return layers * attention, layers * layer + rest, rest
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv")
     parser.add_argument("--headline-from", type=int, default=8192)
+    parser.add_argument("--ceilings", choices=sorted(SHAPES),
+                        help="the shape of the CSV: print the roofline bound of every writescope point")
+    parser.add_argument("--h2d-gbps", type=float, default=55.4, help="pinned H2D (ws_probe)")
+    parser.add_argument("--dram-gbps", type=float, default=81.4, help="host DRAM triad (ws_probe)")
+    parser.add_argument("--cpu-tflops", type=float, default=2.59,
+                        help="the CPU's bf16 matrix rate (oneDNN AMX peak, cpu_experts_bench)")
+    parser.add_argument("--window-tokens", type=int, default=256,
+                        help="D-window tokens per sequence (on the GPU, not streamed)")
     args = parser.parse_args()
+    for name in ("h2d_gbps", "dram_gbps", "cpu_tflops"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name.replace('_', '-')} must be > 0")
     rows = load(args.csv)
     if not rows:
         raise SystemExit(f"{args.csv}: no rows")
@@ -113,6 +170,25 @@ def main():
         print(f"  writescope / {policy:14s} {gm:.2f}x over {len(values)} points")
     if not ratios:
         print("  (no points)")
+
+    if args.ceilings:
+        shape = SHAPES[args.ceilings]
+        print(f"\nRoofline bound from the ceilings ({args.ceilings}: H2D {args.h2d_gbps} GB/s, DRAM "
+              f"{args.dram_gbps} GB/s, CPU {args.cpu_tflops} TFLOP/s; the measured experts and "
+              f"serial rest included):")
+        within = total = 0
+        for batch in batches:
+            for context, r in sorted(by.get(("writescope", batch), {}).items()):
+                attention, bound, rest = step_bound_ms(r, shape, args.h2d_gbps, args.dram_gbps,
+                                                       args.cpu_tflops, args.window_tokens)
+                measured_attention = max(r["gpu_attention_ms"], r["cpu_attention_ms"])
+                ratio = r["step_ms"] / bound if bound > 0 else float("nan")
+                total += 1
+                within += ratio <= 1.15
+                print(f"  batch {batch:3d} context {context:6d}: step {r['step_ms']:8.2f} ms, bound "
+                      f"{bound:8.2f} ms (step / bound {ratio:.2f}); attention {measured_attention:7.2f}"
+                      f" ms, its bound {attention:7.2f} ms; serial rest {rest:6.2f} ms")
+        print(f"  within 1.15x of the bound: {within} of {total} points")
     return 0
 
 

@@ -46,6 +46,34 @@ checks = [
     ("cpu-all 1.05x~" in text, "2K: within the spread"),
     ("transfer-all 2.00x," in text or "transfer-all 2.00x;" in text, "2K: outside the spread"),
 ]
+
+# The roofline bound from the ceilings, on numbers chosen to be round: 2048 KV bytes per
+# token at 2.048 GB/s either way is 1 us per token; 1256 tokens minus the 256-token window
+# is 1000 host tokens, so a layer's CPU-all and GPU-all attention are both 1 ms. The experts
+# take 2 ms per step (0.5 ms per layer, after the CPU's attention): the best split gives
+# max(r + 0.5, 1 - r) = 0.75 ms per layer, 3 ms for 4 layers; attention alone 0.5 per layer.
+# The serial rest is 6 - max(1.5, 1.0) - 0.5 = 4 ms; bound 7 ms; step / bound 6 / 7 = 0.86.
+with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+    f.write(HEADER)
+    f.write("writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3\n")
+    path = f.name
+try:
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path,
+                          "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
+                          "--cpu-tflops", "1000"], capture_output=True, text=True, check=True)
+finally:
+    os.unlink(path)
+bound_text = out.stdout
+text += bound_text
+checks += [
+    ("bound     7.00 ms (step / bound 0.86)" in bound_text, "step bound"),
+    ("its bound    2.00 ms; serial rest   4.00 ms" in bound_text, "attention bound and rest"),
+    ("within 1.15x of the bound: 1 of 1 points" in bound_text, "count within 1.15x"),
+]
+bad = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), "x.csv",
+                      "--ceilings", "qwen3_moe", "--h2d-gbps", "0"], capture_output=True, text=True)
+checks.append((bad.returncode != 0 and "must be > 0" in bad.stderr, "a zero ceiling is refused"))
+
 failed = [name for ok, name in checks if not ok]
 if failed:
     print(text)

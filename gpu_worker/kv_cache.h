@@ -131,10 +131,13 @@ class KvCache {
   //     enqueue attention over r.buffer on kCompute
   // `plan` must stay alive until the last ReadyRound. Rounds come in order.
   //
-  // With ReadyRound(round, /*prefetch_next=*/false) the caller queues round+1 itself with
-  // PrefetchNext() once this round's attention is queued: a host-to-device copy queued
-  // after a round's DMA waits for it on the copy engine, so the attention's own small
-  // uploads should go first. A round that nobody prefetched is queued by its ReadyRound.
+  // The gpu_worker also calls PrefetchAfterAttention() once a round's attention is queued,
+  // so that the copies run up to two rounds ahead. On a device whose small uploads wait for
+  // the copy engine (Device::small_uploads_wait_for_transfers) it calls
+  // ReadyRound(round, /*prefetch_next=*/false) and queues round+1 itself with PrefetchNext()
+  // after this round's attention, so that the attention's own uploads go first. A round that
+  // nobody prefetched is queued by its ReadyRound, which waits for that round's copies only
+  // (a fence), not for rounds queued after it.
   absl::Status BeginTransfer(const TransferPlan& plan);
   absl::StatusOr<PingPongRound> ReadyRound(uint32_t round, bool prefetch_next = true);
   // Queues the round after the last readied one (after the compute work queued so far);

@@ -123,8 +123,7 @@ class CudaDevice final : public Device {
         (stream == Stream::kCompute || stream == Stream::kCopyOut)) {
       return SmCopyToDevice(dst, src, bytes, stream);
     }
-    return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
-                      "cudaMemcpyAsync(H2D)");
+    return CopyEngineToDevice(dst, src, bytes, stream);
   }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes, Stream stream) override {
     if (bytes == 0) return absl::OkStatus();
@@ -168,15 +167,14 @@ class CudaDevice final : public Device {
     const size_t bytes = pieces.size() * sizeof(CopyPiece);
     if (pieces.empty()) return absl::OkStatus();
     if (!sm_copies_ || bytes > kStagingSlotBytes) return Device::CopyPiecesOnDevice(pieces, stream);
-    Staging& staging = staging_[static_cast<int>(stream)];
-    std::lock_guard<std::mutex> lock(staging.mu);
-    WS_ASSIGN_OR_RETURN(const int index, NextSlot(staging));
-    if (index < 0) return Device::CopyPiecesOnDevice(pieces, stream);
-    std::memcpy(staging.host + index * kStagingSlotBytes, pieces.data(), bytes);
-    WS_RETURN_IF_ERROR(kernels::cuda::CopyDevicePieces(
-        reinterpret_cast<const kernels::cuda::DevicePiece*>(staging.device + index * kStagingSlotBytes),
-        static_cast<int>(pieces.size()), stream_of(stream)));
-    return MarkSlotRead(staging, index, stream);
+    WS_ASSIGN_OR_RETURN(const bool staged,
+                        ThroughStagingSlot(stream, pieces.data(), bytes,
+                                           [&](const unsigned char* table) {
+                                             return kernels::cuda::CopyDevicePieces(
+                                                 reinterpret_cast<const kernels::cuda::DevicePiece*>(table),
+                                                 static_cast<int>(pieces.size()), stream_of(stream));
+                                           }));
+    return staged ? absl::OkStatus() : Device::CopyPiecesOnDevice(pieces, stream);
   }
   absl::Status Fill(void* dst, uint8_t value, size_t bytes, Stream stream) override {
     if (bytes == 0) return absl::OkStatus();
@@ -251,20 +249,34 @@ class CudaDevice final : public Device {
       return kernels::cuda::CopyBytes(dst, attributes.devicePointer, bytes, stream_of(stream));
     }
     if (bytes > kStagingSlotBytes) {  // pageable and larger than a slot: the copy engine
-      return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
-                        "cudaMemcpyAsync(H2D)");
+      return CopyEngineToDevice(dst, src, bytes, stream);
     }
+    WS_ASSIGN_OR_RETURN(const bool staged,
+                        ThroughStagingSlot(stream, src, bytes, [&](const unsigned char* copy) {
+                          return kernels::cuda::CopyBytes(dst, copy, bytes, stream_of(stream));
+                        }));
+    return staged ? absl::OkStatus() : CopyEngineToDevice(dst, src, bytes, stream);
+  }
+
+  absl::Status CopyEngineToDevice(void* dst, const void* src, size_t bytes, Stream stream) {
+    return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
+                      "cudaMemcpyAsync(H2D)");
+  }
+
+  // Copies `bytes` of `data` into the stream's next staging slot and queues `launch`(the
+  // slot's device view), a kernel that reads it; the slot is reused once the stream has
+  // passed that kernel. False, with nothing queued, when there is no mapped staging memory.
+  template <typename Launch>
+  absl::StatusOr<bool> ThroughStagingSlot(Stream stream, const void* data, size_t bytes,
+                                          Launch launch) {
     Staging& staging = staging_[static_cast<int>(stream)];
     std::lock_guard<std::mutex> lock(staging.mu);
     WS_ASSIGN_OR_RETURN(const int index, NextSlot(staging));
-    if (index < 0) {
-      return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)),
-                        "cudaMemcpyAsync(H2D)");
-    }
-    std::memcpy(staging.host + index * kStagingSlotBytes, src, bytes);
-    WS_RETURN_IF_ERROR(kernels::cuda::CopyBytes(dst, staging.device + index * kStagingSlotBytes,
-                                                bytes, stream_of(stream)));
-    return MarkSlotRead(staging, index, stream);
+    if (index < 0) return false;
+    std::memcpy(staging.host + index * kStagingSlotBytes, data, bytes);
+    WS_RETURN_IF_ERROR(launch(staging.device + index * kStagingSlotBytes));
+    WS_RETURN_IF_ERROR(MarkSlotRead(staging, index, stream));
+    return true;
   }
 
   // After the kernel that reads slot `index` is queued: the slot is free again once the

@@ -91,23 +91,19 @@ class CudaLinear final : public DeviceLinear {
                       float* y) override {
     if (tokens == 0) return absl::OkStatus();
     WS_ASSIGN_OR_RETURN(const float* device_w, DeviceWeight(w));
-    const uint64_t x_bytes = 4 * static_cast<uint64_t>(tokens * w.in_features);
-    const uint64_t y_bytes = 4 * static_cast<uint64_t>(tokens * w.out_features);
-    WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
-    WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
-    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), x, x_bytes, Stream::kCompute));
     // Row-major y[T, out] = x[T, in] W^T is column-major Y[out, T] = W^T[out, in] X[in, T]
     // with W row-major [out, in] = column-major [in, out].
-    const float alpha = 1.0f, beta = 0.0f;
-    WS_RETURN_IF_ERROR(CublasStatus(
-        cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out_features),
-                    static_cast<int>(tokens), static_cast<int>(w.in_features), &alpha, device_w,
-                    static_cast<int>(w.in_features), static_cast<const float*>(x_.data()),
-                    static_cast<int>(w.in_features), &beta, static_cast<float*>(y_.data()),
-                    static_cast<int>(w.out_features)),
-        "cublasSgemm"));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(y, y_.data(), y_bytes, Stream::kCompute));
-    return device_->Synchronize(Stream::kCompute);
+    return Product(x, 4 * static_cast<uint64_t>(tokens * w.in_features), y,
+                   4 * static_cast<uint64_t>(tokens * w.out_features), "cublasSgemm",
+                   [&](const float* dx, float* dy) {
+                     const float alpha = 1.0f, beta = 0.0f;
+                     return cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N,
+                                        static_cast<int>(w.out_features), static_cast<int>(tokens),
+                                        static_cast<int>(w.in_features), &alpha, device_w,
+                                        static_cast<int>(w.in_features), dx,
+                                        static_cast<int>(w.in_features), &beta, dy,
+                                        static_cast<int>(w.out_features));
+                   });
   }
 
   // Head h of MlaAbsorbQuery: out[t, h, :rank] = q[t, h, :nope] W_h, with W_h the head's
@@ -118,23 +114,18 @@ class CudaLinear final : public DeviceLinear {
     if (tokens == 0) return absl::OkStatus();
     WS_ASSIGN_OR_RETURN(const float* w, DeviceWeight(kv_b));
     const int64_t qd = d.q_head_dim(), latent = d.latent_dim(), heads = d.num_heads;
-    const uint64_t x_bytes = 4 * static_cast<uint64_t>(tokens * heads * qd);
-    const uint64_t y_bytes = 4 * static_cast<uint64_t>(tokens * heads * latent);
-    WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
-    WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
-    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), q, x_bytes, Stream::kCompute));
-    const float alpha = 1.0f, beta = 0.0f;
     const int64_t head_rows = d.kv_b_rows_per_head() * d.kv_lora_rank;
-    WS_RETURN_IF_ERROR(CublasStatus(
-        cublasSgemmStridedBatched(
-            handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d.kv_lora_rank),
-            static_cast<int>(tokens), static_cast<int>(d.qk_nope), &alpha, w,
-            static_cast<int>(d.kv_lora_rank), head_rows, static_cast<const float*>(x_.data()),
-            static_cast<int>(heads * qd), qd, &beta, static_cast<float*>(y_.data()),
-            static_cast<int>(heads * latent), latent, static_cast<int>(heads)),
-        "cublasSgemmStridedBatched (MLA absorb)"));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(q_absorbed, y_.data(), y_bytes, Stream::kCompute));
-    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
+    WS_RETURN_IF_ERROR(Product(
+        q, 4 * static_cast<uint64_t>(tokens * heads * qd), q_absorbed,
+        4 * static_cast<uint64_t>(tokens * heads * latent), "cublasSgemmStridedBatched (MLA absorb)",
+        [&](const float* dx, float* dy) {
+          const float alpha = 1.0f, beta = 0.0f;
+          return cublasSgemmStridedBatched(
+              handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d.kv_lora_rank),
+              static_cast<int>(tokens), static_cast<int>(d.qk_nope), &alpha, w,
+              static_cast<int>(d.kv_lora_rank), head_rows, dx, static_cast<int>(heads * qd), qd,
+              &beta, dy, static_cast<int>(heads * latent), latent, static_cast<int>(heads));
+        }));
     for (int64_t r = 0; r < tokens * heads; ++r) {
       std::copy_n(q + r * qd + d.qk_nope, d.qk_rope, q_absorbed + r * latent + d.kv_lora_rank);
     }
@@ -149,28 +140,37 @@ class CudaLinear final : public DeviceLinear {
     if (tokens == 0) return absl::OkStatus();
     WS_ASSIGN_OR_RETURN(const float* w, DeviceWeight(kv_b));
     const int64_t heads = d.num_heads, rank = d.kv_lora_rank;
-    const uint64_t x_bytes = 4 * static_cast<uint64_t>(tokens * heads * rank);
-    const uint64_t y_bytes = 4 * static_cast<uint64_t>(tokens * heads * d.v_dim);
-    WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
-    WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
-    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), o_latent, x_bytes, Stream::kCompute));
-    const float alpha = 1.0f, beta = 0.0f;
     const int64_t head_rows = d.kv_b_rows_per_head() * rank;
-    WS_RETURN_IF_ERROR(CublasStatus(
-        cublasSgemmStridedBatched(
-            handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d.v_dim),
-            static_cast<int>(tokens), static_cast<int>(rank), &alpha, w + d.qk_nope * rank,
-            static_cast<int>(rank), head_rows, static_cast<const float*>(x_.data()),
-            static_cast<int>(heads * rank), rank, &beta, static_cast<float*>(y_.data()),
-            static_cast<int>(heads * d.v_dim), d.v_dim, static_cast<int>(heads)),
-        "cublasSgemmStridedBatched (MLA uv)"));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(out, y_.data(), y_bytes, Stream::kCompute));
-    return device_->Synchronize(Stream::kCompute);
+    return Product(
+        o_latent, 4 * static_cast<uint64_t>(tokens * heads * rank), out,
+        4 * static_cast<uint64_t>(tokens * heads * d.v_dim), "cublasSgemmStridedBatched (MLA uv)",
+        [&](const float* dx, float* dy) {
+          const float alpha = 1.0f, beta = 0.0f;
+          return cublasSgemmStridedBatched(
+              handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d.v_dim),
+              static_cast<int>(tokens), static_cast<int>(rank), &alpha, w + d.qk_nope * rank,
+              static_cast<int>(rank), head_rows, dx, static_cast<int>(heads * rank), rank, &beta,
+              dy, static_cast<int>(heads * d.v_dim), d.v_dim, static_cast<int>(heads));
+        });
   }
 
   uint64_t weight_bytes() const override { return bytes_; }
 
  private:
+  // One product on the compute stream: x (x_bytes, host) in, `gemm`(device x, device y)
+  // queued, y (y_bytes) back to the host, synchronized.
+  template <typename Gemm>
+  absl::Status Product(const float* x, uint64_t x_bytes, float* y, uint64_t y_bytes,
+                       const char* what, Gemm gemm) {
+    WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
+    WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), x, x_bytes, Stream::kCompute));
+    WS_RETURN_IF_ERROR(
+        CublasStatus(gemm(static_cast<const float*>(x_.data()), static_cast<float*>(y_.data())), what));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(y, y_.data(), y_bytes, Stream::kCompute));
+    return device_->Synchronize(Stream::kCompute);
+  }
+
   absl::StatusOr<const float*> DeviceWeight(const kernels::model::LinearWeight& w) const {
     auto it = weights_.find(w.data);
     if (it == weights_.end() || it->second == nullptr) {

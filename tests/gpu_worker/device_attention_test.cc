@@ -14,15 +14,12 @@
 #include "kernels/attention_reference.h"
 #include "kernels/bf16.h"
 #include "tests/common/test_util.h"
+#include "tests/gpu_worker/device_test_util.h"
 
 namespace writescope::gpu {
 namespace {
 
-std::unique_ptr<Device> MakeDevice(const std::string& kind) {
-  if (kind == "host") return CreateHostDevice();
-  absl::StatusOr<std::unique_ptr<Device>> cuda = CreateCudaDevice(0);
-  return cuda.ok() ? *std::move(cuda) : nullptr;
-}
+using testing::MakeDevice;
 
 // got (o with 16 guard values after it, lse likewise) against the reference: o within
 // o_tolerance (bf16 inputs, fp32 accumulation against fp64), lse within lse_tolerance, empty
@@ -49,6 +46,51 @@ void ExpectMatchesReference(const std::vector<float>& want_o, const std::vector<
   }
 }
 
+// Random bf16 tiles kept twice: on the host, which the reference reads, and on the device,
+// which the device attention reads. Each list holds its tiles' bases on both sides.
+class TwinTiles {
+ public:
+  TwinTiles(Device* device, int64_t tile_values, int32_t lists)
+      : device_(device), tile_values_(tile_values), host_lists_(lists), device_lists_(lists) {}
+
+  // Appends enough random tiles for `tokens` keys to list `index`.
+  void Fill(int32_t index, int64_t tokens, int32_t block_tokens, std::mt19937_64& rng,
+            std::uniform_real_distribution<float>& dist) {
+    for (int64_t b = 0; b < (tokens + block_tokens - 1) / block_tokens; ++b) {
+      std::vector<uint16_t>& tile = host_tiles_.emplace_back(tile_values_);
+      for (uint16_t& v : tile) v = kernels::FloatToBf16(dist(rng));
+      absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(device_, tile_values_ * 2);
+      WS_ASSERT_OK(buffer.status());
+      WS_ASSERT_OK(device_->CopyToDevice(buffer->data(), tile.data(), tile_values_ * 2,
+                                         Stream::kCompute));
+      host_lists_[index].push_back(tile.data());
+      device_lists_[index].push_back(static_cast<const uint16_t*>(buffer->data()));
+      device_tiles_.push_back(*std::move(buffer));
+    }
+  }
+
+  // The first `tokens` keys of list `index`, as the host and the device see them.
+  void Row(int32_t index, int64_t tokens, int32_t block_tokens, kernels::KvBlockList* host,
+           kernels::KvBlockList* device) const {
+    const int32_t blocks = static_cast<int32_t>((tokens + block_tokens - 1) / block_tokens);
+    const int32_t last =
+        blocks == 0 ? 0 : static_cast<int32_t>(tokens - int64_t{blocks - 1} * block_tokens);
+    *host = {};
+    *device = {};
+    host->blocks = host_lists_[index].data();
+    device->blocks = device_lists_[index].data();
+    host->num_blocks = device->num_blocks = blocks;
+    host->last_block_tokens = device->last_block_tokens = last;
+  }
+
+ private:
+  Device* device_;
+  int64_t tile_values_;
+  std::vector<std::vector<uint16_t>> host_tiles_;
+  std::vector<DeviceBuffer> device_tiles_;
+  std::vector<std::vector<const uint16_t*>> host_lists_, device_lists_;
+};
+
 struct Case {
   int32_t q_heads, kv_heads;
   std::vector<int64_t> seq_tokens;  // per sequence; 0: no keys
@@ -73,32 +115,11 @@ TEST_P(DeviceAttentionTest, BatchedGqaDecodeMatchesTheReference) {
   std::mt19937_64 rng(17 + n);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
 
-  // Host tiles (the reference reads them) and their device copies (the device reads those).
-  std::vector<std::vector<uint16_t>> host_tiles;
-  std::vector<std::vector<const uint16_t*>> host_lists(n), device_lists(n);
-  std::vector<DeviceBuffer> device_tiles;
+  TwinTiles tiles(device.get(), tile_values, n);
   std::vector<kernels::KvBlockList> host_seqs(n), device_seqs(n);
   for (int32_t s = 0; s < n; ++s) {
-    const int64_t tokens = c.seq_tokens[s];
-    const int32_t blocks = static_cast<int32_t>((tokens + shape.block_tokens - 1) / shape.block_tokens);
-    for (int32_t b = 0; b < blocks; ++b) {
-      std::vector<uint16_t>& tile = host_tiles.emplace_back(tile_values);
-      for (uint16_t& v : tile) v = kernels::FloatToBf16(dist(rng));
-      absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(device.get(), tile_values * 2);
-      WS_ASSERT_OK(buffer.status());
-      WS_ASSERT_OK(device->CopyToDevice(buffer->data(), tile.data(), tile_values * 2,
-                                        Stream::kCompute));
-      host_lists[s].push_back(tile.data());
-      device_lists[s].push_back(static_cast<const uint16_t*>(buffer->data()));
-      device_tiles.push_back(*std::move(buffer));
-    }
-    for (auto* seqs : {&host_seqs, &device_seqs}) {
-      kernels::KvBlockList& list = (*seqs)[s];
-      list.blocks = (seqs == &host_seqs ? host_lists : device_lists)[s].data();
-      list.num_blocks = blocks;
-      list.last_block_tokens =
-          blocks == 0 ? 0 : static_cast<int32_t>(tokens - int64_t{blocks - 1} * shape.block_tokens);
-    }
+    tiles.Fill(s, c.seq_tokens[s], shape.block_tokens, rng, dist);
+    tiles.Row(s, c.seq_tokens[s], shape.block_tokens, &host_seqs[s], &device_seqs[s]);
   }
   WS_ASSERT_OK(device->SynchronizeAll());
   std::vector<uint16_t> q(int64_t{n} * c.q_heads * shape.head_dim);
@@ -163,37 +184,14 @@ TEST_P(DeviceMlaTest, MlaDecodeMatchesTheReference) {
   std::mt19937_64 rng(29 + n);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
 
-  std::vector<std::vector<uint16_t>> host_tiles;
-  std::vector<DeviceBuffer> device_tiles;
   // Lists: one per own row, then the shared one.
-  std::vector<std::vector<const uint16_t*>> host_lists(own + 1), device_lists(own + 1);
-  auto make_list = [&](int32_t index, int64_t tokens) {
-    const int32_t blocks = static_cast<int32_t>((tokens + shape.block_tokens - 1) / shape.block_tokens);
-    for (int32_t b = 0; b < blocks; ++b) {
-      std::vector<uint16_t>& tile = host_tiles.emplace_back(tile_values);
-      for (uint16_t& v : tile) v = kernels::FloatToBf16(dist(rng));
-      absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(device.get(), tile_values * 2);
-      WS_ASSERT_OK(buffer.status());
-      WS_ASSERT_OK(device->CopyToDevice(buffer->data(), tile.data(), tile_values * 2,
-                                        Stream::kCompute));
-      host_lists[index].push_back(tile.data());
-      device_lists[index].push_back(static_cast<const uint16_t*>(buffer->data()));
-      device_tiles.push_back(*std::move(buffer));
-    }
-  };
-  for (int32_t s = 0; s < own; ++s) make_list(s, c.row_tokens[s]);
-  make_list(own, c.shared_tokens);
+  TwinTiles tiles(device.get(), tile_values, own + 1);
+  for (int32_t s = 0; s < own; ++s) tiles.Fill(s, c.row_tokens[s], shape.block_tokens, rng, dist);
+  tiles.Fill(own, c.shared_tokens, shape.block_tokens, rng, dist);
   WS_ASSERT_OK(device->SynchronizeAll());
   std::vector<kernels::KvBlockList> host_rows(n), device_rows(n);
   auto set_row = [&](int32_t row, int32_t list, int64_t tokens) {
-    const int32_t blocks = static_cast<int32_t>((tokens + shape.block_tokens - 1) / shape.block_tokens);
-    for (auto* rows : {&host_rows, &device_rows}) {
-      kernels::KvBlockList& r = (*rows)[row];
-      r.blocks = (rows == &host_rows ? host_lists : device_lists)[list].data();
-      r.num_blocks = blocks;
-      r.last_block_tokens =
-          blocks == 0 ? 0 : static_cast<int32_t>(tokens - int64_t{blocks - 1} * shape.block_tokens);
-    }
+    tiles.Row(list, tokens, shape.block_tokens, &host_rows[row], &device_rows[row]);
   };
   for (int32_t s = 0; s < own; ++s) set_row(s, s, c.row_tokens[s]);
   for (int32_t i = 0; i < c.prefix_rows; ++i) {

@@ -11,15 +11,12 @@
 #include "gpu_worker/pinned_array.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
+#include "tests/gpu_worker/device_test_util.h"
 
 namespace writescope::gpu {
 namespace {
 
-std::unique_ptr<Device> MakeDevice(const std::string& kind) {
-  if (kind == "host") return CreateHostDevice();
-  absl::StatusOr<std::unique_ptr<Device>> cuda = CreateCudaDevice(0);
-  return cuda.ok() ? *std::move(cuda) : nullptr;
-}
+using testing::MakeDevice;
 
 class DeviceCopyTest : public ::testing::TestWithParam<std::tuple<std::string, Stream>> {};
 
@@ -33,7 +30,9 @@ TEST_P(DeviceCopyTest, EverySizeAndSourceArrivesIntact) {
   WS_ASSERT_OK(dst.status());
   PinnedArray<unsigned char> pinned(device.get());
   pinned.Resize(kMax + 64);
-  if (kind == "cuda") ASSERT_TRUE(pinned.pinned());  // else the "pinned" cases test nothing
+  if (kind == "cuda") {
+    ASSERT_TRUE(pinned.pinned());  // else the "pinned" cases test nothing
+  }
   std::vector<unsigned char> back(kMax + 64);
   for (size_t bytes : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{4099},
                        size_t{1} << 20, kMax}) {

@@ -67,10 +67,6 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
     s.num_tokens = step.num_tokens();
     s.dwindow_tokens = step.dwindow_tokens();
     s.gpu_reads_cpu_blocks = step.gpu_reads_cpu_blocks();
-    if (s.gpu_reads_cpu_blocks && !s.prefill) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(who, "gpu_reads_cpu_blocks applies to prefill chunks only"));
-    }
     if (s.window_slot >= config.max_sequences || !windows.insert(s.window_slot).second) {
       return absl::InvalidArgumentError(absl::StrCat(who, "window slot ", s.window_slot,
                                                      " is out of range or shared (max_sequences ",

@@ -71,7 +71,7 @@ struct StepSequenceLayout {
   // CPU-compute ones too when gpu_reads_cpu_blocks (cpu_blocks is then empty).
   std::vector<PlacedSlot> cpu_blocks;
   std::vector<PlacedSlot> transfer_blocks;
-  bool gpu_reads_cpu_blocks = false;  // SequenceStep.gpu_reads_cpu_blocks (prefill only)
+  bool gpu_reads_cpu_blocks = false;  // SequenceStep.gpu_reads_cpu_blocks
   // Every attended block in token order, both regions (the transfer plan's input).
   std::vector<KvBlockRef> blocks;
   // Blocks written this step (prefill: the chunk's full blocks; decode: the flush).
@@ -95,7 +95,7 @@ struct StepLayout {
 // cover [0, position) exactly in order, token_ids that do not match num_tokens, a decode
 // step of more than one token or one that overflows the D-window, a prefill chunk that does
 // not start on a block boundary or whose new blocks do not match its full blocks, a
-// sequence id twice, gpu_reads_cpu_blocks on a decode step.
+// sequence id twice.
 absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
                                           const KvCacheConfig& config);
 

@@ -313,6 +313,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_bound_ms(r.bound_ms);
       step->set_optimal_cpu_share(r.optimal_cpu_share);
       step->set_end_unix_s(r.end_unix_s);
+      step->set_read_cpu_share(r.read_cpu_share);
+      step->set_explore(r.explore);
     }
   }
   if (response.steps_size() == 0) {
@@ -524,6 +526,7 @@ absl::Status Engine::RunOneStep() {
   absl::Status failure;
   uint32_t budget = max_step_tokens_;
   bool any_prefill = false;
+  ReadDecision read;
   {
     SpanRecorder::Scope span(&spans_, "planning", plan.step_id());
     std::lock_guard<std::mutex> lock(*placement_mutex_);
@@ -608,6 +611,7 @@ absl::Status Engine::RunOneStep() {
       budget -= chunk;
       any_prefill = true;
     }
+    if (!any_prefill) ChooseDecodeReads(&plan, &read);
   }
   for (const auto& r : failed) Fail(*r, failure);
   if (entries.empty()) return failure;
@@ -616,6 +620,7 @@ absl::Status Engine::RunOneStep() {
   StepRecord record;
   record.step_id = plan.step_id();
   record.target_cpu_share = plan.cpu_share();
+  record.explore = read.explore;
   for (const Entry& e : entries) {
     if (e.prefill) {
       record.prefill_tokens += e.tokens;
@@ -740,6 +745,7 @@ absl::Status Engine::RunOneStep() {
                   cpu_result->attention_ms() * 1e6 / layers};
     sample.gpu = {static_cast<double>(gpu_result->attended_tokens()),
                   gpu_result->attention_ms() * 1e6 / layers};
+    sample.step_ns = MillisSince(step_start) * 1e6 / layers;
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     if (scheduler_->estimates_ready()) {
       // What the model predicted for this step's split, before it learns from it.
@@ -765,6 +771,10 @@ absl::Status Engine::RunOneStep() {
     scheduler_->UpdateTarget(host_tokens);
   }
   record.step_ms = MillisSince(step_start);
+  if (record.host_tokens > 0) {
+    record.read_cpu_share = static_cast<double>(cpu_result->attended_tokens()) /
+                            static_cast<double>(record.host_tokens);
+  }
   record.end_unix_s = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   record.gpu_attention_ms = gpu_result->attention_ms();
   record.cpu_attention_ms = cpu_result->attention_ms();
@@ -783,6 +793,28 @@ absl::Status Engine::RunOneStep() {
   records_.push_back(record);
   if (records_.size() > kMaxStepRecords) records_.pop_front();
   return absl::OkStatus();
+}
+
+void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision) {
+  std::vector<uint64_t> cpu_tokens;
+  uint64_t host_tokens = 0;
+  uint64_t placed_cpu_tokens = 0;
+  for (const internal::SequenceStep& sequence : plan->sequences()) {
+    uint64_t cpu = 0;
+    for (const internal::BlockRun& run : sequence.blocks()) {
+      host_tokens += run.num_tokens();
+      if (run.region() == internal::REGION_CPU_COMPUTE) cpu += run.num_tokens();
+    }
+    cpu_tokens.push_back(cpu);
+    placed_cpu_tokens += cpu;
+  }
+  *decision = scheduler_->ChooseDecodeReads(host_tokens, placed_cpu_tokens,
+                                            static_cast<uint32_t>(plan->sequences_size()));
+  const std::vector<bool> on_cpu = ChooseCpuReaders(
+      cpu_tokens, decision->cpu_share * static_cast<double>(host_tokens));
+  for (int i = 0; i < plan->sequences_size(); ++i) {
+    if (cpu_tokens[i] > 0 && !on_cpu[i]) plan->mutable_sequences(i)->set_gpu_reads_cpu_blocks(true);
+  }
 }
 
 std::vector<Engine::StepRecord> Engine::StepRecords(uint64_t bench_round) const {

@@ -181,6 +181,10 @@ class Engine {
     double gpu_expert_wait_ms = 0, cpu_expert_ms = 0;
     bool experts_on_gpu = false;
     double target_cpu_share = 0, placed_cpu_share = 0, optimal_cpu_share = 0;
+    // Of the step's host tokens, the share the CPU attended in place (below the placed
+    // share when the GPU read CPU-compute blocks); whether that was an exploration.
+    double read_cpu_share = 0;
+    bool explore = false;
     uint64_t host_tokens = 0;   // per layer, both regions, this step's sequences
     double bound_ms = 0;        // the roofline bound of its attention, all layers (0: no estimates)
     double end_unix_s = 0;      // wall clock at the step's end, seconds since the Unix epoch
@@ -201,6 +205,9 @@ class Engine {
   void DropEnded();
   void Admit();
   absl::Status RunOneStep();
+  // A decode-only step: who reads the CPU-compute blocks (Scheduler::ChooseDecodeReads);
+  // marks the sequences whose blocks the GPU streams. Under the placement lock.
+  void ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision);
   void Finish(Request& request, v1::FinishReason reason);
   void Fail(Request& request, const absl::Status& status);
   void Release(Request& request);

@@ -213,17 +213,23 @@ bool LinearCostEstimator::IsOutlier(const CostSample& sample) {
   return outlier;
 }
 
-bool LinearCostEstimator::Observe(const CostSample& sample) {
+bool LinearCostEstimator::Observe(const CostSample& sample, double elapsed) {
+  elapsed = std::isfinite(elapsed) ? std::max(elapsed, 1.0) : 1.0;
+  // After a window's worth of steps without a sample, its ratios are of another time.
+  if (elapsed >= options_.outlier_window) recent_ratios_.clear();
   if (!ValidSample(sample) || IsOutlier(sample)) {
     ++rejected_;
     return false;
   }
-  const double decay = 1.0 - options_.ema_weight;
-  sum_w_ = sum_w_ * decay + 1.0;
-  sum_x_ = sum_x_ * decay + sample.tokens;
-  sum_xx_ = sum_xx_ * decay + sample.tokens * sample.tokens;
-  sum_y_ = sum_y_ * decay + sample.ns;
-  sum_xy_ = sum_xy_ * decay + sample.tokens * sample.ns;
+  // The sample stands for the `elapsed` steps since the previous one: it weighs what that
+  // many equal samples would have (1 for consecutive steps).
+  const double decay = std::pow(1.0 - options_.ema_weight, elapsed);
+  const double weight = elapsed == 1.0 ? 1.0 : (1.0 - decay) / options_.ema_weight;
+  sum_w_ = sum_w_ * decay + weight;
+  sum_x_ = sum_x_ * decay + weight * sample.tokens;
+  sum_xx_ = sum_xx_ * decay + weight * sample.tokens * sample.tokens;
+  sum_y_ = sum_y_ * decay + weight * sample.ns;
+  sum_xy_ = sum_xy_ * decay + weight * sample.tokens * sample.ns;
   ++accepted_;
   if (sample.tokens > 0.0) ready_ = true;
   Refit();
@@ -296,6 +302,25 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("probe_share = ", options.probe_share, " must be in [0, 0.25]"));
   }
+  if (!(options.rest_ema_weight > 0.0 && options.rest_ema_weight <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rest_ema_weight = ", options.rest_ema_weight, " must be in (0, 1]"));
+  }
+  if (!(options.explore_cost_share >= 0.0 && options.explore_cost_share <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "explore_cost_share = ", options.explore_cost_share, " must be in [0, 1]"));
+  }
+  if (options.min_explore_period_steps < 1 ||
+      options.max_explore_period_steps < options.min_explore_period_steps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "explore periods: min_explore_period_steps = ", options.min_explore_period_steps,
+        " and max_explore_period_steps = ", options.max_explore_period_steps,
+        " must satisfy 1 <= min <= max"));
+  }
+  if (!(options.rest_batch_tolerance >= 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rest_batch_tolerance = ", options.rest_batch_tolerance, " must be >= 0"));
+  }
   return absl::OkStatus();
 }
 
@@ -328,12 +353,17 @@ Scheduler::Scheduler(const PolicySpec& policy, const SchedulerOptions& options)
       options_(options),
       cpu_(options.cpu_estimator),
       gpu_(options.gpu_estimator),
+      gpu_only_(options.gpu_estimator),
+      rest_split_(std::numeric_limits<double>::quiet_NaN()),
+      rest_gpu_only_(std::numeric_limits<double>::quiet_NaN()),
       target_(policy.adaptive() ? options.initial_cpu_share : policy.fixed_cpu_share()),
       optimal_(std::numeric_limits<double>::quiet_NaN()) {}
 
 absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
   const absl::Status status = gpu_.Calibrate(points);
   if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("GPU path: ", status.message()));
+  // The probe runs the GPU path alone: it is the GPU-only line's measurement too.
+  WS_CHECK(gpu_only_.Calibrate(points).ok());
   last_gpu_calibration_step_ = steps_;
   return absl::OkStatus();
 }
@@ -351,10 +381,118 @@ bool Scheduler::RecalibrationDue() const {
 
 void Scheduler::ObserveStep(const StepSample& sample) {
   ++steps_;
-  // A path that did not run this step (no tokens, no time, e.g. the CPU under
-  // transfer-all) says nothing about its costs.
-  if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0)) cpu_.Observe(sample.cpu);
-  if (!(sample.gpu.tokens == 0.0 && sample.gpu.ns == 0.0)) gpu_.Observe(sample.gpu);
+  const bool split = sample.cpu.tokens > 0.0;
+  // What the step measured beyond the model's attention time, before the model learns
+  // from it (the prediction the mode choice would have made).
+  if (sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
+    double predicted = std::numeric_limits<double>::quiet_NaN();
+    if (split && estimates_ready()) {
+      predicted = std::max(cpu_.Predict(sample.cpu.tokens), gpu_.Predict(sample.gpu.tokens));
+    } else if (!split && gpu_only_.ready()) {
+      predicted = gpu_only_.Predict(sample.gpu.tokens);
+    }
+    if (std::isfinite(predicted)) {
+      double& rest = split ? rest_split_ : rest_gpu_only_;
+      double& other = split ? rest_gpu_only_ : rest_split_;
+      const double value = sample.step_ns - predicted;
+      if (rest_stale_ && !std::isnan(rest)) {
+        // A new batch size: the new level for this mode, the same difference to the other.
+        if (!std::isnan(other)) other += value - rest;
+        rest = value;
+      } else {
+        rest = std::isnan(rest) ? value : rest + options_.rest_ema_weight * (value - rest);
+      }
+      rest_stale_ = false;
+    }
+  }
+  if (explore_pending_ && sample.step_ns > 0.0 && sample.step_ns < explore_chosen_ns_) {
+    // The mode not picked did better than the picked one was predicted to: look again soon.
+    explore_credit_ns_ = std::numeric_limits<double>::infinity();
+  }
+  explore_pending_ = false;
+  // Each line decays with the steps since its previous sample: a path measured only on
+  // explorations follows them, not its history. A path that did not run this step (no
+  // tokens, no time, e.g. the CPU under transfer-all) says nothing about its costs.
+  const auto elapsed = [this](uint64_t& last) {
+    const double steps = last == 0 ? 1.0 : static_cast<double>(steps_ - last);
+    last = steps_;
+    return steps;
+  };
+  const bool gpu_ran = !(sample.gpu.tokens == 0.0 && sample.gpu.ns == 0.0);
+  if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0)) {
+    cpu_.Observe(sample.cpu, elapsed(cpu_sample_step_));
+  }
+  if (gpu_ran && (split || policy_.kind != PolicyKind::kWriteScope)) {
+    gpu_.Observe(sample.gpu, elapsed(gpu_sample_step_));
+  }
+  if (gpu_ran && !split) gpu_only_.Observe(sample.gpu, elapsed(gpu_only_sample_step_));
+}
+
+ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
+                                          uint32_t sequences) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  const double tokens = static_cast<double>(host_tokens);
+  const double placed =
+      host_tokens == 0 ? 0.0
+                       : std::min(1.0, static_cast<double>(placed_cpu_tokens) / tokens);
+  ReadDecision decision{.cpu_share = placed, .explore = false, .split_ns = kNaN,
+                        .gpu_only_ns = kNaN};
+  // Monolithic models a cache of one physical state, which changes its split only by
+  // moving data (charged in SetTarget): it reads what it placed.
+  if (policy_.kind != PolicyKind::kWriteScope || placed_cpu_tokens == 0 || host_tokens == 0 ||
+      !estimates_ready()) {
+    return decision;
+  }
+  ++read_decisions_;
+  if (std::abs(static_cast<double>(sequences) - static_cast<double>(rest_batch_)) >
+      options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
+    rest_stale_ = true;
+    rest_batch_ = sequences;
+  }
+  const RooflineParams params = estimates();
+  const double split_share = std::min(OptimalCpuShare(params, tokens), placed);
+  // With no rest measured yet a mode counts as costing only its attention; the first
+  // exploration measures it.
+  const auto rest = [](double value) { return std::isnan(value) ? 0.0 : value; };
+  decision.split_ns = PredictStep(params, split_share, tokens).step_ns + rest(rest_split_);
+  // Without a start-up probe the GPU-only line is unknown until a GPU-only step (the
+  // exploration below runs one at once).
+  if (gpu_only_.ready()) decision.gpu_only_ns = gpu_only_.Predict(tokens) + rest(rest_gpu_only_);
+  // r* = 0 makes the split the GPU-only mode under the split's (contended) line.
+  bool split = split_share > 0.0 && !(decision.gpu_only_ns < decision.split_ns);
+  // Exploration: at once while the other mode has never been measured, else when the
+  // credit covers its predicted extra cost.
+  const double chosen_ns = split ? decision.split_ns : decision.gpu_only_ns;
+  const double other_ns = split ? decision.gpu_only_ns : decision.split_ns;
+  const double unmeasured = split ? rest_gpu_only_ : rest_split_;
+  if (std::isfinite(chosen_ns) && chosen_ns > 0.0) {
+    explore_credit_ns_ += options_.explore_cost_share * chosen_ns;
+  }
+  ++decisions_since_explore_;
+  const double extra_ns = std::max(0.0, other_ns - chosen_ns);
+  const bool due = options_.explore_cost_share > 0.0 &&
+                   decisions_since_explore_ >= options_.min_explore_period_steps &&
+                   (explore_credit_ns_ >= extra_ns ||
+                    decisions_since_explore_ >= options_.max_explore_period_steps);
+  if (std::isnan(unmeasured) || std::isnan(other_ns) || due) {
+    decision.explore = true;
+    split = !split;
+    explore_credit_ns_ = 0.0;
+    decisions_since_explore_ = 0;
+    explore_pending_ = std::isfinite(chosen_ns);
+    explore_chosen_ns_ = chosen_ns;
+  }
+  if (split) {
+    // An exploring split attends at least the probe share (within the placed one), so that
+    // A is measured on a useful number of tokens.
+    decision.cpu_share =
+        decision.explore ? std::min(placed, std::max(split_share, options_.probe_share))
+                         : split_share;
+  } else {
+    decision.cpu_share = 0.0;
+    ++gpu_only_decisions_;
+  }
+  return decision;
 }
 
 RooflineParams Scheduler::estimates() const {
@@ -494,6 +632,25 @@ double SequenceCpuShare(const SequencePlacement& sequence) {
     cpu += block.ref.region == KvRegion::kCpuCompute ? 1 : 0;
   }
   return static_cast<double>(cpu) / static_cast<double>(sequence.blocks.size());
+}
+
+std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double wanted_tokens) {
+  std::vector<bool> chosen(cpu_tokens.size(), false);
+  if (!(wanted_tokens > 0.0)) return chosen;
+  std::vector<size_t> order(cpu_tokens.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Largest first, ties in step order: deterministic.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return cpu_tokens[a] > cpu_tokens[b]; });
+  double sum = 0.0;
+  for (size_t i : order) {
+    const double with = sum + static_cast<double>(cpu_tokens[i]);
+    if (cpu_tokens[i] > 0 && std::abs(with - wanted_tokens) < std::abs(sum - wanted_tokens)) {
+      chosen[i] = true;
+      sum = with;
+    }
+  }
+  return chosen;
 }
 
 bool PrefillReadsOnGpu(uint32_t chunk_tokens, const Scheduler& scheduler) {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -143,7 +144,11 @@ class LinearCostEstimator {
   // Adds one step's measurement. Returns false, changing nothing but the
   // outlier window, for an invalid sample (negative or non-finite) or an
   // outlier. A sample with 0 tokens is valid: it measures the intercept alone.
-  bool Observe(const CostSample& sample);
+  // `elapsed`: the steps since the previous sample (≥ 1; a path measured only now and
+  // then): older samples decay by (1 − ema_weight)^elapsed and the new one weighs what
+  // `elapsed` equal samples would; after at least outlier_window steps the outlier window
+  // starts afresh (its ratios are of another time).
+  bool Observe(const CostSample& sample, double elapsed = 1.0);
 
   // Whether slope and intercept come from data (a calibration or ≥ 1 accepted
   // sample with tokens > 0).
@@ -177,8 +182,48 @@ class LinearCostEstimator {
 // What the workers report for one decode step, per layer (means over the
 // layers).
 struct StepSample {
-  CostSample cpu;  // CPU-compute region tokens, CPU attention time (cpu_worker)
-  CostSample gpu;  // transfer region tokens, transfer + GPU attention time (gpu_worker)
+  CostSample cpu;  // host tokens the CPU attended in place, CPU attention time (cpu_worker)
+  CostSample gpu;  // host tokens the GPU streamed, transfer + GPU attention time (gpu_worker)
+  // The whole step (planning to results) divided by the layers; 0: not measured. It
+  // teaches the scheduler what the model of the attention phase leaves out (ReadDecision).
+  double step_ns = 0.0;
+};
+
+// How a decode step reads the KV placed in the CPU-compute region. The placement fixes
+// where each block lies, not who reads it: the blocks of both host regions have one layout
+// and the gpu_worker pins both (the CPU-compute one where the device allows; else its
+// reads are pageable copies, slower, and the GPU-only line measures that), so it can
+// stream a CPU-compute block like a transfer block (SequenceStep.gpu_reads_cpu_blocks).
+// The placed CPU share is thus an upper bound of the share the CPU attends in a step. The
+// writescope policy compares two modes per step, each predicted per layer as the model's
+// attention time plus an EMA of what the whole step measured beyond the model in that
+// mode (the "rest": experts, serial GPU work, and what running both paths at once costs
+// each of them — the DMA and the CPU attention share host memory bandwidth, so the GPU
+// path streams slower while the CPU attends):
+//
+//   split:    the CPU attends r_s = min(r*, placed share) of the host tokens;
+//             max(T_cpu(r_s), T_gpu(r_s)) + rest_split (an exploring split attends at
+//             least the probe share)
+//   GPU-only: the GPU streams every host token, the CPU attends none;
+//             B₀·L + c_G₀ + rest_gpu_only, with B₀, c_G₀ measured on GPU-only steps (and
+//             the start-up probe, which runs the GPU path alone)
+//
+// and takes the cheaper. Now and then it runs the other mode, so that both stay measured
+// (a CPU that was loaded is seen to be free again): each decision earns explore_cost_share
+// of its predicted step time as credit, and the other mode runs once the credit covers
+// its predicted extra cost (every min_ to max_explore_period_steps decisions). So exploring
+// costs about that share of the time: modes close together are compared often, a mode far
+// worse is tried rarely. An exploration that does better than the picked mode's prediction
+// is repeated at the next chance, and each line weighs a sample by the steps since its
+// previous one, so a few explorations carry a CPU that is free again back to the split. Only the
+// writescope policy chooses its reads; the others read what they placed (monolithic models
+// a cache of one physical state, whose split changes only by moving data).
+struct ReadDecision {
+  double cpu_share = 0.0;  // of the batch's host tokens, for the CPU to attend in place
+  bool explore = false;    // the mode the prediction did not pick, to keep it measured
+  // The two predictions per layer, ns (NaN: not known yet).
+  double split_ns = 0.0;
+  double gpu_only_ns = 0.0;
 };
 
 struct SchedulerOptions {
@@ -198,6 +243,18 @@ struct SchedulerOptions {
   // Steps between re-measurements of B under contention (RecalibrationDue); 0:
   // never.
   uint64_t recalibration_period_steps = 2000;
+  // ChooseDecodeReads (writescope): the share of the predicted step time spent, on average,
+  // running the mode the prediction did not pick (ReadDecision). In [0, 1]; 0: a mode is
+  // run by choice only once it has been measured (it is then not re-measured).
+  double explore_cost_share = 0.01;
+  // Explorations are at least min_ and at most max_explore_period_steps decisions apart
+  // (the latter bounds how long a CPU that was loaded goes unnoticed once it is free).
+  uint32_t min_explore_period_steps = 4;
+  uint32_t max_explore_period_steps = 40;
+  // Weight of the newest step in each mode's "rest" EMA. In (0, 1].
+  double rest_ema_weight = 0.25;
+  // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
+  double rest_batch_tolerance = 0.25;
   // KV bytes of one token in one layer and the layer count: the monolithic
   // re-split cost.
   uint64_t kv_bytes_per_token_layer = 0;
@@ -230,8 +287,21 @@ class Scheduler {
   bool RecalibrationDue() const;
 
   // One step's timings. Every policy estimates (the bench reports the bound for
-  // all); only the adaptive ones act on it.
+  // all); only the adaptive ones act on it. A step where the CPU attended host tokens
+  // teaches A, c_C and the split's B, c_G; one where it did not, the GPU-only line (and,
+  // for the policies that do not choose their reads, B and c_G too).
   void ObserveStep(const StepSample& sample);
+
+  // Who reads a decode step's CPU-compute tokens (ReadDecision), for a batch of
+  // `host_tokens` host tokens of which `placed_cpu_tokens` lie in the CPU-compute region.
+  // Policies other than writescope, and writescope before both lines are ready: the placed
+  // share, all read in place. Counts a decision.
+  // `sequences`: the step's decode sequences. The rest of a step grows with them (experts,
+  // sampling), so for a batch more than rest_batch_tolerance away from the one the rests
+  // were measured at, the next step's measurement replaces its mode's rest and moves the
+  // other's by as much (their difference is kept).
+  ReadDecision ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
+                                 uint32_t sequences);
 
   // Recomputes the target for a batch of `host_tokens` host-resident tokens and
   // returns it: the fixed share of a fixed policy; for an adaptive one r*, kept
@@ -258,6 +328,12 @@ class Scheduler {
   int64_t target_changes() const { return target_changes_; }
   const LinearCostEstimator& cpu_estimator() const { return cpu_; }
   const LinearCostEstimator& gpu_estimator() const { return gpu_; }
+  const LinearCostEstimator& gpu_only_estimator() const { return gpu_only_; }
+  // The rest EMAs per layer, ns (NaN until a step of that mode was measured).
+  double rest_split_ns() const { return rest_split_; }
+  double rest_gpu_only_ns() const { return rest_gpu_only_; }
+  int64_t read_decisions() const { return read_decisions_; }
+  int64_t gpu_only_decisions() const { return gpu_only_decisions_; }
 
  private:
   Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
@@ -266,7 +342,22 @@ class Scheduler {
   PolicySpec policy_;
   SchedulerOptions options_;
   LinearCostEstimator cpu_;
-  LinearCostEstimator gpu_;
+  LinearCostEstimator gpu_;       // the GPU path on split steps
+  LinearCostEstimator gpu_only_;  // the GPU path when the CPU attends nothing
+  double rest_split_;
+  double rest_gpu_only_;
+  // The step of each line's latest sample (Observe's `elapsed`).
+  uint64_t cpu_sample_step_ = 0, gpu_sample_step_ = 0, gpu_only_sample_step_ = 0;
+  // The latest decision explored: its measurement, if cheaper than the prediction for the
+  // mode picked, makes the next eligible decision explore again.
+  bool explore_pending_ = false;
+  double explore_chosen_ns_ = 0.0;
+  uint32_t rest_batch_ = 0;  // the decode sequences the rests were measured with
+  bool rest_stale_ = false;  // the batch changed: the next rest sample replaces, not mixes
+  double explore_credit_ns_ = 0.0;
+  uint32_t decisions_since_explore_ = 0;
+  int64_t read_decisions_ = 0;
+  int64_t gpu_only_decisions_ = 0;
   double target_;
   double optimal_;
   bool target_from_estimates_ = false;
@@ -344,6 +435,14 @@ class SteeringChooser {
 
 // Placed CPU share of one sequence's blocks (0 with no blocks).
 double SequenceCpuShare(const SequencePlacement& sequence);
+
+// Which sequences of a decode step the CPU attends in place, given each one's tokens in
+// the CPU-compute region and the tokens the CPU should attend in all (ReadDecision's
+// share times the host tokens): a subset whose sum is close to `wanted_tokens` (greedy,
+// largest first: a sequence is taken when it brings the sum closer). All of them when
+// wanted_tokens ≥ their sum, none when it is ≤ 0 or NaN. The others' CPU-compute blocks
+// are streamed by the GPU (SequenceStep.gpu_reads_cpu_blocks).
+std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double wanted_tokens);
 
 }  // namespace writescope::coordinator
 

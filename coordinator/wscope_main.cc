@@ -273,7 +273,8 @@ int Bench() {
     const std::string header =
         "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
         "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
-        "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90";
+        "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90,read_cpu_share,"
+        "explore_steps";
     std::ifstream existing(csv_path);
     std::string first_line;
     const bool fresh = !existing.good() || !std::getline(existing, first_line);
@@ -303,16 +304,17 @@ int Bench() {
     if (fresh) {
       std::fprintf(steps_csv, "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
                               "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
-                              "optimal_cpu_share,batch,context\n");
+                              "optimal_cpu_share,batch,context,read_cpu_share,explore\n");
     }
   }
   // Times in ms per step (all layers); "experts": the cpu_worker's routed experts; "bound":
   // the roofline bound of the step's attention at the best split, from the scheduler's
-  // current estimates of A and B.
+  // current estimates of A and B; "r read": the share of the host tokens the CPU attended
+  // (below "r plc" when the GPU streamed CPU-compute blocks).
   // "p10-p90": the spread of the measured steps' times.
-  std::printf("%-12s %5s %8s %9s %9s %13s %9s %9s %9s %6s %6s %6s %9s\n", "policy", "batch",
-              "context", "tok/s", "step ms", "p10-p90", "gpu attn", "cpu attn", "experts",
-              "r tgt", "r plc", "r*", "bound");
+  std::printf("%-12s %5s %8s %9s %9s %13s %9s %9s %9s %6s %6s %6s %6s %9s\n", "policy",
+              "batch", "context", "tok/s", "step ms", "p10-p90", "gpu attn", "cpu attn",
+              "experts", "r tgt", "r plc", "r read", "r*", "bound");
   int failures = 0;
   int failures_in_a_row = 0;
   constexpr int kMaxFailuresInARow = 3;  // the server is gone or refuses every point
@@ -351,7 +353,8 @@ int Bench() {
         failures_in_a_row = 0;
         // Means over the measured steps.
         double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0, optimal = 0,
-               bound = 0;
+               bound = 0, read = 0;
+        int explore_steps = 0;
         for (const auto& step : response.steps()) {
           gpu += step.gpu_attention_ms();
           cpu += step.cpu_attention_ms();
@@ -361,6 +364,8 @@ int Bench() {
           placed += step.placed_cpu_share();
           optimal += step.optimal_cpu_share();
           bound += step.bound_ms();
+          read += step.read_cpu_share();
+          explore_steps += step.explore() ? 1 : 0;
         }
         const double n = std::max(1, response.steps_size());
         std::vector<double> times;
@@ -368,33 +373,35 @@ int Bench() {
         const double p10 = Percentile(times, 0.1), p50 = Percentile(times, 0.5),
                      p90 = Percentile(times, 0.9);
         std::printf("%-12s %5llu %8llu %9.1f %9.2f %6.1f-%-6.1f %9.2f %9.2f %9.2f %6.3f %6.3f "
-                    "%6.3f %9.2f\n",
+                    "%6.3f %6.3f %9.2f\n",
                     response.policy().c_str(), static_cast<unsigned long long>(batch),
                     static_cast<unsigned long long>(context), response.tokens_per_second(),
                     response.mean_step_ms(), p10, p90, gpu / n, cpu / n, experts / n, target / n,
-                    placed / n, optimal / n, bound / n);
+                    placed / n, read / n, optimal / n, bound / n);
         std::fflush(stdout);
         if (csv != nullptr) {
           std::fprintf(csv,
                        "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                       "%.4f,%.4f,%.4f\n",
+                       "%.4f,%.4f,%.4f,%.4f,%d\n",
                        response.policy().c_str(), response.num_layers(),
                        static_cast<unsigned long long>(batch),
                        static_cast<unsigned long long>(context), response.steps_size(),
                        response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
                        expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n,
-                       p10, p50, p90);
+                       p10, p50, p90, read / n, explore_steps);
           std::fflush(csv);
         }
         if (steps_csv != nullptr) {
           for (int i = 0; i < response.steps_size(); ++i) {
             const auto& step = response.steps(i);
-            std::fprintf(steps_csv, "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu\n",
+            std::fprintf(steps_csv,
+                         "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d\n",
                          response.policy().c_str(), round, i, step.end_unix_s(), step.step_ms(),
                          step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                          step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
                          static_cast<unsigned long long>(batch),
-                         static_cast<unsigned long long>(context));
+                         static_cast<unsigned long long>(context), step.read_cpu_share(),
+                         step.explore() ? 1 : 0);
           }
           std::fflush(steps_csv);
         }

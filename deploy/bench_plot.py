@@ -9,7 +9,8 @@ bitmap font) and the PNG writer (zlib + struct) live in this file.
       baseline's, per context). Repeated rows of one (policy, batch, context) are averaged.
   python3 deploy/bench_plot.py --timeline steps.csv [--events events.csv] --out-dir DIR
       <prefix>-timeline.png: step_ms (top) and the target / placed CPU share (bottom) against
-      the seconds since each policy's first step; the events are dashed vertical lines.
+      the seconds since each policy's first step, and the share the CPU attended (its 5-step
+      mean, dotted) when the CSV has read_cpu_share; the events are dashed vertical lines.
 
 <prefix> is --label, else the CSV's name without ".csv"; with several --grid files and a
 --label, <label>-<stem>. --grid may be repeated and combined with --timeline. One line is
@@ -370,6 +371,8 @@ def load_timeline(path):
         for name in ("batch", "context"):  # optional, for the title
             if (row.get(name) or "").strip():
                 r[name] = field(path, line, row, name, int)
+        if (row.get("read_cpu_share") or "").strip():  # optional: newer benches
+            r["read_cpu_share"] = field(path, line, row, "read_cpu_share")
         out.append(r)
     return out
 
@@ -529,6 +532,10 @@ def timeline_chart(rows, events, title):
         {"label": "step, 5-step mean", "color": TEXT_GRAY, "width": 3},
         {"label": "target CPU share", "color": TEXT_GRAY, "width": 2},
         {"label": "placed CPU share", "color": TEXT_GRAY, "width": 2, "dash": (6, 4)}]
+    has_read = any("read_cpu_share" in r for r in rows)
+    if has_read:
+        legend.append({"label": "CPU-attended share, 5-step mean", "color": TEXT_GRAY,
+                       "width": 1, "dash": (2, 3)})
 
     ts = [r["unix_s"] - t0[r["policy"]] for r in rows] + [t for t, _, _ in marks]
     xticks = nice_ticks(min(0.0, min(ts)), max(ts), 8)
@@ -574,6 +581,9 @@ def timeline_chart(rows, events, title):
         cv.polyline([(x, bottom.y(r["target_cpu_share"])) for x, r in zip(t, seq)], colors[p], 2)
         cv.polyline([(x, bottom.y(r["placed_cpu_share"])) for x, r in zip(t, seq)], colors[p], 2,
                     (6, 4))
+        if has_read:
+            read = moving_average([r.get("read_cpu_share", r["placed_cpu_share"]) for r in seq])
+            cv.polyline([(x, bottom.y(v)) for x, v in zip(t, read)], colors[p], 1, (2, 3))
     return cv
 
 

@@ -104,12 +104,26 @@ TEST_F(StepLayoutTest, GpuReadsCpuBlocksOfAPrefillChunk) {
   EXPECT_EQ(layout->cpu_host_tokens, 4u);
   EXPECT_EQ(layout->transfer_host_tokens, 12u);
 
-  // Decode steps keep their split: the flag is refused there.
-  plan_.Clear();
+}
+
+TEST_F(StepLayoutTest, GpuReadsCpuBlocksOfADecodeStep) {
+  // Sequence 0 decodes with its CPU block read by the GPU; sequence 1 keeps the split.
   internal::SequenceStep* d = Decode(0, 5, 1);
   AddRun(d->mutable_blocks(), internal::REGION_CPU_COMPUTE, {0});
   d->set_gpu_reads_cpu_blocks(true);
-  EXPECT_EQ(MakeStepLayout(plan_, config_).status().code(), absl::StatusCode::kInvalidArgument);
+  internal::SequenceStep* e = Decode(1, 9, 1);
+  AddRun(e->mutable_blocks(), internal::REGION_CPU_COMPUTE, {1});
+  AddRun(e->mutable_blocks(), internal::REGION_GPU_TRANSFER, {2});
+  absl::StatusOr<StepLayout> layout = MakeStepLayout(plan_, config_);
+  WS_ASSERT_OK(layout.status());
+  const StepSequenceLayout& s = layout->sequences[0];
+  EXPECT_TRUE(s.cpu_blocks.empty());
+  ASSERT_EQ(s.transfer_blocks.size(), 1u);
+  EXPECT_EQ(s.transfer_blocks[0].slot, 0u);
+  EXPECT_EQ(layout->cpu_tokens, 1u);  // only sequence 1's row goes to the cpu_worker
+  EXPECT_EQ(layout->sequences[1].cpu_offset, 0u);
+  EXPECT_EQ(layout->cpu_host_tokens, 4u);
+  EXPECT_EQ(layout->transfer_host_tokens, 8u);
 }
 
 TEST_F(StepLayoutTest, DecodeAfterFlushNamesTheLastBlocks) {

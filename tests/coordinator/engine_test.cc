@@ -30,6 +30,24 @@ class FakeWorker final : public StepWorker {
     internal::StepResult result;
     result.set_step_id(plan.step_id());
     result.set_num_layers(2);
+    // Attention reports as the workers make them: the CPU side's tokens are the CPU-compute
+    // blocks it attends in place, the GPU side's the rest of the host tokens.
+    uint64_t cpu_tokens = 0, host_tokens = 0;
+    for (const internal::SequenceStep& step : plan.sequences()) {
+      if (!step.prefill() && step.gpu_reads_cpu_blocks()) gpu_read_decode_steps_.fetch_add(1);
+      for (const internal::BlockRun& run : step.blocks()) {
+        host_tokens += run.num_tokens();
+        if (run.region() == internal::REGION_CPU_COMPUTE && !step.gpu_reads_cpu_blocks()) {
+          cpu_tokens += run.num_tokens();
+        }
+      }
+    }
+    const uint64_t attended = gpu_ ? host_tokens - cpu_tokens : cpu_tokens;
+    // The time is spent too, so that the step's wall time agrees with the reports.
+    const double attention_ns = static_cast<double>(attended) * ns_per_token_.load() * 2;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(attention_ns)));
+    result.set_attended_tokens(attended);
+    result.set_attention_ms(attention_ns / 1e6);
     if (!gpu_) return result;
     for (const internal::SequenceStep& step : plan.sequences()) {
       internal::SequenceResult* out = result.add_sequences();
@@ -62,6 +80,10 @@ class FakeWorker final : public StepWorker {
 
   std::atomic<bool> fail_next_{false};
   std::atomic<uint64_t> steps_{0};
+  // The attention time it reports per host token it attends and layer.
+  std::atomic<double> ns_per_token_{1.0};
+  // Decode sequences planned with their CPU-compute blocks on the GPU.
+  std::atomic<uint64_t> gpu_read_decode_steps_{0};
 
  private:
   bool gpu_;
@@ -281,6 +303,36 @@ TEST_F(EngineTest, RefusalsNameTheirReason) {
   engine_->set_serving(false);
   EXPECT_EQ(engine_->Submit(Request({1}, 1), absl::InfiniteFuture()).status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// A CPU whose attention costs far more than the GPU's: writescope's decode steps hand the
+// CPU-compute blocks to the GPU (gpu_reads_cpu_blocks), the CPU attends less than the
+// placed share, and the tokens are what they would be anyway.
+TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
+  const uint32_t bt = kv_.block_tokens();
+  cpu_->ns_per_token_ = 20000;  // 20 µs per token and layer: ~2 ms per split step, any split loses
+  gpu_->ns_per_token_ = 1.0;
+  v1::BenchRequest request;
+  request.set_batch(3);
+  request.set_context_tokens(4 * bt);
+  // One round, placed at the initial target (0.5) before anything is measured; then the
+  // lines learn that the CPU path is slow.
+  request.set_decode_steps(24);
+  request.set_warmup_steps(0);
+  absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
+  WS_ASSERT_OK(response.status());
+  EXPECT_GT(gpu_->gpu_read_decode_steps_.load(), 0u);
+  int below_placed = 0;
+  for (const v1::BenchStep& step : response->steps()) {
+    EXPECT_LE(step.read_cpu_share(), step.placed_cpu_share() + 1e-9);
+    below_placed += step.read_cpu_share() < step.placed_cpu_share() ? 1 : 0;
+  }
+  EXPECT_GT(below_placed, response->steps_size() / 2);
+  // A request decoded meanwhile gets its tokens whoever reads its blocks.
+  auto stream = engine_->Submit(Request({5, 6, 7}, 2 * kv_.window_tokens + 5), absl::InfiniteFuture());
+  WS_ASSERT_OK(stream.status());
+  EXPECT_EQ(Drain(**stream).tokens, Expected(7, 2 * kv_.window_tokens + 5));
+  EXPECT_EQ(UsedBlocks(), 0u);
 }
 
 TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {

@@ -253,6 +253,30 @@ TEST(EstimatorTest, ALastingRegimeChangeIsAcceptedAfterHalfAWindow) {
   EXPECT_THAT(estimator.Predict(1000), DoubleNear(500000, 5000));
 }
 
+// A path measured only now and then (the mode writescope explores): a sample after k steps
+// weighs what k equal consecutive samples would, and after a window's worth of steps the
+// outlier check starts afresh.
+TEST(EstimatorTest, ASampleAfterAGapStandsForTheStepsSinceThePreviousOne) {
+  const EstimatorOptions options{.ema_weight = 0.1, .outlier_factor = 3, .outlier_window = 15};
+  LinearCostEstimator every_step(options), after_gap(options);
+  for (LinearCostEstimator* e : {&every_step, &after_gap}) {
+    for (int i = 0; i < 30; ++i) e->Observe({.tokens = 1000.0 + 10 * i, .ns = 100 * (1000.0 + 10 * i)});
+  }
+  for (int i = 0; i < 7; ++i) every_step.Observe({.tokens = 2000, .ns = 150000});
+  after_gap.Observe({.tokens = 2000, .ns = 150000}, 7);
+  EXPECT_NEAR(after_gap.Predict(2000), every_step.Predict(2000), 1e-6 * every_step.Predict(2000));
+  EXPECT_NEAR(after_gap.slope(), every_step.slope(), 1e-6 * every_step.slope());
+
+  // Five times slower: an outlier the next step, a sample after a window of steps.
+  LinearCostEstimator next(options), later(options);
+  for (LinearCostEstimator* e : {&next, &later}) {
+    for (int i = 0; i < 30; ++i) e->Observe({.tokens = 1000, .ns = 100000});
+  }
+  EXPECT_FALSE(next.Observe({.tokens = 1000, .ns = 500000}));
+  EXPECT_TRUE(later.Observe({.tokens = 1000, .ns = 500000}, 15));
+  EXPECT_GT(later.Predict(1000), 300000);  // 15 steps' weight against a decayed history
+}
+
 TEST(EstimatorTest, ZeroTokenSamplesMeasureTheInterceptOnly) {
   LinearCostEstimator estimator;
   EXPECT_TRUE(estimator.Observe({.tokens = 0, .ns = 4000}));
@@ -760,6 +784,289 @@ TEST(PrefillReadsTest, TheGpuReadsACpuBlockWhenTheChunkMakesTheCpuSlower) {
   EXPECT_FALSE(PrefillReadsOnGpu(9, scheduler));
   EXPECT_TRUE(PrefillReadsOnGpu(11, scheduler));
   EXPECT_TRUE(PrefillReadsOnGpu(2048, scheduler));
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode reads: who attends the CPU-compute blocks.
+
+TEST(CpuReadersTest, TakesTheSubsetClosestToTheWantedTokensLargestFirst) {
+  const std::vector<uint64_t> tokens = {512, 0, 2048, 1024, 256};
+  EXPECT_EQ(ChooseCpuReaders(tokens, 1e9), (std::vector<bool>{true, false, true, true, true}));
+  EXPECT_EQ(ChooseCpuReaders(tokens, 3840), (std::vector<bool>{true, false, true, true, true}));
+  EXPECT_EQ(ChooseCpuReaders(tokens, 0), std::vector<bool>(5, false));
+  EXPECT_EQ(ChooseCpuReaders(tokens, -5), std::vector<bool>(5, false));
+  EXPECT_EQ(ChooseCpuReaders(tokens, kNaN), std::vector<bool>(5, false));
+  // 2048 first (closer to 2500 than 0), then 1024 would overshoot to 3072 (572 off, worse
+  // than 452), 512 gives 2560 (60 off), 256 would give 2816 (316 off).
+  EXPECT_EQ(ChooseCpuReaders(tokens, 2500), (std::vector<bool>{true, false, true, false, false}));
+  // Below half the smallest: nothing.
+  EXPECT_EQ(ChooseCpuReaders({256, 256}, 100), std::vector<bool>(2, false));
+  // Equal sizes: the first ones in step order.
+  EXPECT_EQ(ChooseCpuReaders({256, 256, 256, 256}, 512),
+            (std::vector<bool>{true, true, false, false}));
+  EXPECT_TRUE(ChooseCpuReaders({}, 100).empty());
+}
+
+// The modes of one decode step in a simulated machine: the CPU attends share·L in place
+// while the GPU streams the rest, and running both at once costs each path something.
+struct ReadWorld {
+  double cpu_ns_per_token = 100;     // A
+  double split_gpu_ns_per_token = 150;  // B while the CPU attends (shared memory bandwidth)
+  double alone_gpu_ns_per_token = 120;  // B₀ while it does not
+  double cpu_fixed_ns = 20000;
+  double gpu_fixed_ns = 30000;
+  double rest_split_ns = 500000;     // experts and serial work, per layer
+  double rest_gpu_only_ns = 400000;
+
+  StepSample Run(double cpu_share, double host_tokens) const {
+    StepSample sample;
+    const double cpu = std::round(cpu_share * host_tokens);
+    const double gpu = host_tokens - cpu;
+    if (cpu > 0) {
+      sample.cpu = {cpu, cpu_ns_per_token * cpu + cpu_fixed_ns};
+      sample.gpu = {gpu, split_gpu_ns_per_token * gpu + gpu_fixed_ns};
+      sample.step_ns = std::max(sample.cpu.ns, sample.gpu.ns) + rest_split_ns;
+    } else {
+      sample.gpu = {gpu, alone_gpu_ns_per_token * gpu + gpu_fixed_ns};
+      sample.step_ns = sample.gpu.ns + rest_gpu_only_ns;
+    }
+    return sample;
+  }
+  double SplitStepNs(double cpu_share, double host_tokens) const {
+    return Run(cpu_share, host_tokens).step_ns;
+  }
+};
+
+constexpr uint32_t kBatch = 16;
+
+struct ReadRun {
+  int split_steps = 0;
+  int gpu_only_steps = 0;
+  int explorations = 0;
+  double last_share = 0;
+  double last_split_share = 0;  // of the last split step that was not an exploration
+  double total_ns = 0;
+};
+
+// `steps` decode steps of a batch with `host_tokens` host tokens, `placed` of them on the
+// CPU side, the scheduler choosing the reads each step.
+ReadRun RunReads(Scheduler& scheduler, const ReadWorld& world, int steps, double host_tokens,
+                 double placed) {
+  ReadRun run;
+  for (int i = 0; i < steps; ++i) {
+    const ReadDecision d = scheduler.ChooseDecodeReads(static_cast<uint64_t>(host_tokens),
+                                                       static_cast<uint64_t>(placed), kBatch);
+    EXPECT_GE(d.cpu_share, 0.0);
+    EXPECT_LE(d.cpu_share, placed / host_tokens + 1e-12);
+    const StepSample sample = world.Run(d.cpu_share, host_tokens);
+    scheduler.ObserveStep(sample);
+    run.explorations += d.explore ? 1 : 0;
+    (d.cpu_share > 0 ? run.split_steps : run.gpu_only_steps) += 1;
+    run.last_share = d.cpu_share;
+    if (d.cpu_share > 0 && !d.explore) run.last_split_share = d.cpu_share;
+    run.total_ns += sample.step_ns;
+  }
+  return run;
+}
+
+TEST(DecodeReadsTest, FixedPoliciesReadThePlacedShareInPlace) {
+  for (const char* policy : {"transfer-all", "cpu-all", "static:0.3", "monolithic"}) {
+    SCOPED_TRACE(policy);
+    SchedulerOptions options;
+    options.kv_bytes_per_token_layer = 64;
+    options.num_layers = 2;
+    auto scheduler = *Scheduler::Create(policy, options);
+    ReadWorld world;
+    world.rest_split_ns = 5e6;  // the split never pays: a fixed policy splits anyway
+    for (int i = 0; i < 40; ++i) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(100000, 30000, 4);
+      EXPECT_DOUBLE_EQ(d.cpu_share, 0.3);
+      EXPECT_FALSE(d.explore);
+      scheduler->ObserveStep(world.Run(d.cpu_share, 100000));
+    }
+    EXPECT_EQ(scheduler->read_decisions(), 0);
+    EXPECT_EQ(scheduler->ChooseDecodeReads(0, 0, 4).cpu_share, 0.0);
+  }
+}
+
+TEST(DecodeReadsTest, WritescopeReadsInPlaceUntilItsLinesAreReady) {
+  auto scheduler = *Scheduler::Create("writescope", {});
+  EXPECT_DOUBLE_EQ(scheduler->ChooseDecodeReads(1000, 400, 4).cpu_share, 0.4);
+  EXPECT_EQ(scheduler->ChooseDecodeReads(1000, 0, 4).cpu_share, 0.0);
+  EXPECT_EQ(scheduler->read_decisions(), 0);
+}
+
+TEST(DecodeReadsTest, TheRestOfEachModeIsWhatTheStepMeasuredBeyondTheModel) {
+  SchedulerOptions options;
+  options.rest_ema_weight = 0.5;
+  auto scheduler = *Scheduler::Create("writescope", options);
+  const CostSample probe[] = {{.tokens = 1000, .ns = 130000}, {.tokens = 3000, .ns = 370000}};
+  WS_ASSERT_OK(scheduler->CalibrateGpu(probe));  // B₀ = 120, c_G₀ = 10000 (and the split's)
+  EXPECT_TRUE(std::isnan(scheduler->rest_gpu_only_ns()));
+  // A GPU-only step of 2000 tokens predicted at 250 µs took 1250 µs: rest 1000 µs.
+  scheduler->ObserveStep({.cpu = {}, .gpu = {2000, 250000}, .step_ns = 1250000});
+  EXPECT_NEAR(scheduler->rest_gpu_only_ns(), 1000000, 1e-3);
+  // Then 650 µs beyond: the EMA moves halfway.
+  scheduler->ObserveStep({.cpu = {}, .gpu = {2000, 250000}, .step_ns = 900000});
+  EXPECT_NEAR(scheduler->rest_gpu_only_ns(), 825000, 1e-3);
+  // No step time: no rest sample.
+  scheduler->ObserveStep({.cpu = {}, .gpu = {2000, 250000}, .step_ns = 0});
+  EXPECT_NEAR(scheduler->rest_gpu_only_ns(), 825000, 1e-3);
+  // A split step before the CPU line is ready teaches the lines, not the rest.
+  EXPECT_TRUE(std::isnan(scheduler->rest_split_ns()));
+  scheduler->ObserveStep({.cpu = {1000, 100000}, .gpu = {1000, 160000}, .step_ns = 700000});
+  EXPECT_TRUE(std::isnan(scheduler->rest_split_ns()));
+  ASSERT_TRUE(scheduler->estimates_ready());
+  const double predicted = std::max(scheduler->cpu_estimator().Predict(1000),
+                                    scheduler->gpu_estimator().Predict(1000));
+  scheduler->ObserveStep({.cpu = {1000, 100000}, .gpu = {1000, 160000}, .step_ns = 700000});
+  EXPECT_NEAR(scheduler->rest_split_ns(), 700000 - predicted, 1e-3);
+  // The split's GPU samples did not move the GPU-only line.
+  EXPECT_NEAR(scheduler->gpu_only_estimator().Predict(2000), 250000, 1.0);
+}
+
+// When running both paths costs more than the attention split saves, writescope reads the
+// CPU-compute blocks on the GPU; when the split pays, it splits. It runs the other mode now
+// and then to keep it measured, spending about explore_cost_share of the time on it: rarely
+// when the modes are far apart, often when they are close.
+TEST(DecodeReadsTest, PicksTheCheaperModeAndKeepsTheOtherMeasuredAtASmallCost) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;  // 0.4 placed
+  struct Case {
+    const char* name;
+    double rest_split_ns;
+    bool split_wins;
+    int min_explorations;
+  };
+  // Split 18.03 ms of attention, GPU-only 24.03 ms, + the rests (0.4 ms GPU-only).
+  for (const Case& c : {Case{"the split pays by far", 500000, true, 2},
+                        Case{"the split pays a little", 5500000, true, 10},
+                        Case{"the split does not pay", 10000000, false, 2}}) {
+    SCOPED_TRACE(c.name);
+    SchedulerOptions options;
+    options.explore_cost_share = 0.02;
+    options.cpu_estimator.ema_weight = 0.2;
+    options.gpu_estimator.ema_weight = 0.2;
+    auto scheduler = *Scheduler::Create("writescope", options);
+    ReadWorld world;
+    world.rest_split_ns = c.rest_split_ns;
+    // Learn the lines on a few placed splits at varied sizes, as a fresh server does.
+    for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
+      scheduler->ObserveStep(world.Run(0.4, tokens));
+    }
+    RunReads(*scheduler, world, 40, kTokens, kPlaced);  // converge
+    const ReadRun run = RunReads(*scheduler, world, 400, kTokens, kPlaced);
+    // Every step that did not explore ran the better mode.
+    EXPECT_EQ(c.split_wins ? run.gpu_only_steps : run.split_steps, run.explorations);
+    EXPECT_GE(run.explorations, c.min_explorations);
+    if (c.split_wins) {
+      // The model's r* for A = 100, B = 150: 0.6 + a little, capped at the placed 0.4.
+      EXPECT_DOUBLE_EQ(run.last_split_share, 0.4);
+    }
+    const double best = std::min(world.SplitStepNs(0.4, kTokens), world.SplitStepNs(0.0, kTokens));
+    EXPECT_LE(run.total_ns / 400, best * 1.03);
+    EXPECT_GT(run.total_ns / 400, best);  // exploring is not free
+  }
+}
+
+// A competing load slows the CPU 8x for a while: writescope leaves the CPU-compute blocks
+// to the GPU within a few steps (nothing placed moves), and reads them in place again soon
+// after the load ends: an exploration that does better than predicted is repeated, and
+// the CPU line follows its samples however rare they were.
+TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;
+  auto scheduler = *Scheduler::Create("writescope", {});
+  ReadWorld world;
+  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
+    scheduler->ObserveStep(world.Run(0.4, tokens));
+  }
+  RunReads(*scheduler, world, 40, kTokens, kPlaced);
+  ASSERT_DOUBLE_EQ(scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch).cpu_share, 0.4);
+
+  ReadWorld loaded = world;
+  loaded.cpu_ns_per_token *= 8;
+  int steps_to_leave = 0;
+  while (steps_to_leave < 60) {
+    ++steps_to_leave;
+    if (RunReads(*scheduler, loaded, 1, kTokens, kPlaced).gpu_only_steps == 1) break;
+  }
+  EXPECT_LE(steps_to_leave, 8);
+  const ReadRun during = RunReads(*scheduler, loaded, 200, kTokens, kPlaced);
+  EXPECT_GE(during.gpu_only_steps, 190);
+  // At most about 1 % of the time lost to explorations against GPU-only.
+  EXPECT_LE(during.total_ns / 200, loaded.SplitStepNs(0.0, kTokens) * 1.02);
+
+  int steps_to_return = 0;
+  while (steps_to_return < 400) {
+    ++steps_to_return;
+    const ReadRun one = RunReads(*scheduler, world, 1, kTokens, kPlaced);
+    if (one.split_steps == 1 && one.explorations == 0 && one.last_share == 0.4) break;
+  }
+  // The first exploration comes within max_explore_period_steps (40); a few repeated ones
+  // (every min_explore_period_steps, 4) carry the CPU line back.
+  EXPECT_LE(steps_to_return, 40 + 4 * 4);
+}
+
+// A batch that changes by more than the tolerance: the next step's measurement replaces its
+// mode's rest and moves the other's by as much, so the modes stay comparable without
+// running the other one first.
+TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {
+  SchedulerOptions options;
+  options.explore_cost_share = 0;  // only the explorations that measure a new mode
+  auto scheduler = *Scheduler::Create("writescope", options);
+  ReadWorld world;
+  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
+    scheduler->ObserveStep(world.Run(0.4, tokens));
+  }
+  auto step = [&](const ReadWorld& w, uint32_t sequences) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, sequences);
+    scheduler->ObserveStep(w.Run(d.cpu_share, 200000));
+    return d;
+  };
+  // Without a start-up probe the first GPU-only step makes the GPU-only line, the next
+  // ones measure the two rests.
+  for (int i = 0; i < 3; ++i) step(world, 16);
+  ASSERT_FALSE(std::isnan(scheduler->rest_split_ns()));
+  ASSERT_FALSE(std::isnan(scheduler->rest_gpu_only_ns()));
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(step(world, 16).explore);
+  const double split_rest = scheduler->rest_split_ns();
+  // 32 sequences: both rests 3 ms longer. One split step sets both.
+  ReadWorld bigger = world;
+  bigger.rest_split_ns += 3e6;
+  bigger.rest_gpu_only_ns += 3e6;
+  EXPECT_FALSE(step(bigger, 19).explore);  // within 25 %: the EMA mixes
+  EXPECT_NEAR(scheduler->rest_split_ns(), split_rest + 0.25 * 3e6, 0.05e6);
+  const double difference = scheduler->rest_split_ns() - scheduler->rest_gpu_only_ns();
+  const ReadDecision d = step(bigger, 32);
+  EXPECT_FALSE(d.explore);
+  EXPECT_GT(d.cpu_share, 0);
+  EXPECT_NEAR(scheduler->rest_split_ns(), split_rest + 3e6, 0.05e6);
+  EXPECT_NEAR(scheduler->rest_split_ns() - scheduler->rest_gpu_only_ns(), difference, 1e3);
+}
+
+TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
+  SchedulerOptions options;
+  options.rest_ema_weight = 0;
+  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
+              HasSubstr("rest_ema_weight"));
+  options.rest_ema_weight = kNaN;
+  EXPECT_FALSE(Scheduler::Create("writescope", options).ok());
+  options.rest_ema_weight = 0.25;
+  options.rest_batch_tolerance = -1;
+  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
+              HasSubstr("rest_batch_tolerance"));
+  options.rest_batch_tolerance = 0.25;
+  options.explore_cost_share = 1.5;
+  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
+              HasSubstr("explore_cost_share"));
+  options.explore_cost_share = 0.01;
+  options.min_explore_period_steps = 8;
+  options.max_explore_period_steps = 4;
+  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
+              HasSubstr("explore periods"));
+  options.min_explore_period_steps = 0;
+  EXPECT_FALSE(Scheduler::Create("writescope", options).ok());
 }
 
 }  // namespace

@@ -169,6 +169,29 @@ class BenchPlotTest(unittest.TestCase):
         for policy in colors:
             self.assertGreater(count_color(png_rows, colors[policy], 600), 100, policy)
 
+    def test_timeline_draws_the_attended_share_when_the_csv_has_it(self):
+        # Newer benches add read_cpu_share: a dotted line more, in the policy's color.
+        pixels = {}
+        for with_read in (False, True):
+            header = TIMELINE_HEADER.rstrip("\n") + (",read_cpu_share,explore\n" if with_read else "\n")
+            rows, t = [header], 1764440000.0
+            for step in range(60):
+                t += 0.1
+                extra = f",{0.05 if step % 2 else 0.1},0" if with_read else ""
+                rows.append(f"writescope,0,{step},{t:.3f},100,1,1,1,0.6,0.6,0.5,32,8192{extra}\n")
+            label = f"r{int(with_read)}"
+            out = self.run_script("--timeline", self.write(f"{label}.csv", "".join(rows)),
+                                  "--label", label, "--out-dir", self.dir)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            _, height, png_rows = read_png(os.path.join(self.dir, f"{label}-timeline.png"))
+            color = bp.policy_colors(["writescope"])["writescope"]
+            # The share panel's lowest 40 rows (shares up to ~0.23; its axis ends 80 rows
+            # above the image's bottom): the target and placed shares (0.6) are above them.
+            bottom = height - 80
+            pixels[with_read] = count_color(png_rows[bottom - 40:bottom - 1], color, 600)
+        self.assertEqual(pixels[False], 0)
+        self.assertGreater(pixels[True], 50)
+
     def test_command_line_grid(self):
         grid = self.grid_csv()
         out = self.run_script("--grid", grid, "--label", "x", "--out-dir",

@@ -315,6 +315,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_end_unix_s(r.end_unix_s);
       step->set_read_cpu_share(r.read_cpu_share);
       step->set_explore(r.explore);
+      step->set_predicted_split_ms(r.predicted_split_ms);
+      step->set_predicted_gpu_only_ms(r.predicted_gpu_only_ms);
     }
   }
   if (response.steps_size() == 0) {
@@ -621,6 +623,8 @@ absl::Status Engine::RunOneStep() {
   record.step_id = plan.step_id();
   record.target_cpu_share = plan.cpu_share();
   record.explore = read.explore;
+  record.predicted_split_ms = read.split_ns * model_.num_layers / 1e6;
+  record.predicted_gpu_only_ms = read.gpu_only_ns * model_.num_layers / 1e6;
   for (const Entry& e : entries) {
     if (e.prefill) {
       record.prefill_tokens += e.tokens;
@@ -751,7 +755,11 @@ absl::Status Engine::RunOneStep() {
       // What the model predicted for this step's split, before it learns from it.
       const RooflineParams p = scheduler_->estimates();
       const double predicted_cpu = p.cpu_ns_per_token * sample.cpu.tokens + p.cpu_fixed_ns;
-      const double predicted_gpu = p.gpu_ns_per_token * sample.gpu.tokens + p.gpu_fixed_ns;
+      // A step the CPU sat out is the GPU-only line's (the split's GPU line is slower).
+      const double predicted_gpu =
+          sample.cpu.tokens == 0 && scheduler_->gpu_only_estimator().ready()
+              ? scheduler_->gpu_only_estimator().Predict(sample.gpu.tokens)
+              : p.gpu_ns_per_token * sample.gpu.tokens + p.gpu_fixed_ns;
       std::lock_guard<std::mutex> counts_lock(mutex_);
       constexpr double kKeep = 31.0 / 32.0;
       auto mix = [&](double& mean, double value) {
@@ -810,8 +818,10 @@ void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision)
   }
   *decision = scheduler_->ChooseDecodeReads(host_tokens, placed_cpu_tokens,
                                             static_cast<uint32_t>(plan->sequences_size()));
-  const std::vector<bool> on_cpu = ChooseCpuReaders(
-      cpu_tokens, decision->cpu_share * static_cast<double>(host_tokens));
+  // Whole sequences only: an exploring split (which must measure the CPU) takes at least one.
+  const std::vector<bool> on_cpu =
+      ChooseCpuReaders(cpu_tokens, decision->cpu_share * static_cast<double>(host_tokens),
+                       decision->explore && decision->cpu_share > 0.0);
   for (int i = 0; i < plan->sequences_size(); ++i) {
     if (cpu_tokens[i] > 0 && !on_cpu[i]) plan->mutable_sequences(i)->set_gpu_reads_cpu_blocks(true);
   }

@@ -185,6 +185,9 @@ class Engine {
     // share when the GPU read CPU-compute blocks); whether that was an exploration.
     double read_cpu_share = 0;
     bool explore = false;
+    // writescope's predictions of the two modes for this step, all layers (ms; NaN: no
+    // prediction, e.g. another policy or before the lines are ready).
+    double predicted_split_ms = 0, predicted_gpu_only_ms = 0;
     uint64_t host_tokens = 0;   // per layer, both regions, this step's sequences
     double bound_ms = 0;        // the roofline bound of its attention, all layers (0: no estimates)
     double end_unix_s = 0;      // wall clock at the step's end, seconds since the Unix epoch

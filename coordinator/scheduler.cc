@@ -362,8 +362,10 @@ Scheduler::Scheduler(const PolicySpec& policy, const SchedulerOptions& options)
 absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
   const absl::Status status = gpu_.Calibrate(points);
   if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("GPU path: ", status.message()));
-  // The probe runs the GPU path alone: it is the GPU-only line's measurement too.
+  // The probe runs the GPU path alone: it is the GPU-only line's measurement too. The next
+  // samples count their steps from now (the calibration is not an old sample to decay).
   WS_CHECK(gpu_only_.Calibrate(points).ok());
+  gpu_sample_step_ = gpu_only_sample_step_ = steps_;
   last_gpu_calibration_step_ = steps_;
   return absl::OkStatus();
 }
@@ -371,6 +373,7 @@ absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
 absl::Status Scheduler::CalibrateCpu(absl::Span<const CostSample> points) {
   const absl::Status status = cpu_.Calibrate(points);
   if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("CPU path: ", status.message()));
+  cpu_sample_step_ = steps_;
   return absl::OkStatus();
 }
 
@@ -444,6 +447,8 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     return decision;
   }
   ++read_decisions_;
+  // An exploration whose step never reported (it failed) is not judged.
+  explore_pending_ = false;
   if (std::abs(static_cast<double>(sequences) - static_cast<double>(rest_batch_)) >
       options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
     rest_stale_ = true;
@@ -634,7 +639,8 @@ double SequenceCpuShare(const SequencePlacement& sequence) {
   return static_cast<double>(cpu) / static_cast<double>(sequence.blocks.size());
 }
 
-std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double wanted_tokens) {
+std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double wanted_tokens,
+                                   bool at_least_one) {
   std::vector<bool> chosen(cpu_tokens.size(), false);
   if (!(wanted_tokens > 0.0)) return chosen;
   std::vector<size_t> order(cpu_tokens.size());
@@ -648,6 +654,15 @@ std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double
     if (cpu_tokens[i] > 0 && std::abs(with - wanted_tokens) < std::abs(sum - wanted_tokens)) {
       chosen[i] = true;
       sum = with;
+    }
+  }
+  if (at_least_one && sum == 0.0) {
+    // The last in `order` with tokens is the smallest (ties: the latest in step order).
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      if (cpu_tokens[*it] > 0) {
+        chosen[*it] = true;
+        break;
+      }
     }
   }
   return chosen;

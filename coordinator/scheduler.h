@@ -26,6 +26,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -206,24 +207,27 @@ struct StepSample {
 //             least the probe share)
 //   GPU-only: the GPU streams every host token, the CPU attends none;
 //             B₀·L + c_G₀ + rest_gpu_only, with B₀, c_G₀ measured on GPU-only steps (and
-//             the start-up probe, which runs the GPU path alone)
+//             by CalibrateGpu, which runs the GPU path alone; the coordinator runs no
+//             start-up probe yet, so the explorations learn it)
 //
 // and takes the cheaper. Now and then it runs the other mode, so that both stay measured
 // (a CPU that was loaded is seen to be free again): each decision earns explore_cost_share
 // of its predicted step time as credit, and the other mode runs once the credit covers
 // its predicted extra cost (every min_ to max_explore_period_steps decisions). So exploring
-// costs about that share of the time: modes close together are compared often, a mode far
-// worse is tried rarely. An exploration that does better than the picked mode's prediction
+// costs about that share of the time (more where the maximum period forces an exploration
+// of a mode far worse: one twice as costly, about 2.5 %): modes close together are
+// compared often, a mode far worse is tried rarely. An exploration that does better than the picked mode's prediction
 // is repeated at the next chance, and each line weighs a sample by the steps since its
-// previous one, so a few explorations carry a CPU that is free again back to the split. Only the
-// writescope policy chooses its reads; the others read what they placed (monolithic models
-// a cache of one physical state, whose split changes only by moving data).
+// previous one, so a few explorations carry a CPU that is free again back to the split.
+// Only the writescope policy chooses its reads; the others read what they placed
+// (monolithic models a cache of one physical state, whose split changes only by moving
+// data).
 struct ReadDecision {
   double cpu_share = 0.0;  // of the batch's host tokens, for the CPU to attend in place
   bool explore = false;    // the mode the prediction did not pick, to keep it measured
-  // The two predictions per layer, ns (NaN: not known yet).
-  double split_ns = 0.0;
-  double gpu_only_ns = 0.0;
+  // The two predictions per layer, ns (NaN: not known yet, or no choice made).
+  double split_ns = std::numeric_limits<double>::quiet_NaN();
+  double gpu_only_ns = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct SchedulerOptions {
@@ -295,7 +299,8 @@ class Scheduler {
   // Who reads a decode step's CPU-compute tokens (ReadDecision), for a batch of
   // `host_tokens` host tokens of which `placed_cpu_tokens` lie in the CPU-compute region.
   // Policies other than writescope, and writescope before both lines are ready: the placed
-  // share, all read in place. Counts a decision.
+  // share, all read in place. Each writescope decision past that counts
+  // (read_decisions()).
   // `sequences`: the step's decode sequences. The rest of a step grows with them (experts,
   // sampling), so for a batch more than rest_batch_tolerance away from the one the rests
   // were measured at, the next step's measurement replaces its mode's rest and moves the
@@ -375,7 +380,8 @@ class Scheduler {
 // them in place. Per key token and layer the CPU pays chunk_tokens x A (every query of the
 // chunk attends every key; A is one query's cost), the GPU about B (one transfer of the
 // key, whatever the chunk). Before the estimators are ready: chunks of at least
-// kPrefillReadMinTokens. Nothing placed moves; decode keeps the placed split.
+// kPrefillReadMinTokens. Nothing placed moves; decode steps choose their reads apart
+// (Scheduler::ChooseDecodeReads).
 inline constexpr uint32_t kPrefillReadMinTokens = 16;
 bool PrefillReadsOnGpu(uint32_t chunk_tokens, const Scheduler& scheduler);
 
@@ -440,9 +446,12 @@ double SequenceCpuShare(const SequencePlacement& sequence);
 // the CPU-compute region and the tokens the CPU should attend in all (ReadDecision's
 // share times the host tokens): a subset whose sum is close to `wanted_tokens` (greedy,
 // largest first: a sequence is taken when it brings the sum closer). All of them when
-// wanted_tokens ≥ their sum, none when it is ≤ 0 or NaN. The others' CPU-compute blocks
-// are streamed by the GPU (SequenceStep.gpu_reads_cpu_blocks).
-std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double wanted_tokens);
+// wanted_tokens ≥ their sum, none when it is ≤ 0 or NaN. `at_least_one` (an exploring
+// split, which must measure the CPU): when that leaves none but wanted_tokens > 0, the
+// sequence with the fewest CPU tokens (> 0). The others' CPU-compute blocks are streamed by
+// the GPU (SequenceStep.gpu_reads_cpu_blocks).
+std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double wanted_tokens,
+                                   bool at_least_one = false);
 
 }  // namespace writescope::coordinator
 

@@ -304,7 +304,8 @@ int Bench() {
     if (fresh) {
       std::fprintf(steps_csv, "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
                               "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
-                              "optimal_cpu_share,batch,context,read_cpu_share,explore\n");
+                              "optimal_cpu_share,batch,context,read_cpu_share,explore,"
+                              "predicted_split_ms,predicted_gpu_only_ms\n");
     }
   }
   // Times in ms per step (all layers); "experts": the cpu_worker's routed experts; "bound":
@@ -395,13 +396,15 @@ int Bench() {
           for (int i = 0; i < response.steps_size(); ++i) {
             const auto& step = response.steps(i);
             std::fprintf(steps_csv,
-                         "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d\n",
+                         "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
+                         "%.4f\n",
                          response.policy().c_str(), round, i, step.end_unix_s(), step.step_ms(),
                          step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                          step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
                          static_cast<unsigned long long>(batch),
                          static_cast<unsigned long long>(context), step.read_cpu_share(),
-                         step.explore() ? 1 : 0);
+                         step.explore() ? 1 : 0, step.predicted_split_ms(),
+                         step.predicted_gpu_only_ms());
           }
           std::fflush(steps_csv);
         }

@@ -65,9 +65,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& co
     WS_RETURN_IF_ERROR(device->RegisterHost(base, transfer_bytes));
     cache->pinned_ = base;
   }
-  // The CPU-compute region is read by the GPU only for prefill chunks it attends whole
-  // (SequenceStep.gpu_reads_cpu_blocks). Pinned, those reads run at the DMA rate; if the
-  // device refuses (memory limits), they are pageable copies: correct, slower.
+  // The GPU reads the CPU-compute region for the sequences whose step says so
+  // (SequenceStep.gpu_reads_cpu_blocks: prefill chunks it attends whole, and decode steps
+  // where the scheduler hands the CPU's blocks to the GPU). Pinned, those reads run at the
+  // DMA rate; if the device refuses (memory limits), they are pageable copies: correct,
+  // slower.
   const uint64_t cpu_bytes = resolved.region_used_bytes(KvRegion::kCpuCompute);
   if (cpu_bytes > 0 && device->is_cuda()) {
     std::byte* base = cache->region_base_[KvRegionIndex(KvRegion::kCpuCompute)];
@@ -76,7 +78,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& co
       cache->pinned_cpu_ = base;
     } else {
       WS_LOG(WARNING) << "the CPU-compute region stays pageable (" << pinned
-                      << "): prefill reads of it are slower";
+                      << "): the GPU's reads of it are slower";
     }
   }
   WS_ASSIGN_OR_RETURN(cache->window_, DeviceBuffer::Allocate(device, resolved.window_bytes()));

@@ -28,8 +28,9 @@ struct StepSequence {
   uint32_t window_slot = 0;
   uint32_t window_tokens = 0;
   std::vector<KvBlockRef> blocks;  // in token order, both regions
-  // Stream its CPU-compute blocks too (a prefill chunk the GPU attends whole:
-  // SequenceStep.gpu_reads_cpu_blocks); otherwise only the transfer region's.
+  // Stream its CPU-compute blocks too (SequenceStep.gpu_reads_cpu_blocks: a prefill chunk
+  // the GPU attends whole, or a decode step whose CPU blocks the scheduler hands to the
+  // GPU); otherwise only the transfer region's.
   bool read_cpu_blocks = false;
 };
 

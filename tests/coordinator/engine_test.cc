@@ -6,6 +6,7 @@
 #include "coordinator/engine.h"
 
 #include <atomic>
+#include <cmath>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -306,8 +307,9 @@ TEST_F(EngineTest, RefusalsNameTheirReason) {
 }
 
 // A CPU whose attention costs far more than the GPU's: writescope's decode steps hand the
-// CPU-compute blocks to the GPU (gpu_reads_cpu_blocks), the CPU attends less than the
-// placed share, and the tokens are what they would be anyway.
+// CPU-compute blocks to the GPU (gpu_reads_cpu_blocks) and the CPU attends less than the
+// placed share. (The fake's tokens do not depend on who reads; e2e_generate checks the
+// values through the real workers.)
 TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   const uint32_t bt = kv_.block_tokens();
   cpu_->ns_per_token_ = 20000;  // 20 µs per token and layer: ~2 ms per split step, any split loses
@@ -327,8 +329,13 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
     EXPECT_LE(step.read_cpu_share(), step.placed_cpu_share() + 1e-9);
     below_placed += step.read_cpu_share() < step.placed_cpu_share() ? 1 : 0;
   }
+  // The steps report the predictions they were chosen by (the lines are ready by the end).
+  ASSERT_GE(response->steps_size(), 1);
+  const v1::BenchStep& last = response->steps(response->steps_size() - 1);
+  EXPECT_TRUE(std::isfinite(last.predicted_split_ms()));
+  EXPECT_TRUE(std::isfinite(last.predicted_gpu_only_ms()));
   EXPECT_GT(below_placed, response->steps_size() / 2);
-  // A request decoded meanwhile gets its tokens whoever reads its blocks.
+  // The engine keeps serving afterwards, and frees everything.
   auto stream = engine_->Submit(Request({5, 6, 7}, 2 * kv_.window_tokens + 5), absl::InfiniteFuture());
   WS_ASSERT_OK(stream.status());
   EXPECT_EQ(Drain(**stream).tokens, Expected(7, 2 * kv_.window_tokens + 5));

@@ -805,6 +805,13 @@ TEST(CpuReadersTest, TakesTheSubsetClosestToTheWantedTokensLargestFirst) {
   EXPECT_EQ(ChooseCpuReaders({256, 256, 256, 256}, 512),
             (std::vector<bool>{true, true, false, false}));
   EXPECT_TRUE(ChooseCpuReaders({}, 100).empty());
+  // An exploring split takes at least one sequence, the one with the fewest CPU tokens.
+  EXPECT_EQ(ChooseCpuReaders(tokens, 100, /*at_least_one=*/true),
+            (std::vector<bool>{false, false, false, false, true}));
+  EXPECT_EQ(ChooseCpuReaders({256, 0, 128}, 10, true), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(ChooseCpuReaders({0, 0}, 10, true), std::vector<bool>(2, false));
+  EXPECT_EQ(ChooseCpuReaders({256, 128}, 0, true), std::vector<bool>(2, false));
+  EXPECT_EQ(ChooseCpuReaders(tokens, 2500, true), ChooseCpuReaders(tokens, 2500));
 }
 
 // The modes of one decode step in a simulated machine: the CPU attends share·L in place

@@ -1018,6 +1018,52 @@ TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
 // A batch that changes by more than the tolerance: the next step's measurement replaces its
 // mode's rest and moves the other's by as much, so the modes stay comparable without
 // running the other one first.
+// The load and its end again with whole sequences, as the engine runs them: the CPU attends
+// the subset ChooseCpuReaders picks. Under a heavy load r* is below half a sequence's share,
+// so an exploring split must still take one sequence to measure the CPU at all.
+TEST(DecodeReadsTest, WholeSequencesKeepTheCpuMeasuredThroughALoad) {
+  constexpr uint32_t kSequences = 4;
+  constexpr uint64_t kCpuPerSequence = 20000;  // 0.4 of each sequence's 50000 host tokens
+  constexpr double kTokens = 200000;
+  auto scheduler = *Scheduler::Create("writescope", {});
+  ReadWorld world;
+  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
+    scheduler->ObserveStep(world.Run(0.4, tokens));
+  }
+  const std::vector<uint64_t> cpu_tokens(kSequences, kCpuPerSequence);
+  // One step: the decision, the engine's subset, the world's timings. Returns the CPU share
+  // attended and whether the step explored.
+  auto step = [&](const ReadWorld& w) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(
+        static_cast<uint64_t>(kTokens), kSequences * kCpuPerSequence, kSequences);
+    const std::vector<bool> on_cpu =
+        ChooseCpuReaders(cpu_tokens, d.cpu_share * kTokens, d.explore && d.cpu_share > 0);
+    double attended = 0;
+    for (uint32_t i = 0; i < kSequences; ++i) attended += on_cpu[i] ? kCpuPerSequence : 0;
+    scheduler->ObserveStep(w.Run(attended / kTokens, kTokens));
+    return std::pair{attended / kTokens, d.explore};
+  };
+  for (int i = 0; i < 40; ++i) step(world);
+  ReadWorld loaded = world;
+  loaded.cpu_ns_per_token *= 30;  // r* about 0.05: below half a sequence's 0.1
+  int split_explorations = 0;
+  int gpu_only_steps = 0;
+  for (int i = 0; i < 300; ++i) {
+    const auto [share, explore] = step(loaded);
+    if (explore && share > 0) ++split_explorations;
+    if (share == 0) ++gpu_only_steps;
+  }
+  EXPECT_GE(gpu_only_steps, 280);
+  EXPECT_GE(split_explorations, 300 / 40);  // the CPU stays measured
+  int steps_to_return = 0;
+  while (steps_to_return < 300) {
+    ++steps_to_return;
+    const auto [share, explore] = step(world);
+    if (share == 0.4 && !explore) break;
+  }
+  EXPECT_LE(steps_to_return, 40 + 4 * 4);
+}
+
 TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {
   SchedulerOptions options;
   options.explore_cost_share = 0;  // only the explorations that measure a new mode

@@ -19,6 +19,10 @@
        bound = min over r of max(CPU, GPU) = max(e, H b) if e >= H b, else H b (H a + e) / (H (a + b))
      plus the point's measured serial rest (step - its larger attention time - its expert
      wait: projections, norms, merges, logits), which the split does not change.
+  4. per point and policy, what the step spends beyond its attention and experts (step - the
+     larger attention time - the CPU experts' time): what running the CPU path costs the step
+     outside the per-layer model shows as writescope's or cpu-all's excess over transfer-all.
+     With CSVs of later benches, writescope's placed CPU share and the share it attended.
 
 Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
@@ -51,6 +55,10 @@ def load(path):
                     "cpu_attention_ms": float(row.get("cpu_attention_ms") or 0),
                     "expert_wait_ms": float(row.get("gpu_expert_wait_ms") or 0),
                     "cpu_expert_ms": float(row.get("cpu_expert_ms") or 0),
+                    "placed_cpu_share": float(row.get("placed_cpu_share") or 0),
+                    # The share the CPU attended (CSVs of later benches); None before.
+                    "read_cpu_share": float(row["read_cpu_share"]) if row.get("read_cpu_share")
+                    else None,
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -170,6 +178,25 @@ def main():
         print(f"  writescope / {policy:14s} {gm:.2f}x over {len(values)} points")
     if not ratios:
         print("  (no points)")
+
+    print("\nBeyond attention and experts (ms per step: step - the larger attention time - the "
+          "CPU experts), per point:")
+    for batch in batches:
+        contexts = sorted({c for (p, b), points in by.items() if b == batch for c in points})
+        for context in contexts:
+            cells = []
+            for policy in policies:
+                r = by.get((policy, batch), {}).get(context)
+                if r is None:
+                    continue
+                beyond = (r["step_ms"] - max(r["gpu_attention_ms"], r["cpu_attention_ms"]) -
+                          r["cpu_expert_ms"])
+                shares = ""
+                if policy == "writescope" and r["read_cpu_share"] is not None:
+                    shares = (f" (attended {r['read_cpu_share']:.2f} of "
+                              f"{r['placed_cpu_share']:.2f} placed)")
+                cells.append(f"{policy} {beyond:.2f}{shares}")
+            print(f"  batch {batch:3d} context {context:6d}: " + ", ".join(cells))
 
     if args.ceilings:
         shape = SHAPES[args.ceilings]

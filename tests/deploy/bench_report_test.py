@@ -70,6 +70,25 @@ checks += [
     ("its bound    2.00 ms; serial rest   4.00 ms" in bound_text, "attention bound and rest"),
     ("within 1.15x of the bound: 1 of 1 points" in bound_text, "count within 1.15x"),
 ]
+
+# Beyond attention and experts: step 6.0 - max(1.5, 1.0) - 2.0 = 2.50 ms; with a
+# read_cpu_share column, writescope's attended and placed shares.
+with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+    f.write(HEADER.rstrip("\n") + ",read_cpu_share,explore_steps\n")
+    f.write("writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.4,0.5,0,5.7,6.0,6.3,0.25,1\n")
+    f.write("transfer-all,4,1,1256,8,200.0,5.0,3.0,0.0,0.5,1.5,0,0,0,0,4.7,5.0,5.3,0,0\n")
+    path = f.name
+try:
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path],
+                         capture_output=True, text=True, check=True)
+finally:
+    os.unlink(path)
+text += out.stdout
+checks += [
+    ("writescope 2.50 (attended 0.25 of 0.40 placed), transfer-all 0.50" in out.stdout,
+     "beyond attention and experts, with the shares"),
+]
+
 bad = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), "x.csv",
                       "--ceilings", "qwen3_moe", "--h2d-gbps", "0"], capture_output=True, text=True)
 checks.append((bad.returncode != 0 and "must be > 0" in bad.stderr, "a zero ceiling is refused"))

@@ -752,14 +752,14 @@ absl::Status Engine::RunOneStep() {
     sample.step_ns = MillisSince(step_start) * 1e6 / layers;
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     if (scheduler_->estimates_ready()) {
-      // What the model predicted for this step's split, before it learns from it.
-      const RooflineParams p = scheduler_->estimates();
-      const double predicted_cpu = p.cpu_ns_per_token * sample.cpu.tokens + p.cpu_fixed_ns;
-      // A step the CPU sat out is the GPU-only line's (the split's GPU line is slower).
-      const double predicted_gpu =
+      // What the lines predicted for this step, before they learn from it. A step the CPU
+      // sat out is the GPU-only line's (the split's GPU line is slower).
+      const LinearCostEstimator& gpu_line =
           sample.cpu.tokens == 0 && scheduler_->gpu_only_estimator().ready()
-              ? scheduler_->gpu_only_estimator().Predict(sample.gpu.tokens)
-              : p.gpu_ns_per_token * sample.gpu.tokens + p.gpu_fixed_ns;
+              ? scheduler_->gpu_only_estimator()
+              : scheduler_->gpu_estimator();
+      const double predicted_cpu = scheduler_->cpu_estimator().Predict(sample.cpu.tokens);
+      const double predicted_gpu = gpu_line.Predict(sample.gpu.tokens);
       std::lock_guard<std::mutex> counts_lock(mutex_);
       constexpr double kKeep = 31.0 / 32.0;
       auto mix = [&](double& mean, double value) {

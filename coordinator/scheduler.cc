@@ -495,7 +495,6 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
                          : split_share;
   } else {
     decision.cpu_share = 0.0;
-    ++gpu_only_decisions_;
   }
   return decision;
 }
@@ -643,6 +642,14 @@ std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double
                                    bool at_least_one) {
   std::vector<bool> chosen(cpu_tokens.size(), false);
   if (!(wanted_tokens > 0.0)) return chosen;
+  // The common case, every step of a policy that reads what it placed: all of them (what
+  // the greedy pass below would pick too), without the sort.
+  double total = 0.0;
+  for (uint64_t tokens : cpu_tokens) total += static_cast<double>(tokens);
+  if (wanted_tokens >= total) {
+    for (size_t i = 0; i < cpu_tokens.size(); ++i) chosen[i] = cpu_tokens[i] > 0;
+    return chosen;
+  }
   std::vector<size_t> order(cpu_tokens.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   // Largest first, ties in step order: deterministic.

@@ -338,7 +338,6 @@ class Scheduler {
   double rest_split_ns() const { return rest_split_; }
   double rest_gpu_only_ns() const { return rest_gpu_only_; }
   int64_t read_decisions() const { return read_decisions_; }
-  int64_t gpu_only_decisions() const { return gpu_only_decisions_; }
 
  private:
   Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
@@ -362,7 +361,6 @@ class Scheduler {
   double explore_credit_ns_ = 0.0;
   uint32_t decisions_since_explore_ = 0;
   int64_t read_decisions_ = 0;
-  int64_t gpu_only_decisions_ = 0;
   double target_;
   double optimal_;
   bool target_from_estimates_ = false;

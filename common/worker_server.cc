@@ -77,6 +77,13 @@ class WorkerService final : public internal::Worker::Service {
     *response = *std::move(result);
     return grpc::Status::OK;
   }
+  grpc::Status ProbeGpuPath(grpc::ServerContext*, const internal::GpuPathProbeRequest* request,
+                            internal::GpuPathProbeResponse* response) override {
+    absl::StatusOr<internal::GpuPathProbeResponse> result = backend_.ProbeGpuPath(*request);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
+  }
   grpc::Status ResetDataPlane(grpc::ServerContext*, const internal::ResetDataPlaneRequest* request,
                               internal::ResetDataPlaneResponse*) override {
     return ToGrpcStatus(backend_.ResetDataPlane(request->attach()));
@@ -94,6 +101,11 @@ class WorkerService final : public internal::Worker::Service {
 };
 
 }  // namespace
+
+absl::StatusOr<internal::GpuPathProbeResponse> WorkerBackend::ProbeGpuPath(
+    const internal::GpuPathProbeRequest&) {
+  return absl::UnimplementedError(absl::StrCat(name(), " has no GPU attention path to probe"));
+}
 
 absl::Status RunWorkerServer(WorkerBackend& backend, const WorkerServerOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);

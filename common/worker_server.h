@@ -24,6 +24,10 @@ class WorkerBackend {
       const internal::ChannelPingRequest& request) = 0;
   virtual absl::StatusOr<internal::KvPatternResponse> KvPattern(
       const internal::KvPatternRequest& request) = 0;
+  // The gpu_worker's timing of its decode attention path (worker.proto); UNIMPLEMENTED on a
+  // worker that has none.
+  virtual absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
+      const internal::GpuPathProbeRequest& request);
   // The other worker was relaunched: detach (attach = false: end any step in progress, stop
   // using the channels), then attach to the channels the coordinator re-formatted.
   // FAILED_PRECONDITION before Load.

@@ -207,7 +207,12 @@ absl::Status Coordinator::LoadWorkers() {
   }
   if (!status.ok()) return status;
   for (Loading& load : loads) (load.worker == &gpu_worker_ ? gpu_load_ : cpu_load_) = *load.result;
-  return ConfigureExperts();
+  WS_RETURN_IF_ERROR(ConfigureExperts());
+  // Before serving, B and c_G from the runtime's own transfer path. Without it the lines
+  // learn from the first decode steps, as they would anyway: a warning, not a failure.
+  absl::Status calibrated = engine_->CalibrateGpuPath();
+  if (!calibrated.ok()) WS_LOG(WARNING) << "calibrating the GPU path: " << calibrated;
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::ConfigureExperts() {
@@ -413,6 +418,14 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
   info.set_requests_waiting(counts.waiting);
   info.set_queue_capacity(options_.engine.queue_capacity);
   info.set_metrics_address(metrics_address_);
+  if (const Engine::GpuCalibration calibration = engine_->gpu_calibration();
+      calibration.count > 0) {
+    v1::GpuPathCalibration* out = info.mutable_gpu_calibration();
+    out->set_count(calibration.count);
+    out->set_ns_per_token(calibration.ns_per_token);
+    out->set_fixed_us(calibration.fixed_ns / 1e3);
+    out->set_probe_ms(calibration.last_ms);
+  }
   {
     std::lock_guard<std::mutex> lock(status_mutex_);
     *info.add_workers() = gpu_status_;

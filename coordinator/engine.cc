@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/status.h"
@@ -391,6 +392,69 @@ void Engine::ReleaseExternal(uint64_t blocks, uint32_t sequences) {
   work_.notify_all();
 }
 
+absl::Status Engine::CalibrateGpuPath() {
+  // The largest point: one ping-pong buffer (one round per layer, as most decode steps
+  // run), within the transfer region, 256 MiB and 128K tokens per layer (the line is
+  // straight well before that: 256 MiB are ~5 ms of DMA at 55 GB/s).
+  constexpr uint64_t kMaxProbeBytesPerLayer = uint64_t{256} << 20;
+  constexpr uint64_t kMaxProbeTokensPerLayer = uint64_t{128} << 10;
+  const uint64_t block_bytes = std::max<uint64_t>(1, kv_.geometry.layer_block_bytes());
+  const uint64_t blocks = std::min<uint64_t>(
+      {kv_.region_slots(KvRegion::kGpuTransfer), kv_.pingpong_blocks,
+       std::max<uint64_t>(1, kMaxProbeBytesPerLayer / block_bytes),
+       std::max<uint64_t>(1, kMaxProbeTokensPerLayer / kv_.block_tokens())});
+  if (blocks < 2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the GPU-transfer region (", kv_.region_slots(KvRegion::kGpuTransfer),
+        " blocks) and the ping-pong buffers (", kv_.pingpong_blocks,
+        " blocks) leave too little to probe the GPU path"));
+  }
+  internal::GpuPathProbeRequest request;
+  uint64_t previous = 0;
+  for (const uint64_t divisor : {8, 4, 2, 1}) {
+    const uint64_t n = std::max<uint64_t>(1, blocks / divisor);
+    if (n == previous) continue;
+    request.add_tokens(n * kv_.block_tokens());
+    previous = n;
+  }
+  request.set_sequences(std::min<uint32_t>(kv_.max_sequences, 16));
+  request.set_layers(std::min<uint32_t>(kv_.geometry.num_layers, 4));
+  request.set_repeats(3);
+  SpanRecorder::Scope span(&spans_, "gpu_calibration", next_step_);
+  WS_ASSIGN_OR_RETURN(internal::GpuPathProbeResponse response,
+                      gpu_worker_->ProbeGpuPath(request, absl::Seconds(120)));
+  std::vector<CostSample> points;
+  for (const internal::GpuPathProbePoint& point : response.points()) {
+    points.push_back({static_cast<double>(point.tokens()), point.ns_per_layer()});
+  }
+  RooflineParams fitted;
+  {
+    std::lock_guard<std::mutex> lock(*placement_mutex_);
+    WS_RETURN_IF_ERROR(scheduler_->CalibrateGpu(points));
+    fitted = scheduler_->estimates();
+  }
+  std::string table;
+  for (const CostSample& point : points) {
+    absl::StrAppend(&table, table.empty() ? "" : ", ", point.tokens, " tokens ",
+                    absl::StrFormat("%.3f", point.ns / 1e6), " ms");
+  }
+  WS_LOG(INFO) << "GPU path calibrated in " << absl::StrFormat("%.0f", response.ms())
+               << " ms: B = " << absl::StrFormat("%.3f", fitted.gpu_ns_per_token)
+               << " ns/token, c_G = " << absl::StrFormat("%.1f", fitted.gpu_fixed_ns / 1e3)
+               << " us per layer (" << table << ")";
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++gpu_calibration_.count;
+  gpu_calibration_.last_ms = response.ms();
+  gpu_calibration_.ns_per_token = fitted.gpu_ns_per_token;
+  gpu_calibration_.fixed_ns = fitted.gpu_fixed_ns;
+  return absl::OkStatus();
+}
+
+Engine::GpuCalibration Engine::gpu_calibration() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return gpu_calibration_;
+}
+
 Engine::SchedulerCheck Engine::scheduler_check() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return check_;
@@ -415,6 +479,21 @@ void Engine::Loop() {
       Admit();
     }
     if (running_.empty()) continue;
+    bool recalibrate = false;
+    {
+      std::lock_guard<std::mutex> lock(*placement_mutex_);
+      recalibrate = scheduler_->RecalibrationDue();
+    }
+    if (recalibrate) {
+      // Under the load of the moment (a competing tenant slows the DMA too). A failure is
+      // logged and the old lines kept; the period restarts either way.
+      absl::Status calibrated = CalibrateGpuPath();
+      if (!calibrated.ok()) {
+        WS_LOG(WARNING) << "re-measuring the GPU path: " << calibrated;
+        std::lock_guard<std::mutex> lock(*placement_mutex_);
+        scheduler_->SkipRecalibration();
+      }
+    }
     absl::Status status = RunOneStep();
     if (!status.ok()) {
       WS_LOG(WARNING) << "step failed: " << status;

@@ -60,6 +60,12 @@ class StepWorker {
                                                        absl::Duration timeout) = 0;
   // Cancels step `step_id`, also when its call has not started yet.
   virtual void CancelStep(uint64_t step_id) = 0;
+  // The gpu_worker's timing of its decode attention path (worker.proto); UNIMPLEMENTED by
+  // default (a worker without one).
+  virtual absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
+      const internal::GpuPathProbeRequest& request, absl::Duration timeout) {
+    return absl::UnimplementedError("no GPU attention path to probe");
+  }
 };
 
 struct EngineOptions {
@@ -150,6 +156,24 @@ class Engine {
   void ReleaseExternal(uint64_t blocks, uint32_t sequences);
 
   void set_serving(bool serving) { serving_.store(serving); }
+  // The scheduler's calibration of the GPU path (issue 7: "B calibrated at start-up with the
+  // runtime's own fixed-shape DMA, re-measured periodically"): the gpu_worker streams and
+  // attends 1/8, 1/4, 1/2 and all of a fixed number of GPU-transfer blocks per layer
+  // (ProbeGpuPath: at most one ping-pong buffer, the transfer region, 256 MiB and 128K
+  // tokens per layer), and Scheduler::CalibrateGpu fits its lines through those points.
+  // The coordinator calls
+  // it once the workers have loaded, before serving; the engine again every
+  // recalibration_period_steps decode steps (Scheduler::RecalibrationDue), between steps.
+  // FAILED_PRECONDITION, nothing changed, for a transfer region too small to probe (< 2
+  // blocks); the worker's error otherwise. While the engine runs, from its thread only.
+  absl::Status CalibrateGpuPath();
+  struct GpuCalibration {
+    uint64_t count = 0;        // calibrations done
+    double last_ms = 0;        // the last probe's wall time
+    double ns_per_token = 0;   // its fitted B and c_G, per layer
+    double fixed_ns = 0;
+  };
+  GpuCalibration gpu_calibration() const;
   // Where routed experts run, per step (after the workers loaded: their load responses
   // carry the rates). Until set, always the cpu_worker.
   void set_expert_placement(const ExpertPlacement& placement);
@@ -251,6 +275,7 @@ class Engine {
   std::deque<StepRecord> records_;  // guarded by mutex_
   std::atomic<uint64_t> next_bench_round_{1};
   std::optional<ExpertPlacement> experts_;  // guarded by placement_mutex_
+  GpuCalibration gpu_calibration_;          // guarded by mutex_
   std::thread thread_;
 };
 

@@ -138,8 +138,13 @@ LinearCostEstimator::LinearCostEstimator(const EstimatorOptions& options) : opti
   WS_CHECK(valid.ok()) << valid;
 }
 
-absl::Status LinearCostEstimator::Calibrate(absl::Span<const CostSample> points) {
+absl::Status LinearCostEstimator::Calibrate(absl::Span<const CostSample> points,
+                                            double weight_samples) {
   if (points.empty()) return absl::InvalidArgumentError("calibration needs points, got none");
+  if (!(weight_samples >= 0.0) || !std::isfinite(weight_samples)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration weight ", weight_samples, " must be finite and >= 0"));
+  }
   double min_tokens = std::numeric_limits<double>::infinity();
   double max_tokens = -min_tokens;
   for (size_t i = 0; i < points.size(); ++i) {
@@ -175,8 +180,10 @@ absl::Status LinearCostEstimator::Calibrate(absl::Span<const CostSample> points)
   const double intercept = mean_y - slope * mean_x;
   intercept_prior_ = std::max(intercept, 0.0);
 
-  // The probe becomes a full history's worth of weight, spread over its points.
-  const double weight = 1.0 / options_.ema_weight / static_cast<double>(points.size());
+  // The probe becomes `weight_samples` samples' worth of weight (by default a full
+  // history), spread over its points.
+  const double weight = (weight_samples > 0.0 ? weight_samples : 1.0 / options_.ema_weight) /
+                        static_cast<double>(points.size());
   sum_w_ = sum_x_ = sum_xx_ = sum_y_ = sum_xy_ = 0.0;
   for (const CostSample& p : points) {
     sum_w_ += weight;
@@ -294,6 +301,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("deadband = ", options.deadband, " must be in [0, 1)"));
   }
+  if (!(options.target_tokens_decay > 0.0 && options.target_tokens_decay <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "target_tokens_decay = ", options.target_tokens_decay, " must be in (0, 1]"));
+  }
   if (options.hold_updates < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("hold_updates = ", options.hold_updates, " must be >= 1"));
@@ -320,6 +331,12 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
   if (!(options.rest_batch_tolerance >= 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rest_batch_tolerance = ", options.rest_batch_tolerance, " must be >= 0"));
+  }
+  if (!(options.split_calibration_samples > 0.0) ||
+      !std::isfinite(options.split_calibration_samples)) {
+    return absl::InvalidArgumentError(absl::StrCat("split_calibration_samples = ",
+                                                   options.split_calibration_samples,
+                                                   " must be finite and > 0"));
   }
   return absl::OkStatus();
 }
@@ -360,7 +377,7 @@ Scheduler::Scheduler(const PolicySpec& policy, const SchedulerOptions& options)
       optimal_(std::numeric_limits<double>::quiet_NaN()) {}
 
 absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
-  const absl::Status status = gpu_.Calibrate(points);
+  const absl::Status status = gpu_.Calibrate(points, options_.split_calibration_samples);
   if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("GPU path: ", status.message()));
   // The probe runs the GPU path alone: it is the GPU-only line's measurement too. The next
   // samples count their steps from now (the calibration is not an old sample to decay).
@@ -460,8 +477,8 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   // exploration measures it.
   const auto rest = [](double value) { return std::isnan(value) ? 0.0 : value; };
   decision.split_ns = PredictStep(params, split_share, tokens).step_ns + rest(rest_split_);
-  // Without a start-up probe the GPU-only line is unknown until a GPU-only step (the
-  // exploration below runs one at once).
+  // Without a calibration (the probe failed) the GPU-only line is unknown until a GPU-only
+  // step (the exploration below runs one at once).
   if (gpu_only_.ready()) decision.gpu_only_ns = gpu_only_.Predict(tokens) + rest(rest_gpu_only_);
   // r* = 0 makes the split the GPU-only mode under the split's (contended) line.
   bool split = split_share > 0.0 && !(decision.gpu_only_ns < decision.split_ns);
@@ -509,7 +526,9 @@ RooflineParams Scheduler::estimates() const {
 double Scheduler::UpdateTarget(uint64_t host_tokens) {
   if (!policy_.adaptive()) return target_;
   if (!estimates_ready()) return target_;
-  optimal_ = OptimalCpuShare(estimates(), static_cast<double>(host_tokens));
+  target_tokens_ = std::max(static_cast<double>(host_tokens),
+                            target_tokens_ * (1.0 - options_.target_tokens_decay));
+  optimal_ = OptimalCpuShare(estimates(), target_tokens_);
   const double wanted =
       std::clamp(optimal_, options_.probe_share, 1.0 - options_.probe_share);
   if (!target_from_estimates_) {

@@ -138,9 +138,12 @@ class LinearCostEstimator {
   // so slope and intercept are both identified. The fitted intercept becomes
   // the prior; the points enter the running sums with the weight of a full
   // history (1 / ema_weight samples), so later samples take over at the usual
-  // rate. INVALID_ARGUMENT (nothing changed) for no points, a negative /
-  // non-finite point, or fewer than two distinct token counts.
-  absl::Status Calibrate(absl::Span<const CostSample> points);
+  // rate. `weight_samples` > 0 gives the points that many samples' weight instead (a
+  // probe of a path run in other conditions than its steps: a starting point and the
+  // intercept's prior, soon taken over by the samples). INVALID_ARGUMENT (nothing changed)
+  // for no points, a negative / non-finite point, fewer than two distinct token counts,
+  // or a negative / non-finite weight.
+  absl::Status Calibrate(absl::Span<const CostSample> points, double weight_samples = 0.0);
 
   // Adds one step's measurement. Returns false, changing nothing but the
   // outlier window, for an invalid sample (negative or non-finite) or an
@@ -207,8 +210,8 @@ struct StepSample {
 //             least the probe share)
 //   GPU-only: the GPU streams every host token, the CPU attends none;
 //             B₀·L + c_G₀ + rest_gpu_only, with B₀, c_G₀ measured on GPU-only steps (and
-//             by CalibrateGpu, which runs the GPU path alone; the coordinator runs no
-//             start-up probe yet, so the explorations learn it)
+//             by CalibrateGpu: the gpu_worker's probe of the GPU path alone, at start-up
+//             and every recalibration_period_steps steps, Engine::CalibrateGpuPath)
 //
 // and takes the cheaper. Now and then it runs the other mode, so that both stay measured
 // (a CPU that was loaded is seen to be free again): each decision earns explore_cost_share
@@ -240,6 +243,14 @@ struct SchedulerOptions {
   // jumps to r*.
   double deadband = 0.02;
   int hold_updates = 6;
+  // The batch r* is computed for. Placement is long-lived (a placed block serves every later
+  // step of its sequence), and r* at a small L is dominated by the fixed costs (it sits at a
+  // clamp), so a few steps of a partial batch — sequences finishing and the next ones
+  // being admitted — would swing the target, and the blocks placed then would keep that
+  // swing for their whole life. UpdateTarget uses the larger of the step's host tokens and
+  // their recent peak, which decays by this fraction per update (a batch that really
+  // shrinks is followed within ~ln(ratio) / decay updates). In (0, 1]; 1: the step's own.
+  double target_tokens_decay = 1.0 / 32;
   // Adaptive policies keep the target in [probe_share, 1 − probe_share]: a path that gets
   // no tokens is never measured, so a share of 0 chosen while the CPU was loaded would
   // stay 0 after the load ends. This small share keeps both estimates current. In [0, 0.25].
@@ -247,6 +258,8 @@ struct SchedulerOptions {
   // Steps between re-measurements of B under contention (RecalibrationDue); 0:
   // never.
   uint64_t recalibration_period_steps = 2000;
+  // The GPU probe's weight in the split's GPU line (CalibrateGpu), in samples. > 0.
+  double split_calibration_samples = 2.0;
   // ChooseDecodeReads (writescope): the share of the predicted step time spent, on average,
   // running the mode the prediction did not pick (ReadDecision). In [0, 1]; 0: a mode is
   // run by choice only once it has been measured (it is then not re-measured).
@@ -283,12 +296,18 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
 
   // The start-up / periodic probes (see LinearCostEstimator::Calibrate). A GPU
-  // calibration restarts the RecalibrationDue period.
+  // calibration restarts the RecalibrationDue period. The GPU probe runs the GPU path alone,
+  // as a GPU-only step does: it replaces the GPU-only line's fit with a full history's
+  // weight. The split's GPU line runs beside the CPU's attention, which shares host memory
+  // with its DMA, so the probe is only its starting point there (split_calibration_samples
+  // samples' weight) and fixes its intercept's prior.
   absl::Status CalibrateGpu(absl::Span<const CostSample> points);
   absl::Status CalibrateCpu(absl::Span<const CostSample> points);
   // Whether recalibration_period_steps steps have passed since the last GPU
   // calibration.
   bool RecalibrationDue() const;
+  // A due re-measurement could not run (the worker failed it): the next is a period away.
+  void SkipRecalibration() { last_gpu_calibration_step_ = steps_; }
 
   // One step's timings. Every policy estimates (the bench reports the bound for
   // all); only the adaptive ones act on it. A step where the CPU attended host tokens
@@ -309,15 +328,18 @@ class Scheduler {
                                  uint32_t sequences);
 
   // Recomputes the target for a batch of `host_tokens` host-resident tokens and
-  // returns it: the fixed share of a fixed policy; for an adaptive one r*, kept
+  // returns it: the fixed share of a fixed policy; for an adaptive one r* (at the larger of
+  // `host_tokens` and their decaying peak: target_tokens_decay), kept
   // within [probe_share, 1 − probe_share], through the hysteresis (the first r*
   // after the estimators become ready is taken at once). A monolithic policy charges MonolithicResplitBytes for
   // every change (TakeResplitBytes).
   double UpdateTarget(uint64_t host_tokens);
 
   double target_cpu_share() const { return target_; }
-  // The latest unfiltered r* (NaN before the estimators are ready).
+  // The latest unfiltered r* (NaN before the estimators are ready), at target_tokens().
   double optimal_cpu_share() const { return optimal_; }
+  // The host tokens the latest UpdateTarget computed r* for.
+  double target_tokens() const { return target_tokens_; }
   bool estimates_ready() const { return cpu_.ready() && gpu_.ready(); }
   RooflineParams estimates() const;
   RooflineBound Bound(uint64_t host_tokens) const {
@@ -364,6 +386,7 @@ class Scheduler {
   double target_;
   double optimal_;
   bool target_from_estimates_ = false;
+  double target_tokens_ = 0.0;  // the decaying peak of UpdateTarget's host tokens
   int pending_side_ = 0;  // −1 / +1: the side r* has been on; 0: inside the deadband
   int pending_count_ = 0;
   uint64_t steps_ = 0;

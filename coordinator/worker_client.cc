@@ -105,6 +105,19 @@ absl::StatusOr<internal::KvPatternResponse> WorkerClient::KvPattern(
   return response;
 }
 
+absl::StatusOr<internal::GpuPathProbeResponse> WorkerClient::ProbeGpuPath(
+    const internal::GpuPathProbeRequest& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::GpuPathProbeResponse response;
+  grpc::Status status = worker_->ProbeGpuPath(&context, request, &response);
+  if (!status.ok()) {
+    absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat(name_, " ProbeGpuPath: ", error.message()));
+  }
+  return response;
+}
+
 absl::StatusOr<internal::StepResult> WorkerClient::RunStep(const internal::StepPlan& plan,
                                                           absl::Duration timeout) {
   grpc::ClientContext context;

@@ -207,6 +207,12 @@ int Info() {
                 static_cast<unsigned long long>(region.blocks_used()),
                 static_cast<unsigned long long>(region.blocks_total()));
   }
+  if (info.has_gpu_calibration()) {
+    const auto& calibration = info.gpu_calibration();
+    std::printf("GPU path (probe %llu, %.0f ms): B %.3f ns/token, c_G %.1f us per layer\n",
+                static_cast<unsigned long long>(calibration.count()), calibration.probe_ms(),
+                calibration.ns_per_token(), calibration.fixed_us());
+  }
   std::printf("requests running %u  waiting %u\n", info.requests_running(), info.requests_waiting());
   for (const auto& worker : info.workers()) {
     std::printf("  %-11s %-22s %-11s %s\n", worker.name().c_str(), worker.address().c_str(),

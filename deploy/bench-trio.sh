@@ -51,4 +51,7 @@ start_trio() {
   fi
   # shellcheck disable=SC1090
   source "$ready"
+  # The scheduler's start-up calibration of the GPU path (before serving), for the log.
+  grep -h "GPU path calibrated" "${WS_LOG_DIR:-/nonexistent}"/*.log 2>/dev/null | tail -1 |
+    sed "s/^.*\] /$who: $policy: /" || true
 }

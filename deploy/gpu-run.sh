@@ -40,6 +40,7 @@ head -2 "$dest/MANIFEST" >&2
 [[ $1 == "--unpack-only" ]] && exit 0
 # The test fixtures of the working tree this runs in (the bundle was built elsewhere).
 [[ -d tests/fixtures ]] && export WS_FIXTURES_DIR="${WS_FIXTURES_DIR:-$PWD/tests/fixtures}"
+[[ -d tests/fuzz ]] && export WS_FUZZ_DIR="${WS_FUZZ_DIR:-$PWD/tests/fuzz}"
 if [[ $1 != "--all-tests" ]]; then
   exec "$dest/run.sh" "$@"
 fi

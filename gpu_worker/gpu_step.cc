@@ -344,6 +344,95 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   return result;
 }
 
+absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
+    const internal::GpuPathProbeRequest& request) {
+  const auto start = Clock::now();
+  const KvCacheConfig& config = kv_cache_->config();
+  const KvGeometry& g = config.geometry;
+  const uint64_t bt = g.block_tokens;
+  const uint64_t slots = config.region_slots(KvRegion::kGpuTransfer);
+  if (request.tokens().empty()) return absl::InvalidArgumentError("probe: no sizes");
+  if (request.sequences() < 1 || request.sequences() > config.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("probe: sequences = ", request.sequences(),
+                                                   " must be in [1, ", config.max_sequences,
+                                                   "]"));
+  }
+  if (request.repeats() < 1 || request.repeats() > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe: repeats = ", request.repeats(), " must be in [1, 100]"));
+  }
+  for (int i = 0; i < request.tokens_size(); ++i) {
+    const uint64_t blocks = (request.tokens(i) + bt - 1) / bt;
+    if (blocks == 0 || blocks > slots || blocks > config.pingpong_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "probe point ", i, ": ", request.tokens(i), " tokens make ", blocks,
+          " blocks; it needs 1 to min(", slots, " transfer-region slots, ",
+          config.pingpong_blocks, " ping-pong blocks)"));
+    }
+  }
+  const uint32_t layers = request.layers() == 0 ? g.num_layers
+                                                : std::min(request.layers(), g.num_layers);
+  // No spans: the probe is not a step of the profile.
+  SpanRecorder* const spans = options_.spans;
+  options_.spans = nullptr;
+  kv_cache_->set_time_rounds(false);
+  absl::StatusOr<internal::GpuPathProbeResponse> response =
+      [&]() -> absl::StatusOr<internal::GpuPathProbeResponse> {
+    internal::GpuPathProbeResponse out;
+    for (const uint64_t tokens : request.tokens()) {
+      const uint64_t blocks = (tokens + bt - 1) / bt;
+      const uint32_t sequences =
+          static_cast<uint32_t>(std::min<uint64_t>(request.sequences(), blocks));
+      Step step;
+      StepLayout& layout = step.layout;
+      layout.total_tokens = sequences;
+      layout.transfer_host_tokens = blocks * bt;
+      std::vector<StepSequence> batch;
+      uint32_t next_slot = 0;
+      for (uint32_t i = 0; i < sequences; ++i) {
+        const uint64_t n = blocks / sequences + (i < blocks % sequences ? 1 : 0);
+        StepSequenceLayout s;
+        s.seq_id = i;
+        s.window_slot = i;
+        s.position = n * bt;
+        s.num_tokens = 1;
+        s.token_offset = i;
+        for (uint64_t j = 0; j < n; ++j) {
+          s.transfer_blocks.push_back({next_slot, j * bt});
+          s.blocks.push_back({KvRegion::kGpuTransfer, next_slot++});
+        }
+        batch.push_back({s.window_slot, 0, s.blocks, false});
+        layout.sequences.push_back(std::move(s));
+      }
+      WS_ASSIGN_OR_RETURN(step.transfer, BuildTransferPlan(config, batch));
+      step.chunks = static_cast<uint32_t>(step.transfer.chunks.size());
+      // Small made-up queries (the values do not change the work).
+      PinnedArray<float>& q = Sized(scratch_->q, int64_t{sequences} * ops_->q_values());
+      for (size_t k = 0; k < q.size(); ++k) q.data()[k] = 0.01f * static_cast<float>(k % 7);
+      PinnedArray<float>& attn = Sized(scratch_->attn, int64_t{sequences} * ops_->attn_values());
+      std::vector<double> per_layer_ns;
+      for (uint32_t run = 0; run <= request.repeats(); ++run) {  // run 0: the warm-up
+        step.attention_ms = 0;
+        WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
+        for (uint32_t layer = 0; layer < layers; ++layer) {
+          WS_RETURN_IF_ERROR(Attention(step, layer, q, &attn));
+        }
+        // The rounds prefetched for the layers not run end here too.
+        WS_RETURN_IF_ERROR(device_->SynchronizeAll());
+        if (run > 0) per_layer_ns.push_back(step.attention_ms * 1e6 / layers);
+      }
+      std::sort(per_layer_ns.begin(), per_layer_ns.end());
+      internal::GpuPathProbePoint* point = out.add_points();
+      point->set_tokens(blocks * bt);
+      point->set_ns_per_layer(per_layer_ns[per_layer_ns.size() / 2]);
+    }
+    return out;
+  }();
+  options_.spans = spans;
+  if (response.ok()) response->set_ms(MillisSince(start));
+  return response;
+}
+
 void GpuStep::RecordDmaSpans(const Step& step) {
   const std::vector<std::pair<int, int>>& markers = kv_cache_->round_markers();
   for (uint32_t round = 0; round < markers.size(); ++round) {

@@ -77,6 +77,17 @@ class GpuStep {
   ~GpuStep();
 
   absl::StatusOr<internal::StepResult> Run(const internal::StepPlan& plan);
+  // Times the decode attention path alone (worker.proto's ProbeGpuPath): per point, what a
+  // decode step reports as attention_ms per layer (the ping-pong transfer of the point's
+  // blocks, and the GPU attention over them and one D-window token per sequence) when
+  // blocks [0, n) of the GPU-transfer region are spread over `sequences` decode sequences
+  // (window slots [0, sequences)), over the first `layers` layers back to back: `repeats`
+  // times after a warm-up, the median. Reads only (the queries are made up; nothing is sent
+  // to the cpu_worker). INVALID_ARGUMENT, naming the point, for a size of no block or one
+  // beyond the transfer region or a ping-pong buffer; for no sizes, sequences outside
+  // [1, max_sequences] or repeats outside [1, 100]. Between steps (not thread-safe).
+  absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
+      const internal::GpuPathProbeRequest& request);
   // The channels were re-formatted (the cpu_worker was relaunched): use these.
   void set_data_plane(DataPlane data_plane) { data_plane_ = data_plane; }
 

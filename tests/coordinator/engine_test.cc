@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/model/tiny_models.h"
@@ -78,8 +79,30 @@ class FakeWorker final : public StepWorker {
     return result;
   }
   void CancelStep(uint64_t) override {}
+  // The GPU path's probe: time = probe_ns_per_token_ · tokens + 50 µs (a GPU fake only).
+  absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
+      const internal::GpuPathProbeRequest& request, absl::Duration) override {
+    if (!gpu_) return absl::UnimplementedError("not a gpu_worker");
+    probes_.fetch_add(1);
+    if (probe_fails_.load()) return absl::InternalError("injected probe failure");
+    std::lock_guard<std::mutex> lock(probe_mutex_);
+    last_probe_ = request;
+    internal::GpuPathProbeResponse response;
+    for (const uint64_t tokens : request.tokens()) {
+      internal::GpuPathProbePoint* point = response.add_points();
+      point->set_tokens(tokens);
+      point->set_ns_per_layer(probe_ns_per_token_ * static_cast<double>(tokens) + 50000);
+    }
+    response.set_ms(1.5);
+    return response;
+  }
 
   std::atomic<bool> fail_next_{false};
+  std::atomic<uint64_t> probes_{0};
+  std::atomic<bool> probe_fails_{false};
+  double probe_ns_per_token_ = 3.0;
+  std::mutex probe_mutex_;
+  internal::GpuPathProbeRequest last_probe_;  // guarded by probe_mutex_
   std::atomic<uint64_t> steps_{0};
   // The attention time it reports per host token it attends and layer.
   std::atomic<double> ns_per_token_{1.0};
@@ -401,6 +424,65 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   request.set_context_tokens(uint64_t{1} << 40);
   EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The GPU path's calibration (issue 7): the probe's sizes come from the KV config, its line
+// becomes the scheduler's GPU lines, and the engine probes again every
+// recalibration_period_steps decode steps, between steps; a failing probe is skipped (the
+// engine serves on, and does not retry at every step).
+TEST_F(EngineTest, CalibratesTheGpuPathAtStartAndPeriodically) {
+  engine_->Stop();
+  SchedulerOptions options;
+  options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
+  options.num_layers = kv_.geometry.num_layers;
+  options.recalibration_period_steps = 5;
+  scheduler_ = *Scheduler::Create("writescope", options);
+  engine_ = std::make_unique<Engine>(EngineOptions{}, model_, kv_, &placement_mutex_,
+                                     placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get());
+  engine_->set_serving(true);
+  EXPECT_EQ(engine_->gpu_calibration().count, 0u);
+  WS_ASSERT_OK(engine_->CalibrateGpuPath());
+  {
+    std::lock_guard<std::mutex> lock(gpu_->probe_mutex_);
+    // 1/8, 1/4, 1/2 and all of the 40 transfer-region blocks (the ping-pong buffers are
+    // larger), 16 tokens each.
+    EXPECT_THAT(gpu_->last_probe_.tokens(), ::testing::ElementsAre(80, 160, 320, 640));
+    EXPECT_EQ(gpu_->last_probe_.sequences(), kv_.max_sequences);
+    EXPECT_EQ(gpu_->last_probe_.layers(), std::min<uint32_t>(kv_.geometry.num_layers, 4));
+    EXPECT_EQ(gpu_->last_probe_.repeats(), 3u);
+  }
+  Engine::GpuCalibration calibration = engine_->gpu_calibration();
+  EXPECT_EQ(calibration.count, 1u);
+  EXPECT_NEAR(calibration.ns_per_token, 3.0, 1e-9);
+  EXPECT_NEAR(calibration.fixed_ns, 50000, 1e-6);
+  EXPECT_DOUBLE_EQ(calibration.last_ms, 1.5);
+  {
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    EXPECT_NEAR(scheduler_->gpu_only_estimator().slope(), 3.0, 1e-9);
+    EXPECT_TRUE(scheduler_->gpu_estimator().ready());
+  }
+  engine_->Start();
+  // 40 decode steps: a re-measurement after every 5 (the probes count both).
+  auto stream = engine_->Submit(Request({1, 2, 3}, 41), absl::InfiniteFuture());
+  WS_ASSERT_OK(stream.status());
+  WS_EXPECT_OK(Drain(**stream).status);
+  calibration = engine_->gpu_calibration();
+  EXPECT_GE(calibration.count, 1u + 40 / 5 - 1);
+  EXPECT_LE(calibration.count, 1u + 40 / 5);
+  // Failing probes: the requests are served, and the probe is tried once per period.
+  gpu_->probe_fails_.store(true);
+  const uint64_t probes_before = gpu_->probes_.load();
+  auto failing = engine_->Submit(Request({1, 2, 3}, 41), absl::InfiniteFuture());
+  WS_ASSERT_OK(failing.status());
+  const Outcome outcome = Drain(**failing);
+  WS_EXPECT_OK(outcome.status);
+  EXPECT_EQ(outcome.tokens.size(), 41u);
+  EXPECT_EQ(engine_->gpu_calibration().count, calibration.count);
+  EXPECT_GE(gpu_->probes_.load() - probes_before, 40u / 5 - 1);
+  EXPECT_LE(gpu_->probes_.load() - probes_before, 40u / 5 + 1);
+  // An engine whose gpu_worker has no probe (UNIMPLEMENTED) says so.
+  EXPECT_EQ(cpu_->ProbeGpuPath({}, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

@@ -222,7 +222,31 @@ TEST(EstimatorTest, CalibrationRejectsWhatCannotIdentifyTheLine) {
   EXPECT_THAT(one_size.message(), HasSubstr("two distinct token counts"));
   const CostSample negative[] = {{.tokens = 1, .ns = 10}, {.tokens = 2, .ns = -1}};
   EXPECT_THAT(estimator.Calibrate(negative).message(), HasSubstr("calibration point 1"));
+  const CostSample good[] = {{.tokens = 1, .ns = 10}, {.tokens = 2, .ns = 20}};
+  EXPECT_THAT(estimator.Calibrate(good, -1).message(), HasSubstr("calibration weight -1"));
+  EXPECT_FALSE(estimator.Calibrate(good, kNaN).ok());
   EXPECT_FALSE(estimator.ready());  // nothing changed
+}
+
+// A calibration of a few samples' weight is a starting point: the next sample at another
+// slope moves the line in proportion (weight 2 against 1: a third of the way), where a full
+// history's (1 / ema_weight = 20 samples) hardly moves.
+TEST(EstimatorTest, ACalibrationWeighsWhatItIsGiven) {
+  const CostSample probe[] = {{.tokens = 1000, .ns = 1000 * 50 + 10000},
+                              {.tokens = 3000, .ns = 3000 * 50 + 10000}};
+  const CostSample sample{.tokens = 2000, .ns = 2000 * 80 + 10000};  // slope 80 there
+  LinearCostEstimator light({.ema_weight = 0.05});
+  WS_ASSERT_OK(light.Calibrate(probe, 2.0));
+  EXPECT_NEAR(light.slope(), 50, 1e-9);
+  EXPECT_NEAR(light.intercept(), 10000, 1e-6);
+  ASSERT_TRUE(light.Observe(sample));
+  // The prediction at 2000 tokens: (2 · 110000 · (1 − 0.05) + 1 · 170000) / (2 · 0.95 + 1).
+  const double expected = (2 * 0.95 * 110000 + 170000) / (2 * 0.95 + 1);
+  EXPECT_NEAR(light.Predict(2000), expected, expected * 0.01);
+  LinearCostEstimator heavy({.ema_weight = 0.05});
+  WS_ASSERT_OK(heavy.Calibrate(probe));
+  ASSERT_TRUE(heavy.Observe(sample));
+  EXPECT_LT(heavy.Predict(2000), 110000 + 0.06 * 60000);
 }
 
 TEST(EstimatorTest, IgnoresOutliersAndInvalidSamples) {
@@ -459,6 +483,39 @@ TEST(SchedulerTest, RecalibrationIsDuePeriodically) {
   WS_ASSERT_OK(s.CalibrateGpu(probe));
   EXPECT_FALSE(s.RecalibrationDue());
   EXPECT_THAT(s.CalibrateGpu({}).message(), HasSubstr("GPU path: "));
+  // A re-measurement that could not run: due again a period later, not at every step.
+  for (int i = 0; i < 3; ++i) s.ObserveStep({});
+  ASSERT_TRUE(s.RecalibrationDue());
+  s.SkipRecalibration();
+  EXPECT_FALSE(s.RecalibrationDue());
+  for (int i = 0; i < 3; ++i) s.ObserveStep({});
+  EXPECT_TRUE(s.RecalibrationDue());
+}
+
+// The probe runs the GPU path alone: the GPU-only line takes it with a full history's
+// weight, the split's GPU line (which runs beside the CPU's attention) as a starting point
+// of split_calibration_samples samples that its own samples soon outweigh.
+TEST(SchedulerTest, TheGpuProbeSeedsTheGpuOnlyLineFullyAndTheSplitLineLightly) {
+  SchedulerOptions options;
+  options.split_calibration_samples = 2.0;
+  auto scheduler = *Scheduler::Create("writescope", options);
+  const CostSample probe[] = {{.tokens = 1000, .ns = 1000 * 50 + 10000},
+                              {.tokens = 4000, .ns = 4000 * 50 + 10000}};
+  WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
+  EXPECT_TRUE(scheduler->gpu_only_estimator().ready());
+  EXPECT_TRUE(scheduler->gpu_estimator().ready());
+  EXPECT_NEAR(scheduler->gpu_only_estimator().slope(), 50, 1e-9);
+  EXPECT_NEAR(scheduler->gpu_estimator().slope(), 50, 1e-9);
+  // Split steps whose GPU path streams at 70 ns/token (the CPU's attention shares the
+  // memory): a few move the split's line most of the way; the GPU-only line stays.
+  for (int i = 0; i < 4; ++i) {
+    scheduler->ObserveStep({.cpu = {1000, 100000}, .gpu = {3000, 3000 * 70 + 10000}});
+  }
+  EXPECT_GT(scheduler->gpu_estimator().Predict(3000), 0.85 * (3000 * 70 + 10000));
+  EXPECT_NEAR(scheduler->gpu_only_estimator().Predict(3000), 3000 * 50 + 10000, 1e-6);
+  // A GPU-only step at 60 ns/token hardly moves the GPU-only line (a full history's weight).
+  scheduler->ObserveStep({.cpu = {}, .gpu = {3000, 3000 * 60 + 10000}});
+  EXPECT_LT(scheduler->gpu_only_estimator().Predict(3000), 3000 * 50 + 10000 + 0.1 * 30000);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -512,6 +569,62 @@ TEST(SchedulerTest, TheProbeShareBringsTheTargetBackAfterALoad) {
   bad.probe_share = 0.3;
   EXPECT_EQ(Scheduler::Create("writescope", bad).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Rounds of a full batch with a few partial-batch steps between them (sequences finishing,
+// the next ones admitted), as the bench's rounds and request turnover make: r* at the small
+// L of those steps sits at a clamp (the fixed costs dominate). The target follows the
+// batch's peak, so the dips do not move it (with target_tokens_decay = 1, the step's own L,
+// they did: the swing of run 36); a batch that really shrinks is followed after a while.
+TEST(SchedulerTest, PartialBatchStepsBetweenRoundsDoNotSwingTheTarget) {
+  // c_C well above c_G: at small L the CPU's fixed cost sends r* to 0.
+  const RooflineParams truth{.cpu_ns_per_token = 100, .gpu_ns_per_token = 120,
+                             .cpu_fixed_ns = 900000, .gpu_fixed_ns = 100000};
+  constexpr double kFull = 500000, kPartial = 5000;
+  ASSERT_GT(OptimalCpuShare(truth, kFull), 0.4);
+  ASSERT_EQ(OptimalCpuShare(truth, kPartial), 0.0);
+  for (const double decay : {1.0, 1.0 / 32}) {
+    SCOPED_TRACE(decay);
+    SchedulerOptions options;
+    options.target_tokens_decay = decay;
+    auto scheduler = *Scheduler::Create("writescope", options);
+    const CostSample cpu_probe[] = {{10000, 100 * 10000 + 900000}, {50000, 100 * 50000 + 900000}};
+    const CostSample gpu_probe[] = {{10000, 120 * 10000 + 100000}, {50000, 120 * 50000 + 100000}};
+    WS_ASSERT_OK(scheduler->CalibrateCpu(cpu_probe));
+    WS_ASSERT_OK(scheduler->CalibrateGpu(gpu_probe));
+    auto step = [&](double tokens) {
+      const double cpu = std::round(scheduler->target_cpu_share() * tokens);
+      const double gpu = tokens - cpu;
+      scheduler->ObserveStep({.cpu = {cpu, truth.cpu_ns_per_token * cpu + truth.cpu_fixed_ns},
+                              .gpu = {gpu, truth.gpu_ns_per_token * gpu + truth.gpu_fixed_ns}});
+      scheduler->UpdateTarget(static_cast<uint64_t>(tokens));
+    };
+    for (int i = 0; i < 20; ++i) step(kFull);
+    const double settled = scheduler->target_cpu_share();
+    EXPECT_NEAR(settled, OptimalCpuShare(truth, kFull), 0.03);
+    double lowest = settled;
+    for (int round = 0; round < 10; ++round) {
+      for (int i = 0; i < 7; ++i) step(kPartial);  // between rounds
+      lowest = std::min(lowest, scheduler->target_cpu_share());
+      for (int i = 0; i < 7; ++i) step(kFull);
+    }
+    if (decay == 1.0) {
+      EXPECT_EQ(lowest, options.probe_share);  // the swing
+    } else {
+      EXPECT_NEAR(lowest, settled, 0.03);
+      // A batch that stays small: the target follows once the peak has decayed to where r*
+      // meets the clamp (~7000 tokens: ln(500000 / 7000) / ln(32 / 31) ≈ 134 updates) and
+      // the hysteresis has held.
+      for (int i = 0; i < 170; ++i) step(kPartial);
+      EXPECT_LT(scheduler->target_cpu_share(), 0.05);
+    }
+  }
+  SchedulerOptions bad;
+  for (const double decay : {0.0, 1.5, kNaN}) {
+    bad.target_tokens_decay = decay;
+    EXPECT_THAT(Scheduler::Create("writescope", bad).status().message(),
+                HasSubstr("target_tokens_decay"));
+  }
 }
 
 TEST(SteerBlockTest, MovesTheBatchShareTowardTheTargetAndRespectsFreeSlots) {
@@ -1120,6 +1233,12 @@ TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
               HasSubstr("explore periods"));
   options.min_explore_period_steps = 0;
   EXPECT_FALSE(Scheduler::Create("writescope", options).ok());
+  options.min_explore_period_steps = 4;
+  for (const double weight : {0.0, -1.0, kNaN, std::numeric_limits<double>::infinity()}) {
+    options.split_calibration_samples = weight;
+    EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
+                HasSubstr("split_calibration_samples"));
+  }
 }
 
 }  // namespace

@@ -59,6 +59,10 @@ if start_trio; then
   "$BIN/wscope" info --target="$WS_TARGET" >"$WORK/info" 2>&1
   grep -q "data plane round trip" "$WORK/info" && pass "data-plane round trip reported" \
     || fail "server info lacks the data-plane round trip: $(cat "$WORK/info")"
+  # The scheduler's start-up calibration of the GPU path (the gpu_worker's probe).
+  grep -Eq "GPU path \(probe 1, [0-9]+ ms\): B [0-9.]+ ns/token, c_G [0-9.]+ us per layer" "$WORK/info" \
+    && pass "GPU path calibrated at start-up" \
+    || fail "server info lacks the GPU path calibration: $(cat "$WORK/info")"
   # The KV paths through the three processes: the gpu_worker writes a known pattern into
   # blocks of both regions, the cpu_worker verifies its blocks in place in the arena, the
   # gpu_worker verifies the rest through the ping-pong transfer and the D-window.

@@ -1,0 +1,168 @@
+// The gpu_worker's probe of its decode attention path (ProbeGpuPath, the scheduler's
+// calibration of B and c_G), on the host device with the tiny fixtures: one point per size
+// rounded up to whole blocks, positive times, nothing written to the KV regions, the
+// request's errors. (That steps still run right after a probe: the trio probes at start-up,
+// and tests/e2e/generate_test.py checks the generations that follow.)
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/data_plane.h"
+#include "common/kv_config.h"
+#include "common/kv_spec.h"
+#include "common/shm_arena.h"
+#include "common/worker_model.h"
+#include "gmock/gmock.h"
+#include "gpu_worker/device.h"
+#include "gpu_worker/gpu_worker.h"
+#include "gtest/gtest.h"
+#include "tests/common/test_util.h"
+
+namespace writescope::gpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint32_t kBlockTokens = 16;
+
+// The fixtures of the source tree, or of the working tree a GPU bundle runs in
+// (deploy/gpu-run.sh exports WS_FIXTURES_DIR).
+std::string FixturesDir() {
+  if (const char* dir = std::getenv("WS_FIXTURES_DIR")) return dir;
+  return WS_FIXTURES_DIR;
+}
+
+class GpuPathProbeTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ModelSource source;
+    source.model_path = absl::StrCat(FixturesDir(), "/", GetParam());
+    if (!std::filesystem::exists(source.model_path + "/config.json")) {
+      GTEST_SKIP() << "no fixture at " << source.model_path;
+    }
+    absl::StatusOr<ModelConfig> model = LoadModelConfig(source);
+    ASSERT_TRUE(model.ok()) << model.status();
+    KvCacheConfig kv;
+    kv.geometry = model->kv_geometry(kBlockTokens);
+    kv.window_tokens = 2 * kBlockTokens;
+    kv.max_sequences = 4;
+    kv.cpu_compute_bytes = 8 * kv.geometry.block_bytes();
+    kv.gpu_transfer_bytes = 40 * kv.geometry.block_bytes();
+    kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 24 * kv.geometry.layer_block_bytes();
+    absl::StatusOr<KvCacheConfig> resolved = ResolveKvCacheConfig(kv);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    kv_ = *resolved;
+    const std::string name = absl::StrCat("/ws-probe-test-", getpid(), "-", GetParam());
+    absl::StatusOr<std::unique_ptr<ShmArena>> arena =
+        ShmArena::Create(name, ArenaRegions(kv_.arena_sizes()));
+    ASSERT_TRUE(arena.ok()) << arena.status();
+    arena_ = *std::move(arena);
+    ASSERT_TRUE(CreateDataPlane(*arena_).ok());
+    // Known bytes in the transfer region, to see that the probe only reads it.
+    absl::Span<std::byte> transfer = *arena_->Region(kGpuTransferRegion);
+    for (uint64_t i = 0; i < transfer.size(); ++i) {
+      transfer[i] = static_cast<std::byte>((i * 131 + 7) % 251);
+    }
+    worker_ = std::make_unique<GpuWorker>(CreateHostDevice());
+    internal::LoadRequest load;
+    load.mutable_arena()->set_name(name);
+    load.mutable_arena()->set_bytes(arena_->size());
+    *load.mutable_kv() = ToKvSpec(kv_);
+    ToLoadRequest(source, &load);
+    load.set_vram_budget_bytes(uint64_t{4} << 30);
+    absl::StatusOr<internal::LoadResponse> loaded = worker_->Load(load);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+  }
+
+  void TearDown() override {
+    if (worker_ != nullptr) worker_->Stop();
+  }
+
+  bool TransferRegionUnchanged() const {
+    const absl::Span<std::byte> transfer = *arena_->Region(kGpuTransferRegion);
+    for (uint64_t i = 0; i < transfer.size(); ++i) {
+      if (transfer[i] != static_cast<std::byte>((i * 131 + 7) % 251)) return false;
+    }
+    return true;
+  }
+
+  internal::GpuPathProbeRequest Request(std::vector<uint64_t> tokens) const {
+    internal::GpuPathProbeRequest request;
+    for (uint64_t t : tokens) request.add_tokens(t);
+    request.set_sequences(3);
+    request.set_layers(0);
+    request.set_repeats(2);
+    return request;
+  }
+
+  KvCacheConfig kv_;
+  std::unique_ptr<ShmArena> arena_;
+  std::unique_ptr<GpuWorker> worker_;
+};
+
+TEST_P(GpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
+  ASSERT_EQ(kv_.region_slots(KvRegion::kGpuTransfer), 40u);
+  ASSERT_EQ(kv_.pingpong_blocks, 24u);
+  // 1 token is one block; 33 tokens three; 24 blocks fill a ping-pong buffer; one sequence
+  // of more blocks than the others (7 blocks over 3 sequences).
+  const absl::StatusOr<internal::GpuPathProbeResponse> response =
+      worker_->ProbeGpuPath(Request({1, 33, 7 * kBlockTokens, 24 * kBlockTokens}));
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_EQ(response->points_size(), 4);
+  const uint64_t expected[] = {kBlockTokens, 3 * kBlockTokens, 7 * kBlockTokens,
+                               24 * kBlockTokens};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(response->points(i).tokens(), expected[i]);
+    EXPECT_GT(response->points(i).ns_per_layer(), 0.0);
+  }
+  EXPECT_GT(response->ms(), 0.0);
+  EXPECT_TRUE(TransferRegionUnchanged());
+  // Some layers only, one sequence.
+  internal::GpuPathProbeRequest few = Request({2 * kBlockTokens});
+  few.set_layers(1);
+  few.set_sequences(1);
+  few.set_repeats(1);
+  const absl::StatusOr<internal::GpuPathProbeResponse> one = worker_->ProbeGpuPath(few);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->points_size(), 1);
+}
+
+TEST_P(GpuPathProbeTest, BadRequestsNameWhatIsWrong) {
+  EXPECT_THAT(worker_->ProbeGpuPath(Request({})).status().message(), HasSubstr("no sizes"));
+  EXPECT_THAT(worker_->ProbeGpuPath(Request({0})).status().message(),
+              HasSubstr("probe point 0: 0 tokens make 0 blocks"));
+  // Beyond a ping-pong buffer (24 blocks), and beyond the region (40).
+  EXPECT_THAT(worker_->ProbeGpuPath(Request({16, 25 * kBlockTokens})).status().message(),
+              HasSubstr("probe point 1"));
+  EXPECT_THAT(worker_->ProbeGpuPath(Request({41 * kBlockTokens})).status().message(),
+              HasSubstr("40 transfer-region slots, 24 ping-pong blocks"));
+  internal::GpuPathProbeRequest request = Request({16});
+  request.set_sequences(0);
+  EXPECT_THAT(worker_->ProbeGpuPath(request).status().message(), HasSubstr("sequences = 0"));
+  request.set_sequences(5);  // max_sequences is 4
+  EXPECT_THAT(worker_->ProbeGpuPath(request).status().message(), HasSubstr("sequences = 5"));
+  request.set_sequences(1);
+  request.set_repeats(0);
+  EXPECT_THAT(worker_->ProbeGpuPath(request).status().message(), HasSubstr("repeats = 0"));
+  for (const internal::GpuPathProbeRequest& bad : {Request({}), Request({0})}) {
+    EXPECT_EQ(worker_->ProbeGpuPath(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(TransferRegionUnchanged());
+}
+
+TEST(GpuPathProbeUnloadedTest, RefusedBeforeLoad) {
+  GpuWorker worker(CreateHostDevice());
+  EXPECT_EQ(worker.ProbeGpuPath({}).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPathProbeTest,
+                         ::testing::Values("qwen3_moe", "deepseek_v2", "mixtral"));
+
+}  // namespace
+}  // namespace writescope::gpu

@@ -6,8 +6,12 @@
 namespace writescope::kernels {
 
 // Rows are independent: a long prefill chunk's states (tokens x heads rows) merge in
-// parallel; small ones (decode) stay on the calling thread.
-constexpr int64_t kParallelValues = int64_t{1} << 16;
+// parallel; decode-sized ones stay on the calling thread. The gpu_worker merges while the
+// cpu_worker's threads hold every other core (its attention, its experts): a parallel
+// region there waits for cores the scheduler hands out a time slice at a time, ms instead
+// of the µs the work takes (a decode step of DeepSeek-V2-Lite at batch 16, 16 heads x 512
+// values per row, is 131072 values per merge). 1M values (4 MiB of o) is a prefill chunk.
+constexpr int64_t kParallelValues = int64_t{1} << 20;
 
 void SetEmptyState(AttentionStateView state, int64_t rows, int32_t head_dim) {
 #pragma omp parallel for schedule(static) if (rows * head_dim > kParallelValues)

@@ -392,6 +392,10 @@ void Engine::ReleaseExternal(uint64_t blocks, uint32_t sequences) {
   work_.notify_all();
 }
 
+// The probe takes well under a second on the H200 (155–300 ms); a gpu_worker that does not
+// answer in this long holds the engine thread no longer.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(30);
+
 absl::Status Engine::CalibrateGpuPath() {
   // The largest point: one ping-pong buffer (one round per layer, as most decode steps
   // run), within the transfer region, 256 MiB and 128K tokens per layer (the line is
@@ -422,7 +426,7 @@ absl::Status Engine::CalibrateGpuPath() {
   request.set_repeats(3);
   SpanRecorder::Scope span(&spans_, "gpu_calibration", next_step_);
   WS_ASSIGN_OR_RETURN(internal::GpuPathProbeResponse response,
-                      gpu_worker_->ProbeGpuPath(request, absl::Seconds(120)));
+                      gpu_worker_->ProbeGpuPath(request, kProbeTimeout));
   std::vector<CostSample> points;
   for (const internal::GpuPathProbePoint& point : response.points()) {
     points.push_back({static_cast<double>(point.tokens()), point.ns_per_layer()});

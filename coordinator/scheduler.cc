@@ -382,6 +382,10 @@ absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
   // The probe runs the GPU path alone: it is the GPU-only line's measurement too. The next
   // samples count their steps from now (the calibration is not an old sample to decay).
   WS_CHECK(gpu_only_.Calibrate(points).ok());
+  // The GPU-only rest was measured against the old line: measure that mode again soon (the
+  // probe runs the layers back to back, with nothing for the next layer's transfer to
+  // overlap, so its line sits above what steps report; the rest absorbs the difference).
+  if (!std::isnan(rest_gpu_only_) && guessed_rest_mode_ == 0) guessed_rest_mode_ = 2;
   gpu_sample_step_ = gpu_only_sample_step_ = steps_;
   last_gpu_calibration_step_ = steps_;
   return absl::OkStatus();
@@ -415,10 +419,22 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       double& rest = split ? rest_split_ : rest_gpu_only_;
       double& other = split ? rest_gpu_only_ : rest_split_;
       const double value = sample.step_ns - predicted;
+      const int mode = split ? 1 : 2;
       if (rest_stale_ && !std::isnan(rest)) {
-        // A new batch size: the new level for this mode, the same difference to the other.
-        if (!std::isnan(other)) other += value - rest;
+        // A new batch size: the new level for this mode, the same difference to the other
+        // until the other is measured at this batch too (the next decision explores it).
+        // A rest that was itself a guess moves nothing: the other keeps its (older) value
+        // and becomes the guess.
+        if (!std::isnan(other)) {
+          if (guessed_rest_mode_ != mode) other += value - rest;
+          guessed_rest_mode_ = 3 - mode;
+        } else {
+          guessed_rest_mode_ = 0;
+        }
         rest = value;
+      } else if (guessed_rest_mode_ == mode) {
+        rest = value;  // the first measurement of this mode at the new batch
+        guessed_rest_mode_ = 0;
       } else {
         rest = std::isnan(rest) ? value : rest + options_.rest_ema_weight * (value - rest);
       }
@@ -496,7 +512,12 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
                    decisions_since_explore_ >= options_.min_explore_period_steps &&
                    (explore_credit_ns_ >= extra_ns ||
                     decisions_since_explore_ >= options_.max_explore_period_steps);
-  if (std::isnan(unmeasured) || std::isnan(other_ns) || due) {
+  // After a batch change the other mode's rest is a guess (re-levelled along with this
+  // one's): measure it now, once, rather than at the next credit.
+  const bool guessed = options_.explore_cost_share > 0.0 &&
+                       decisions_since_explore_ >= options_.min_explore_period_steps &&
+                       guessed_rest_mode_ == (split ? 2 : 1);
+  if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guessed) {
     decision.explore = true;
     split = !split;
     explore_credit_ns_ = 0.0;

@@ -323,7 +323,11 @@ class Scheduler {
   // `sequences`: the step's decode sequences. The rest of a step grows with them (experts,
   // sampling), so for a batch more than rest_batch_tolerance away from the one the rests
   // were measured at, the next step's measurement replaces its mode's rest and moves the
-  // other's by as much (their difference is kept).
+  // other's by as much (their difference is kept), and the next decision at least
+  // min_explore_period_steps after the last exploration explores the other mode (when
+  // exploring is on), whose measurement then replaces its rest: what the
+  // split costs beyond its model changes with the batch, so a difference carried over from
+  // another batch would stand until the next exploration credit.
   ReadDecision ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
                                  uint32_t sequences);
 
@@ -380,6 +384,9 @@ class Scheduler {
   double explore_chosen_ns_ = 0.0;
   uint32_t rest_batch_ = 0;  // the decode sequences the rests were measured with
   bool rest_stale_ = false;  // the batch changed: the next rest sample replaces, not mixes
+  // After a re-level: the mode whose rest was only moved along (0: none, 1: split, 2:
+  // GPU-only). The next decision explores it, and its sample replaces that rest.
+  int guessed_rest_mode_ = 0;
   double explore_credit_ns_ = 0.0;
   uint32_t decisions_since_explore_ = 0;
   int64_t read_decisions_ = 0;

@@ -362,7 +362,7 @@ absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
         absl::StrCat("probe: repeats = ", request.repeats(), " must be in [1, 100]"));
   }
   for (int i = 0; i < request.tokens_size(); ++i) {
-    const uint64_t blocks = (request.tokens(i) + bt - 1) / bt;
+    const uint64_t blocks = request.tokens(i) / bt + (request.tokens(i) % bt != 0 ? 1 : 0);
     if (blocks == 0 || blocks > slots || blocks > config.pingpong_blocks) {
       return absl::InvalidArgumentError(absl::StrCat(
           "probe point ", i, ": ", request.tokens(i), " tokens make ", blocks,
@@ -380,7 +380,7 @@ absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
       [&]() -> absl::StatusOr<internal::GpuPathProbeResponse> {
     internal::GpuPathProbeResponse out;
     for (const uint64_t tokens : request.tokens()) {
-      const uint64_t blocks = (tokens + bt - 1) / bt;
+      const uint64_t blocks = tokens / bt + (tokens % bt != 0 ? 1 : 0);
       const uint32_t sequences =
           static_cast<uint32_t>(std::min<uint64_t>(request.sequences(), blocks));
       Step step;
@@ -429,7 +429,15 @@ absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
     return out;
   }();
   options_.spans = spans;
-  if (response.ok()) response->set_ms(MillisSince(start));
+  // The plan the rounds came from is gone: no round of it is left to ready. On a failure,
+  // what was queued finishes before the scratch buffers can be reused or resized.
+  kv_cache_->EndTransfer();
+  if (!response.ok()) {
+    const absl::Status synced = device_->SynchronizeAll();
+    if (!synced.ok()) WS_LOG(WARNING) << "after a failed probe: " << synced;
+    return response;
+  }
+  response->set_ms(MillisSince(start));
   return response;
 }
 

@@ -148,6 +148,14 @@ class KvCache {
   // attention), so that the copies run ahead as far as the two buffers allow, across layers
   // too (the next layer's first rounds stream during this layer's experts).
   absl::Status PrefetchAfterAttention();
+  // Forgets the plan (which may not outlive this call): ReadyRound and the prefetches need a
+  // BeginTransfer again. For a caller that stops before the plan's last round (the probe
+  // of the GPU path); copies already queued are not waited for.
+  void EndTransfer() {
+    plan_ = nullptr;
+    next_round_ = 0;
+    issued_round_ = -1;
+  }
 
   // With timing on, every round's copies are bracketed by device markers
   // (Device::RecordMarker): round_markers()[round] = {before, after}, -1 when the round

@@ -1211,6 +1211,96 @@ TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {
   EXPECT_NEAR(scheduler->rest_split_ns() - scheduler->rest_gpu_only_ns(), difference, 1e3);
 }
 
+// A batch change re-levels both rests from one measurement of the chosen mode, then the
+// next decision measures the other mode once: here the split's rest grows by 6 ms more than
+// the GPU-only one's at the new batch, so carrying the old difference over would keep the
+// split (the worse mode) until the next credit; the measurement turns the choice at once.
+// Without exploring (explore_cost_share = 0) nothing is forced.
+TEST(DecodeReadsTest, AfterABatchChangeTheOtherModeIsMeasuredAtOnce) {
+  for (const double share : {0.01, 0.0}) {
+    SCOPED_TRACE(share);
+    SchedulerOptions options;
+    options.explore_cost_share = share;
+    auto scheduler = *Scheduler::Create("writescope", options);
+    ReadWorld world;
+    for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
+      scheduler->ObserveStep(world.Run(0.4, tokens));
+    }
+    auto step = [&](const ReadWorld& w, uint32_t sequences) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, sequences);
+      scheduler->ObserveStep(w.Run(d.cpu_share, 200000));
+      return d;
+    };
+    for (int i = 0; i < 30; ++i) step(world, 16);
+    ASSERT_FALSE(std::isnan(scheduler->rest_gpu_only_ns()));
+    // The split is the cheaper mode at 16 sequences.
+    ASSERT_GT(step(world, 16).cpu_share, 0.0);
+    ReadWorld bigger = world;
+    bigger.rest_split_ns += 9e6;
+    bigger.rest_gpu_only_ns += 3e6;
+    const ReadDecision first = step(bigger, 32);  // the split, re-levelling both rests
+    ASSERT_GT(first.cpu_share, 0.0);
+    // At 32 sequences GPU-only is the cheaper mode (27.4 against 27.5 ms per layer).
+    ASSERT_LT(bigger.Run(0.0, 200000).step_ns, bigger.Run(first.cpu_share, 200000).step_ns);
+    const ReadDecision second = step(bigger, 32);
+    if (share > 0.0) {
+      EXPECT_TRUE(second.explore);
+      EXPECT_EQ(second.cpu_share, 0.0);
+      EXPECT_NEAR(scheduler->rest_gpu_only_ns() - scheduler->rest_split_ns(),
+                  bigger.rest_gpu_only_ns - bigger.rest_split_ns, 0.5e6);
+      // From now on the cheaper mode at 32 sequences.
+      const ReadDecision third = step(bigger, 32);
+      EXPECT_FALSE(third.explore);
+      EXPECT_EQ(third.cpu_share, 0.0);
+    } else {
+      EXPECT_FALSE(second.explore);
+    }
+  }
+}
+
+// A batch that changes at every step (1 <-> 2 sequences: past the tolerance each time) does
+// not turn every other step into an exploration: the forced measurement keeps the minimum
+// period. And a GPU calibration, which replaces the line the GPU-only rest was measured
+// against, has that mode measured again.
+TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
+  SchedulerOptions options;
+  options.min_explore_period_steps = 4;
+  auto scheduler = *Scheduler::Create("writescope", options);
+  ReadWorld world;
+  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
+    scheduler->ObserveStep(world.Run(0.4, tokens));
+  }
+  int explorations = 0;
+  int since = 100;
+  for (int i = 0; i < 200; ++i) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 1 + i % 2);
+    scheduler->ObserveStep(world.Run(d.cpu_share, 200000));
+    if (d.explore) {
+      ++explorations;
+      if (i > 10) EXPECT_GE(since, 4) << "decision " << i;
+      since = 1;
+    } else {
+      ++since;
+    }
+  }
+  EXPECT_LE(explorations, 200 / 4 + 2);
+  // Settled on the split at one batch; a calibration of the GPU path: GPU-only is measured
+  // within the minimum period.
+  for (int i = 0; i < 60; ++i) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 16);
+    scheduler->ObserveStep(world.Run(d.cpu_share, 200000));
+  }
+  const CostSample probe[] = {{50000, 120 * 50000 + 30000}, {200000, 120 * 200000 + 30000}};
+  WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
+  bool measured = false;
+  for (int i = 0; i < 5 && !measured; ++i) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 16);
+    scheduler->ObserveStep(world.Run(d.cpu_share, 200000));
+    measured = d.explore && d.cpu_share == 0.0;
+  }
+  EXPECT_TRUE(measured);
+}
+
 TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
   SchedulerOptions options;
   options.rest_ema_weight = 0;

@@ -1,8 +1,10 @@
 // The gpu_worker's probe of its decode attention path (ProbeGpuPath, the scheduler's
 // calibration of B and c_G), on the host device with the tiny fixtures: one point per size
 // rounded up to whole blocks, positive times, nothing written to the KV regions, the
-// request's errors. (That steps still run right after a probe: the trio probes at start-up,
-// and tests/e2e/generate_test.py checks the generations that follow.)
+// request's errors, and that the KV paths read right after a probe that stopped before the
+// last layer (the transfer protocol starts afresh). The trio probes at start-up too, and
+// tests/e2e/generate_test.py checks the generations that follow (the fixtures have 2–3
+// layers, so that probe runs them all).
 #include <unistd.h>
 
 #include <cstdlib>
@@ -154,6 +156,38 @@ TEST_P(GpuPathProbeTest, BadRequestsNameWhatIsWrong) {
     EXPECT_EQ(worker_->ProbeGpuPath(bad).status().code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_TRUE(TransferRegionUnchanged());
+}
+
+// A known pattern written through the prefill path into transfer blocks and a D-window,
+// then a probe of one layer (its transfer plan abandoned after the first layer's rounds),
+// then the gpu_worker reads the pattern back through a fresh transfer plan: no mismatch.
+TEST_P(GpuPathProbeTest, TheKvPathsReadRightAfterAPartialProbe) {
+  internal::KvPatternRequest write;
+  write.set_mode(internal::KvPatternRequest::WRITE);
+  for (uint32_t s = 0; s < 2; ++s) {
+    internal::KvPatternSequence* sequence = write.add_sequences();
+    sequence->set_seq_id(100 + s);
+    sequence->set_window_slot(s);
+    sequence->set_window_tokens(5);
+    for (uint32_t b = 0; b < 3; ++b) {
+      internal::BlockRef* block = sequence->add_blocks();
+      block->set_region(internal::REGION_GPU_TRANSFER);
+      block->set_slot(30 + 3 * s + b);  // apart from the probe's first slots
+    }
+  }
+  const absl::StatusOr<internal::KvPatternResponse> written = worker_->KvPattern(write);
+  ASSERT_TRUE(written.ok()) << written.status();
+  internal::GpuPathProbeRequest probe = Request({8 * kBlockTokens, 20 * kBlockTokens});
+  probe.set_layers(1);
+  ASSERT_GT(kv_.geometry.num_layers, 1u);
+  const absl::StatusOr<internal::GpuPathProbeResponse> probed = worker_->ProbeGpuPath(probe);
+  ASSERT_TRUE(probed.ok()) << probed.status();
+  internal::KvPatternRequest verify = write;
+  verify.set_mode(internal::KvPatternRequest::VERIFY);
+  const absl::StatusOr<internal::KvPatternResponse> checked = worker_->KvPattern(verify);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  EXPECT_GT(checked->values_checked(), 0u);
+  EXPECT_EQ(checked->mismatches(), 0u) << checked->first_mismatch();
 }
 
 TEST(GpuPathProbeUnloadedTest, RefusedBeforeLoad) {

@@ -512,8 +512,9 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
                    decisions_since_explore_ >= options_.min_explore_period_steps &&
                    (explore_credit_ns_ >= extra_ns ||
                     decisions_since_explore_ >= options_.max_explore_period_steps);
-  // After a batch change the other mode's rest is a guess (re-levelled along with this
-  // one's): measure it now, once, rather than at the next credit.
+  // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
+  // it once, at the first decision the minimum period allows, rather than at the next
+  // credit.
   const bool guessed = options_.explore_cost_share > 0.0 &&
                        decisions_since_explore_ >= options_.min_explore_period_steps &&
                        guessed_rest_mode_ == (split ? 2 : 1);

@@ -8,14 +8,18 @@
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
 #       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 8]
-#       [--out DIR] [--bin DIR] [--device cuda|host] [-- EXTRA_COORDINATOR_FLAGS...]
+#       [--repeats 1] [--out DIR] [--bin DIR] [--device cuda|host] [-- EXTRA_COORDINATOR_FLAGS...]
 #
+# --repeats N runs the policies round-robin N times, a fresh trio each time: trios of one
+# build on one machine differ (their CPU experts by up to 2.3x on the H200 microVM), so
+# repeats interleaved in time separate the policies from the trios; bench_report.py averages
+# a point's rows.
 # Host KV regions are sized so that either one can hold the largest point whole (the single-
 # path policies put everything in one region); the GPU KV budget is the coordinator's default
 # (2 GiB, 0.3 GiB for MLA), the VRAM budget 32 GiB.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic"
+ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" REPEATS=1
 BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=8 OUT_DIR="${OUT:-.}"
 BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=()
 while [[ $# -gt 0 ]]; do
@@ -27,14 +31,19 @@ while [[ $# -gt 0 ]]; do
     --contexts) CONTEXTS="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --warmup) WARMUP="$2"; shift 2 ;;
+    --repeats) REPEATS="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+if ! [[ $REPEATS =~ ^[1-9][0-9]*$ ]]; then
+  echo "bench-grid.sh: --repeats must be a positive integer, not '$REPEATS'" >&2
+  exit 2
+fi
 # shellcheck source=deploy/bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 kv_bytes=$(kv_bytes_of "$ARCH")
@@ -46,10 +55,13 @@ region_mib=$(((tokens * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/bench-$ARCH.csv"
 echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, policies: $POLICIES"
-for policy in $POLICIES; do
-  start_trio bench-grid "$policy" "$region_mib" --max_sequences="$max_batch" ${EXTRA[@]+"${EXTRA[@]}"}
-  "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
-    --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" || true
-  stop_trio
+for repeat in $(seq "$REPEATS"); do
+  if [[ $REPEATS -gt 1 ]]; then echo "bench-grid: repeat $repeat of $REPEATS"; fi
+  for policy in $POLICIES; do
+    start_trio bench-grid "$policy" "$region_mib" --max_sequences="$max_batch" ${EXTRA[@]+"${EXTRA[@]}"}
+    "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
+      --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" || true
+    stop_trio
+  done
 done
 echo "bench-grid: $csv"

@@ -23,6 +23,12 @@
      larger attention time - the CPU experts' time): what running the CPU path costs the step
      outside the per-layer model shows as writescope's or cpu-all's excess over transfer-all.
      With CSVs of later benches, writescope's placed CPU share and the share it attended.
+  5. per point and policy, the CPU experts' time: the same expert work under every policy, so
+     a spread between policies is the trios' (the machine's) or the CPU attention's effect
+     on the experts that follow it; the step times carry it either way.
+
+Rows repeated for one (policy, batch, context) (bench-grid.sh --repeats) are averaged, their
+p10-p90 ranges joined.
 
 Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
@@ -63,6 +69,34 @@ def load(path):
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
     return rows
+
+
+def merge_repeats(rows):
+    """One row per (policy, batch, context): the mean of every measured field over the rows
+    of that point (bench-grid.sh --repeats runs the policies round-robin, a fresh trio each
+    time; tokens/s: the harmonic mean, the throughput of all the repeats' work), with the
+    p10-p90 range widened to cover all of them, so that "~" also covers the spread between
+    trios; `repeats` counts the rows."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["policy"], r["batch"], r["context"])].append(r)
+    merged = []
+    for key, group in groups.items():
+        out = dict(group[0])
+        for field in ("step_ms", "gpu_attention_ms", "cpu_attention_ms", "expert_wait_ms",
+                      "cpu_expert_ms", "placed_cpu_share"):
+            out[field] = sum(g[field] for g in group) / len(group)
+        # Equal work per repeat: the throughput of all of it is the harmonic mean.
+        if all(g["tokens_per_s"] > 0 for g in group):
+            out["tokens_per_s"] = len(group) / sum(1 / g["tokens_per_s"] for g in group)
+        reads = [g["read_cpu_share"] for g in group if g["read_cpu_share"] is not None]
+        out["read_cpu_share"] = sum(reads) / len(reads) if reads else None
+        if all(g["p10"] is not None and g["p90"] is not None for g in group):
+            out["p10"] = min(g["p10"] for g in group)
+            out["p90"] = max(g["p90"] for g in group)
+        out["repeats"] = len(group)
+        merged.append(out)
+    return merged
 
 
 def cumulative_tokens_per_s(points, batch):
@@ -132,9 +166,14 @@ def main():
     rows = load(args.csv)
     if not rows:
         raise SystemExit(f"{args.csv}: no rows")
+    rows = merge_repeats(rows)
+    most = max(r["repeats"] for r in rows)
+    if most > 1:
+        print(f"Repeated points averaged (up to {most} rows each; the p10-p90 ranges cover "
+              "all of them).\n")
     by = defaultdict(dict)  # (policy, batch) -> {context: row}
     for r in rows:
-        by[(r["policy"], r["batch"])][r["context"]] = r  # the last row of a point wins
+        by[(r["policy"], r["batch"])][r["context"]] = r
     policies = sorted({p for p, _ in by}, key=lambda p: (p != "writescope", p))
     batches = sorted({b for _, b in by})
 
@@ -196,6 +235,15 @@ def main():
                     shares = (f" (attended {r['read_cpu_share']:.2f} of "
                               f"{r['placed_cpu_share']:.2f} placed)")
                 cells.append(f"{policy} {beyond:.2f}{shares}")
+            print(f"  batch {batch:3d} context {context:6d}: " + ", ".join(cells))
+
+    print("\nThe CPU experts (ms per step; the same expert work under every policy: a spread is "
+          "the trios' or the CPU attention's before them), per point:")
+    for batch in batches:
+        contexts = sorted({c for (p, b), points in by.items() if b == batch for c in points})
+        for context in contexts:
+            cells = [f"{policy} {by[(policy, batch)][context]['cpu_expert_ms']:.2f}"
+                     for policy in policies if context in by.get((policy, batch), {})]
             print(f"  batch {batch:3d} context {context:6d}: " + ", ".join(cells))
 
     if args.ceilings:

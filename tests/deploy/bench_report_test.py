@@ -47,6 +47,36 @@ checks = [
     ("transfer-all 2.00x," in text or "transfer-all 2.00x;" in text, "2K: outside the spread"),
 ]
 
+# Repeated points (bench-grid.sh --repeats): the rows of a point are averaged (tokens/s as
+# the harmonic mean: the throughput of all the repeats' work) and their p10-p90 ranges
+# joined. writescope at 8K: 20 and 40 ms (200 and 100 tokens/s: 133.3) against
+# transfer-all's 60 ms (66.7): 2.00x. At 2K writescope's repeats took 10 and 12 ms (ranges
+# 9.5-10.5 and 11.4-12.6, joined 9.5-12.6): cpu-all's 13 ms (12.35-13.65) overlaps only the
+# joined range.
+with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+    f.write(HEADER)
+    for step in (20, 40):
+        f.write(row("writescope", 4, 8192, step))
+    f.write(row("writescope", 4, 2048, 10))
+    f.write(row("writescope", 4, 2048, 12))
+    f.write(row("transfer-all", 4, 8192, 60))
+    f.write(row("transfer-all", 4, 2048, 20))
+    f.write(row("cpu-all", 4, 2048, 13))
+    path = f.name
+try:
+    repeated = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
+                               path, "--headline-from", "8192"], capture_output=True, text=True,
+                              check=True).stdout
+finally:
+    os.unlink(path)
+checks += [
+    ("Repeated points averaged (up to 2 rows each" in repeated, "repeats: announced"),
+    ("writescope / transfer-all   2.00x over 1 points" in repeated, "repeats: averaged"),
+    # 2K: 2 / (1/400 + 1/333.3) = 363.6 tokens/s against 307.7: 1.18x, within the noise.
+    ("cpu-all 1.18x~" in repeated, "repeats: the joined ranges overlap"),
+    ("The CPU experts (ms per step" in repeated, "repeats: the experts section"),
+]
+
 # The roofline bound from the ceilings, on numbers chosen to be round: 2048 KV bytes per
 # token at 2.048 GB/s either way is 1 us per token; 1256 tokens minus the 256-token window
 # is 1000 host tokens, so a layer's CPU-all and GPU-all attention are both 1 ms. The experts

@@ -989,6 +989,20 @@ ReadRun RunReads(Scheduler& scheduler, const ReadWorld& world, int steps, double
   return run;
 }
 
+// Both lines learned from split steps of four sizes (no start-up probe).
+void LearnLines(Scheduler& scheduler, const ReadWorld& world) {
+  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
+    scheduler.ObserveStep(world.Run(0.4, tokens));
+  }
+}
+
+// One decision and its step: 200000 host tokens, 80000 of them placed on the CPU side.
+ReadDecision ReadStep(Scheduler& scheduler, const ReadWorld& world, uint32_t sequences) {
+  const ReadDecision d = scheduler.ChooseDecodeReads(200000, 80000, sequences);
+  scheduler.ObserveStep(world.Run(d.cpu_share, 200000));
+  return d;
+}
+
 TEST(DecodeReadsTest, FixedPoliciesReadThePlacedShareInPlace) {
   for (const char* policy : {"transfer-all", "cpu-all", "static:0.3", "monolithic"}) {
     SCOPED_TRACE(policy);
@@ -1071,9 +1085,7 @@ TEST(DecodeReadsTest, PicksTheCheaperModeAndKeepsTheOtherMeasuredAtASmallCost) {
     ReadWorld world;
     world.rest_split_ns = c.rest_split_ns;
     // Learn the lines on a few placed splits at varied sizes, as a fresh server does.
-    for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
-      scheduler->ObserveStep(world.Run(0.4, tokens));
-    }
+    LearnLines(*scheduler, world);
     RunReads(*scheduler, world, 40, kTokens, kPlaced);  // converge
     const ReadRun run = RunReads(*scheduler, world, 400, kTokens, kPlaced);
     // Every step that did not explore ran the better mode.
@@ -1098,9 +1110,7 @@ TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
   constexpr double kPlaced = 80000;
   auto scheduler = *Scheduler::Create("writescope", {});
   ReadWorld world;
-  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
-    scheduler->ObserveStep(world.Run(0.4, tokens));
-  }
+  LearnLines(*scheduler, world);
   RunReads(*scheduler, world, 40, kTokens, kPlaced);
   ASSERT_DOUBLE_EQ(scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch).cpu_share, 0.4);
 
@@ -1140,9 +1150,7 @@ TEST(DecodeReadsTest, WholeSequencesKeepTheCpuMeasuredThroughALoad) {
   constexpr double kTokens = 200000;
   auto scheduler = *Scheduler::Create("writescope", {});
   ReadWorld world;
-  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
-    scheduler->ObserveStep(world.Run(0.4, tokens));
-  }
+  LearnLines(*scheduler, world);
   const std::vector<uint64_t> cpu_tokens(kSequences, kCpuPerSequence);
   // One step: the decision, the engine's subset, the world's timings. Returns the CPU share
   // attended and whether the step explored.
@@ -1182,13 +1190,9 @@ TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {
   options.explore_cost_share = 0;  // only the explorations that measure a new mode
   auto scheduler = *Scheduler::Create("writescope", options);
   ReadWorld world;
-  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
-    scheduler->ObserveStep(world.Run(0.4, tokens));
-  }
+  LearnLines(*scheduler, world);
   auto step = [&](const ReadWorld& w, uint32_t sequences) {
-    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, sequences);
-    scheduler->ObserveStep(w.Run(d.cpu_share, 200000));
-    return d;
+    return ReadStep(*scheduler, w, sequences);
   };
   // Without a start-up probe the first GPU-only step makes the GPU-only line, the next
   // ones measure the two rests.
@@ -1223,13 +1227,9 @@ TEST(DecodeReadsTest, AfterABatchChangeTheOtherModeIsMeasuredAtOnce) {
     options.explore_cost_share = share;
     auto scheduler = *Scheduler::Create("writescope", options);
     ReadWorld world;
-    for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
-      scheduler->ObserveStep(world.Run(0.4, tokens));
-    }
+    LearnLines(*scheduler, world);
     auto step = [&](const ReadWorld& w, uint32_t sequences) {
-      const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, sequences);
-      scheduler->ObserveStep(w.Run(d.cpu_share, 200000));
-      return d;
+      return ReadStep(*scheduler, w, sequences);
     };
     for (int i = 0; i < 30; ++i) step(world, 16);
     ASSERT_FALSE(std::isnan(scheduler->rest_gpu_only_ns()));
@@ -1267,9 +1267,7 @@ TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
   options.min_explore_period_steps = 4;
   auto scheduler = *Scheduler::Create("writescope", options);
   ReadWorld world;
-  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0}) {
-    scheduler->ObserveStep(world.Run(0.4, tokens));
-  }
+  LearnLines(*scheduler, world);
   int explorations = 0;
   int since = 100;
   for (int i = 0; i < 200; ++i) {

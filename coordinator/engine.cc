@@ -835,14 +835,10 @@ absl::Status Engine::RunOneStep() {
     sample.step_ns = MillisSince(step_start) * 1e6 / layers;
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     if (scheduler_->estimates_ready()) {
-      // What the lines predicted for this step, before they learn from it. A step the CPU
-      // sat out is the GPU-only line's (the split's GPU line is slower).
-      const LinearCostEstimator& gpu_line =
-          sample.cpu.tokens == 0 && scheduler_->gpu_only_estimator().ready()
-              ? scheduler_->gpu_only_estimator()
-              : scheduler_->gpu_estimator();
-      const double predicted_cpu = scheduler_->cpu_estimator().Predict(sample.cpu.tokens);
-      const double predicted_gpu = gpu_line.Predict(sample.gpu.tokens);
+      // What the lines predicted for this step, before they learn from it.
+      const StepPrediction predicted = scheduler_->PredictPaths(sample);
+      const double predicted_cpu = predicted.cpu_ns;
+      const double predicted_gpu = predicted.gpu_ns;
       std::lock_guard<std::mutex> counts_lock(mutex_);
       constexpr double kKeep = 31.0 / 32.0;
       auto mix = [&](double& mean, double value) {

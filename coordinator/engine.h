@@ -161,9 +161,9 @@ class Engine {
   // attends 1/8, 1/4, 1/2 and all of a fixed number of GPU-transfer blocks per layer
   // (ProbeGpuPath: at most one ping-pong buffer, the transfer region, 256 MiB and 128K
   // tokens per layer), and Scheduler::CalibrateGpu fits its lines through those points.
-  // The coordinator calls
-  // it once the workers have loaded, before serving; the engine again every
-  // recalibration_period_steps decode steps (Scheduler::RecalibrationDue), between steps.
+  // The coordinator calls it once the workers have loaded, before serving; the engine again
+  // every recalibration_period_steps decode steps (Scheduler::RecalibrationDue), between
+  // steps.
   // FAILED_PRECONDITION, nothing changed, for a transfer region too small to probe (< 2
   // blocks); the worker's error otherwise. While the engine runs, from its thread only.
   absl::Status CalibrateGpuPath();

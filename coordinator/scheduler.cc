@@ -403,6 +403,16 @@ bool Scheduler::RecalibrationDue() const {
          steps_ - last_gpu_calibration_step_ >= options_.recalibration_period_steps;
 }
 
+StepPrediction Scheduler::PredictPaths(const StepSample& sample) const {
+  const LinearCostEstimator& gpu_line =
+      sample.cpu.tokens == 0.0 && gpu_only_.ready() ? gpu_only_ : gpu_;
+  StepPrediction p;
+  p.cpu_ns = cpu_.Predict(sample.cpu.tokens);
+  p.gpu_ns = gpu_line.Predict(sample.gpu.tokens);
+  p.step_ns = std::max(p.cpu_ns, p.gpu_ns);
+  return p;
+}
+
 void Scheduler::ObserveStep(const StepSample& sample) {
   ++steps_;
   const bool split = sample.cpu.tokens > 0.0;
@@ -411,9 +421,9 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   if (sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
     double predicted = std::numeric_limits<double>::quiet_NaN();
     if (split && estimates_ready()) {
-      predicted = std::max(cpu_.Predict(sample.cpu.tokens), gpu_.Predict(sample.gpu.tokens));
+      predicted = PredictPaths(sample).step_ns;
     } else if (!split && gpu_only_.ready()) {
-      predicted = gpu_only_.Predict(sample.gpu.tokens);
+      predicted = PredictPaths(sample).gpu_ns;
     }
     if (std::isfinite(predicted)) {
       double& rest = split ? rest_split_ : rest_gpu_only_;
@@ -508,16 +518,14 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   }
   ++decisions_since_explore_;
   const double extra_ns = std::max(0.0, other_ns - chosen_ns);
-  const bool due = options_.explore_cost_share > 0.0 &&
-                   decisions_since_explore_ >= options_.min_explore_period_steps &&
-                   (explore_credit_ns_ >= extra_ns ||
-                    decisions_since_explore_ >= options_.max_explore_period_steps);
+  const bool may_explore = options_.explore_cost_share > 0.0 &&
+                           decisions_since_explore_ >= options_.min_explore_period_steps;
+  const bool due = may_explore && (explore_credit_ns_ >= extra_ns ||
+                                   decisions_since_explore_ >= options_.max_explore_period_steps);
   // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
   // it once, at the first decision the minimum period allows, rather than at the next
   // credit.
-  const bool guessed = options_.explore_cost_share > 0.0 &&
-                       decisions_since_explore_ >= options_.min_explore_period_steps &&
-                       guessed_rest_mode_ == (split ? 2 : 1);
+  const bool guessed = may_explore && guessed_rest_mode_ == (split ? 2 : 1);
   if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guessed) {
     decision.explore = true;
     split = !split;

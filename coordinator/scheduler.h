@@ -360,6 +360,10 @@ class Scheduler {
   const LinearCostEstimator& cpu_estimator() const { return cpu_; }
   const LinearCostEstimator& gpu_estimator() const { return gpu_; }
   const LinearCostEstimator& gpu_only_estimator() const { return gpu_only_; }
+  // What the lines predict for the paths of a step with `sample`'s tokens, before they learn
+  // from it: the CPU line, and the GPU-only line for a step the CPU sat out (once it is
+  // ready), else the split's GPU line. step_ns: the larger of the two.
+  StepPrediction PredictPaths(const StepSample& sample) const;
   // The rest EMAs per layer, ns (NaN until a step of that mode was measured).
   double rest_split_ns() const { return rest_split_; }
   double rest_gpu_only_ns() const { return rest_gpu_only_; }

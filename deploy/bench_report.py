@@ -218,33 +218,29 @@ def main():
     if not ratios:
         print("  (no points)")
 
-    print("\nBeyond attention and experts (ms per step: step - the larger attention time - the "
-          "CPU experts), per point:")
-    for batch in batches:
-        contexts = sorted({c for (p, b), points in by.items() if b == batch for c in points})
-        for context in contexts:
-            cells = []
-            for policy in policies:
-                r = by.get((policy, batch), {}).get(context)
-                if r is None:
-                    continue
-                beyond = (r["step_ms"] - max(r["gpu_attention_ms"], r["cpu_attention_ms"]) -
-                          r["cpu_expert_ms"])
-                shares = ""
-                if policy == "writescope" and r["read_cpu_share"] is not None:
-                    shares = (f" (attended {r['read_cpu_share']:.2f} of "
-                              f"{r['placed_cpu_share']:.2f} placed)")
-                cells.append(f"{policy} {beyond:.2f}{shares}")
-            print(f"  batch {batch:3d} context {context:6d}: " + ", ".join(cells))
+    def per_point(title, cell):
+        """One line per (batch, context): `cell(policy, row)` for every policy measured there."""
+        print(title)
+        for batch in batches:
+            contexts = sorted({c for (p, b), points in by.items() if b == batch for c in points})
+            for context in contexts:
+                cells = [cell(policy, by[(policy, batch)][context]) for policy in policies
+                         if context in by.get((policy, batch), {})]
+                print(f"  batch {batch:3d} context {context:6d}: " + ", ".join(cells))
 
-    print("\nThe CPU experts (ms per step; the same expert work under every policy: a spread is "
-          "the trios' or the CPU attention's before them), per point:")
-    for batch in batches:
-        contexts = sorted({c for (p, b), points in by.items() if b == batch for c in points})
-        for context in contexts:
-            cells = [f"{policy} {by[(policy, batch)][context]['cpu_expert_ms']:.2f}"
-                     for policy in policies if context in by.get((policy, batch), {})]
-            print(f"  batch {batch:3d} context {context:6d}: " + ", ".join(cells))
+    def beyond(policy, r):
+        attention = max(r["gpu_attention_ms"], r["cpu_attention_ms"])
+        excess = r["step_ms"] - attention - r["cpu_expert_ms"]
+        shares = ""
+        if policy == "writescope" and r["read_cpu_share"] is not None:
+            shares = f" (attended {r['read_cpu_share']:.2f} of {r['placed_cpu_share']:.2f} placed)"
+        return f"{policy} {excess:.2f}{shares}"
+
+    per_point("\nBeyond attention and experts (ms per step: step - the larger attention time - "
+              "the CPU experts), per point:", beyond)
+    per_point("\nThe CPU experts (ms per step; the same expert work under every policy: a spread "
+              "is the trios' or the CPU attention's before them), per point:",
+              lambda policy, r: f"{policy} {r['cpu_expert_ms']:.2f}")
 
     if args.ceilings:
         shape = SHAPES[args.ceilings]

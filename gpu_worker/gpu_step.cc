@@ -361,8 +361,10 @@ absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
     return absl::InvalidArgumentError(
         absl::StrCat("probe: repeats = ", request.repeats(), " must be in [1, 100]"));
   }
+  std::vector<uint64_t> point_blocks;  // each point's tokens in whole blocks
   for (int i = 0; i < request.tokens_size(); ++i) {
     const uint64_t blocks = request.tokens(i) / bt + (request.tokens(i) % bt != 0 ? 1 : 0);
+    point_blocks.push_back(blocks);
     if (blocks == 0 || blocks > slots || blocks > config.pingpong_blocks) {
       return absl::InvalidArgumentError(absl::StrCat(
           "probe point ", i, ": ", request.tokens(i), " tokens make ", blocks,
@@ -379,8 +381,7 @@ absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
   absl::StatusOr<internal::GpuPathProbeResponse> response =
       [&]() -> absl::StatusOr<internal::GpuPathProbeResponse> {
     internal::GpuPathProbeResponse out;
-    for (const uint64_t tokens : request.tokens()) {
-      const uint64_t blocks = tokens / bt + (tokens % bt != 0 ? 1 : 0);
+    for (const uint64_t blocks : point_blocks) {
       const uint32_t sequences =
           static_cast<uint32_t>(std::min<uint64_t>(request.sequences(), blocks));
       Step step;

@@ -1191,24 +1191,21 @@ TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {
   auto scheduler = *Scheduler::Create("writescope", options);
   ReadWorld world;
   LearnLines(*scheduler, world);
-  auto step = [&](const ReadWorld& w, uint32_t sequences) {
-    return ReadStep(*scheduler, w, sequences);
-  };
   // Without a start-up probe the first GPU-only step makes the GPU-only line, the next
   // ones measure the two rests.
-  for (int i = 0; i < 3; ++i) step(world, 16);
+  for (int i = 0; i < 3; ++i) ReadStep(*scheduler, world, 16);
   ASSERT_FALSE(std::isnan(scheduler->rest_split_ns()));
   ASSERT_FALSE(std::isnan(scheduler->rest_gpu_only_ns()));
-  for (int i = 0; i < 20; ++i) EXPECT_FALSE(step(world, 16).explore);
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(ReadStep(*scheduler, world, 16).explore);
   const double split_rest = scheduler->rest_split_ns();
   // 32 sequences: both rests 3 ms longer. One split step sets both.
   ReadWorld bigger = world;
   bigger.rest_split_ns += 3e6;
   bigger.rest_gpu_only_ns += 3e6;
-  EXPECT_FALSE(step(bigger, 19).explore);  // within 25 %: the EMA mixes
+  EXPECT_FALSE(ReadStep(*scheduler, bigger, 19).explore);  // within 25 %: the EMA mixes
   EXPECT_NEAR(scheduler->rest_split_ns(), split_rest + 0.25 * 3e6, 0.05e6);
   const double difference = scheduler->rest_split_ns() - scheduler->rest_gpu_only_ns();
-  const ReadDecision d = step(bigger, 32);
+  const ReadDecision d = ReadStep(*scheduler, bigger, 32);
   EXPECT_FALSE(d.explore);
   EXPECT_GT(d.cpu_share, 0);
   EXPECT_NEAR(scheduler->rest_split_ns(), split_rest + 3e6, 0.05e6);
@@ -1228,28 +1225,26 @@ TEST(DecodeReadsTest, AfterABatchChangeTheOtherModeIsMeasuredAtOnce) {
     auto scheduler = *Scheduler::Create("writescope", options);
     ReadWorld world;
     LearnLines(*scheduler, world);
-    auto step = [&](const ReadWorld& w, uint32_t sequences) {
-      return ReadStep(*scheduler, w, sequences);
-    };
-    for (int i = 0; i < 30; ++i) step(world, 16);
+    for (int i = 0; i < 30; ++i) ReadStep(*scheduler, world, 16);
     ASSERT_FALSE(std::isnan(scheduler->rest_gpu_only_ns()));
     // The split is the cheaper mode at 16 sequences.
-    ASSERT_GT(step(world, 16).cpu_share, 0.0);
+    ASSERT_GT(ReadStep(*scheduler, world, 16).cpu_share, 0.0);
     ReadWorld bigger = world;
     bigger.rest_split_ns += 9e6;
     bigger.rest_gpu_only_ns += 3e6;
-    const ReadDecision first = step(bigger, 32);  // the split, re-levelling both rests
+    // The split, re-levelling both rests.
+    const ReadDecision first = ReadStep(*scheduler, bigger, 32);
     ASSERT_GT(first.cpu_share, 0.0);
     // At 32 sequences GPU-only is the cheaper mode (27.4 against 27.5 ms per layer).
     ASSERT_LT(bigger.Run(0.0, 200000).step_ns, bigger.Run(first.cpu_share, 200000).step_ns);
-    const ReadDecision second = step(bigger, 32);
+    const ReadDecision second = ReadStep(*scheduler, bigger, 32);
     if (share > 0.0) {
       EXPECT_TRUE(second.explore);
       EXPECT_EQ(second.cpu_share, 0.0);
       EXPECT_NEAR(scheduler->rest_gpu_only_ns() - scheduler->rest_split_ns(),
                   bigger.rest_gpu_only_ns - bigger.rest_split_ns, 0.5e6);
       // From now on the cheaper mode at 32 sequences.
-      const ReadDecision third = step(bigger, 32);
+      const ReadDecision third = ReadStep(*scheduler, bigger, 32);
       EXPECT_FALSE(third.explore);
       EXPECT_EQ(third.cpu_share, 0.0);
     } else {
@@ -1271,8 +1266,7 @@ TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
   int explorations = 0;
   int since = 100;
   for (int i = 0; i < 200; ++i) {
-    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 1 + i % 2);
-    scheduler->ObserveStep(world.Run(d.cpu_share, 200000));
+    const ReadDecision d = ReadStep(*scheduler, world, 1 + i % 2);
     if (d.explore) {
       ++explorations;
       if (i > 10) EXPECT_GE(since, 4) << "decision " << i;
@@ -1284,16 +1278,12 @@ TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
   EXPECT_LE(explorations, 200 / 4 + 2);
   // Settled on the split at one batch; a calibration of the GPU path: GPU-only is measured
   // within the minimum period.
-  for (int i = 0; i < 60; ++i) {
-    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 16);
-    scheduler->ObserveStep(world.Run(d.cpu_share, 200000));
-  }
+  for (int i = 0; i < 60; ++i) ReadStep(*scheduler, world, 16);
   const CostSample probe[] = {{50000, 120 * 50000 + 30000}, {200000, 120 * 200000 + 30000}};
   WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
   bool measured = false;
   for (int i = 0; i < 5 && !measured; ++i) {
-    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 16);
-    scheduler->ObserveStep(world.Run(d.cpu_share, 200000));
+    const ReadDecision d = ReadStep(*scheduler, world, 16);
     measured = d.explore && d.cpu_share == 0.0;
   }
   EXPECT_TRUE(measured);

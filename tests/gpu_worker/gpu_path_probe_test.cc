@@ -33,6 +33,9 @@ using ::testing::HasSubstr;
 
 constexpr uint32_t kBlockTokens = 16;
 
+// The known bytes the transfer region starts with.
+std::byte PatternByte(uint64_t i) { return static_cast<std::byte>((i * 131 + 7) % 251); }
+
 // The fixtures of the source tree, or of the working tree a GPU bundle runs in
 // (deploy/gpu-run.sh exports WS_FIXTURES_DIR).
 std::string FixturesDir() {
@@ -69,7 +72,7 @@ class GpuPathProbeTest : public ::testing::TestWithParam<std::string> {
     // Known bytes in the transfer region, to see that the probe only reads it.
     absl::Span<std::byte> transfer = *arena_->Region(kGpuTransferRegion);
     for (uint64_t i = 0; i < transfer.size(); ++i) {
-      transfer[i] = static_cast<std::byte>((i * 131 + 7) % 251);
+      transfer[i] = PatternByte(i);
     }
     worker_ = std::make_unique<GpuWorker>(CreateHostDevice());
     internal::LoadRequest load;
@@ -89,7 +92,7 @@ class GpuPathProbeTest : public ::testing::TestWithParam<std::string> {
   bool TransferRegionUnchanged() const {
     const absl::Span<std::byte> transfer = *arena_->Region(kGpuTransferRegion);
     for (uint64_t i = 0; i < transfer.size(); ++i) {
-      if (transfer[i] != static_cast<std::byte>((i * 131 + 7) % 251)) return false;
+      if (transfer[i] != PatternByte(i)) return false;
     }
     return true;
   }

@@ -432,6 +432,17 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
     *info.add_workers() = cpu_status_;
   }
   if (serving_.load()) {
+    absl::StatusOr<internal::WorkerStats> gpu_stats = gpu_worker_.Stats(kRpcTimeout);
+    if (gpu_stats.ok() && gpu_stats->has_hot_experts()) {
+      const internal::HotExpertsState& hot = gpu_stats->hot_experts();
+      v1::HotExpertsInfo* out = info.mutable_hot_experts();
+      out->set_warmup_tokens(hot.warmup_tokens());
+      out->set_tokens_seen(hot.tokens_seen());
+      out->set_chosen(hot.chosen());
+      out->set_resident_experts(hot.resident_experts());
+      out->set_total_experts(hot.total_experts());
+      out->set_resident_bytes(hot.resident_bytes());
+    }
     // A live check of the data plane: gpu_worker -> cpu_worker -> gpu_worker.
     absl::StatusOr<internal::ChannelPingResponse> ping = gpu_worker_.ChannelPing(200, 64, kRpcTimeout);
     if (ping.ok()) {

@@ -318,6 +318,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_explore(r.explore);
       step->set_predicted_split_ms(r.predicted_split_ms);
       step->set_predicted_gpu_only_ms(r.predicted_gpu_only_ms);
+      step->set_gpu_hot_expert_ms(r.gpu_hot_expert_ms);
+      step->set_hot_pair_share(r.hot_pair_share);
     }
   }
   if (response.steps_size() == 0) {
@@ -867,6 +869,11 @@ absl::Status Engine::RunOneStep() {
   record.cpu_attention_ms = cpu_result->attention_ms();
   record.gpu_expert_wait_ms = gpu_result->expert_ms();
   record.cpu_expert_ms = cpu_result->expert_ms();
+  record.gpu_hot_expert_ms = gpu_result->hot_expert_ms();
+  if (gpu_result->routed_pairs() > 0) {
+    record.hot_pair_share = static_cast<double>(gpu_result->hot_expert_pairs()) /
+                            static_cast<double>(gpu_result->routed_pairs());
+  }
   {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     record.placed_cpu_share = placement_->PlacedCpuShare();

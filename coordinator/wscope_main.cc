@@ -213,6 +213,21 @@ int Info() {
                 static_cast<unsigned long long>(calibration.count()), calibration.probe_ms(),
                 calibration.ns_per_token(), calibration.fixed_us());
   }
+  if (info.has_hot_experts()) {
+    const auto& hot = info.hot_experts();
+    if (hot.chosen()) {
+      std::printf("hot experts: %llu of %llu routed experts resident in VRAM (%.1f MiB), chosen "
+                  "from %llu routed tokens\n",
+                  static_cast<unsigned long long>(hot.resident_experts()),
+                  static_cast<unsigned long long>(hot.total_experts()),
+                  hot.resident_bytes() / 1048576.0,
+                  static_cast<unsigned long long>(hot.tokens_seen()));
+    } else {
+      std::printf("hot experts: warming up, %llu of %llu routed tokens counted\n",
+                  static_cast<unsigned long long>(hot.tokens_seen()),
+                  static_cast<unsigned long long>(hot.warmup_tokens()));
+    }
+  }
   std::printf("requests running %u  waiting %u\n", info.requests_running(), info.requests_waiting());
   for (const auto& worker : info.workers()) {
     std::printf("  %-11s %-22s %-11s %s\n", worker.name().c_str(), worker.address().c_str(),
@@ -280,7 +295,7 @@ int Bench() {
         "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
         "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
         "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90,read_cpu_share,"
-        "explore_steps";
+        "explore_steps,gpu_hot_expert_ms,hot_pair_share";
     std::ifstream existing(csv_path);
     std::string first_line;
     const bool fresh = !existing.good() || !std::getline(existing, first_line);
@@ -318,10 +333,11 @@ int Bench() {
   // the roofline bound of the step's attention at the best split, from the scheduler's
   // current estimates of A and B; "r read": the share of the host tokens the CPU attended
   // (below "r plc" when the GPU streamed CPU-compute blocks).
-  // "p10-p90": the spread of the measured steps' times.
-  std::printf("%-12s %5s %8s %9s %9s %13s %9s %9s %9s %6s %6s %6s %6s %9s\n", "policy",
+  // "p10-p90": the spread of the measured steps' times; "hot exp": the gpu_worker's resident
+  // (hot) experts, while the cpu_worker runs the rest ("experts").
+  std::printf("%-12s %5s %8s %9s %9s %13s %9s %9s %9s %6s %6s %6s %6s %9s %9s\n", "policy",
               "batch", "context", "tok/s", "step ms", "p10-p90", "gpu attn", "cpu attn",
-              "experts", "r tgt", "r plc", "r read", "r*", "bound");
+              "experts", "r tgt", "r plc", "r read", "r*", "bound", "hot exp");
   int failures = 0;
   int failures_in_a_row = 0;
   constexpr int kMaxFailuresInARow = 3;  // the server is gone or refuses every point
@@ -360,7 +376,7 @@ int Bench() {
         failures_in_a_row = 0;
         // Means over the measured steps.
         double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0, optimal = 0,
-               bound = 0, read = 0;
+               bound = 0, read = 0, hot = 0, hot_share = 0;
         int explore_steps = 0;
         for (const auto& step : response.steps()) {
           gpu += step.gpu_attention_ms();
@@ -373,6 +389,8 @@ int Bench() {
           bound += step.bound_ms();
           read += step.read_cpu_share();
           explore_steps += step.explore() ? 1 : 0;
+          hot += step.gpu_hot_expert_ms();
+          hot_share += step.hot_pair_share();
         }
         const double n = std::max(1, response.steps_size());
         std::vector<double> times;
@@ -380,22 +398,22 @@ int Bench() {
         const double p10 = Percentile(times, 0.1), p50 = Percentile(times, 0.5),
                      p90 = Percentile(times, 0.9);
         std::printf("%-12s %5llu %8llu %9.1f %9.2f %6.1f-%-6.1f %9.2f %9.2f %9.2f %6.3f %6.3f "
-                    "%6.3f %6.3f %9.2f\n",
+                    "%6.3f %6.3f %9.2f %9.2f\n",
                     response.policy().c_str(), static_cast<unsigned long long>(batch),
                     static_cast<unsigned long long>(context), response.tokens_per_second(),
                     response.mean_step_ms(), p10, p90, gpu / n, cpu / n, experts / n, target / n,
-                    placed / n, read / n, optimal / n, bound / n);
+                    placed / n, read / n, optimal / n, bound / n, hot / n);
         std::fflush(stdout);
         if (csv != nullptr) {
           std::fprintf(csv,
                        "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                       "%.4f,%.4f,%.4f,%.4f,%d\n",
+                       "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f\n",
                        response.policy().c_str(), response.num_layers(),
                        static_cast<unsigned long long>(batch),
                        static_cast<unsigned long long>(context), response.steps_size(),
                        response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
                        expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n,
-                       p10, p50, p90, read / n, explore_steps);
+                       p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n);
           std::fflush(csv);
         }
         if (steps_csv != nullptr) {

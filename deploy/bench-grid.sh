@@ -8,7 +8,11 @@
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
 #       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 8]
-#       [--repeats 1] [--out DIR] [--bin DIR] [--device cuda|host] [-- EXTRA_COORDINATOR_FLAGS...]
+#       [--repeats 1] [--hot-experts auto|on|off] [--out DIR] [--bin DIR] [--device cuda|host]
+#       [-- EXTRA_COORDINATOR_FLAGS...]
+#
+# --hot-experts: the gpu_worker's resident hot experts (auto: on with CUDA), sized as the
+# full model's share per MoE layer (bench-trio.sh); every policy gets the same.
 #
 # --repeats N runs the policies round-robin N times, a fresh trio each time: trios of one
 # build on one machine differ (their CPU experts by up to 2.3x on the H200 microVM), so
@@ -32,11 +36,12 @@ while [[ $# -gt 0 ]]; do
     --steps) STEPS="$2"; shift 2 ;;
     --warmup) WARMUP="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
+    --hot-experts) HOT_EXPERTS="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,7 +59,8 @@ tokens=$((max_batch * (max_context + STEPS + WARMUP + 512)))
 region_mib=$(((tokens * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/bench-$ARCH.csv"
-echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, policies: $POLICIES"
+echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, hot experts" \
+  "$HOT_EXPERTS, policies: $POLICIES"
 for repeat in $(seq "$REPEATS"); do
   if [[ $REPEATS -gt 1 ]]; then echo "bench-grid: repeat $repeat of $REPEATS"; fi
   for policy in $POLICIES; do

@@ -10,6 +10,12 @@
 #                                      sources the ready file (WS_TARGET, ...); exit 1 with
 #                                      "WHO: ..." when it does not start
 #   stop_trio                          stops the current trio (also on EXIT, INT, TERM)
+#
+# HOT_EXPERTS (auto: on with CUDA; on; off) is the gpu_worker's --hot_experts. The bench
+# trios choose the set after 1 routed token (HOT_WARMUP_TOKENS): a bench's KV is placed, not
+# computed, so no prompt is routed, and synthetic routing is near uniform anyway. A model
+# shrunk to fewer layers gets the full model's room per MoE layer (gpu_worker.cc).
+HOT_EXPERTS="${HOT_EXPERTS:-auto}" HOT_WARMUP_TOKENS="${HOT_WARMUP_TOKENS:-1}"
 
 kv_bytes_of() {
   case "$1" in
@@ -37,7 +43,9 @@ start_trio() {
   local ready
   ready=$(mktemp -u)
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
-    --device "$DEVICE" -- --synthetic="$ARCH" --num_layers="$LAYERS" \
+    --device "$DEVICE" --gpu-worker-flag --hot_experts="$HOT_EXPERTS" \
+    --gpu-worker-flag --hot_experts_warmup_tokens="$HOT_WARMUP_TOKENS" \
+    -- --synthetic="$ARCH" --num_layers="$LAYERS" \
     --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" --policy="$policy" "$@" &
   launcher=$!
   for _ in $(seq 1500); do

@@ -107,7 +107,7 @@ for step in "${steps[@]}"; do
       # for each shape of WS_BENCH_ARCHS (qwen3_moe), WS_BENCH_LAYERS (4) layers, policies
       # WS_BENCH_POLICIES, batches WS_BENCH_BATCHES (4,16,32), contexts WS_BENCH_CONTEXTS
       # (2048,8192,16384,32768), WS_BENCH_STEPS (16) measured after WS_BENCH_WARMUP (8),
-      # WS_BENCH_REPEATS (1) rounds of the policies;
+      # WS_BENCH_REPEATS (1) rounds of the policies, hot experts WS_BENCH_HOT (auto: on);
       # $OUT/bench-ARCH.csv. Limit WS_BENCH_LIMIT_S (560).
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
       for arch in ${WS_BENCH_ARCHS:-qwen3_moe}; do
@@ -117,7 +117,7 @@ for step in "${steps[@]}"; do
           --policies "${WS_BENCH_POLICIES:-writescope transfer-all cpu-all static:0.5 monolithic}" \
           --batches "${WS_BENCH_BATCHES:-4,16,32}" --contexts "${WS_BENCH_CONTEXTS:-2048,8192,16384,32768}" \
           --steps "${WS_BENCH_STEPS:-16}" --warmup "${WS_BENCH_WARMUP:-8}" \
-          --repeats "${WS_BENCH_REPEATS:-1}" --out "$OUT"
+          --repeats "${WS_BENCH_REPEATS:-1}" --hot-experts "${WS_BENCH_HOT:-auto}" --out "$OUT"
       done ;;
     prefill-placement)
       # Issue 7: prefill time per policy (write-time placement against one region);

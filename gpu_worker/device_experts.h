@@ -24,12 +24,21 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/model_weights.h"
 #include "gpu_worker/device.h"
 
 namespace writescope::gpu {
+
+// One routed expert of one layer.
+struct ExpertRef {
+  int64_t layer = 0;
+  int32_t expert = 0;
+  friend bool operator==(const ExpertRef&, const ExpertRef&) = default;
+};
 
 // What the last Forward cost (for the step result and the cost rule).
 struct DeviceExpertsStats {
@@ -57,14 +66,54 @@ class DeviceExperts {
   // (the next step starts with Prefetch again).
   virtual absl::Status EndStep() = 0;
 
+  // --- Hot experts resident in VRAM (issue 5; docs/notes/hot_experts.md) ---------------
+  // Besides the streamed layers, a set of experts can stay in device memory of their own,
+  // for the steps whose routed experts run on the cpu_worker: the gpu_worker computes the
+  // (token, k) pairs of resident experts itself (ForwardResident) while the cpu_worker
+  // computes the rest.
+
+  // How many experts the resident set may hold: the room the budget leaves next to the
+  // layer buffers and the scratch, over the expert size (on the host device: the budget over
+  // the expert size, nothing else is counted there).
+  virtual int64_t resident_capacity() const = 0;
+
+  // Copies `experts` into device memory (synchronous) and makes them the resident set,
+  // replacing any earlier one. INVALID_ARGUMENT for a layer without routed experts, an id
+  // out of range or a repeated pair; RESOURCE_EXHAUSTED when more than resident_capacity()
+  // (with the numbers). On failure the earlier set stays.
+  virtual absl::Status SetResident(const std::vector<ExpertRef>& experts) = 0;
+
+  virtual bool IsResident(int64_t layer, int32_t expert) const = 0;
+  virtual int64_t num_resident() const = 0;
+
+  // Forward's contract over the resident experts of `layer`: each id is a resident expert
+  // of that layer or kernels::experts::kSkippedExpert (-1, adds nothing; all skipped gives
+  // y = 0). INVALID_ARGUMENT for an id that is neither. Independent of the streamed layer
+  // buffers: callable in any step, between Prefetch and EndStep or not.
+  virtual absl::Status ForwardResident(int64_t layer, const float* x, int64_t tokens,
+                                       int64_t top_k, const int32_t* ids, const float* weights,
+                                       float* y) = 0;
+
   virtual const DeviceExpertsStats& last_stats() const = 0;
-  // Device memory held (the two layer buffers + scratch), counted against the VRAM budget.
-  // Thread-safe.
+  // Device memory held (the two layer buffers + scratch + the resident experts), counted
+  // against the VRAM budget. Thread-safe.
   virtual uint64_t device_bytes() const = 0;
+  // Of which the resident experts. Thread-safe.
+  virtual uint64_t resident_bytes() const = 0;
   // Host-to-device rate of the weight stream measured at creation (one layer's copy),
   // bytes per millisecond; 0 on the host device (no stream).
   virtual double calibrated_bytes_per_ms() const = 0;
 };
+
+// The checks both implementations share. A resident set: every layer has routed experts,
+// every id in range, no pair twice, at most `capacity` pairs.
+absl::Status CheckResidentSet(const ModelConfig& config, const std::vector<ExpertRef>& experts,
+                              int64_t capacity);
+// ForwardResident's ids: a resident expert of the layer (is_resident(id)) or -1, and no
+// expert twice within a token.
+template <typename IsResident>
+absl::Status CheckResidentIds(const int32_t* ids, int64_t tokens, int64_t top_k,
+                              const IsResident& is_resident);
 
 // `routed` holds the routed experts (a ModelWeights of side kCpu or kAll) and must outlive
 // the object, as must `device`. RESOURCE_EXHAUSTED (with the numbers) when two layer
@@ -75,6 +124,30 @@ absl::StatusOr<std::unique_ptr<DeviceExperts>> CreateDeviceExperts(Device* devic
                                                                    const ModelWeights& routed,
                                                                    int64_t max_tokens,
                                                                    uint64_t vram_bytes_available);
+
+template <typename IsResident>
+absl::Status CheckResidentIds(const int32_t* ids, int64_t tokens, int64_t top_k,
+                                        const IsResident& is_resident) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t* row = ids + t * top_k;
+    for (int64_t k = 0; k < top_k; ++k) {
+      if (row[k] == -1) continue;
+      if (!is_resident(row[k])) {
+        return absl::InvalidArgumentError(absl::StrCat("resident experts: token ", t, " slot ", k,
+                                                       ": expert ", row[k],
+                                                       " is not resident (nor -1, skipped)"));
+      }
+      for (int64_t j = 0; j < k; ++j) {
+        if (row[j] == row[k]) {
+          return absl::InvalidArgumentError(absl::StrCat("resident experts: token ", t,
+                                                         " routed to expert ", row[k],
+                                                         " twice (slots ", j, " and ", k, ")"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace writescope::gpu
 

@@ -76,9 +76,12 @@ struct Partial {
 // Every user overwrites what it reads.
 struct GpuStep::Scratch {
   explicit Scratch(Device* d)
-      : h(d), y(d), q(d), kv(d), attn(d), routed(d), absorbed(d), final_x(d), logits(d),
-        kv_bf16(d), qk(d), acc(d), part(d) {}
-  PinnedArray<float> h, y, q, kv, attn, routed, absorbed;
+      : h(d), y(d), q(d), kv(d), attn(d), routed(d), hot_routed(d), absorbed(d), final_x(d),
+        logits(d), kv_bf16(d), qk(d), acc(d), part(d) {}
+  PinnedArray<float> h, y, q, kv, attn, routed, hot_routed, absorbed;
+  // A MoE layer's routing split between the resident experts and the cpu_worker.
+  std::vector<int32_t> hot_ids, cold_ids;
+  std::vector<float> hot_weights, cold_weights;
   PinnedArray<float> final_x, logits;  // Logits: rows of x, their [rows][vocab] logits
   PinnedArray<uint16_t> kv_bf16, qk;
   Partial acc, part;
@@ -109,6 +112,9 @@ struct GpuStep::Step {
   bool experts_here = false;  // plan.experts_on_gpu: DeviceExperts, no kExperts
   uint64_t expert_bytes_streamed = 0;
   double expert_stream_wait_ms = 0;
+  double hot_expert_ms = 0;   // ForwardResident, summed over layers
+  int64_t hot_pairs = 0;      // (token, k) pairs of resident experts, over layers
+  int64_t routed_pairs = 0;   // all (token, k) pairs of the steps not experts_on_gpu
 };
 
 absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& weights,
@@ -121,6 +127,13 @@ absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& wei
   step->ops_->set_mla_backend(options.mla);
   WS_ASSIGN_OR_RETURN(step->attention_, CreateDeviceAttention(device));
   step->dims_ = StepDimsFor(weights.config());
+  if (options.hot_experts.enabled) {
+    if (options.experts == nullptr) {
+      return absl::FailedPreconditionError(
+          "hot experts need the routed experts on this device (--stream_experts)");
+    }
+    step->hot_ = std::make_unique<HotExperts>(step->ops_->config(), options.hot_experts);
+  }
   return step;
 }
 
@@ -212,7 +225,33 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
     absl::Status ended = Send(DataPlaneMessage::kStepEnd, plan.step_id(), 0, {});
     if (!ended.ok()) WS_LOG(WARNING) << "ending step " << plan.step_id() << ": " << ended;
   }
+  if (result.ok() && std::exchange(hot_choice_due_, false)) ChooseHotExperts(plan.step_id());
   return result;
+}
+
+void GpuStep::ChooseHotExperts(uint64_t step_id) {
+  SpanRecorder::Scope span(options_.spans, "hot_experts_upload", step_id);
+  const auto start = Clock::now();
+  const int64_t capacity = options_.experts->resident_capacity();
+  const std::vector<ExpertRef> set = hot_->Choose(capacity);
+  const absl::Status status = options_.experts->SetResident(set);
+  if (!status.ok()) {
+    WS_LOG(WARNING) << "hot experts: the resident set of " << set.size()
+                    << " experts was not uploaded, every routed expert stays on the cpu_worker: "
+                    << status;
+    return;
+  }
+  hot_->set_resident(options_.experts->num_resident(),
+                     options_.experts->resident_bytes() > 0
+                         ? options_.experts->resident_bytes()
+                         : static_cast<uint64_t>(set.size()) * hot_->expert_bytes());
+  const ModelConfig& config = ops_->config();
+  int64_t moe_layers = 0;
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) moe_layers += config.IsMoeLayer(layer);
+  WS_LOG(INFO) << "hot experts: " << set.size() << " of " << moe_layers * config.n_routed_experts
+               << " routed experts resident (room for " << capacity << "), "
+               << hot_->resident_bytes() << " bytes, chosen from " << hot_->tokens_seen()
+               << " routed tokens, uploaded in " << MillisSince(start) << " ms";
 }
 
 absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepPlan& plan,
@@ -338,9 +377,15 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   result.set_expert_ms(step.expert_ms);
   result.set_expert_bytes_streamed(step.expert_bytes_streamed);
   result.set_expert_stream_wait_ms(step.expert_stream_wait_ms);
+  result.set_hot_expert_ms(step.hot_expert_ms);
+  result.set_hot_expert_pairs(static_cast<uint64_t>(step.hot_pairs));
+  result.set_routed_pairs(static_cast<uint64_t>(step.routed_pairs));
   result.set_attended_tokens(layout.transfer_host_tokens);
   result.set_num_layers(g.num_layers);
   result.set_step_ms(MillisSince(start));
+  if (hot_ != nullptr && hot_->EndStep(static_cast<int64_t>(layout.total_tokens))) {
+    hot_choice_due_ = true;
+  }
   return result;
 }
 
@@ -552,34 +597,87 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
       SpanRecorder::Scope span(spans, "router", id, l);
       WS_RETURN_IF_ERROR(ops_->RouterLogits(layer, h.data(), T, logits.data()));
       kernels::model::RouteTokens(logits.data(), T, router, ids.data(), weights.data());
-      if (!step.experts_here) {
-        const absl::Span<const std::byte> parts[] = {Bytes(h), Bytes(ids), Bytes(weights)};
-        WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kExperts, layout.step_id, layer, parts));
-      }
+      if (hot_ != nullptr) hot_->Count(layer, ids.data(), T, router.top_k);
     }
-    std::fill(y.begin(), y.end(), 0.0f);
-    if (ops_->config().n_shared_experts > 0) {
-      SpanRecorder::Scope span(spans, "shared_experts", id, l);
-      WS_RETURN_IF_ERROR(ops_->AddSharedExperts(layer, h.data(), T, y.data()));
-    }
-    const auto wait = Clock::now();
     PinnedArray<float>& routed = Sized(scratch_->routed, T * hidden);
     if (step.experts_here) {
+      std::fill(y.begin(), y.end(), 0.0f);
+      if (ops_->config().n_shared_experts > 0) {
+        SpanRecorder::Scope span(spans, "shared_experts", id, l);
+        WS_RETURN_IF_ERROR(ops_->AddSharedExperts(layer, h.data(), T, y.data()));
+      }
+      const auto wait = Clock::now();
       SpanRecorder::Scope span(spans, "gpu_experts", id, l);
       WS_RETURN_IF_ERROR(options_.experts->Forward(layer, h.data(), T, router.top_k, ids.data(),
                                                    weights.data(), routed.data()));
       step.expert_bytes_streamed += options_.experts->last_stats().bytes_streamed;
       step.expert_stream_wait_ms += options_.experts->last_stats().wait_ms;
+      step.expert_ms += MillisSince(wait);
+      kernels::model::AddInPlace(y.data(), routed.data(), T * hidden);
     } else {
-      SpanRecorder::Scope span(spans, "experts_wait", id, l);
-      WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kExpertsResult, layout.step_id, layer,
-                                 absl::MakeSpan(reinterpret_cast<std::byte*>(routed.data()),
-                                                routed.size() * sizeof(float))));
+      WS_RETURN_IF_ERROR(RoutedOnWorkers(step, layer, h.data(), ids, weights, &routed));
     }
-    step.expert_ms += MillisSince(wait);
-    kernels::model::AddInPlace(y.data(), routed.data(), T * hidden);
   }
   kernels::model::AddInPlace(step.x.data(), y.data(), T * hidden);
+  return absl::OkStatus();
+}
+
+absl::Status GpuStep::RoutedOnWorkers(Step& step, uint32_t layer, const float* h,
+                                      const std::vector<int32_t>& ids,
+                                      const std::vector<float>& weights,
+                                      PinnedArray<float>* routed) {
+  SpanRecorder* spans = options_.spans;
+  const uint64_t id = step.layout.step_id;
+  const int32_t l = static_cast<int32_t>(layer);
+  const int64_t T = static_cast<int64_t>(step.layout.total_tokens);
+  const int64_t hidden = ops_->config().hidden_size;
+  const int64_t top_k = ops_->router().top_k;
+  PinnedArray<float>& y = scratch_->y;  // sized by Layer: [T, hidden]
+  // Resident pairs stay here; the cpu_worker gets the rest (or nothing when all are hot).
+  const bool resident = hot_ != nullptr && options_.experts->num_resident() > 0;
+  int64_t hot_pairs = 0;
+  if (resident) {
+    hot_pairs = HotExperts::Split(
+        [&](int32_t e) { return options_.experts->IsResident(layer, e); }, ids.data(),
+        weights.data(), T, top_k, &scratch_->hot_ids, &scratch_->hot_weights, &scratch_->cold_ids,
+        &scratch_->cold_weights);
+  }
+  const bool cold_any = hot_pairs < T * top_k;
+  if (cold_any) {
+    const std::vector<int32_t>& send_ids = hot_pairs > 0 ? scratch_->cold_ids : ids;
+    const std::vector<float>& send_weights = hot_pairs > 0 ? scratch_->cold_weights : weights;
+    const absl::Span<const std::byte> parts[] = {
+        absl::MakeConstSpan(reinterpret_cast<const std::byte*>(h), T * hidden * sizeof(float)),
+        Bytes(send_ids), Bytes(send_weights)};
+    WS_RETURN_IF_ERROR(Send(DataPlaneMessage::kExperts, id, layer, parts));
+  }
+  std::fill(y.begin(), y.begin() + T * hidden, 0.0f);
+  if (ops_->config().n_shared_experts > 0) {
+    SpanRecorder::Scope span(spans, "shared_experts", id, l);
+    WS_RETURN_IF_ERROR(ops_->AddSharedExperts(layer, h, T, y.data()));
+  }
+  if (hot_pairs > 0) {
+    SpanRecorder::Scope span(spans, "hot_experts", id, l);
+    const auto start = Clock::now();
+    PinnedArray<float>& hot_y = Sized(scratch_->hot_routed, T * hidden);
+    WS_RETURN_IF_ERROR(options_.experts->ForwardResident(layer, h, T, top_k,
+                                                         scratch_->hot_ids.data(),
+                                                         scratch_->hot_weights.data(),
+                                                         hot_y.data()));
+    kernels::model::AddInPlace(y.data(), hot_y.data(), T * hidden);
+    step.hot_expert_ms += MillisSince(start);
+    step.hot_pairs += hot_pairs;
+  }
+  step.routed_pairs += T * top_k;
+  if (cold_any) {
+    const auto wait = Clock::now();
+    SpanRecorder::Scope span(spans, "experts_wait", id, l);
+    WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kExpertsResult, id, layer,
+                               absl::MakeSpan(reinterpret_cast<std::byte*>(routed->data()),
+                                              routed->size() * sizeof(float))));
+    step.expert_ms += MillisSince(wait);
+    kernels::model::AddInPlace(y.data(), routed->data(), T * hidden);
+  }
   return absl::OkStatus();
 }
 

@@ -45,6 +45,7 @@
 #include "gpu_worker/device.h"
 #include "gpu_worker/device_attention.h"
 #include "gpu_worker/device_experts.h"
+#include "gpu_worker/hot_experts.h"
 #include "gpu_worker/kv_cache.h"
 #include "gpu_worker/pinned_array.h"
 #include "kernels/model/decoder_ops.h"
@@ -64,6 +65,9 @@ struct GpuStepOptions {
   // Routed experts on this device, for steps whose plan says experts_on_gpu (null: such
   // plans are refused).
   DeviceExperts* experts = nullptr;
+  // Hot experts resident in VRAM (needs `experts`): chosen after a warm-up, then the
+  // resident pairs of every step without experts_on_gpu run here (hot_experts.h).
+  HotExpertsOptions hot_experts;
 };
 
 class GpuStep {
@@ -90,6 +94,8 @@ class GpuStep {
       const internal::GpuPathProbeRequest& request);
   // The channels were re-formatted (the cpu_worker was relaunched): use these.
   void set_data_plane(DataPlane data_plane) { data_plane_ = data_plane; }
+  // The hot experts' warm-up and resident set (null when off). Its getters are thread-safe.
+  const HotExperts* hot_experts() const { return hot_.get(); }
 
  private:
   GpuStep(Device* device, KvCache* kv_cache, DataPlane data_plane, const GpuStepOptions& options);
@@ -103,6 +109,13 @@ class GpuStep {
   absl::Status Attention(Step& step, uint32_t layer, const PinnedArray<float>& q,
                          PinnedArray<float>* attn);
   absl::Status Logits(Step& step, internal::StepResult* result);
+  // The MoE layer's routed experts that are not experts_on_gpu: the resident pairs here,
+  // the rest on the cpu_worker; y gets their sum.
+  absl::Status RoutedOnWorkers(Step& step, uint32_t layer, const float* h,
+                               const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                               PinnedArray<float>* routed);
+  // The warm-up is over: choose the resident set and upload it (between steps).
+  void ChooseHotExperts(uint64_t step_id);
   // The ping-pong copies of the step as "dma" spans, from the device's markers.
   void RecordDmaSpans(const Step& step);
   // Data plane.
@@ -124,6 +137,8 @@ class GpuStep {
   std::vector<Sampler> samplers_;  // one per OpenMP thread, buffers reused across steps
   uint32_t outstanding_replies_ = 0;
   bool end_sent_ = false;  // this step's kStepEnd went out
+  std::unique_ptr<HotExperts> hot_;
+  bool hot_choice_due_ = false;
 };
 
 }  // namespace writescope::gpu

@@ -9,6 +9,7 @@
 #include "common/data_plane_messages.h"
 #include "common/kv_pattern.h"
 #include "common/kv_spec.h"
+#include "common/model_tensors.h"
 #include "common/worker_model.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -18,6 +19,47 @@ namespace writescope::gpu {
 namespace {
 
 constexpr absl::Duration kChannelTimeout = absl::Seconds(5);
+
+int64_t MoeLayers(const ModelConfig& config) {
+  int64_t n = 0;
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) n += config.IsMoeLayer(layer);
+  return n;
+}
+
+// Synthetic weights shrunk to fewer layers than the real model (the benchmarks) would leave
+// nearly all of the VRAM budget to hot experts. Their resident set is sized instead as the
+// full model's: the room the budget leaves at the real layer count (its attention-side bf16
+// weights and their fp32 copies, the KV budget, the workspace, the streaming buffers), over
+// the real model's MoE layers, times this model's. 0 when the model is not shrunk.
+absl::StatusOr<uint64_t> ShrunkModelHotBytes(const ModelSource& source, const ModelConfig& here,
+                                             const VramBudget& budget, uint64_t kv_bytes,
+                                             uint64_t streaming_bytes) {
+  if (source.synthetic_arch.empty()) return 0;
+  WS_ASSIGN_OR_RETURN(const ModelConfig full, ModelConfig::ForSyntheticArch(source.synthetic_arch));
+  if (full.num_layers <= here.num_layers) return 0;
+  uint64_t bf16 = 0, fp32 = 0;
+  bool has_lm_head = false;
+  const std::vector<TensorSpec> specs = ExpectedTensors(full);
+  for (const TensorSpec& spec : specs) has_lm_head |= spec.name == "lm_head.weight";
+  for (const TensorSpec& spec : specs) {
+    if (spec.side != WorkerSide::kGpu) continue;
+    bf16 += spec.bf16_bytes();
+    // CudaLinear's rule: every 2-D tensor but an untied embedding table.
+    if (spec.shape.size() == 2 && !(spec.name == "model.embed_tokens.weight" && has_lm_head)) {
+      fp32 += 2 * spec.bf16_bytes();
+    }
+  }
+  const uint64_t used = bf16 + fp32 + kv_bytes + budget.workspace_bytes + streaming_bytes;
+  if (used >= budget.total_bytes) return 1;  // no room: 1 byte holds no expert
+  const uint64_t room = budget.total_bytes - used;
+  const int64_t full_moe = MoeLayers(full);
+  const uint64_t share = full_moe > 0 ? room / full_moe * MoeLayers(here) : 0;
+  WS_LOG(INFO) << "hot experts: " << DescribeModelSource(source) << " is shrunk from "
+               << full.num_layers << " layers: its resident set is sized as the full model's ("
+               << room << " bytes left over " << full_moe << " MoE layers), times its "
+               << MoeLayers(here) << " MoE layers: " << share << " bytes";
+  return std::max<uint64_t>(share, 1);
+}
 
 }  // namespace
 
@@ -109,6 +151,31 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   GpuStepOptions step_options;
   step_options.spans = &spans_;
   step_options.experts = experts_.get();
+  const bool hot_experts =
+      options_.hot_experts == "on" || (options_.hot_experts == "auto" && device_->is_cuda());
+  if (hot_experts && weights_->config().n_routed_experts > 0) {
+    if (experts_ == nullptr) {
+      if (options_.hot_experts == "on") {
+        return absl::FailedPreconditionError(
+            "--hot_experts=on needs the routed experts on the gpu_worker (--stream_experts on "
+            "or auto with CUDA), which it does not have");
+      }
+    } else {
+      WS_ASSIGN_OR_RETURN(const uint64_t shrunk,
+                          ShrunkModelHotBytes(source, weights_->config(), budget, config.gpu_bytes(),
+                                              experts_->device_bytes()));
+      uint64_t max_bytes = options_.hot_experts_max_bytes;
+      if (shrunk > 0) max_bytes = max_bytes > 0 ? std::min(max_bytes, shrunk) : shrunk;
+      step_options.hot_experts = {.enabled = true,
+                                  .warmup_tokens = options_.hot_experts_warmup_tokens,
+                                  .max_bytes = max_bytes};
+      WS_LOG(INFO) << "hot experts: chosen after " << options_.hot_experts_warmup_tokens
+                   << " routed tokens, room for " << experts_->resident_capacity()
+                   << " experts in the VRAM budget"
+                   << (max_bytes > 0 ? absl::StrCat(", at most ", max_bytes, " bytes")
+                                     : std::string());
+    }
+  }
   if (linear_ != nullptr) {
     step_options.linear = [linear = linear_.get()](const float* x, int64_t tokens,
                                                    const kernels::model::LinearWeight& w, float* y) {
@@ -169,6 +236,15 @@ internal::WorkerStats GpuWorker::Stats() {
     stats.set_device_bytes(device_weights_->bytes() + kv_cache_->device_bytes() +
                            (linear_ != nullptr ? linear_->weight_bytes() : 0) +
                            (experts_ != nullptr ? experts_->device_bytes() : 0));
+    if (const HotExperts* hot = step_->hot_experts(); hot != nullptr) {
+      internal::HotExpertsState* out = stats.mutable_hot_experts();
+      out->set_warmup_tokens(static_cast<uint64_t>(hot->warmup_tokens()));
+      out->set_tokens_seen(static_cast<uint64_t>(hot->tokens_seen()));
+      out->set_chosen(hot->chosen());
+      out->set_resident_experts(static_cast<uint64_t>(hot->resident_experts()));
+      out->set_total_experts(static_cast<uint64_t>(hot->total_experts()));
+      out->set_resident_bytes(hot->resident_bytes());
+    }
   }
   return stats;
 }
@@ -394,6 +470,7 @@ absl::Status GpuWorker::ResetDataPlane(bool attach) {
 
 void GpuWorker::Stop() {
   std::lock_guard<std::mutex> lock(mutex_);
+  loaded_.store(false);  // Stats stops reading what goes below
   if (data_plane_) {
     data_plane_->to_cpu.Close();
     data_plane_.reset();

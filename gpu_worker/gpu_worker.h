@@ -27,8 +27,15 @@ struct GpuWorkerOptions {
   // (long prefill chunks), streaming their weights from host memory: "on", "off", or
   // "auto" (on with a CUDA device). The weights are a second ModelWeights of the routed
   // experts: views of the checkpoint's mmap (shared in the page cache with the
-  // cpu_worker's), but synthetic weights are generated again here (twice in host memory).
+  // cpu_worker's), or of the synthetic weights the cpu_worker shares (one copy in host
+  // memory).
   std::string stream_experts = "auto";
+  // Hot experts resident in VRAM (gpu_worker/hot_experts.h): "on", "off", or "auto" (on
+  // with a CUDA device). Needs the routed experts here (stream_experts); "on" without
+  // them fails the load.
+  std::string hot_experts = "auto";
+  int64_t hot_experts_warmup_tokens = 4096;
+  uint64_t hot_experts_max_bytes = 0;  // 0: all the room the VRAM budget leaves
 };
 
 class GpuWorker final : public WorkerBackend {

@@ -1,4 +1,5 @@
 // gpu_worker: the attention side of WriteScope (CUDA, or the host device without a GPU).
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -16,6 +17,14 @@ ABSL_FLAG(std::string, stream_experts, "auto",
           "Run routed experts here, streaming their weights, for the steps the coordinator "
           "gives this worker (long prefill chunks): on, off, or auto (on with CUDA)");
 
+ABSL_FLAG(std::string, hot_experts, "auto",
+          "Keep the most-routed experts resident in the VRAM the budget leaves, chosen after a "
+          "warm-up, and compute their pairs here while the cpu_worker computes the rest: on, "
+          "off, or auto (on with CUDA). Needs --stream_experts");
+ABSL_FLAG(int64_t, hot_experts_warmup_tokens, 4096,
+          "Routed tokens counted before the hot experts are chosen");
+ABSL_FLAG(double, hot_experts_max_gib, 0,
+          "At most this many GiB of hot experts (0: all the room the VRAM budget leaves)");
 
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
@@ -34,7 +43,24 @@ int main(int argc, char** argv) {
     WS_LOG(ERROR) << "--stream_experts must be auto, on or off, not '" << stream_experts << "'";
     return EXIT_FAILURE;
   }
-  writescope::gpu::GpuWorker worker(*std::move(device), {.stream_experts = stream_experts});
+  const std::string hot_experts = absl::GetFlag(FLAGS_hot_experts);
+  if (hot_experts != "auto" && hot_experts != "on" && hot_experts != "off") {
+    WS_LOG(ERROR) << "--hot_experts must be auto, on or off, not '" << hot_experts << "'";
+    return EXIT_FAILURE;
+  }
+  const int64_t warmup = absl::GetFlag(FLAGS_hot_experts_warmup_tokens);
+  const double max_gib = absl::GetFlag(FLAGS_hot_experts_max_gib);
+  if (warmup < 1 || !(max_gib >= 0)) {
+    WS_LOG(ERROR) << "--hot_experts_warmup_tokens must be at least 1 (not " << warmup
+                  << ") and --hot_experts_max_gib at least 0 (not " << max_gib << ")";
+    return EXIT_FAILURE;
+  }
+  writescope::gpu::GpuWorker worker(
+      *std::move(device),
+      {.stream_experts = stream_experts,
+       .hot_experts = hot_experts,
+       .hot_experts_warmup_tokens = warmup,
+       .hot_experts_max_bytes = static_cast<uint64_t>(max_gib * 1073741824.0)});
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});
   if (!status.ok()) {

@@ -294,7 +294,7 @@ class CudaExperts final : public DeviceExperts {
     // and arrives while this one computes and the host works up to it.
     if (moe + 1 < static_cast<int64_t>(moe_layers_.size())) WS_RETURN_IF_ERROR(QueueCopy(moe + 1));
 
-    absl::Status status = ComputeAll(buffer, x, tokens, top_k, ids, weights, y);
+    absl::Status status = ComputeAll(BufferTable(buffer), x, tokens, top_k, ids, weights, y);
     if (!status.ok()) {
       // Leave nothing in flight on the scratch or the staging.
       device_->Synchronize(Stream::kCompute).IgnoreError();
@@ -313,9 +313,85 @@ class CudaExperts final : public DeviceExperts {
     return absl::OkStatus();
   }
 
+  int64_t resident_capacity() const override {
+    const uint64_t used = buffers_[0].memory.size() + buffers_[1].memory.size() + scratch_.size();
+    const uint64_t expert_bytes = AlignUp(2 * ExpertValues(), kRegionAlign);
+    return budget_ > used ? static_cast<int64_t>((budget_ - used) / expert_bytes) : 0;
+  }
+
+  absl::Status SetResident(const std::vector<ExpertRef>& experts) override {
+    WS_RETURN_IF_ERROR(CheckResidentSet(routed_.config(), experts, resident_capacity()));
+    const uint64_t expert_bytes = AlignUp(2 * ExpertValues(), kRegionAlign);
+    DeviceBuffer memory;
+    if (!experts.empty()) {
+      WS_ASSIGN_OR_RETURN(memory, DeviceBuffer::Allocate(device_, experts.size() * expert_bytes));
+    }
+    std::vector<std::vector<const uint16_t*>> table(
+        moe_layers_.size(), std::vector<const uint16_t*>(num_experts_, nullptr));
+    const uint64_t gate_bytes = 2 * static_cast<uint64_t>(inter_) * hidden_;
+    std::byte* dst = static_cast<std::byte*>(memory.data());
+    for (const ExpertRef& ref : experts) {
+      const int64_t moe = moe_index_[ref.layer];
+      const ExpertWeights& w = weights_[moe][ref.expert];
+      // The streamed layers' block layout: [gate; up] then down.
+      WS_RETURN_IF_ERROR(device_->CopyToDevice(dst, w.gate, gate_bytes, Stream::kWeightsIn));
+      WS_RETURN_IF_ERROR(
+          device_->CopyToDevice(dst + gate_bytes, w.up, gate_bytes, Stream::kWeightsIn));
+      WS_RETURN_IF_ERROR(
+          device_->CopyToDevice(dst + 2 * gate_bytes, w.down, gate_bytes, Stream::kWeightsIn));
+      table[moe][ref.expert] = reinterpret_cast<const uint16_t*>(dst);
+      dst += expert_bytes;
+    }
+    WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kWeightsIn));
+    // Nothing computes with the old set any more (ForwardResident is synchronous).
+    resident_memory_ = std::move(memory);
+    resident_table_ = std::move(table);
+    num_resident_ = static_cast<int64_t>(experts.size());
+    resident_bytes_.store(resident_memory_.size());
+    device_bytes_.store(buffers_[0].memory.size() + buffers_[1].memory.size() + scratch_.size() +
+                        resident_memory_.size());
+    return absl::OkStatus();
+  }
+
+  bool IsResident(int64_t layer, int32_t expert) const override {
+    if (layer < 0 || layer >= static_cast<int64_t>(moe_index_.size()) || moe_index_[layer] < 0 ||
+        resident_table_.empty() || expert < 0 || expert >= num_experts_) {
+      return false;
+    }
+    return resident_table_[moe_index_[layer]][expert] != nullptr;
+  }
+  int64_t num_resident() const override { return num_resident_; }
+
+  absl::Status ForwardResident(int64_t layer, const float* x, int64_t tokens, int64_t top_k,
+                               const int32_t* ids, const float* weights, float* y) override {
+    const auto start = Clock::now();
+    stats_ = {};
+    WS_ASSIGN_OR_RETURN(const int64_t moe, MoeIndex(layer));
+    if (tokens < 0 || top_k <= 0 || top_k > num_experts_) {
+      return absl::InvalidArgumentError(absl::StrCat("CudaExperts: tokens ", tokens, ", top_k ",
+                                                     top_k, " with ", num_experts_, " experts"));
+    }
+    if (tokens == 0) return absl::OkStatus();
+    if (x == nullptr || ids == nullptr || weights == nullptr || y == nullptr) {
+      return absl::InvalidArgumentError("CudaExperts: null input or output");
+    }
+    WS_RETURN_IF_ERROR(CheckResidentIds(
+        ids, tokens, top_k, [&](int32_t e) { return IsResident(layer, e); }));
+    const std::vector<const uint16_t*> none(num_experts_, nullptr);
+    absl::Status status = ComputeAll(resident_table_.empty() ? none : resident_table_[moe], x,
+                                     tokens, top_k, ids, weights, y);
+    if (!status.ok()) {
+      device_->Synchronize(Stream::kCompute).IgnoreError();
+      return status;
+    }
+    stats_.total_ms = MillisSince(start);
+    return absl::OkStatus();
+  }
+
   const DeviceExpertsStats& last_stats() const override { return stats_; }
   // Readable from another thread (the worker's Stats) while a step grows the scratch.
   uint64_t device_bytes() const override { return device_bytes_.load(); }
+  uint64_t resident_bytes() const override { return resident_bytes_.load(); }
   double calibrated_bytes_per_ms() const override { return bytes_per_ms_; }
 
  private:
@@ -420,7 +496,8 @@ class CudaExperts final : public DeviceExperts {
           absl::StrCat("CudaExperts: ", staging_layout.bytes, " bytes of host staging"));
     }
     layout_ = layout;
-    device_bytes_.store(buffers_[0].memory.size() + buffers_[1].memory.size() + scratch_.size());
+    device_bytes_.store(buffers_[0].memory.size() + buffers_[1].memory.size() + scratch_.size() +
+                        resident_memory_.size());
     staging_layout_ = staging_layout;
     return absl::OkStatus();
   }
@@ -431,7 +508,8 @@ class CudaExperts final : public DeviceExperts {
     if (tokens <= layout_.tokens && rows <= layout_.rows) return absl::OkStatus();
     const ScratchLayout grown = ScratchLayout::For(std::max(tokens, layout_.tokens),
                                                    std::max(rows, layout_.rows), hidden_, inter_);
-    const uint64_t buffers = buffers_[0].memory.size() + buffers_[1].memory.size();
+    const uint64_t buffers =
+        buffers_[0].memory.size() + buffers_[1].memory.size() + resident_memory_.size();
     if (buffers + grown.bytes > budget_) return absl::OkStatus();
     const ScratchLayout previous = layout_;
     const absl::Status status = AllocateScratch(grown);
@@ -441,8 +519,19 @@ class CudaExperts final : public DeviceExperts {
     return AllocateScratch(previous);
   }
 
-  absl::Status ComputeAll(const LayerBuffer& buffer, const float* x, int64_t tokens, int64_t top_k,
-                          const int32_t* ids, const float* weights, float* y) {
+  // The per-expert weight blocks of a streamed layer buffer.
+  const std::vector<const uint16_t*>& BufferTable(const LayerBuffer& buffer) {
+    buffer_table_.resize(num_experts_);
+    const uint16_t* layer = static_cast<const uint16_t*>(buffer.memory.data());
+    for (int64_t e = 0; e < num_experts_; ++e) buffer_table_[e] = layer + e * ExpertValues();
+    return buffer_table_;
+  }
+
+  // `table[e]`: expert e's [gate; up; down] block in device memory (null: no pair may name
+  // e); ids of -1 are skipped.
+  absl::Status ComputeAll(const std::vector<const uint16_t*>& table, const float* x,
+                          int64_t tokens, int64_t top_k, const int32_t* ids, const float* weights,
+                          float* y) {
     WS_RETURN_IF_ERROR(MaybeGrowScratch(tokens, tokens * top_k));
     const int64_t chunk = std::min({tokens, layout_.tokens, layout_.rows / top_k});
     if (chunk <= 0) {
@@ -452,16 +541,17 @@ class CudaExperts final : public DeviceExperts {
     }
     for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
       const int64_t n = std::min(chunk, tokens - t0);
-      WS_RETURN_IF_ERROR(ComputeChunk(buffer, x + t0 * hidden_, n, top_k, ids + t0 * top_k,
+      WS_RETURN_IF_ERROR(ComputeChunk(table, x + t0 * hidden_, n, top_k, ids + t0 * top_k,
                                       weights + t0 * top_k, y + t0 * hidden_));
     }
     return absl::OkStatus();
   }
 
-  // One chunk of tokens through the layer in `buffer` (whose copy the compute stream already
-  // waits for); synchronous.
-  absl::Status ComputeChunk(const LayerBuffer& buffer, const float* x, int64_t tokens,
-                            int64_t top_k, const int32_t* ids, const float* weights, float* y) {
+  // One chunk of tokens through the experts of `table` (whose copies the compute stream
+  // already waits for); synchronous.
+  absl::Status ComputeChunk(const std::vector<const uint16_t*>& table, const float* x,
+                            int64_t tokens, int64_t top_k, const int32_t* ids,
+                            const float* weights, float* y) {
     const int64_t H = hidden_, I = inter_, E = num_experts_;
     const int64_t rows = tokens * top_k;
     std::byte* host = staging_.data();
@@ -471,13 +561,15 @@ class CudaExperts final : public DeviceExperts {
     int32_t* slot = reinterpret_cast<int32_t*>(host + staging_layout_.slot);
     float* w_stage = reinterpret_cast<float*>(host + staging_layout_.route_weights);
 
-    // Counting sort of the pairs by expert (stable: token order within an expert).
-    offsets_.assign(E + 1, 0);
-    for (int64_t i = 0; i < rows; ++i) ++offsets_[ids[i] + 1];
-    for (int64_t e = 0; e < E; ++e) offsets_[e + 1] += offsets_[e];
+    // Counting sort of the pairs by expert (stable: token order within an expert); skipped
+    // pairs (id -1) go last, as "expert E", whose rows of ys are zero.
+    offsets_.assign(E + 2, 0);
+    auto bucket = [E](int32_t id) { return id < 0 ? E : static_cast<int64_t>(id); };
+    for (int64_t i = 0; i < rows; ++i) ++offsets_[bucket(ids[i]) + 1];
+    for (int64_t e = 0; e <= E; ++e) offsets_[e + 1] += offsets_[e];
     fill_.assign(offsets_.begin(), offsets_.end() - 1);
     for (int64_t i = 0; i < rows; ++i) {
-      const int64_t p = fill_[ids[i]]++;
+      const int64_t p = fill_[bucket(ids[i])]++;
       row_token[p] = static_cast<int32_t>(i / top_k);
       slot[i] = static_cast<int32_t>(p);
     }
@@ -506,14 +598,13 @@ class CudaExperts final : public DeviceExperts {
     WS_RETURN_IF_ERROR(device_->CopyToDevice(w_dev, w_stage, 4 * rows, Stream::kCompute));
     WS_RETURN_IF_ERROR(kernels::cuda::GatherRowsToBf16(x_dev, H, row_token_dev, rows, xs, stream));
 
-    const uint16_t* layer = static_cast<const uint16_t*>(buffer.memory.data());
     const float one = 1.0f, zero = 0.0f;
     // Row-major C[n_e, N] = A[n_e, K] W^T with W row-major [N, K] is column-major
     // C^T[N, n_e] = op_T(W as column-major [K, N]) * (A as column-major [K, n_e]).
     for (int64_t e = 0; e < E; ++e) {
       const int64_t first = offsets_[e], n_e = offsets_[e + 1] - first;
       if (n_e == 0) continue;
-      const uint16_t* gate_up_w = layer + e * ExpertValues();
+      const uint16_t* gate_up_w = table[e];
       WS_RETURN_IF_ERROR(CublasStatus(
           cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * I),
                        static_cast<int>(n_e), static_cast<int>(H), &one, gate_up_w, CUDA_R_16BF,
@@ -526,7 +617,7 @@ class CudaExperts final : public DeviceExperts {
     for (int64_t e = 0; e < E; ++e) {
       const int64_t first = offsets_[e], n_e = offsets_[e + 1] - first;
       if (n_e == 0) continue;
-      const uint16_t* down_w = layer + e * ExpertValues() + 2 * I * H;
+      const uint16_t* down_w = table[e] + 2 * I * H;
       WS_RETURN_IF_ERROR(
           CublasStatus(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(H),
                                     static_cast<int>(n_e), static_cast<int>(I), &one, down_w,
@@ -534,6 +625,10 @@ class CudaExperts final : public DeviceExperts {
                                     static_cast<int>(I), &zero, ys + first * H, CUDA_R_32F,
                                     static_cast<int>(H), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                        "cublasGemmEx (down)"));
+    }
+    if (const int64_t skipped = rows - offsets_[E]; skipped > 0) {
+      WS_RETURN_IF_ERROR(CudaStatus(
+          cudaMemsetAsync(ys + offsets_[E] * H, 0, 4 * skipped * H, compute_), "cudaMemsetAsync"));
     }
     WS_RETURN_IF_ERROR(
         kernels::cuda::CombineExpertRows(ys, H, slot_dev, w_dev, tokens, top_k, y_dev, stream));
@@ -574,8 +669,14 @@ class CudaExperts final : public DeviceExperts {
   cublasHandle_t handle_ = nullptr;
   double bytes_per_ms_ = 0;
   DeviceExpertsStats stats_;
-  std::vector<int64_t> offsets_;  // [E + 1] first row of each expert
-  std::vector<int64_t> fill_;     // [E] next row of each expert during the sort
+  std::vector<int64_t> offsets_;  // [E + 2] first row of each expert, then of the skipped
+  std::vector<int64_t> fill_;     // [E + 1] next row of each during the sort
+  std::vector<const uint16_t*> buffer_table_;  // [E] a streamed layer buffer's blocks
+  // The resident (hot) experts: one allocation of blocks, [MoE index][expert] -> block.
+  DeviceBuffer resident_memory_;
+  std::vector<std::vector<const uint16_t*>> resident_table_;
+  int64_t num_resident_ = 0;
+  std::atomic<uint64_t> resident_bytes_{0};
 };
 
 }  // namespace

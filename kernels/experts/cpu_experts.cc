@@ -365,10 +365,12 @@ absl::Status CpuExperts::Impl::Run(const float* x_f, const uint16_t* x_b, int64_
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t* row = ids + t * top_k;
     for (int64_t k = 0; k < top_k; ++k) {
+      if (row[k] == kSkippedExpert) continue;  // another device's pair: contributes 0
       if (row[k] < 0 || row[k] >= num_experts) {
         return absl::InvalidArgumentError(absl::StrCat("CpuExperts: token ", t, " slot ", k,
                                                        ": expert ", row[k], " outside [0, ",
-                                                       num_experts, ")"));
+                                                       num_experts, ") and not ",
+                                                       kSkippedExpert, " (skipped)"));
       }
       for (int64_t j = 0; j < k; ++j) {
         if (row[j] == row[k]) {
@@ -397,7 +399,7 @@ absl::Status CpuExperts::Impl::Run(const float* x_f, const uint16_t* x_b, int64_
     std::vector<int64_t> fill(num_experts, 0);
     for (int64_t i = 0; i < tokens * top_k; ++i) {
       const int32_t e = ids[i];
-      slot_row[i] = row0[e] + fill[e]++;
+      slot_row[i] = e == kSkippedExpert ? -1 : row0[e] + fill[e]++;
     }
   }
   // Primitives (created here, outside the parallel loops) and per-thread scratch.
@@ -444,6 +446,7 @@ absl::Status CpuExperts::Impl::Run(const float* x_f, const uint16_t* x_b, int64_
 #pragma omp for schedule(static) nowait
     for (int64_t i = 0; i < tokens * top_k; ++i) {
       const int64_t t = i / top_k, r = slot_row[i];
+      if (r < 0) continue;  // skipped
       if (bf16_path) {
         uint16_t* dst = xb + r * H;
         if (x_b != nullptr) {
@@ -559,10 +562,18 @@ absl::Status CpuExperts::Impl::Run(const float* x_f, const uint16_t* x_b, int64_
     for (int64_t b = 0; b < col_blocks; ++b) {
       const int64_t c0 = b * kCols, c1 = std::min(H, c0 + kCols);
       float* yr = y + t * H;
-      const float w0 = route_weights[t * top_k];
-      const float* o0 = out_rows + slots[t * top_k] * H;
+      // The first pair not skipped sets the row (all skipped: zero), the rest add in order.
+      int64_t first = 0;
+      while (first < top_k && slots[t * top_k + first] < 0) ++first;
+      if (first == top_k) {
+        std::fill(yr + c0, yr + c1, 0.0f);
+        continue;
+      }
+      const float w0 = route_weights[t * top_k + first];
+      const float* o0 = out_rows + slots[t * top_k + first] * H;
       for (int64_t c = c0; c < c1; ++c) yr[c] = w0 * o0[c];
-      for (int64_t k = 1; k < top_k; ++k) {
+      for (int64_t k = first + 1; k < top_k; ++k) {
+        if (slots[t * top_k + k] < 0) continue;
         const float w = route_weights[t * top_k + k];
         const float* o = out_rows + slots[t * top_k + k] * H;
         for (int64_t c = c0; c < c1; ++c) yr[c] += w * o[c];

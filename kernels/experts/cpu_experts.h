@@ -6,10 +6,13 @@
 //
 // Contract (every shape row-major):
 //   x              [tokens, hidden]  fp32 (Forward) or bf16 bits (ForwardBf16)
-//   expert_ids     [tokens, top_k]   int32 in [0, num_experts), distinct within a token
+//   expert_ids     [tokens, top_k]   int32 in [0, num_experts), distinct within a token, or
+//                                    kSkippedExpert (-1): a pair another device computes
+//                                    (hot experts resident in VRAM), which adds nothing here
 //   route_weights  [tokens, top_k]   fp32, the router's final weights (scaling included)
 //   y              [tokens, hidden]  fp32, overwritten:
 //                  y[t] = sum_k w[t,k] * down_e(silu(gate_e x[t]) * up_e x[t]),  e = ids[t,k]
+//                  over the pairs not skipped (0 where a token's pairs are all skipped)
 //   expert weights bf16 [out, in] as the checkpoint holds them: gate, up [I, H], down [H, I]
 //
 // Algorithm: gather each expert's tokens into a bf16 block (rows padded to an M bucket so
@@ -44,6 +47,9 @@
 #include "common/model_weights.h"
 
 namespace writescope::kernels::experts {
+
+// An expert id that Forward skips: the pair belongs to another device (see the contract).
+inline constexpr int32_t kSkippedExpert = -1;
 
 // One expert's three bf16 matrices (borrowed; they must outlive the CpuExperts unless
 // prepacked): gate, up [intermediate, hidden]; down [hidden, intermediate].
@@ -89,7 +95,7 @@ class CpuExperts {
   CpuExperts& operator=(const CpuExperts&) = delete;
 
   // See the contract above. INVALID_ARGUMENT (naming the token) for an expert id out of
-  // range or repeated within a token; tokens == 0 is a no-op.
+  // range (other than kSkippedExpert) or repeated within a token; tokens == 0 is a no-op.
   absl::Status Forward(const float* x, int64_t tokens, int64_t top_k, const int32_t* expert_ids,
                        const float* route_weights, float* y);
   absl::Status ForwardBf16(const uint16_t* x, int64_t tokens, int64_t top_k,

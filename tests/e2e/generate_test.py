@@ -21,7 +21,9 @@ failure):
   11. where the work runs: prefill chunks attending their CPU blocks on the CPU
      (--prefill_attention=split) equal the reference; routed experts run by the gpu_worker
      (--routed_experts=gpu, the weights streamed) match it within bf16 rounding, and the
-     profile shows them there.
+     profile shows them there; hot experts (--hot_experts=on: half the experts resident on
+     the gpu_worker after a warm-up, the rest on the cpu_worker) match it within bf16
+     rounding, and wscope info and the profile show them.
 Python standard library only.
 """
 import argparse
@@ -172,6 +174,10 @@ class Trio:
         if not any(f.startswith("--routed_experts") for f in self.flags):
             self.flags.append("--routed_experts=cpu")
         self.launch_flags = list(launch_flags)
+        # Likewise the hot experts (resident on the gpu_worker, bf16 there): off unless a
+        # section asks for them.
+        if not any(f.startswith("--hot_experts") for f in self.launch_flags):
+            self.launch_flags += ["--gpu-worker-flag", "--hot_experts=off"]
         self.proc = None
         self.ready = {}
         self.log_path = None
@@ -717,6 +723,57 @@ def check_placement_of_work(env):
         check(proc.returncode == 0 and "gpu_experts" in proc.stdout and
               "cpu_experts" not in proc.stdout,
               "experts on the gpu_worker: the profile shows gpu_experts spans and no cpu_experts",
+              proc.stdout[-1500:] + proc.stderr[-300:])
+    finally:
+        trio.stop()
+    check_hot_experts(env, arch, prompt, ref)
+
+
+def check_hot_experts(env, arch, prompt, ref):
+    """11b. Hot experts resident on the gpu_worker, the rest on the cpu_worker."""
+    # 12 of the fixture's 3 x 8 experts (12288 bytes each) fit the cap; they are chosen after
+    # the first 64 routed tokens, inside the prompt's first chunk.
+    expert_bytes = 3 * 2 * 32 * 64
+    cap_gib = 12.5 * expert_bytes / 2**30
+    trio = Trio(env, arch, [],
+                launch_flags=["--gpu-worker-flag", "--stream_experts=on",
+                              "--gpu-worker-flag", "--hot_experts=on",
+                              "--gpu-worker-flag", "--hot_experts_warmup_tokens=64",
+                              "--gpu-worker-flag", f"--hot_experts_max_gib={cap_gib:.9f}"])
+    try:
+        trio.start()
+        info = trio.info()
+        check(re.search(r"hot experts: warming up, 0 of 64 routed tokens counted", info["text"]),
+              "hot experts: before any request, wscope info shows the warm-up at 0 of 64 tokens",
+              info["text"][-800:])
+        r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
+        problem = well_formed(r, len(prompt), 12, True)
+        if not check(not problem, f"hot experts: generate {len(prompt)} prompt + 12 greedy tokens "
+                                  f"({r['_s']:.2f} s)", problem):
+            return
+        lp, ref_lp = r["prompt_logprobs"], ref["prompt_logprobs"]
+        diffs = abs_diffs(lp, ref_lp)
+        median, within = bf16_closeness(diffs)
+        check(len(lp) == len(ref_lp) and median <= HF_MEDIAN_TOL and within >= HF_WITHIN_FRACTION,
+              f"hot experts vs ws_reference: prompt logprobs median |diff| {median:.2e} "
+              f"(<= {HF_MEDIAN_TOL:g}), max {max(diffs):.3f}, {100 * within:.1f}% within "
+              f"{HF_POSITION_TOL:g} (the hot pairs' products in bf16)")
+        compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
+                                       HF_MARGIN_MIN)
+        check(bad is None and compared > 0,
+              f"hot experts: greedy tokens as ws_reference ({compared}/12 compared, up to the "
+              f"first margin < {HF_MARGIN_MIN:g})", f"trio {r['tokens']} reference {ref['greedy']}")
+        info = trio.info()
+        m = re.search(r"hot experts: (\d+) of (\d+) routed experts resident in VRAM \(([0-9.]+) "
+                      r"MiB\), chosen from (\d+) routed tokens", info["text"])
+        check(m and int(m.group(1)) == 12 and int(m.group(2)) == 24 and int(m.group(4)) >= 64,
+              "hot experts: wscope info shows 12 of 24 experts resident, chosen after the warm-up",
+              info["text"][-800:])
+        proc = trio.wscope(["profile", f"--target={trio.target}", "--steps=4",
+                            f"--out={os.path.join(env.work, 'trace-hot.json')}"], timeout=60)
+        check(proc.returncode == 0 and "hot_experts" in proc.stdout and
+              "cpu_experts" in proc.stdout,
+              "hot experts: the profile shows hot_experts spans (gpu_worker) beside cpu_experts",
               proc.stdout[-1500:] + proc.stderr[-300:])
     finally:
         trio.stop()

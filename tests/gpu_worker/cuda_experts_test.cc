@@ -19,6 +19,7 @@
 #include "kernels/experts/cpu_experts.h"
 #include "kernels/model/layers.h"
 #include "tests/common/test_util.h"
+#include "tests/gpu_worker/resident_experts_checks.h"
 #include "tests/kernels/experts/expert_test_util.h"
 #include "tests/kernels/model/tiny_models.h"
 
@@ -297,6 +298,46 @@ TEST_P(CudaExpertsTest, RejectsLayersWithoutRoutedExperts) {
         << layer;
   }
   for (float v : y) ASSERT_EQ(v, kGuard);
+}
+
+// Hot experts resident in VRAM: ForwardResident over the resident pairs plus CpuExperts
+// over the rest equals CpuExperts over all pairs; streamed layers still right beside them.
+TEST_P(CudaExpertsTest, ResidentExperts) {
+  std::unique_ptr<DeviceExperts> experts = Create(64);
+  ASSERT_NE(experts, nullptr);
+  const uint64_t streaming_bytes = experts->device_bytes();
+  const uint64_t expert_bytes = LayerBytes(config_) / config_.n_routed_experts;
+  EXPECT_EQ(experts->resident_capacity(),
+            static_cast<int64_t>((kLargeBudget - streaming_bytes) / ((expert_bytes + 255) / 256 * 256)));
+  testing::CheckResidentExperts(*experts, *weights_, 1e-2);
+  // A set, then a streamed step next to it. (The checks grew the scratch: 257 tokens.)
+  const uint64_t without_set = experts->device_bytes();
+  EXPECT_GE(without_set, streaming_bytes);
+  WS_ASSERT_OK(experts->SetResident(testing::AlternateSet(config_)));
+  EXPECT_GT(experts->resident_bytes(), 0u);
+  EXPECT_EQ(experts->device_bytes(), without_set + experts->resident_bytes());
+  WS_ASSERT_OK(experts->Prefetch(moe_layers_.front()));
+  for (int64_t layer : moe_layers_) {
+    ExpectMatches(*experts, layer, RandomRouting(config_, 33, config_.num_experts_per_tok, layer),
+                  /*reference=*/true, absl::StrCat("streamed layer ", layer, " beside the set"));
+  }
+  WS_ASSERT_OK(experts->EndStep());
+  // The scratch grows only within what the resident set leaves: a budget of the streaming
+  // buffers plus a set that takes all the rest runs larger calls in chunks.
+  std::unique_ptr<DeviceExperts> tight = Create(16, streaming_bytes + 4 * expert_bytes + 4096);
+  ASSERT_NE(tight, nullptr);
+  const int64_t room = tight->resident_capacity();
+  ASSERT_GE(room, 1);
+  std::vector<ExpertRef> fill;
+  for (int32_t e = 0; e < room && e < config_.n_routed_experts; ++e) {
+    fill.push_back({moe_layers_.front(), e});
+  }
+  WS_ASSERT_OK(tight->SetResident(fill));
+  const uint64_t before = tight->device_bytes();
+  ExpectMatches(*tight, moe_layers_.front(),
+                RandomRouting(config_, 100, config_.num_experts_per_tok, 77), /*reference=*/false,
+                "chunks beside a full resident set");
+  EXPECT_EQ(tight->device_bytes(), before);
 }
 
 TEST_P(CudaExpertsTest, ResourceExhaustedOverBudget) {

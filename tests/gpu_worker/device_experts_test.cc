@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "kernels/experts/cpu_experts.h"
 #include "tests/common/test_util.h"
+#include "tests/gpu_worker/resident_experts_checks.h"
 #include "tests/kernels/experts/expert_test_util.h"
 #include "tests/kernels/model/tiny_models.h"
 
@@ -69,6 +70,20 @@ TEST_P(DeviceExpertsHostTest, EqualsTheCpuWorkersExperts) {
   EXPECT_GT(layers, 0);
   WS_EXPECT_OK((*experts)->EndStep());
   EXPECT_EQ((*experts)->Prefetch(config.num_layers).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Hot experts (the resident set) on the host device: ForwardResident over the resident
+// pairs plus CpuExperts over the rest equals CpuExperts over all pairs.
+TEST_P(DeviceExpertsHostTest, ResidentExperts) {
+  std::unique_ptr<Device> device = CreateHostDevice();
+  const ModelConfig config = kernels::model::testing::TinyConfig(GetParam(), 4);
+  auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kCpu, .seed = 12});
+  WS_ASSERT_OK(weights.status());
+  const uint64_t expert_bytes = uint64_t{6} * config.moe_intermediate_size * config.hidden_size;
+  auto experts = CreateDeviceExperts(device.get(), **weights, 300, 1000 * expert_bytes + 1);
+  WS_ASSERT_OK(experts.status());
+  EXPECT_EQ((*experts)->resident_capacity(), 1000);  // the host counts the budget only
+  testing::CheckResidentExperts(**experts, **weights, 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, DeviceExpertsHostTest,

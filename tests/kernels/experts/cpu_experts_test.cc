@@ -58,6 +58,7 @@ struct RandomExperts {
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t k = 0; k < top_k; ++k) {
         const int64_t e = ids[t * top_k + k];
+        if (e == kSkippedExpert) continue;
         LinearWeight g{gate.data() + e * inter * hidden, inter, hidden};
         LinearWeight u{up.data() + e * inter * hidden, inter, hidden};
         LinearWeight d{down.data() + e * hidden * inter, hidden, inter};
@@ -163,6 +164,25 @@ TEST_P(CpuExpertsTest, MatchesSwiGluReference) {
           ->ForwardBf16(xb.data(), c.tokens, c.top_k, ids.data(), route.data(), from_bf16.data())
           .ok());
   EXPECT_LE(RelativeError(from_bf16, w.Reference(xr, c.tokens, c.top_k, ids, route)), tolerance);
+
+  // Pairs skipped (kSkippedExpert: hot experts computed on the GPU): about a third of them,
+  // and every pair of token 0. The rest equals the reference over the pairs left, and
+  // token 0 is exactly zero.
+  std::vector<int32_t> cold = ids;
+  for (size_t i = 0; i < cold.size(); ++i) {
+    if (static_cast<int64_t>(i) < c.top_k || rng() % 3 == 0) cold[i] = kSkippedExpert;
+  }
+  std::vector<float> y_cold(c.tokens * c.hidden, std::numeric_limits<float>::quiet_NaN());
+  ASSERT_TRUE(
+      (*experts)->Forward(x.data(), c.tokens, c.top_k, cold.data(), route.data(), y_cold.data()).ok());
+  for (int64_t col = 0; col < c.hidden; ++col) ASSERT_EQ(y_cold[col], 0.0f) << col;
+  const std::vector<float> ref_cold = w.Reference(x, c.tokens, c.top_k, cold, route);
+  EXPECT_LE(RelativeError(y_cold, ref_cold), tolerance);
+  // Every pair skipped: y is zero.
+  std::vector<int32_t> none(ids.size(), kSkippedExpert);
+  ASSERT_TRUE(
+      (*experts)->Forward(x.data(), c.tokens, c.top_k, none.data(), route.data(), y_cold.data()).ok());
+  EXPECT_TRUE(std::all_of(y_cold.begin(), y_cold.end(), [](float v) { return v == 0.0f; }));
 }
 
 std::vector<Case> Cases() {
@@ -213,9 +233,14 @@ TEST_F(CpuExpertsErrors, RejectsBadRouting) {
   s = (*experts)->Forward(x.data(), 2, 2, out_of_range.data(), route.data(), y.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("expert 4 outside [0, 4)"), std::string::npos) << s;
-  std::vector<int32_t> negative = {-1, 0, 1, 2};
-  EXPECT_EQ((*experts)->Forward(x.data(), 2, 2, negative.data(), route.data(), y.data()).code(),
-            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> negative = {-2, 0, 1, 2};  // -1 is kSkippedExpert, -2 is wrong
+  s = (*experts)->Forward(x.data(), 2, 2, negative.data(), route.data(), y.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("expert -2 outside [0, 4) and not -1 (skipped)"), std::string::npos)
+      << s;
+  std::vector<int32_t> skipped_twice = {-1, -1, 1, -1};  // skipped pairs may repeat
+  EXPECT_TRUE(
+      (*experts)->Forward(x.data(), 2, 2, skipped_twice.data(), route.data(), y.data()).ok());
   std::vector<int32_t> ok = {0, 1, 2, 3};
   EXPECT_EQ((*experts)->Forward(x.data(), 2, 5, ok.data(), route.data(), y.data()).code(),
             absl::StatusCode::kInvalidArgument);  // top_k > experts

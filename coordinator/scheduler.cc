@@ -524,8 +524,9 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
                                    decisions_since_explore_ >= options_.max_explore_period_steps);
   // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
   // it once, at the first decision the minimum period allows, rather than at the next
-  // credit.
-  const bool guessed = may_explore && guessed_rest_mode_ == (split ? 2 : 1);
+  // credit, unless the gap is wider than all of the guessed rest.
+  const bool guessed = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
+                       extra_ns <= std::abs(unmeasured);
   if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guessed) {
     decision.explore = true;
     split = !split;

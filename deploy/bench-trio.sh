@@ -29,6 +29,9 @@ kv_bytes_of() {
 launcher=""
 stop_trio() {
   if [[ -n $launcher ]]; then
+    # The gpu_worker's hot-expert sizing and choice, for the log.
+    grep -h "hot experts:" "${WS_LOG_DIR:-/nonexistent}"/gpu_worker*.log 2>/dev/null |
+      sed 's/^.*\] /  gpu_worker: /' | tail -3 || true
     kill -TERM "$launcher" 2>/dev/null || true
     wait "$launcher" 2>/dev/null || true
     launcher=""

@@ -1216,7 +1216,8 @@ TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {
 // next decision measures the other mode once: here the split's rest grows by 6 ms more than
 // the GPU-only one's at the new batch, so carrying the old difference over would keep the
 // split (the worse mode) until the next credit; the measurement turns the choice at once.
-// Without exploring (explore_cost_share = 0) nothing is forced.
+// Without exploring (explore_cost_share = 0) nothing is forced. (The carried-over
+// difference puts GPU-only 5.9 ms above the split, within its guessed rest of 9.4 ms.)
 TEST(DecodeReadsTest, AfterABatchChangeTheOtherModeIsMeasuredAtOnce) {
   for (const double share : {0.01, 0.0}) {
     SCOPED_TRACE(share);
@@ -1253,6 +1254,30 @@ TEST(DecodeReadsTest, AfterABatchChangeTheOtherModeIsMeasuredAtOnce) {
   }
 }
 
+// After a batch change the other mode is measured at once only when it might win: here
+// GPU-only is predicted 5.9 ms per layer slower than the split at the new batch, more than
+// all of its guessed rest (3.4 ms), so the split runs on and GPU-only waits for the credit.
+TEST(DecodeReadsTest, AfterABatchChangeAModeFarWorseWaitsForTheCredit) {
+  SchedulerOptions options;
+  // Neither the period nor the credit explores within the window.
+  options.max_explore_period_steps = 1000;
+  options.explore_cost_share = 0.001;
+  auto scheduler = *Scheduler::Create("writescope", options);
+  ReadWorld world;
+  LearnLines(*scheduler, world);
+  for (int i = 0; i < 30; ++i) ReadStep(*scheduler, world, 16);
+  ASSERT_FALSE(std::isnan(scheduler->rest_gpu_only_ns()));
+  ReadWorld bigger = world;
+  bigger.rest_split_ns += 3e6;
+  bigger.rest_gpu_only_ns += 3e6;
+  const ReadDecision first = ReadStep(*scheduler, bigger, 32);
+  ASSERT_GT(first.cpu_share, 0.0);
+  ASSERT_GT(first.gpu_only_ns - first.split_ns, bigger.rest_gpu_only_ns);
+  for (int i = 0; i < 2 * static_cast<int>(options.min_explore_period_steps); ++i) {
+    EXPECT_GT(ReadStep(*scheduler, bigger, 32).cpu_share, 0.0) << "decision " << i;
+  }
+}
+
 // A batch that changes at every step (1 <-> 2 sequences: past the tolerance each time) does
 // not turn every other step into an exploration: the forced measurement keeps the minimum
 // period. And a GPU calibration, which replaces the line the GPU-only rest was measured
@@ -1276,17 +1301,34 @@ TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
     }
   }
   EXPECT_LE(explorations, 200 / 4 + 2);
-  // Settled on the split at one batch; a calibration of the GPU path: GPU-only is measured
-  // within the minimum period.
-  for (int i = 0; i < 60; ++i) ReadStep(*scheduler, world, 16);
-  const CostSample probe[] = {{50000, 120 * 50000 + 30000}, {200000, 120 * 200000 + 30000}};
-  WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
-  bool measured = false;
-  for (int i = 0; i < 5 && !measured; ++i) {
-    const ReadDecision d = ReadStep(*scheduler, world, 16);
-    measured = d.explore && d.cpu_share == 0.0;
+  // Settled on the split at one batch; a calibration of the GPU path: GPU-only, 1.9 ms
+  // per layer behind the split with a rest of 4.9 ms, is measured within the minimum
+  // period. In the first world (5.9 ms behind, a rest of 0.4 ms) it waits for the credit.
+  for (const bool near : {true, false}) {
+    SCOPED_TRACE(near ? "near" : "far");
+    SchedulerOptions quiet = options;  // neither the credit nor the period explores
+    quiet.explore_cost_share = 0.001;
+    quiet.max_explore_period_steps = 1000;
+    auto calibrated = *Scheduler::Create("writescope", quiet);
+    ReadWorld w = world;
+    if (near) {
+      w.alone_gpu_ns_per_token = 100;
+      w.rest_split_ns = 5e6;
+      w.rest_gpu_only_ns = 4.9e6;
+    }
+    LearnLines(*calibrated, w);
+    for (int i = 0; i < 60; ++i) ReadStep(*calibrated, w, 16);
+    const double b = w.alone_gpu_ns_per_token;
+    const CostSample probe[] = {{50000, b * 50000 + 30000}, {200000, b * 200000 + 30000}};
+    WS_ASSERT_OK(calibrated->CalibrateGpu(probe));
+    bool measured = false;
+    for (int i = 0; i < 5 && !measured; ++i) {
+      const ReadDecision d = ReadStep(*calibrated, w, 16);
+      ASSERT_FALSE(d.explore && !near) << "decision " << i;
+      measured = d.explore && d.cpu_share == 0.0;
+    }
+    EXPECT_EQ(measured, near);
   }
-  EXPECT_TRUE(measured);
 }
 
 TEST(DecodeReadsTest, TheRestOptionsAreValidated) {

@@ -583,7 +583,8 @@ void Engine::Admit() {
       absl::Status placed;
       {
         std::lock_guard<std::mutex> lock(*placement_mutex_);
-        SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
+        SteeringChooser chooser(*placement_, scheduler_->PlacementShare(LiveHostTokens() +
+                                                                        request->prompt.size()));
         placed = placement_->PlanPrefill(request->sequence, request->prompt.size(), chooser).status();
       }
       if (!placed.ok()) {
@@ -668,7 +669,8 @@ absl::Status Engine::RunOneStep() {
       }
       const SequencePlacement& before = *placement_->Find(r->sequence);
       const size_t old_blocks = before.blocks.size();
-      SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
+      // Steered for the batch the whole prompt makes (its later chunks land too).
+      SteeringChooser chooser(*placement_, scheduler_->PlacementShare(LiveHostTokens() + remaining));
       absl::StatusOr<PrefillPlan> placed = placement_->PlanPrefill(r->sequence, chunk, chooser);
       if (!placed.ok()) {
         failed.push_back(r);
@@ -853,11 +855,7 @@ absl::Status Engine::RunOneStep() {
       ++check_.steps;
     }
     scheduler_->ObserveStep(sample);
-    uint64_t host_tokens = 0;
-    for (SequenceId id : placement_->LiveSequences()) {
-      host_tokens += placement_->Find(id)->window_first_token();
-    }
-    scheduler_->UpdateTarget(host_tokens);
+    scheduler_->UpdateTarget(LiveHostTokens());
   }
   record.step_ms = MillisSince(step_start);
   if (record.host_tokens > 0) {
@@ -887,6 +885,14 @@ absl::Status Engine::RunOneStep() {
   records_.push_back(record);
   if (records_.size() > kMaxStepRecords) records_.pop_front();
   return absl::OkStatus();
+}
+
+uint64_t Engine::LiveHostTokens() const {
+  uint64_t host_tokens = 0;
+  for (SequenceId id : placement_->LiveSequences()) {
+    host_tokens += placement_->Find(id)->window_first_token();
+  }
+  return host_tokens;
 }
 
 void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision) {

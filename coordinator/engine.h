@@ -235,6 +235,9 @@ class Engine {
   absl::Status RunOneStep();
   // A decode-only step: who reads the CPU-compute blocks (Scheduler::ChooseDecodeReads);
   // marks the sequences whose blocks the GPU streams. Under the placement lock.
+  // Host-resident tokens of the live sequences (their blocks, not their D-windows).
+  // Callers hold placement_mutex_.
+  uint64_t LiveHostTokens() const;
   void ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision);
   void Finish(Request& request, v1::FinishReason reason);
   void Fail(Request& request, const absl::Status& status);

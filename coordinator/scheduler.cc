@@ -591,6 +591,15 @@ double Scheduler::UpdateTarget(uint64_t host_tokens) {
   return target_;
 }
 
+double Scheduler::PlacementShare(uint64_t host_tokens_after) const {
+  if (policy_.kind != PolicyKind::kWriteScope || !estimates_ready() || !target_from_estimates_) {
+    return target_;
+  }
+  const double tokens = std::max(static_cast<double>(host_tokens_after), target_tokens_);
+  return std::clamp(OptimalCpuShare(estimates(), tokens), options_.probe_share,
+                    1.0 - options_.probe_share);
+}
+
 void Scheduler::SetTarget(double target, uint64_t host_tokens) {
   if (target == target_) return;
   ++target_changes_;

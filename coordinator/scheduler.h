@@ -343,6 +343,13 @@ class Scheduler {
   double UpdateTarget(uint64_t host_tokens);
 
   double target_cpu_share() const { return target_; }
+  // The share a prompt's blocks are steered towards: for writescope, r* at the host tokens
+  // the batch will hold once the prompt has landed (`host_tokens_after`, or the decaying
+  // peak when larger), clamped as the target is, so that a long prompt lands for the batch
+  // it makes rather than the one before it (r* grows with the tokens: the fixed costs
+  // weigh less). The state is unchanged. Other policies, and writescope before its
+  // estimators are ready: the target.
+  double PlacementShare(uint64_t host_tokens_after) const;
   // The latest unfiltered r* (NaN before the estimators are ready), at target_tokens().
   double optimal_cpu_share() const { return optimal_; }
   // The host tokens the latest UpdateTarget computed r* for.

@@ -1278,6 +1278,42 @@ TEST(DecodeReadsTest, AfterABatchChangeAModeFarWorseWaitsForTheCredit) {
   }
 }
 
+// A prompt is steered for the batch it makes: PlacementShare is r* at the tokens after it
+// lands (or the decaying peak when larger), clamped as the target, and changes nothing.
+// Fixed policies and monolithic steer to their target.
+TEST(PlacementShareTest, WriteScopeSteersAPromptForTheBatchItMakes) {
+  auto scheduler = *Scheduler::Create("writescope", {});
+  EXPECT_EQ(scheduler->PlacementShare(1000000), scheduler->target_cpu_share());  // not ready
+  ReadWorld world;
+  world.cpu_fixed_ns = 300000;  // the CPU's fixed cost the larger, as on the H200
+  LearnLines(*scheduler, world);
+  scheduler->UpdateTarget(20000);
+  const double target = scheduler->target_cpu_share();
+  const double peak = scheduler->target_tokens();
+  const double at_large = scheduler->PlacementShare(2000000);
+  EXPECT_DOUBLE_EQ(at_large, std::clamp(OptimalCpuShare(scheduler->estimates(), 2000000),
+                                        scheduler->options().probe_share,
+                                        1.0 - scheduler->options().probe_share));
+  EXPECT_GT(at_large, target);  // the fixed costs weigh less at more tokens
+  // Fewer tokens than the peak: r* at the peak.
+  EXPECT_DOUBLE_EQ(scheduler->PlacementShare(10),
+                   std::clamp(OptimalCpuShare(scheduler->estimates(), peak),
+                              scheduler->options().probe_share,
+                              1.0 - scheduler->options().probe_share));
+  EXPECT_EQ(scheduler->target_cpu_share(), target);
+  EXPECT_EQ(scheduler->target_tokens(), peak);
+  for (const char* policy : {"static:0.3", "transfer-all", "cpu-all", "monolithic"}) {
+    SCOPED_TRACE(policy);
+    SchedulerOptions options;
+    options.kv_bytes_per_token_layer = 64;
+    options.num_layers = 2;
+    auto fixed = *Scheduler::Create(policy, options);
+    LearnLines(*fixed, world);
+    fixed->UpdateTarget(20000);
+    EXPECT_EQ(fixed->PlacementShare(2000000), fixed->target_cpu_share());
+  }
+}
+
 // A batch that changes at every step (1 <-> 2 sequences: past the tolerance each time) does
 // not turn every other step into an exploration: the forced measurement keeps the minimum
 // period. And a GPU calibration, which replaces the line the GPU-only rest was measured

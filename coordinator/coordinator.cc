@@ -442,6 +442,7 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
       out->set_resident_experts(hot.resident_experts());
       out->set_total_experts(hot.total_experts());
       out->set_resident_bytes(hot.resident_bytes());
+      out->set_state(hot.state());
     }
     // A live check of the data plane: gpu_worker -> cpu_worker -> gpu_worker.
     absl::StatusOr<internal::ChannelPingResponse> ping = gpu_worker_.ChannelPing(200, 64, kRpcTimeout);

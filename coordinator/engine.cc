@@ -836,7 +836,8 @@ absl::Status Engine::RunOneStep() {
                   cpu_result->attention_ms() * 1e6 / layers};
     sample.gpu = {static_cast<double>(gpu_result->attended_tokens()),
                   gpu_result->attention_ms() * 1e6 / layers};
-    sample.step_ns = MillisSince(step_start) * 1e6 / layers;
+    // Without the hot experts' one-off upload, which is not step work.
+    sample.step_ns = (MillisSince(step_start) - gpu_result->hot_upload_ms()) * 1e6 / layers;
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     if (scheduler_->estimates_ready()) {
       // What the lines predicted for this step, before they learn from it.

@@ -233,11 +233,11 @@ class Engine {
   void DropEnded();
   void Admit();
   absl::Status RunOneStep();
-  // A decode-only step: who reads the CPU-compute blocks (Scheduler::ChooseDecodeReads);
-  // marks the sequences whose blocks the GPU streams. Under the placement lock.
   // Host-resident tokens of the live sequences (their blocks, not their D-windows).
   // Callers hold placement_mutex_.
   uint64_t LiveHostTokens() const;
+  // A decode-only step: who reads the CPU-compute blocks (Scheduler::ChooseDecodeReads);
+  // marks the sequences whose blocks the GPU streams. Under the placement lock.
   void ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision);
   void Finish(Request& request, v1::FinishReason reason);
   void Fail(Request& request, const absl::Status& status);

@@ -215,7 +215,14 @@ int Info() {
   }
   if (info.has_hot_experts()) {
     const auto& hot = info.hot_experts();
-    if (hot.chosen()) {
+    if (hot.state() == "uploading" || hot.state() == "failed") {
+      std::printf("hot experts: %s (chosen from %llu routed tokens; the gpu_worker's log has "
+                  "the details)\n",
+                  hot.state() == "failed" ? "the upload failed, all routed experts on the "
+                                            "cpu_worker"
+                                          : "uploading the resident set",
+                  static_cast<unsigned long long>(hot.tokens_seen()));
+    } else if (hot.chosen()) {
       std::printf("hot experts: %llu of %llu routed experts resident in VRAM (%.1f MiB), chosen "
                   "from %llu routed tokens\n",
                   static_cast<unsigned long long>(hot.resident_experts()),

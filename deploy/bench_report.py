@@ -65,6 +65,9 @@ def load(path):
                     # The share the CPU attended (CSVs of later benches); None before.
                     "read_cpu_share": float(row["read_cpu_share"]) if row.get("read_cpu_share")
                     else None,
+                    # Hot experts on the gpu_worker (CSVs of later benches); 0 before.
+                    "hot_expert_ms": float(row.get("gpu_hot_expert_ms") or 0),
+                    "hot_pair_share": float(row.get("hot_pair_share") or 0),
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -84,7 +87,7 @@ def merge_repeats(rows):
     for key, group in groups.items():
         out = dict(group[0])
         for field in ("step_ms", "gpu_attention_ms", "cpu_attention_ms", "expert_wait_ms",
-                      "cpu_expert_ms", "placed_cpu_share"):
+                      "cpu_expert_ms", "placed_cpu_share", "hot_expert_ms", "hot_pair_share"):
             out[field] = sum(g[field] for g in group) / len(group)
         # Equal work per repeat: the throughput of all of it is the harmonic mean.
         if all(g["tokens_per_s"] > 0 for g in group):
@@ -238,9 +241,16 @@ def main():
 
     per_point("\nBeyond attention and experts (ms per step: step - the larger attention time - "
               "the CPU experts), per point:", beyond)
+    def experts(policy, r):
+        text = f"{policy} {r['cpu_expert_ms']:.2f}"
+        if r["hot_pair_share"] > 0:
+            text += f" + {r['hot_expert_ms']:.2f} GPU ({100 * r['hot_pair_share']:.0f} %)"
+        return text
+
     per_point("\nThe CPU experts (ms per step; the same expert work under every policy: a spread "
-              "is the trios' or the CPU attention's before them), per point:",
-              lambda policy, r: f"{policy} {r['cpu_expert_ms']:.2f}")
+              "is the trios' or the CPU attention's before them; \"+ x GPU (y %)\": the hot "
+              "experts' time on the GPU beside them and their share of the pairs), per point:",
+              experts)
 
     if args.ceilings:
         shape = SHAPES[args.ceilings]

@@ -6,7 +6,9 @@
 // contract of Forward is CpuExperts::Forward's (kernels/experts/cpu_experts.h):
 //
 //   x        [tokens, hidden]  fp32, host
-//   ids      [tokens, top_k]   int32 in [0, num_experts), distinct within a token
+//   ids      [tokens, top_k]   int32 in [0, num_experts), distinct within a token (the host
+//                              device's also takes -1, CpuExperts' skipped pair; CUDA
+//                              refuses it: ForwardResident is the call for skipped pairs)
 //   weights  [tokens, top_k]   fp32, the router's final weights
 //   y        [tokens, hidden]  fp32, host, overwritten with sum_k w[t,k] * expert_{ids[t,k]}(x[t])
 //
@@ -80,7 +82,8 @@ class DeviceExperts {
   // Copies `experts` into device memory (synchronous) and makes them the resident set,
   // replacing any earlier one. INVALID_ARGUMENT for a layer without routed experts, an id
   // out of range or a repeated pair; RESOURCE_EXHAUSTED when more than resident_capacity()
-  // (with the numbers). On failure the earlier set stays.
+  // (with the numbers). On failure the earlier set stays; a replacement holds both sets
+  // while it copies (the gpu_worker sets one, once).
   virtual absl::Status SetResident(const std::vector<ExpertRef>& experts) = 0;
 
   virtual bool IsResident(int64_t layer, int32_t expert) const = 0;

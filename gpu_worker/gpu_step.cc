@@ -225,21 +225,24 @@ absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan
     absl::Status ended = Send(DataPlaneMessage::kStepEnd, plan.step_id(), 0, {});
     if (!ended.ok()) WS_LOG(WARNING) << "ending step " << plan.step_id() << ": " << ended;
   }
-  if (result.ok() && std::exchange(hot_choice_due_, false)) ChooseHotExperts(plan.step_id());
+  if (result.ok() && std::exchange(hot_choice_due_, false)) {
+    result->set_hot_upload_ms(ChooseHotExperts(plan.step_id()));
+  }
   return result;
 }
 
-void GpuStep::ChooseHotExperts(uint64_t step_id) {
+double GpuStep::ChooseHotExperts(uint64_t step_id) {
   SpanRecorder::Scope span(options_.spans, "hot_experts_upload", step_id);
   const auto start = Clock::now();
   const int64_t capacity = options_.experts->resident_capacity();
   const std::vector<ExpertRef> set = hot_->Choose(capacity);
   const absl::Status status = options_.experts->SetResident(set);
   if (!status.ok()) {
+    hot_->set_failed();
     WS_LOG(WARNING) << "hot experts: the resident set of " << set.size()
                     << " experts was not uploaded, every routed expert stays on the cpu_worker: "
                     << status;
-    return;
+    return MillisSince(start);
   }
   hot_->set_resident(options_.experts->num_resident(),
                      options_.experts->resident_bytes() > 0
@@ -252,6 +255,7 @@ void GpuStep::ChooseHotExperts(uint64_t step_id) {
                << " routed experts resident (room for " << capacity << "), "
                << hot_->resident_bytes() << " bytes, chosen from " << hot_->tokens_seen()
                << " routed tokens, uploaded in " << MillisSince(start) << " ms";
+  return MillisSince(start);
 }
 
 absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepPlan& plan,

@@ -114,8 +114,9 @@ class GpuStep {
   absl::Status RoutedOnWorkers(Step& step, uint32_t layer, const float* h,
                                const std::vector<int32_t>& ids, const std::vector<float>& weights,
                                PinnedArray<float>* routed);
-  // The warm-up is over: choose the resident set and upload it (between steps).
-  void ChooseHotExperts(uint64_t step_id);
+  // The warm-up is over: choose the resident set and upload it (between steps). Returns
+  // the time it took, ms.
+  double ChooseHotExperts(uint64_t step_id);
   // The ping-pong copies of the step as "dma" spans, from the device's markers.
   void RecordDmaSpans(const Step& step);
   // Data plane.

@@ -73,6 +73,14 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   if (arena_ != nullptr) return absl::FailedPreconditionError("gpu_worker is already loaded");
   if (!request.has_kv()) return absl::InvalidArgumentError("Load: the KV cache spec (kv) is missing");
   WS_ASSIGN_OR_RETURN(KvCacheConfig config, FromKvSpec(request.kv()));
+  if (options_.hot_experts == "on" &&
+      !(options_.stream_experts == "on" ||
+        (options_.stream_experts == "auto" && device_->is_cuda()))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--hot_experts=on needs the routed experts on the gpu_worker (--stream_experts on, or "
+        "auto with CUDA; here --stream_experts=", options_.stream_experts, " on ",
+        device_->name(), ")"));
+  }
   WS_ASSIGN_OR_RETURN(std::unique_ptr<ShmArena> arena, ShmArena::Open(request.arena().name()));
   WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena));
   // Pins the GPU-transfer region (transfers into ping-pong are DMA) and allocates the
@@ -244,6 +252,7 @@ internal::WorkerStats GpuWorker::Stats() {
       out->set_resident_experts(static_cast<uint64_t>(hot->resident_experts()));
       out->set_total_experts(static_cast<uint64_t>(hot->total_experts()));
       out->set_resident_bytes(hot->resident_bytes());
+      out->set_state(hot->state());
     }
   }
   return stats;
@@ -470,7 +479,9 @@ absl::Status GpuWorker::ResetDataPlane(bool attach) {
 
 void GpuWorker::Stop() {
   std::lock_guard<std::mutex> lock(mutex_);
-  loaded_.store(false);  // Stats stops reading what goes below
+  // Stats reads what goes below without the lock, behind loaded_; Stop runs once the
+  // server has stopped serving (RunWorkerServer), so no Stats call is in flight.
+  loaded_.store(false);
   if (data_plane_) {
     data_plane_->to_cpu.Close();
     data_plane_.reset();

@@ -28,7 +28,22 @@ bool HotExperts::EndStep(int64_t tokens) {
   return tokens_seen_.fetch_add(tokens) + tokens >= options_.warmup_tokens;
 }
 
+const char* HotExperts::state() const {
+  if (!options_.enabled) return "off";
+  switch (phase_.load()) {
+    case kCounting:
+      return "warming up";
+    case kUploading:
+      return "uploading";
+    case kResident:
+      return "resident";
+    default:
+      return "failed";
+  }
+}
+
 std::vector<ExpertRef> HotExperts::Choose(int64_t capacity) {
+  phase_.store(kUploading);
   chosen_.store(true);
   int64_t take = std::max<int64_t>(capacity, 0);
   if (options_.max_bytes > 0) {

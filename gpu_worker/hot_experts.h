@@ -49,12 +49,17 @@ class HotExperts {
   bool EndStep(int64_t tokens);
 
   // The most selected pairs, at most min(capacity, max_bytes / expert size), in (layer,
-  // expert) order; marks the set chosen.
+  // expert) order; marks the set chosen (state "uploading" until set_resident or
+  // set_failed).
   std::vector<ExpertRef> Choose(int64_t capacity);
   void set_resident(int64_t experts, uint64_t bytes) {
     resident_experts_.store(experts);
     resident_bytes_.store(bytes);
+    phase_.store(kResident);
   }
+  void set_failed() { phase_.store(kFailed); }
+  // "off", "warming up", "uploading", "resident" or "failed" (thread-safe).
+  const char* state() const;
 
   // Progress (thread-safe).
   int64_t tokens_seen() const { return tokens_seen_.load(); }
@@ -83,6 +88,8 @@ class HotExperts {
   std::atomic<bool> chosen_{false};
   std::atomic<int64_t> resident_experts_{0};
   std::atomic<uint64_t> resident_bytes_{0};
+  enum Phase { kCounting, kUploading, kResident, kFailed };
+  std::atomic<int> phase_{kCounting};
 };
 
 }  // namespace writescope::gpu

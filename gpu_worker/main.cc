@@ -50,9 +50,9 @@ int main(int argc, char** argv) {
   }
   const int64_t warmup = absl::GetFlag(FLAGS_hot_experts_warmup_tokens);
   const double max_gib = absl::GetFlag(FLAGS_hot_experts_max_gib);
-  if (warmup < 1 || !(max_gib >= 0)) {
+  if (warmup < 1 || !(max_gib >= 0 && max_gib <= 1e6)) {
     WS_LOG(ERROR) << "--hot_experts_warmup_tokens must be at least 1 (not " << warmup
-                  << ") and --hot_experts_max_gib at least 0 (not " << max_gib << ")";
+                  << ") and --hot_experts_max_gib in [0, 1e6] (not " << max_gib << ")";
     return EXIT_FAILURE;
   }
   writescope::gpu::GpuWorker worker(

@@ -268,16 +268,10 @@ class CudaExperts final : public DeviceExperts {
     const auto start = Clock::now();
     stats_ = {};
     WS_ASSIGN_OR_RETURN(const int64_t moe, MoeIndex(layer));
-    if (tokens < 0 || top_k <= 0 || top_k > num_experts_) {
-      return absl::InvalidArgumentError(absl::StrCat("CudaExperts: tokens ", tokens, ", top_k ",
-                                                     top_k, " with ", num_experts_, " experts"));
-    }
+    WS_RETURN_IF_ERROR(CheckCall(tokens, top_k, x, ids, weights, y));
     if (tokens == 0) {
       stats_.total_ms = MillisSince(start);
       return absl::OkStatus();
-    }
-    if (x == nullptr || ids == nullptr || weights == nullptr || y == nullptr) {
-      return absl::InvalidArgumentError("CudaExperts: null input or output");
     }
     WS_RETURN_IF_ERROR(CheckIds(ids, tokens, top_k));
 
@@ -367,14 +361,8 @@ class CudaExperts final : public DeviceExperts {
     const auto start = Clock::now();
     stats_ = {};
     WS_ASSIGN_OR_RETURN(const int64_t moe, MoeIndex(layer));
-    if (tokens < 0 || top_k <= 0 || top_k > num_experts_) {
-      return absl::InvalidArgumentError(absl::StrCat("CudaExperts: tokens ", tokens, ", top_k ",
-                                                     top_k, " with ", num_experts_, " experts"));
-    }
+    WS_RETURN_IF_ERROR(CheckCall(tokens, top_k, x, ids, weights, y));
     if (tokens == 0) return absl::OkStatus();
-    if (x == nullptr || ids == nullptr || weights == nullptr || y == nullptr) {
-      return absl::InvalidArgumentError("CudaExperts: null input or output");
-    }
     WS_RETURN_IF_ERROR(CheckResidentIds(
         ids, tokens, top_k, [&](int32_t e) { return IsResident(layer, e); }));
     const std::vector<const uint16_t*> none(num_experts_, nullptr);
@@ -416,6 +404,19 @@ class CudaExperts final : public DeviceExperts {
           "CudaExperts: layer ", layer, " of ", routed_.config().source, " has no routed experts"));
     }
     return moe_index_[layer];
+  }
+
+  // The shape of a Forward call (its pointers only when there are tokens).
+  absl::Status CheckCall(int64_t tokens, int64_t top_k, const float* x, const int32_t* ids,
+                         const float* weights, const float* y) const {
+    if (tokens < 0 || top_k <= 0 || top_k > num_experts_) {
+      return absl::InvalidArgumentError(absl::StrCat("CudaExperts: tokens ", tokens, ", top_k ",
+                                                     top_k, " with ", num_experts_, " experts"));
+    }
+    if (tokens > 0 && (x == nullptr || ids == nullptr || weights == nullptr || y == nullptr)) {
+      return absl::InvalidArgumentError("CudaExperts: null input or output");
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CheckIds(const int32_t* ids, int64_t tokens, int64_t top_k) const {

@@ -77,6 +77,23 @@ checks += [
     ("The CPU experts (ms per step" in repeated, "repeats: the experts section"),
 ]
 
+# Hot experts (CSVs with their columns): the experts section shows the GPU's share beside
+# the CPU's time; rows without them show the CPU's time alone.
+with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+    f.write(HEADER.rstrip("\n") + ",read_cpu_share,explore_steps,gpu_hot_expert_ms,hot_pair_share\n")
+    f.write(row("writescope", 4, 8192, 30).rstrip("\n") + ",0.3,0,0.92,0.42\n")
+    f.write(row("transfer-all", 4, 8192, 60).rstrip("\n") + ",0,0,0,0\n")
+    path = f.name
+try:
+    hot = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path],
+                         capture_output=True, text=True, check=True).stdout
+finally:
+    os.unlink(path)
+checks += [
+    ("writescope 0.00 + 0.92 GPU (42 %)" in hot, "hot experts shown"),
+    ("transfer-all 0.00\n" in hot, "no hot text without them"),
+]
+
 # The roofline bound from the ceilings, on numbers chosen to be round: 2048 KV bytes per
 # token at 2.048 GB/s either way is 1 us per token; 1256 tokens minus the 256-token window
 # is 1000 host tokens, so a layer's CPU-all and GPU-all attention are both 1 ms. The experts

@@ -705,19 +705,7 @@ def check_placement_of_work(env):
         if not check(not problem, f"experts on the gpu_worker: generate {len(prompt)} prompt + 12 "
                                   f"greedy tokens ({r['_s']:.2f} s)", problem):
             return
-        lp, ref_lp = r["prompt_logprobs"], ref["prompt_logprobs"]
-        diffs = abs_diffs(lp, ref_lp)
-        median, within = bf16_closeness(diffs)
-        check(len(lp) == len(ref_lp) and median <= HF_MEDIAN_TOL and within >= HF_WITHIN_FRACTION,
-              f"experts on the gpu_worker vs ws_reference: prompt logprobs median |diff| "
-              f"{median:.2e} (<= {HF_MEDIAN_TOL:g}), max {max(diffs):.3f}, {100 * within:.1f}% "
-              f"within {HF_POSITION_TOL:g} (bf16 expert products)")
-        compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
-                                       HF_MARGIN_MIN)
-        check(bad is None and compared > 0,
-              f"experts on the gpu_worker: greedy tokens as ws_reference ({compared}/12 compared, "
-              f"up to the first margin < {HF_MARGIN_MIN:g})",
-              f"trio {r['tokens']} reference {ref['greedy']}")
+        check_bf16_against_reference("experts on the gpu_worker", r, ref, "bf16 expert products")
         proc = trio.wscope(["profile", f"--target={trio.target}", "--steps=4",
                             f"--out={os.path.join(env.work, 'trace-experts.json')}"], timeout=60)
         check(proc.returncode == 0 and "gpu_experts" in proc.stdout and
@@ -727,6 +715,23 @@ def check_placement_of_work(env):
     finally:
         trio.stop()
     check_hot_experts(env, arch, prompt, ref)
+
+
+def check_bf16_against_reference(label, r, ref, why):
+    """A 12-token greedy generation with prompt logprobs against ws_reference within the
+    bf16 tolerance (the transformers comparison's)."""
+    lp, ref_lp = r["prompt_logprobs"], ref["prompt_logprobs"]
+    diffs = abs_diffs(lp, ref_lp)
+    median, within = bf16_closeness(diffs)
+    check(len(lp) == len(ref_lp) and median <= HF_MEDIAN_TOL and within >= HF_WITHIN_FRACTION,
+          f"{label} vs ws_reference: prompt logprobs median |diff| {median:.2e} "
+          f"(<= {HF_MEDIAN_TOL:g}), max {max(diffs):.3f}, {100 * within:.1f}% within "
+          f"{HF_POSITION_TOL:g} ({why})")
+    compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
+                                   HF_MARGIN_MIN)
+    check(bad is None and compared > 0,
+          f"{label}: greedy tokens as ws_reference ({compared}/12 compared, up to the first "
+          f"margin < {HF_MARGIN_MIN:g})", f"trio {r['tokens']} reference {ref['greedy']}")
 
 
 def check_hot_experts(env, arch, prompt, ref):
@@ -751,18 +756,7 @@ def check_hot_experts(env, arch, prompt, ref):
         if not check(not problem, f"hot experts: generate {len(prompt)} prompt + 12 greedy tokens "
                                   f"({r['_s']:.2f} s)", problem):
             return
-        lp, ref_lp = r["prompt_logprobs"], ref["prompt_logprobs"]
-        diffs = abs_diffs(lp, ref_lp)
-        median, within = bf16_closeness(diffs)
-        check(len(lp) == len(ref_lp) and median <= HF_MEDIAN_TOL and within >= HF_WITHIN_FRACTION,
-              f"hot experts vs ws_reference: prompt logprobs median |diff| {median:.2e} "
-              f"(<= {HF_MEDIAN_TOL:g}), max {max(diffs):.3f}, {100 * within:.1f}% within "
-              f"{HF_POSITION_TOL:g} (the hot pairs' products in bf16)")
-        compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
-                                       HF_MARGIN_MIN)
-        check(bad is None and compared > 0,
-              f"hot experts: greedy tokens as ws_reference ({compared}/12 compared, up to the "
-              f"first margin < {HF_MARGIN_MIN:g})", f"trio {r['tokens']} reference {ref['greedy']}")
+        check_bf16_against_reference("hot experts", r, ref, "the hot pairs' products in bf16")
         info = trio.info()
         m = re.search(r"hot experts: (\d+) of (\d+) routed experts resident in VRAM \(([0-9.]+) "
                       r"MiB\), chosen from (\d+) routed tokens", info["text"])

@@ -322,21 +322,39 @@ TEST_P(CudaExpertsTest, ResidentExperts) {
                   /*reference=*/true, absl::StrCat("streamed layer ", layer, " beside the set"));
   }
   WS_ASSERT_OK(experts->EndStep());
-  // The scratch grows only within what the resident set leaves: a budget of the streaming
-  // buffers plus a set that takes all the rest runs larger calls in chunks.
-  std::unique_ptr<DeviceExperts> tight = Create(16, streaming_bytes + 4 * expert_bytes + 4096);
+  // The scratch grows only within what the resident set leaves. A budget where a 100-token
+  // call would grow the scratch of a 16-token instance, filled with resident experts: the
+  // call runs in chunks instead (resident pairs too, skipped ids in every chunk), and
+  // still equals CpuExperts.
+  std::unique_ptr<DeviceExperts> probe = Create(16);
+  ASSERT_NE(probe, nullptr);
+  const uint64_t small = probe->device_bytes();
+  ExpectMatches(*probe, moe_layers_.front(),
+                RandomRouting(config_, 100, config_.num_experts_per_tok, 76), /*reference=*/false,
+                "growing probe");
+  const uint64_t grown = probe->device_bytes();
+  ASSERT_GT(grown, small);
+  std::unique_ptr<DeviceExperts> tight = Create(16, grown + 4096);
   ASSERT_NE(tight, nullptr);
-  const int64_t room = tight->resident_capacity();
-  ASSERT_GE(room, 1);
+  ASSERT_EQ(tight->device_bytes(), small);
   std::vector<ExpertRef> fill;
-  for (int32_t e = 0; e < room && e < config_.n_routed_experts; ++e) {
-    fill.push_back({moe_layers_.front(), e});
+  for (int64_t layer : moe_layers_) {
+    for (int32_t e = 0; e < config_.n_routed_experts; ++e) {
+      if (static_cast<int64_t>(fill.size()) < tight->resident_capacity()) {
+        fill.push_back({layer, e});
+      }
+    }
   }
+  ASSERT_LT(static_cast<int64_t>(fill.size()),
+            static_cast<int64_t>(moe_layers_.size()) * config_.n_routed_experts)
+      << "the room must not hold every expert";
   WS_ASSERT_OK(tight->SetResident(fill));
   const uint64_t before = tight->device_bytes();
+  ASSERT_GT(before + (grown - small), grown + 4096);  // growing now would break the budget
   ExpectMatches(*tight, moe_layers_.front(),
                 RandomRouting(config_, 100, config_.num_experts_per_tok, 77), /*reference=*/false,
                 "chunks beside a full resident set");
+  testing::ExpectHotPlusColdEqualsAll(*tight, *weights_, 1e-2);
   EXPECT_EQ(tight->device_bytes(), before);
 }
 

@@ -40,6 +40,24 @@ TEST(HotExperts, DueOnceTheWarmupIsCountedThenChosenOnce) {
   EXPECT_EQ(hot.tokens_seen(), 12);
 }
 
+TEST(HotExperts, StatesFromWarmupToResidentOrFailed) {
+  const ModelConfig config = Config("qwen3_moe", 2);
+  EXPECT_STREQ(HotExperts(config, {.enabled = false}).state(), "off");
+  HotExperts hot(config, {.enabled = true, .warmup_tokens = 1});
+  EXPECT_STREQ(hot.state(), "warming up");
+  hot.Choose(2);
+  EXPECT_STREQ(hot.state(), "uploading");
+  hot.set_resident(2, 2 * hot.expert_bytes());
+  EXPECT_STREQ(hot.state(), "resident");
+  EXPECT_EQ(hot.resident_experts(), 2);
+  EXPECT_EQ(hot.resident_bytes(), 2 * hot.expert_bytes());
+  HotExperts failed(config, {.enabled = true, .warmup_tokens = 1});
+  failed.Choose(2);
+  failed.set_failed();
+  EXPECT_STREQ(failed.state(), "failed");
+  EXPECT_EQ(failed.resident_experts(), 0);
+}
+
 TEST(HotExperts, ChoosesTheMostSelectedWithinCapacity) {
   const ModelConfig config = Config("qwen3_moe", 3);
   const int64_t E = config.n_routed_experts;

@@ -2,8 +2,9 @@
 # Issue 7's decode grid on one model shape: for each policy, one trio on synthetic weights of
 # the real shape (fewer layers: the per-layer step time and the projection are what count),
 # then `wscope bench` over batches x contexts (the KV placed by the policy's steering, not
-# computed: decode speed does not depend on KV values). Appends to OUT/bench-ARCH.csv and
-# prints the table as it goes.
+# computed: decode speed does not depend on KV values). Appends to OUT/bench-ARCH.csv (a row
+# per point) and OUT/steps-ARCH.csv (every measured step: the shares, the read choice and
+# its two predictions) and prints the table as it goes.
 #
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
@@ -66,7 +67,8 @@ for repeat in $(seq "$REPEATS"); do
   for policy in $POLICIES; do
     start_trio bench-grid "$policy" "$region_mib" --max_sequences="$max_batch" ${EXTRA[@]+"${EXTRA[@]}"}
     "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
-      --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" || true
+      --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" \
+      --steps_csv="$OUT_DIR/steps-$ARCH.csv" || true
     stop_trio
   done
 done

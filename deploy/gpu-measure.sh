@@ -108,7 +108,7 @@ for step in "${steps[@]}"; do
       # WS_BENCH_POLICIES, batches WS_BENCH_BATCHES (4,16,32), contexts WS_BENCH_CONTEXTS
       # (2048,8192,16384,32768), WS_BENCH_STEPS (16) measured after WS_BENCH_WARMUP (8),
       # WS_BENCH_REPEATS (1) rounds of the policies, hot experts WS_BENCH_HOT (auto: on);
-      # $OUT/bench-ARCH.csv. Limit WS_BENCH_LIMIT_S (560).
+      # $OUT/bench-ARCH.csv and $OUT/steps-ARCH.csv. Limit WS_BENCH_LIMIT_S (560).
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
       for arch in ${WS_BENCH_ARCHS:-qwen3_moe}; do
         run_step "bench-grid $arch" "${WS_BENCH_LIMIT_S:-560}" \

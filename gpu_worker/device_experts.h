@@ -1,4 +1,7 @@
-// Routed experts on the gpu_worker's device for steps of many tokens (long prefill chunks):
+// Routed experts on the gpu_worker's device, two ways:
+// - a resident set of hot experts, kept in VRAM, whose (token, k) pairs the gpu_worker
+//   computes beside the cpu_worker's (ForwardResident, below; gpu_worker/hot_experts.h);
+// - for steps of many tokens (long prefill chunks), all of a layer's experts (Forward):
 // the bf16 weights stay in host memory and are streamed over PCIe, one MoE layer at a time,
 // into one of two device buffers, while the previous layer computes (as llama.cpp and
 // KTransformers do for prefill). Whether a step runs its routed experts here or on the

@@ -115,6 +115,11 @@ struct ModelConfig {
   // Does `layer` have routed experts (else a dense MLP of intermediate_size)?
   bool IsMoeLayer(int64_t layer) const;
   int64_t num_moe_layers() const;
+  // bf16 bytes of one routed expert: gate, up [moe_intermediate, hidden], down [hidden, ...].
+  uint64_t routed_expert_bytes() const {
+    return uint64_t{3} * 2 * static_cast<uint64_t>(moe_intermediate_size) *
+           static_cast<uint64_t>(hidden_size);
+  }
   // Per-head width of q and k: MLA qk_nope + qk_rope, GQA head_dim.
   int64_t qk_head_dim() const { return is_mla() ? qk_nope_head_dim + qk_rope_head_dim : head_dim; }
   // Width of the attention output per head: MLA v_head_dim, GQA head_dim.

@@ -25,8 +25,7 @@ class HostExperts final : public DeviceExperts {
     const ModelConfig& config = routed.config();
     experts->config_ = &config;
     experts->budget_ = budget;
-    experts->expert_bytes_ =
-        uint64_t{3} * 2 * config.moe_intermediate_size * config.hidden_size;
+    experts->expert_bytes_ = config.routed_expert_bytes();
     experts->resident_.assign(config.num_layers,
                               std::vector<bool>(config.n_routed_experts, false));
     experts->layers_.resize(config.num_layers);
@@ -117,11 +116,9 @@ class HostExperts final : public DeviceExperts {
 absl::Status CheckResidentSet(const ModelConfig& config,
                                         const std::vector<ExpertRef>& experts, int64_t capacity) {
   if (static_cast<int64_t>(experts.size()) > capacity) {
-    const uint64_t expert_bytes =
-        uint64_t{3} * 2 * config.moe_intermediate_size * config.hidden_size;
     return absl::ResourceExhaustedError(absl::StrCat(
-        "resident experts: ", experts.size(), " experts of ", expert_bytes, " bytes, room for ",
-        capacity, " in the VRAM budget"));
+        "resident experts: ", experts.size(), " experts of ", config.routed_expert_bytes(),
+        " bytes, room for ", capacity, " in the VRAM budget"));
   }
   std::vector<std::vector<bool>> seen(config.num_layers,
                                       std::vector<bool>(config.n_routed_experts, false));

@@ -29,10 +29,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/model_weights.h"
 #include "gpu_worker/device.h"
 
@@ -115,11 +117,23 @@ class DeviceExperts {
 // every id in range, no pair twice, at most `capacity` pairs.
 absl::Status CheckResidentSet(const ModelConfig& config, const std::vector<ExpertRef>& experts,
                               int64_t capacity);
-// ForwardResident's ids: a resident expert of the layer (is_resident(id)) or -1, and no
-// expert twice within a token.
+// A call's routing: every id but -1 (skipped, when `allow_skipped`) is one `reason` has
+// nothing against (it returns why an id is refused, empty when it is fine), and no expert
+// twice within a token. INVALID_ARGUMENT "<who>: token t slot k: expert e <reason>" or
+// "<who>: token t routed to expert e twice (slots j and k)".
+template <typename Reason>
+absl::Status CheckRouting(absl::string_view who, const int32_t* ids, int64_t tokens,
+                          int64_t top_k, bool allow_skipped, const Reason& reason);
+// ForwardResident's ids: a resident expert of the layer (is_resident(id)) or -1.
 template <typename IsResident>
 absl::Status CheckResidentIds(const int32_t* ids, int64_t tokens, int64_t top_k,
-                              const IsResident& is_resident);
+                              const IsResident& is_resident) {
+  return CheckRouting("resident experts", ids, tokens, top_k, /*allow_skipped=*/true,
+                      [&](int32_t id) {
+                        return is_resident(id) ? std::string()
+                                               : std::string("is not resident (nor -1, skipped)");
+                      });
+}
 
 // `routed` holds the routed experts (a ModelWeights of side kCpu or kAll) and must outlive
 // the object, as must `device`. RESOURCE_EXHAUSTED (with the numbers) when two layer
@@ -131,23 +145,22 @@ absl::StatusOr<std::unique_ptr<DeviceExperts>> CreateDeviceExperts(Device* devic
                                                                    int64_t max_tokens,
                                                                    uint64_t vram_bytes_available);
 
-template <typename IsResident>
-absl::Status CheckResidentIds(const int32_t* ids, int64_t tokens, int64_t top_k,
-                                        const IsResident& is_resident) {
+template <typename Reason>
+absl::Status CheckRouting(absl::string_view who, const int32_t* ids, int64_t tokens,
+                          int64_t top_k, bool allow_skipped, const Reason& reason) {
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t* row = ids + t * top_k;
     for (int64_t k = 0; k < top_k; ++k) {
-      if (row[k] == -1) continue;
-      if (!is_resident(row[k])) {
-        return absl::InvalidArgumentError(absl::StrCat("resident experts: token ", t, " slot ", k,
-                                                       ": expert ", row[k],
-                                                       " is not resident (nor -1, skipped)"));
+      if (allow_skipped && row[k] == -1) continue;
+      if (const std::string why = reason(row[k]); !why.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who, ": token ", t, " slot ", k, ": expert ", row[k], " ", why));
       }
       for (int64_t j = 0; j < k; ++j) {
         if (row[j] == row[k]) {
-          return absl::InvalidArgumentError(absl::StrCat("resident experts: token ", t,
-                                                         " routed to expert ", row[k],
-                                                         " twice (slots ", j, " and ", k, ")"));
+          return absl::InvalidArgumentError(absl::StrCat(who, ": token ", t, " routed to expert ",
+                                                         row[k], " twice (slots ", j, " and ", k,
+                                                         ")"));
         }
       }
     }

@@ -248,10 +248,7 @@ double GpuStep::ChooseHotExperts(uint64_t step_id) {
                      options_.experts->resident_bytes() > 0
                          ? options_.experts->resident_bytes()
                          : static_cast<uint64_t>(set.size()) * hot_->expert_bytes());
-  const ModelConfig& config = ops_->config();
-  int64_t moe_layers = 0;
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) moe_layers += config.IsMoeLayer(layer);
-  WS_LOG(INFO) << "hot experts: " << set.size() << " of " << moe_layers * config.n_routed_experts
+  WS_LOG(INFO) << "hot experts: " << set.size() << " of " << hot_->total_experts()
                << " routed experts resident (room for " << capacity << "), "
                << hot_->resident_bytes() << " bytes, chosen from " << hot_->tokens_seen()
                << " routed tokens, uploaded in " << MillisSince(start) << " ms";

@@ -20,12 +20,6 @@ namespace {
 
 constexpr absl::Duration kChannelTimeout = absl::Seconds(5);
 
-int64_t MoeLayers(const ModelConfig& config) {
-  int64_t n = 0;
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) n += config.IsMoeLayer(layer);
-  return n;
-}
-
 // Synthetic weights shrunk to fewer layers than the real model (the benchmarks) would leave
 // nearly all of the VRAM budget to hot experts. Their resident set is sized instead as the
 // full model's: the room the budget leaves at the real layer count (its attention-side bf16
@@ -52,12 +46,12 @@ absl::StatusOr<uint64_t> ShrunkModelHotBytes(const ModelSource& source, const Mo
   const uint64_t used = bf16 + fp32 + kv_bytes + budget.workspace_bytes + streaming_bytes;
   if (used >= budget.total_bytes) return 1;  // no room: 1 byte holds no expert
   const uint64_t room = budget.total_bytes - used;
-  const int64_t full_moe = MoeLayers(full);
-  const uint64_t share = full_moe > 0 ? room / full_moe * MoeLayers(here) : 0;
+  const int64_t full_moe = full.num_moe_layers();
+  const uint64_t share = full_moe > 0 ? room / full_moe * here.num_moe_layers() : 0;
   WS_LOG(INFO) << "hot experts: " << DescribeModelSource(source) << " is shrunk from "
                << full.num_layers << " layers: its resident set is sized as the full model's ("
                << room << " bytes left over " << full_moe << " MoE layers), times its "
-               << MoeLayers(here) << " MoE layers: " << share << " bytes";
+               << here.num_moe_layers() << " MoE layers: " << share << " bytes";
   return std::max<uint64_t>(share, 1);
 }
 
@@ -145,8 +139,8 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   }
   if (experts_ != nullptr) {
     const ModelConfig& model = weights_->config();
-    const uint64_t layer_bytes = uint64_t{3} * 2 * model.n_routed_experts *
-                                 model.moe_intermediate_size * model.hidden_size;
+    const uint64_t layer_bytes =
+        static_cast<uint64_t>(model.n_routed_experts) * model.routed_expert_bytes();
     response.set_streams_experts(true);
     response.set_expert_stream_bytes_per_ms(experts_->calibrated_bytes_per_ms());
     response.set_expert_layer_bytes(layer_bytes);

@@ -7,10 +7,8 @@ namespace writescope::gpu {
 
 HotExperts::HotExperts(const ModelConfig& config, const HotExpertsOptions& options)
     : config_(config), options_(options) {
-  expert_bytes_ = uint64_t{3} * 2 * config.moe_intermediate_size * config.hidden_size;
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    if (config.IsMoeLayer(layer)) total_experts_ += config.n_routed_experts;
-  }
+  expert_bytes_ = config.routed_expert_bytes();
+  total_experts_ = config.num_moe_layers() * config.n_routed_experts;
   if (options_.enabled) counts_.assign(config.num_layers * config.n_routed_experts, 0);
 }
 

@@ -165,6 +165,8 @@ class CudaExperts final : public DeviceExperts {
       return absl::InvalidArgumentError(
           absl::StrCat("CudaExperts: ", config.source, " has no MoE layer"));
     }
+    // No resident expert yet (SetResident): a row of nulls per MoE layer.
+    resident_table_.assign(moe_layers_.size(), std::vector<const uint16_t*>(num_experts_, nullptr));
 
     // Budget: two layer buffers and the scratch for max_tokens at the config's top-k.
     layer_bytes_ = static_cast<uint64_t>(num_experts_) * ExpertValues() * 2;
@@ -349,7 +351,7 @@ class CudaExperts final : public DeviceExperts {
 
   bool IsResident(int64_t layer, int32_t expert) const override {
     if (layer < 0 || layer >= static_cast<int64_t>(moe_index_.size()) || moe_index_[layer] < 0 ||
-        resident_table_.empty() || expert < 0 || expert >= num_experts_) {
+        expert < 0 || expert >= num_experts_) {
       return false;
     }
     return resident_table_[moe_index_[layer]][expert] != nullptr;
@@ -365,9 +367,7 @@ class CudaExperts final : public DeviceExperts {
     if (tokens == 0) return absl::OkStatus();
     WS_RETURN_IF_ERROR(CheckResidentIds(
         ids, tokens, top_k, [&](int32_t e) { return IsResident(layer, e); }));
-    const std::vector<const uint16_t*> none(num_experts_, nullptr);
-    absl::Status status = ComputeAll(resident_table_.empty() ? none : resident_table_[moe], x,
-                                     tokens, top_k, ids, weights, y);
+    absl::Status status = ComputeAll(resident_table_[moe], x, tokens, top_k, ids, weights, y);
     if (!status.ok()) {
       device_->Synchronize(Stream::kCompute).IgnoreError();
       return status;
@@ -420,24 +420,12 @@ class CudaExperts final : public DeviceExperts {
   }
 
   absl::Status CheckIds(const int32_t* ids, int64_t tokens, int64_t top_k) const {
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int32_t* row = ids + t * top_k;
-      for (int64_t k = 0; k < top_k; ++k) {
-        if (row[k] < 0 || row[k] >= num_experts_) {
-          return absl::InvalidArgumentError(absl::StrCat("CudaExperts: token ", t, " slot ", k,
-                                                         ": expert ", row[k], " outside [0, ",
-                                                         num_experts_, ")"));
-        }
-        for (int64_t j = 0; j < k; ++j) {
-          if (row[j] == row[k]) {
-            return absl::InvalidArgumentError(absl::StrCat("CudaExperts: token ", t,
-                                                           " routed to expert ", row[k],
-                                                           " twice (slots ", j, " and ", k, ")"));
-          }
-        }
-      }
-    }
-    return absl::OkStatus();
+    return CheckRouting("CudaExperts", ids, tokens, top_k, /*allow_skipped=*/false,
+                        [this](int32_t id) {
+                          return id >= 0 && id < num_experts_
+                                     ? std::string()
+                                     : absl::StrCat("outside [0, ", num_experts_, ")");
+                        });
   }
 
   // Queues MoE layer `moe`'s weights into buffer moe % 2 on kWeightsIn, unless they are
@@ -673,7 +661,8 @@ class CudaExperts final : public DeviceExperts {
   std::vector<int64_t> offsets_;  // [E + 2] first row of each expert, then of the skipped
   std::vector<int64_t> fill_;     // [E + 1] next row of each during the sort
   std::vector<const uint16_t*> buffer_table_;  // [E] a streamed layer buffer's blocks
-  // The resident (hot) experts: one allocation of blocks, [MoE index][expert] -> block.
+  // The resident (hot) experts: one allocation of blocks, [MoE index][expert] -> block
+  // (null: not resident).
   DeviceBuffer resident_memory_;
   std::vector<std::vector<const uint16_t*>> resident_table_;
   int64_t num_resident_ = 0;

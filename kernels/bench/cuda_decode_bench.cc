@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "kernels/bench/bench_common.h"
+#include "kernels/bench/bench_kernels.h"
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_attention.h"
+#include "kernels/cuda/launch.h"
 
 namespace writescope::kernels::bench {
 namespace {
@@ -42,7 +44,23 @@ struct DeviceMemory {
   T* as() const { return static_cast<T*>(ptr); }
 };
 
-// Times `fn` (which enqueues on the default stream) with events: median of iters.
+// 256 MiB read between timed runs: evicts the L2 (50 MB on the H200) with clean lines
+// (a write would leave it dirty, and the timed run would pay the write-back), so every
+// timed run reads its K/V from HBM; it also keeps the stream busy while the host
+// enqueues `fn`.
+constexpr size_t kFlushBytes = size_t{256} << 20;
+constexpr int kReadBlocks = 132 * 8;
+void* g_flush = nullptr;
+unsigned* g_sink = nullptr;  // [kReadBlocks]
+
+void FlushL2() {
+  if (g_flush != nullptr) (void)LaunchReadAll(g_flush, kFlushBytes, g_sink, kReadBlocks, nullptr);
+}
+
+// The GPU time of `fn`'s work (which enqueues on the default stream): median of iters,
+// each with a cold L2 and queued behind the flush, so the host's launch latency is not
+// counted (as in the gpu_worker, whose decode launches are queued behind the wait for
+// their layer's tiles). Kernel-to-kernel gaps inside `fn` are counted.
 template <typename Fn>
 double TimeGpu(int iters, Fn fn) {
   cudaEvent_t start, stop;
@@ -52,6 +70,7 @@ double TimeGpu(int iters, Fn fn) {
   cudaDeviceSynchronize();
   std::vector<double> times;
   for (int i = 0; i < std::max(iters, 5); ++i) {
+    FlushL2();
     cudaEventRecord(start);
     fn();
     cudaEventRecord(stop);
@@ -66,10 +85,124 @@ double TimeGpu(int iters, Fn fn) {
   return times[times.size() / 2];
 }
 
+// The time of one call from an idle stream: the host's launch latency included (what
+// a caller that waits for each call sees). Cold L2 as above.
+template <typename Fn>
+double TimeGpuCall(int iters, Fn fn) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<double> times;
+  for (int i = 0; i < std::max(iters, 5); ++i) {
+    FlushL2();
+    cudaDeviceSynchronize();
+    cudaEventRecord(start);
+    fn();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Where a small-batch decode's time goes (batch 1, the sizes of --tokens): a plain read of
+// the same bytes (the size-matched ceiling: one launch, the same ramp and tail), the
+// decode as planned, the same with only a 128-token window (what a call costs besides
+// reading K/V), the split merge alone, and fixed split sizes. GPU time, queued, cold L2.
+void RunGqaAnatomy(const BenchOptions& options) {
+  std::printf("\n== CUDA GQA decode at batch 1: where the time goes (us) ==\n");
+  std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s\n", "model", "tokens",
+              "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512",
+              "s1024", "s2048", "s4096");
+  for (const std::string& name : options.models) {
+    GqaModel model;
+    if (!FindModel(name, &model)) continue;
+    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
+                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
+    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    for (int64_t tokens : options.tokens) {
+      const int64_t tile_tokens = tokens - kWindowTokens;
+      const int64_t blocks = (tile_tokens + kBlockTokens - 1) / kBlockTokens;
+      const size_t tile_bytes = static_cast<size_t>(blocks * tile_values * 2);
+      DeviceMemory tiles(tile_bytes), window(2 * shape.num_kv_heads * kWindow * shape.head_dim * 2);
+      const int64_t rows = shape.num_q_heads;
+      DeviceMemory q(rows * shape.head_dim * 2), o(rows * shape.head_dim * 4), lse(rows * 4);
+      DeviceMemory begin_d(8), last_d(4), wtok_d(4);
+      if (!tiles.ptr || !window.ptr) continue;
+      BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, tile_bytes));
+      BENCH_CUDA(cudaMemset(window.ptr, 0x3c, 2 * shape.num_kv_heads * kWindow * shape.head_dim * 2));
+      BENCH_CUDA(cudaMemset(q.ptr, 0x3c, rows * shape.head_dim * 2));
+      const int32_t begin[2] = {0, static_cast<int32_t>(blocks)};
+      const int32_t last = static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens);
+      const int32_t wtok = kWindowTokens;
+      BENCH_CUDA(cudaMemcpy(begin_d.ptr, begin, 8, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(last_d.ptr, &last, 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(wtok_d.ptr, &wtok, 4, cudaMemcpyHostToDevice));
+      cuda::GqaGpuDecodeArgs args;
+      args.shape = shape;
+      args.num_seqs = 1;
+      args.q = q.as<const uint16_t>();
+      args.kv.tiles = tiles.as<const uint16_t>();
+      args.kv.seq_tile_begin = begin_d.as<const int32_t>();
+      args.kv.seq_last_tile_tokens = last_d.as<const int32_t>();
+      args.kv.window = window.as<const uint16_t>();
+      args.kv.window_capacity = kWindow;
+      args.kv.seq_window_tokens = wtok_d.as<const int32_t>();
+      args.kv.max_seq_tokens = static_cast<int32_t>(tokens);
+      args.o = o.as<float>();
+      args.lse = lse.as<float>();
+      // The largest workspace of the variants below (256-token splits).
+      cuda::GqaGpuDecodeArgs widest = args;
+      widest.split.tokens_per_split = 256;
+      DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(widest));
+      args.workspace = workspace.ptr;
+      args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(widest);
+      auto us = [&](auto fn) { return TimeGpu(options.iters, fn) * 1e6; };
+      const double read = us([&] {
+        (void)LaunchReadAll(tiles.ptr, tile_bytes, g_sink, kReadBlocks, nullptr);
+      });
+      const double decode = us([&] { (void)cuda::GqaGpuDecode(args, nullptr); });
+      int sms = 132;
+      (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+      const int32_t per_auto = cuda::internal::GqaTensorCoreTokensPerSplit(
+          static_cast<int32_t>(tokens), shape.num_kv_heads, sms, 1024);
+      const int32_t splits_auto = (static_cast<int32_t>(tokens) + per_auto - 1) / per_auto;
+      const double merge = us([&] {
+        (void)cuda::internal::LaunchMergeSplits(
+            static_cast<const float*>(workspace.ptr),
+            static_cast<const float*>(workspace.ptr) + int64_t{splits_auto} * rows * shape.head_dim,
+            splits_auto, rows, shape.head_dim, o.as<float>(), lse.as<float>(), nullptr);
+      });
+      cuda::GqaGpuDecodeArgs window_only = args;
+      window_only.kv.seq_tile_begin = nullptr;
+      window_only.kv.max_seq_tokens = kWindowTokens;
+      const double window_us = us([&] { (void)cuda::GqaGpuDecode(window_only, nullptr); });
+      std::printf("%-8s %8lld %7d %8.1f %9.0f %8.1f %8.1f %8.1f", model.name.c_str(),
+                  static_cast<long long>(tokens), splits_auto, read, tile_bytes / read / 1e3,
+                  decode, window_us, merge);
+      for (int32_t per : {256, 512, 1024, 2048, 4096}) {
+        cuda::GqaGpuDecodeArgs fixed = args;
+        fixed.split.tokens_per_split = per;
+        std::printf(" %8.1f", us([&] { (void)cuda::GqaGpuDecode(fixed, nullptr); }));
+      }
+      std::printf("\n");
+      BENCH_CUDA(cudaGetLastError());
+    }
+  }
+}
+
 void RunGqa(const BenchOptions& options) {
   std::printf("\n== CUDA GQA decode: ping-pong tiles + %d-token D-window (ceiling %.0f GB/s) ==\n",
               kWindowTokens, options.hbm_gbps);
-  std::printf("%-8s %8s %6s %10s %10s %8s\n", "model", "tokens", "batch", "ms", "GB/s", "%ceil");
+  std::printf("ms: GPU time, queued, cold L2; call_ms: one call from an idle stream (the\n"
+              "host's launch latency included)\n");
+  std::printf("%-8s %8s %6s %10s %10s %8s %10s\n", "model", "tokens", "batch", "ms", "GB/s",
+              "%ceil", "call_ms");
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
@@ -115,7 +248,7 @@ void RunGqa(const BenchOptions& options) {
         args.q = q.as<const uint16_t>();
         args.o = o.as<float>();
         args.lse = lse.as<float>();
-        double seconds;
+        double seconds, call_seconds;
         if (disjoint) {
           BENCH_CUDA(cudaMemcpy(begin_d.ptr, seq_begin.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
           kv.tiles = tiles.as<const uint16_t>();
@@ -125,7 +258,9 @@ void RunGqa(const BenchOptions& options) {
           DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
           args.workspace = workspace.ptr;
           args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
-          seconds = TimeGpu(options.iters, [&] { (void)cuda::GqaGpuDecode(args, nullptr); });
+          auto decode = [&] { (void)cuda::GqaGpuDecode(args, nullptr); };
+          seconds = TimeGpu(options.iters, decode);
+          call_seconds = TimeGpuCall(options.iters, decode);
         } else {
           // Pool smaller than the batch's KV: sequences at staggered starts, one launch each
           // (launch overhead included; rarely hit with the default 16 GB pool).
@@ -138,20 +273,23 @@ void RunGqa(const BenchOptions& options) {
           DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
           args.workspace = workspace.ptr;
           args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
-          seconds = TimeGpu(options.iters, [&] {
+          auto decode = [&] {
             for (int32_t s = 0; s < batch; ++s) {
               args.kv.tiles = tiles.as<const uint16_t>() +
                               ((int64_t{s} * 7919) % (pool_tiles - blocks + 1)) * tile_values;
               (void)cuda::GqaGpuDecode(args, nullptr);
             }
-          });
+          };
+          seconds = TimeGpu(options.iters, decode);
+          call_seconds = TimeGpuCall(options.iters, decode);
         }
         BENCH_CUDA(cudaGetLastError());
         const double bytes = double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
         const double gbps = bytes / seconds / 1e9;
-        std::printf("%-8s %8lld %6d %10.3f %10.1f %7.0f%%%s\n", model.name.c_str(),
+        std::printf("%-8s %8lld %6d %10.4f %10.1f %7.0f%% %10.4f%s\n", model.name.c_str(),
                     static_cast<long long>(tokens), batch, seconds * 1e3, gbps,
-                    100 * gbps / options.hbm_gbps, disjoint ? "" : "  (per-seq launches)");
+                    100 * gbps / options.hbm_gbps, call_seconds * 1e3,
+                    disjoint ? "" : "  (per-seq launches)");
       }
     }
   }
@@ -159,7 +297,8 @@ void RunGqa(const BenchOptions& options) {
 
 void RunMla(const BenchOptions& options) {
   std::printf("\n== CUDA MLA decode, DeepSeek-V2-Lite (ceiling %.0f GB/s) ==\n", options.hbm_gbps);
-  std::printf("%8s %6s %10s %10s %8s %10s\n", "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s");
+  std::printf("%8s %6s %10s %10s %8s %10s %10s\n", "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s",
+              "call_ms");
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   for (int64_t tokens : options.tokens) {
@@ -201,13 +340,16 @@ void RunMla(const BenchOptions& options) {
       DeviceMemory workspace(cuda::MlaGpuDecodeWorkspaceBytes(args));
       args.workspace = workspace.ptr;
       args.workspace_bytes = cuda::MlaGpuDecodeWorkspaceBytes(args);
-      const double seconds = TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(args, nullptr); });
+      auto decode = [&] { (void)cuda::MlaGpuDecode(args, nullptr); };
+      const double seconds = TimeGpu(options.iters, decode);
+      const double call_seconds = TimeGpuCall(options.iters, decode);
       BENCH_CUDA(cudaGetLastError());
       const double bytes = double(batch) * tokens * shape.row_dim() * 2;
       const double flops = 2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
       const double gbps = bytes / seconds / 1e9;
-      std::printf("%8lld %6d %10.3f %10.1f %7.0f%% %10.1f\n", static_cast<long long>(tokens), batch,
-                  seconds * 1e3, gbps, 100 * gbps / options.hbm_gbps, flops / seconds / 1e9);
+      std::printf("%8lld %6d %10.4f %10.1f %7.0f%% %10.1f %10.4f\n", static_cast<long long>(tokens),
+                  batch, seconds * 1e3, gbps, 100 * gbps / options.hbm_gbps, flops / seconds / 1e9,
+                  call_seconds * 1e3);
     }
   }
 }
@@ -441,11 +583,22 @@ void RunCudaBenchmarks(const BenchOptions& options) {
     std::printf("\n== CUDA: no device, skipped ==\n");
     return;
   }
+  if (cudaMalloc(&g_flush, kFlushBytes) != cudaSuccess ||
+      cudaMemset(g_flush, 0x3c, kFlushBytes) != cudaSuccess ||
+      cudaMalloc(reinterpret_cast<void**>(&g_sink), kReadBlocks * sizeof(unsigned)) != cudaSuccess) {
+    g_flush = nullptr;
+    std::printf("(no memory for the L2 flush: timings may read from a warm L2)\n");
+  }
+  RunGqaAnatomy(options);
   RunGqa(options);
   RunOverlap(options);
   RunPrefill(options);
   if (options.mla) RunMla(options);
   if (options.merge) RunMerge(options);
+  if (g_flush != nullptr) cudaFree(g_flush);
+  if (g_sink != nullptr) cudaFree(g_sink);
+  g_flush = nullptr;
+  g_sink = nullptr;
 }
 
 }  // namespace writescope::kernels::bench

@@ -2,7 +2,7 @@
 //
 //   attention_bench [--tokens=8192,32768] [--batch=1,8] [--models=qwen3,mixtral]
 //                   [--threads=16] [--iters=3] [--dram-gbps=85] [--hbm-gbps=4300]
-//                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda]
+//                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda] [--no-gqa]
 //                   [--no-merge] [--clock=wall|cpu]
 //
 // KV bytes are counted once per step (K and V of every token and kv head read once);
@@ -247,6 +247,7 @@ int Main(int argc, char** argv) {
     else if (arg == "--no-cpu") options.cpu = false;
     else if (arg == "--no-mla") options.mla = false;
     else if (arg == "--no-cuda") options.cuda = false;
+    else if (arg == "--no-gqa") options.gqa = false;
     else if (arg == "--no-merge") options.merge = false;
     else ok = false;
     if (!ok) {
@@ -254,9 +255,9 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  if (options.cpu) RunCpuGqa(options);
-  if (options.mla) RunCpuMla(options);
-  if (options.merge) RunCpuMerge(options);
+  if (options.cpu && options.gqa) RunCpuGqa(options);
+  if (options.cpu && options.mla) RunCpuMla(options);
+  if (options.cpu && options.merge) RunCpuMerge(options);
   if (options.cuda) RunCudaBenchmarks(options);
   return 0;
 }

@@ -19,6 +19,7 @@ struct BenchOptions {
   double pool_gb = 2;        // unique KV bytes on the host (sequences reuse tiles beyond it)
   double gpu_pool_gb = 16;   // same on the GPU
   bool cpu = true, mla = true, cuda = true, merge = true;
+  bool gqa = true;  // the GQA tables (CPU and CUDA), the overlap and the prefill
 };
 
 struct GqaModel {

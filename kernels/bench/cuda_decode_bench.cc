@@ -297,8 +297,9 @@ void RunGqa(const BenchOptions& options) {
 
 void RunMla(const BenchOptions& options) {
   std::printf("\n== CUDA MLA decode, DeepSeek-V2-Lite (ceiling %.0f GB/s) ==\n", options.hbm_gbps);
-  std::printf("%8s %6s %10s %10s %8s %10s %10s\n", "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s",
-              "call_ms");
+  std::printf("ms: planned splits; s128..s2048: ms with fixed split sizes (GPU time, queued, cold L2)\n");
+  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s\n", "tokens", "batch", "ms",
+              "GB/s", "%ceil", "GFLOP/s", "call_ms", "s128", "s256", "s512", "s1024", "s2048");
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   for (int64_t tokens : options.tokens) {
@@ -337,9 +338,14 @@ void RunMla(const BenchOptions& options) {
       args.kv.max_seq_tokens = static_cast<int32_t>(tokens);
       args.o = o.as<float>();
       args.lse = lse.as<float>();
-      DeviceMemory workspace(cuda::MlaGpuDecodeWorkspaceBytes(args));
+      // Sized for the most splits of the variants below.
+      cuda::MlaGpuDecodeArgs widest = args;
+      widest.split.tokens_per_split = 128;
+      const size_t workspace_bytes = std::max(cuda::MlaGpuDecodeWorkspaceBytes(args),
+                                              cuda::MlaGpuDecodeWorkspaceBytes(widest));
+      DeviceMemory workspace(workspace_bytes);
       args.workspace = workspace.ptr;
-      args.workspace_bytes = cuda::MlaGpuDecodeWorkspaceBytes(args);
+      args.workspace_bytes = workspace_bytes;
       auto decode = [&] { (void)cuda::MlaGpuDecode(args, nullptr); };
       const double seconds = TimeGpu(options.iters, decode);
       const double call_seconds = TimeGpuCall(options.iters, decode);
@@ -347,9 +353,16 @@ void RunMla(const BenchOptions& options) {
       const double bytes = double(batch) * tokens * shape.row_dim() * 2;
       const double flops = 2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
       const double gbps = bytes / seconds / 1e9;
-      std::printf("%8lld %6d %10.4f %10.1f %7.0f%% %10.1f %10.4f\n", static_cast<long long>(tokens),
+      std::printf("%8lld %6d %10.4f %10.1f %7.0f%% %10.1f %10.4f", static_cast<long long>(tokens),
                   batch, seconds * 1e3, gbps, 100 * gbps / options.hbm_gbps, flops / seconds / 1e9,
                   call_seconds * 1e3);
+      for (int32_t per : {128, 256, 512, 1024, 2048}) {
+        cuda::MlaGpuDecodeArgs fixed = args;
+        fixed.split.tokens_per_split = per;
+        std::printf(" %8.4f", TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(fixed, nullptr); }) * 1e3);
+      }
+      std::printf("\n");
+      BENCH_CUDA(cudaGetLastError());
     }
   }
 }
@@ -589,10 +602,13 @@ void RunCudaBenchmarks(const BenchOptions& options) {
     g_flush = nullptr;
     std::printf("(no memory for the L2 flush: timings may read from a warm L2)\n");
   }
-  RunGqaAnatomy(options);
-  RunGqa(options);
-  RunOverlap(options);
-  RunPrefill(options);
+
+  if (options.gqa) {
+    RunGqaAnatomy(options);
+    RunGqa(options);
+    RunOverlap(options);
+    RunPrefill(options);
+  }
   if (options.mla) RunMla(options);
   if (options.merge) RunMerge(options);
   if (g_flush != nullptr) cudaFree(g_flush);

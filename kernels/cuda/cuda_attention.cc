@@ -41,20 +41,25 @@ struct SplitPlan {
   int32_t tokens_per_split;
 };
 
-// The GQA tensor-core kernel: internal::GqaTensorCoreTokensPerSplit (one wave for few
-// (seq, kv head) pairs, ~4 waves for many). Otherwise (MLA, SIMT GQA): enough CTAs
-// (ctas_per_split per split) for about four per SM, splits of at least
-// kMinSplitTokens. At most kMaxSplits splits (bounds the workspace and the merge).
+enum class SplitRule { kGqaTensorCores, kMlaTensorCores, kGeneric };
+
+// The tensor-core kernels: internal::GqaTensorCoreTokensPerSplit and
+// MlaTensorCoreTokensPerSplit (one wave for few pairs, ~4 waves for many). Otherwise
+// (SIMT GQA): enough CTAs (ctas_per_split per split) for about four per SM, splits of at
+// least kMinSplitTokens. At most kMaxSplits splits (bounds the workspace and the merge).
 absl::StatusOr<SplitPlan> PlanSplits(int32_t max_seq_tokens, int64_t ctas_per_split,
-                                     const GpuSplitOptions& options, bool gqa_tensor_cores) {
+                                     const GpuSplitOptions& options, SplitRule rule) {
   if (max_seq_tokens < 0) return absl::InvalidArgumentError("max_seq_tokens < 0");
   int32_t per = options.tokens_per_split;
   if (per < 0 || per % 32 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokens_per_split ", per, " must be a non-negative multiple of 32"));
   }
-  if (per == 0 && gqa_tensor_cores) {
+  if (per == 0 && rule == SplitRule::kGqaTensorCores) {
     per = internal::GqaTensorCoreTokensPerSplit(max_seq_tokens, ctas_per_split, SmCount(),
+                                                kMaxSplits);
+  } else if (per == 0 && rule == SplitRule::kMlaTensorCores) {
+    per = internal::MlaTensorCoreTokensPerSplit(max_seq_tokens, ctas_per_split, SmCount(),
                                                 kMaxSplits);
   } else if (per == 0) {
     const int64_t want_splits =
@@ -97,8 +102,10 @@ size_t PartialBytes(int32_t splits, int64_t rows, int32_t dim) {
          (size_t{static_cast<size_t>(splits)} * rows * sizeof(float) + 255) / 256 * 256;
 }
 
-bool UsesTensorCores(const GqaShape& s) {
-  return s.num_kv_heads > 0 && internal::GqaDecodeUsesTensorCores(s.head_dim, s.group_size());
+SplitRule GqaSplitRule(const GqaShape& s) {
+  return s.num_kv_heads > 0 && internal::GqaDecodeUsesTensorCores(s.head_dim, s.group_size())
+             ? SplitRule::kGqaTensorCores
+             : SplitRule::kGeneric;
 }
 
 }  // namespace
@@ -111,14 +118,15 @@ bool CudaDeviceAvailable() {
 size_t GqaGpuDecodeWorkspaceBytes(const GqaGpuDecodeArgs& args) {
   const auto plan = PlanSplits(args.kv.max_seq_tokens,
                                int64_t{args.num_seqs} * std::max(1, args.shape.num_kv_heads), args.split,
-                               UsesTensorCores(args.shape));
+                               GqaSplitRule(args.shape));
   if (!plan.ok()) return 0;
   return PartialBytes(plan->num_splits, int64_t{args.num_seqs} * args.shape.num_q_heads,
                       args.shape.head_dim);
 }
 
 size_t MlaGpuDecodeWorkspaceBytes(const MlaGpuDecodeArgs& args) {
-  const auto plan = PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split, false);
+  const auto plan =
+      PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split, SplitRule::kMlaTensorCores);
   if (!plan.ok()) return 0;
   return PartialBytes(plan->num_splits, int64_t{args.num_seqs} * args.shape.num_heads,
                       args.shape.kv_lora_rank);
@@ -139,7 +147,7 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream) {
   }
   WS_ASSIGN_OR_RETURN(const SplitPlan plan,
                       PlanSplits(args.kv.max_seq_tokens, int64_t{args.num_seqs} * s.num_kv_heads,
-                                 args.split, UsesTensorCores(s)));
+                                 args.split, GqaSplitRule(s)));
   const int64_t rows = int64_t{args.num_seqs} * s.num_q_heads;
   const size_t need = PartialBytes(plan.num_splits, rows, s.head_dim);
   if (args.workspace == nullptr || args.workspace_bytes < need) {
@@ -179,7 +187,8 @@ absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
                                                  s.rope_dim, "/", s.num_heads));
   }
   WS_ASSIGN_OR_RETURN(const SplitPlan plan,
-                      PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split, false));
+                      PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split,
+                                 SplitRule::kMlaTensorCores));
   const int64_t rows = int64_t{args.num_seqs} * s.num_heads;
   const size_t need = PartialBytes(plan.num_splits, rows, s.kv_lora_rank);
   if (args.workspace == nullptr || args.workspace_bytes < need) {

@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/mma_util.cuh"
 
 namespace writescope::kernels::cuda::internal {
 namespace {
@@ -38,32 +39,12 @@ constexpr int kTcMaxGroup = 8;
 // against 2 (176 registers) and 4 (128, spills): 3 was fastest on every shape at >= 32K.
 constexpr int kTcMinCtasPerSm = 3;
 
-__device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Transposes the 8x8 bf16 matrix whose row (lane / 4) holds columns 2 (lane % 4) + {0, 1}
 // in this lane's register.
 __device__ __forceinline__ uint32_t Transpose8x8(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// p0, p1 -> bf16 pairs hi and lo with hi + lo == p to ~2^-17 relative.
-__device__ __forceinline__ void SplitBf16(float p0, float p1, uint32_t& hi, uint32_t& lo) {
-  hi = PackBf16(p0, p1);
-  lo = PackBf16(p0 - Bf16Lo(hi), p1 - Bf16Hi(hi));
 }
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {

@@ -23,54 +23,13 @@
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/mma_util.cuh"
 
 namespace writescope::kernels::cuda::internal {
 namespace {
 
 constexpr int kPfKeys = 64;  // keys per step
 constexpr int32_t kPfInvalidPos = INT_MAX;
-
-__device__ __forceinline__ void PfMma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                      uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// 16 bytes global -> shared; src_bytes 0 zero-fills without reading.
-__device__ __forceinline__ void CpAsync16(void* smem, const void* global, int src_bytes) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(global),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void CpAsyncWaitOne() { asm volatile("cp.async.wait_group 1;\n"); }
-
-__device__ __forceinline__ uint32_t PfPack(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-// p0, p1 -> bf16 pairs hi and lo with hi + lo == p to ~2^-17 relative.
-__device__ __forceinline__ void PfSplit(float p0, float p1, uint32_t& hi, uint32_t& lo) {
-  hi = PfPack(p0, p1);
-  lo = PfPack(p0 - Bf16Lo(hi), p1 - Bf16Hi(hi));
-}
 
 __device__ __forceinline__ int32_t RelativePosition(int64_t pos, int64_t query_position0) {
   const int64_t rel = pos - query_position0;
@@ -187,7 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32) GqaPrefillTcKernel(GqaPrefillPara
       LoadStep<kDim, kWarps>(p, next, kvh, k_s + o * kStride, v_s + o * kStride, pos_s + o);
     }
     CpAsyncCommit();
-    CpAsyncWaitOne();
+    CpAsyncWait<1>();
     __syncthreads();
     const uint16_t* ks = k_s + stage * kPfKeys * kStride;
     const uint16_t* vs = v_s + stage * kPfKeys * kStride;
@@ -205,8 +164,8 @@ __global__ void __launch_bounds__(kWarps * 32) GqaPrefillTcKernel(GqaPrefillPara
       for (int j = 0; j < kPfKeys / 8; ++j) {
         uint32_t b[4];
         LdMatrixX4(b, ks + (8 * j + lane % 8) * kStride + 32 * kc + 8 * (lane / 8));
-        PfMma(s[j], qf[2 * kc], b[0], b[1]);
-        PfMma(s[j], qf[2 * kc + 1], b[2], b[3]);
+        MmaBf16(s[j], qf[2 * kc], b[0], b[1]);
+        MmaBf16(s[j], qf[2 * kc + 1], b[2], b[3]);
       }
 
     // Mask, online softmax (base 2). s[j][i]: row g = i / 2, key 8 j + 2 tig + i % 2.
@@ -254,19 +213,19 @@ __global__ void __launch_bounds__(kWarps * 32) GqaPrefillTcKernel(GqaPrefillPara
 #pragma unroll
     for (int kk = 0; kk < kPfKeys / 16; ++kk) {
       uint32_t hi[4], lo[4];
-      PfSplit(s[2 * kk][0], s[2 * kk][1], hi[0], lo[0]);
-      PfSplit(s[2 * kk][2], s[2 * kk][3], hi[1], lo[1]);
-      PfSplit(s[2 * kk + 1][0], s[2 * kk + 1][1], hi[2], lo[2]);
-      PfSplit(s[2 * kk + 1][2], s[2 * kk + 1][3], hi[3], lo[3]);
+      SplitBf16(s[2 * kk][0], s[2 * kk][1], hi[0], lo[0]);
+      SplitBf16(s[2 * kk][2], s[2 * kk][3], hi[1], lo[1]);
+      SplitBf16(s[2 * kk + 1][0], s[2 * kk + 1][1], hi[2], lo[2]);
+      SplitBf16(s[2 * kk + 1][2], s[2 * kk + 1][3], hi[3], lo[3]);
 #pragma unroll
       for (int dp = 0; dp < kDim / 16; ++dp) {
         uint32_t b[4];
         LdMatrixX4Trans(b, vs + (16 * kk + lane % 8 + 8 * ((lane / 8) & 1)) * kStride + 16 * dp +
                                8 * (lane / 16));
-        PfMma(acc[2 * dp], hi, b[0], b[1]);
-        PfMma(acc[2 * dp + 1], hi, b[2], b[3]);
-        PfMma(acc[2 * dp], lo, b[0], b[1]);
-        PfMma(acc[2 * dp + 1], lo, b[2], b[3]);
+        MmaBf16(acc[2 * dp], hi, b[0], b[1]);
+        MmaBf16(acc[2 * dp + 1], hi, b[2], b[3]);
+        MmaBf16(acc[2 * dp], lo, b[0], b[1]);
+        MmaBf16(acc[2 * dp + 1], lo, b[2], b[3]);
       }
     }
     __syncthreads();  // the stage is refilled by the next iteration's loads

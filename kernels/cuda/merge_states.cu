@@ -1,8 +1,9 @@
 // Exact merges of partial attention states on the GPU: the split-KV reduction and the
 // CPU-partial + GPU-partial merge.
-//   Split reduction: one CTA per row; the weights exp(lse_i - max) go to shared memory
-//   first, then threads (dims as float4) x (parts in groups) read the partials with
-//   many loads in flight (the partials sit in L2: the decode kernel just wrote them).
+//   Split reduction: one CTA per row and 128 dims; the weights exp(lse_i - max) go to
+//   shared memory first, then threads (dims as float4) x (parts in groups) read the
+//   partials with many loads in flight (the partials sit in L2: the decode kernel just
+//   wrote them).
 //   A generic one-warp-per-row kernel covers dims that are no multiple of 4.
 //   Two-state merge: one warp per row; a row's lse is read by all lanes before lane 0
 //   writes it, so `out` may alias an input.
@@ -61,6 +62,9 @@ __global__ void MergeSplitsKernel(const float* __restrict__ part_o,
 
 constexpr int kMergeThreads = 256;  // a batch-1 step has few rows: parallelism comes from the parts
 constexpr int kMaxVecParts = 1024;
+// Dims per CTA: a row of more dims (MLA's 512) is spread over several CTAs, so that each
+// thread has few partials to read (a batch-1 MLA step has 16 rows and ~128 parts).
+constexpr int kMergeDims = 128;
 
 __device__ __forceinline__ float BlockMax(float x, float* scratch) {
   x = WarpMax(x);
@@ -84,8 +88,8 @@ __device__ __forceinline__ float BlockSum(float x, float* scratch) {
   return x;
 }
 
-// dim % 4 == 0, dim <= 4 * kMergeThreads, num_parts <= kMaxVecParts. Empty partials
-// have o = 0 (finite) and weight 0, so they add nothing and no NaN.
+// Grid (row, dims / kMergeDims); dim % 4 == 0, num_parts <= kMaxVecParts. Empty
+// partials have o = 0 (finite) and weight 0, so they add nothing and no NaN.
 __global__ void __launch_bounds__(kMergeThreads)
     MergeSplitsVecKernel(const float* __restrict__ part_o, const float* __restrict__ part_lse,
                          int32_t num_parts, int64_t rows, int32_t dim, float* __restrict__ o,
@@ -109,12 +113,13 @@ __global__ void __launch_bounds__(kMergeThreads)
   }
   sum = BlockSum(sum, scratch);  // its barrier also publishes w_s
 
-  const int vecs = dim / 4;
+  const int dim0 = blockIdx.y * kMergeDims;
+  const int vecs = min(kMergeDims, dim - dim0) / 4;
   const int groups = kMergeThreads / vecs;
   const int v = tid % vecs, grp = tid / vecs;
   float4 a = make_float4(0, 0, 0, 0);
   if (grp < groups) {
-    const float* src = part_o + row * dim + 4 * v;
+    const float* src = part_o + row * dim + dim0 + 4 * v;
 #pragma unroll 8
     for (int32_t i = grp; i < num_parts; i += groups) {
       const float w = w_s[i];
@@ -137,13 +142,13 @@ __global__ void __launch_bounds__(kMergeThreads)
       t.w += x.w;
     }
     const float inv = sum > 0 ? 1.0f / sum : 0.0f;
-    float* dst = o + row * dim + 4 * v;
+    float* dst = o + row * dim + dim0 + 4 * v;
     dst[0] = t.x * inv;
     dst[1] = t.y * inv;
     dst[2] = t.z * inv;
     dst[3] = t.w * inv;
   }
-  if (tid == 0) lse[row] = sum > 0 ? m + logf(sum) : kNegInf;
+  if (tid == 0 && blockIdx.y == 0) lse[row] = sum > 0 ? m + logf(sum) : kNegInf;
 }
 
 __global__ void MergeTwoKernel(const float* o_a, const float* lse_a, const float* o_b,
@@ -176,8 +181,9 @@ __global__ void MergeTwoKernel(const float* o_a, const float* lse_a, const float
 int LaunchMergeSplits(const float* part_o, const float* part_lse, int32_t num_parts,
                       int64_t rows, int32_t dim, float* o, float* lse, void* stream) {
   if (rows == 0) return cudaSuccess;
-  if (dim % 4 == 0 && dim <= 4 * kMergeThreads && num_parts <= kMaxVecParts) {
-    MergeSplitsVecKernel<<<rows, kMergeThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  if (dim % 4 == 0 && num_parts <= kMaxVecParts) {
+    const dim3 grid(static_cast<unsigned>(rows), (dim + kMergeDims - 1) / kMergeDims);
+    MergeSplitsVecKernel<<<grid, kMergeThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         part_o, part_lse, num_parts, rows, dim, o, lse);
     return static_cast<int>(cudaGetLastError());
   }

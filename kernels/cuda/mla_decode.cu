@@ -1,170 +1,298 @@
-// Split-KV MLA (absorbed) decode over the ping-pong tiles + the D-window.
+// Split-KV MLA (absorbed) decode over the ping-pong tiles + the D-window, on tensor cores.
 //
-// Grid (split, seq); 4 warps sharing 32-token sub-tiles staged in shared memory:
-//   scores: warp w scores heads 4w..4w+3, lane = token, over all 576 latent values;
-//   softmax: the owning warp updates its 4 heads' running max/sum and publishes the
-//            probabilities and rescale factors;
-//   output: warp w accumulates latent dims [128w, 128w + 128) for all 16 heads, lane =
-//           4 consecutive dims.
-// CUDA cores in fp32 (exact bf16 widening): simple and exact, but at 16 heads the scores
-// make it compute-bound before HBM-bound; a tensor-core (mma bf16) version is the
-// known next step.
+// Grid (split, seq); 8 warps walk the split in chunks of 32 latent rows (576 bf16 each:
+// 512 latent + 64 rope), staged in shared memory by cp.async, two stages: the next
+// chunk loads while this one computes (86 KB of shared memory: 2 CTAs per SM). All 16
+// heads (padded with zero rows) share each row, so the 16 heads are the M = 16 of
+// mma.sync m16n8k16 (bf16 -> fp32):
+//   S = Q K^T: the 36 k-steps of 16 dims form 4 groups of 9; warp w takes k-group w % 4
+//     for 16 of the chunk's tokens (w / 4 picks which). Its Q fragments stay in registers
+//     for the whole split; K comes by ldmatrix. The four partial S go to shared memory.
+//   Softmax: warp w owns heads 2w, 2w + 1 (lane = token): it sums the four partials,
+//     scales to base 2, updates the running max / sum, and publishes P as bf16 hi + lo
+//     (P keeps ~16 mantissa bits: the contract compares to an fp64 reference at 2e-5)
+//     and each head's rescale factor.
+//   O += P_hi V + P_lo V: warp w owns latent dims [64 w, 64 w + 64) for all 16 heads
+//     (8 n-tiles of 8 dims); V is the first 512 values of the staged rows, read by
+//     ldmatrix.trans.
+// Invalid rows are zero-filled (tile padding may hold NaN) and masked to -inf. Scores are
+// kept in base 2 inside and written as a natural-log LSE. Each split writes a normalized
+// partial; merge_states.cu merges the splits. Replaced a CUDA-core kernel that was
+// compute-bound at ~12 TFLOP/s (9 % of HBM); measured in docs/measurements.md.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/mma_util.cuh"
 
 namespace writescope::kernels::cuda::internal {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kHeads = 16;  // padded: heads beyond num_heads have q = 0, not written
 constexpr int kRank = 512;
 constexpr int kRope = 64;
 constexpr int kRow = kRank + kRope;
-constexpr int kRowStride = kRow + 8;  // bf16; breaks bank conflicts between token rows
-constexpr int kSub = 32;
+constexpr int kRowStride = kRow + 8;  // bf16: rows 1168 B apart, ldmatrix rows hit distinct banks
+constexpr int kChunk = 32;            // tokens per chunk
+constexpr int kKGroups = 4;           // S: the 36 k-steps in 4 groups of 9
+constexpr int kKStepsPerGroup = kRow / 16 / kKGroups;     // 9
+constexpr int kTokenGroups = kWarps / kKGroups;           // 2: S's warps per k-group
+constexpr int kNtPerWarp = kChunk / 8 / kTokenGroups;     // S n-tiles (8 tokens) per warp
+constexpr int kHeadsPerWarp = kHeads / kWarps;            // softmax
+constexpr int kDimsPerWarp = kRank / kWarps;              // P V: 64
+constexpr int kNTiles = kDimsPerWarp / 8;                 // 8
+constexpr int kPStride = kChunk + 8;              // bf16
+constexpr int kSStride = kChunk + 1;              // floats
+constexpr int kVecsPerRow = kRow / 8;             // 16-byte copies per row: 72
 
+template <int kStages>
 struct __align__(16) MlaShared {
-  float q[kHeads][kRow];
-  uint16_t rows[kSub][kRowStride];
-  float p[kHeads][kSub];
+  uint16_t rows[kStages][kChunk][kRowStride];
+  float s[kKGroups][kHeads][kSStride];  // each k-group's partial S
+  uint16_t p_hi[kHeads][kPStride];
+  uint16_t p_lo[kHeads][kPStride];
   float alpha[kHeads];
-  float l[kHeads];
   float m[kHeads];
+  float l[kHeads];
 };
 
-__global__ void __launch_bounds__(kWarps * 32) MlaDecodeSplitKernel(MlaParams p) {
+// Stages rows [t0, t0 + kChunk) of the split (those >= end zero-filled). Thread i copies
+// row i / 4, 16-byte pieces i % 4, i % 4 + 4, ...: one row address per thread (the tile
+// lookup divides), and a warp's copies of one instruction cover 64 contiguous bytes of
+// each of its 8 rows.
+constexpr int kThreadsPerRow = kWarps * 32 / kChunk;  // 8
+static_assert(kVecsPerRow % kThreadsPerRow == 0, "whole pieces per thread");
+__device__ __forceinline__ void LoadChunk(uint16_t (*stage_rows)[kRowStride],
+                                          const SeqKeys& keys, const MlaParams& p, int32_t t0,
+                                          int32_t end) {
+  const int r = threadIdx.x / kThreadsPerRow, first = threadIdx.x % kThreadsPerRow;
+  const int32_t t = t0 + r;
+  const uint16_t* src = p.q;  // any valid address when nothing is read
+  int bytes = 0;
+  if (t < end) {
+    src = t < keys.tile_tokens
+              ? keys.Tile(t / p.block_tokens) + int64_t{t % p.block_tokens} * kRow
+              : keys.window + int64_t{t - keys.tile_tokens} * kRow;
+    bytes = 16;
+  }
+#pragma unroll
+  for (int v = first; v < kVecsPerRow; v += kThreadsPerRow) {
+    CpAsync16(&stage_rows[r][8 * v], bytes != 0 ? src + 8 * v : src, bytes);
+  }
+}
+
+template <int kStages>
+__global__ void __launch_bounds__(kWarps * 32, 2) MlaDecodeTcKernel(MlaParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  MlaShared& sh = *reinterpret_cast<MlaShared*>(smem_raw);
+  MlaShared<kStages>& sh = *reinterpret_cast<MlaShared<kStages>*>(smem_raw);
   const int split = blockIdx.x, seq = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gid = lane / 4, tig = lane % 4;  // mma fragment row / column pair
+  const int kgroup = warp % kKGroups, tgroup = warp / kKGroups;
 
-  for (int i = threadIdx.x; i < kHeads * kRow; i += blockDim.x) {
-    const int h = i / kRow;
-    sh.q[h][i % kRow] =
-        h < p.num_heads ? Bf16(p.q[(int64_t{seq} * p.num_heads + h) * kRow + i % kRow]) * p.scale_log2
-                        : 0.0f;
-  }
   const SeqKeys keys = LoadSeqKeys(p.kv, seq, p.block_tokens);
   const int32_t begin = split * p.tokens_per_split;
   const int32_t end = min(keys.total(), begin + p.tokens_per_split);
-
-  float m[4], l[4];  // this warp's heads 4w..4w+3
+  // Chunks 0 .. kStages - 2 in flight; one group per chunk, empty past the end, so that
+  // waiting for all but kStages - 1 groups always means "this chunk has landed".
 #pragma unroll
-  for (int h = 0; h < 4; ++h) {
+  for (int c = 0; c + 1 < kStages; ++c) {
+    const int32_t t0 = begin + c * kChunk;
+    if (t0 < end) LoadChunk(sh.rows[c], keys, p, t0, end);
+    CpAsyncCommit();
+  }
+
+  // Q fragments of this warp's k-steps: rows gid and gid + 8 (heads), dims
+  // 16 kk + 2 tig + {0, 1} and + 8.
+  uint32_t qf[kKStepsPerGroup][4];
+  {
+    const uint16_t* q = p.q + int64_t{seq} * p.num_heads * kRow;
+    const bool lo_ok = gid < p.num_heads, hi_ok = gid + 8 < p.num_heads;
+#pragma unroll
+    for (int i = 0; i < kKStepsPerGroup; ++i) {
+      const int d = 16 * (kKStepsPerGroup * kgroup + i) + 2 * tig;
+      const uint16_t* lo = q + gid * kRow + d;
+      const uint16_t* hi = q + (gid + 8) * kRow + d;
+      qf[i][0] = lo_ok ? *reinterpret_cast<const uint32_t*>(lo) : 0u;
+      qf[i][1] = hi_ok ? *reinterpret_cast<const uint32_t*>(hi) : 0u;
+      qf[i][2] = lo_ok ? *reinterpret_cast<const uint32_t*>(lo + 8) : 0u;
+      qf[i][3] = hi_ok ? *reinterpret_cast<const uint32_t*>(hi + 8) : 0u;
+    }
+  }
+
+  float m[kHeadsPerWarp], l[kHeadsPerWarp];  // heads kHeadsPerWarp * warp + h; l: this lane's share
+#pragma unroll
+  for (int h = 0; h < kHeadsPerWarp; ++h) {
     m[h] = kNegInf;
     l[h] = 0;
   }
-  float acc[kHeads][4];
+  float acc[kNTiles][4];
 #pragma unroll
-  for (int h = 0; h < kHeads; ++h)
+  for (int n = 0; n < kNTiles; ++n)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[h][i] = 0;
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0;
 
-  for (int32_t t0 = begin; t0 < end; t0 += kSub) {
-    const int32_t n = min(kSub, end - t0);
-    __syncthreads();  // previous sub-tile fully consumed (and q written, first time)
-    for (int i = threadIdx.x; i < kSub * (kRow / 8); i += blockDim.x) {
-      const int r = i / (kRow / 8), c = (i % (kRow / 8)) * 8;
-      uint4 value = make_uint4(0, 0, 0, 0);  // zeros for invalid tokens: 0 * p stays 0
-      if (r < n) {
-        const int32_t t = t0 + r;
-        const uint16_t* row =
-            t < keys.tile_tokens
-                ? keys.Tile(t / p.block_tokens) + int64_t{t % p.block_tokens} * kRow
-                : keys.window + int64_t{t - keys.tile_tokens} * kRow;
-        value = *reinterpret_cast<const uint4*>(row + c);
+  int stage = 0;
+  for (int32_t t0 = begin; t0 < end; t0 += kChunk, stage = stage + 1 == kStages ? 0 : stage + 1) {
+    const int32_t ahead = t0 + (kStages - 1) * kChunk;
+    if (ahead < end) {
+      LoadChunk(sh.rows[stage == 0 ? kStages - 1 : stage - 1], keys, p, ahead, end);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<kStages - 1>();
+    __syncthreads();
+    const uint16_t(*rows)[kRowStride] = sh.rows[stage];
+
+    // Partial S over this warp's k-group, for its n-tiles of 8 tokens. ldmatrix of rows
+    // (tokens) 8 nt + lane % 8, dims 16 kk + 8 (lane / 8): (b0, b1) of k-steps kk and
+    // kk + 1; x2 (lanes 0-15 addressing) for the last, odd one.
+    float s[kNtPerWarp][4];
+#pragma unroll
+    for (int n = 0; n < kNtPerWarp; ++n) {
+      const int nt = kNtPerWarp * tgroup + n;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = 0;
+      const uint16_t* k_row = rows[8 * nt + lane % 8] + 16 * kKStepsPerGroup * kgroup;
+#pragma unroll
+      for (int i = 0; i + 1 < kKStepsPerGroup; i += 2) {
+        uint32_t b[4];
+        LdMatrixX4(b, k_row + 16 * i + 8 * (lane / 8));
+        MmaBf16(s[n], qf[i], b[0], b[1]);
+        MmaBf16(s[n], qf[i + 1], b[2], b[3]);
       }
-      *reinterpret_cast<uint4*>(&sh.rows[r][c]) = value;
+      if constexpr (kKStepsPerGroup % 2 == 1) {
+        uint32_t b[2];
+        LdMatrixX2(b, k_row + 16 * (kKStepsPerGroup - 1) + 8 * ((lane / 8) % 2));
+        MmaBf16(s[n], qf[kKStepsPerGroup - 1], b[0], b[1]);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kNtPerWarp; ++n) {
+      const int t = 8 * (kNtPerWarp * tgroup + n) + 2 * tig;
+      sh.s[kgroup][gid][t] = s[n][0];
+      sh.s[kgroup][gid][t + 1] = s[n][1];
+      sh.s[kgroup][gid + 8][t] = s[n][2];
+      sh.s[kgroup][gid + 8][t + 1] = s[n][3];
     }
     __syncthreads();
 
-    float s[4] = {0, 0, 0, 0};
-#pragma unroll 4
-    for (int c = 0; c < kRow; c += 8) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(&sh.rows[lane][c]);
-      const float k[8] = {Bf16Lo(raw.x), Bf16Hi(raw.x), Bf16Lo(raw.y), Bf16Hi(raw.y),
-                          Bf16Lo(raw.z), Bf16Hi(raw.z), Bf16Lo(raw.w), Bf16Hi(raw.w)};
+    // Online softmax of this warp's heads; lane = token.
+    const bool valid = t0 + lane < end;
 #pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const float4 qa = *reinterpret_cast<const float4*>(&sh.q[4 * warp + h][c]);
-        const float4 qb = *reinterpret_cast<const float4*>(&sh.q[4 * warp + h][c + 4]);
-        s[h] += qa.x * k[0] + qa.y * k[1] + qa.z * k[2] + qa.w * k[3] + qb.x * k[4] +
-                qb.y * k[5] + qb.z * k[6] + qb.w * k[7];
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 4; ++h) {
-      const float score = lane < n ? s[h] : kNegInf;
-      const float m_new = fmaxf(m[h], WarpMax(score));
-      const float alpha = exp2f(m[h] - m_new);
-      const float prob = exp2f(score - m_new);
+    for (int h = 0; h < kHeadsPerWarp; ++h) {
+      const int head = kHeadsPerWarp * warp + h;
+      const float x = valid ? (sh.s[0][head][lane] + sh.s[1][head][lane] + sh.s[2][head][lane] +
+                               sh.s[3][head][lane]) *
+                                  p.scale_log2
+                            : kNegInf;
+      const float m_new = fmaxf(m[h], WarpMax(x));  // finite: token t0 is valid
+      const float alpha = exp2f(m[h] - m_new);      // m = -inf: 0
+      const float prob = exp2f(x - m_new);          // masked: 0
       l[h] = l[h] * alpha + prob;
       m[h] = m_new;
-      sh.p[4 * warp + h][lane] = prob;
-      if (lane == 0) sh.alpha[4 * warp + h] = alpha;
+      // Lane pairs publish two tokens' hi and lo at once.
+      const float next = __shfl_down_sync(0xffffffffu, prob, 1);
+      if (lane % 2 == 0) {
+        uint32_t hi, lo;
+        SplitBf16(prob, next, hi, lo);
+        *reinterpret_cast<uint32_t*>(&sh.p_hi[head][lane]) = hi;
+        *reinterpret_cast<uint32_t*>(&sh.p_lo[head][lane]) = lo;
+      }
+      if (lane == 0) sh.alpha[head] = alpha;
     }
     __syncthreads();
 
-    const int d0 = warp * 128 + lane * 4;
+    // O += P V over this warp's dims.
+    const float alpha_lo = sh.alpha[gid], alpha_hi = sh.alpha[gid + 8];
 #pragma unroll
-    for (int h = 0; h < kHeads; ++h) {
-      const float alpha = sh.alpha[h];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[h][i] *= alpha;
+    for (int n = 0; n < kNTiles; ++n) {
+      acc[n][0] *= alpha_lo;
+      acc[n][1] *= alpha_lo;
+      acc[n][2] *= alpha_hi;
+      acc[n][3] *= alpha_hi;
     }
-    for (int j = 0; j < n; ++j) {
-      const uint2 raw = *reinterpret_cast<const uint2*>(&sh.rows[j][d0]);
-      const float v[4] = {Bf16Lo(raw.x), Bf16Hi(raw.x), Bf16Lo(raw.y), Bf16Hi(raw.y)};
 #pragma unroll
-      for (int h = 0; h < kHeads; ++h) {
-        const float pj = sh.p[h][j];
+    for (int ks = 0; ks < kChunk / 16; ++ks) {
+      const int k0 = 16 * ks + 2 * tig;
+      const uint32_t a_hi[4] = {*reinterpret_cast<const uint32_t*>(&sh.p_hi[gid][k0]),
+                                *reinterpret_cast<const uint32_t*>(&sh.p_hi[gid + 8][k0]),
+                                *reinterpret_cast<const uint32_t*>(&sh.p_hi[gid][k0 + 8]),
+                                *reinterpret_cast<const uint32_t*>(&sh.p_hi[gid + 8][k0 + 8])};
+      const uint32_t a_lo[4] = {*reinterpret_cast<const uint32_t*>(&sh.p_lo[gid][k0]),
+                                *reinterpret_cast<const uint32_t*>(&sh.p_lo[gid + 8][k0]),
+                                *reinterpret_cast<const uint32_t*>(&sh.p_lo[gid][k0 + 8]),
+                                *reinterpret_cast<const uint32_t*>(&sh.p_lo[gid + 8][k0 + 8])};
+      // ldmatrix.trans of rows (tokens) 16 ks + lane % 16, dims d0 + 8 (lane / 16): the B
+      // fragments (b0, b1) of n-tiles 2 j and 2 j + 1.
+      const uint16_t* v = &rows[16 * ks + lane % 16][warp * kDimsPerWarp + 8 * (lane / 16)];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[h][i] += pj * v[i];
+      for (int j = 0; j < kNTiles / 2; ++j) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, v + 16 * j);
+        MmaBf16(acc[2 * j], a_hi, b[0], b[1]);
+        MmaBf16(acc[2 * j], a_lo, b[0], b[1]);
+        MmaBf16(acc[2 * j + 1], a_hi, b[2], b[3]);
+        MmaBf16(acc[2 * j + 1], a_lo, b[2], b[3]);
       }
     }
+    __syncthreads();  // this stage is reloaded by the next iteration's prefetch
   }
 
 #pragma unroll
-  for (int h = 0; h < 4; ++h) {
+  for (int h = 0; h < kHeadsPerWarp; ++h) {
     const float lsum = WarpSum(l[h]);
     if (lane == 0) {
-      sh.l[4 * warp + h] = lsum;
-      sh.m[4 * warp + h] = m[h];
+      sh.l[kHeadsPerWarp * warp + h] = lsum;
+      sh.m[kHeadsPerWarp * warp + h] = m[h];
     }
   }
   __syncthreads();
-  const int64_t rows = int64_t{p.num_seqs} * p.num_heads;
-  const int d0 = warp * 128 + lane * 4;
-  for (int h = 0; h < p.num_heads; ++h) {
-    const float lsum = sh.l[h];
+  const int64_t rows_all = int64_t{p.num_seqs} * p.num_heads;
+  float* part_o = p.part_o + (int64_t{split} * rows_all + int64_t{seq} * p.num_heads) * kRank;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int head = gid + 8 * half;
+    if (head >= p.num_heads) continue;
+    const float lsum = sh.l[head];
     const float inv = lsum > 0 ? 1.0f / lsum : 0.0f;
-    const int64_t row = int64_t{seq} * p.num_heads + h;
-    float4 out = make_float4(acc[h][0] * inv, acc[h][1] * inv, acc[h][2] * inv, acc[h][3] * inv);
-    *reinterpret_cast<float4*>(p.part_o + (int64_t{split} * rows + row) * kRank + d0) = out;
-    if (threadIdx.x == 0) {
-      p.part_lse[int64_t{split} * rows + row] = lsum > 0 ? (sh.m[h] + log2f(lsum)) * kLn2 : kNegInf;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      const int d = warp * kDimsPerWarp + 8 * n + 2 * tig;
+      *reinterpret_cast<float2*>(part_o + int64_t{head} * kRank + d) =
+          make_float2(acc[n][2 * half] * inv, acc[n][2 * half + 1] * inv);
     }
+  }
+  if (threadIdx.x < p.num_heads) {
+    const int head = threadIdx.x;
+    const float lsum = sh.l[head];
+    p.part_lse[int64_t{split} * rows_all + int64_t{seq} * p.num_heads + head] =
+        lsum > 0 ? (sh.m[head] + log2f(lsum)) * kLn2 : kNegInf;
   }
 }
 
 }  // namespace
 
+template <int kStages>
+int LaunchWithStages(const MlaParams& p, cudaStream_t stream) {
+  const int smem = static_cast<int>(sizeof(MlaShared<kStages>));
+  // Per device and cheap; done on every launch so any current device is covered.
+  const cudaError_t attr = cudaFuncSetAttribute(
+      MlaDecodeTcKernel<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != cudaSuccess) return static_cast<int>(attr);
+  const dim3 grid(p.num_splits, p.num_seqs);
+  MlaDecodeTcKernel<kStages><<<grid, kWarps * 32, smem, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
 int LaunchMlaDecode(const MlaParams& p, void* stream_ptr) {
   if (p.kv_lora_rank != kRank || p.rope_dim != kRope || p.num_heads > kHeads) {
     return static_cast<int>(cudaErrorNotSupported);
   }
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const int smem = static_cast<int>(sizeof(MlaShared));
-  // Per device and cheap; done on every launch so any current device is covered.
-  const cudaError_t attr = cudaFuncSetAttribute(
-      MlaDecodeSplitKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (attr != cudaSuccess) return static_cast<int>(attr);
-  const dim3 grid(p.num_splits, p.num_seqs);
-  MlaDecodeSplitKernel<<<grid, kWarps * 32, smem, stream>>>(p);
-  const cudaError_t launched = cudaGetLastError();
-  if (launched != cudaSuccess) return static_cast<int>(launched);
+  // Two stages: 2 CTAs of 8 warps per SM. Three to five stages (1 CTA per SM) were
+  // 20-40 % slower on the H200 (docs/notes/cuda_decode_tuning.md, MLA on tensor cores).
+  const int launched = LaunchWithStages<2>(p, static_cast<cudaStream_t>(stream_ptr));
+  if (launched != cudaSuccess) return launched;
   return LaunchMergeSplits(p.part_o, p.part_lse, p.num_splits,
                            int64_t{p.num_seqs} * p.num_heads, p.kv_lora_rank, p.o, p.lse,
                            stream_ptr);

@@ -316,13 +316,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GqaGpuTest,
 
 // ------------------------------------------------------------------ MLA ----------------
 
-class MlaGpuTest : public ::testing::TestWithParam<std::tuple<int64_t, Split>> {};
-
-TEST_P(MlaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
-  SKIP_WITHOUT_GPU();
-  const auto& [tokens, split] = GetParam();
-  const MlaShape shape{16, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
-  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat("mla", tokens, static_cast<int>(split))));
+// CPU partial (CpuMlaDecode) + GPU partial (MlaGpuDecode, `tokens_per_split` 0 = the
+// planned splits) merged on the GPU equals the fp64 reference, for two sequences (tokens
+// and a shorter one) placed by `split`.
+void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per_split) {
+  const MlaShape shape{num_heads, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
+  std::mt19937_64 rng(std::hash<std::string>{}(
+      absl::StrCat("mla", tokens, static_cast<int>(split), num_heads, tokens_per_split)));
   TokenCodec codec;
   codec.tile_values_per_token = shape.row_dim();
   codec.write = [&](uint16_t* tile, int32_t, int32_t t, std::mt19937_64& r) {
@@ -361,6 +361,7 @@ TEST_P(MlaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
   args.kv = kv.source;
   args.o = o_d.as<float>();
   args.lse = lse_d.as<float>();
+  args.split.tokens_per_split = tokens_per_split;
   DeviceBuffer workspace(MlaGpuDecodeWorkspaceBytes(args));
   args.workspace = workspace.as<void>();
   args.workspace_bytes = MlaGpuDecodeWorkspaceBytes(args);
@@ -370,7 +371,30 @@ TEST_P(MlaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
                               args.o, args.lse, rows, shape.kv_lora_rank, nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ExpectClose(o_d.ToHost<float>(), lse_d.ToHost<float>(), ref_o, ref_lse,
-              absl::StrCat("MLA T", tokens, " ", SplitName(split)));
+              absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ", num_heads,
+                           " split ", tokens_per_split));
+}
+
+class MlaGpuTest : public ::testing::TestWithParam<std::tuple<int64_t, Split>> {};
+
+TEST_P(MlaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
+  SKIP_WITHOUT_GPU();
+  const auto& [tokens, split] = GetParam();
+  CheckMla(tokens, split, 16, 0);
+}
+
+// Fixed split sizes (one chunk of 32 rows, several, a partial last chunk, more splits
+// than tokens) and fewer heads than the 16 the kernel pads to.
+TEST(MlaGpuSplitsTest, EverySplitSizeAndFewerHeads) {
+  SKIP_WITHOUT_GPU();
+  for (int32_t heads : {16, 12, 1}) {
+    for (int32_t per : {32, 64, 96, 256}) {
+      for (int64_t tokens : {int64_t{77}, int64_t{1000}}) {
+        CheckMla(tokens, Split::kRandom, heads, per);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DeepSeekV2Lite, MlaGpuTest,

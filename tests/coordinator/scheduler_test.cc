@@ -1330,7 +1330,9 @@ TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
     const ReadDecision d = ReadStep(*scheduler, world, 1 + i % 2);
     if (d.explore) {
       ++explorations;
-      if (i > 10) EXPECT_GE(since, 4) << "decision " << i;
+      if (i > 10) {
+        EXPECT_GE(since, 4) << "decision " << i;
+      }
       since = 1;
     } else {
       ++since;

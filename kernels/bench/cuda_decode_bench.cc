@@ -60,9 +60,11 @@ void FlushL2() {
 // The GPU time of `fn`'s work (which enqueues on the default stream): median of iters,
 // each with a cold L2 and queued behind the flush, so the host's launch latency is not
 // counted (as in the gpu_worker, whose decode launches are queued behind the wait for
-// their layer's tiles). Kernel-to-kernel gaps inside `fn` are counted.
+// their layer's tiles). Kernel-to-kernel gaps inside `fn` are counted. With
+// `from_idle_stream` the stream is drained first: one call as a caller that waits for
+// each call sees it, the host's launch latency included.
 template <typename Fn>
-double TimeGpu(int iters, Fn fn) {
+double TimeGpu(int iters, Fn fn, bool from_idle_stream = false) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -71,6 +73,7 @@ double TimeGpu(int iters, Fn fn) {
   std::vector<double> times;
   for (int i = 0; i < std::max(iters, 5); ++i) {
     FlushL2();
+    if (from_idle_stream) cudaDeviceSynchronize();
     cudaEventRecord(start);
     fn();
     cudaEventRecord(stop);
@@ -85,29 +88,20 @@ double TimeGpu(int iters, Fn fn) {
   return times[times.size() / 2];
 }
 
-// The time of one call from an idle stream: the host's launch latency included (what
-// a caller that waits for each call sees). Cold L2 as above.
-template <typename Fn>
-double TimeGpuCall(int iters, Fn fn) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<double> times;
-  for (int i = 0; i < std::max(iters, 5); ++i) {
-    FlushL2();
-    cudaDeviceSynchronize();
-    cudaEventRecord(start);
-    fn();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms * 1e-3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+// The benches' KV: sequence s owns tiles [begin[s], begin[s + 1]) of the packed `tiles`
+// (its last one holding last[s] tokens) plus window_tokens[s] tokens in window slot s.
+cuda::GpuKvSource PackedKv(const DeviceMemory& tiles, const DeviceMemory& begin,
+                           const DeviceMemory& last, const DeviceMemory& window,
+                           const DeviceMemory& window_tokens, int64_t max_tokens) {
+  cuda::GpuKvSource kv;
+  kv.tiles = tiles.as<const uint16_t>();
+  kv.seq_tile_begin = begin.as<const int32_t>();
+  kv.seq_last_tile_tokens = last.as<const int32_t>();
+  kv.window = window.as<const uint16_t>();
+  kv.window_capacity = kWindow;
+  kv.seq_window_tokens = window_tokens.as<const int32_t>();
+  kv.max_seq_tokens = static_cast<int32_t>(max_tokens);
+  return kv;
 }
 
 // Where a small-batch decode's time goes (batch 1, the sizes of --tokens): a plain read of
@@ -147,13 +141,7 @@ void RunGqaAnatomy(const BenchOptions& options) {
       args.shape = shape;
       args.num_seqs = 1;
       args.q = q.as<const uint16_t>();
-      args.kv.tiles = tiles.as<const uint16_t>();
-      args.kv.seq_tile_begin = begin_d.as<const int32_t>();
-      args.kv.seq_last_tile_tokens = last_d.as<const int32_t>();
-      args.kv.window = window.as<const uint16_t>();
-      args.kv.window_capacity = kWindow;
-      args.kv.seq_window_tokens = wtok_d.as<const int32_t>();
-      args.kv.max_seq_tokens = static_cast<int32_t>(tokens);
+      args.kv = PackedKv(tiles, begin_d, last_d, window, wtok_d, tokens);
       args.o = o.as<float>();
       args.lse = lse.as<float>();
       // The largest workspace of the variants below (256-token splits).
@@ -232,12 +220,7 @@ void RunGqa(const BenchOptions& options) {
         for (int32_t s = 0; s <= batch; ++s) seq_begin[s] = disjoint ? static_cast<int32_t>(s * blocks) : 0;
         last.assign(batch, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens));
         DeviceMemory begin_d((batch + 1) * 4), last_d(batch * 4), wtok_d(batch * 4);
-        cuda::GpuKvSource kv;
-        kv.window = window.as<const uint16_t>();
-        kv.window_capacity = kWindow;
-        kv.seq_window_tokens = wtok_d.as<const int32_t>();
-        kv.seq_last_tile_tokens = last_d.as<const int32_t>();
-        kv.max_seq_tokens = static_cast<int32_t>(tokens);
+        const cuda::GpuKvSource kv = PackedKv(tiles, begin_d, last_d, window, wtok_d, tokens);
         BENCH_CUDA(cudaMemcpy(last_d.ptr, last.data(), batch * 4, cudaMemcpyHostToDevice));
         BENCH_CUDA(cudaMemcpy(wtok_d.ptr, wtokens.data(), batch * 4, cudaMemcpyHostToDevice));
         DeviceMemory q(int64_t{batch} * shape.num_q_heads * shape.head_dim * 2);
@@ -251,8 +234,6 @@ void RunGqa(const BenchOptions& options) {
         double seconds, call_seconds;
         if (disjoint) {
           BENCH_CUDA(cudaMemcpy(begin_d.ptr, seq_begin.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
-          kv.tiles = tiles.as<const uint16_t>();
-          kv.seq_tile_begin = begin_d.as<const int32_t>();
           args.num_seqs = batch;
           args.kv = kv;
           DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
@@ -260,16 +241,14 @@ void RunGqa(const BenchOptions& options) {
           args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
           auto decode = [&] { (void)cuda::GqaGpuDecode(args, nullptr); };
           seconds = TimeGpu(options.iters, decode);
-          call_seconds = TimeGpuCall(options.iters, decode);
+          call_seconds = TimeGpu(options.iters, decode, /*from_idle_stream=*/true);
         } else {
           // Pool smaller than the batch's KV: sequences at staggered starts, one launch each
           // (launch overhead included; rarely hit with the default 16 GB pool).
           std::vector<int32_t> one = {0, static_cast<int32_t>(blocks)};
           BENCH_CUDA(cudaMemcpy(begin_d.ptr, one.data(), 8, cudaMemcpyHostToDevice));
-          kv.seq_tile_begin = begin_d.as<const int32_t>();
           args.num_seqs = 1;
           args.kv = kv;
-          args.kv.tiles = tiles.as<const uint16_t>();
           DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
           args.workspace = workspace.ptr;
           args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
@@ -281,7 +260,7 @@ void RunGqa(const BenchOptions& options) {
             }
           };
           seconds = TimeGpu(options.iters, decode);
-          call_seconds = TimeGpuCall(options.iters, decode);
+          call_seconds = TimeGpu(options.iters, decode, /*from_idle_stream=*/true);
         }
         BENCH_CUDA(cudaGetLastError());
         const double bytes = double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
@@ -329,13 +308,7 @@ void RunMla(const BenchOptions& options) {
       args.shape = shape;
       args.num_seqs = batch;
       args.q = q.as<const uint16_t>();
-      args.kv.tiles = tiles.as<const uint16_t>();
-      args.kv.seq_tile_begin = begin_d.as<const int32_t>();
-      args.kv.seq_last_tile_tokens = last_d.as<const int32_t>();
-      args.kv.window = window.as<const uint16_t>();
-      args.kv.window_capacity = kWindow;
-      args.kv.seq_window_tokens = wtok_d.as<const int32_t>();
-      args.kv.max_seq_tokens = static_cast<int32_t>(tokens);
+      args.kv = PackedKv(tiles, begin_d, last_d, window, wtok_d, tokens);
       args.o = o.as<float>();
       args.lse = lse.as<float>();
       // Sized for the most splits of the variants below.
@@ -348,7 +321,7 @@ void RunMla(const BenchOptions& options) {
       args.workspace_bytes = workspace_bytes;
       auto decode = [&] { (void)cuda::MlaGpuDecode(args, nullptr); };
       const double seconds = TimeGpu(options.iters, decode);
-      const double call_seconds = TimeGpuCall(options.iters, decode);
+      const double call_seconds = TimeGpu(options.iters, decode, /*from_idle_stream=*/true);
       BENCH_CUDA(cudaGetLastError());
       const double bytes = double(batch) * tokens * shape.row_dim() * 2;
       const double flops = 2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
@@ -437,13 +410,7 @@ void RunOverlap(const BenchOptions& options) {
         args.shape = shape;
         args.num_seqs = batch;
         args.q = q.as<const uint16_t>();
-        args.kv.tiles = tiles.as<const uint16_t>();
-        args.kv.seq_tile_begin = begin_d.as<const int32_t>();
-        args.kv.seq_last_tile_tokens = last_d.as<const int32_t>();
-        args.kv.window = window.as<const uint16_t>();
-        args.kv.window_capacity = kWindow;
-        args.kv.seq_window_tokens = wtok_d.as<const int32_t>();
-        args.kv.max_seq_tokens = static_cast<int32_t>(tokens);
+        args.kv = PackedKv(tiles, begin_d, last_d, window, wtok_d, tokens);
         args.o = o.as<float>();
         args.lse = lse.as<float>();
         DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));

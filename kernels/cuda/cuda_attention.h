@@ -16,6 +16,9 @@
 //     seq_window_slot[s] (nullptr: slot s) holding seq_window_tokens[s] tokens
 //     (nullptr: no window).
 //
+// Alignment: every tile base (packed tiles, tile_ptrs entries), window slot and q must
+// be 16-byte aligned (the kernels read rows with 16-byte loads and cp.async).
+//
 // Every launcher is asynchronous on `stream`, returns INVALID_ARGUMENT for a bad
 // shape or a too small workspace, UNIMPLEMENTED for a head_dim/MLA shape without a
 // compiled kernel, INTERNAL for a CUDA launch error.

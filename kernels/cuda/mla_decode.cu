@@ -58,9 +58,9 @@ struct __align__(16) MlaShared {
 };
 
 // Stages rows [t0, t0 + kChunk) of the split (those >= end zero-filled). Thread i copies
-// row i / 4, 16-byte pieces i % 4, i % 4 + 4, ...: one row address per thread (the tile
-// lookup divides), and a warp's copies of one instruction cover 64 contiguous bytes of
-// each of its 8 rows.
+// row i / 8, 16-byte pieces i % 8, i % 8 + 8, ...: one row address per thread (the tile
+// lookup divides), and a warp's copies of one instruction cover 128 contiguous bytes of
+// each of its 4 rows.
 constexpr int kThreadsPerRow = kWarps * 32 / kChunk;  // 8
 static_assert(kVecsPerRow % kThreadsPerRow == 0, "whole pieces per thread");
 __device__ __forceinline__ void LoadChunk(uint16_t (*stage_rows)[kRowStride],
@@ -82,6 +82,8 @@ __device__ __forceinline__ void LoadChunk(uint16_t (*stage_rows)[kRowStride],
   }
 }
 
+// 2 CTAs of 256 threads per SM cap the registers at 128: ptxas reports exactly 128 and no
+// spills for kStages = 2 (check -Xptxas -v after any change: growth spills silently).
 template <int kStages>
 __global__ void __launch_bounds__(kWarps * 32, 2) MlaDecodeTcKernel(MlaParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];

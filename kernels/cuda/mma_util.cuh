@@ -1,6 +1,8 @@
 // Tensor-core and async-copy helpers shared by the attention kernels (CUDA only; sm_80+
 // instructions, built for sm_90): mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async,
 // and the bf16 hi + lo split that keeps P at ~16 mantissa bits for P V.
+// The asm statements carry no "memory" clobber: the kernels hand shared memory between
+// cp.async, plain stores and ldmatrix only across __syncthreads(), which orders them.
 #ifndef WRITESCOPE_KERNELS_CUDA_MMA_UTIL_CUH_
 #define WRITESCOPE_KERNELS_CUDA_MMA_UTIL_CUH_
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <utility>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include "kernels/attention_reference.h"
 #include "kernels/attention_state.h"
 #include "kernels/cpu_attention.h"
+#include "kernels/cuda/launch.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -196,6 +198,26 @@ void ExpectClose(const std::vector<float>& o, const std::vector<float>& lse,
               eo.nmse, el.max_abs);
 }
 
+// A GPU partial before any merge: no NaN, an lse that is finite or -inf, and the empty
+// state (o = 0) on every row whose lse is -inf (rows without GPU keys). The merge with the
+// CPU partial would hide a bad o on such rows: it gives them weight 0.
+void ExpectValidPartial(const std::vector<float>& o, const std::vector<float>& lse,
+                        int32_t dim, const std::string& what) {
+  ASSERT_EQ(o.size(), lse.size() * dim) << what;
+  for (size_t row = 0; row < lse.size(); ++row) {
+    ASSERT_FALSE(std::isnan(lse[row]) || lse[row] == std::numeric_limits<float>::infinity())
+        << what << " row " << row << " lse " << lse[row];
+    for (int32_t d = 0; d < dim; ++d) {
+      const float x = o[row * dim + d];
+      if (lse[row] == kEmptyLse) {
+        ASSERT_EQ(x, 0.0f) << what << " empty row " << row << " dim " << d;
+      } else {
+        ASSERT_TRUE(std::isfinite(x)) << what << " row " << row << " dim " << d;
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------------ GQA ----------------
 
 struct GqaCase {
@@ -286,6 +308,14 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
     args.workspace = workspace.as<void>();
     args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);
     WS_ASSERT_OK(GqaGpuDecode(args, nullptr));
+    {
+      const std::vector<float> part_o = o_d.ToHost<float>(), part_lse = lse_d.ToHost<float>();
+      ExpectValidPartial(std::vector<float>(part_o.begin() + kGuard, part_o.end() - kGuard),
+                         std::vector<float>(part_lse.begin() + kGuard, part_lse.end() - kGuard),
+                         shape.head_dim,
+                         absl::StrCat(c.name, " T", tokens, " ", SplitName(split),
+                                      " GPU partial, split", tokens_per_split));
+    }
     DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
     WS_ASSERT_OK(GpuMergeStates(o, lse, cpu_o_d.as<float>(), cpu_lse_d.as<float>(), o, lse, rows,
                                 shape.head_dim, nullptr));
@@ -353,26 +383,45 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
 
   DeviceKv kv(seqs, int64_t{shape.block_tokens} * shape.row_dim(), shape.block_tokens);
   DeviceBuffer q_d = DeviceBuffer::From(q);
-  DeviceBuffer o_d(rows * shape.kv_lora_rank * sizeof(float)), lse_d(rows * sizeof(float));
+  // Outputs with guard words on both sides.
+  constexpr int64_t kGuard = 64;
+  const std::vector<float> guard_o(rows * shape.kv_lora_rank + 2 * kGuard, 12345.0f),
+      guard_lse(rows + 2 * kGuard, 12345.0f);
+  DeviceBuffer o_d = DeviceBuffer::From(guard_o), lse_d = DeviceBuffer::From(guard_lse);
   MlaGpuDecodeArgs args;
   args.shape = shape;
   args.num_seqs = num_seqs;
   args.q = q_d.as<const uint16_t>();
   args.kv = kv.source;
-  args.o = o_d.as<float>();
-  args.lse = lse_d.as<float>();
+  args.o = o_d.as<float>() + kGuard;
+  args.lse = lse_d.as<float>() + kGuard;
   args.split.tokens_per_split = tokens_per_split;
   DeviceBuffer workspace(MlaGpuDecodeWorkspaceBytes(args));
   args.workspace = workspace.as<void>();
   args.workspace_bytes = MlaGpuDecodeWorkspaceBytes(args);
   WS_ASSERT_OK(MlaGpuDecode(args, nullptr));
+  const std::string what = absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ",
+                                        num_heads, " split ", tokens_per_split);
+  {
+    const std::vector<float> part_o = o_d.ToHost<float>(), part_lse = lse_d.ToHost<float>();
+    ExpectValidPartial(std::vector<float>(part_o.begin() + kGuard, part_o.end() - kGuard),
+                       std::vector<float>(part_lse.begin() + kGuard, part_lse.end() - kGuard),
+                       shape.kv_lora_rank, what + " GPU partial");
+  }
   DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
   WS_ASSERT_OK(GpuMergeStates(cpu_o_d.as<float>(), cpu_lse_d.as<float>(), args.o, args.lse,
                               args.o, args.lse, rows, shape.kv_lora_rank, nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ExpectClose(o_d.ToHost<float>(), lse_d.ToHost<float>(), ref_o, ref_lse,
-              absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ", num_heads,
-                           " split ", tokens_per_split));
+  const std::vector<float> got_o_all = o_d.ToHost<float>(), got_lse_all = lse_d.ToHost<float>();
+  for (int64_t i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(got_o_all[i], 12345.0f) << what;
+    ASSERT_EQ(got_o_all[got_o_all.size() - 1 - i], 12345.0f) << what;
+    ASSERT_EQ(got_lse_all[i], 12345.0f) << what;
+    ASSERT_EQ(got_lse_all[got_lse_all.size() - 1 - i], 12345.0f) << what;
+  }
+  ExpectClose(std::vector<float>(got_o_all.begin() + kGuard, got_o_all.end() - kGuard),
+              std::vector<float>(got_lse_all.begin() + kGuard, got_lse_all.end() - kGuard),
+              ref_o, ref_lse, what);
 }
 
 class MlaGpuTest : public ::testing::TestWithParam<std::tuple<int64_t, Split>> {};
@@ -404,6 +453,51 @@ INSTANTIATE_TEST_SUITE_P(DeepSeekV2Lite, MlaGpuTest,
                            return absl::StrCat("T", std::get<0>(info.param), "_",
                                                SplitName(std::get<1>(info.param)));
                          });
+
+// The split merge (the decodes' second kernel) against MergeStatesN on the host, for dims
+// that fill one 128-dim CTA, several, a partial last one (200, 1000), fewer than a CTA's
+// width (4, 40), and no multiple of 4 (the generic kernel: 130); 1 to 77 parts, some of
+// them empty (o = 0, lse = -inf), and rows whose every part is empty.
+TEST(GpuMergeTest, SplitMergeOverEveryDimShape) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f), lse_value(-5.0f, 5.0f);
+  for (int32_t dim : {4, 40, 128, 130, 200, 512, 1000}) {
+    for (int32_t parts : {1, 3, 77}) {
+      constexpr int64_t kRows = 5;
+      std::vector<float> part_o(int64_t{parts} * kRows * dim), part_lse(int64_t{parts} * kRows);
+      for (int32_t p = 0; p < parts; ++p) {
+        for (int64_t r = 0; r < kRows; ++r) {
+          // Row 4: every part empty; otherwise every third part empty.
+          const bool empty = r == 4 || (p % 3 == 1);
+          part_lse[p * kRows + r] = empty ? kEmptyLse : lse_value(rng);
+          for (int32_t d = 0; d < dim; ++d) {
+            part_o[(p * kRows + r) * dim + d] = empty ? 0.0f : value(rng);
+          }
+        }
+      }
+      std::vector<ConstAttentionStateView> views;
+      for (int32_t p = 0; p < parts; ++p) {
+        views.push_back({part_o.data() + int64_t{p} * kRows * dim, part_lse.data() + p * kRows});
+      }
+      std::vector<float> ref_o(kRows * dim), ref_lse(kRows);
+      MergeStatesN(views, {ref_o.data(), ref_lse.data()}, kRows, dim);
+      DeviceBuffer part_o_d = DeviceBuffer::From(part_o), part_lse_d = DeviceBuffer::From(part_lse);
+      std::vector<float> nan_o(kRows * dim, NAN), nan_lse(kRows, NAN);
+      DeviceBuffer o_d = DeviceBuffer::From(nan_o), lse_d = DeviceBuffer::From(nan_lse);
+      ASSERT_EQ(internal::LaunchMergeSplits(part_o_d.as<float>(), part_lse_d.as<float>(), parts,
+                                            kRows, dim, o_d.as<float>(), lse_d.as<float>(),
+                                            nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string what = absl::StrCat("dim ", dim, " parts ", parts);
+      const std::vector<float> o = o_d.ToHost<float>(), lse = lse_d.ToHost<float>();
+      for (int32_t d = 0; d < dim; ++d) ASSERT_EQ(o[4 * dim + d], 0.0f) << what;
+      ASSERT_EQ(lse[4], kEmptyLse) << what;
+      ExpectClose(o, lse, ref_o, ref_lse, what);
+    }
+  }
+}
 
 TEST(GpuMergeTest, EmptyPlusEmptyStaysEmptyWithoutNan) {
   SKIP_WITHOUT_GPU();

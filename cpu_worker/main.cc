@@ -13,6 +13,9 @@ ABSL_FLAG(std::string, port_file, "", "Write the chosen port to this file once l
 ABSL_FLAG(std::string, expert_precision, "auto",
           "Routed experts: auto (bf16 where oneDNN has native bf16, else f32), bf16, f32 "
           "(matches the fp32 reference to summation order)");
+ABSL_FLAG(bool, mla_matmul, false,
+          "MLA decode: whole KV blocks through oneDNN bf16 matmuls (the CPU's matrix units, AMX "
+          "where present), the probabilities split into bf16 hi + lo; off: our vector kernels");
 ABSL_FLAG(std::string, expert_prepack, "auto",
           "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
           "(on when the routed experts take at most 4 GiB)");
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
     return EXIT_FAILURE;
   }
   options.prepack_policy = prepack;
+  options.attention.mla_matmul = absl::GetFlag(FLAGS_mla_matmul);
   writescope::cpu::CpuWorker worker(options);
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});

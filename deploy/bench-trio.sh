@@ -15,6 +15,8 @@
 # trios choose the set after 1 routed token (HOT_WARMUP_TOKENS): a bench's KV is placed, not
 # computed, so no prompt is routed, and synthetic routing is near uniform anyway. A model
 # shrunk to fewer layers gets the full model's room per MoE layer (gpu_worker.cc).
+# WS_CPU_WORKER_FLAGS (environment, space-separated) are passed to every cpu_worker, e.g.
+# WS_CPU_WORKER_FLAGS=--mla_matmul for DeepSeek's MLA through oneDNN matmuls.
 HOT_EXPERTS="${HOT_EXPERTS:-auto}" HOT_WARMUP_TOKENS="${HOT_WARMUP_TOKENS:-1}"
 
 kv_bytes_of() {
@@ -45,8 +47,11 @@ start_trio() {
   shift 3
   local ready
   ready=$(mktemp -u)
+  # WS_CPU_WORKER_FLAGS: extra cpu_worker flags, space-separated (e.g. --mla_matmul).
+  local cpu_flags=() flag
+  for flag in ${WS_CPU_WORKER_FLAGS:-}; do cpu_flags+=(--cpu-worker-flag "$flag"); done
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
-    --device "$DEVICE" --gpu-worker-flag --hot_experts="$HOT_EXPERTS" \
+    --device "$DEVICE" ${cpu_flags[@]+"${cpu_flags[@]}"} --gpu-worker-flag --hot_experts="$HOT_EXPERTS" \
     --gpu-worker-flag --hot_experts_warmup_tokens="$HOT_WARMUP_TOKENS" \
     -- --synthetic="$ARCH" --num_layers="$LAYERS" \
     --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" --policy="$policy" "$@" &

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "kernels/attention_state.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/mla_matmul.h"
 
 namespace writescope::kernels {
 namespace {
@@ -273,6 +275,18 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   const int32_t out_dim = s.kv_lora_rank;
 
   const bool bf16_dot = kernels->mla_segment_bf16 != nullptr && row_dim % 2 == 0;
+  // Whole blocks through oneDNN: q as bf16 rows [num_seqs][hp][row_dim], padded with 0.
+  const cpu::MlaMatmul* matmul = nullptr;
+  std::vector<uint16_t> q_rows;
+  if (options.mla_matmul && kernels->mla_softmax_hilo != nullptr) {
+    WS_ASSIGN_OR_RETURN(matmul, cpu::MlaMatmul::Get(hp, row_dim, out_dim, s.block_tokens));
+    q_rows.assign(int64_t{args.num_seqs} * hp * row_dim, 0);
+    for (int32_t seq = 0; seq < args.num_seqs; ++seq) {
+      std::copy_n(args.q + int64_t{seq} * s.num_heads * row_dim, int64_t{s.num_heads} * row_dim,
+                  q_rows.data() + int64_t{seq} * hp * row_dim);
+    }
+  }
+  std::atomic<bool> matmul_failed{false};
   // Generic: transposed, scaled, head-padded q: [num_seqs][row_dim][hp].
   // bf16 dot: transposed bf16 pairs, unscaled: [num_seqs][row_dim / 2][hp].
   std::vector<float> q_t;
@@ -318,7 +332,12 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
     float* scratch = ThreadScratch(scratch_floats);
     const KvBlockList& list = args.seqs[item.seq];
     for (int32_t b = item.first_block; b < item.end_block; ++b) {
-      if (bf16_dot) {
+      if (matmul != nullptr && list.BlockTokens(b, s.block_tokens) == s.block_tokens) {
+        if (!matmul->Block(*kernels, q_rows.data() + int64_t{item.seq} * hp * row_dim,
+                           s.softmax_scale, list.blocks[b], m, l, acc)) {
+          matmul_failed.store(true, std::memory_order_relaxed);
+        }
+      } else if (bf16_dot) {
         const bool has_next = b + 1 < item.end_block;
         kernels->mla_segment_bf16(q_pairs.data() + int64_t{item.seq} * (row_dim / 2) * hp,
                                   s.softmax_scale, hp, row_dim, out_dim, list.blocks[b],
@@ -334,6 +353,9 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
     }
   }
 
+  if (matmul_failed.load()) {
+    return absl::InternalError("CPU MLA decode: a oneDNN matmul failed (see the log)");
+  }
   const int64_t rows = int64_t{args.num_seqs} * s.num_heads;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t r = 0; r < rows; ++r) {

@@ -16,7 +16,9 @@
 // fp32 FMA product on exactly widened bf16. oneDNN's bf16 matmul would need the
 // probabilities rounded to bf16 (breaking the fp32-rounding contract of the split) and
 // a primitive per chunk shape. The p.V half (512 fp32 FMAs per token x 16 heads) bounds
-// it: it is compute-bound on one core, not DRAM-bound.
+// it: it is compute-bound on one core, not DRAM-bound. CpuAttentionOptions::mla_matmul
+// takes whole blocks through oneDNN instead, with P split into bf16 hi + lo so that the
+// rounding stays at the fp32 level (kernels/cpu/mla_matmul.h).
 //
 // Prefill: per (query, kv head) over the causally visible prefix of each tile; correct
 // and parallel, not tiled for reuse across queries.
@@ -42,6 +44,10 @@ struct CpuAttentionOptions {
   int num_threads = 0;          // 0: OpenMP's default
   CpuIsa isa = CpuIsa::kAuto;   // forcing an ISA the CPU lacks is INVALID_ARGUMENT
   int chunks_per_thread = 4;    // decode work items per thread (load balance vs merge work)
+  // MLA decode: whole blocks through oneDNN bf16 matmuls (kernels/cpu/mla_matmul.h: the
+  // CPU's matrix units, AMX where present), P split into bf16 hi + lo; partial blocks
+  // take the vector kernels. Same contract and tolerance.
+  bool mla_matmul = false;
 };
 
 absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options = {});

@@ -34,6 +34,7 @@
 #include "kernels/attention_state.h"
 #include "kernels/bench/bench_common.h"
 #include "kernels/bf16.h"
+#include "kernels/cpu/mla_matmul.h"
 #include "kernels/cpu_attention.h"
 
 namespace writescope::kernels::bench {
@@ -159,8 +160,13 @@ void RunCpuMla(const BenchOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   std::printf("\n== CPU MLA decode, DeepSeek-V2-Lite (16 heads, 512+64), %d threads ==\n", threads);
-  std::printf("%8s %6s %10s %10s %8s %10s %9s\n", "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s",
-              "GB/s/thr");
+  std::printf("path: vector = our kernels; onednn = whole blocks through oneDNN bf16 matmuls\n"
+              "(CpuAttentionOptions::mla_matmul; AMX where the CPU has it)\n");
+  if (auto mm = cpu::MlaMatmul::Get(16, shape.row_dim(), shape.kv_lora_rank, kBlockTokens); mm.ok()) {
+    std::printf("onednn's matmuls (scores / P V): %s\n", (*mm)->impl().c_str());
+  }
+  std::printf("%-7s %8s %6s %10s %10s %8s %10s %9s\n", "path", "tokens", "batch", "ms", "GB/s",
+              "%ceil", "GFLOP/s", "GB/s/thr");
   g_clock_threads = threads;
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   int64_t max_tiles = 0;
@@ -182,18 +188,23 @@ void RunCpuMla(const BenchOptions& options) {
       std::vector<float> o(int64_t{batch} * shape.num_heads * shape.kv_lora_rank),
           lse(int64_t{batch} * shape.num_heads);
       const MlaDecodeArgs args{shape, batch, q.data(), lists.data(), o.data(), lse.data()};
-      CpuAttentionOptions cpu_options;
-      cpu_options.num_threads = threads;
-      const double seconds = TimeIt(options.iters, [&] {
-        const absl::Status status = CpuMlaDecode(args, cpu_options);
-        if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
-      });
-      const double bytes = double(batch) * tokens * shape.row_dim() * 2;
-      const double flops = 2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
-      const double gbps = bytes / seconds / 1e9;
-      std::printf("%8lld %6d %10.3f %10.1f %7.0f%% %10.1f %9.2f\n", static_cast<long long>(tokens),
-                  batch, seconds * 1e3, gbps, 100 * gbps / options.dram_gbps, flops / seconds / 1e9,
-                  gbps / threads);
+      for (const bool matmul : {false, true}) {
+        CpuAttentionOptions cpu_options;
+        cpu_options.num_threads = threads;
+        cpu_options.mla_matmul = matmul;
+        const double seconds = TimeIt(options.iters, [&] {
+          const absl::Status status = CpuMlaDecode(args, cpu_options);
+          if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
+        });
+        const double bytes = double(batch) * tokens * shape.row_dim() * 2;
+        const double flops =
+            2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
+        const double gbps = bytes / seconds / 1e9;
+        std::printf("%-7s %8lld %6d %10.3f %10.1f %7.0f%% %10.1f %9.2f\n",
+                    matmul ? "onednn" : "vector", static_cast<long long>(tokens), batch,
+                    seconds * 1e3, gbps, 100 * gbps / options.dram_gbps, flops / seconds / 1e9,
+                    gbps / threads);
+      }
     }
   }
 }

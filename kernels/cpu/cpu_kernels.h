@@ -79,6 +79,14 @@ using MlaSegmentBf16Fn = void (*)(const uint32_t* q_pairs, float scale, int32_t 
                                   int32_t next_tokens, float* m, float* l, float* acc,
                                   float* scratch);
 
+// The matmul MLA path's softmax of one block (kernels/cpu/mla_matmul.h): s [hp][n] raw
+// q.k (row stride s_ld, unscaled); updates m, l; writes alpha [hp] (the factor for acc)
+// and bf16 p_hi, p_lo [hp][p_ld] with p_hi + p_lo = p to ~2^-17. scratch >= n floats.
+using MlaSoftmaxHiLoFn = void (*)(const float* s, int32_t s_ld, int32_t hp, int32_t n,
+                                  float scale, float* m, float* l, float* alpha,
+                                  uint16_t* p_hi, uint16_t* p_lo, int32_t p_ld,
+                                  float* scratch);
+
 struct KernelTable {
   const char* name;
   int32_t lanes;  // fp32 lanes of one vector (MLA pads heads to a multiple of it)
@@ -87,6 +95,7 @@ struct KernelTable {
   GqaTilesSupportedFn gqa_tiles_supported = nullptr;
   GqaTilesFn gqa_tiles = nullptr;
   MlaSegmentBf16Fn mla_segment_bf16 = nullptr;
+  MlaSoftmaxHiLoFn mla_softmax_hilo = nullptr;
 };
 
 const KernelTable& ScalarKernels();

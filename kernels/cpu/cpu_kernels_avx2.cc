@@ -66,7 +66,8 @@ struct Ops {
 namespace writescope::kernels::cpu {
 
 const KernelTable& Avx2Kernels() {
-  static const KernelTable table{"avx2", 8, avx2::GqaSegment, avx2::MlaSegment};
+  static const KernelTable table{"avx2", 8, avx2::GqaSegment, avx2::MlaSegment, nullptr, nullptr,
+                                 nullptr, avx2::MlaSoftmaxHiLo};
   return table;
 }
 

@@ -67,14 +67,16 @@ const KernelTable& Avx512Kernels() {
                                  avx512::MlaSegment,
                                  avx512::GqaTilesSupported,
                                  avx512::GqaTiles,
-                                 nullptr};
+                                 nullptr,
+                                 avx512::MlaSoftmaxHiLo};
   static const KernelTable bf16{"avx512bf16",
                                 16,
                                 avx512bf16::GqaSegment,
                                 avx512bf16::MlaSegment,
                                 avx512bf16::GqaTilesSupported,
                                 avx512bf16::GqaTiles,
-                                avx512bf16::MlaSegmentBf16};
+                                avx512bf16::MlaSegmentBf16,
+                                avx512bf16::MlaSoftmaxHiLo};
   static const bool use_bf16 = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") && std::getenv("WS_CPU_NO_AVX512BF16") == nullptr;

@@ -34,7 +34,8 @@ struct Ops {
 }  // namespace scalar
 
 const KernelTable& ScalarKernels() {
-  static const KernelTable table{"scalar", 1, scalar::GqaSegment, scalar::MlaSegment};
+  static const KernelTable table{"scalar", 1, scalar::GqaSegment, scalar::MlaSegment, nullptr, nullptr,
+                                 nullptr, scalar::MlaSoftmaxHiLo};
   return table;
 }
 

@@ -308,12 +308,17 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
   const Partial ref1 = run(split, 1, ReferenceMlaDecode);
   for (CpuIsa isa : AvailableIsas()) {
     const std::string name = CpuIsaName(isa);
-    auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, Options(isa)); };
-    const Partial part0 = run(split, 0, cpu);
-    const Partial part1 = run(split, 1, cpu);
-    ExpectClose(part0, ref0, name + " part0");
-    ExpectClose(part1, ref1, name + " part1");
-    ExpectClose(Merge(part0, part1), reference, name + " merged");
+    for (const bool matmul : {false, true}) {
+      CpuAttentionOptions options = Options(isa);
+      options.mla_matmul = matmul;
+      const std::string what = name + (matmul ? " oneDNN" : "");
+      auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); };
+      const Partial part0 = run(split, 0, cpu);
+      const Partial part1 = run(split, 1, cpu);
+      ExpectClose(part0, ref0, what + " part0");
+      ExpectClose(part1, ref1, what + " part1");
+      ExpectClose(Merge(part0, part1), reference, what + " merged");
+    }
   }
 }
 

@@ -23,7 +23,8 @@ failure):
      (--routed_experts=gpu, the weights streamed) match it within bf16 rounding, and the
      profile shows them there; hot experts (--hot_experts=on: half the experts resident on
      the gpu_worker after a warm-up, the rest on the cpu_worker) match it within bf16
-     rounding, and wscope info and the profile show them.
+     rounding, and wscope info and the profile show them; DeepSeek's MLA on the cpu_worker
+     through oneDNN matmuls (--mla_matmul, cpu-all) equals the reference.
 Python standard library only.
 """
 import argparse
@@ -715,6 +716,36 @@ def check_placement_of_work(env):
     finally:
         trio.stop()
     check_hot_experts(env, arch, prompt, ref)
+    check_mla_matmul(env)
+
+
+def check_mla_matmul(env):
+    """11c. The cpu_worker's MLA through oneDNN matmuls (--mla_matmul) = reference."""
+    arch = "deepseek_v2"
+    prompt = env.expected(arch)["prompts"][0]["token_ids"]
+    ref = env.reference(arch, prompt, 12)
+    # cpu-all and split prefill attention: every block the prompt fills is attended on the
+    # cpu_worker, whole 256-token blocks through the matmuls (P split bf16 hi + lo).
+    trio = Trio(env, arch, ["--prefill_attention=split", "--policy=cpu-all"],
+                launch_flags=["--cpu-worker-flag", "--mla_matmul"])
+    try:
+        trio.start()
+        r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
+        problem = well_formed(r, len(prompt), 12, True)
+        if not check(not problem, f"MLA through oneDNN matmuls: generate {len(prompt)} prompt + "
+                                  f"12 greedy tokens ({r['_s']:.2f} s)", problem):
+            return
+        worst, where = max_abs_diff(r["prompt_logprobs"], ref["prompt_logprobs"])
+        check(worst <= REF_LOGPROB_TOL,
+              f"MLA through oneDNN matmuls vs ws_reference: prompt logprobs max |diff| "
+              f"{worst:.2e} (<= {REF_LOGPROB_TOL:g})", f"at prompt position {where + 1}")
+        compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
+                                       REF_MARGIN_MIN)
+        check(bad is None and compared > 0,
+              f"MLA through oneDNN matmuls: greedy tokens as ws_reference ({compared}/12)",
+              f"trio {r['tokens']} reference {ref['greedy']}")
+    finally:
+        trio.stop()
 
 
 def check_bf16_against_reference(label, r, ref, why):

@@ -107,7 +107,8 @@ for step in "${steps[@]}"; do
       # for each shape of WS_BENCH_ARCHS (qwen3_moe), WS_BENCH_LAYERS (4) layers, policies
       # WS_BENCH_POLICIES, batches WS_BENCH_BATCHES (4,16,32), contexts WS_BENCH_CONTEXTS
       # (2048,8192,16384,32768), WS_BENCH_STEPS (16) measured after WS_BENCH_WARMUP (8),
-      # WS_BENCH_REPEATS (1) rounds of the policies, hot experts WS_BENCH_HOT (auto: on);
+      # WS_BENCH_REPEATS (1) rounds of the policies, hot experts WS_BENCH_HOT (auto: on),
+      # extra cpu_worker flags WS_CPU_WORKER_FLAGS (e.g. --mla_matmul; deploy/bench-trio.sh);
       # $OUT/bench-ARCH.csv and $OUT/steps-ARCH.csv. Limit WS_BENCH_LIMIT_S (560).
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
       for arch in ${WS_BENCH_ARCHS:-qwen3_moe}; do

@@ -1,7 +1,5 @@
 #include "kernels/cpu/mla_matmul.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "dnnl.hpp"
+#include "kernels/cpu/onednn_util.h"
 
 namespace writescope::kernels::cpu {
 namespace {
@@ -18,22 +17,6 @@ namespace {
 using dnnl::memory;
 using Dt = memory::data_type;
 using Tag = memory::format_tag;
-
-dnnl::engine& CpuEngine() {
-  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
-}
-
-// oneDNN sizes its work split by omp_get_max_threads() when a primitive is created; the
-// blocks run inside the caller's parallel loop, one thread each.
-class SingleThreadScope {
- public:
-  SingleThreadScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~SingleThreadScope() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 
 // Per calling thread: buffers sized for the largest shape it has run.
 struct ThreadScratch {

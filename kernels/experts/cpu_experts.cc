@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "dnnl.hpp"
 #include "kernels/bf16.h"
+#include "kernels/cpu/onednn_util.h"
 
 namespace writescope::kernels::experts {
 namespace {
@@ -24,11 +25,8 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
-
-dnnl::engine& CpuEngine() {
-  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
-}
+using cpu::CpuEngine;
+using cpu::SingleThreadScope;
 
 // Rows of a gathered block: exact up to 8 (decode), then 2^a or 3 * 2^(a-1), so that a
 // handful of primitives serve any batch and padding wastes at most a third.
@@ -41,17 +39,6 @@ int64_t MBucket(int64_t m) {
     p *= 2;
   }
 }
-
-// oneDNN sizes its work split by omp_get_max_threads() when a primitive is created; ours
-// run inside our own parallel loops, one thread each, so they are created for one thread.
-class SingleThreadScope {
- public:
-  SingleThreadScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~SingleThreadScope() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 
 inline float Silu(float g) { return g / (1.0f + std::exp(-g)); }
 

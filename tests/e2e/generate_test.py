@@ -684,15 +684,7 @@ def check_placement_of_work(env):
         problem = well_formed(r, len(prompt), 12, True)
         if check(not problem, f"split prefill attention: generate {len(prompt)} prompt + 12 "
                               f"greedy tokens in 512-token chunks ({r['_s']:.2f} s)", problem):
-            worst, where = max_abs_diff(r["prompt_logprobs"], ref["prompt_logprobs"])
-            check(worst <= REF_LOGPROB_TOL,
-                  f"split prefill attention vs ws_reference: prompt logprobs max |diff| "
-                  f"{worst:.2e} (<= {REF_LOGPROB_TOL:g})", f"at prompt position {where + 1}")
-            compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
-                                           REF_MARGIN_MIN)
-            check(bad is None and compared > 0,
-                  f"split prefill attention: greedy tokens as ws_reference ({compared}/12)",
-                  f"trio {r['tokens']} reference {ref['greedy']}")
+            check_against_reference("split prefill attention", r, ref)
     finally:
         trio.stop()
     # Routed experts on the gpu_worker for every step: bf16 products (the cpu_worker here
@@ -735,17 +727,23 @@ def check_mla_matmul(env):
         if not check(not problem, f"MLA through oneDNN matmuls: generate {len(prompt)} prompt + "
                                   f"12 greedy tokens ({r['_s']:.2f} s)", problem):
             return
-        worst, where = max_abs_diff(r["prompt_logprobs"], ref["prompt_logprobs"])
-        check(worst <= REF_LOGPROB_TOL,
-              f"MLA through oneDNN matmuls vs ws_reference: prompt logprobs max |diff| "
-              f"{worst:.2e} (<= {REF_LOGPROB_TOL:g})", f"at prompt position {where + 1}")
-        compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
-                                       REF_MARGIN_MIN)
-        check(bad is None and compared > 0,
-              f"MLA through oneDNN matmuls: greedy tokens as ws_reference ({compared}/12)",
-              f"trio {r['tokens']} reference {ref['greedy']}")
+        check_against_reference("MLA through oneDNN matmuls", r, ref)
     finally:
         trio.stop()
+
+
+def check_against_reference(label, r, ref):
+    """A 12-token greedy generation with prompt logprobs against ws_reference, computed
+    with the same math: logprobs within REF_LOGPROB_TOL, the same greedy tokens."""
+    worst, where = max_abs_diff(r["prompt_logprobs"], ref["prompt_logprobs"])
+    check(worst <= REF_LOGPROB_TOL,
+          f"{label} vs ws_reference: prompt logprobs max |diff| {worst:.2e} "
+          f"(<= {REF_LOGPROB_TOL:g})", f"at prompt position {where + 1}")
+    compared, bad = compare_greedy(r["tokens"], ref["greedy"], ref["greedy_margins"],
+                                   REF_MARGIN_MIN)
+    check(bad is None and compared > 0,
+          f"{label}: greedy tokens as ws_reference ({compared}/12)",
+          f"trio {r['tokens']} reference {ref['greedy']}")
 
 
 def check_bf16_against_reference(label, r, ref, why):

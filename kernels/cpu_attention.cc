@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "kernels/attention_state.h"
 #include "kernels/bf16.h"
@@ -279,7 +280,20 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   const cpu::MlaMatmul* matmul = nullptr;
   std::vector<uint16_t> q_rows;
   if (options.mla_matmul && kernels->mla_softmax_hilo != nullptr) {
-    WS_ASSIGN_OR_RETURN(matmul, cpu::MlaMatmul::Get(hp, row_dim, out_dim, s.block_tokens));
+    // Where oneDNN has no bf16 matmul for this CPU, the vector kernels take every block.
+    absl::StatusOr<const cpu::MlaMatmul*> got =
+        cpu::MlaMatmul::Get(hp, row_dim, out_dim, s.block_tokens);
+    if (got.ok()) {
+      matmul = *got;
+    } else {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        WS_LOG(WARNING) << "CPU MLA decode: no oneDNN matmul path (" << got.status()
+                        << "); the vector kernels attend every block";
+      }
+    }
+  }
+  if (matmul != nullptr) {
     q_rows.assign(int64_t{args.num_seqs} * hp * row_dim, 0);
     for (int32_t seq = 0; seq < args.num_seqs; ++seq) {
       std::copy_n(args.q + int64_t{seq} * s.num_heads * row_dim, int64_t{s.num_heads} * row_dim,

@@ -46,7 +46,8 @@ struct CpuAttentionOptions {
   int chunks_per_thread = 4;    // decode work items per thread (load balance vs merge work)
   // MLA decode: whole blocks through oneDNN bf16 matmuls (kernels/cpu/mla_matmul.h: the
   // CPU's matrix units, AMX where present), P split into bf16 hi + lo; partial blocks
-  // take the vector kernels. Same contract and tolerance.
+  // take the vector kernels. Same contract and tolerance. Where oneDNN has no bf16 matmul
+  // (below AVX-512) the vector kernels take every block (logged once).
   bool mla_matmul = false;
 };
 

@@ -72,6 +72,24 @@ class MlaMatmulImpl final : public MlaMatmul {
 
   bool Block(const KernelTable& kernels, const uint16_t* q, float scale, const uint16_t* rows,
              float* m, float* l, float* acc) const override {
+    // Runs inside the caller's OpenMP loop: no exception may escape (a bad_alloc of the
+    // scratch included).
+    try {
+      RunOrThrow(kernels, q, scale, rows, m, l, acc);
+      return true;
+    } catch (const dnnl::error& e) {
+      WS_LOG(ERROR) << "MLA matmul: oneDNN failed: " << e.what();
+    } catch (const std::exception& e) {
+      WS_LOG(ERROR) << "MLA matmul: " << e.what();
+    }
+    return false;
+  }
+
+  std::string impl() const override { return impl_; }
+
+ private:
+  void RunOrThrow(const KernelTable& kernels, const uint16_t* q, float scale,
+                  const uint16_t* rows, float* m, float* l, float* acc) const {
     ThreadScratch& ts = t_scratch;
     const int64_t hp = hp_, n = tokens_, out = out_dim_;
     if (ts.s.size() < static_cast<size_t>(hp * n)) ts.s.resize(hp * n);
@@ -84,33 +102,28 @@ class MlaMatmulImpl final : public MlaMatmul {
     for (int64_t t = 0; t < n; ++t) {
       std::copy_n(rows + t * row_dim_, out, ts.v.data() + t * out);
     }
-    try {
-      dnnl::engine& engine = CpuEngine();
-      if (ts.stream == nullptr) ts.stream = std::make_unique<dnnl::stream>(engine);
-      uint16_t* rows_mut = const_cast<uint16_t*>(rows);
-      memory q_m(q_md_, engine, const_cast<uint16_t*>(q));
-      memory k_m(k_md_, engine, rows_mut);
-      memory s_m(s_md_, engine, ts.s.data());
-      memory sp_m(s_scratch_md_, engine, ts.pad.data());
-      scores_.execute(*ts.stream, {{DNNL_ARG_SRC, q_m},
-                                   {DNNL_ARG_WEIGHTS, k_m},
-                                   {DNNL_ARG_DST, s_m},
-                                   {DNNL_ARG_SCRATCHPAD, sp_m}});
-      kernels.mla_softmax_hilo(ts.s.data(), tokens_, hp_, tokens_, scale, m, l, ts.alpha.data(),
-                               ts.p.data(), ts.p.data() + hp * n, tokens_, ts.exps.data());
-      memory p_m(p_md_, engine, ts.p.data());
-      memory v_m(v_md_, engine, ts.v.data());
-      memory o_m(o_md_, engine, ts.o.data());
-      memory op_m(o_scratch_md_, engine, ts.pad.data());
-      pv_.execute(*ts.stream, {{DNNL_ARG_SRC, p_m},
-                               {DNNL_ARG_WEIGHTS, v_m},
-                               {DNNL_ARG_DST, o_m},
-                               {DNNL_ARG_SCRATCHPAD, op_m}});
-      ts.stream->wait();
-    } catch (const dnnl::error& e) {
-      WS_LOG(ERROR) << "MLA matmul: oneDNN failed: " << e.what();
-      return false;
-    }
+    dnnl::engine& engine = CpuEngine();
+    if (ts.stream == nullptr) ts.stream = std::make_unique<dnnl::stream>(engine);
+    memory q_m(q_md_, engine, const_cast<uint16_t*>(q));
+    memory k_m(k_md_, engine, const_cast<uint16_t*>(rows));
+    memory s_m(s_md_, engine, ts.s.data());
+    memory sp_m(s_scratch_md_, engine, ts.pad.data());
+    scores_.execute(*ts.stream, {{DNNL_ARG_SRC, q_m},
+                                 {DNNL_ARG_WEIGHTS, k_m},
+                                 {DNNL_ARG_DST, s_m},
+                                 {DNNL_ARG_SCRATCHPAD, sp_m}});
+    ts.stream->wait();  // the softmax reads S on this thread
+    kernels.mla_softmax_hilo(ts.s.data(), tokens_, hp_, tokens_, scale, m, l, ts.alpha.data(),
+                             ts.p.data(), ts.p.data() + hp * n, tokens_, ts.exps.data());
+    memory p_m(p_md_, engine, ts.p.data());
+    memory v_m(v_md_, engine, ts.v.data());
+    memory o_m(o_md_, engine, ts.o.data());
+    memory op_m(o_scratch_md_, engine, ts.pad.data());
+    pv_.execute(*ts.stream, {{DNNL_ARG_SRC, p_m},
+                             {DNNL_ARG_WEIGHTS, v_m},
+                             {DNNL_ARG_DST, o_m},
+                             {DNNL_ARG_SCRATCHPAD, op_m}});
+    ts.stream->wait();
     for (int64_t h = 0; h < hp; ++h) {
       const float a = ts.alpha[h];
       float* dst = acc + h * out;
@@ -118,12 +131,8 @@ class MlaMatmulImpl final : public MlaMatmul {
       const float* lo = ts.o.data() + (hp + h) * out;
       for (int64_t d = 0; d < out; ++d) dst[d] = dst[d] * a + (hi[d] + lo[d]);
     }
-    return true;
   }
 
-  std::string impl() const override { return impl_; }
-
- private:
   const int32_t hp_, row_dim_, out_dim_, tokens_;
   memory::desc q_md_, k_md_, s_md_, p_md_, v_md_, o_md_, s_scratch_md_, o_scratch_md_;
   dnnl::matmul scores_, pv_;
@@ -142,15 +151,25 @@ absl::StatusOr<const MlaMatmul*> MlaMatmul::Get(int32_t padded_heads, int32_t ro
                                                    ", block ", block_tokens));
   }
   static std::mutex mu;
-  static auto* cache =
-      new std::map<std::tuple<int32_t, int32_t, int32_t, int32_t>, std::unique_ptr<MlaMatmulImpl>>;
+  // Failures are kept too (a CPU without oneDNN's bf16 matmul fails the same way each time).
+  static auto* cache = new std::map<std::tuple<int32_t, int32_t, int32_t, int32_t>,
+                                    absl::StatusOr<std::unique_ptr<MlaMatmulImpl>>>;
   const std::lock_guard<std::mutex> lock(mu);
   auto key = std::make_tuple(padded_heads, row_dim, out_dim, block_tokens);
   auto it = cache->find(key);
-  if (it != cache->end()) return it->second.get();
-  auto impl = std::make_unique<MlaMatmulImpl>(padded_heads, row_dim, out_dim, block_tokens);
-  if (absl::Status status = impl->Init(); !status.ok()) return status;
-  return cache->emplace(key, std::move(impl)).first->second.get();
+  if (it == cache->end()) {
+    auto impl = std::make_unique<MlaMatmulImpl>(padded_heads, row_dim, out_dim, block_tokens);
+    absl::Status status = impl->Init();
+    if (status.ok()) {
+      WS_LOG(INFO) << "MLA matmul [" << padded_heads << " heads, rows of " << row_dim
+                   << ", blocks of " << block_tokens << "]: oneDNN " << impl->impl();
+      it = cache->emplace(key, std::move(impl)).first;
+    } else {
+      it = cache->emplace(key, std::move(status)).first;
+    }
+  }
+  if (!it->second.ok()) return it->second.status();
+  return it->second->get();
 }
 
 }  // namespace writescope::kernels::cpu

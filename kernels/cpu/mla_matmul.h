@@ -29,7 +29,9 @@ class MlaMatmul {
  public:
   virtual ~MlaMatmul() = default;
 
-  // The process-wide instance for this shape (created on first use; thread-safe).
+  // The process-wide instance for this shape (created on first use; thread-safe). An error
+  // (e.g. a CPU where oneDNN has no bf16 matmul: below AVX-512) is returned again on every
+  // later call without retrying.
   // padded_heads: rows of q (extra ones zero), row_dim = kv_lora_rank + rope_dim,
   // out_dim = kv_lora_rank (the first out_dim values of a row are its V).
   static absl::StatusOr<const MlaMatmul*> Get(int32_t padded_heads, int32_t row_dim,

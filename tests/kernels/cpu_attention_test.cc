@@ -308,10 +308,16 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
   const Partial ref1 = run(split, 1, ReferenceMlaDecode);
   for (CpuIsa isa : AvailableIsas()) {
     const std::string name = CpuIsaName(isa);
-    for (const bool matmul : {false, true}) {
+    // The vector kernels; whole blocks through oneDNN (where it has a bf16 matmul, else the
+    // same vector kernels); and oneDNN with one work item per thread, so that its blocks
+    // follow each other on one running state (not only the first block of an item).
+    for (const auto& [matmul, chunks] : {std::pair{false, 4}, std::pair{true, 4},
+                                         std::pair{true, 1}}) {
       CpuAttentionOptions options = Options(isa);
       options.mla_matmul = matmul;
-      const std::string what = name + (matmul ? " oneDNN" : "");
+      options.chunks_per_thread = chunks;
+      const std::string what =
+          name + (matmul ? absl::StrCat(" oneDNN, ", chunks, " chunks per thread") : "");
       auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); };
       const Partial part0 = run(split, 0, cpu);
       const Partial part1 = run(split, 1, cpu);

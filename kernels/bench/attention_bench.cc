@@ -119,9 +119,8 @@ void RunCpuGqa(const BenchOptions& options) {
       std::printf("unknown model %s\n", name.c_str());
       continue;
     }
-    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
-                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
-    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    const GqaShape shape = BenchShape(model, kBlockTokens);
+    const int64_t tile_values = TileValues(shape);
     int64_t max_tiles = 0;
     for (int64_t t : options.tokens)
       for (int32_t b : options.batches) max_tiles = std::max(max_tiles, b * ((t + kBlockTokens - 1) / kBlockTokens));

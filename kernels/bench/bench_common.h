@@ -2,9 +2,12 @@
 #ifndef WRITESCOPE_KERNELS_BENCH_BENCH_COMMON_H_
 #define WRITESCOPE_KERNELS_BENCH_BENCH_COMMON_H_
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kernels/attention.h"
 
 namespace writescope::kernels::bench {
 
@@ -31,6 +34,16 @@ inline bool FindModel(const std::string& name, GqaModel* model) {
   else if (name == "mixtral") *model = {"mixtral", 32, 8, 128};
   else return false;
   return true;
+}
+
+// The model's GQA shape in tiles of block_tokens (softmax scale 1 / sqrt(head_dim)), and
+// the bf16 values of one tile (K then V of every kv head).
+inline GqaShape BenchShape(const GqaModel& model, int32_t block_tokens) {
+  return {model.q_heads, model.kv_heads, model.head_dim, block_tokens,
+          1.0f / std::sqrt(static_cast<float>(model.head_dim))};
+}
+inline int64_t TileValues(const GqaShape& shape) {
+  return int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim;
 }
 
 // CUDA part; a build without CUDA links a stub that prints one line.

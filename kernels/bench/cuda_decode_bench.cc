@@ -116,9 +116,8 @@ void RunGqaAnatomy(const BenchOptions& options) {
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
-    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
-                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
-    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    const GqaShape shape = BenchShape(model, kBlockTokens);
+    const int64_t tile_values = TileValues(shape);
     for (int64_t tokens : options.tokens) {
       const int64_t tile_tokens = tokens - kWindowTokens;
       const int64_t blocks = (tile_tokens + kBlockTokens - 1) / kBlockTokens;
@@ -194,9 +193,8 @@ void RunGqa(const BenchOptions& options) {
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
-    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
-                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
-    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    const GqaShape shape = BenchShape(model, kBlockTokens);
+    const int64_t tile_values = TileValues(shape);
     for (int64_t tokens : options.tokens) {
       for (int32_t batch : options.batches) {
         const int64_t tile_tokens = tokens - kWindowTokens;
@@ -377,9 +375,8 @@ void RunOverlap(const BenchOptions& options) {
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
-    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
-                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
-    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    const GqaShape shape = BenchShape(model, kBlockTokens);
+    const int64_t tile_values = TileValues(shape);
     for (int64_t tokens : options.tokens) {
       for (int32_t batch : options.batches) {
         const int64_t tile_tokens = tokens - kWindowTokens;
@@ -501,9 +498,8 @@ void RunPrefill(const BenchOptions& options) {
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
-    const GqaShape shape{model.q_heads, model.kv_heads, model.head_dim, kBlockTokens,
-                         1.0f / std::sqrt(static_cast<float>(model.head_dim))};
-    const int64_t tile_values = int64_t{2} * shape.num_kv_heads * kBlockTokens * shape.head_dim;
+    const GqaShape shape = BenchShape(model, kBlockTokens);
+    const int64_t tile_values = TileValues(shape);
     for (int64_t prior : {int64_t{0}, int64_t{8192}, int64_t{32768}}) {
       const int64_t total = prior + kChunk;
       const int32_t num_tiles = static_cast<int32_t>((total + kBlockTokens - 1) / kBlockTokens);

@@ -18,8 +18,16 @@ using dnnl::memory;
 using Dt = memory::data_type;
 using Tag = memory::format_tag;
 
+// One matmul's arguments (the scratchpad last), made once per thread and repointed by
+// set_data_handle for each block.
+struct MatmulArgs {
+  memory src, wei, dst, pad;
+};
+
 // Per calling thread: buffers sized for the largest shape it has run.
 struct ThreadScratch {
+  const void* owner = nullptr;  // the instance `scores` and `pv` were made for
+  MatmulArgs scores, pv;
   std::unique_ptr<dnnl::stream> stream;
   std::vector<uint8_t> pad;   // oneDNN's scratchpad (user mode)
   std::vector<float> s;       // [hp][T] scores
@@ -102,28 +110,16 @@ class MlaMatmulImpl final : public MlaMatmul {
     for (int64_t t = 0; t < n; ++t) {
       std::copy_n(rows + t * row_dim_, out, ts.v.data() + t * out);
     }
-    dnnl::engine& engine = CpuEngine();
-    if (ts.stream == nullptr) ts.stream = std::make_unique<dnnl::stream>(engine);
-    memory q_m(q_md_, engine, const_cast<uint16_t*>(q));
-    memory k_m(k_md_, engine, const_cast<uint16_t*>(rows));
-    memory s_m(s_md_, engine, ts.s.data());
-    memory sp_m(s_scratch_md_, engine, ts.pad.data());
-    scores_.execute(*ts.stream, {{DNNL_ARG_SRC, q_m},
-                                 {DNNL_ARG_WEIGHTS, k_m},
-                                 {DNNL_ARG_DST, s_m},
-                                 {DNNL_ARG_SCRATCHPAD, sp_m}});
-    ts.stream->wait();  // the softmax reads S on this thread
+    if (ts.stream == nullptr) ts.stream = std::make_unique<dnnl::stream>(CpuEngine());
+    if (ts.owner != this) {
+      ts.scores = Args(q_md_, k_md_, s_md_, s_scratch_md_);
+      ts.pv = Args(p_md_, v_md_, o_md_, o_scratch_md_);
+      ts.owner = this;
+    }
+    Execute(scores_, ts.scores, *ts.stream, q, rows, ts.s.data(), ts.pad.data());
     kernels.mla_softmax_hilo(ts.s.data(), tokens_, hp_, tokens_, scale, m, l, ts.alpha.data(),
                              ts.p.data(), ts.p.data() + hp * n, tokens_, ts.exps.data());
-    memory p_m(p_md_, engine, ts.p.data());
-    memory v_m(v_md_, engine, ts.v.data());
-    memory o_m(o_md_, engine, ts.o.data());
-    memory op_m(o_scratch_md_, engine, ts.pad.data());
-    pv_.execute(*ts.stream, {{DNNL_ARG_SRC, p_m},
-                             {DNNL_ARG_WEIGHTS, v_m},
-                             {DNNL_ARG_DST, o_m},
-                             {DNNL_ARG_SCRATCHPAD, op_m}});
-    ts.stream->wait();
+    Execute(pv_, ts.pv, *ts.stream, ts.p.data(), ts.v.data(), ts.o.data(), ts.pad.data());
     for (int64_t h = 0; h < hp; ++h) {
       const float a = ts.alpha[h];
       float* dst = acc + h * out;
@@ -131,6 +127,27 @@ class MlaMatmulImpl final : public MlaMatmul {
       const float* lo = ts.o.data() + (hp + h) * out;
       for (int64_t d = 0; d < out; ++d) dst[d] = dst[d] * a + (hi[d] + lo[d]);
     }
+  }
+
+  static MatmulArgs Args(const memory::desc& src, const memory::desc& wei,
+                         const memory::desc& dst, const memory::desc& pad) {
+    dnnl::engine& engine = CpuEngine();
+    return {memory(src, engine, nullptr), memory(wei, engine, nullptr),
+            memory(dst, engine, nullptr), memory(pad, engine, nullptr)};
+  }
+
+  // Runs one matmul on these buffers and waits (the caller reads dst on this thread).
+  static void Execute(const dnnl::matmul& matmul, MatmulArgs& args, dnnl::stream& stream,
+                      const void* src, const void* wei, void* dst, void* pad) {
+    args.src.set_data_handle(const_cast<void*>(src));
+    args.wei.set_data_handle(const_cast<void*>(wei));
+    args.dst.set_data_handle(dst);
+    args.pad.set_data_handle(pad);
+    matmul.execute(stream, {{DNNL_ARG_SRC, args.src},
+                            {DNNL_ARG_WEIGHTS, args.wei},
+                            {DNNL_ARG_DST, args.dst},
+                            {DNNL_ARG_SCRATCHPAD, args.pad}});
+    stream.wait();
   }
 
   const int32_t hp_, row_dim_, out_dim_, tokens_;

@@ -353,6 +353,17 @@ def well_formed(result, prompt_len, max_tokens, prompt_logprobs):
 
 # ---- checks ----------------------------------------------------------------------------
 
+def generate_12(trio, label, prompt, how=""):
+    """12 greedy tokens (ignoring EOS) with prompt logprobs; the result when well formed
+    (one check line: "{label}: generate N prompt + 12 greedy tokens{how} (s)"), else None."""
+    r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
+    problem = well_formed(r, len(prompt), 12, True)
+    if check(not problem, f"{label}: generate {len(prompt)} prompt + 12 greedy tokens{how} "
+                          f"({r['_s']:.2f} s)", problem):
+        return r
+    return None
+
+
 def check_fixture(env, trio, arch):
     """1. Every prompt of expected.json against ws_reference and transformers."""
     expected = env.expected(arch)
@@ -614,10 +625,8 @@ def check_policies(env):
         trio = Trio(env, "qwen3_moe", [f"--policy={policy}"])
         try:
             trio.start()
-            r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
-            problem = well_formed(r, len(prompt), 12, True)
-            if not check(not problem, f"policy {policy}: generate {len(prompt)} prompt + 12 greedy "
-                                      f"tokens ({r['_s']:.2f} s)", problem):
+            r = generate_12(trio, f"policy {policy}", prompt)
+            if r is None:
                 continue
             runs[policy] = r
             after = trio.info()
@@ -680,10 +689,8 @@ def check_placement_of_work(env):
     trio = Trio(env, arch, ["--prefill_attention=split", "--policy=static:0.5"])
     try:
         trio.start()
-        r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
-        problem = well_formed(r, len(prompt), 12, True)
-        if check(not problem, f"split prefill attention: generate {len(prompt)} prompt + 12 "
-                              f"greedy tokens in 512-token chunks ({r['_s']:.2f} s)", problem):
+        r = generate_12(trio, "split prefill attention", prompt, " in 512-token chunks")
+        if r is not None:
             check_against_reference("split prefill attention", r, ref)
     finally:
         trio.stop()
@@ -693,10 +700,8 @@ def check_placement_of_work(env):
                 launch_flags=["--gpu-worker-flag", "--stream_experts=on"])
     try:
         trio.start()
-        r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
-        problem = well_formed(r, len(prompt), 12, True)
-        if not check(not problem, f"experts on the gpu_worker: generate {len(prompt)} prompt + 12 "
-                                  f"greedy tokens ({r['_s']:.2f} s)", problem):
+        r = generate_12(trio, "experts on the gpu_worker", prompt)
+        if r is None:
             return
         check_bf16_against_reference("experts on the gpu_worker", r, ref, "bf16 expert products")
         proc = trio.wscope(["profile", f"--target={trio.target}", "--steps=4",
@@ -722,10 +727,8 @@ def check_mla_matmul(env):
                 launch_flags=["--cpu-worker-flag", "--mla_matmul"])
     try:
         trio.start()
-        r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
-        problem = well_formed(r, len(prompt), 12, True)
-        if not check(not problem, f"MLA through oneDNN matmuls: generate {len(prompt)} prompt + "
-                                  f"12 greedy tokens ({r['_s']:.2f} s)", problem):
+        r = generate_12(trio, "MLA through oneDNN matmuls", prompt)
+        if r is None:
             return
         check_against_reference("MLA through oneDNN matmuls", r, ref)
     finally:
@@ -780,10 +783,8 @@ def check_hot_experts(env, arch, prompt, ref):
         check(re.search(r"hot experts: warming up, 0 of 64 routed tokens counted", info["text"]),
               "hot experts: before any request, wscope info shows the warm-up at 0 of 64 tokens",
               info["text"][-800:])
-        r = trio.generate(prompt, max_tokens=12, extra=["--prompt_logprobs", "--ignore_eos"])
-        problem = well_formed(r, len(prompt), 12, True)
-        if not check(not problem, f"hot experts: generate {len(prompt)} prompt + 12 greedy tokens "
-                                  f"({r['_s']:.2f} s)", problem):
+        r = generate_12(trio, "hot experts", prompt)
+        if r is None:
             return
         check_bf16_against_reference("hot experts", r, ref, "the hot pairs' products in bf16")
         info = trio.info()

@@ -198,6 +198,36 @@ void ExpectClose(const std::vector<float>& o, const std::vector<float>& lse,
               eo.nmse, el.max_abs);
 }
 
+// Device outputs o [rows][dim] and lse [rows] with kGuard guard words on both sides.
+class GuardedOutputs {
+ public:
+  static constexpr int64_t kGuard = 64;
+  static constexpr float kGuardValue = 12345.0f;
+  GuardedOutputs(int64_t rows, int32_t dim)
+      : o_d_(DeviceBuffer::From(std::vector<float>(rows * dim + 2 * kGuard, kGuardValue))),
+        lse_d_(DeviceBuffer::From(std::vector<float>(rows + 2 * kGuard, kGuardValue))) {}
+  float* o() { return o_d_.as<float>() + kGuard; }
+  float* lse() { return lse_d_.as<float>() + kGuard; }
+  // Host copies of the outputs, guards left out.
+  std::vector<float> HostO() const { return Inner(o_d_.ToHost<float>()); }
+  std::vector<float> HostLse() const { return Inner(lse_d_.ToHost<float>()); }
+  // Asserts that no guard word changed.
+  void AssertGuards(const std::string& what) const {
+    for (const std::vector<float>& all : {o_d_.ToHost<float>(), lse_d_.ToHost<float>()}) {
+      for (int64_t i = 0; i < kGuard; ++i) {
+        ASSERT_EQ(all[i], kGuardValue) << what;
+        ASSERT_EQ(all[all.size() - 1 - i], kGuardValue) << what;
+      }
+    }
+  }
+
+ private:
+  static std::vector<float> Inner(const std::vector<float>& all) {
+    return std::vector<float>(all.begin() + kGuard, all.end() - kGuard);
+  }
+  DeviceBuffer o_d_, lse_d_;
+};
+
 // A GPU partial before any merge: no NaN, an lse that is finite or -inf, and the empty
 // state (o = 0) on every row whose lse is -inf (rows without GPU keys). The merge with the
 // CPU partial would hide a bad o on such rows: it gives them weight 0.
@@ -289,12 +319,9 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
   DeviceKv kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
               shape.block_tokens);
   DeviceBuffer q_d = DeviceBuffer::From(q);
-  // Outputs with guard words on both sides.
-  constexpr int64_t kGuard = 64;
-  std::vector<float> guard_o(rows * shape.head_dim + 2 * kGuard, 12345.0f), guard_lse(rows + 2 * kGuard, 12345.0f);
-  DeviceBuffer o_d = DeviceBuffer::From(guard_o), lse_d = DeviceBuffer::From(guard_lse);
-  float* o = o_d.as<float>() + kGuard;
-  float* lse = lse_d.as<float>() + kGuard;
+  GuardedOutputs out(rows, shape.head_dim);
+  float* o = out.o();
+  float* lse = out.lse();
   GqaGpuDecodeArgs args;
   args.shape = shape;
   args.num_seqs = num_seqs;
@@ -308,27 +335,15 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
     args.workspace = workspace.as<void>();
     args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);
     WS_ASSERT_OK(GqaGpuDecode(args, nullptr));
-    {
-      const std::vector<float> part_o = o_d.ToHost<float>(), part_lse = lse_d.ToHost<float>();
-      ExpectValidPartial(std::vector<float>(part_o.begin() + kGuard, part_o.end() - kGuard),
-                         std::vector<float>(part_lse.begin() + kGuard, part_lse.end() - kGuard),
-                         shape.head_dim,
-                         absl::StrCat(c.name, " T", tokens, " ", SplitName(split),
-                                      " GPU partial, split", tokens_per_split));
-    }
+    ExpectValidPartial(out.HostO(), out.HostLse(), shape.head_dim,
+                       absl::StrCat(c.name, " T", tokens, " ", SplitName(split),
+                                    " GPU partial, split", tokens_per_split));
     DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
     WS_ASSERT_OK(GpuMergeStates(o, lse, cpu_o_d.as<float>(), cpu_lse_d.as<float>(), o, lse, rows,
                                 shape.head_dim, nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<float> got_o_all = o_d.ToHost<float>(), got_lse_all = lse_d.ToHost<float>();
-    for (int64_t i = 0; i < kGuard; ++i) {
-      ASSERT_EQ(got_o_all[i], 12345.0f);
-      ASSERT_EQ(got_o_all[got_o_all.size() - 1 - i], 12345.0f);
-      ASSERT_EQ(got_lse_all[i], 12345.0f);
-      ASSERT_EQ(got_lse_all[got_lse_all.size() - 1 - i], 12345.0f);
-    }
-    const std::vector<float> got_o(got_o_all.begin() + kGuard, got_o_all.end() - kGuard);
-    const std::vector<float> got_lse(got_lse_all.begin() + kGuard, got_lse_all.end() - kGuard);
+    ASSERT_NO_FATAL_FAILURE(out.AssertGuards(c.name));
+    const std::vector<float> got_o = out.HostO(), got_lse = out.HostLse();
     ExpectClose(got_o, got_lse, ref_o, ref_lse,
                 absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split));
   }
@@ -383,18 +398,14 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
 
   DeviceKv kv(seqs, int64_t{shape.block_tokens} * shape.row_dim(), shape.block_tokens);
   DeviceBuffer q_d = DeviceBuffer::From(q);
-  // Outputs with guard words on both sides.
-  constexpr int64_t kGuard = 64;
-  const std::vector<float> guard_o(rows * shape.kv_lora_rank + 2 * kGuard, 12345.0f),
-      guard_lse(rows + 2 * kGuard, 12345.0f);
-  DeviceBuffer o_d = DeviceBuffer::From(guard_o), lse_d = DeviceBuffer::From(guard_lse);
+  GuardedOutputs out(rows, shape.kv_lora_rank);
   MlaGpuDecodeArgs args;
   args.shape = shape;
   args.num_seqs = num_seqs;
   args.q = q_d.as<const uint16_t>();
   args.kv = kv.source;
-  args.o = o_d.as<float>() + kGuard;
-  args.lse = lse_d.as<float>() + kGuard;
+  args.o = out.o();
+  args.lse = out.lse();
   args.split.tokens_per_split = tokens_per_split;
   DeviceBuffer workspace(MlaGpuDecodeWorkspaceBytes(args));
   args.workspace = workspace.as<void>();
@@ -402,26 +413,13 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   WS_ASSERT_OK(MlaGpuDecode(args, nullptr));
   const std::string what = absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ",
                                         num_heads, " split ", tokens_per_split);
-  {
-    const std::vector<float> part_o = o_d.ToHost<float>(), part_lse = lse_d.ToHost<float>();
-    ExpectValidPartial(std::vector<float>(part_o.begin() + kGuard, part_o.end() - kGuard),
-                       std::vector<float>(part_lse.begin() + kGuard, part_lse.end() - kGuard),
-                       shape.kv_lora_rank, what + " GPU partial");
-  }
+  ExpectValidPartial(out.HostO(), out.HostLse(), shape.kv_lora_rank, what + " GPU partial");
   DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
   WS_ASSERT_OK(GpuMergeStates(cpu_o_d.as<float>(), cpu_lse_d.as<float>(), args.o, args.lse,
                               args.o, args.lse, rows, shape.kv_lora_rank, nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> got_o_all = o_d.ToHost<float>(), got_lse_all = lse_d.ToHost<float>();
-  for (int64_t i = 0; i < kGuard; ++i) {
-    ASSERT_EQ(got_o_all[i], 12345.0f) << what;
-    ASSERT_EQ(got_o_all[got_o_all.size() - 1 - i], 12345.0f) << what;
-    ASSERT_EQ(got_lse_all[i], 12345.0f) << what;
-    ASSERT_EQ(got_lse_all[got_lse_all.size() - 1 - i], 12345.0f) << what;
-  }
-  ExpectClose(std::vector<float>(got_o_all.begin() + kGuard, got_o_all.end() - kGuard),
-              std::vector<float>(got_lse_all.begin() + kGuard, got_lse_all.end() - kGuard),
-              ref_o, ref_lse, what);
+  ASSERT_NO_FATAL_FAILURE(out.AssertGuards(what));
+  ExpectClose(out.HostO(), out.HostLse(), ref_o, ref_lse, what);
 }
 
 class MlaGpuTest : public ::testing::TestWithParam<std::tuple<int64_t, Split>> {};

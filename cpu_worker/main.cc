@@ -13,9 +13,10 @@ ABSL_FLAG(std::string, port_file, "", "Write the chosen port to this file once l
 ABSL_FLAG(std::string, expert_precision, "auto",
           "Routed experts: auto (bf16 where oneDNN has native bf16, else f32), bf16, f32 "
           "(matches the fp32 reference to summation order)");
-ABSL_FLAG(bool, mla_matmul, false,
-          "MLA decode: whole KV blocks through oneDNN bf16 matmuls (the CPU's matrix units, AMX "
-          "where present), the probabilities split into bf16 hi + lo; off: our vector kernels");
+ABSL_FLAG(std::string, mla_matmul, "auto",
+          "MLA decode: on = whole KV blocks through oneDNN bf16 matmuls (the CPU's matrix units), "
+          "the probabilities split into bf16 hi + lo; off = our vector kernels; auto = on where "
+          "oneDNN runs AMX (faster there, slower without it)");
 ABSL_FLAG(std::string, expert_prepack, "auto",
           "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
           "(on when the routed experts take at most 4 GiB)");
@@ -45,7 +46,18 @@ int main(int argc, char** argv) {
     return EXIT_FAILURE;
   }
   options.prepack_policy = prepack;
-  options.attention.mla_matmul = absl::GetFlag(FLAGS_mla_matmul);
+  const std::string mla_matmul = absl::GetFlag(FLAGS_mla_matmul);
+  using writescope::kernels::MlaMatmulMode;
+  if (mla_matmul == "auto") {
+    options.attention.mla_matmul = MlaMatmulMode::kAuto;
+  } else if (mla_matmul == "on") {
+    options.attention.mla_matmul = MlaMatmulMode::kOn;
+  } else if (mla_matmul == "off") {
+    options.attention.mla_matmul = MlaMatmulMode::kOff;
+  } else {
+    WS_LOG(ERROR) << "--mla_matmul must be auto, on or off, not '" << mla_matmul << "'";
+    return EXIT_FAILURE;
+  }
   writescope::cpu::CpuWorker worker(options);
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});

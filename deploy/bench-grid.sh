@@ -8,7 +8,7 @@
 #
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
-#       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 8]
+#       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 16]
 #       [--repeats 1] [--hot-experts auto|on|off] [--out DIR] [--bin DIR] [--device cuda|host]
 #       [-- EXTRA_COORDINATOR_FLAGS...]
 #
@@ -19,13 +19,17 @@
 # build on one machine differ (their CPU experts by up to 2.3x on the H200 microVM), so
 # repeats interleaved in time separate the policies from the trios; bench_report.py averages
 # a point's rows.
+# --warmup: a point's warm-up round must let the scheduler's target settle before the
+# measured round places its KV: the target jumps to r* after hold_updates (6) updates past
+# the deadband, so 6 warm-up steps were too few (DeepSeek 32 x 32K: placed 0.31-0.34 after
+# 6 in runs 59 and 64, 77-83 ms per step; 0.35-0.38 after 16 in run 65, 69-74 ms).
 # Host KV regions are sized so that either one can hold the largest point whole (the single-
 # path policies put everything in one region); the GPU KV budget is the coordinator's default
 # (2 GiB, 0.3 GiB for MLA), the VRAM budget 32 GiB.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" REPEATS=1
-BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=8 OUT_DIR="${OUT:-.}"
+BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=16 OUT_DIR="${OUT:-.}"
 BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -63,8 +67,13 @@ csv="$OUT_DIR/bench-$ARCH.csv"
 echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, hot experts" \
   "$HOT_EXPERTS, policies: $POLICIES"
 for repeat in $(seq "$REPEATS"); do
-  if [[ $REPEATS -gt 1 ]]; then echo "bench-grid: repeat $repeat of $REPEATS"; fi
-  for policy in $POLICIES; do
+  # Even repeats take the policies in reverse order, so that a drift of the machine over
+  # the run (run 64: the CPU experts of one trio took 40-73 ms for the same work, lowest
+  # in the last policy's trio) weighs on every policy alike once averaged.
+  order="$POLICIES"
+  if ((repeat % 2 == 0)); then order=$(tr ' ' '\n' <<<"$POLICIES" | tac | tr '\n' ' '); fi
+  if [[ $REPEATS -gt 1 ]]; then echo "bench-grid: repeat $repeat of $REPEATS: $order"; fi
+  for policy in $order; do
     start_trio bench-grid "$policy" "$region_mib" --max_sequences="$max_batch" ${EXTRA[@]+"${EXTRA[@]}"}
     "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
       --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" \

@@ -16,7 +16,8 @@
 # computed, so no prompt is routed, and synthetic routing is near uniform anyway. A model
 # shrunk to fewer layers gets the full model's room per MoE layer (gpu_worker.cc).
 # WS_CPU_WORKER_FLAGS (environment, space-separated) are passed to every cpu_worker, e.g.
-# WS_CPU_WORKER_FLAGS=--mla_matmul for DeepSeek's MLA through oneDNN matmuls.
+# WS_CPU_WORKER_FLAGS=--mla_matmul=off for DeepSeek's MLA on the vector kernels where the
+# CPU has AMX (the default there is the oneDNN matmuls).
 HOT_EXPERTS="${HOT_EXPERTS:-auto}" HOT_WARMUP_TOKENS="${HOT_WARMUP_TOKENS:-1}"
 
 kv_bytes_of() {
@@ -47,7 +48,7 @@ start_trio() {
   shift 3
   local ready
   ready=$(mktemp -u)
-  # WS_CPU_WORKER_FLAGS: extra cpu_worker flags, space-separated (e.g. --mla_matmul).
+  # WS_CPU_WORKER_FLAGS: extra cpu_worker flags, space-separated (e.g. --mla_matmul=off).
   local cpu_flags=() flag
   for flag in ${WS_CPU_WORKER_FLAGS:-}; do cpu_flags+=(--cpu-worker-flag "$flag"); done
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \

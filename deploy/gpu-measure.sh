@@ -106,9 +106,9 @@ for step in "${steps[@]}"; do
       # Issue 7: steady-state decode at fixed contexts under each policy (deploy/bench-grid.sh)
       # for each shape of WS_BENCH_ARCHS (qwen3_moe), WS_BENCH_LAYERS (4) layers, policies
       # WS_BENCH_POLICIES, batches WS_BENCH_BATCHES (4,16,32), contexts WS_BENCH_CONTEXTS
-      # (2048,8192,16384,32768), WS_BENCH_STEPS (16) measured after WS_BENCH_WARMUP (8),
+      # (2048,8192,16384,32768), WS_BENCH_STEPS (16) measured after WS_BENCH_WARMUP (16),
       # WS_BENCH_REPEATS (1) rounds of the policies, hot experts WS_BENCH_HOT (auto: on),
-      # extra cpu_worker flags WS_CPU_WORKER_FLAGS (e.g. --mla_matmul; deploy/bench-trio.sh);
+      # extra cpu_worker flags WS_CPU_WORKER_FLAGS (e.g. --mla_matmul=off; deploy/bench-trio.sh);
       # $OUT/bench-ARCH.csv and $OUT/steps-ARCH.csv. Limit WS_BENCH_LIMIT_S (560).
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
       for arch in ${WS_BENCH_ARCHS:-qwen3_moe}; do
@@ -117,7 +117,7 @@ for step in "${steps[@]}"; do
           deploy/bench-grid.sh --arch "$arch" --layers "${WS_BENCH_LAYERS:-4}" \
           --policies "${WS_BENCH_POLICIES:-writescope transfer-all cpu-all static:0.5 monolithic}" \
           --batches "${WS_BENCH_BATCHES:-4,16,32}" --contexts "${WS_BENCH_CONTEXTS:-2048,8192,16384,32768}" \
-          --steps "${WS_BENCH_STEPS:-16}" --warmup "${WS_BENCH_WARMUP:-8}" \
+          --steps "${WS_BENCH_STEPS:-16}" --warmup "${WS_BENCH_WARMUP:-16}" \
           --repeats "${WS_BENCH_REPEATS:-1}" --hot-experts "${WS_BENCH_HOT:-auto}" --out "$OUT"
       done ;;
     prefill-placement)

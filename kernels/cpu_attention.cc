@@ -14,6 +14,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/mla_matmul.h"
+#include "kernels/cpu/onednn_util.h"
 
 namespace writescope::kernels {
 namespace {
@@ -279,7 +280,9 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   // Whole blocks through oneDNN: q as bf16 rows [num_seqs][hp][row_dim], padded with 0.
   const cpu::MlaMatmul* matmul = nullptr;
   std::vector<uint16_t> q_rows;
-  if (options.mla_matmul && kernels->mla_softmax_hilo != nullptr) {
+  const bool use_matmul = options.mla_matmul == MlaMatmulMode::kOn ||
+                          (options.mla_matmul == MlaMatmulMode::kAuto && cpu::OneDnnHasAmx());
+  if (use_matmul && kernels->mla_softmax_hilo != nullptr) {
     // Where oneDNN has no bf16 matmul for this CPU, the vector kernels take every block.
     absl::StatusOr<const cpu::MlaMatmul*> got =
         cpu::MlaMatmul::Get(hp, row_dim, out_dim, s.block_tokens);

@@ -40,6 +40,8 @@ enum class CpuIsa { kAuto, kScalar, kAvx2, kAvx512 };
 CpuIsa DetectCpuIsa();
 const char* CpuIsaName(CpuIsa isa);
 
+enum class MlaMatmulMode { kAuto, kOn, kOff };
+
 struct CpuAttentionOptions {
   int num_threads = 0;          // 0: OpenMP's default
   CpuIsa isa = CpuIsa::kAuto;   // forcing an ISA the CPU lacks is INVALID_ARGUMENT
@@ -48,7 +50,10 @@ struct CpuAttentionOptions {
   // CPU's matrix units, AMX where present), P split into bf16 hi + lo; partial blocks
   // take the vector kernels. Same contract and tolerance. Where oneDNN has no bf16 matmul
   // (below AVX-512) the vector kernels take every block (logged once).
-  bool mla_matmul = false;
+  // kAuto: on where oneDNN runs AMX. Measured (docs/measurements.md): on the H200 host's
+  // AMX 1.6-1.8x faster than the vector kernels; on AVX-512 bf16 without AMX 1.4-1.6x
+  // slower.
+  MlaMatmulMode mla_matmul = MlaMatmulMode::kAuto;
 };
 
 absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options = {});

@@ -190,7 +190,7 @@ void RunCpuMla(const BenchOptions& options) {
       for (const bool matmul : {false, true}) {
         CpuAttentionOptions cpu_options;
         cpu_options.num_threads = threads;
-        cpu_options.mla_matmul = matmul;
+        cpu_options.mla_matmul = matmul ? MlaMatmulMode::kOn : MlaMatmulMode::kOff;
         const double seconds = TimeIt(options.iters, [&] {
           const absl::Status status = CpuMlaDecode(args, cpu_options);
           if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());

@@ -9,6 +9,11 @@
 
 namespace writescope::kernels::cpu {
 
+// Whether oneDNN runs on AMX here (its bf16 matmuls use the tile units).
+inline bool OneDnnHasAmx() {
+  return dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+}
+
 // The process's CPU engine (never destroyed: primitives may outlive static destruction).
 inline dnnl::engine& CpuEngine() {
   static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);

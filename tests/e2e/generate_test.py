@@ -24,7 +24,7 @@ failure):
      profile shows them there; hot experts (--hot_experts=on: half the experts resident on
      the gpu_worker after a warm-up, the rest on the cpu_worker) match it within bf16
      rounding, and wscope info and the profile show them; DeepSeek's MLA on the cpu_worker
-     through oneDNN matmuls (--mla_matmul, cpu-all) equals the reference.
+     through oneDNN matmuls (--mla_matmul=on, cpu-all) equals the reference.
 Python standard library only.
 """
 import argparse
@@ -717,14 +717,14 @@ def check_placement_of_work(env):
 
 
 def check_mla_matmul(env):
-    """11c. The cpu_worker's MLA through oneDNN matmuls (--mla_matmul) = reference."""
+    """11c. The cpu_worker's MLA through oneDNN matmuls (--mla_matmul=on) = reference."""
     arch = "deepseek_v2"
     prompt = env.expected(arch)["prompts"][0]["token_ids"]
     ref = env.reference(arch, prompt, 12)
     # cpu-all and split prefill attention: every block the prompt fills is attended on the
     # cpu_worker, whole 256-token blocks through the matmuls (P split bf16 hi + lo).
     trio = Trio(env, arch, ["--prefill_attention=split", "--policy=cpu-all"],
-                launch_flags=["--cpu-worker-flag", "--mla_matmul"])
+                launch_flags=["--cpu-worker-flag", "--mla_matmul=on"])
     try:
         trio.start()
         r = generate_12(trio, "MLA through oneDNN matmuls", prompt)

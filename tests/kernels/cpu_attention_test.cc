@@ -314,7 +314,7 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
     for (const auto& [matmul, chunks] : {std::pair{false, 4}, std::pair{true, 4},
                                          std::pair{true, 1}}) {
       CpuAttentionOptions options = Options(isa);
-      options.mla_matmul = matmul;
+      options.mla_matmul = matmul ? MlaMatmulMode::kOn : MlaMatmulMode::kOff;
       options.chunks_per_thread = chunks;
       const std::string what =
           name + (matmul ? absl::StrCat(" oneDNN, ", chunks, " chunks per thread") : "");

@@ -1,9 +1,13 @@
 // cpu_worker: CPU attention over the CPU-compute KV region (in place) and routed experts.
 #include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "cpu_worker/cpu_worker.h"
@@ -21,6 +25,26 @@ ABSL_FLAG(std::string, expert_prepack, "auto",
           "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
           "(on when the routed experts take at most 4 GiB)");
 
+namespace {
+
+// Sets *out to the value named `text` among `choices`; false (logged) for another name.
+template <typename T>
+bool Choose(const char* flag, const std::string& text,
+            std::initializer_list<std::pair<const char*, T>> choices, T* out) {
+  std::string names;
+  for (const auto& [name, value] : choices) {
+    if (text == name) {
+      *out = value;
+      return true;
+    }
+    absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  }
+  WS_LOG(ERROR) << "--" << flag << " must be one of " << names << ", not '" << text << "'";
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
   writescope::SetLogProcessName("cpu_worker");
@@ -28,34 +52,19 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
   writescope::cpu::CpuStepOptions options;
-  const std::string precision = absl::GetFlag(FLAGS_expert_precision);
-  using writescope::kernels::experts::ExpertPrecision;
-  if (precision == "auto") {
-    options.experts.precision = ExpertPrecision::kAuto;
-  } else if (precision == "bf16") {
-    options.experts.precision = ExpertPrecision::kBf16;
-  } else if (precision == "f32") {
-    options.experts.precision = ExpertPrecision::kF32;
-  } else {
-    WS_LOG(ERROR) << "--expert_precision must be auto, bf16 or f32, not '" << precision << "'";
-    return EXIT_FAILURE;
-  }
-  const std::string prepack = absl::GetFlag(FLAGS_expert_prepack);
-  if (prepack != "auto" && prepack != "on" && prepack != "off") {
-    WS_LOG(ERROR) << "--expert_prepack must be auto, on or off, not '" << prepack << "'";
-    return EXIT_FAILURE;
-  }
-  options.prepack_policy = prepack;
-  const std::string mla_matmul = absl::GetFlag(FLAGS_mla_matmul);
   using writescope::kernels::MlaMatmulMode;
-  if (mla_matmul == "auto") {
-    options.attention.mla_matmul = MlaMatmulMode::kAuto;
-  } else if (mla_matmul == "on") {
-    options.attention.mla_matmul = MlaMatmulMode::kOn;
-  } else if (mla_matmul == "off") {
-    options.attention.mla_matmul = MlaMatmulMode::kOff;
-  } else {
-    WS_LOG(ERROR) << "--mla_matmul must be auto, on or off, not '" << mla_matmul << "'";
+  using writescope::kernels::experts::ExpertPrecision;
+  if (!Choose("expert_precision", absl::GetFlag(FLAGS_expert_precision),
+              {{"auto", ExpertPrecision::kAuto},
+               {"bf16", ExpertPrecision::kBf16},
+               {"f32", ExpertPrecision::kF32}},
+              &options.experts.precision) ||
+      !Choose("expert_prepack", absl::GetFlag(FLAGS_expert_prepack),
+              {{"auto", std::string("auto")}, {"on", std::string("on")}, {"off", std::string("off")}},
+              &options.prepack_policy) ||
+      !Choose("mla_matmul", absl::GetFlag(FLAGS_mla_matmul),
+              {{"auto", MlaMatmulMode::kAuto}, {"on", MlaMatmulMode::kOn}, {"off", MlaMatmulMode::kOff}},
+              &options.attention.mla_matmul)) {
     return EXIT_FAILURE;
   }
   writescope::cpu::CpuWorker worker(options);

@@ -19,10 +19,11 @@
 # build on one machine differ (their CPU experts by up to 2.3x on the H200 microVM), so
 # repeats interleaved in time separate the policies from the trios; bench_report.py averages
 # a point's rows.
-# --warmup: a point's warm-up round must let the scheduler's target settle before the
-# measured round places its KV: the target jumps to r* after hold_updates (6) updates past
-# the deadband, so 6 warm-up steps were too few (DeepSeek 32 x 32K: placed 0.31-0.34 after
-# 6 in runs 59 and 64, 77-83 ms per step; 0.35-0.38 after 16 in run 65, 69-74 ms).
+# --warmup: the measured round's KV is placed at the optimum of the scheduler's estimates
+# at that moment (Scheduler::PlacementShare), so the warm-up round must let them learn the
+# point: their EMA follows the steps with a time constant of ~20 (EstimatorOptions).
+# 6 steps were too few (DeepSeek 32 x 32K: placed 0.31-0.34 after 6 in runs 59 and 64,
+# 77-83 ms per step; 0.37-0.40 after 16 in run 65, 69-74 ms; 0.37 after 8 in run 63).
 # Host KV regions are sized so that either one can hold the largest point whole (the single-
 # path policies put everything in one region); the GPU KV budget is the coordinator's default
 # (2 GiB, 0.3 GiB for MLA), the VRAM budget 32 GiB.
@@ -46,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,8 +69,8 @@ echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, hot exp
   "$HOT_EXPERTS, policies: $POLICIES"
 for repeat in $(seq "$REPEATS"); do
   # Even repeats take the policies in reverse order, so that a drift of the machine over
-  # the run (run 64: the CPU experts of one trio took 40-73 ms for the same work, lowest
-  # in the last policy's trio) weighs on every policy alike once averaged.
+  # the run weighs on every policy alike once averaged (the trios' CPU experts differ:
+  # Mixtral 32 x 8K took 52-69 ms per step for the same work in run 65).
   order="$POLICIES"
   if ((repeat % 2 == 0)); then order=$(tr ' ' '\n' <<<"$POLICIES" | tac | tr '\n' ' '); fi
   if [[ $REPEATS -gt 1 ]]; then echo "bench-grid: repeat $repeat of $REPEATS: $order"; fi

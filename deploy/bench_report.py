@@ -7,7 +7,8 @@
      sum over c in [c0, c0 + n) of step(c) ~ the trapezoid integral of step(c) dc), per policy;
   2. WriteScope's speedup over each baseline at every point, marked ~ where the two points'
      p10-p90 step-time ranges overlap (CSVs with the spread columns), and the geometric mean
-     over the points at contexts >= --headline-from (default 8192).
+     over the points at contexts >= --headline-from (default 8192), per baseline and pooled
+     over every (point, baseline) ratio (with and without monolithic).
 
   3. with --ceilings ARCH: the roofline bound of every writescope point from the machine's
      measured ceilings (pinned H2D, host DRAM, the CPU's matrix rate), beside the measured
@@ -220,6 +221,17 @@ def main():
         print(f"  writescope / {policy:14s} {gm:.2f}x over {len(values)} points")
     if not ratios:
         print("  (no points)")
+
+    def pooled(label, keep):
+        """The geometric mean of every (point, baseline) ratio of the baselines `keep` takes."""
+        values = [v for policy, vs in ratios.items() if keep(policy) for v in vs]
+        if values:
+            gm = math.exp(sum(math.log(v) for v in values) / len(values))
+            print(f"  {label:27s} {gm:.2f}x over {len(values)} ratios")
+    if len(ratios) > 1:
+        pooled("all baselines", lambda policy: True)
+        if "monolithic" in ratios:
+            pooled("all but monolithic", lambda policy: policy != "monolithic")
 
     def per_point(title, cell):
         """One line per (batch, context): `cell(policy, row)` for every policy measured there."""

@@ -50,10 +50,11 @@ struct CpuAttentionOptions {
   // CPU's matrix units, AMX where present), P split into bf16 hi + lo; partial blocks
   // take the vector kernels. Same contract and tolerance. Where oneDNN has no bf16 matmul
   // (below AVX-512) the vector kernels take every block (logged once).
-  // kAuto: on where oneDNN runs AMX. Measured (docs/measurements.md): on the H200 host's
-  // AMX 1.6-1.8x faster than the vector kernels; on AVX-512 bf16 without AMX 1.4-1.6x
-  // slower.
-  MlaMatmulMode mla_matmul = MlaMatmulMode::kAuto;
+  // kAuto (the cpu_worker's default): on where oneDNN runs AMX. Measured
+  // (docs/measurements.md, session 10): on the H200 host's AMX 1.55-1.83x faster than the
+  // vector kernels; on AVX-512 bf16 without AMX 1.4-1.6x slower. kOff here, so that the
+  // references (HostModel, ws_reference) stay on the vector kernels wherever they run.
+  MlaMatmulMode mla_matmul = MlaMatmulMode::kOff;
 };
 
 absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options = {});

@@ -9,9 +9,16 @@
 
 namespace writescope::kernels::cpu {
 
-// Whether oneDNN runs on AMX here (its bf16 matmuls use the tile units).
+// Whether oneDNN runs on AMX here (its bf16 matmuls use the tile units): every bit of
+// avx512_core_amx set in the effective ISA (later oneDNN versions add ISAs above it, such
+// as avx512_core_amx_fp16). Read once: the first query fixes oneDNN's ISA for the process.
 inline bool OneDnnHasAmx() {
-  return dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  static const bool amx = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & want) == want;
+  }();
+  return amx;
 }
 
 // The process's CPU engine (never destroyed: primitives may outlive static destruction).

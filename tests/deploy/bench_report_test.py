@@ -43,6 +43,8 @@ checks = [
     ("transfer-all   2048->8192:   100.0" in text, "cumulative throughput of transfer-all"),
     ("writescope / transfer-all   2.00x over 1 points" in text, "geomean vs transfer-all"),
     ("writescope / cpu-all        4.00x over 1 points" in text, "geomean vs cpu-all"),
+    ("  all baselines               2.83x over 2 ratios" in text, "geomean over all baselines"),
+    ("all but monolithic" not in text, "no monolithic line without monolithic"),
     ("cpu-all 1.05x~" in text, "2K: within the spread"),
     ("transfer-all 2.00x," in text or "transfer-all 2.00x;" in text, "2K: outside the spread"),
 ]
@@ -62,6 +64,8 @@ with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
     f.write(row("transfer-all", 4, 8192, 60))
     f.write(row("transfer-all", 4, 2048, 20))
     f.write(row("cpu-all", 4, 2048, 13))
+    # monolithic at 8K: 15 ms (266.7 tokens/s), twice writescope's 133.3: 0.50x.
+    f.write(row("monolithic", 4, 8192, 15))
     path = f.name
 try:
     repeated = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
@@ -72,6 +76,9 @@ finally:
 checks += [
     ("Repeated points averaged (up to 2 rows each" in repeated, "repeats: announced"),
     ("writescope / transfer-all   2.00x over 1 points" in repeated, "repeats: averaged"),
+    # At 8K: 2.00x over transfer-all and 0.50x over monolithic.
+    ("  all baselines               1.00x over 2 ratios" in repeated, "pooled over all"),
+    ("  all but monolithic          2.00x over 1 ratios" in repeated, "pooled without monolithic"),
     # 2K: 2 / (1/400 + 1/333.3) = 363.6 tokens/s against 307.7: 1.18x, within the noise.
     ("cpu-all 1.18x~" in repeated, "repeats: the joined ranges overlap"),
     ("The CPU experts (ms per step" in repeated, "repeats: the experts section"),

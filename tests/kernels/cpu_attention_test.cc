@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention_reference.h"
 #include "kernels/attention_state.h"
+#include "kernels/cpu/onednn_util.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -325,6 +326,16 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
       ExpectClose(part1, ref1, what + " part1");
       ExpectClose(Merge(part0, part1), reference, what + " merged");
     }
+    // kAuto takes the oneDNN path exactly where oneDNN runs AMX: the same bits as the mode
+    // it stands for.
+    CpuAttentionOptions chosen = Options(isa), autod = Options(isa);
+    chosen.mla_matmul = cpu::OneDnnHasAmx() ? MlaMatmulMode::kOn : MlaMatmulMode::kOff;
+    autod.mla_matmul = MlaMatmulMode::kAuto;
+    const Partial want = run(split, 0, [&](const MlaDecodeArgs& a) { return CpuMlaDecode(a, chosen); });
+    const Partial got = run(split, 0, [&](const MlaDecodeArgs& a) { return CpuMlaDecode(a, autod); });
+    ASSERT_EQ(got.o.size(), want.o.size());
+    for (size_t i = 0; i < got.o.size(); ++i) ASSERT_EQ(got.o[i], want.o[i]) << name << " auto o " << i;
+    for (size_t i = 0; i < got.lse.size(); ++i) ASSERT_EQ(got.lse[i], want.lse[i]) << name << " auto lse " << i;
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -48,11 +50,89 @@ float SanitizeLogits(absl::Span<const float> logits, std::vector<float>* keys) {
 
 // sum_i exp(key_i - max_key) in id order, in double; >= 1 because the max term is 1.
 // Sampler::Draw at temperature 1 sums the very same terms in the same order.
-double SumExpShifted(const std::vector<float>& keys, float max_key) {
+
+}  // namespace
+
+namespace internal_sampler {
+namespace {
+
+// exp(x) for x <= 0 in float (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-7
+// polynomial of r, times 2^n from the exponent bits); below -87 (and -inf) it returns
+// exp(-87) ~ 1.6e-38, below the smallest normal float: a row's sum is >= 1 (the max key
+// gives exp(0) = 1), so such terms are lost to rounding either way. Relative error
+// < 1e-7 (sampler_test). Branch-free, so that the loops below vectorize.
+inline __attribute__((always_inline)) float ExpNonPositive(float x) {
+  x = std::max(x, -87.0f);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = x * 1.44269504088896341f + kRound;
+  const float n = t - kRound;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // n in [-126, 0]
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+// The sum in kLanes double accumulators, in a fixed order (one build gives the same bits on
+// every call, whatever the thread).
+constexpr int kLanes = 16;
+inline __attribute__((always_inline)) double SumLanes(const float* keys, size_t n,
+                                                      float max_key) {
+  double acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    float e[kLanes];
+    for (int j = 0; j < kLanes; ++j) e[j] = ExpNonPositive(keys[i + j] - max_key);
+    for (int j = 0; j < kLanes; ++j) acc[j] += e[j];
+  }
+  for (int j = 0; i < n; ++i, ++j) acc[j] += ExpNonPositive(keys[i] - max_key);
   double sum = 0.0;
-  for (float key : keys) sum += std::exp(static_cast<double>(key) - max_key);
+  for (int j = 0; j < kLanes; ++j) sum += acc[j];
   return sum;
 }
+
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__clang__)
+#define WS_SAMPLER_AVX512 __attribute__((target("avx512f")))
+#else
+#define WS_SAMPLER_AVX512 __attribute__((target("avx512f"), optimize("tree-vectorize")))
+#endif
+WS_SAMPLER_AVX512 double SumLanesAvx512(const float* keys, size_t n, float max_key) {
+  return SumLanes(keys, n, max_key);
+}
+#undef WS_SAMPLER_AVX512
+#endif
+
+}  // namespace
+
+double SumExpShifted(absl::Span<const float> keys, float max_key) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx512 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  if (avx512) return SumLanesAvx512(keys.data(), keys.size(), max_key);
+#endif
+  return SumExpShiftedPortable(keys, max_key);
+}
+
+double SumExpShiftedPortable(absl::Span<const float> keys, float max_key) {
+  return SumLanes(keys.data(), keys.size(), max_key);
+}
+
+}  // namespace internal_sampler
+
+namespace {
+
+using internal_sampler::SumExpShifted;
 
 // The one formula for a raw log-probability, so that Sampler::Sample and
 // LogSoftmaxInto agree to the bit.
@@ -174,7 +254,6 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, double u) {
     return result;
   }
   max_key_ = SanitizeLogits(logits, &keys_);
-  have_all_weights_total_ = false;
   if (greedy_) {
     // The first maximum: ties go to the lower id.
     result.token_id =
@@ -182,10 +261,8 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, double u) {
   } else {
     result.token_id = Draw(u);
   }
-  // At temperature 1 the draw already summed exactly the raw terms: V exps saved.
-  const double log_sum_exp = std::log(have_all_weights_total_ && options_.temperature == 1.0f
-                                          ? all_weights_total_
-                                          : SumExpShifted(keys_, max_key_));
+  // The same sum as LogSoftmaxInto's, so that the two agree to the bit.
+  const double log_sum_exp = std::log(SumExpShifted(keys_, max_key_));
   if (options_.num_top > 0) {
     logprobs_.resize(keys_.size());
     for (size_t i = 0; i < keys_.size(); ++i) {
@@ -239,8 +316,6 @@ int32_t Sampler::Draw(double u) {
     weights_[id] = weight_of(static_cast<int32_t>(id));
     total += weights_[id];
   }
-  all_weights_total_ = total;
-  have_all_weights_total_ = true;
   if (!top_p_active_) {
     return WalkTo(u, vocab, weights_, [](size_t i) { return static_cast<int32_t>(i); });
   }

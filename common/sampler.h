@@ -73,6 +73,12 @@ struct RankedToken {
   float key;
   int32_t id;
 };
+// Sum over keys of exp(key - max_key), for keys <= max_key (finite max; keys may be -inf):
+// float exps (relative error < 1e-7 each) summed in double in a fixed order, on AVX-512
+// where the CPU has it. The log-softmax's denominator, shared by Sample and LogSoftmaxInto.
+double SumExpShifted(absl::Span<const float> keys, float max_key);
+// The same without AVX-512 (what SumExpShifted runs on other CPUs), for tests.
+double SumExpShiftedPortable(absl::Span<const float> keys, float max_key);
 }  // namespace internal_sampler
 
 class Sampler {
@@ -99,8 +105,7 @@ class Sampler {
   void Reset(const SamplerOptions& options);
 
  private:
-  // The token drawn at temperature > 0 (keys_ and max_key_ already set). Sets
-  // all_weights_total_ when it weighed the whole vocabulary (in id order).
+  // The token drawn at temperature > 0 (keys_ and max_key_ already set).
   int32_t Draw(double u);
   // Draws u from weights_[candidates_[0..count)], in that order.
   int32_t DrawAmong(size_t count, double u);
@@ -113,8 +118,6 @@ class Sampler {
   std::vector<float> keys_;  // sanitised logits (see SanitizeLogits in sampler.cc)
   float max_key_ = 0.0f;
   std::vector<double> weights_;  // unnormalised exp((key - max) / T), by token id
-  double all_weights_total_ = 0.0;
-  bool have_all_weights_total_ = false;
   std::vector<int32_t> candidates_;                  // token ids, most likely first; [<= vocab]
   std::vector<float> logprobs_;                      // raw log-softmax, only when num_top > 0
   std::vector<internal_sampler::RankedToken> heap_;  // selection scratch, [< vocab / 16]

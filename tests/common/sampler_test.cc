@@ -16,6 +16,45 @@
 namespace writescope {
 namespace {
 
+// The log-softmax's denominator (float exps summed in double) against the double-exp sum,
+// for sizes around the 16 accumulators (0, 1, 15, 16, 17, 33) and a vocabulary (151,939),
+// with -inf keys, keys far below the max (their exps underflow float) and ties at the max.
+TEST(SumExpShiftedTest, MatchesDoubleExpWithinFloatRounding) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{33},
+                   size_t{151939}}) {
+    std::vector<float> keys(n);
+    for (size_t i = 0; i < n; ++i) {
+      keys[i] = i % 11 == 3 ? -inf : i % 13 == 5 ? -200.0f + normal(rng) : normal(rng);
+    }
+    float max_key = -inf;
+    for (float key : keys) max_key = std::max(max_key, key);
+    if (n > 2) keys[n / 2] = max_key;  // a tie at the max
+    double want = 0.0;
+    for (float key : keys) want += key == -inf ? 0.0 : std::exp(static_cast<double>(key) - max_key);
+    for (auto sum : {internal_sampler::SumExpShifted, internal_sampler::SumExpShiftedPortable}) {
+      const double got = sum(keys, n == 0 ? 0.0f : max_key);
+      if (n == 0) {
+        EXPECT_EQ(got, 0.0);
+        continue;
+      }
+      EXPECT_GE(want, 1.0);
+      EXPECT_NEAR(got, want, 2e-7 * want) << n;
+    }
+  }
+  // One key at the max and the rest -inf: exactly 1 plus underflowed terms.
+  std::vector<float> one(1000, -inf);
+  one[7] = 2.5f;
+  std::vector<float> flat(40, -3.0f);
+  for (auto sum : {internal_sampler::SumExpShifted, internal_sampler::SumExpShiftedPortable}) {
+    EXPECT_NEAR(sum(one, 2.5f), 1.0, 1e-30);
+    // Exact at 0: exp(0) = 1 for every key equal to the max.
+    EXPECT_EQ(sum(flat, -3.0f), 40.0);
+  }
+}
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 

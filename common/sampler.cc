@@ -48,9 +48,6 @@ float SanitizeLogits(absl::Span<const float> logits, std::vector<float>* keys) {
   return max_key;
 }
 
-// sum_i exp(key_i - max_key) in id order, in double; >= 1 because the max term is 1.
-// Sampler::Draw at temperature 1 sums the very same terms in the same order.
-
 }  // namespace
 
 namespace internal_sampler {
@@ -60,7 +57,10 @@ namespace {
 // polynomial of r, times 2^n from the exponent bits); below -87 (and -inf) it returns
 // exp(-87) ~ 1.6e-38, below the smallest normal float: a row's sum is >= 1 (the max key
 // gives exp(0) = 1), so such terms are lost to rounding either way. Relative error
-// < 1e-7 (sampler_test). Branch-free, so that the loops below vectorize.
+// < 1e-7 (sampler_test). Branch-free, so that the loops below vectorize. The CPU attention
+// kernels use the same polynomial (Ops::Exp in kernels/cpu/); it is written again here
+// because common/ does not depend on kernels/ (oneDNN, OpenMP, per-ISA pragma regions),
+// which the coordinator and the clang fuzz build of the request validation would then link.
 inline __attribute__((always_inline)) float ExpNonPositive(float x) {
   x = std::max(x, -87.0f);
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
@@ -97,7 +97,6 @@ inline __attribute__((always_inline)) double SumLanes(const float* keys, size_t 
   for (int j = 0; j < kLanes; ++j) sum += acc[j];
   return sum;
 }
-
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #if defined(__clang__)

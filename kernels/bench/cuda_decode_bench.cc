@@ -88,21 +88,37 @@ double TimeGpu(int iters, Fn fn, bool from_idle_stream = false) {
   return times[times.size() / 2];
 }
 
-// The benches' KV: sequence s owns tiles [begin[s], begin[s + 1]) of the packed `tiles`
-// (its last one holding last[s] tokens) plus window_tokens[s] tokens in window slot s.
-cuda::GpuKvSource PackedKv(const DeviceMemory& tiles, const DeviceMemory& begin,
-                           const DeviceMemory& last, const DeviceMemory& window,
-                           const DeviceMemory& window_tokens, int64_t max_tokens) {
-  cuda::GpuKvSource kv;
-  kv.tiles = tiles.as<const uint16_t>();
-  kv.seq_tile_begin = begin.as<const int32_t>();
-  kv.seq_last_tile_tokens = last.as<const int32_t>();
-  kv.window = window.as<const uint16_t>();
-  kv.window_capacity = kWindow;
-  kv.seq_window_tokens = window_tokens.as<const int32_t>();
-  kv.max_seq_tokens = static_cast<int32_t>(max_tokens);
-  return kv;
-}
+// The benches' KV: `num_seqs` sequences of `tokens` keys each, the last kWindowTokens of
+// them in the window (slot s for sequence s), the rest in ceil(/ kBlockTokens) packed tiles
+// each: sequence s owns tiles [s * blocks, (s + 1) * blocks) of `tiles`. Uploads the
+// per-sequence tables; `source` points at them.
+class PackedKv {
+ public:
+  PackedKv(const DeviceMemory& tiles, const DeviceMemory& window, int32_t num_seqs, int64_t tokens)
+      : begin_((num_seqs + 1) * 4), last_(num_seqs * 4), window_tokens_(num_seqs * 4) {
+    const int64_t tile_tokens = tokens - kWindowTokens;
+    const int64_t blocks = (tile_tokens + kBlockTokens - 1) / kBlockTokens;
+    std::vector<int32_t> begin(num_seqs + 1), window_tokens(num_seqs, kWindowTokens),
+        last(num_seqs, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens));
+    for (int32_t s = 0; s <= num_seqs; ++s) begin[s] = static_cast<int32_t>(s * blocks);
+    BENCH_CUDA(cudaMemcpy(begin_.ptr, begin.data(), (num_seqs + 1) * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(last_.ptr, last.data(), num_seqs * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(window_tokens_.ptr, window_tokens.data(), num_seqs * 4,
+                          cudaMemcpyHostToDevice));
+    source.tiles = tiles.as<const uint16_t>();
+    source.seq_tile_begin = begin_.as<const int32_t>();
+    source.seq_last_tile_tokens = last_.as<const int32_t>();
+    source.window = window.as<const uint16_t>();
+    source.window_capacity = kWindow;
+    source.seq_window_tokens = window_tokens_.as<const int32_t>();
+    source.max_seq_tokens = static_cast<int32_t>(tokens);
+  }
+
+  cuda::GpuKvSource source;
+
+ private:
+  DeviceMemory begin_, last_, window_tokens_;
+};
 
 // Where a small-batch decode's time goes (batch 1, the sizes of --tokens): a plain read of
 // the same bytes (the size-matched ceiling: one launch, the same ramp and tail), the
@@ -125,22 +141,16 @@ void RunGqaAnatomy(const BenchOptions& options) {
       DeviceMemory tiles(tile_bytes), window(2 * shape.num_kv_heads * kWindow * shape.head_dim * 2);
       const int64_t rows = shape.num_q_heads;
       DeviceMemory q(rows * shape.head_dim * 2), o(rows * shape.head_dim * 4), lse(rows * 4);
-      DeviceMemory begin_d(8), last_d(4), wtok_d(4);
       if (!tiles.ptr || !window.ptr) continue;
       BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, tile_bytes));
       BENCH_CUDA(cudaMemset(window.ptr, 0x3c, 2 * shape.num_kv_heads * kWindow * shape.head_dim * 2));
       BENCH_CUDA(cudaMemset(q.ptr, 0x3c, rows * shape.head_dim * 2));
-      const int32_t begin[2] = {0, static_cast<int32_t>(blocks)};
-      const int32_t last = static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens);
-      const int32_t wtok = kWindowTokens;
-      BENCH_CUDA(cudaMemcpy(begin_d.ptr, begin, 8, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(last_d.ptr, &last, 4, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(wtok_d.ptr, &wtok, 4, cudaMemcpyHostToDevice));
+      const PackedKv kv(tiles, window, 1, tokens);
       cuda::GqaGpuDecodeArgs args;
       args.shape = shape;
       args.num_seqs = 1;
       args.q = q.as<const uint16_t>();
-      args.kv = PackedKv(tiles, begin_d, last_d, window, wtok_d, tokens);
+      args.kv = kv.source;
       args.o = o.as<float>();
       args.lse = lse.as<float>();
       // The largest workspace of the variants below (256-token splits).
@@ -156,8 +166,9 @@ void RunGqaAnatomy(const BenchOptions& options) {
       const double decode = us([&] { (void)cuda::GqaGpuDecode(args, nullptr); });
       int sms = 132;
       (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-      const int32_t per_auto = cuda::internal::GqaTensorCoreTokensPerSplit(
-          static_cast<int32_t>(tokens), shape.num_kv_heads, sms, 1024);
+      const int32_t per_auto = cuda::internal::SplitTokens(
+          cuda::internal::kGqaTensorCoreSplits, static_cast<int32_t>(tokens), shape.num_kv_heads,
+          sms, 1024);
       const int32_t splits_auto = (static_cast<int32_t>(tokens) + per_auto - 1) / per_auto;
       const double merge = us([&] {
         (void)cuda::internal::LaunchMergeSplits(
@@ -212,15 +223,9 @@ void RunGqa(const BenchOptions& options) {
         }
         BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, pool_tiles * tile_values * 2));
         BENCH_CUDA(cudaMemset(window.ptr, 0x3c, int64_t{batch} * 2 * shape.num_kv_heads * kWindow * shape.head_dim * 2));
-        std::vector<int32_t> last(batch), wtokens(batch, kWindowTokens);
         const bool disjoint = int64_t{batch} * blocks <= pool_tiles;
-        std::vector<int32_t> seq_begin(batch + 1);
-        for (int32_t s = 0; s <= batch; ++s) seq_begin[s] = disjoint ? static_cast<int32_t>(s * blocks) : 0;
-        last.assign(batch, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens));
-        DeviceMemory begin_d((batch + 1) * 4), last_d(batch * 4), wtok_d(batch * 4);
-        const cuda::GpuKvSource kv = PackedKv(tiles, begin_d, last_d, window, wtok_d, tokens);
-        BENCH_CUDA(cudaMemcpy(last_d.ptr, last.data(), batch * 4, cudaMemcpyHostToDevice));
-        BENCH_CUDA(cudaMemcpy(wtok_d.ptr, wtokens.data(), batch * 4, cudaMemcpyHostToDevice));
+        // Disjoint: the batch in one launch; else one sequence at a time (below).
+        const PackedKv kv(tiles, window, disjoint ? batch : 1, tokens);
         DeviceMemory q(int64_t{batch} * shape.num_q_heads * shape.head_dim * 2);
         BENCH_CUDA(cudaMemset(q.ptr, 0x3c, int64_t{batch} * shape.num_q_heads * shape.head_dim * 2));
         DeviceMemory o(int64_t{batch} * shape.num_q_heads * shape.head_dim * 4), lse(int64_t{batch} * shape.num_q_heads * 4);
@@ -231,9 +236,8 @@ void RunGqa(const BenchOptions& options) {
         args.lse = lse.as<float>();
         double seconds, call_seconds;
         if (disjoint) {
-          BENCH_CUDA(cudaMemcpy(begin_d.ptr, seq_begin.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
           args.num_seqs = batch;
-          args.kv = kv;
+          args.kv = kv.source;
           DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
           args.workspace = workspace.ptr;
           args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
@@ -243,10 +247,8 @@ void RunGqa(const BenchOptions& options) {
         } else {
           // Pool smaller than the batch's KV: sequences at staggered starts, one launch each
           // (launch overhead included; rarely hit with the default 16 GB pool).
-          std::vector<int32_t> one = {0, static_cast<int32_t>(blocks)};
-          BENCH_CUDA(cudaMemcpy(begin_d.ptr, one.data(), 8, cudaMemcpyHostToDevice));
           args.num_seqs = 1;
-          args.kv = kv;
+          args.kv = kv.source;
           DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));
           args.workspace = workspace.ptr;
           args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(args);
@@ -292,13 +294,7 @@ void RunMla(const BenchOptions& options) {
       if (!tiles.ptr || !window.ptr) continue;
       BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, total * tile_values * 2));
       BENCH_CUDA(cudaMemset(window.ptr, 0x3c, int64_t{batch} * kWindow * shape.row_dim() * 2));
-      std::vector<int32_t> begin(batch + 1), last(batch, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens)),
-          wtokens(batch, kWindowTokens);
-      for (int32_t s = 0; s <= batch; ++s) begin[s] = static_cast<int32_t>(s * blocks);
-      DeviceMemory begin_d((batch + 1) * 4), last_d(batch * 4), wtok_d(batch * 4);
-      BENCH_CUDA(cudaMemcpy(begin_d.ptr, begin.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(last_d.ptr, last.data(), batch * 4, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(wtok_d.ptr, wtokens.data(), batch * 4, cudaMemcpyHostToDevice));
+      const PackedKv kv(tiles, window, batch, tokens);
       DeviceMemory q(int64_t{batch} * shape.num_heads * shape.row_dim() * 2);
       BENCH_CUDA(cudaMemset(q.ptr, 0x3c, int64_t{batch} * shape.num_heads * shape.row_dim() * 2));
       DeviceMemory o(int64_t{batch} * shape.num_heads * shape.kv_lora_rank * 4), lse(int64_t{batch} * shape.num_heads * 4);
@@ -306,7 +302,7 @@ void RunMla(const BenchOptions& options) {
       args.shape = shape;
       args.num_seqs = batch;
       args.q = q.as<const uint16_t>();
-      args.kv = PackedKv(tiles, begin_d, last_d, window, wtok_d, tokens);
+      args.kv = kv.source;
       args.o = o.as<float>();
       args.lse = lse.as<float>();
       // Sized for the most splits of the variants below.
@@ -393,13 +389,7 @@ void RunOverlap(const BenchOptions& options) {
         if (!tiles.ptr || !window.ptr) continue;
         BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, total_tiles * tile_values * 2));
         BENCH_CUDA(cudaMemset(window.ptr, 0x3c, window_values * 2));
-        std::vector<int32_t> begin(batch + 1), wtokens(batch, kWindowTokens),
-            last(batch, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens));
-        for (int32_t s = 0; s <= batch; ++s) begin[s] = static_cast<int32_t>(s * blocks);
-        DeviceMemory begin_d((batch + 1) * 4), last_d(batch * 4), wtok_d(batch * 4);
-        BENCH_CUDA(cudaMemcpy(begin_d.ptr, begin.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
-        BENCH_CUDA(cudaMemcpy(last_d.ptr, last.data(), batch * 4, cudaMemcpyHostToDevice));
-        BENCH_CUDA(cudaMemcpy(wtok_d.ptr, wtokens.data(), batch * 4, cudaMemcpyHostToDevice));
+        const PackedKv kv(tiles, window, batch, tokens);
         const int64_t q_values = int64_t{batch} * shape.num_q_heads * shape.head_dim;
         DeviceMemory q(q_values * 2), o(q_values * 4), lse(int64_t{batch} * shape.num_q_heads * 4);
         BENCH_CUDA(cudaMemset(q.ptr, 0x3c, q_values * 2));
@@ -407,7 +397,7 @@ void RunOverlap(const BenchOptions& options) {
         args.shape = shape;
         args.num_seqs = batch;
         args.q = q.as<const uint16_t>();
-        args.kv = PackedKv(tiles, begin_d, last_d, window, wtok_d, tokens);
+        args.kv = kv.source;
         args.o = o.as<float>();
         args.lse = lse.as<float>();
         DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(args));

@@ -10,9 +10,10 @@
 // bits of P, so the result stays within the contract's fp32-level tolerance (a bf16 P
 // alone would not). Only whole blocks of block_tokens rows take this path (one primitive
 // pair per shape, created once per process); a sequence's partial last block takes the
-// vector kernels. Measured on a CPU without AMX (2 cores, AVX-512 BF16: oneDNN picks
-// brg:avx512_core_bf16 for both): 1.4-1.6x slower than the vector kernels, so it is off
-// by default; it is there for the GPU machine's CPU, whose AMX tiles it would use.
+// vector kernels. Measured (docs/measurements.md, session 10): on the H200 host's AMX
+// (brg:avx512_core_amx_bf16 for both) 1.55-1.83x faster than the vector kernels; without
+// AMX (2 cores, AVX-512 BF16: brg:avx512_core_bf16) 1.4-1.6x slower. So
+// MlaMatmulMode::kAuto (the cpu_worker's default) takes it where oneDNN runs AMX.
 #ifndef WRITESCOPE_KERNELS_CPU_MLA_MATMUL_H_
 #define WRITESCOPE_KERNELS_CPU_MLA_MATMUL_H_
 

@@ -41,26 +41,22 @@ struct SplitPlan {
   int32_t tokens_per_split;
 };
 
-enum class SplitRule { kGqaTensorCores, kMlaTensorCores, kGeneric };
-
-// The tensor-core kernels: internal::GqaTensorCoreTokensPerSplit and
-// MlaTensorCoreTokensPerSplit (one wave for few pairs, ~4 waves for many). Otherwise
-// (SIMT GQA): enough CTAs (ctas_per_split per split) for about four per SM, splits of at
-// least kMinSplitTokens. At most kMaxSplits splits (bounds the workspace and the merge).
+// A tensor-core kernel's rule (internal::SplitTokens: one wave for few pairs, ~4 waves for
+// many), or, without one (SIMT GQA), enough CTAs (ctas_per_split per split) for about four
+// per SM, splits of at least kMinSplitTokens. At most kMaxSplits splits (bounds the
+// workspace and the merge).
 absl::StatusOr<SplitPlan> PlanSplits(int32_t max_seq_tokens, int64_t ctas_per_split,
-                                     const GpuSplitOptions& options, SplitRule rule) {
+                                     const GpuSplitOptions& options,
+                                     const internal::SplitRule* tensor_cores) {
   if (max_seq_tokens < 0) return absl::InvalidArgumentError("max_seq_tokens < 0");
   int32_t per = options.tokens_per_split;
   if (per < 0 || per % 32 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokens_per_split ", per, " must be a non-negative multiple of 32"));
   }
-  if (per == 0 && rule == SplitRule::kGqaTensorCores) {
-    per = internal::GqaTensorCoreTokensPerSplit(max_seq_tokens, ctas_per_split, SmCount(),
-                                                kMaxSplits);
-  } else if (per == 0 && rule == SplitRule::kMlaTensorCores) {
-    per = internal::MlaTensorCoreTokensPerSplit(max_seq_tokens, ctas_per_split, SmCount(),
-                                                kMaxSplits);
+  if (per == 0 && tensor_cores != nullptr) {
+    per = internal::SplitTokens(*tensor_cores, max_seq_tokens, ctas_per_split, SmCount(),
+                                kMaxSplits);
   } else if (per == 0) {
     const int64_t want_splits =
         std::max<int64_t>(1, (4 * int64_t{SmCount()} + ctas_per_split - 1) / std::max<int64_t>(1, ctas_per_split));
@@ -102,10 +98,11 @@ size_t PartialBytes(int32_t splits, int64_t rows, int32_t dim) {
          (size_t{static_cast<size_t>(splits)} * rows * sizeof(float) + 255) / 256 * 256;
 }
 
-SplitRule GqaSplitRule(const GqaShape& s) {
+// The GQA kernel's split rule: the tensor-core kernel's, or none (SIMT).
+const internal::SplitRule* GqaSplitRule(const GqaShape& s) {
   return s.num_kv_heads > 0 && internal::GqaDecodeUsesTensorCores(s.head_dim, s.group_size())
-             ? SplitRule::kGqaTensorCores
-             : SplitRule::kGeneric;
+             ? &internal::kGqaTensorCoreSplits
+             : nullptr;
 }
 
 }  // namespace
@@ -126,7 +123,7 @@ size_t GqaGpuDecodeWorkspaceBytes(const GqaGpuDecodeArgs& args) {
 
 size_t MlaGpuDecodeWorkspaceBytes(const MlaGpuDecodeArgs& args) {
   const auto plan =
-      PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split, SplitRule::kMlaTensorCores);
+      PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split, &internal::kMlaTensorCoreSplits);
   if (!plan.ok()) return 0;
   return PartialBytes(plan->num_splits, int64_t{args.num_seqs} * args.shape.num_heads,
                       args.shape.kv_lora_rank);
@@ -188,7 +185,7 @@ absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
   }
   WS_ASSIGN_OR_RETURN(const SplitPlan plan,
                       PlanSplits(args.kv.max_seq_tokens, args.num_seqs, args.split,
-                                 SplitRule::kMlaTensorCores));
+                                 &internal::kMlaTensorCoreSplits));
   const int64_t rows = int64_t{args.num_seqs} * s.num_heads;
   const size_t need = PartialBytes(plan.num_splits, rows, s.kv_lora_rank);
   if (args.workspace == nullptr || args.workspace_bytes < need) {

@@ -37,7 +37,8 @@ constexpr int kTcStep = 16;  // tokens per warp step: the k of the P V mma
 constexpr int kTcMaxGroup = 8;
 // 3 CTAs per SM caps registers at 168 (no spills at head_dim 128). Measured on the H200
 // against 2 (176 registers) and 4 (128, spills): 3 was fastest on every shape at >= 32K.
-constexpr int kTcMinCtasPerSm = 3;
+// The split rule plans its waves with the same number (launch.h).
+constexpr int kTcMinCtasPerSm = kGqaTensorCoreSplits.ctas_per_sm;
 
 // Transposes the 8x8 bf16 matrix whose row (lane / 4) holds columns 2 (lane % 4) + {0, 1}
 // in this lane's register.

@@ -61,50 +61,38 @@ struct GqaPrefillParams {
 // Whether LaunchGqaDecode takes the tensor-core path for this shape (else SIMT).
 bool GqaDecodeUsesTensorCores(int32_t head_dim, int32_t group);
 
-// Split size (tokens, a multiple of `multiple`) for a split-KV decode whose grid has
-// `pairs` CTAs per split, `ctas_per_sm` resident per SM. Measured on the H200
-// (docs/notes/cuda_decode_tuning.md): a partial last wave costs most, so
+// How a tensor-core decode kernel wants its keys split: `ctas_per_sm` of its CTAs are
+// resident per SM, about `target_waves` waves when there are many pairs, splits of at least
+// `min_tokens` (each split's partial is written and merged), a multiple of `multiple`.
+struct SplitRule {
+  int32_t ctas_per_sm, target_waves, min_tokens, multiple;
+};
+
+// The GQA decode (gqa_decode.cu): 3 CTAs per SM, pairs = num_seqs * num_kv_heads; a
+// split's partial costs ~8 KB of writes and reads per kv head, small against its >= 128 KB
+// of K/V.
+constexpr SplitRule kGqaTensorCoreSplits{3, 4, 256, 64};
+// The MLA decode (mla_decode.cu): 2 CTAs per SM (86 KB of shared memory each), one CTA per
+// (split, seq); a split's partial is 32 KB, against its >= 288 KB of latent rows.
+constexpr SplitRule kMlaTensorCoreSplits{2, 4, 256, 32};
+
+// Split size (tokens) for a split-KV decode whose grid has `pairs` CTAs per split. Measured
+// on the H200 (docs/notes/cuda_decode_tuning.md): a partial last wave costs most, so
 //   - few pairs (batch 1-8): one wave, up to ctas_per_sm * SMs CTAs in all;
-//   - many pairs: about `target_waves` waves, where the tail is a small share;
-// splits of at least `min_tokens` (each split's partial is written and merged) and at
-// most `max_splits`.
-inline int32_t SplitTokens(int32_t max_seq_tokens, int64_t pairs, int32_t sm_count,
-                           int32_t max_splits, int32_t ctas_per_sm, int32_t target_waves,
-                           int32_t min_tokens, int32_t multiple) {
-  const int64_t resident = int64_t{sm_count} * ctas_per_sm;
+//   - many pairs: about target_waves waves, where the tail is a small share;
+// splits of at least rule.min_tokens and at most `max_splits`.
+inline int32_t SplitTokens(const SplitRule& rule, int32_t max_seq_tokens, int64_t pairs,
+                           int32_t sm_count, int32_t max_splits) {
+  const int64_t resident = int64_t{sm_count} * rule.ctas_per_sm;
   if (pairs < 1) pairs = 1;
   int64_t splits = 2 * pairs <= resident ? resident / pairs
-                                         : (target_waves * resident + pairs - 1) / pairs;
+                                         : (rule.target_waves * resident + pairs - 1) / pairs;
   if (splits < 1) splits = 1;
   int64_t per = (int64_t{max_seq_tokens} + splits - 1) / splits;
-  per = per < min_tokens ? min_tokens : per;
+  per = per < rule.min_tokens ? rule.min_tokens : per;
   const int64_t floor_for_max = (int64_t{max_seq_tokens} + max_splits - 1) / max_splits;
   per = per < floor_for_max ? floor_for_max : per;
-  return static_cast<int32_t>((per + multiple - 1) / multiple * multiple);
-}
-
-// The tensor-core GQA decode (gqa_decode.cu): 3 CTAs per SM, ~4 waves when many pairs
-// (pairs = num_seqs * num_kv_heads), splits of >= 256 tokens (a split's partial costs
-// ~8 KB of writes and reads per kv head, small against its >= 128 KB of K/V).
-constexpr int32_t kGqaResidentCtasPerSm = 3;
-constexpr int32_t kGqaTargetWaves = 4;
-constexpr int32_t kGqaMinSplitTokens = 256;
-inline int32_t GqaTensorCoreTokensPerSplit(int32_t max_seq_tokens, int64_t pairs,
-                                           int32_t sm_count, int32_t max_splits) {
-  return SplitTokens(max_seq_tokens, pairs, sm_count, max_splits, kGqaResidentCtasPerSm,
-                     kGqaTargetWaves, kGqaMinSplitTokens, 64);
-}
-
-// The tensor-core MLA decode (mla_decode.cu): 2 CTAs per SM (86 KB of shared memory
-// each), one CTA per (split, seq); splits of >= 256 tokens (a split's partial is 32 KB,
-// against its >= 288 KB of latent rows).
-constexpr int32_t kMlaResidentCtasPerSm = 2;
-constexpr int32_t kMlaTargetWaves = 4;
-constexpr int32_t kMlaMinSplitTokens = 256;
-inline int32_t MlaTensorCoreTokensPerSplit(int32_t max_seq_tokens, int64_t num_seqs,
-                                           int32_t sm_count, int32_t max_splits) {
-  return SplitTokens(max_seq_tokens, num_seqs, sm_count, max_splits, kMlaResidentCtasPerSm,
-                     kMlaTargetWaves, kMlaMinSplitTokens, 32);
+  return static_cast<int32_t>((per + rule.multiple - 1) / rule.multiple * rule.multiple);
 }
 
 int LaunchGqaDecode(const GqaParams& p, void* stream);

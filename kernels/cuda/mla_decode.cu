@@ -83,9 +83,11 @@ __device__ __forceinline__ void LoadChunk(uint16_t (*stage_rows)[kRowStride],
 }
 
 // 2 CTAs of 256 threads per SM cap the registers at 128: ptxas reports exactly 128 and no
-// spills for kStages = 2 (check -Xptxas -v after any change: growth spills silently).
+// spills for kStages = 2 (check -Xptxas -v after any change: growth spills silently). The
+// split rule plans its waves with the same number (launch.h).
 template <int kStages>
-__global__ void __launch_bounds__(kWarps * 32, 2) MlaDecodeTcKernel(MlaParams p) {
+__global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
+    MlaDecodeTcKernel(MlaParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   MlaShared<kStages>& sh = *reinterpret_cast<MlaShared<kStages>*>(smem_raw);
   const int split = blockIdx.x, seq = blockIdx.y;

@@ -686,14 +686,9 @@ def check_placement_of_work(env):
     ref = env.reference(arch, prompt, 12)
     # The CPU attends every prefill chunk's CPU-compute blocks in place (the GPU reads them
     # by default): same math, same numbers.
-    trio = Trio(env, arch, ["--prefill_attention=split", "--policy=static:0.5"])
-    try:
-        trio.start()
-        r = generate_12(trio, "split prefill attention", prompt, " in 512-token chunks")
-        if r is not None:
-            check_against_reference("split prefill attention", r, ref)
-    finally:
-        trio.stop()
+    generate_against_reference(env, arch, "split prefill attention", prompt, ref,
+                               ["--prefill_attention=split", "--policy=static:0.5"],
+                               how=" in 512-token chunks")
     # Routed experts on the gpu_worker for every step: bf16 products (the cpu_worker here
     # runs f32), so the bf16 tolerance of the transformers comparison applies.
     trio = Trio(env, arch, ["--routed_experts=gpu"],
@@ -723,14 +718,21 @@ def check_mla_matmul(env):
     ref = env.reference(arch, prompt, 12)
     # cpu-all and split prefill attention: every block the prompt fills is attended on the
     # cpu_worker, whole 256-token blocks through the matmuls (P split bf16 hi + lo).
-    trio = Trio(env, arch, ["--prefill_attention=split", "--policy=cpu-all"],
-                launch_flags=["--cpu-worker-flag", "--mla_matmul=on"])
+    generate_against_reference(env, arch, "MLA through oneDNN matmuls", prompt, ref,
+                               ["--prefill_attention=split", "--policy=cpu-all"],
+                               launch_flags=["--cpu-worker-flag", "--mla_matmul=on"])
+
+
+def generate_against_reference(env, arch, label, prompt, ref, coordinator_flags,
+                               launch_flags=(), how=""):
+    """A trio with these flags generates 12 greedy tokens of `prompt` (generate_12),
+    checked against ws_reference (check_against_reference)."""
+    trio = Trio(env, arch, coordinator_flags, launch_flags)
     try:
         trio.start()
-        r = generate_12(trio, "MLA through oneDNN matmuls", prompt)
-        if r is None:
-            return
-        check_against_reference("MLA through oneDNN matmuls", r, ref)
+        r = generate_12(trio, label, prompt, how)
+        if r is not None:
+            check_against_reference(label, r, ref)
     finally:
         trio.stop()
 

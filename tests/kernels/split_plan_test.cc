@@ -14,32 +14,32 @@ int32_t Splits(int32_t tokens, int32_t per) { return (tokens + per - 1) / per; }
 
 TEST(SplitTokensTest, FewPairsFillOneWave) {
   // GQA batch 1, 4 kv heads at 32K: ~99 splits wanted, 331 tokens rounded up to 384.
-  const int32_t per = GqaTensorCoreTokensPerSplit(32768, 4, kSms, 1024);
+  const int32_t per = SplitTokens(kGqaTensorCoreSplits, 32768, 4, kSms, 1024);
   EXPECT_EQ(per, 384);
-  EXPECT_LE(4 * Splits(32768, per), kSms * kGqaResidentCtasPerSm);
+  EXPECT_LE(4 * Splits(32768, per), kSms * kGqaTensorCoreSplits.ctas_per_sm);
   // MLA batch 1 at 32K: one wave of 2 per SM wants 124 tokens; the minimum is 256.
-  EXPECT_EQ(MlaTensorCoreTokensPerSplit(32768, 1, kSms, 1024), kMlaMinSplitTokens);
+  EXPECT_EQ(SplitTokens(kMlaTensorCoreSplits, 32768, 1, kSms, 1024), kMlaTensorCoreSplits.min_tokens);
   // 1M tokens: 264 splits of 3972 tokens, rounded up to 4000.
-  EXPECT_EQ(MlaTensorCoreTokensPerSplit(1 << 20, 1, kSms, 1024), 4000);
+  EXPECT_EQ(SplitTokens(kMlaTensorCoreSplits, 1 << 20, 1, kSms, 1024), 4000);
 }
 
 TEST(SplitTokensTest, ManyPairsTargetWaves) {
   // 32 sequences x 8 kv heads = 256 pairs > half a wave: ~4 waves of 396 CTAs.
-  const int32_t per = GqaTensorCoreTokensPerSplit(32768, 256, kSms, 1024);
+  const int32_t per = SplitTokens(kGqaTensorCoreSplits, 32768, 256, kSms, 1024);
   const int64_t ctas = int64_t{256} * Splits(32768, per);
-  EXPECT_GE(ctas, 3 * kSms * kGqaResidentCtasPerSm);
-  EXPECT_LE(ctas, 5 * kSms * kGqaResidentCtasPerSm);
+  EXPECT_GE(ctas, 3 * kSms * kGqaTensorCoreSplits.ctas_per_sm);
+  EXPECT_LE(ctas, 5 * kSms * kGqaTensorCoreSplits.ctas_per_sm);
 }
 
 TEST(SplitTokensTest, MultiplesMinimumsAndTheSplitCap) {
   for (int32_t tokens : {0, 1, 31, 33, 255, 257, 1000, 32768, 131072, 1 << 24}) {
     for (int64_t pairs : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{200}, int64_t{5000}}) {
-      const int32_t gqa = GqaTensorCoreTokensPerSplit(tokens, pairs, kSms, 1024);
-      const int32_t mla = MlaTensorCoreTokensPerSplit(tokens, pairs, kSms, 1024);
+      const int32_t gqa = SplitTokens(kGqaTensorCoreSplits, tokens, pairs, kSms, 1024);
+      const int32_t mla = SplitTokens(kMlaTensorCoreSplits, tokens, pairs, kSms, 1024);
       EXPECT_EQ(gqa % 64, 0) << tokens << " " << pairs;
       EXPECT_EQ(mla % 32, 0) << tokens << " " << pairs;
-      EXPECT_GE(gqa, kGqaMinSplitTokens);
-      EXPECT_GE(mla, kMlaMinSplitTokens);
+      EXPECT_GE(gqa, kGqaTensorCoreSplits.min_tokens);
+      EXPECT_GE(mla, kMlaTensorCoreSplits.min_tokens);
       EXPECT_LE(Splits(tokens, gqa), 1024) << tokens << " " << pairs;
       EXPECT_LE(Splits(tokens, mla), 1024) << tokens << " " << pairs;
     }

@@ -17,7 +17,8 @@
 # shrunk to fewer layers gets the full model's room per MoE layer (gpu_worker.cc).
 # WS_CPU_WORKER_FLAGS (environment, space-separated) are passed to every cpu_worker, e.g.
 # WS_CPU_WORKER_FLAGS=--mla_matmul=off for DeepSeek's MLA on the vector kernels where the
-# CPU has AMX (the default there is the oneDNN matmuls).
+# CPU has AMX (the default there is the oneDNN matmuls); WS_GPU_WORKER_FLAGS likewise to
+# every gpu_worker (e.g. --prefetch_next_step=false).
 HOT_EXPERTS="${HOT_EXPERTS:-auto}" HOT_WARMUP_TOKENS="${HOT_WARMUP_TOKENS:-1}"
 
 kv_bytes_of() {
@@ -37,6 +38,9 @@ stop_trio() {
       sed 's/^.*\] /  gpu_worker: /' | tail -3 || true
     kill -TERM "$launcher" 2>/dev/null || true
     wait "$launcher" 2>/dev/null || true
+    # Written as the gpu_worker stops: how often the next step's first round went early.
+    grep -h "early rounds" "${WS_LOG_DIR:-/nonexistent}"/gpu_worker*.log 2>/dev/null |
+      sed 's/^.*\] /  gpu_worker: /' | tail -1 || true
     launcher=""
   fi
 }
@@ -49,10 +53,11 @@ start_trio() {
   local ready
   ready=$(mktemp -u)
   # WS_CPU_WORKER_FLAGS: extra cpu_worker flags, space-separated (e.g. --mla_matmul=off).
-  local cpu_flags=() flag
-  for flag in ${WS_CPU_WORKER_FLAGS:-}; do cpu_flags+=(--cpu-worker-flag "$flag"); done
+  local worker_flags=() flag
+  for flag in ${WS_CPU_WORKER_FLAGS:-}; do worker_flags+=(--cpu-worker-flag "$flag"); done
+  for flag in ${WS_GPU_WORKER_FLAGS:-}; do worker_flags+=(--gpu-worker-flag "$flag"); done
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
-    --device "$DEVICE" ${cpu_flags[@]+"${cpu_flags[@]}"} --gpu-worker-flag --hot_experts="$HOT_EXPERTS" \
+    --device "$DEVICE" ${worker_flags[@]+"${worker_flags[@]}"} --gpu-worker-flag --hot_experts="$HOT_EXPERTS" \
     --gpu-worker-flag --hot_experts_warmup_tokens="$HOT_WARMUP_TOKENS" \
     -- --synthetic="$ARCH" --num_layers="$LAYERS" \
     --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" --policy="$policy" "$@" &

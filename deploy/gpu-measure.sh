@@ -108,7 +108,8 @@ for step in "${steps[@]}"; do
       # WS_BENCH_POLICIES, batches WS_BENCH_BATCHES (4,16,32), contexts WS_BENCH_CONTEXTS
       # (2048,8192,16384,32768), WS_BENCH_STEPS (16) measured after WS_BENCH_WARMUP (16),
       # WS_BENCH_REPEATS (1) rounds of the policies, hot experts WS_BENCH_HOT (auto: on),
-      # extra cpu_worker flags WS_CPU_WORKER_FLAGS (e.g. --mla_matmul=off; deploy/bench-trio.sh);
+      # extra worker flags WS_CPU_WORKER_FLAGS (e.g. --mla_matmul=off) and WS_GPU_WORKER_FLAGS
+      # (e.g. --prefetch_next_step=false; deploy/bench-trio.sh);
       # $OUT/bench-ARCH.csv and $OUT/steps-ARCH.csv. Limit WS_BENCH_LIMIT_S (560): one repeat
       # of Mixtral's 6 points took 210 s with 16 + 16 steps (run 65); more points need more.
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true

@@ -27,6 +27,9 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev
+  # oneDNN's CMake config looks for OpenCL (its GPU runtime), which libdnnl-dev only
+  # recommends: without it, a machine with no OpenCL headers fails at configure.
+  ocl-icd-opencl-dev
 )
 
 missing=()

@@ -145,7 +145,14 @@ GpuStep::GpuStep(Device* device, KvCache* kv_cache, DataPlane data_plane,
       options_(options),
       scratch_(std::make_unique<Scratch>(device)) {}
 
-GpuStep::~GpuStep() = default;
+GpuStep::~GpuStep() {
+  const KvCacheStats& stats = kv_cache_->stats();
+  if (stats.early_rounds_taken + stats.early_rounds_wasted > 0) {
+    WS_LOG(INFO) << "early rounds (the next step's first two KV rounds queued at a step's end): "
+                 << stats.early_rounds_taken << " taken, " << stats.early_rounds_wasted
+                 << " wasted";
+  }
+}
 
 absl::Status GpuStep::Send(DataPlaneMessage type, uint64_t step_id, uint32_t layer,
                            absl::Span<const absl::Span<const std::byte>> parts) {
@@ -335,8 +342,13 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   // Time the ping-pong copies on the device (the profile's "dma" spans).
   const bool time_dma = options_.spans != nullptr && step.transfer.num_rounds() > 0;
   kv_cache_->set_time_rounds(time_dma);
-  if (time_dma) WS_RETURN_IF_ERROR(device_->ResetMarkers());
-  // Round 0 is queued in the first layer, after its uploads (Layer).
+  // Markers are reset with the streams idle: at the end of the last step, before its
+  // early rounds were queued (whose markers this step may take), or else here.
+  if (time_dma && !std::exchange(markers_reset_at_end_, false)) {
+    WS_RETURN_IF_ERROR(device_->ResetMarkers());
+  }
+  // Round 0 is queued in the first layer, after its uploads (Layer), unless the last step
+  // queued it early (with round 1).
 
   outstanding_replies_ = 0;
   absl::Status status;
@@ -367,6 +379,17 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   end_sent_ = true;
   WS_RETURN_IF_ERROR(status);
   if (time_dma) RecordDmaSpans(step);
+  // The next step's first rounds, early (KvCache::QueueEarlyRounds). Not where small uploads
+  // wait for the copy engine: the logits' and the next layer 0's uploads would queue behind.
+  if (options_.prefetch_next_step && step.transfer_begun &&
+      !device_->small_uploads_wait_for_transfers()) {
+    if (options_.spans != nullptr) {
+      WS_RETURN_IF_ERROR(device_->ResetMarkers());  // the streams are idle
+      markers_reset_at_end_ = true;
+    }
+    const absl::Status early = kv_cache_->QueueEarlyRounds(step.transfer);
+    if (!early.ok()) WS_LOG(WARNING) << "queueing the next step's first KV rounds early: " << early;
+  }
 
   internal::StepResult result;
   result.set_step_id(layout.step_id);

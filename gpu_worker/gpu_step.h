@@ -68,6 +68,11 @@ struct GpuStepOptions {
   // Hot experts resident in VRAM (needs `experts`): chosen after a warm-up, then the
   // resident pairs of every step without experts_on_gpu run here (hot_experts.h).
   HotExpertsOptions hot_experts;
+  // At the end of each step, queue the step's first two ping-pong rounds again for the
+  // next step (KvCache::QueueEarlyRounds): the copies run while the host computes the
+  // logits and the coordinator plans, and the next step takes those its first rounds copy
+  // alike (a steady batch without a flush into them).
+  bool prefetch_next_step = true;
 };
 
 class GpuStep {
@@ -140,6 +145,8 @@ class GpuStep {
   bool end_sent_ = false;  // this step's kStepEnd went out
   std::unique_ptr<HotExperts> hot_;
   bool hot_choice_due_ = false;
+  // The device's markers were reset at the end of the last step (before its early round).
+  bool markers_reset_at_end_ = false;
 };
 
 }  // namespace writescope::gpu

@@ -153,6 +153,7 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   GpuStepOptions step_options;
   step_options.spans = &spans_;
   step_options.experts = experts_.get();
+  step_options.prefetch_next_step = options_.prefetch_next_step;
   const bool hot_experts =
       options_.hot_experts == "on" || (options_.hot_experts == "auto" && device_->is_cuda());
   if (hot_experts && weights_->config().n_routed_experts > 0) {
@@ -429,6 +430,7 @@ absl::StatusOr<internal::KvPatternResponse> GpuWorker::VerifyPattern(
               host.data() + uint64_t{entry.pingpong_block} * block_bytes);
       }
     }
+    kv_cache_->EndTransfer();  // `plan` dies here
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     const StepSequence& sequence = batch[i];

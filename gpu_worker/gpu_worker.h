@@ -36,6 +36,8 @@ struct GpuWorkerOptions {
   std::string hot_experts = "auto";
   int64_t hot_experts_warmup_tokens = 4096;
   uint64_t hot_experts_max_bytes = 0;  // 0: all the room the VRAM budget leaves
+  // Queue the next step's first ping-pong round at the end of each step (GpuStepOptions).
+  bool prefetch_next_step = true;
 };
 
 class GpuWorker final : public WorkerBackend {

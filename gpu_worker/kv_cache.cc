@@ -144,6 +144,19 @@ absl::Status KvCache::CopyBlocksToRegions(uint32_t layer, absl::Span<const KvBlo
                                           const std::byte* device_src, uint64_t* copies,
                                           uint64_t* bytes) {
   const uint64_t lbb = config_.geometry.layer_block_bytes();
+  // A write into a slot that a pending early round copied makes the early rounds stale.
+  if (early_.valid) {
+    for (const KvBlockRef& block : blocks) {
+      for (const EarlyRound& round : early_.rounds) {
+        for (const TransferRun& run : round.runs) {
+          if (run.region == block.region && block.slot >= run.first_slot &&
+              block.slot - run.first_slot < run.num_blocks) {
+            early_.valid = false;
+          }
+        }
+      }
+    }
+  }
   size_t begin = 0;
   while (begin < blocks.size()) {
     size_t end = begin + 1;
@@ -239,16 +252,15 @@ absl::Status KvCache::FlushWindow(uint32_t window_slot, absl::Span<const KvBlock
 
 absl::Status KvCache::WaitForWrites() { return device_->Synchronize(Stream::kCopyOut); }
 
-absl::Status KvCache::IssueRound(uint32_t round) {
-  const uint32_t layer = plan_->layer_of_round(round);
-  const TransferChunk& chunk = plan_->chunks[plan_->chunk_of_round(round)];
+absl::StatusOr<int> KvCache::IssueRuns(absl::Span<const TransferRun> runs, uint32_t layer,
+                                        int buffer_index, std::pair<int, int>* markers) {
   const uint64_t lbb = config_.geometry.layer_block_bytes();
-  std::byte* buffer = pingpong_[round % 2];
-  std::pair<int, int> markers{-1, -1};
-  if (time_rounds_ && !chunk.runs.empty()) {
-    WS_ASSIGN_OR_RETURN(markers.first, device_->RecordMarker(Stream::kCopyIn));
+  std::byte* buffer = pingpong_[buffer_index];
+  *markers = {-1, -1};
+  if (time_rounds_ && !runs.empty()) {
+    WS_ASSIGN_OR_RETURN(markers->first, device_->RecordMarker(Stream::kCopyIn));
   }
-  for (const TransferRun& run : chunk.runs) {
+  for (const TransferRun& run : runs) {
     const uint64_t bytes = uint64_t{run.num_blocks} * lbb;
     WS_RETURN_IF_ERROR(device_->CopyToDevice(
         buffer + uint64_t{run.pingpong_block} * lbb,
@@ -256,15 +268,52 @@ absl::Status KvCache::IssueRound(uint32_t round) {
     ++stats_.transfer_copies;
     stats_.transfer_bytes += bytes;
   }
-  if (markers.first >= 0) {
-    WS_ASSIGN_OR_RETURN(markers.second, device_->RecordMarker(Stream::kCopyIn));
+  if (markers->first >= 0) {
+    WS_ASSIGN_OR_RETURN(markers->second, device_->RecordMarker(Stream::kCopyIn));
   }
+  return device_->RecordFence(Stream::kCopyIn);
+}
+
+absl::Status KvCache::IssueRound(uint32_t round) {
   if (round_markers_.size() <= round) round_markers_.resize(round + 1, {-1, -1});
-  round_markers_[round] = markers;
   if (round_fences_.size() <= round) round_fences_.resize(round + 1, -1);
-  WS_ASSIGN_OR_RETURN(round_fences_[round], device_->RecordFence(Stream::kCopyIn));
+  WS_ASSIGN_OR_RETURN(round_fences_[round],
+                      IssueRuns(plan_->chunks[plan_->chunk_of_round(round)].runs,
+                                plan_->layer_of_round(round), static_cast<int>(round % 2),
+                                &round_markers_[round]));
   issued_round_ = round;
   return absl::OkStatus();
+}
+
+absl::Status KvCache::QueueEarlyRounds(const TransferPlan& plan) {
+  DropEarlyRounds();
+  if (plan.num_rounds() == 0) return absl::OkStatus();
+  if (plan.num_layers != config_.geometry.num_layers ||
+      plan.layer_block_bytes != config_.geometry.layer_block_bytes()) {
+    return absl::InvalidArgumentError("early rounds: the plan was built for another KV config");
+  }
+  // Region writes queued so far land first (only later ones are checked against their
+  // runs), and both buffers' last readers are attentions queued already.
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCopyOut));
+  WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
+  const uint32_t count = std::min<uint32_t>(2, plan.num_rounds());
+  for (uint32_t round = 0; round < count; ++round) {
+    EarlyRound early;
+    early.layer = plan.layer_of_round(round);
+    early.runs = plan.chunks[plan.chunk_of_round(round)].runs;
+    WS_ASSIGN_OR_RETURN(early.fence, IssueRuns(early.runs, early.layer,
+                                               /*buffer_index=*/static_cast<int>(round % 2),
+                                               &early.markers));
+    early_.rounds.push_back(std::move(early));
+  }
+  early_.valid = true;
+  return absl::OkStatus();
+}
+
+void KvCache::DropEarlyRounds() {
+  stats_.early_rounds_wasted += early_.rounds.size();
+  early_.rounds.clear();
+  early_.valid = false;
 }
 
 absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
@@ -288,13 +337,34 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
   plan_ = &plan;
   next_round_ = 0;
   issued_round_ = -1;
-  if (plan.num_rounds() == 0) return absl::OkStatus();
+  if (plan.num_rounds() == 0) {
+    DropEarlyRounds();
+    return absl::OkStatus();
+  }
   // Blocks flushed or prefilled into the transfer region must land before they are
   // read back, and the previous step's attention must be done with buffer 0.
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCopyOut));
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
   round_markers_.assign(plan.num_rounds(), {-1, -1});
   round_fences_.assign(plan.num_rounds(), -1);
+  // The early rounds that copy what this plan's rounds copy are in flight already, queued
+  // before this step's region writes, none of which went into their slots.
+  uint32_t taken = 0;
+  while (early_.valid && taken < early_.rounds.size() && taken < plan.num_rounds() &&
+         early_.rounds[taken].layer == plan.layer_of_round(taken) &&
+         early_.rounds[taken].runs == plan.chunks[plan.chunk_of_round(taken)].runs) {
+    round_fences_[taken] = early_.rounds[taken].fence;
+    round_markers_[taken] = early_.rounds[taken].markers;
+    ++taken;
+  }
+  stats_.early_rounds_taken += taken;
+  stats_.early_rounds_wasted += early_.rounds.size() - taken;
+  early_.rounds.clear();
+  early_.valid = false;
+  if (taken > 0) {
+    issued_round_ = taken - 1;
+    return absl::OkStatus();
+  }
   return IssueRound(0);
 }
 

@@ -53,6 +53,10 @@ struct KvCacheStats {
   uint64_t flush_bytes = 0;
   uint64_t transfer_copies = 0;
   uint64_t transfer_bytes = 0;
+  // QueueEarlyRounds' rounds: taken by the next BeginTransfer, or wasted (that plan's round
+  // differed, a write went into their slots meanwhile, or EndTransfer).
+  uint64_t early_rounds_taken = 0;
+  uint64_t early_rounds_wasted = 0;
 };
 
 // What attention needs for one ping-pong round.
@@ -123,7 +127,8 @@ class KvCache {
   absl::Status WaitForWrites();
 
   // Ping-pong streaming of one decode step. The protocol, per step:
-  //   BeginTransfer(plan)                 // queues round 0 into buffer 0 on kCopyIn
+  //   BeginTransfer(plan)                 // queues round 0 into buffer 0 on kCopyIn (or
+  //                                       // takes early rounds, QueueEarlyRounds)
   //   for round in [0, plan.num_rounds()):
   //     r = ReadyRound(round)             // kCompute waits for this round's copies;
   //                                       // round+1 is queued into the other buffer,
@@ -148,18 +153,29 @@ class KvCache {
   // attention), so that the copies run ahead as far as the two buffers allow, across layers
   // too (the next layer's first rounds stream during this layer's experts).
   absl::Status PrefetchAfterAttention();
+  // The early rounds, between steps: queues rounds 0 and 1 of `plan` (the step just run,
+  // whose last attention is queued) again, one into each ping-pong buffer, after every
+  // region write and attention queued so far, so that the next step's first DMA runs
+  // during the logits, the sampling and the coordinator's round trip instead of after
+  // them. The next BeginTransfer takes the longest prefix of them that its plan's rounds
+  // copy alike (same layer, same runs) when no region write (prefill, flush) went into
+  // their slots since; the others are wasted (stats) and their rounds are copied again
+  // behind them. A no-op for a plan without rounds. `plan` may die after the call.
+  absl::Status QueueEarlyRounds(const TransferPlan& plan);
   // Forgets the plan (which may not outlive this call): ReadyRound and the prefetches need a
   // BeginTransfer again. For a caller that stops before the plan's last round (the probe
-  // of the GPU path); copies already queued are not waited for.
+  // of the GPU path); copies already queued are not waited for. Drops early rounds too.
   void EndTransfer() {
     plan_ = nullptr;
     next_round_ = 0;
     issued_round_ = -1;
+    DropEarlyRounds();
   }
 
   // With timing on, every round's copies are bracketed by device markers
   // (Device::RecordMarker): round_markers()[round] = {before, after}, -1 when the round
-  // copied nothing. The caller resets the device's markers between steps.
+  // copied nothing. The caller resets the device's markers between steps, before early
+  // rounds are queued (a taken early round keeps the markers it was queued with).
   void set_time_rounds(bool on) { time_rounds_ = on; }
   const std::vector<std::pair<int, int>>& round_markers() const { return round_markers_; }
 
@@ -169,6 +185,12 @@ class KvCache {
  private:
   KvCache(const KvCacheConfig& config, Device* device) : config_(config), device_(device) {}
   absl::Status IssueRound(uint32_t round);
+  // Queues `runs` of `layer` into ping-pong buffer `buffer_index` on kCopyIn, timed when
+  // time_rounds_; returns the fence after them.
+  absl::StatusOr<int> IssueRuns(absl::Span<const TransferRun> runs, uint32_t layer, int buffer_index,
+                                std::pair<int, int>* markers);
+  // Forgets the pending early rounds, counted as wasted.
+  void DropEarlyRounds();
   absl::Status ValidateWindowSlot(uint32_t window_slot) const;
   // Orders kCompute after the flushes of `window_slot` before touching its window.
   absl::Status WaitForFlushOf(uint32_t window_slot);
@@ -194,6 +216,16 @@ class KvCache {
   bool time_rounds_ = false;
   std::vector<std::pair<int, int>> round_markers_;
   std::vector<int> round_fences_;  // per issued round: the fence after its copies
+  struct EarlyRound {
+    uint32_t layer = 0;
+    std::vector<TransferRun> runs;
+    int fence = -1;
+    std::pair<int, int> markers{-1, -1};
+  };
+  struct EarlyRounds {
+    std::vector<EarlyRound> rounds;  // rounds 0, 1, ... of the plan they came from
+    bool valid = false;              // no region write into their slots since queued
+  } early_;
 };
 
 // Block-layout helpers shared with tests and benchmarks: scatter one token row into a

@@ -41,6 +41,7 @@ struct TransferRun {
   uint32_t num_blocks = 0;
   uint32_t pingpong_block = 0;
   KvRegion region = KvRegion::kGpuTransfer;
+  bool operator==(const TransferRun&) const = default;
 };
 
 // Block `block_index` (index in StepSequence::blocks) of batch sequence

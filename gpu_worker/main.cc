@@ -26,6 +26,11 @@ ABSL_FLAG(int64_t, hot_experts_warmup_tokens, 4096,
 ABSL_FLAG(double, hot_experts_max_gib, 0,
           "At most this many GiB of hot experts (0: all the room the VRAM budget leaves)");
 
+ABSL_FLAG(bool, prefetch_next_step, true,
+          "Queue the next decode step's first two KV transfer rounds at the end of each step "
+          "(the next step uses them when its first rounds copy the same blocks, unwritten "
+          "since)");
+
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
   writescope::SetLogProcessName("gpu_worker");
@@ -60,7 +65,8 @@ int main(int argc, char** argv) {
       {.stream_experts = stream_experts,
        .hot_experts = hot_experts,
        .hot_experts_warmup_tokens = warmup,
-       .hot_experts_max_bytes = static_cast<uint64_t>(max_gib * 1073741824.0)});
+       .hot_experts_max_bytes = static_cast<uint64_t>(max_gib * 1073741824.0),
+       .prefetch_next_step = absl::GetFlag(FLAGS_prefetch_next_step)});
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});
   if (!status.ok()) {

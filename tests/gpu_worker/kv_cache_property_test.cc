@@ -289,8 +289,10 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
   }
 
   // One decode step over `batch`: flush where needed, append one token each, then
-  // stream the transfer blocks round by round and check every ping-pong round.
-  void DecodeStep(const std::vector<SequenceId>& batch, std::mt19937_64& rng, double p_cpu) {
+  // stream the transfer blocks round by round and check every ping-pong round. Then queue
+  // the next step's round 0 early when `early` says so (-1: at random).
+  void DecodeStep(const std::vector<SequenceId>& batch, std::mt19937_64& rng, double p_cpu,
+                  int early = -1) {
     std::vector<SequenceId> stepped;
     for (SequenceId id : batch) {
       if (placement_->NeedsFlush(id)) {
@@ -379,6 +381,13 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
     WS_ASSERT_OK(cache_->PrefetchNext());  // nothing left: a no-op
     EXPECT_EQ(cache_->ReadyRound(plan->num_rounds()).status().code(),
               absl::StatusCode::kFailedPrecondition);
+    // Half the steps queue the next step's rounds 0 and 1 early (what the gpu_worker does):
+    // the next BeginTransfer must take them only when they still hold what its plan names
+    // (the ping-pong check above), across the prefills, frees, reuses and flushes between.
+    // Its own generator leaves the operations' random sequence as it was.
+    if (early == 1 || (early == -1 && early_rng_() % 2 == 0)) {
+      WS_ASSERT_OK(cache_->QueueEarlyRounds(*plan));
+    }
   }
 
   void RunRandomOperations(uint64_t seed, int num_ops) {
@@ -474,6 +483,7 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
   std::vector<std::vector<std::byte>> staged_host_;
   std::deque<TokenKv> staged_rows_;
   std::deque<gpu::TransferPlan> plans_;
+  std::mt19937_64 early_rng_{99};
   int steps_ = 0;
   uint64_t max_tokens_ = 0;
 };
@@ -483,14 +493,76 @@ TEST_P(KvCachePropertyTest, RandomOperationsKeepEveryTokenInExactlyOnePlace) {
     RunRandomOperations(seed, 150);
     if (HasFatalFailure()) return;
   }
+  const gpu::KvCacheStats& stats = cache_->stats();
   std::cout << "flushes=" << flushes_ << " reused=" << reused_ << " exhausted=" << exhausted_
             << " multi_chunk_steps=" << multi_chunk_steps_ << " decode_steps=" << steps_
-            << " max_live_tokens=" << max_tokens_ << "\n";
+            << " max_live_tokens=" << max_tokens_
+            << " early_rounds_taken=" << stats.early_rounds_taken
+            << " early_rounds_wasted=" << stats.early_rounds_wasted << "\n";
   // The run must have exercised what it claims to test.
   EXPECT_GT(flushes_, 0);
   EXPECT_GT(reused_, 0) << "freed slots were never reused";
   EXPECT_GT(exhausted_, 0) << "no exhaustion was provoked";
   EXPECT_GT(multi_chunk_steps_, 0) << "no step needed more than one ping-pong chunk";
+  EXPECT_GT(stats.early_rounds_taken, 0u) << "no early round was ever taken";
+  EXPECT_GT(stats.early_rounds_wasted, 0u) << "no early round was ever dropped";
+}
+
+// The early rounds taken and dropped, deterministically: steps over an unchanged batch take
+// both; a step over another sequence drops them; after a sequence is freed and another
+// one's prefill is written into the very same slots (so the next plan's first rounds have
+// the same runs), they are dropped and copied again. The ping-pong check of every
+// DecodeStep proves what each round held.
+TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) {
+  // Every geometry here has two layers or more: two rounds or more per step, two early.
+  ASSERT_GE(g().num_layers, 2u);
+  constexpr uint64_t kEarly = 2;
+  std::mt19937_64 rng(11);
+  const uint32_t bt = config_.block_tokens();
+  auto transfer_only = [](const PlacementRequest&) { return KvRegion::kGpuTransfer; };
+  auto prefill = [&](SequenceId id) -> std::vector<KvBlockRef> {
+    EXPECT_TRUE(placement_->Admit(id).ok());
+    auto plan = placement_->PlanPrefill(id, 2 * bt, transfer_only);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return {};
+    std::vector<TokenKv> tokens;
+    for (uint32_t t = 0; t < 2 * bt; ++t) tokens.push_back(testing::RandomTokenKv(g(), rng));
+    WritePrefill(*plan, tokens);
+    reference_[id] = std::move(tokens);
+    std::vector<KvBlockRef> refs;
+    for (const PlacedBlock& b : plan->blocks) refs.push_back(b.ref);
+    return refs;
+  };
+  const std::vector<KvBlockRef> first = prefill(1);
+  ASSERT_EQ(first.size(), 2u);
+  const std::vector<KvBlockRef> other = prefill(3);
+  const gpu::KvCacheStats& stats = cache_->stats();
+  DecodeStep({1}, rng, 0.0, /*early=*/1);
+  DecodeStep({1}, rng, 0.0, /*early=*/1);
+  ASSERT_NO_FATAL_FAILURE(CheckInvariants());
+  EXPECT_EQ(stats.early_rounds_taken, kEarly);
+  EXPECT_EQ(stats.early_rounds_wasted, 0u);
+
+  // Another batch, nothing written: the next rounds copy other slots.
+  DecodeStep({3}, rng, 0.0, /*early=*/0);
+  ASSERT_NO_FATAL_FAILURE(CheckInvariants());
+  EXPECT_EQ(stats.early_rounds_taken, kEarly);
+  EXPECT_EQ(stats.early_rounds_wasted, kEarly);
+  DecodeStep({1}, rng, 0.0, /*early=*/1);
+  ASSERT_NO_FATAL_FAILURE(CheckInvariants());  // its checks ran: the references may go
+  WS_ASSERT_OK(placement_->Free(3));
+  reference_.erase(3);
+
+  // Sequence 2 takes sequence 1's freed slots; its prefill writes them while the early
+  // rounds of sequence 1's blocks are pending.
+  WS_ASSERT_OK(placement_->Free(1));
+  reference_.erase(1);
+  const std::vector<KvBlockRef> second = prefill(2);
+  ASSERT_EQ(second, first) << "the allocator did not hand the freed slots out again";
+  DecodeStep({2}, rng, 0.0, /*early=*/0);
+  ASSERT_NO_FATAL_FAILURE(CheckInvariants());
+  EXPECT_EQ(stats.early_rounds_taken, kEarly);
+  EXPECT_EQ(stats.early_rounds_wasted, 2 * kEarly);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -204,13 +204,25 @@ class GuardedOutputs {
   static constexpr int64_t kGuard = 64;
   static constexpr float kGuardValue = 12345.0f;
   GuardedOutputs(int64_t rows, int32_t dim)
-      : o_d_(DeviceBuffer::From(std::vector<float>(rows * dim + 2 * kGuard, kGuardValue))),
+      : rows_(rows),
+        dim_(dim),
+        o_d_(DeviceBuffer::From(std::vector<float>(rows * dim + 2 * kGuard, kGuardValue))),
         lse_d_(DeviceBuffer::From(std::vector<float>(rows + 2 * kGuard, kGuardValue))) {}
   float* o() { return o_d_.as<float>() + kGuard; }
   float* lse() { return lse_d_.as<float>() + kGuard; }
   // Host copies of the outputs, guards left out.
   std::vector<float> HostO() const { return Inner(o_d_.ToHost<float>()); }
   std::vector<float> HostLse() const { return Inner(lse_d_.ToHost<float>()); }
+  // Fills the outputs (not the guards) with NaN: what a launch leaves unwritten fails.
+  void Poison() {
+    const std::vector<float> nan_o(rows_ * dim_, std::numeric_limits<float>::quiet_NaN());
+    const std::vector<float> nan_lse(rows_, std::numeric_limits<float>::quiet_NaN());
+    ASSERT_EQ(cudaMemcpy(o(), nan_o.data(), nan_o.size() * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(lse(), nan_lse.data(), nan_lse.size() * sizeof(float),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
   // Asserts that no guard word changed.
   void AssertGuards(const std::string& what) const {
     for (const std::vector<float>& all : {o_d_.ToHost<float>(), lse_d_.ToHost<float>()}) {
@@ -225,6 +237,8 @@ class GuardedOutputs {
   static std::vector<float> Inner(const std::vector<float>& all) {
     return std::vector<float>(all.begin() + kGuard, all.end() - kGuard);
   }
+  int64_t rows_;
+  int32_t dim_;
   DeviceBuffer o_d_, lse_d_;
 };
 
@@ -330,22 +344,22 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
   args.o = o;
   args.lse = lse;
   for (int32_t tokens_per_split : {0, 32, 96}) {
+    const std::string what =
+        absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split);
     args.split.tokens_per_split = tokens_per_split;
     DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
     args.workspace = workspace.as<void>();
     args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);
+    ASSERT_NO_FATAL_FAILURE(out.Poison());
     WS_ASSERT_OK(GqaGpuDecode(args, nullptr));
-    ExpectValidPartial(out.HostO(), out.HostLse(), shape.head_dim,
-                       absl::StrCat(c.name, " T", tokens, " ", SplitName(split),
-                                    " GPU partial, split", tokens_per_split));
+    ExpectValidPartial(out.HostO(), out.HostLse(), shape.head_dim, what + " GPU partial");
     DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
     WS_ASSERT_OK(GpuMergeStates(o, lse, cpu_o_d.as<float>(), cpu_lse_d.as<float>(), o, lse, rows,
                                 shape.head_dim, nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_NO_FATAL_FAILURE(out.AssertGuards(c.name));
+    ASSERT_NO_FATAL_FAILURE(out.AssertGuards(what));
     const std::vector<float> got_o = out.HostO(), got_lse = out.HostLse();
-    ExpectClose(got_o, got_lse, ref_o, ref_lse,
-                absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split));
+    ExpectClose(got_o, got_lse, ref_o, ref_lse, what);
   }
 }
 

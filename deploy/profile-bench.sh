@@ -5,10 +5,15 @@
 #
 #   deploy/profile-bench.sh [--arch qwen3_moe] [--layers 4] [--batch 32] [--context 32768]
 #       [--policies "writescope cpu-all"] [--steps 4] [--out DIR] [--bin DIR] [--device cuda|host]
+#       [--grid-first BATCHES:CONTEXTS]
+#
+# --grid-first (e.g. 4,16:8192,32768): the trio first runs those points as bench-grid.sh does
+# (16 warm-up + 16 measured steps each), so that the profiled point comes after the same
+# history as in a grid's trio.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH=qwen3_moe LAYERS=4 BATCH=32 CONTEXT=32768 POLICIES="writescope cpu-all" STEPS=4
-OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda
+OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda GRID_FIRST=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -20,7 +25,8 @@ while [[ $# -gt 0 ]]; do
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --grid-first) GRID_FIRST="$2"; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -31,6 +37,11 @@ region_mib=$(((BATCH * (CONTEXT + 1024) * kv_bytes * LAYERS >> 20) * 11 / 10 + 6
 mkdir -p "$OUT_DIR"
 for policy in $POLICIES; do
   start_trio profile-bench "$policy" "$region_mib" --max_sequences="$BATCH"
+  if [[ -n $GRID_FIRST ]]; then
+    echo "== $policy, the grid's points first: batches ${GRID_FIRST%%:*}, contexts ${GRID_FIRST#*:}"
+    "$BIN/wscope" bench --target="$WS_TARGET" --batches="${GRID_FIRST%%:*}" \
+      --contexts="${GRID_FIRST#*:}" --decode_steps=16 --warmup_steps=16 || true
+  fi
   echo "== $policy, batch $BATCH x $CONTEXT"
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
     --decode_steps=8 --warmup_steps=8 || true

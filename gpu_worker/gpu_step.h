@@ -145,7 +145,7 @@ class GpuStep {
   bool end_sent_ = false;  // this step's kStepEnd went out
   std::unique_ptr<HotExperts> hot_;
   bool hot_choice_due_ = false;
-  // The device's markers were reset at the end of the last step (before its early round).
+  // The device's markers were reset at the end of the last step (before its early rounds).
   bool markers_reset_at_end_ = false;
 };
 

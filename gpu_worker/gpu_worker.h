@@ -36,7 +36,8 @@ struct GpuWorkerOptions {
   std::string hot_experts = "auto";
   int64_t hot_experts_warmup_tokens = 4096;
   uint64_t hot_experts_max_bytes = 0;  // 0: all the room the VRAM budget leaves
-  // Queue the next step's first ping-pong round at the end of each step (GpuStepOptions).
+  // Queue the next step's first two ping-pong rounds at the end of each step
+  // (GpuStepOptions::prefetch_next_step).
   bool prefetch_next_step = true;
 };
 

@@ -187,8 +187,8 @@ class KvCache {
   absl::Status IssueRound(uint32_t round);
   // Queues `runs` of `layer` into ping-pong buffer `buffer_index` on kCopyIn, timed when
   // time_rounds_; returns the fence after them.
-  absl::StatusOr<int> IssueRuns(absl::Span<const TransferRun> runs, uint32_t layer, int buffer_index,
-                                std::pair<int, int>* markers);
+  absl::StatusOr<int> IssueRuns(absl::Span<const TransferRun> runs, uint32_t layer,
+                                int buffer_index, std::pair<int, int>* markers);
   // Forgets the pending early rounds, counted as wasted.
   void DropEarlyRounds();
   absl::Status ValidateWindowSlot(uint32_t window_slot) const;

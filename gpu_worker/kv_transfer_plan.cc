@@ -1,7 +1,7 @@
 #include "gpu_worker/kv_transfer_plan.h"
 
 #include <algorithm>
-#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -28,6 +28,8 @@ absl::StatusOr<TransferPlan> BuildTransferPlan(const KvCacheConfig& config,
     uint32_t block_index;
   };
   std::vector<Needed> needed;
+  // The sort rank of a region: the GPU-transfer region first (kv_transfer_plan.h).
+  auto rank = [](int region) { return region == KvRegionIndex(KvRegion::kGpuTransfer) ? 0 : 1; };
   for (uint32_t s = 0; s < batch.size(); ++s) {
     const std::vector<KvBlockRef>& blocks = batch[s].blocks;
     for (uint32_t b = 0; b < blocks.size(); ++b) {
@@ -45,8 +47,8 @@ absl::StatusOr<TransferPlan> BuildTransferPlan(const KvCacheConfig& config,
       needed.push_back({KvRegionIndex(region), blocks[b].slot, s, b});
     }
   }
-  std::sort(needed.begin(), needed.end(), [](const Needed& a, const Needed& b) {
-    return std::tie(a.region, a.slot) < std::tie(b.region, b.slot);
+  std::sort(needed.begin(), needed.end(), [&rank](const Needed& a, const Needed& b) {
+    return std::pair(rank(a.region), a.slot) < std::pair(rank(b.region), b.slot);
   });
   for (size_t i = 1; i < needed.size(); ++i) {
     if (needed[i].region == needed[i - 1].region && needed[i].slot == needed[i - 1].slot) {

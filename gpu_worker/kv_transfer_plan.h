@@ -1,10 +1,14 @@
 // The per-layer transfer plan of a decode step: which GPU-transfer blocks the batch
 // needs, where each lands in a ping-pong buffer, and the copies that bring them there.
 //
-// The needed blocks are sorted by (region, slot) and given consecutive ping-pong positions,
-// so a run of consecutive slots of one region is one contiguous source range (the region is layer-major,
-// common/kv_layout.h) AND one contiguous destination: one copy per run. The slots are
-// the same for every layer; only the source offset moves with the layer.
+// The needed blocks are sorted by (region, slot), the GPU-transfer region first, and given
+// consecutive ping-pong positions, so a run of consecutive slots of one region is one
+// contiguous source range (the region is layer-major, common/kv_layout.h) AND one contiguous
+// destination: one copy per run. The slots are the same for every layer; only the source
+// offset moves with the layer. Transfer blocks first: a step that also reads CPU-compute
+// blocks (a writescope step that hands some to the GPU) keeps the first chunks of the step
+// that does not, so the early rounds queued by the one (KvCache::QueueEarlyRounds) serve
+// the other.
 //
 // When a layer's blocks exceed one ping-pong buffer they are cut into chunks of at
 // most pingpong_blocks. The step is then a sequence of rounds, round = layer *

@@ -55,6 +55,28 @@ TEST(TransferPlanTest, CoalescesConsecutiveSlotsAcrossSequencesAndSkipsCpuBlocks
   EXPECT_EQ(chunk.entries[5].pingpong_block, 0u);
 }
 
+// A step that also streams CPU-compute blocks keeps the first chunks of the step that does
+// not (the transfer blocks sort first): a writescope step that hands CPU blocks to the GPU,
+// or returns from one, can take the other's early rounds.
+TEST(TransferPlanTest, ReadingCpuBlocksTooKeepsTheFirstChunks) {
+  std::vector<StepSequence> batch = {
+      {.window_slot = 0, .blocks = {C(0), T(0), C(1), T(1), T(2)}},
+      {.window_slot = 1, .blocks = {T(3), C(2), T(4), T(5), C(3)}},
+  };
+  auto split = BuildTransferPlan(Config(4), batch);
+  WS_ASSERT_OK(split.status());
+  for (StepSequence& s : batch) s.read_cpu_blocks = true;
+  auto gpu_only = BuildTransferPlan(Config(4), batch);
+  WS_ASSERT_OK(gpu_only.status());
+  ASSERT_EQ(split->chunks.size(), 2u);     // transfer 0-3 | 4-5
+  ASSERT_EQ(gpu_only->chunks.size(), 3u);  // transfer 0-3 | 4-5, cpu 0-1 | cpu 2-3
+  EXPECT_EQ(gpu_only->chunks[0].runs, split->chunks[0].runs);
+  EXPECT_EQ(gpu_only->chunks[0].num_blocks, 4u);
+  // The second chunk starts alike and goes on with CPU blocks: its runs differ.
+  EXPECT_EQ(gpu_only->chunks[1].runs[0], split->chunks[1].runs[0]);
+  EXPECT_NE(gpu_only->chunks[1].runs, split->chunks[1].runs);
+}
+
 TEST(TransferPlanTest, ReadsCpuBlocksOfTheSequencesThatAskAndNeverMergesRegions) {
   // Sequence 0 (a prefill chunk attended whole on the GPU) streams its CPU blocks too;
   // sequence 1 leaves its CPU block to the cpu_worker. Transfer slot 3 and CPU slot 4 are
@@ -68,18 +90,19 @@ TEST(TransferPlanTest, ReadsCpuBlocksOfTheSequencesThatAskAndNeverMergesRegions)
   ASSERT_EQ(plan->chunks.size(), 1u);
   const TransferChunk& chunk = plan->chunks[0];
   EXPECT_EQ(chunk.num_blocks, 5u);
-  // (cpu 2 3 4) | (transfer 3 4): CPU-compute sorts first.
+  // (transfer 3 4) | (cpu 2 3 4): the GPU-transfer region sorts first.
   ASSERT_EQ(chunk.runs.size(), 2u);
-  EXPECT_EQ(chunk.runs[0].region, KvRegion::kCpuCompute);
-  EXPECT_EQ(chunk.runs[0].first_slot, 2u);
-  EXPECT_EQ(chunk.runs[0].num_blocks, 3u);
-  EXPECT_EQ(chunk.runs[1].region, KvRegion::kGpuTransfer);
-  EXPECT_EQ(chunk.runs[1].first_slot, 3u);
-  EXPECT_EQ(chunk.runs[1].num_blocks, 2u);
-  EXPECT_EQ(chunk.runs[1].pingpong_block, 3u);
-  // Sequence 0's blocks 0..3 sit at positions 0, 3, 1, 2; sequence 1's block 1 at 4.
+  EXPECT_EQ(chunk.runs[0].region, KvRegion::kGpuTransfer);
+  EXPECT_EQ(chunk.runs[0].first_slot, 3u);
+  EXPECT_EQ(chunk.runs[0].num_blocks, 2u);
+  EXPECT_EQ(chunk.runs[0].pingpong_block, 0u);
+  EXPECT_EQ(chunk.runs[1].region, KvRegion::kCpuCompute);
+  EXPECT_EQ(chunk.runs[1].first_slot, 2u);
+  EXPECT_EQ(chunk.runs[1].num_blocks, 3u);
+  EXPECT_EQ(chunk.runs[1].pingpong_block, 2u);
+  // Sequence 0's blocks 0..3 sit at positions 2, 0, 3, 4; sequence 1's block 1 at 1.
   ASSERT_EQ(chunk.entries.size(), 5u);
-  const uint32_t want[] = {0, 3, 1, 2, 4};
+  const uint32_t want[] = {2, 0, 3, 4, 1};
   for (int i = 0; i < 5; ++i) EXPECT_EQ(chunk.entries[i].pingpong_block, want[i]) << i;
   EXPECT_EQ(chunk.entries[4].sequence_index, 1u);
   EXPECT_EQ(chunk.entries[4].block_index, 1u);

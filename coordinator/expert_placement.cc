@@ -4,15 +4,14 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/flag_choice.h"
 
 namespace writescope::coordinator {
 
 absl::StatusOr<ExpertMode> ParseExpertMode(absl::string_view text) {
-  if (text == "auto") return ExpertMode::kAuto;
-  if (text == "cpu") return ExpertMode::kCpu;
-  if (text == "gpu") return ExpertMode::kGpu;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--routed_experts must be auto, cpu or gpu, not '", text, "'"));
+  return ParseFlagChoice<ExpertMode>(
+      "routed_experts", text,
+      {{"auto", ExpertMode::kAuto}, {"cpu", ExpertMode::kCpu}, {"gpu", ExpertMode::kGpu}});
 }
 
 std::string ExpertModeName(ExpertMode mode) {

@@ -6,6 +6,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_choice.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "coordinator/coordinator.h"
@@ -94,12 +95,14 @@ int main(int argc, char** argv) {
     WS_LOG(ERROR) << mode;
     return EXIT_FAILURE;
   }
-  options.engine.prefill_attention = absl::GetFlag(FLAGS_prefill_attention);
-  if (options.engine.prefill_attention != "auto" && options.engine.prefill_attention != "split") {
-    WS_LOG(ERROR) << "--prefill_attention must be auto or split, not '"
-                  << options.engine.prefill_attention << "'";
+  const absl::StatusOr<std::string> prefill_attention = writescope::ParseFlagChoice<std::string>(
+      "prefill_attention", absl::GetFlag(FLAGS_prefill_attention),
+      {{"auto", "auto"}, {"split", "split"}});
+  if (!prefill_attention.ok()) {
+    WS_LOG(ERROR) << prefill_attention.status().message();
     return EXIT_FAILURE;
   }
+  options.engine.prefill_attention = *prefill_attention;
   options.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   options.engine.queue_capacity = absl::GetFlag(FLAGS_queue_capacity);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

@@ -1,13 +1,12 @@
 // cpu_worker: CPU attention over the CPU-compute KV region (in place) and routed experts.
 #include <cstdlib>
-#include <initializer_list>
 #include <string>
 #include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
+#include "common/flag_choice.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "cpu_worker/cpu_worker.h"
@@ -25,26 +24,6 @@ ABSL_FLAG(std::string, expert_prepack, "auto",
           "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
           "(on when the routed experts take at most 4 GiB)");
 
-namespace {
-
-// Sets *out to the value named `text` among `choices`; false (logged) for another name.
-template <typename T>
-bool Choose(const char* flag, const std::string& text,
-            std::initializer_list<std::pair<const char*, T>> choices, T* out) {
-  std::string names;
-  for (const auto& [name, value] : choices) {
-    if (text == name) {
-      *out = value;
-      return true;
-    }
-    absl::StrAppend(&names, names.empty() ? "" : ", ", name);
-  }
-  WS_LOG(ERROR) << "--" << flag << " must be one of " << names << ", not '" << text << "'";
-  return false;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
   writescope::SetLogProcessName("cpu_worker");
@@ -54,16 +33,29 @@ int main(int argc, char** argv) {
   writescope::cpu::CpuStepOptions options;
   using writescope::kernels::MlaMatmulMode;
   using writescope::kernels::experts::ExpertPrecision;
-  if (!Choose("expert_precision", absl::GetFlag(FLAGS_expert_precision),
-              {{"auto", ExpertPrecision::kAuto},
-               {"bf16", ExpertPrecision::kBf16},
-               {"f32", ExpertPrecision::kF32}},
+  // Each flag's word, or the error naming the words it takes.
+  auto choose = [](auto parsed, auto* out) {
+    if (!parsed.ok()) {
+      WS_LOG(ERROR) << parsed.status().message();
+      return false;
+    }
+    *out = *std::move(parsed);
+    return true;
+  };
+  using writescope::ParseFlagChoice;
+  if (!choose(ParseFlagChoice<ExpertPrecision>("expert_precision",
+                                               absl::GetFlag(FLAGS_expert_precision),
+                                               {{"auto", ExpertPrecision::kAuto},
+                                                {"bf16", ExpertPrecision::kBf16},
+                                                {"f32", ExpertPrecision::kF32}}),
               &options.experts.precision) ||
-      !Choose("expert_prepack", absl::GetFlag(FLAGS_expert_prepack),
-              {{"auto", std::string("auto")}, {"on", std::string("on")}, {"off", std::string("off")}},
+      !choose(ParseFlagChoice<std::string>("expert_prepack", absl::GetFlag(FLAGS_expert_prepack),
+                                           {{"auto", "auto"}, {"on", "on"}, {"off", "off"}}),
               &options.prepack_policy) ||
-      !Choose("mla_matmul", absl::GetFlag(FLAGS_mla_matmul),
-              {{"auto", MlaMatmulMode::kAuto}, {"on", MlaMatmulMode::kOn}, {"off", MlaMatmulMode::kOff}},
+      !choose(ParseFlagChoice<MlaMatmulMode>("mla_matmul", absl::GetFlag(FLAGS_mla_matmul),
+                                             {{"auto", MlaMatmulMode::kAuto},
+                                              {"on", MlaMatmulMode::kOn},
+                                              {"off", MlaMatmulMode::kOff}}),
               &options.attention.mla_matmul)) {
     return EXIT_FAILURE;
   }

@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flag_choice.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "gpu_worker/gpu_worker.h"
@@ -43,15 +44,19 @@ int main(int argc, char** argv) {
     return EXIT_FAILURE;
   }
   WS_LOG(INFO) << "device: " << (*device)->name();
-  const std::string stream_experts = absl::GetFlag(FLAGS_stream_experts);
-  if (stream_experts != "auto" && stream_experts != "on" && stream_experts != "off") {
-    WS_LOG(ERROR) << "--stream_experts must be auto, on or off, not '" << stream_experts << "'";
-    return EXIT_FAILURE;
-  }
-  const std::string hot_experts = absl::GetFlag(FLAGS_hot_experts);
-  if (hot_experts != "auto" && hot_experts != "on" && hot_experts != "off") {
-    WS_LOG(ERROR) << "--hot_experts must be auto, on or off, not '" << hot_experts << "'";
-    return EXIT_FAILURE;
+  auto auto_on_off = [](absl::string_view flag, const std::string& text) {
+    return writescope::ParseFlagChoice<std::string>(
+        flag, text, {{"auto", "auto"}, {"on", "on"}, {"off", "off"}});
+  };
+  const absl::StatusOr<std::string> stream_experts =
+      auto_on_off("stream_experts", absl::GetFlag(FLAGS_stream_experts));
+  const absl::StatusOr<std::string> hot_experts =
+      auto_on_off("hot_experts", absl::GetFlag(FLAGS_hot_experts));
+  for (const absl::StatusOr<std::string>* choice : {&stream_experts, &hot_experts}) {
+    if (!choice->ok()) {
+      WS_LOG(ERROR) << choice->status().message();
+      return EXIT_FAILURE;
+    }
   }
   const int64_t warmup = absl::GetFlag(FLAGS_hot_experts_warmup_tokens);
   const double max_gib = absl::GetFlag(FLAGS_hot_experts_max_gib);
@@ -62,8 +67,8 @@ int main(int argc, char** argv) {
   }
   writescope::gpu::GpuWorker worker(
       *std::move(device),
-      {.stream_experts = stream_experts,
-       .hot_experts = hot_experts,
+      {.stream_experts = *stream_experts,
+       .hot_experts = *hot_experts,
        .hot_experts_warmup_tokens = warmup,
        .hot_experts_max_bytes = static_cast<uint64_t>(max_gib * 1073741824.0),
        .prefetch_next_step = absl::GetFlag(FLAGS_prefetch_next_step)});

@@ -918,6 +918,7 @@ void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision)
   for (int i = 0; i < plan->sequences_size(); ++i) {
     if (cpu_tokens[i] > 0 && !on_cpu[i]) plan->mutable_sequences(i)->set_gpu_reads_cpu_blocks(true);
   }
+  plan->set_exploring(decision->explore);
 }
 
 std::vector<Engine::StepRecord> Engine::StepRecords(uint64_t bench_round) const {

@@ -149,8 +149,12 @@ GpuStep::~GpuStep() {
   const KvCacheStats& stats = kv_cache_->stats();
   if (stats.early_rounds_taken + stats.early_rounds_wasted > 0) {
     WS_LOG(INFO) << "early rounds (the next step's first two KV rounds queued at a step's end): "
-                 << stats.early_rounds_taken << " taken, " << stats.early_rounds_wasted
-                 << " wasted";
+                 << stats.early_rounds_taken << " taken (" << stats.early_rounds_completed
+                 << " of them in part), " << stats.early_rounds_wasted
+                 << " wasted (" << stats.early_rounds_differed << " another plan's, "
+                 << stats.early_rounds_overwritten << " written into, "
+                 << stats.early_rounds_unoffered << " dropped before a transfer); "
+                 << early_after_exploring_ << " exploring steps queued the step's before them";
   }
 }
 
@@ -381,13 +385,22 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   if (time_dma) RecordDmaSpans(step);
   // The next step's first rounds, early (KvCache::QueueEarlyRounds). Not where small uploads
   // wait for the copy engine: the logits' and the next layer 0's uploads would queue behind.
+  // After an exploring step, the next one most likely reads as the step before it did, so
+  // those rounds go (rounds the next step does not take delay its own, and a GPU-only
+  // step's first rounds are the largest); KvCache takes them only if the next plan's rounds
+  // copy the same slots, unwritten since.
+  if (!step.plan->exploring()) {
+    last_transfer_ = std::move(step.transfer);
+  } else if (step.transfer_begun) {
+    ++early_after_exploring_;
+  }
   if (options_.prefetch_next_step && step.transfer_begun &&
       !device_->small_uploads_wait_for_transfers()) {
     if (options_.spans != nullptr) {
       WS_RETURN_IF_ERROR(device_->ResetMarkers());  // the streams are idle
       markers_reset_at_end_ = true;
     }
-    const absl::Status early = kv_cache_->QueueEarlyRounds(step.transfer);
+    const absl::Status early = kv_cache_->QueueEarlyRounds(last_transfer_);
     if (!early.ok()) WS_LOG(WARNING) << "queueing the next step's first KV rounds early: " << early;
   }
 

@@ -147,6 +147,10 @@ class GpuStep {
   bool hot_choice_due_ = false;
   // The device's markers were reset at the end of the last step (before its early rounds).
   bool markers_reset_at_end_ = false;
+  // The transfer plan of the last step that did not explore (StepPlan.exploring): the early
+  // rounds after an exploring step are this plan's.
+  TransferPlan last_transfer_;
+  uint64_t early_after_exploring_ = 0;  // exploring steps that queued them
 };
 
 }  // namespace writescope::gpu

@@ -312,6 +312,7 @@ absl::Status KvCache::QueueEarlyRounds(const TransferPlan& plan) {
 
 void KvCache::DropEarlyRounds() {
   stats_.early_rounds_wasted += early_.rounds.size();
+  stats_.early_rounds_unoffered += early_.rounds.size();
   early_.rounds.clear();
   early_.valid = false;
 }
@@ -347,18 +348,42 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyIn, Stream::kCompute));
   round_markers_.assign(plan.num_rounds(), {-1, -1});
   round_fences_.assign(plan.num_rounds(), -1);
-  // The early rounds that copy what this plan's rounds copy are in flight already, queued
-  // before this step's region writes, none of which went into their slots.
+  // The early rounds are in flight already, queued before this step's region writes, none
+  // of which went into their slots. This plan's first rounds take them (in order) where
+  // they are of the same layer and copied some of the blocks the round wants to the
+  // positions it wants them at; what they lack is copied behind them, into the same buffer
+  // (a step that reads the CPU-compute blocks too after one that did not, or the reverse).
   uint32_t taken = 0;
   while (early_.valid && taken < early_.rounds.size() && taken < plan.num_rounds() &&
-         early_.rounds[taken].layer == plan.layer_of_round(taken) &&
-         early_.rounds[taken].runs == plan.chunks[plan.chunk_of_round(taken)].runs) {
-    round_fences_[taken] = early_.rounds[taken].fence;
-    round_markers_[taken] = early_.rounds[taken].markers;
+         early_.rounds[taken].layer == plan.layer_of_round(taken)) {
+    const EarlyRound& early = early_.rounds[taken];
+    const TransferChunk& chunk = plan.chunks[plan.chunk_of_round(taken)];
+    std::vector<TransferRun> missing;
+    if (early.runs != chunk.runs) {
+      missing = MissingRuns(early.runs, chunk.runs);
+      uint64_t missing_blocks = 0;
+      for (const TransferRun& run : missing) missing_blocks += run.num_blocks;
+      if (missing_blocks == chunk.num_blocks) break;  // none of its blocks is of use
+    }
+    round_fences_[taken] = early.fence;
+    round_markers_[taken] = early.markers;
+    if (!missing.empty()) {
+      std::pair<int, int> markers;
+      WS_ASSIGN_OR_RETURN(round_fences_[taken],
+                          IssueRuns(missing, early.layer, static_cast<int>(taken % 2), &markers));
+      if (round_markers_[taken].first < 0) {
+        round_markers_[taken] = markers;
+      } else if (markers.second >= 0) {
+        round_markers_[taken].second = markers.second;
+      }
+      ++stats_.early_rounds_completed;
+    }
     ++taken;
   }
   stats_.early_rounds_taken += taken;
   stats_.early_rounds_wasted += early_.rounds.size() - taken;
+  (early_.valid ? stats_.early_rounds_differed : stats_.early_rounds_overwritten) +=
+      early_.rounds.size() - taken;
   early_.rounds.clear();
   early_.valid = false;
   if (taken > 0) {

@@ -53,10 +53,17 @@ struct KvCacheStats {
   uint64_t flush_bytes = 0;
   uint64_t transfer_copies = 0;
   uint64_t transfer_bytes = 0;
-  // QueueEarlyRounds' rounds: taken by the next BeginTransfer, or wasted (that plan's round
-  // differed, a write went into their slots meanwhile, or EndTransfer).
+  // QueueEarlyRounds' rounds: taken by the next BeginTransfer, or wasted. The wasted ones
+  // by why: that plan's round differed (another layer, or none of the blocks it wants at
+  // the positions it wants them), a region write went
+  // into their slots meanwhile, or no BeginTransfer with rounds came before they were
+  // dropped (EndTransfer, QueueEarlyRounds again, a plan without rounds).
   uint64_t early_rounds_taken = 0;
-  uint64_t early_rounds_wasted = 0;
+  uint64_t early_rounds_completed = 0;  // of the taken: the blocks they lacked copied after
+  uint64_t early_rounds_wasted = 0;  // = the three below
+  uint64_t early_rounds_differed = 0;
+  uint64_t early_rounds_overwritten = 0;
+  uint64_t early_rounds_unoffered = 0;
 };
 
 // What attention needs for one ping-pong round.
@@ -157,10 +164,12 @@ class KvCache {
   // whose last attention is queued) again, one into each ping-pong buffer, after every
   // region write and attention queued so far, so that the next step's first DMA runs
   // during the logits, the sampling and the coordinator's round trip instead of after
-  // them. The next BeginTransfer takes the longest prefix of them that its plan's rounds
-  // copy alike (same layer, same runs) when no region write (prefill, flush) went into
-  // their slots since; the others are wasted (stats) and their rounds are copied again
-  // behind them. A no-op for a plan without rounds. `plan` may die after the call.
+  // them. When no region write (prefill, flush) went into their slots since, the next
+  // BeginTransfer takes the longest prefix of them whose rounds are of its rounds' layers
+  // and copied some of the blocks its rounds want to the ping-pong positions it wants them
+  // at (MissingRuns); the blocks they lack are copied behind them. The others are wasted
+  // (stats) and their rounds are copied again behind them. A no-op for a plan without
+  // rounds. `plan` may die after the call.
   absl::Status QueueEarlyRounds(const TransferPlan& plan);
   // Forgets the plan (which may not outlive this call): ReadyRound and the prefetches need a
   // BeginTransfer again. For a caller that stops before the plan's last round (the probe

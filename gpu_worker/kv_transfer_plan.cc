@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace writescope::gpu {
@@ -17,6 +20,46 @@ uint64_t TransferPlan::copies_per_layer() const {
   uint64_t copies = 0;
   for (const TransferChunk& chunk : chunks) copies += chunk.runs.size();
   return copies;
+}
+
+std::vector<TransferRun> MissingRuns(absl::Span<const TransferRun> copied,
+                                     absl::Span<const TransferRun> wanted) {
+  // Copied runs by (region, first slot); they do not overlap, so their ends ascend too.
+  std::vector<TransferRun> sorted(copied.begin(), copied.end());
+  const auto key = [](const TransferRun& r) {
+    return std::pair<int, uint64_t>(static_cast<int>(r.region), r.first_slot);
+  };
+  std::sort(sorted.begin(), sorted.end(),
+            [&](const TransferRun& a, const TransferRun& b) { return key(a) < key(b); });
+  std::vector<TransferRun> missing;
+  const auto add = [&](const TransferRun& w, uint64_t begin, uint64_t end) {
+    if (begin >= end) return;
+    missing.push_back({.first_slot = static_cast<uint32_t>(begin),
+                       .num_blocks = static_cast<uint32_t>(end - begin),
+                       .pingpong_block = static_cast<uint32_t>(w.pingpong_block + (begin - w.first_slot)),
+                       .region = w.region});
+  };
+  for (const TransferRun& w : wanted) {
+    const uint64_t w_end = uint64_t{w.first_slot} + w.num_blocks;
+    // The first copied run of this region that ends after w's first slot.
+    auto it = std::partition_point(sorted.begin(), sorted.end(), [&](const TransferRun& c) {
+      return static_cast<int>(c.region) < static_cast<int>(w.region) ||
+             (c.region == w.region && uint64_t{c.first_slot} + c.num_blocks <= w.first_slot);
+    });
+    uint64_t at = w.first_slot;  // w's slots before `at` are accounted for
+    for (; it != sorted.end() && it->region == w.region && it->first_slot < w_end; ++it) {
+      // Covered only where the copied run puts the slots where w wants them.
+      if (int64_t{it->pingpong_block} - it->first_slot != int64_t{w.pingpong_block} - w.first_slot) {
+        continue;
+      }
+      const uint64_t begin = std::max<uint64_t>(it->first_slot, w.first_slot);
+      const uint64_t end = std::min<uint64_t>(uint64_t{it->first_slot} + it->num_blocks, w_end);
+      add(w, at, begin);
+      at = std::max(at, end);
+    }
+    add(w, at, w_end);
+  }
+  return missing;
 }
 
 absl::StatusOr<TransferPlan> BuildTransferPlan(const KvCacheConfig& config,

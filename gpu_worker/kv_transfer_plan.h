@@ -79,6 +79,13 @@ struct TransferPlan {
   uint64_t copies_per_layer() const;
 };
 
+// The pieces of `wanted` that `copied` does not bring to the same ping-pong positions: a
+// block of a wanted run is covered when a copied run of its region copies its slot to its
+// position. In slot order, one run per uncovered stretch; empty when all are covered.
+// `copied` must not copy a slot twice (a plan's round never does).
+std::vector<TransferRun> MissingRuns(absl::Span<const TransferRun> copied,
+                                     absl::Span<const TransferRun> wanted);
+
 // Builds the plan for `batch`. INVALID_ARGUMENT for a slot outside its region or one that
 // appears twice (two blocks never share a slot).
 absl::StatusOr<TransferPlan> BuildTransferPlan(const KvCacheConfig& config,

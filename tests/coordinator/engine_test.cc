@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
@@ -28,6 +29,10 @@ class FakeWorker final : public StepWorker {
                                                absl::Duration) override {
     std::this_thread::sleep_for(std::chrono::microseconds(200));  // a step takes time
     if (fail_next_.exchange(false)) return absl::InternalError("injected step failure");
+    if (plan.exploring()) {
+      std::lock_guard<std::mutex> lock(exploring_mutex_);
+      exploring_steps_.push_back(plan.step_id());
+    }
     const uint64_t step = steps_.fetch_add(1) + 1;
     internal::StepResult result;
     result.set_step_id(plan.step_id());
@@ -117,6 +122,9 @@ class FakeWorker final : public StepWorker {
   std::atomic<double> ns_per_token_{1.0};
   // Decode sequences planned with their CPU-compute blocks on the GPU.
   std::atomic<uint64_t> gpu_read_decode_steps_{0};
+  // The step ids of the plans marked exploring (StepPlan.exploring).
+  std::mutex exploring_mutex_;
+  std::vector<uint64_t> exploring_steps_;  // guarded by exploring_mutex_
 
  private:
   bool gpu_;
@@ -367,6 +375,18 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   EXPECT_TRUE(std::isfinite(last.predicted_split_ms()));
   EXPECT_TRUE(std::isfinite(last.predicted_gpu_only_ms()));
   EXPECT_GT(below_placed, response->steps_size() / 2);
+  // The plans of the exploring steps say so (the gpu_worker queues no early KV rounds
+  // after them), and only theirs.
+  int explored = 0;
+  {
+    std::lock_guard<std::mutex> lock(gpu_->exploring_mutex_);
+    for (const v1::BenchStep& step : response->steps()) {
+      const bool marked = absl::c_linear_search(gpu_->exploring_steps_, step.step_id());
+      EXPECT_EQ(marked, step.explore()) << "step " << step.step_id();
+      explored += step.explore() ? 1 : 0;
+    }
+  }
+  EXPECT_GT(explored, 0) << "no step explored: the check above saw only unmarked plans";
   // The engine keeps serving afterwards, and frees everything.
   auto stream = engine_->Submit(Request({5, 6, 7}, 2 * kv_.window_tokens + 5), absl::InfiniteFuture());
   WS_ASSERT_OK(stream.status());

@@ -498,6 +498,7 @@ TEST_P(KvCachePropertyTest, RandomOperationsKeepEveryTokenInExactlyOnePlace) {
             << " multi_chunk_steps=" << multi_chunk_steps_ << " decode_steps=" << steps_
             << " max_live_tokens=" << max_tokens_
             << " early_rounds_taken=" << stats.early_rounds_taken
+            << " early_rounds_completed=" << stats.early_rounds_completed
             << " early_rounds_wasted=" << stats.early_rounds_wasted << "\n";
   // The run must have exercised what it claims to test.
   EXPECT_GT(flushes_, 0);
@@ -505,7 +506,11 @@ TEST_P(KvCachePropertyTest, RandomOperationsKeepEveryTokenInExactlyOnePlace) {
   EXPECT_GT(exhausted_, 0) << "no exhaustion was provoked";
   EXPECT_GT(multi_chunk_steps_, 0) << "no step needed more than one ping-pong chunk";
   EXPECT_GT(stats.early_rounds_taken, 0u) << "no early round was ever taken";
+  EXPECT_GT(stats.early_rounds_completed, 0u) << "no early round was ever taken in part";
   EXPECT_GT(stats.early_rounds_wasted, 0u) << "no early round was ever dropped";
+  EXPECT_EQ(stats.early_rounds_wasted, stats.early_rounds_differed +
+                                           stats.early_rounds_overwritten +
+                                           stats.early_rounds_unoffered);
 }
 
 // The early rounds taken and dropped, deterministically: steps over an unchanged batch take
@@ -548,6 +553,7 @@ TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) 
   ASSERT_NO_FATAL_FAILURE(CheckInvariants());
   EXPECT_EQ(stats.early_rounds_taken, kEarly);
   EXPECT_EQ(stats.early_rounds_wasted, kEarly);
+  EXPECT_EQ(stats.early_rounds_differed, kEarly);
   DecodeStep({1}, rng, 0.0, /*early=*/1);
   ASSERT_NO_FATAL_FAILURE(CheckInvariants());  // its checks ran: the references may go
   WS_ASSERT_OK(placement_->Free(3));
@@ -563,6 +569,9 @@ TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) 
   ASSERT_NO_FATAL_FAILURE(CheckInvariants());
   EXPECT_EQ(stats.early_rounds_taken, kEarly);
   EXPECT_EQ(stats.early_rounds_wasted, 2 * kEarly);
+  EXPECT_EQ(stats.early_rounds_overwritten, kEarly);
+  EXPECT_EQ(stats.early_rounds_differed, kEarly);
+  EXPECT_EQ(stats.early_rounds_unoffered, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(

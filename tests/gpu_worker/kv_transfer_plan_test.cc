@@ -1,5 +1,8 @@
 #include "gpu_worker/kv_transfer_plan.h"
 
+#include <random>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
 #include "tests/gpu_worker/kv_test_util.h"
@@ -142,6 +145,110 @@ TEST(TransferPlanTest, EmptyAndInvalid) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(BuildTransferPlan(Config(4), {{.blocks = {T(3)}}, {.blocks = {T(3)}}}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TransferRun Piece(KvRegion region, uint32_t first_slot, uint32_t blocks, uint32_t pingpong) {
+  return {.first_slot = first_slot, .num_blocks = blocks, .pingpong_block = pingpong,
+          .region = region};
+}
+
+// MissingRuns, block by block: a wanted block is covered when some copied run puts its
+// slot at its position; the uncovered ones, in the order of the wanted runs, joined where
+// consecutive within one run.
+std::vector<TransferRun> MissingRunsReference(absl::Span<const TransferRun> copied,
+                                              absl::Span<const TransferRun> wanted) {
+  std::vector<TransferRun> out;
+  for (const TransferRun& w : wanted) {
+    bool open = false;
+    for (uint32_t i = 0; i < w.num_blocks; ++i) {
+      const uint32_t slot = w.first_slot + i, position = w.pingpong_block + i;
+      bool covered = false;
+      for (const TransferRun& c : copied) {
+        covered |= c.region == w.region && slot >= c.first_slot &&
+                   slot - c.first_slot < c.num_blocks &&
+                   c.pingpong_block + (slot - c.first_slot) == position;
+      }
+      if (covered) {
+        open = false;
+      } else if (open) {
+        ++out.back().num_blocks;
+      } else {
+        out.push_back(Piece(w.region, slot, 1, position));
+        open = true;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(MissingRunsTest, NamedCases) {
+  const KvRegion t = KvRegion::kGpuTransfer, c = KvRegion::kCpuCompute;
+  const std::vector<TransferRun> split = {Piece(t, 0, 4, 0), Piece(t, 8, 2, 4)};
+  // The same runs, and a superset (the GPU-only step's round after a split step's).
+  EXPECT_TRUE(MissingRuns(split, split).empty());
+  const std::vector<TransferRun> gpu_only = {Piece(t, 0, 4, 0), Piece(t, 8, 2, 4), Piece(c, 3, 5, 6)};
+  EXPECT_EQ(MissingRuns(split, gpu_only), std::vector<TransferRun>({Piece(c, 3, 5, 6)}));
+  EXPECT_TRUE(MissingRuns(gpu_only, split).empty());
+  // Nothing copied; another region; the same slots at other positions.
+  EXPECT_EQ(MissingRuns({}, split), split);
+  EXPECT_EQ(MissingRuns({Piece(c, 0, 4, 0)}, {Piece(t, 0, 4, 0)}),
+            std::vector<TransferRun>({Piece(t, 0, 4, 0)}));
+  EXPECT_EQ(MissingRuns({Piece(t, 0, 4, 1)}, {Piece(t, 0, 4, 0)}),
+            std::vector<TransferRun>({Piece(t, 0, 4, 0)}));
+  // A hole in the middle of a wanted run, and both ends.
+  EXPECT_EQ(MissingRuns({Piece(t, 2, 2, 2)}, {Piece(t, 0, 6, 0)}),
+            std::vector<TransferRun>({Piece(t, 0, 2, 0), Piece(t, 4, 2, 4)}));
+  EXPECT_EQ(MissingRuns({Piece(t, 0, 1, 0), Piece(t, 5, 1, 5)}, {Piece(t, 0, 6, 0)}),
+            std::vector<TransferRun>({Piece(t, 1, 4, 1)}));
+  EXPECT_TRUE(MissingRuns({Piece(t, 0, 0, 0)}, {}).empty());
+}
+
+// Random copied / wanted round pairs, as two plans' rounds make them (each slot copied at
+// most once per round, positions anywhere), against the block-by-block reference.
+TEST(MissingRunsTest, MatchesTheBlockByBlockReference) {
+  std::mt19937 rng(5);
+  int partial = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const auto round = [&](int max_runs) {
+      std::vector<TransferRun> runs;
+      std::vector<bool> used(2 * 40, false);
+      const int n = std::uniform_int_distribution<int>(0, max_runs)(rng);
+      uint32_t position = std::uniform_int_distribution<uint32_t>(0, 3)(rng);
+      for (int i = 0; i < n; ++i) {
+        const KvRegion region = rng() % 3 == 0 ? KvRegion::kCpuCompute : KvRegion::kGpuTransfer;
+        const uint32_t first = std::uniform_int_distribution<uint32_t>(0, 35)(rng);
+        const uint32_t len = std::uniform_int_distribution<uint32_t>(1, 5)(rng);
+        bool free = true;
+        for (uint32_t s = first; s < first + len; ++s) {
+          free &= !used[static_cast<int>(region) * 40 + s];
+        }
+        if (!free) continue;
+        for (uint32_t s = first; s < first + len; ++s) used[static_cast<int>(region) * 40 + s] = true;
+        runs.push_back(Piece(region, first, len, position));
+        position += len + (rng() % 4 == 0 ? 1 : 0);
+      }
+      return runs;
+    };
+    std::vector<TransferRun> copied = round(6), wanted = round(6);
+    if (trial % 3 == 0 && !copied.empty()) wanted.insert(wanted.begin(), copied.begin(), copied.end() - 1);
+    // Wanted runs of one round never overlap in slots: drop the later of an overlapping pair.
+    std::vector<TransferRun> clean;
+    for (const TransferRun& w : wanted) {
+      bool overlaps = false;
+      for (const TransferRun& k : clean) {
+        overlaps |= k.region == w.region && w.first_slot < k.first_slot + k.num_blocks &&
+                    k.first_slot < w.first_slot + w.num_blocks;
+      }
+      if (!overlaps) clean.push_back(w);
+    }
+    const std::vector<TransferRun> expected = MissingRunsReference(copied, clean);
+    ASSERT_EQ(MissingRuns(copied, clean), expected) << "trial " << trial;
+    uint64_t wanted_blocks = 0, missing_blocks = 0;
+    for (const TransferRun& w : clean) wanted_blocks += w.num_blocks;
+    for (const TransferRun& m : expected) missing_blocks += m.num_blocks;
+    partial += missing_blocks > 0 && missing_blocks < wanted_blocks ? 1 : 0;
+  }
+  EXPECT_GT(partial, 300) << "too few rounds were partly covered to test the interesting case";
 }
 
 }  // namespace

@@ -389,17 +389,15 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   // those rounds go (rounds the next step does not take delay its own, and a GPU-only
   // step's first rounds are the largest); KvCache takes them only if the next plan's rounds
   // copy the same slots, unwritten since.
-  if (!step.plan->exploring()) {
-    last_transfer_ = std::move(step.transfer);
-  } else if (step.transfer_begun) {
-    ++early_after_exploring_;
-  }
+  // (A copy: KvCache still points at step.transfer until the next BeginTransfer.)
+  if (!step.plan->exploring()) last_transfer_ = step.transfer;
   if (options_.prefetch_next_step && step.transfer_begun &&
       !device_->small_uploads_wait_for_transfers()) {
     if (options_.spans != nullptr) {
       WS_RETURN_IF_ERROR(device_->ResetMarkers());  // the streams are idle
       markers_reset_at_end_ = true;
     }
+    if (step.plan->exploring() && last_transfer_.num_rounds() > 0) ++early_after_exploring_;
     const absl::Status early = kv_cache_->QueueEarlyRounds(last_transfer_);
     if (!early.ok()) WS_LOG(WARNING) << "queueing the next step's first KV rounds early: " << early;
   }

@@ -368,14 +368,11 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
     round_fences_[taken] = early.fence;
     round_markers_[taken] = early.markers;
     if (!missing.empty()) {
-      std::pair<int, int> markers;
+      // The round's DMA span is then that of the copies this step added (the early round's
+      // began at the last step's end, before the gap between the steps).
       WS_ASSIGN_OR_RETURN(round_fences_[taken],
-                          IssueRuns(missing, early.layer, static_cast<int>(taken % 2), &markers));
-      if (round_markers_[taken].first < 0) {
-        round_markers_[taken] = markers;
-      } else if (markers.second >= 0) {
-        round_markers_[taken].second = markers.second;
-      }
+                          IssueRuns(missing, early.layer, static_cast<int>(taken % 2),
+                                    &round_markers_[taken]));
       ++stats_.early_rounds_completed;
     }
     ++taken;

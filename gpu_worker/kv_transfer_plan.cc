@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include <algorithm>
-#include <utility>
-
 #include "absl/strings/str_cat.h"
 
 namespace writescope::gpu {

@@ -81,7 +81,8 @@ struct TransferPlan {
 
 // The pieces of `wanted` that `copied` does not bring to the same ping-pong positions: a
 // block of a wanted run is covered when a copied run of its region copies its slot to its
-// position. In slot order, one run per uncovered stretch; empty when all are covered.
+// position. One run per uncovered stretch, in the order of `wanted`; empty when all are
+// covered.
 // `copied` must not copy a slot twice (a plan's round never does).
 std::vector<TransferRun> MissingRuns(absl::Span<const TransferRun> copied,
                                      absl::Span<const TransferRun> wanted);

@@ -375,8 +375,8 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   EXPECT_TRUE(std::isfinite(last.predicted_split_ms()));
   EXPECT_TRUE(std::isfinite(last.predicted_gpu_only_ms()));
   EXPECT_GT(below_placed, response->steps_size() / 2);
-  // The plans of the exploring steps say so (the gpu_worker queues no early KV rounds
-  // after them), and only theirs.
+  // The plans of the exploring steps say so (after them the gpu_worker queues the early KV
+  // rounds of the step before), and only theirs.
   int explored = 0;
   {
     std::lock_guard<std::mutex> lock(gpu_->exploring_mutex_);

@@ -321,13 +321,17 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
       reference_[id].push_back(token);
       stepped.push_back(id);
     }
-    // The transfer plan of the step.
+    // The transfer plan of the step; one step in three streams the CPU-compute blocks too
+    // (writescope's GPU-only mode), so that consecutive steps switch between the two plans
+    // whose first rounds share the transfer blocks (early rounds taken in part).
+    const bool read_cpu = rng() % 3 == 0;
     std::vector<gpu::StepSequence> step;
     for (SequenceId id : stepped) {
       const SequencePlacement* seq = placement_->Find(id);
       gpu::StepSequence& s = step.emplace_back();
       s.window_slot = seq->window_slot;
       s.window_tokens = seq->window_tokens;
+      s.read_cpu_blocks = read_cpu;
       for (const PlacedBlock& b : seq->blocks) s.blocks.push_back(b.ref);
     }
     auto built = gpu::BuildTransferPlan(config_, step);
@@ -338,7 +342,9 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
     ++steps_;
     uint64_t expected_blocks = 0;
     for (const auto& s : step) {
-      for (const KvBlockRef& b : s.blocks) expected_blocks += b.region == KvRegion::kGpuTransfer;
+      for (const KvBlockRef& b : s.blocks) {
+        expected_blocks += b.region == KvRegion::kGpuTransfer || s.read_cpu_blocks;
+      }
     }
     ASSERT_EQ(plan->blocks_per_layer(), expected_blocks);
     const uint64_t lbb = g().layer_block_bytes();

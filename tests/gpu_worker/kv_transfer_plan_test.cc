@@ -200,7 +200,6 @@ TEST(MissingRunsTest, NamedCases) {
             std::vector<TransferRun>({Piece(t, 0, 2, 0), Piece(t, 4, 2, 4)}));
   EXPECT_EQ(MissingRuns({Piece(t, 0, 1, 0), Piece(t, 5, 1, 5)}, {Piece(t, 0, 6, 0)}),
             std::vector<TransferRun>({Piece(t, 1, 4, 1)}));
-  EXPECT_TRUE(MissingRuns({Piece(t, 0, 0, 0)}, {}).empty());
 }
 
 // Random copied / wanted round pairs, as two plans' rounds make them (each slot copied at

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Summarizes deploy/contention.sh's CSVs: per policy, the step times before, during and after
+the competing load, and for writescope (the policy that chooses its reads step by step) the
+steps by kind: a mode switch (it read otherwise than the step before), the same mode, an
+exploration, and the step after an exploration.
+
+    deploy/contention_report.py STEPS_CSV EVENTS_CSV [--settle SECONDS]
+
+The first `--settle` seconds (default 3) after the load starts and after it ends count in no
+phase: the shares move there. Step kinds compare steps of one bench round only (each round
+places its context anew, so its first step has no step before it). A mode is "split" when
+the CPU attended some of the host tokens (read_cpu_share > 0), else "GPU-only". Standard
+library only.
+"""
+import argparse
+import csv
+import statistics
+import sys
+
+PHASES = ("before", "during", "after")
+KINDS = ("switch", "same", "explore", "after explore")
+
+
+def load_events(path):
+    events = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            events.setdefault(row["policy"], {})[row["event"]] = float(row["unix_s"])
+    return events
+
+
+def load_steps(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def phase_of(t, start, end, settle):
+    if t < start:
+        return "before"
+    if t < start + settle:
+        return None
+    if t < end:
+        return "during"
+    if t < end + settle:
+        return None
+    return "after"
+
+
+def cell(values):
+    if not values:
+        return "n   0" + " " * 14
+    return f"n {len(values):3d} med {statistics.median(values):6.1f}    "
+
+
+def summarize(steps, events, settle):
+    """Returns {policy: {"phase": {phase: [ms]}, "explore": {phase: count},
+    "kind": {phase: {kind: [ms]}}}}."""
+    out = {}
+    by_policy = {}
+    for row in steps:
+        by_policy.setdefault(row["policy"], []).append(row)
+    for policy, rows in by_policy.items():
+        if policy not in events or "load start" not in events[policy] or \
+                "load end" not in events[policy]:
+            raise ValueError(f"no load start and end for {policy} in the events")
+        start, end = events[policy]["load start"], events[policy]["load end"]
+        summary = {"phase": {p: [] for p in PHASES}, "explore": {p: 0 for p in PHASES},
+                   "kind": {p: {k: [] for k in KINDS} for p in PHASES}}
+        previous = None
+        for row in rows:
+            phase = phase_of(float(row["unix_s"]), start, end, settle)
+            ms = float(row["step_ms"])
+            explore = row["explore"] == "1"
+            if phase is not None:
+                summary["phase"][phase].append(ms)
+                summary["explore"][phase] += explore
+                if previous is not None and previous["round"] == row["round"]:
+                    if explore:
+                        kind = "explore"
+                    elif previous["explore"] == "1":
+                        kind = "after explore"
+                    else:
+                        split = float(row["read_cpu_share"]) > 0
+                        was_split = float(previous["read_cpu_share"]) > 0
+                        kind = "switch" if split != was_split else "same"
+                    summary["kind"][phase][kind].append(ms)
+            previous = row
+        out[policy] = summary
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("steps")
+    parser.add_argument("events")
+    parser.add_argument("--settle", type=float, default=3.0)
+    args = parser.parse_args()
+    try:
+        summary = summarize(load_steps(args.steps), load_events(args.events), args.settle)
+    except (OSError, KeyError, ValueError) as e:
+        print(f"contention_report.py: {e}", file=sys.stderr)
+        return 2
+    print("Step ms per phase (median, mean, steps, explorations; the first "
+          f"{args.settle:g} s after the load starts and ends left out):")
+    for policy, s in summary.items():
+        cells = []
+        for p in PHASES:
+            v = s["phase"][p]
+            cells.append(f"{p} " + (f"{statistics.median(v):6.1f} {statistics.mean(v):6.1f} "
+                                    f"n {len(v):3d} expl {s['explore'][p]:2d}" if v else "none"))
+        print(f"  {policy:14s} " + " | ".join(cells))
+    for policy, s in summary.items():
+        if not any(s["explore"].values()):
+            continue
+        print(f"\n{policy}: steps by kind (median ms), step after step within a round:")
+        for p in PHASES:
+            print(f"  {p:6s} " + " | ".join(f"{k} {cell(s['kind'][p][k])}" for k in KINDS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

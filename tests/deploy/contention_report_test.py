@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""deploy/contention_report.py on CSVs whose answers are known: the phases with their settle
+gaps, explorations counted per phase, and writescope's steps by kind within a round."""
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = sys.argv[1]
+SCRIPT = os.path.join(ROOT, "deploy", "contention_report.py")
+HEADER = ("policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,cpu_expert_ms,"
+          "target_cpu_share,placed_cpu_share,optimal_cpu_share,batch,context,read_cpu_share,"
+          "explore,predicted_split_ms,predicted_gpu_only_ms\n")
+
+
+def step(policy, rnd, i, t, ms, read, explore=0):
+    return (f"{policy},{rnd},{i},{t},{ms},0,0,0,0.5,0.5,0.5,16,32768,{read},{explore},"
+            f"0,0\n")
+
+
+def run(steps, events, *extra):
+    with tempfile.TemporaryDirectory() as d:
+        s, e = os.path.join(d, "steps.csv"), os.path.join(d, "events.csv")
+        with open(s, "w") as f:
+            f.write(HEADER + "".join(steps))
+        with open(e, "w") as f:
+            f.write("policy,unix_s,event\n" + "".join(events))
+        return subprocess.run([sys.executable, SCRIPT, s, e, *extra], capture_output=True,
+                              text=True)
+
+
+# The load runs from t = 100 to 200 s; settle 3 s.
+steps = [
+    # static: 50 ms before, 100 during (t = 101 is settling: left out), 60 after.
+    step("static:0.5", 0, 0, 90, 50, 0.5), step("static:0.5", 0, 1, 95, 50, 0.5),
+    step("static:0.5", 0, 2, 101, 999, 0.5), step("static:0.5", 1, 0, 150, 100, 0.5),
+    step("static:0.5", 1, 1, 160, 100, 0.5), step("static:0.5", 1, 2, 170, 100, 0.5),
+    step("static:0.5", 2, 0, 202, 999, 0.5), step("static:0.5", 2, 1, 210, 60, 0.5),
+    # writescope, before: same (split after split) 40, an exploration (GPU-only) 90, the step
+    # after it 45, a switch to GPU-only 70, then GPU-only again 41. Round 1's first step has
+    # no step before it in its round: no kind.
+    step("writescope", 0, 0, 10, 40, 0.3), step("writescope", 0, 1, 11, 40, 0.3),
+    step("writescope", 0, 2, 12, 90, 0.0, 1), step("writescope", 0, 3, 13, 45, 0.3),
+    step("writescope", 0, 4, 14, 70, 0.0), step("writescope", 0, 5, 15, 41, 0.0),
+    step("writescope", 1, 0, 16, 500, 0.3),
+    # during: one exploration, no kind counted after the settle gap for t = 102.
+    step("writescope", 2, 0, 102, 777, 0.3), step("writescope", 2, 1, 120, 80, 0.3, 1),
+    step("writescope", 2, 2, 121, 82, 0.3),
+]
+events = ["static:0.5,100,load start\n", "static:0.5,200,load end\n",
+          "writescope,100,load start\n", "writescope,200,load end\n"]
+out = run(steps, events)
+text = out.stdout
+checks = [
+    (out.returncode == 0, f"exit 0 (stderr: {out.stderr})"),
+    ("static:0.5     before   50.0   50.0 n   2 expl  0 | during  100.0  100.0 n   3 expl  0 | "
+     "after   60.0   60.0 n   1 expl  0" in text, "static's phases, settling steps left out"),
+    # writescope before: 40 40 90 45 70 41 500 -> median 45, mean 118.0, 1 exploration.
+    ("writescope     before   45.0  118.0 n   7 expl  1 | during   81.0   81.0 n   2 expl  1 | "
+     "after none" in text, "writescope's phases"),
+    ("before switch n   1 med   70.0     | same n   2 med   40.5     | explore n   1 med   90.0"
+     "     | after explore n   1 med   45.0" in text, "writescope's kinds before the load"),
+    ("during switch n   0" in text and "explore n   1 med   80.0" in text and
+     "after explore n   1 med   82.0" in text, "writescope's kinds during the load"),
+    ("static:0.5: steps by kind" not in text, "no kinds for a policy that never explores"),
+]
+# Another settle: 0 s keeps the settling steps (static during: 999, 100, 100, 100).
+text0 = run(steps, events, "--settle", "0").stdout
+checks.append(("during  100.0  324.8 n   4" in text0, "--settle 0 keeps t = 101"))
+# A policy without its load events: exit 2 with a message.
+bad = run(steps, ["static:0.5,100,load start\n"])
+checks.append((bad.returncode == 2 and "no load start and end" in bad.stderr,
+               f"missing events: exit 2 (got {bad.returncode}, {bad.stderr!r})"))
+
+failed = [what for ok, what in checks if not ok]
+for what in failed:
+    print(f"FAILED: {what}")
+if failed:
+    print(text)
+    print(text0)
+    sys.exit(1)
+print(f"all {len(checks)} checks passed")

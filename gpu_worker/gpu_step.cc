@@ -386,10 +386,9 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   // The next step's first rounds, early (KvCache::QueueEarlyRounds). Not where small uploads
   // wait for the copy engine: the logits' and the next layer 0's uploads would queue behind.
   // After an exploring step, the next one most likely reads as the step before it did, so
-  // those rounds go (rounds the next step does not take delay its own, and a GPU-only
-  // step's first rounds are the largest); KvCache takes them only if the next plan's rounds
-  // copy the same slots, unwritten since.
-  // (A copy: KvCache still points at step.transfer until the next BeginTransfer.)
+  // those rounds go (rounds the next step cannot use delay its own, and a GPU-only step's
+  // first rounds are the largest); KvCache takes what the next plan's rounds can use of
+  // them. (A copy: KvCache points at step.transfer until the next BeginTransfer.)
   if (!step.plan->exploring()) last_transfer_ = step.transfer;
   if (options_.prefetch_next_step && step.transfer_begun &&
       !device_->small_uploads_wait_for_transfers()) {

@@ -55,9 +55,9 @@ struct KvCacheStats {
   uint64_t transfer_bytes = 0;
   // QueueEarlyRounds' rounds: taken by the next BeginTransfer, or wasted. The wasted ones
   // by why: that plan's round differed (another layer, or none of the blocks it wants at
-  // the positions it wants them), a region write went
-  // into their slots meanwhile, or no BeginTransfer with rounds came before they were
-  // dropped (EndTransfer, QueueEarlyRounds again, a plan without rounds).
+  // the positions it wants them), a region write went into their slots meanwhile, or no
+  // BeginTransfer with rounds came before they were dropped (EndTransfer, QueueEarlyRounds
+  // again, a plan without rounds).
   uint64_t early_rounds_taken = 0;
   uint64_t early_rounds_completed = 0;  // of the taken: the blocks they lacked copied after
   uint64_t early_rounds_wasted = 0;  // = the three below

@@ -13,25 +13,37 @@ the CPU attended some of the host tokens (read_cpu_share > 0), else "GPU-only". 
 library only.
 """
 import argparse
-import csv
+import os
 import statistics
 import sys
+
+# The CSV readers of the bench charts (line-numbered errors for a bad file or value).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_plot import InputError, field, load_events as read_events, read_csv  # noqa: E402
 
 PHASES = ("before", "during", "after")
 KINDS = ("switch", "same", "explore", "after explore")
 
 
+STEP_COLUMNS = ("policy", "round", "unix_s", "step_ms", "read_cpu_share", "explore")
+
+
 def load_events(path):
+    """{policy: {event: unix seconds}}."""
     events = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            events.setdefault(row["policy"], {})[row["event"]] = float(row["unix_s"])
+    for e in read_events(path):
+        events.setdefault(e["policy"], {})[e["event"]] = e["unix_s"]
     return events
 
 
 def load_steps(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    steps = []
+    for line, row in read_csv(path, STEP_COLUMNS):
+        step = {"policy": (row.get("policy") or "").strip()}
+        for name in STEP_COLUMNS[1:]:
+            step[name] = field(path, line, row, name)
+        steps.append(step)
+    return steps
 
 
 def phase_of(t, start, end, settle):
@@ -68,20 +80,20 @@ def summarize(steps, events, settle):
                    "kind": {p: {k: [] for k in KINDS} for p in PHASES}}
         previous = None
         for row in rows:
-            phase = phase_of(float(row["unix_s"]), start, end, settle)
-            ms = float(row["step_ms"])
-            explore = row["explore"] == "1"
+            phase = phase_of(row["unix_s"], start, end, settle)
+            ms = row["step_ms"]
+            explore = row["explore"] != 0
             if phase is not None:
                 summary["phase"][phase].append(ms)
                 summary["explore"][phase] += explore
                 if previous is not None and previous["round"] == row["round"]:
                     if explore:
                         kind = "explore"
-                    elif previous["explore"] == "1":
+                    elif previous["explore"] != 0:
                         kind = "after explore"
                     else:
-                        split = float(row["read_cpu_share"]) > 0
-                        was_split = float(previous["read_cpu_share"]) > 0
+                        split = row["read_cpu_share"] > 0
+                        was_split = previous["read_cpu_share"] > 0
                         kind = "switch" if split != was_split else "same"
                     summary["kind"][phase][kind].append(ms)
             previous = row
@@ -97,7 +109,7 @@ def main():
     args = parser.parse_args()
     try:
         summary = summarize(load_steps(args.steps), load_events(args.events), args.settle)
-    except (OSError, KeyError, ValueError) as e:
+    except (InputError, ValueError) as e:
         print(f"contention_report.py: {e}", file=sys.stderr)
         return 2
     print("Step ms per phase (median, mean, steps, explorations; the first "

@@ -70,8 +70,8 @@ struct GpuStepOptions {
   HotExpertsOptions hot_experts;
   // At the end of each step, queue the step's first two ping-pong rounds again for the
   // next step (KvCache::QueueEarlyRounds): the copies run while the host computes the
-  // logits and the coordinator plans, and the next step takes those its first rounds copy
-  // alike (a steady batch without a flush into them).
+  // logits and the coordinator plans, and the next step takes what its first rounds can use
+  // of them (after an exploring step, the rounds of the step before it are queued).
   bool prefetch_next_step = true;
 };
 

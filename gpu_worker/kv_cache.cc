@@ -140,23 +140,25 @@ absl::Status KvCache::WaitForFlushOf(uint32_t window_slot) {
   return absl::OkStatus();
 }
 
-absl::Status KvCache::CopyBlocksToRegions(uint32_t layer, absl::Span<const KvBlockRef> blocks,
-                                          const std::byte* device_src, uint64_t* copies,
-                                          uint64_t* bytes) {
-  const uint64_t lbb = config_.geometry.layer_block_bytes();
-  // A write into a slot that a pending early round copied makes the early rounds stale.
-  if (early_.valid) {
-    for (const KvBlockRef& block : blocks) {
-      for (const EarlyRound& round : early_.rounds) {
-        for (const TransferRun& run : round.runs) {
-          if (run.region == block.region && block.slot >= run.first_slot &&
-              block.slot - run.first_slot < run.num_blocks) {
-            early_.valid = false;
-          }
+void KvCache::NoteRegionWrite(absl::Span<const KvBlockRef> blocks) {
+  if (!early_.valid) return;
+  for (const KvBlockRef& block : blocks) {
+    for (const EarlyRound& round : early_.rounds) {
+      for (const TransferRun& run : round.runs) {
+        if (run.region == block.region && block.slot >= run.first_slot &&
+            block.slot - run.first_slot < run.num_blocks) {
+          early_.valid = false;
+          return;
         }
       }
     }
   }
+}
+
+absl::Status KvCache::CopyBlocksToRegions(uint32_t layer, absl::Span<const KvBlockRef> blocks,
+                                          const std::byte* device_src, uint64_t* copies,
+                                          uint64_t* bytes) {
+  const uint64_t lbb = config_.geometry.layer_block_bytes();
   size_t begin = 0;
   while (begin < blocks.size()) {
     size_t end = begin + 1;
@@ -188,6 +190,7 @@ absl::Status KvCache::WritePrefillLayer(uint32_t layer, absl::Span<const KvBlock
   const uint64_t lbb = config_.geometry.layer_block_bytes();
   // The K/V were produced on kCompute.
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyOut, Stream::kCompute));
+  NoteRegionWrite(blocks);
   WS_RETURN_IF_ERROR(
       CopyBlocksToRegions(layer, blocks, src, &stats_.prefill_copies, &stats_.prefill_bytes));
   if (window_tokens > 0) {
@@ -242,6 +245,7 @@ absl::Status KvCache::FlushWindow(uint32_t window_slot, absl::Span<const KvBlock
   for (const KvBlockRef& block : blocks) WS_RETURN_IF_ERROR(ValidateBlock(block, 0));
   // The window's last appends were queued on kCompute.
   WS_RETURN_IF_ERROR(device_->StreamWait(Stream::kCopyOut, Stream::kCompute));
+  NoteRegionWrite(blocks);  // the slots are the same for every layer
   for (uint32_t layer = 0; layer < config_.geometry.num_layers; ++layer) {
     WS_RETURN_IF_ERROR(CopyBlocksToRegions(layer, blocks, WindowAddress(window_slot, layer),
                                            &stats_.flush_copies, &stats_.flush_bytes));

@@ -203,6 +203,9 @@ class KvCache {
   absl::Status ValidateWindowSlot(uint32_t window_slot) const;
   // Orders kCompute after the flushes of `window_slot` before touching its window.
   absl::Status WaitForFlushOf(uint32_t window_slot);
+  // Region writes (WritePrefillLayer, FlushWindow) call this before they copy: a write into
+  // a slot that a pending early round copied makes the early rounds stale.
+  void NoteRegionWrite(absl::Span<const KvBlockRef> blocks);
   // Copies blocks[j] <- src + j * layer_block_bytes for one layer, one copy per run.
   absl::Status CopyBlocksToRegions(uint32_t layer, absl::Span<const KvBlockRef> blocks,
                                    const std::byte* device_src, uint64_t* copies, uint64_t* bytes);

@@ -29,8 +29,8 @@ ABSL_FLAG(double, hot_experts_max_gib, 0,
 
 ABSL_FLAG(bool, prefetch_next_step, true,
           "Queue the next decode step's first two KV transfer rounds at the end of each step "
-          "(the next step uses them when its first rounds copy the same blocks, unwritten "
-          "since)");
+          "(the next step uses the blocks its first rounds want at the positions it wants "
+          "them, unwritten since, and copies the rest)");
 
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();

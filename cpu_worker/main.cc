@@ -17,9 +17,9 @@ ABSL_FLAG(std::string, expert_precision, "auto",
           "Routed experts: auto (bf16 where oneDNN has native bf16, else f32), bf16, f32 "
           "(matches the fp32 reference to summation order)");
 ABSL_FLAG(std::string, mla_matmul, "auto",
-          "MLA decode: on = whole KV blocks through oneDNN bf16 matmuls (the CPU's matrix units), "
-          "the probabilities split into bf16 hi + lo; off = our vector kernels; auto = on where "
-          "oneDNN runs AMX (faster there, slower without it)");
+          "MLA decode on the CPU's matrix units, the probabilities split into bf16 hi + lo: amx = "
+          "our AMX tile kernel (a CPU with AMX-BF16); onednn (or on) = whole KV blocks through "
+          "oneDNN bf16 matmuls; off = our vector kernels; auto = amx where AMX is usable, else off");
 ABSL_FLAG(std::string, expert_prepack, "auto",
           "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
           "(on when the routed experts take at most 4 GiB)");
@@ -54,9 +54,16 @@ int main(int argc, char** argv) {
               &options.prepack_policy) ||
       !choose(ParseFlagChoice<MlaMatmulMode>("mla_matmul", absl::GetFlag(FLAGS_mla_matmul),
                                              {{"auto", MlaMatmulMode::kAuto},
-                                              {"on", MlaMatmulMode::kOn},
+                                              {"amx", MlaMatmulMode::kAmx},
+                                              {"onednn", MlaMatmulMode::kOneDnn},
+                                              {"on", MlaMatmulMode::kOneDnn},
                                               {"off", MlaMatmulMode::kOff}}),
               &options.attention.mla_matmul)) {
+    return EXIT_FAILURE;
+  }
+  if (options.attention.mla_matmul == MlaMatmulMode::kAmx && !writescope::kernels::MlaAmxUsable()) {
+    WS_LOG(ERROR) << "--mla_matmul=amx: this process cannot use AMX (the CPU lacks AMX-BF16 or "
+                     "AVX-512, WS_CPU_NO_AMX is set, or the kernel refused the tile state)";
     return EXIT_FAILURE;
   }
   writescope::cpu::CpuWorker worker(options);

@@ -13,8 +13,8 @@
 #include "kernels/attention_state.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/mla_amx.h"
 #include "kernels/cpu/mla_matmul.h"
-#include "kernels/cpu/onednn_util.h"
 
 namespace writescope::kernels {
 namespace {
@@ -262,6 +262,8 @@ absl::Status CpuGqaPrefill(const GqaPrefillArgs& args, const CpuAttentionOptions
   return absl::OkStatus();
 }
 
+bool MlaAmxUsable() { return cpu::AmxUsable(); }
+
 absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& options) {
   const MlaShape& s = args.shape;
   WS_RETURN_IF_ERROR(s.Validate());
@@ -272,16 +274,32 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   WS_ASSIGN_OR_RETURN(const KernelTable* kernels, SelectKernels(options.isa));
   const int threads = Threads(options);
   const int32_t lanes = kernels->lanes;
-  const int32_t hp = (s.num_heads + lanes - 1) / lanes * lanes;
   const int32_t row_dim = s.row_dim();
   const int32_t out_dim = s.kv_lora_rank;
-
-  const bool bf16_dot = kernels->mla_segment_bf16 != nullptr && row_dim % 2 == 0;
+  // Our AMX tile kernel (kernels/cpu/mla_amx.h) over whole steps of 32 tokens.
+  if (options.mla_amx_emulated && DetectCpuIsa() != CpuIsa::kAvx512) {
+    return absl::InvalidArgumentError("CPU MLA decode: the emulated AMX kernel needs AVX-512");
+  }
+  if (!options.mla_amx_emulated && options.mla_matmul == MlaMatmulMode::kAmx && !cpu::AmxUsable()) {
+    return absl::InvalidArgumentError(
+        "CPU MLA decode: AMX requested (mla_matmul amx) but this process cannot use it: the "
+        "CPU lacks AMX-BF16 or AVX-512, WS_CPU_NO_AMX is set, or the kernel refused the tile "
+        "state");
+  }
+  const bool amx_wanted = options.mla_amx_emulated || options.mla_matmul == MlaMatmulMode::kAmx ||
+                          (options.mla_matmul == MlaMatmulMode::kAuto && cpu::AmxUsable());
+  // Heads padded to the vector lanes, or to the AMX kernel's 16 (a multiple of every ISA's).
+  const int32_t amx_hp = (s.num_heads + 15) / 16 * 16;
+  const bool use_amx = amx_wanted && cpu::MlaAmxSupported(amx_hp, row_dim, out_dim);
+  const int32_t hp = use_amx ? amx_hp : (s.num_heads + lanes - 1) / lanes * lanes;
+  const cpu::AmxTiles amx_tiles =
+      options.mla_amx_emulated ? cpu::AmxTiles::kEmulated : cpu::AmxTiles::kHardware;
+  // The vector kernels' q.k by bf16 dot products where the CPU has them.
+  const bool vector_bf16 = kernels->mla_segment_bf16 != nullptr && row_dim % 2 == 0;
   // Whole blocks through oneDNN: q as bf16 rows [num_seqs][hp][row_dim], padded with 0.
   const cpu::MlaMatmul* matmul = nullptr;
   std::vector<uint16_t> q_rows;
-  const bool use_matmul = options.mla_matmul == MlaMatmulMode::kOn ||
-                          (options.mla_matmul == MlaMatmulMode::kAuto && cpu::OneDnnHasAmx());
+  const bool use_matmul = !use_amx && options.mla_matmul == MlaMatmulMode::kOneDnn;
   if (use_matmul && kernels->mla_softmax_hilo != nullptr) {
     // Where oneDNN has no bf16 matmul for this CPU, the vector kernels take every block.
     absl::StatusOr<const cpu::MlaMatmul*> got =
@@ -304,24 +322,24 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
     }
   }
   std::atomic<bool> matmul_failed{false};
-  // Generic: transposed, scaled, head-padded q: [num_seqs][row_dim][hp].
-  // bf16 dot: transposed bf16 pairs, unscaled: [num_seqs][row_dim / 2][hp].
+  // The generic vector kernel's q: transposed, scaled, head-padded: [num_seqs][row_dim][hp].
+  // The bf16-dot vector kernel's and the AMX kernel's (its B tiles): transposed bf16 pairs,
+  // unscaled: [num_seqs][row_dim / 2][hp].
+  const bool need_pairs = vector_bf16 || use_amx;
   std::vector<float> q_t;
   std::vector<uint32_t> q_pairs;
-  if (bf16_dot) {
-    q_pairs.assign(int64_t{args.num_seqs} * (row_dim / 2) * hp, 0u);
-  } else {
-    q_t.assign(int64_t{args.num_seqs} * row_dim * hp, 0.0f);
-  }
+  if (need_pairs) q_pairs.assign(int64_t{args.num_seqs} * (row_dim / 2) * hp, 0u);
+  if (!vector_bf16) q_t.assign(int64_t{args.num_seqs} * row_dim * hp, 0.0f);
   for (int32_t seq = 0; seq < args.num_seqs; ++seq) {
     for (int32_t h = 0; h < s.num_heads; ++h) {
       const uint16_t* qh = args.q + (int64_t{seq} * s.num_heads + h) * row_dim;
-      if (bf16_dot) {
+      if (need_pairs) {
         uint32_t* dst = q_pairs.data() + int64_t{seq} * (row_dim / 2) * hp + h;
         for (int32_t k = 0; k < row_dim / 2; ++k) {
           dst[int64_t{k} * hp] = uint32_t{qh[2 * k]} | (uint32_t{qh[2 * k + 1]} << 16);
         }
-      } else {
+      }
+      if (!vector_bf16) {
         float* dst = q_t.data() + int64_t{seq} * row_dim * hp + h;
         for (int32_t k = 0; k < row_dim; ++k) dst[int64_t{k} * hp] = Bf16ToFloat(qh[k]) * s.softmax_scale;
       }
@@ -348,24 +366,52 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
     std::fill(acc, acc + int64_t{hp} * out_dim, 0.0f);
     float* scratch = ThreadScratch(scratch_floats);
     const KvBlockList& list = args.seqs[item.seq];
-    for (int32_t b = item.first_block; b < item.end_block; ++b) {
-      if (matmul != nullptr && list.BlockTokens(b, s.block_tokens) == s.block_tokens) {
-        if (!matmul->Block(*kernels, q_rows.data() + int64_t{item.seq} * hp * row_dim,
-                           s.softmax_scale, list.blocks[b], m, l, acc)) {
-          matmul_failed.store(true, std::memory_order_relaxed);
-        }
-      } else if (bf16_dot) {
+    // The vector kernels over `n` rows of block b from row `first`.
+    auto vector_rows = [&](int32_t b, int32_t first, int32_t n) {
+      const uint16_t* rows = list.blocks[b] + int64_t{first} * row_dim;
+      if (vector_bf16) {
         const bool has_next = b + 1 < item.end_block;
         kernels->mla_segment_bf16(q_pairs.data() + int64_t{item.seq} * (row_dim / 2) * hp,
-                                  s.softmax_scale, hp, row_dim, out_dim, list.blocks[b],
-                                  list.BlockTokens(b, s.block_tokens),
+                                  s.softmax_scale, hp, row_dim, out_dim, rows, n,
                                   has_next ? list.blocks[b + 1] : nullptr,
                                   has_next ? list.BlockTokens(b + 1, s.block_tokens) : 0, m, l,
                                   acc, scratch);
       } else {
         kernels->mla_segment(q_t.data() + int64_t{item.seq} * row_dim * hp, hp, row_dim, out_dim,
-                             list.blocks[b], list.BlockTokens(b, s.block_tokens), m, l, acc,
-                             scratch);
+                             rows, n, m, l, acc, scratch);
+      }
+    };
+    for (int32_t b = item.first_block; b < item.end_block; ++b) {
+      const int32_t n = list.BlockTokens(b, s.block_tokens);
+      if (use_amx) {
+        const int32_t whole = n / cpu::kMlaAmxTokens * cpu::kMlaAmxTokens;
+        cpu::MlaAmxArgs a;
+        a.q_pairs = q_pairs.data() + int64_t{item.seq} * (row_dim / 2) * hp;
+        a.scale = s.softmax_scale;
+        a.padded_heads = hp;
+        a.row_dim = row_dim;
+        a.out_dim = out_dim;
+        a.rows = list.blocks[b];
+        a.num_tokens = whole;
+        if (n > whole) {  // the vector kernel reads the block's last rows next
+          a.next_rows = list.blocks[b] + int64_t{whole} * row_dim;
+          a.next_tokens = n - whole;
+        } else if (b + 1 < item.end_block) {
+          a.next_rows = list.blocks[b + 1];
+          a.next_tokens = list.BlockTokens(b + 1, s.block_tokens);
+        }
+        a.m = m;
+        a.l = l;
+        a.acc = acc;
+        cpu::MlaAmxRows(a, amx_tiles);
+        if (n > whole) vector_rows(b, whole, n - whole);
+      } else if (matmul != nullptr && n == s.block_tokens) {
+        if (!matmul->Block(*kernels, q_rows.data() + int64_t{item.seq} * hp * row_dim,
+                           s.softmax_scale, list.blocks[b], m, l, acc)) {
+          matmul_failed.store(true, std::memory_order_relaxed);
+        }
+      } else {
+        vector_rows(b, 0, n);
       }
     }
   }

@@ -17,8 +17,8 @@
 // probabilities rounded to bf16 (breaking the fp32-rounding contract of the split) and
 // a primitive per chunk shape. The p.V half (512 fp32 FMAs per token x 16 heads) bounds
 // it: it is compute-bound on one core, not DRAM-bound. CpuAttentionOptions::mla_matmul
-// takes whole blocks through oneDNN instead, with P split into bf16 hi + lo so that the
-// rounding stays at the fp32 level (kernels/cpu/mla_matmul.h).
+// takes the blocks to the CPU's matrix units instead (our AMX tile kernel, or oneDNN's
+// matmuls), with P split into bf16 hi + lo so that the rounding stays at the fp32 level.
 //
 // Prefill: per (query, kv head) over the causally visible prefix of each tile; correct
 // and parallel, not tiled for reuse across queries.
@@ -40,21 +40,33 @@ enum class CpuIsa { kAuto, kScalar, kAvx2, kAvx512 };
 CpuIsa DetectCpuIsa();
 const char* CpuIsaName(CpuIsa isa);
 
-enum class MlaMatmulMode { kAuto, kOn, kOff };
+// How the MLA decode takes whole steps of latent rows: on the CPU's matrix units or not.
+//   kAmx: our AMX tile kernel (kernels/cpu/mla_amx.h) over every 32 tokens of a block, the
+//     vector kernels over a block's last tokens short of 32. INVALID_ARGUMENT where AMX is
+//     not usable (AmxUsable); shapes the kernel does not take (head or row dims not
+//     multiples of 32 after padding) run on the vector kernels.
+//   kOneDnn: whole blocks through oneDNN bf16 matmuls (kernels/cpu/mla_matmul.h; AMX where
+//     oneDNN runs it); partial blocks on the vector kernels. Where oneDNN has no bf16
+//     matmul (below AVX-512) the vector kernels take every block (logged once).
+//   kOff: the vector kernels (cpu_kernels.h).
+//   kAuto (the cpu_worker's default): kAmx where AMX is usable, else kOff.
+// P is split into bf16 hi + lo on both matrix paths, so all of them keep the contract's
+// fp32-level tolerance.
+enum class MlaMatmulMode { kAuto, kAmx, kOneDnn, kOff };
+
+// Whether MlaMatmulMode::kAmx can run in this process (kernels/cpu/mla_amx.h AmxUsable).
+bool MlaAmxUsable();
 
 struct CpuAttentionOptions {
   int num_threads = 0;          // 0: OpenMP's default
   CpuIsa isa = CpuIsa::kAuto;   // forcing an ISA the CPU lacks is INVALID_ARGUMENT
   int chunks_per_thread = 4;    // decode work items per thread (load balance vs merge work)
-  // MLA decode: whole blocks through oneDNN bf16 matmuls (kernels/cpu/mla_matmul.h: the
-  // CPU's matrix units, AMX where present), P split into bf16 hi + lo; partial blocks
-  // take the vector kernels. Same contract and tolerance. Where oneDNN has no bf16 matmul
-  // (below AVX-512) the vector kernels take every block (logged once).
-  // kAuto (the cpu_worker's default): on where oneDNN runs AMX. Measured
-  // (docs/measurements.md, session 10): on the H200 host's AMX 1.55-1.83x faster than the
-  // vector kernels; on AVX-512 bf16 without AMX 1.4-1.6x slower. kOff here, so that the
-  // references (HostModel, ws_reference) stay on the vector kernels wherever they run.
+  // kOff here, so that the references (HostModel, ws_reference) stay on the vector kernels
+  // wherever they run.
   MlaMatmulMode mla_matmul = MlaMatmulMode::kOff;
+  // Tests only: kAmx with the tile instructions emulated in plain code (AmxTiles::kEmulated),
+  // so that the kernel's steps are tested on CPUs without AMX (any with AVX-512 F/BW).
+  bool mla_amx_emulated = false;
 };
 
 absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options = {});

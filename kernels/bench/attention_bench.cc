@@ -26,6 +26,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -159,8 +160,9 @@ void RunCpuMla(const BenchOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   std::printf("\n== CPU MLA decode, DeepSeek-V2-Lite (16 heads, 512+64), %d threads ==\n", threads);
-  std::printf("path: vector = our kernels; onednn = whole blocks through oneDNN bf16 matmuls\n"
-              "(CpuAttentionOptions::mla_matmul; AMX where the CPU has it)\n");
+  std::printf("path: vector = our vector kernels; onednn = whole blocks through oneDNN bf16\n"
+              "matmuls (AMX where the CPU has it); amx = our AMX tile kernel (where this process\n"
+              "can use AMX; CpuAttentionOptions::mla_matmul)\n");
   if (auto mm = cpu::MlaMatmul::Get(16, shape.row_dim(), shape.kv_lora_rank, kBlockTokens); mm.ok()) {
     std::printf("onednn's matmuls (scores / P V): %s\n", (*mm)->impl().c_str());
   }
@@ -187,10 +189,13 @@ void RunCpuMla(const BenchOptions& options) {
       std::vector<float> o(int64_t{batch} * shape.num_heads * shape.kv_lora_rank),
           lse(int64_t{batch} * shape.num_heads);
       const MlaDecodeArgs args{shape, batch, q.data(), lists.data(), o.data(), lse.data()};
-      for (const bool matmul : {false, true}) {
+      std::vector<std::pair<const char*, MlaMatmulMode>> paths = {
+          {"vector", MlaMatmulMode::kOff}, {"onednn", MlaMatmulMode::kOneDnn}};
+      if (MlaAmxUsable()) paths.push_back({"amx", MlaMatmulMode::kAmx});
+      for (const auto& [path, mode] : paths) {
         CpuAttentionOptions cpu_options;
         cpu_options.num_threads = threads;
-        cpu_options.mla_matmul = matmul ? MlaMatmulMode::kOn : MlaMatmulMode::kOff;
+        cpu_options.mla_matmul = mode;
         const double seconds = TimeIt(options.iters, [&] {
           const absl::Status status = CpuMlaDecode(args, cpu_options);
           if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
@@ -200,7 +205,7 @@ void RunCpuMla(const BenchOptions& options) {
             2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
         const double gbps = bytes / seconds / 1e9;
         std::printf("%-7s %8lld %6d %10.3f %10.1f %7.0f%% %10.1f %9.2f\n",
-                    matmul ? "onednn" : "vector", static_cast<long long>(tokens), batch,
+                    path, static_cast<long long>(tokens), batch,
                     seconds * 1e3, gbps, 100 * gbps / options.dram_gbps, flops / seconds / 1e9,
                     gbps / threads);
       }

@@ -12,8 +12,9 @@
 // pair per shape, created once per process); a sequence's partial last block takes the
 // vector kernels. Measured (docs/measurements.md, session 10): on the H200 host's AMX
 // (brg:avx512_core_amx_bf16 for both) 1.55-1.83x faster than the vector kernels; without
-// AMX (2 cores, AVX-512 BF16: brg:avx512_core_bf16) 1.4-1.6x slower. So
-// MlaMatmulMode::kAuto (the cpu_worker's default) takes it where oneDNN runs AMX.
+// AMX (2 cores, AVX-512 BF16: brg:avx512_core_bf16) 1.4-1.6x slower. Our own AMX kernel
+// (mla_amx.h) is 1.3-1.7x faster again (session 13), so only MlaMatmulMode::kOneDnn takes
+// this path now.
 #ifndef WRITESCOPE_KERNELS_CPU_MLA_MATMUL_H_
 #define WRITESCOPE_KERNELS_CPU_MLA_MATMUL_H_
 

@@ -24,7 +24,7 @@ failure):
      profile shows them there; hot experts (--hot_experts=on: half the experts resident on
      the gpu_worker after a warm-up, the rest on the cpu_worker) match it within bf16
      rounding, and wscope info and the profile show them; DeepSeek's MLA on the cpu_worker
-     through oneDNN matmuls (--mla_matmul=on, cpu-all) equals the reference.
+     through oneDNN matmuls (--mla_matmul=onednn, cpu-all) equals the reference.
 Python standard library only.
 """
 import argparse
@@ -712,7 +712,7 @@ def check_placement_of_work(env):
 
 
 def check_mla_matmul(env):
-    """11c. The cpu_worker's MLA through oneDNN matmuls (--mla_matmul=on) = reference."""
+    """11c. The cpu_worker's MLA through oneDNN matmuls (--mla_matmul=onednn) = reference."""
     arch = "deepseek_v2"
     prompt = env.expected(arch)["prompts"][0]["token_ids"]
     ref = env.reference(arch, prompt, 12)
@@ -720,7 +720,7 @@ def check_mla_matmul(env):
     # cpu_worker, whole 256-token blocks through the matmuls (P split bf16 hi + lo).
     generate_against_reference(env, arch, "MLA through oneDNN matmuls", prompt, ref,
                                ["--prefill_attention=split", "--policy=cpu-all"],
-                               launch_flags=["--cpu-worker-flag", "--mla_matmul=on"])
+                               launch_flags=["--cpu-worker-flag", "--mla_matmul=onednn"])
 
 
 def generate_against_reference(env, arch, label, prompt, ref, coordinator_flags,

@@ -3,6 +3,7 @@
 // partials must equal single-pass attention to fp32 rounding.
 #include "kernels/cpu_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -15,7 +16,6 @@
 #include "gtest/gtest.h"
 #include "kernels/attention_reference.h"
 #include "kernels/attention_state.h"
-#include "kernels/cpu/onednn_util.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -73,7 +73,7 @@ class PrintWorstErrors : public ::testing::Environment {
  public:
   void TearDown() override {
     for (const auto& [label, e] : Worst()) {
-      std::printf("worst error %-16s o max_abs=%.3g o nmse=%.3g lse max_abs=%.3g\n",
+      std::printf("worst error %-26s o max_abs=%.3g o nmse=%.3g lse max_abs=%.3g\n",
                   label.c_str(), e.o_max_abs, e.o_nmse, e.lse_max_abs);
     }
   }
@@ -93,7 +93,10 @@ void ExpectClose(const Partial& got, const Partial& want, const std::string& wha
   EXPECT_EQ(el.bad, 0) << what << ": NaN/inf mismatches in lse";
   EXPECT_LE(eo.max_abs, kOutputTol) << what << " o nmse=" << eo.nmse;
   EXPECT_LE(el.max_abs, kLseRelTol * lse_scale * 10) << what;
-  WorstError& worst = Worst()[what.substr(0, what.find(' '))];
+  // Per backend: the label without its chunking and part ("avx512 AMX emulated, 4 chunks
+  // per thread part0" counts as "avx512 AMX emulated").
+  const size_t end = std::min({what.find(','), what.find(" part"), what.find(" merged")});
+  WorstError& worst = Worst()[what.substr(0, end)];
   worst.o_max_abs = std::max(worst.o_max_abs, eo.max_abs);
   worst.o_nmse = std::max(worst.o_nmse, eo.nmse);
   worst.lse_max_abs = std::max(worst.lse_max_abs, el.max_abs);
@@ -259,6 +262,10 @@ constexpr MlaCase kMlaCases[] = {
     {"DeepSeekV2Lite", 16, 512, 64, 256},
     {"DeepSeekV2LiteBt64", 16, 512, 64, 64},
     {"Odd5h_r72_p8", 5, 72, 8, 16},
+    // Shapes the AMX kernel takes beside DeepSeek's: 5 heads padded to 16, a block of 48 (a
+    // 32-token step, then 16 tokens on the vector kernels); 20 heads in two groups of 16.
+    {"Amx5h_r96_p32_bt48", 5, 96, 32, 48},
+    {"Amx20h_r32_p32_bt64", 20, 32, 32, 64},
 };
 
 void PrintTo(const MlaCase& c, std::ostream* os) { *os << c.name; }
@@ -310,15 +317,38 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
   for (CpuIsa isa : AvailableIsas()) {
     const std::string name = CpuIsaName(isa);
     // The vector kernels; whole blocks through oneDNN (where it has a bf16 matmul, else the
-    // same vector kernels); and oneDNN with one work item per thread, so that its blocks
-    // follow each other on one running state (not only the first block of an item).
-    for (const auto& [matmul, chunks] : {std::pair{false, 4}, std::pair{true, 4},
-                                         std::pair{true, 1}}) {
+    // same vector kernels); our AMX kernel, with its tiles emulated (on the AVX-512 ISA:
+    // the emulation needs it) and on the CPU's AMX where this process can use it. The matrix
+    // paths also with one work item per thread, so that their blocks follow each other on
+    // one running state (not only the first block of an item).
+    struct Path {
+      MlaMatmulMode mode;
+      bool emulated;
+      int chunks;
+    };
+    std::vector<Path> paths = {{MlaMatmulMode::kOff, false, 4},
+                               {MlaMatmulMode::kOneDnn, false, 4},
+                               {MlaMatmulMode::kOneDnn, false, 1}};
+    if (isa == CpuIsa::kAvx512) {
+      paths.push_back({MlaMatmulMode::kAmx, true, 4});
+      paths.push_back({MlaMatmulMode::kAmx, true, 1});
+    }
+    if (MlaAmxUsable()) {
+      paths.push_back({MlaMatmulMode::kAmx, false, 4});
+      paths.push_back({MlaMatmulMode::kAmx, false, 1});
+    }
+    for (const Path& path : paths) {
       CpuAttentionOptions options = Options(isa);
-      options.mla_matmul = matmul ? MlaMatmulMode::kOn : MlaMatmulMode::kOff;
-      options.chunks_per_thread = chunks;
-      const std::string what =
-          name + (matmul ? absl::StrCat(" oneDNN, ", chunks, " chunks per thread") : "");
+      options.mla_matmul = path.mode;
+      options.mla_amx_emulated = path.emulated;
+      options.chunks_per_thread = path.chunks;
+      const char* label = path.mode == MlaMatmulMode::kOff      ? ""
+                          : path.mode == MlaMatmulMode::kOneDnn ? " oneDNN"
+                          : path.emulated                       ? " AMX emulated"
+                                                                : " AMX";
+      const std::string what = path.mode == MlaMatmulMode::kOff
+                                   ? name
+                                   : absl::StrCat(name, label, ", ", path.chunks, " chunks per thread");
       auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); };
       const Partial part0 = run(split, 0, cpu);
       const Partial part1 = run(split, 1, cpu);
@@ -326,16 +356,74 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
       ExpectClose(part1, ref1, what + " part1");
       ExpectClose(Merge(part0, part1), reference, what + " merged");
     }
-    // kAuto takes the oneDNN path exactly where oneDNN runs AMX: the same bits as the mode
-    // it stands for.
+    // kAuto takes our AMX kernel exactly where this process can use AMX, else the vector
+    // kernels: the same bits as the mode it stands for.
     CpuAttentionOptions chosen = Options(isa), autod = Options(isa);
-    chosen.mla_matmul = cpu::OneDnnHasAmx() ? MlaMatmulMode::kOn : MlaMatmulMode::kOff;
+    chosen.mla_matmul = MlaAmxUsable() ? MlaMatmulMode::kAmx : MlaMatmulMode::kOff;
     autod.mla_matmul = MlaMatmulMode::kAuto;
     const Partial want = run(split, 0, [&](const MlaDecodeArgs& a) { return CpuMlaDecode(a, chosen); });
     const Partial got = run(split, 0, [&](const MlaDecodeArgs& a) { return CpuMlaDecode(a, autod); });
     ASSERT_EQ(got.o.size(), want.o.size());
     for (size_t i = 0; i < got.o.size(); ++i) ASSERT_EQ(got.o[i], want.o[i]) << name << " auto o " << i;
     for (size_t i = 0; i < got.lse.size(); ++i) ASSERT_EQ(got.lse[i], want.lse[i]) << name << " auto lse " << i;
+  }
+}
+
+// The AMX kernel rescales its running state when a later step's scores are higher (the
+// online softmax's alpha): rows whose scores grow by ~1 per 32-token step, against the
+// reference; and kAmx is refused, not silently replaced, where AMX cannot run.
+TEST(MlaAmxTest, RescalesAcrossStepsAndRefusesWithoutAmx) {
+  const MlaShape shape{16, 512, 64, 256, 1.0f / std::sqrt(192.0f)};
+  std::mt19937_64 rng(7);
+  TileRegion region(8, int64_t{shape.block_tokens} * shape.row_dim());
+  std::vector<uint16_t> q(shape.num_heads * shape.row_dim());
+  testing::FillRandomBf16(q.data(), q.size(), rng, 1.0f);
+  int32_t position = 0;  // rows are filled in order
+  const TiledSequence seq = testing::MakeSequence(region, 600, shape.block_tokens, rng,
+                                                  [&](uint16_t* tile, int32_t t) {
+    uint16_t* row = tile + int64_t{t} * shape.row_dim();
+    // The row is q's head 0 times a growing factor, plus noise: scores rise along the rows.
+    std::vector<uint16_t> noise(shape.row_dim());
+    testing::FillRandomBf16(noise.data(), noise.size(), rng, 0.1f);
+    const float factor = 0.002f * static_cast<float>(position++);
+    for (int32_t d = 0; d < shape.row_dim(); ++d) {
+      row[d] = FloatToBf16(Bf16ToFloat(q[d]) * factor + Bf16ToFloat(noise[d]));
+    }
+  });
+  const std::vector<int> all(seq.blocks.size(), 0);
+  const BlockSubset subset = testing::Subset(seq, all, 0);
+  auto run = [&](auto kernel) {
+    Partial out(shape.num_heads, shape.kv_lora_rank);
+    MlaDecodeArgs args{shape, 1, q.data(), &subset.list, out.o.data(), out.lse.data()};
+    const absl::Status status = kernel(args);
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  };
+  const Partial reference = run(ReferenceMlaDecode);
+  // Head 0's scores rise to ~1.2 |q|^2 / sqrt(192) ~ 17 (|q|^2 ~ 576 / 3).
+  EXPECT_GT(reference.lse[0], 10.0f);
+  std::vector<CpuAttentionOptions> amx;
+  if (DetectCpuIsa() == CpuIsa::kAvx512) {
+    CpuAttentionOptions emulated = Options(CpuIsa::kAvx512);
+    emulated.mla_matmul = MlaMatmulMode::kAmx;
+    emulated.mla_amx_emulated = true;
+    amx.push_back(emulated);
+  }
+  if (MlaAmxUsable()) {
+    CpuAttentionOptions hardware = Options(CpuIsa::kAuto);
+    hardware.mla_matmul = MlaMatmulMode::kAmx;
+    amx.push_back(hardware);
+  } else {
+    CpuAttentionOptions hardware = Options(CpuIsa::kAuto);
+    hardware.mla_matmul = MlaMatmulMode::kAmx;
+    Partial out(shape.num_heads, shape.kv_lora_rank);
+    MlaDecodeArgs args{shape, 1, q.data(), &subset.list, out.o.data(), out.lse.data()};
+    EXPECT_EQ(CpuMlaDecode(args, hardware).code(), absl::StatusCode::kInvalidArgument);
+  }
+  if (amx.empty()) GTEST_SKIP() << "neither AMX nor AVX-512 (for the emulation) on this CPU";
+  for (const CpuAttentionOptions& options : amx) {
+    const Partial got = run([&](const MlaDecodeArgs& a) { return CpuMlaDecode(a, options); });
+    ExpectClose(got, reference, options.mla_amx_emulated ? "AMX emulated rising" : "AMX rising");
   }
 }
 

@@ -919,6 +919,7 @@ void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision)
     if (cpu_tokens[i] > 0 && !on_cpu[i]) plan->mutable_sequences(i)->set_gpu_reads_cpu_blocks(true);
   }
   plan->set_exploring(decision->explore);
+  plan->set_exploration_continues(decision->exploration_continues);
 }
 
 std::vector<Engine::StepRecord> Engine::StepRecords(uint64_t bench_round) const {

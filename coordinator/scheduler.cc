@@ -328,6 +328,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
         " and max_explore_period_steps = ", options.max_explore_period_steps,
         " must satisfy 1 <= min <= max"));
   }
+  if (options.switch_settle_steps > 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "switch_settle_steps = ", options.switch_settle_steps, " must be at most 16"));
+  }
   if (!(options.rest_batch_tolerance >= 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rest_batch_tolerance = ", options.rest_batch_tolerance, " must be >= 0"));
@@ -416,9 +420,19 @@ StepPrediction Scheduler::PredictPaths(const StepSample& sample) const {
 void Scheduler::ObserveStep(const StepSample& sample) {
   ++steps_;
   const bool split = sample.cpu.tokens > 0.0;
+  // The first switch_settle_steps steps after a change of read mode carry the change: they
+  // teach neither the mode's rest nor its GPU line (the CPU's attention runs on the data in
+  // place either way).
+  const int mode = split ? 1 : 2;
+  if (observed_mode_ != 0 && mode != observed_mode_) {
+    settle_steps_left_ = options_.switch_settle_steps;
+  }
+  observed_mode_ = mode;
+  const bool settling = settle_steps_left_ > 0;
+  if (settling) --settle_steps_left_;
   // What the step measured beyond the model's attention time, before the model learns
   // from it (the prediction the mode choice would have made).
-  if (sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
+  if (!settling && sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
     double predicted = std::numeric_limits<double>::quiet_NaN();
     if (split && estimates_ready()) {
       predicted = PredictPaths(sample).step_ns;
@@ -429,7 +443,6 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       double& rest = split ? rest_split_ : rest_gpu_only_;
       double& other = split ? rest_gpu_only_ : rest_split_;
       const double value = sample.step_ns - predicted;
-      const int mode = split ? 1 : 2;
       if (rest_stale_ && !std::isnan(rest)) {
         // A new batch size: the new level for this mode, the same difference to the other
         // until the other is measured at this batch too (the next decision explores it).
@@ -451,11 +464,14 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       rest_stale_ = false;
     }
   }
-  if (explore_pending_ && sample.step_ns > 0.0 && sample.step_ns < explore_chosen_ns_) {
-    // The mode not picked did better than the picked one was predicted to: look again soon.
-    explore_credit_ns_ = std::numeric_limits<double>::infinity();
+  // An exploration is judged on its settled step.
+  if (!settling) {
+    if (explore_pending_ && sample.step_ns > 0.0 && sample.step_ns < explore_chosen_ns_) {
+      // The mode not picked did better than the picked one was predicted to: look again soon.
+      explore_credit_ns_ = std::numeric_limits<double>::infinity();
+    }
+    explore_pending_ = false;
   }
-  explore_pending_ = false;
   // Each line decays with the steps since its previous sample: a path measured only on
   // explorations follows them, not its history. A path that did not run this step (no
   // tokens, no time, e.g. the CPU under transfer-all) says nothing about its costs.
@@ -468,6 +484,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0)) {
     cpu_.Observe(sample.cpu, elapsed(cpu_sample_step_));
   }
+  if (settling) return;
   if (gpu_ran && (split || policy_.kind != PolicyKind::kWriteScope)) {
     gpu_.Observe(sample.gpu, elapsed(gpu_sample_step_));
   }
@@ -487,11 +504,12 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   // moving data (charged in SetTarget): it reads what it placed.
   if (policy_.kind != PolicyKind::kWriteScope || placed_cpu_tokens == 0 || host_tokens == 0 ||
       !estimates_ready()) {
+    explore_steps_left_ = 0;  // an exploration under way ends here
     return decision;
   }
   ++read_decisions_;
   // An exploration whose step never reported (it failed) is not judged.
-  explore_pending_ = false;
+  if (explore_steps_left_ == 0) explore_pending_ = false;
   if (std::abs(static_cast<double>(sequences) - static_cast<double>(rest_batch_)) >
       options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
     rest_stale_ = true;
@@ -508,6 +526,16 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   if (gpu_only_.ready()) decision.gpu_only_ns = gpu_only_.Predict(tokens) + rest(rest_gpu_only_);
   // r* = 0 makes the split the GPU-only mode under the split's (contended) line.
   bool split = split_share > 0.0 && !(decision.gpu_only_ns < decision.split_ns);
+  if (explore_steps_left_ > 0) {
+    // The exploration under way runs on in its mode (the mode the prediction picks then
+    // may be either; its step is what the exploration measures).
+    --explore_steps_left_;
+    decision.explore = true;
+    decision.exploration_continues = explore_steps_left_ > 0;
+    decision.cpu_share =
+        explore_split_ ? std::min(placed, std::max(split_share, options_.probe_share)) : 0.0;
+    return decision;
+  }
   // Exploration: at once while the other mode has never been measured, else when the
   // credit covers its predicted extra cost.
   const double chosen_ns = split ? decision.split_ns : decision.gpu_only_ns;
@@ -517,7 +545,9 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     explore_credit_ns_ += options_.explore_cost_share * chosen_ns;
   }
   ++decisions_since_explore_;
-  const double extra_ns = std::max(0.0, other_ns - chosen_ns);
+  // The other mode's predicted extra cost per step, and over an exploration's steps.
+  const double gap_ns = std::max(0.0, other_ns - chosen_ns);
+  const double extra_ns = gap_ns * (1.0 + options_.switch_settle_steps);
   const bool may_explore = options_.explore_cost_share > 0.0 &&
                            decisions_since_explore_ >= options_.min_explore_period_steps;
   const bool due = may_explore && (explore_credit_ns_ >= extra_ns ||
@@ -526,7 +556,7 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   // it once, at the first decision the minimum period allows, rather than at the next
   // credit, unless the gap is wider than all of the guessed rest.
   const bool guessed = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
-                       extra_ns <= std::abs(unmeasured);
+                       gap_ns <= std::abs(unmeasured);
   if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guessed) {
     decision.explore = true;
     split = !split;
@@ -534,6 +564,9 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     decisions_since_explore_ = 0;
     explore_pending_ = std::isfinite(chosen_ns);
     explore_chosen_ns_ = chosen_ns;
+    explore_steps_left_ = options_.switch_settle_steps;
+    explore_split_ = split;
+    decision.exploration_continues = explore_steps_left_ > 0;
   }
   if (split) {
     // An exploring split attends at least the probe share (within the placed one), so that

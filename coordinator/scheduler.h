@@ -216,10 +216,13 @@ struct StepSample {
 // and takes the cheaper. Now and then it runs the other mode, so that both stay measured
 // (a CPU that was loaded is seen to be free again): each decision earns explore_cost_share
 // of its predicted step time as credit, and the other mode runs once the credit covers
-// its predicted extra cost (every min_ to max_explore_period_steps decisions). So exploring
-// costs about that share of the time (more where the maximum period forces an exploration
-// of a mode far worse: one twice as costly, about 2.5 %): modes close together are
-// compared often, a mode far worse is tried rarely. An exploration that does better than the picked mode's prediction
+// its predicted extra cost over the exploration's steps (every min_ to
+// max_explore_period_steps decisions). So exploring costs about that share of the time
+// (more where the maximum period forces an exploration of a mode far worse: one twice as
+// costly, about 2.5 % per exploring step): modes close together are compared often, a mode
+// far worse is tried rarely. A change of mode costs its first steps something of their
+// own (switch_settle_steps): those steps teach nothing, and an exploration lasts them plus
+// one. An exploration whose measured step does better than the picked mode's prediction
 // is repeated at the next chance, and each line weighs a sample by the steps since its
 // previous one, so a few explorations carry a CPU that is free again back to the split.
 // Only the writescope policy chooses its reads; the others read what they placed
@@ -228,6 +231,9 @@ struct StepSample {
 struct ReadDecision {
   double cpu_share = 0.0;  // of the batch's host tokens, for the CPU to attend in place
   bool explore = false;    // the mode the prediction did not pick, to keep it measured
+  // An exploring decision that is not its exploration's last step: the next decision most
+  // likely continues it in the same mode (SchedulerOptions::switch_settle_steps).
+  bool exploration_continues = false;
   // The two predictions per layer, ns (NaN: not known yet, or no choice made).
   double split_ns = std::numeric_limits<double>::quiet_NaN();
   double gpu_only_ns = std::numeric_limits<double>::quiet_NaN();
@@ -268,6 +274,14 @@ struct SchedulerOptions {
   // (the latter bounds how long a CPU that was loaded goes unnoticed once it is free).
   uint32_t min_explore_period_steps = 4;
   uint32_t max_explore_period_steps = 40;
+  // Steps after a change of read mode whose measurements carry the change itself: the
+  // other mode's early KV rounds are wasted and the first rounds wait behind them (DeepSeek
+  // 16 x 8K on the H200: the first GPU-only step after split ones 20.3 ms, the next ones
+  // 15.7-16.9, run 84). They teach neither the mode's rest nor its GPU line, and an
+  // exploration runs this many steps more than one, so that it measures the mode settled
+  // (a one-step exploration of GPU-only measured 21.6-21.9 ms there, kept the split at 21
+  // and lost 25 % to transfer-all, run 82). 0: every step teaches, explorations are one step.
+  uint32_t switch_settle_steps = 1;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1].
   double rest_ema_weight = 0.25;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
@@ -403,6 +417,13 @@ class Scheduler {
   int guessed_rest_mode_ = 0;
   double explore_credit_ns_ = 0.0;
   uint32_t decisions_since_explore_ = 0;
+  // The exploration under way: decisions still to run it, and its mode.
+  uint32_t explore_steps_left_ = 0;
+  bool explore_split_ = false;
+  // The read mode of the latest observed step (0: none yet, 1: split, 2: GPU-only) and how
+  // many more steps settle after its change (switch_settle_steps).
+  int observed_mode_ = 0;
+  uint32_t settle_steps_left_ = 0;
   int64_t read_decisions_ = 0;
   double target_;
   double optimal_;

@@ -154,7 +154,7 @@ GpuStep::~GpuStep() {
                  << " wasted (" << stats.early_rounds_differed << " another plan's, "
                  << stats.early_rounds_overwritten << " written into, "
                  << stats.early_rounds_unoffered << " dropped before a transfer); "
-                 << early_after_exploring_ << " exploring steps queued the step's before them";
+                 << early_after_exploring_ << " explorations' last steps queued the rounds of the step before the exploration";
   }
 }
 
@@ -385,19 +385,22 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   if (time_dma) RecordDmaSpans(step);
   // The next step's first rounds, early (KvCache::QueueEarlyRounds). Not where small uploads
   // wait for the copy engine: the logits' and the next layer 0's uploads would queue behind.
-  // After an exploring step, the next one most likely reads as the step before it did, so
-  // those rounds go (rounds the next step cannot use delay its own, and a GPU-only step's
-  // first rounds are the largest); KvCache takes what the next plan's rounds can use of
-  // them. (A copy: KvCache points at step.transfer until the next BeginTransfer.)
+  // After an exploration's last step, the next one most likely reads as the step before
+  // the exploration did, so those rounds go (rounds the next step cannot use delay its own,
+  // and a GPU-only step's first rounds are the largest); after any other step, its own.
+  // KvCache takes what the next plan's rounds can use of them. (A copy: KvCache points at
+  // step.transfer until the next BeginTransfer.)
   if (!step.plan->exploring()) last_transfer_ = step.transfer;
+  const bool back_from_exploring = step.plan->exploring() && !step.plan->exploration_continues();
+  const TransferPlan& next_rounds = back_from_exploring ? last_transfer_ : step.transfer;
   if (options_.prefetch_next_step && step.transfer_begun &&
       !device_->small_uploads_wait_for_transfers()) {
     if (options_.spans != nullptr) {
       WS_RETURN_IF_ERROR(device_->ResetMarkers());  // the streams are idle
       markers_reset_at_end_ = true;
     }
-    if (step.plan->exploring() && last_transfer_.num_rounds() > 0) ++early_after_exploring_;
-    const absl::Status early = kv_cache_->QueueEarlyRounds(last_transfer_);
+    if (back_from_exploring && last_transfer_.num_rounds() > 0) ++early_after_exploring_;
+    const absl::Status early = kv_cache_->QueueEarlyRounds(next_rounds);
     if (!early.ok()) WS_LOG(WARNING) << "queueing the next step's first KV rounds early: " << early;
   }
 

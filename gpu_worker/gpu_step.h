@@ -71,7 +71,8 @@ struct GpuStepOptions {
   // At the end of each step, queue the step's first two ping-pong rounds again for the
   // next step (KvCache::QueueEarlyRounds): the copies run while the host computes the
   // logits and the coordinator plans, and the next step takes what its first rounds can use
-  // of them (after an exploring step, the rounds of the step before it are queued).
+  // of them (after an exploration's last step, the rounds of the step before the
+  // exploration are queued).
   bool prefetch_next_step = true;
 };
 
@@ -148,9 +149,9 @@ class GpuStep {
   // The device's markers were reset at the end of the last step (before its early rounds).
   bool markers_reset_at_end_ = false;
   // The transfer plan of the last step that did not explore (StepPlan.exploring): the early
-  // rounds after an exploring step are this plan's.
+  // rounds after an exploration's last step are this plan's.
   TransferPlan last_transfer_;
-  uint64_t early_after_exploring_ = 0;  // exploring steps that queued them
+  uint64_t early_after_exploring_ = 0;  // explorations' last steps that queued them
 };
 
 }  // namespace writescope::gpu

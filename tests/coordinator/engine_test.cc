@@ -32,6 +32,7 @@ class FakeWorker final : public StepWorker {
     if (plan.exploring()) {
       std::lock_guard<std::mutex> lock(exploring_mutex_);
       exploring_steps_.push_back(plan.step_id());
+      if (plan.exploration_continues()) continuing_steps_.push_back(plan.step_id());
     }
     const uint64_t step = steps_.fetch_add(1) + 1;
     internal::StepResult result;
@@ -125,6 +126,8 @@ class FakeWorker final : public StepWorker {
   // The step ids of the plans marked exploring (StepPlan.exploring).
   std::mutex exploring_mutex_;
   std::vector<uint64_t> exploring_steps_;  // guarded by exploring_mutex_
+  // Of those, the ones marked StepPlan.exploration_continues.
+  std::vector<uint64_t> continuing_steps_;  // guarded by exploring_mutex_
 
  private:
   bool gpu_;
@@ -387,6 +390,21 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
     }
   }
   EXPECT_GT(explored, 0) << "no step explored: the check above saw only unmarked plans";
+  // An exploration is two steps (switch_settle_steps = 1): its first plan says the next
+  // continues it, and the next step explores too; its last plan does not.
+  {
+    std::lock_guard<std::mutex> lock(gpu_->exploring_mutex_);
+    int continuing = 0;
+    for (int i = 0; i < response->steps_size(); ++i) {
+      const v1::BenchStep& step = response->steps(i);
+      if (!absl::c_linear_search(gpu_->continuing_steps_, step.step_id())) continue;
+      ++continuing;
+      ASSERT_LT(i + 1, response->steps_size()) << "the last step says the next explores";
+      EXPECT_TRUE(response->steps(i + 1).explore()) << "step " << response->steps(i + 1).step_id();
+      EXPECT_FALSE(absl::c_linear_search(gpu_->continuing_steps_, response->steps(i + 1).step_id()));
+    }
+    EXPECT_GT(continuing, 0);
+  }
   // The engine keeps serving afterwards, and frees everything.
   auto stream = engine_->Submit(Request({5, 6, 7}, 2 * kv_.window_tokens + 5), absl::InfiniteFuture());
   WS_ASSERT_OK(stream.status());

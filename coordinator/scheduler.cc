@@ -420,16 +420,19 @@ StepPrediction Scheduler::PredictPaths(const StepSample& sample) const {
 void Scheduler::ObserveStep(const StepSample& sample) {
   ++steps_;
   const bool split = sample.cpu.tokens > 0.0;
-  // The first switch_settle_steps steps after a change of read mode carry the change: they
-  // teach neither the mode's rest nor its GPU line (the CPU's attention runs on the data in
-  // place either way).
+  // A step that reads otherwise than the KV rounds queued early for it, and the
+  // switch_settle_steps - 1 after it, carry the change: they teach neither the mode's rest
+  // nor its GPU line (the CPU's attention runs on the data in place either way).
   const int mode = split ? 1 : 2;
-  if (observed_mode_ != 0 && mode != observed_mode_) {
-    settle_steps_left_ = options_.switch_settle_steps;
-  }
-  observed_mode_ = mode;
+  if (queued_mode_ != 0 && mode != queued_mode_) settle_steps_left_ = options_.switch_settle_steps;
   const bool settling = settle_steps_left_ > 0;
   if (settling) --settle_steps_left_;
+  // The rounds the gpu_worker queues for the next step (GpuStep): this step's, or after an
+  // exploration's last step those of the last step that did not explore.
+  if (!decided_explore_) chosen_mode_ = mode;
+  queued_mode_ = decided_explore_ && !decided_continues_ ? chosen_mode_ : mode;
+  decided_explore_ = false;
+  decided_continues_ = false;
   // What the step measured beyond the model's attention time, before the model learns
   // from it (the prediction the mode choice would have made).
   if (!settling && sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
@@ -500,11 +503,16 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
                        : std::min(1.0, static_cast<double>(placed_cpu_tokens) / tokens);
   ReadDecision decision{.cpu_share = placed, .explore = false, .split_ns = kNaN,
                         .gpu_only_ns = kNaN};
+  decided_explore_ = false;
+  decided_continues_ = false;
   // Monolithic models a cache of one physical state, which changes its split only by
   // moving data (charged in SetTarget): it reads what it placed.
   if (policy_.kind != PolicyKind::kWriteScope || placed_cpu_tokens == 0 || host_tokens == 0 ||
       !estimates_ready()) {
-    explore_steps_left_ = 0;  // an exploration under way ends here
+    if (explore_steps_left_ > 0) {  // an exploration under way ends here, unjudged
+      explore_steps_left_ = 0;
+      explore_pending_ = false;
+    }
     return decision;
   }
   ++read_decisions_;
@@ -534,6 +542,8 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     decision.exploration_continues = explore_steps_left_ > 0;
     decision.cpu_share =
         explore_split_ ? std::min(placed, std::max(split_share, options_.probe_share)) : 0.0;
+    decided_explore_ = true;
+    decided_continues_ = decision.exploration_continues;
     return decision;
   }
   // Exploration: at once while the other mode has never been measured, else when the
@@ -564,9 +574,12 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     decisions_since_explore_ = 0;
     explore_pending_ = std::isfinite(chosen_ns);
     explore_chosen_ns_ = chosen_ns;
-    explore_steps_left_ = options_.switch_settle_steps;
+    // An exploration of the mode whose rounds are queued has nothing to settle.
+    explore_steps_left_ = queued_mode_ == (split ? 1 : 2) ? 0 : options_.switch_settle_steps;
     explore_split_ = split;
     decision.exploration_continues = explore_steps_left_ > 0;
+    decided_explore_ = true;
+    decided_continues_ = decision.exploration_continues;
   }
   if (split) {
     // An exploring split attends at least the probe share (within the placed one), so that

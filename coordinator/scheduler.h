@@ -274,13 +274,16 @@ struct SchedulerOptions {
   // (the latter bounds how long a CPU that was loaded goes unnoticed once it is free).
   uint32_t min_explore_period_steps = 4;
   uint32_t max_explore_period_steps = 40;
-  // Steps after a change of read mode whose measurements carry the change itself: the
-  // other mode's early KV rounds are wasted and the first rounds wait behind them (DeepSeek
-  // 16 x 8K on the H200: the first GPU-only step after split ones 20.3 ms, the next ones
-  // 15.7-16.9, run 84). They teach neither the mode's rest nor its GPU line, and an
-  // exploration runs this many steps more than one, so that it measures the mode settled
-  // (a one-step exploration of GPU-only measured 21.6-21.9 ms there, kept the split at 21
-  // and lost 25 % to transfer-all, run 82). 0: every step teaches, explorations are one step.
+  // Steps whose measurements carry a change of read mode: a step that reads otherwise than
+  // the KV rounds the gpu_worker queued early for it (GpuStep: the step's before it, or
+  // after an exploration's last step the rounds of the last step that did not explore)
+  // wastes them, and its first rounds wait behind them (DeepSeek 16 x 8K on the H200: the
+  // first GPU-only step after split ones 20.3 ms, the next ones 15.7-18.3, median 15.9, run
+  // 84). That step and the switch_settle_steps - 1 after it teach neither the mode's rest
+  // nor its GPU line, and an exploration runs this many steps more than one, so that it
+  // measures the mode settled (a one-step exploration of GPU-only measured 21.6-21.9 ms
+  // there, kept the split at 21 and lost 15 % to transfer-all, run 82). 0: every step
+  // teaches, explorations are one step.
   uint32_t switch_settle_steps = 1;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1].
   double rest_ema_weight = 0.25;
@@ -420,9 +423,13 @@ class Scheduler {
   // The exploration under way: decisions still to run it, and its mode.
   uint32_t explore_steps_left_ = 0;
   bool explore_split_ = false;
-  // The read mode of the latest observed step (0: none yet, 1: split, 2: GPU-only) and how
-  // many more steps settle after its change (switch_settle_steps).
-  int observed_mode_ = 0;
+  // Read modes (0: none, 1: split, 2: GPU-only): of the KV rounds the gpu_worker queued
+  // early for the next step, and of the last observed step that did not explore. The latest
+  // decision's marks, for the step ObserveStep sees next. Steps still settling.
+  int queued_mode_ = 0;
+  int chosen_mode_ = 0;
+  bool decided_explore_ = false;
+  bool decided_continues_ = false;
   uint32_t settle_steps_left_ = 0;
   int64_t read_decisions_ = 0;
   double target_;

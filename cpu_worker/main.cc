@@ -19,7 +19,8 @@ ABSL_FLAG(std::string, expert_precision, "auto",
 ABSL_FLAG(std::string, mla_matmul, "auto",
           "MLA decode on the CPU's matrix units, the probabilities split into bf16 hi + lo: amx = "
           "our AMX tile kernel (a CPU with AMX-BF16); onednn (or on) = whole KV blocks through "
-          "oneDNN bf16 matmuls; off = our vector kernels; auto = amx where AMX is usable, else off");
+          "oneDNN bf16 matmuls; off = our vector kernels; auto = amx where AMX is usable (onednn "
+          "for a shape the AMX kernel does not take), else off");
 ABSL_FLAG(std::string, expert_prepack, "auto",
           "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
           "(on when the routed experts take at most 4 GiB)");

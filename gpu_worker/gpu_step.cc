@@ -154,7 +154,8 @@ GpuStep::~GpuStep() {
                  << " wasted (" << stats.early_rounds_differed << " another plan's, "
                  << stats.early_rounds_overwritten << " written into, "
                  << stats.early_rounds_unoffered << " dropped before a transfer); "
-                 << early_after_exploring_ << " explorations' last steps queued the rounds of the step before the exploration";
+                 << early_after_exploring_
+                 << " explorations' last steps queued the rounds of the step before them";
   }
 }
 

@@ -299,7 +299,11 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   // Whole blocks through oneDNN: q as bf16 rows [num_seqs][hp][row_dim], padded with 0.
   const cpu::MlaMatmul* matmul = nullptr;
   std::vector<uint16_t> q_rows;
-  const bool use_matmul = !use_amx && options.mla_matmul == MlaMatmulMode::kOneDnn;
+  // oneDNN when asked, or for kAuto where AMX is usable but the AMX kernel does not take the
+  // shape (oneDNN runs AMX there).
+  const bool use_matmul =
+      !use_amx && (options.mla_matmul == MlaMatmulMode::kOneDnn ||
+                   (options.mla_matmul == MlaMatmulMode::kAuto && cpu::AmxUsable()));
   if (use_matmul && kernels->mla_softmax_hilo != nullptr) {
     // Where oneDNN has no bf16 matmul for this CPU, the vector kernels take every block.
     absl::StatusOr<const cpu::MlaMatmul*> got =

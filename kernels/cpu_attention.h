@@ -43,13 +43,14 @@ const char* CpuIsaName(CpuIsa isa);
 // How the MLA decode takes whole steps of latent rows: on the CPU's matrix units or not.
 //   kAmx: our AMX tile kernel (kernels/cpu/mla_amx.h) over every 32 tokens of a block, the
 //     vector kernels over a block's last tokens short of 32. INVALID_ARGUMENT where AMX is
-//     not usable (AmxUsable); shapes the kernel does not take (head or row dims not
-//     multiples of 32 after padding) run on the vector kernels.
+//     not usable (AmxUsable); shapes the kernel does not take (kv_lora_rank + rope_dim or
+//     kv_lora_rank not a multiple of 32) run on the vector kernels.
 //   kOneDnn: whole blocks through oneDNN bf16 matmuls (kernels/cpu/mla_matmul.h; AMX where
 //     oneDNN runs it); partial blocks on the vector kernels. Where oneDNN has no bf16
 //     matmul (below AVX-512) the vector kernels take every block (logged once).
 //   kOff: the vector kernels (cpu_kernels.h).
-//   kAuto (the cpu_worker's default): kAmx where AMX is usable, else kOff.
+//   kAuto (the cpu_worker's default): where AMX is usable, kAmx, or kOneDnn for a shape the
+//     AMX kernel does not take; else kOff.
 // P is split into bf16 hi + lo on both matrix paths, so all of them keep the contract's
 // fp32-level tolerance.
 enum class MlaMatmulMode { kAuto, kAmx, kOneDnn, kOff };
@@ -64,8 +65,9 @@ struct CpuAttentionOptions {
   // kOff here, so that the references (HostModel, ws_reference) stay on the vector kernels
   // wherever they run.
   MlaMatmulMode mla_matmul = MlaMatmulMode::kOff;
-  // Tests only: kAmx with the tile instructions emulated in plain code (AmxTiles::kEmulated),
-  // so that the kernel's steps are tested on CPUs without AMX (any with AVX-512 F/BW).
+  // Tests only: the AMX kernel, whatever mla_matmul says, with the tile instructions emulated
+  // in plain code (AmxTiles::kEmulated), so that the kernel's steps are tested on CPUs
+  // without AMX (any with AVX-512).
   bool mla_amx_emulated = false;
 };
 

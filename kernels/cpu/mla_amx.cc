@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -154,7 +155,9 @@ inline __m512i Bf16Bits(V x) {
   return _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)),
                            16);
 }
-inline V Bf16Value(__m512i low_bits) { return _mm512_castsi512_ps(_mm512_slli_epi32(low_bits, 16)); }
+inline V Bf16Value(__m512i low_bits) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(low_bits, 16));
+}
 
 // Per-thread scratch, 64-byte aligned (tile loads and stores of whole rows).
 struct alignas(64) Scratch {
@@ -197,8 +200,9 @@ void RunRows(const MlaAmxArgs& args) {
   const int32_t chunks = args.row_dim / 32, out_chunks = args.out_dim / 32;
   const V vscale = Ops::Set1(args.scale);
   // [head pair-row][token pair] gather offsets, in dwords: the 16 x 16 transpose of `pairs`.
-  const __m512i transpose_idx = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(kHeads));
+  const __m512i transpose_idx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(kHeads));
 
   Tiles::Begin();
   for (int32_t g = 0; g < args.padded_heads / kHeads; ++g) {
@@ -266,9 +270,8 @@ void RunRows(const MlaAmxArgs& args) {
       }
       const int64_t lines_per_chunk = (next_lines + out_chunks - 1) / out_chunks;
       for (int32_t c = 0; c < out_chunks; ++c) {
-        for (int64_t i = c * lines_per_chunk; i < std::min(next_lines, (c + 1) * lines_per_chunk); ++i) {
-          _mm_prefetch(next + i * 64, _MM_HINT_T0);
-        }
+        const int64_t end = std::min(next_lines, (c + 1) * lines_per_chunk);
+        for (int64_t i = c * lines_per_chunk; i < end; ++i) _mm_prefetch(next + i * 64, _MM_HINT_T0);
         for (int j = 0; j < kRows; ++j) {
           const __m512i x = _mm512_loadu_si512(rows + (2 * j) * row_dim + c * 32);
           const __m512i y = _mm512_loadu_si512(rows + (2 * j + 1) * row_dim + c * 32);
@@ -299,13 +302,20 @@ void RunRows(const MlaAmxArgs& args) {
   Tiles::End();
 }
 
+std::atomic<uint64_t> g_steps_run{0};
+
 bool AskForAmx() {
   if (std::getenv("WS_CPU_NO_AMX") != nullptr) return false;
   unsigned eax, ebx, ecx, edx;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
-  const bool avx512 = ((ebx >> 16) & 1u) && ((ebx >> 30) & 1u);  // F, BW
-  if (!amx_bf16 || !amx_tile || !avx512) return false;
+  if (!amx_bf16 || !amx_tile) return false;
+  // The AVX-512 this file is compiled for, with the OS saving its registers.
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq")) {
+    return false;
+  }
   // Linux hands the tile data state (8 KB of registers) only to processes that ask.
   constexpr long kArchReqXcompPerm = 0x1023;
   constexpr long kXfeatureXtiledata = 18;
@@ -324,8 +334,13 @@ bool MlaAmxSupported(int32_t padded_heads, int32_t row_dim, int32_t out_dim) {
          out_dim > 0 && out_dim % 32 == 0 && out_dim <= row_dim;
 }
 
+uint64_t MlaAmxStepsRun() { return g_steps_run.load(std::memory_order_relaxed); }
+
 void MlaAmxRows(const MlaAmxArgs& args, AmxTiles tiles) {
   if (args.num_tokens <= 0) return;
+  const uint64_t steps = static_cast<uint64_t>(args.num_tokens / kTokens) *
+                         static_cast<uint64_t>(args.padded_heads / kHeads);
+  g_steps_run.fetch_add(steps, std::memory_order_relaxed);
   if (tiles == AmxTiles::kHardware) {
     RunRows<HardwareTiles>(args);
   } else {

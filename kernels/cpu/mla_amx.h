@@ -28,9 +28,10 @@ namespace writescope::kernels::cpu {
 // Tokens per softmax step of the AMX kernel.
 inline constexpr int32_t kMlaAmxTokens = 32;
 
-// Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE and
-// AMX-BF16 and AVX-512 BF16, the environment does not set WS_CPU_NO_AMX, and Linux granted
-// the process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
+// Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE, AMX-BF16
+// and AVX-512 F/BW/VL/DQ (with the OS saving their registers), the environment does not
+// set WS_CPU_NO_AMX, and Linux granted the process the tile data state (arch_prctl
+// ARCH_REQ_XCOMP_PERM, asked once).
 bool AmxUsable();
 
 // Whether the kernel takes this shape: padded_heads a positive multiple of 16, row_dim and
@@ -61,6 +62,10 @@ struct MlaAmxArgs {
   float* l = nullptr;    // [padded_heads]
   float* acc = nullptr;  // [padded_heads][out_dim]
 };
+
+// 32-token steps MlaAmxRows has run in this process, on either tiles (tests use it to see
+// that a path took the kernel).
+uint64_t MlaAmxStepsRun();
 
 // Adds the rows to the state. The shape must be MlaAmxSupported; thread-safe (scratch and
 // tile state are per thread); configures the tiles on entry and releases them on return.

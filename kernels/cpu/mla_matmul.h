@@ -13,8 +13,8 @@
 // vector kernels. Measured (docs/measurements.md, session 10): on the H200 host's AMX
 // (brg:avx512_core_amx_bf16 for both) 1.55-1.83x faster than the vector kernels; without
 // AMX (2 cores, AVX-512 BF16: brg:avx512_core_bf16) 1.4-1.6x slower. Our own AMX kernel
-// (mla_amx.h) is 1.3-1.7x faster again (session 13), so only MlaMatmulMode::kOneDnn takes
-// this path now.
+// (mla_amx.h) is 1.37-1.57x faster again (run 84), so this path runs for
+// MlaMatmulMode::kOneDnn, and for kAuto only at shapes the AMX kernel does not take.
 #ifndef WRITESCOPE_KERNELS_CPU_MLA_MATMUL_H_
 #define WRITESCOPE_KERNELS_CPU_MLA_MATMUL_H_
 

@@ -378,8 +378,8 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   EXPECT_TRUE(std::isfinite(last.predicted_split_ms()));
   EXPECT_TRUE(std::isfinite(last.predicted_gpu_only_ms()));
   EXPECT_GT(below_placed, response->steps_size() / 2);
-  // The plans of the exploring steps say so (after them the gpu_worker queues the early KV
-  // rounds of the step before), and only theirs.
+  // The plans of the exploring steps say so (after an exploration's last step the gpu_worker
+  // queues the early KV rounds of the step before it), and only theirs.
   int explored = 0;
   {
     std::lock_guard<std::mutex> lock(gpu_->exploring_mutex_);
@@ -401,7 +401,8 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
       ++continuing;
       ASSERT_LT(i + 1, response->steps_size()) << "the last step says the next explores";
       EXPECT_TRUE(response->steps(i + 1).explore()) << "step " << response->steps(i + 1).step_id();
-      EXPECT_FALSE(absl::c_linear_search(gpu_->continuing_steps_, response->steps(i + 1).step_id()));
+      EXPECT_FALSE(
+          absl::c_linear_search(gpu_->continuing_steps_, response->steps(i + 1).step_id()));
     }
     EXPECT_GT(continuing, 0);
   }

@@ -1101,75 +1101,149 @@ TEST(DecodeReadsTest, PicksTheCheaperModeAndKeepsTheOtherMeasuredAtASmallCost) {
   }
 }
 
-// A change of read mode costs the first step after it (the other mode's early KV rounds
-// wasted): here GPU-only is 15 % cheaper than the split once settled, but its first step
-// after split ones costs 6 ms more, as much as the split's lead (run 82, DeepSeek 16 x 8K:
-// 21.6-21.9 ms for a lone GPU-only step, 15.7-16.9 for the ones after it, 21 for the
-// split; a split step after a lone GPU-only one cost nothing extra, since the gpu_worker
-// queues the early rounds of the step before an exploration after it). One-step
-// explorations measure GPU-only with the change in it and keep the split;
-// with a settling step (switch_settle_steps, the default) the exploration's second step
-// measures it settled, writescope moves to it, and the split's explorations do not bring
-// it back. An exploration is two decisions: the first says the next continues it.
+// A step that reads otherwise than the KV rounds the gpu_worker queued early for it pays for
+// them: here a GPU-only step after split rounds costs 6 ms more (a split step after GPU-only
+// rounds takes them in part and costs nothing extra). The gpu_worker queues a step's own
+// rounds for the next step, except after an exploration's last step: the rounds of the
+// last step that did not explore (GpuStep). So a GPU-only exploration's first step pays,
+// and so does the first GPU-only step chosen after a winning GPU-only exploration; the
+// step returning from an exploration does not (DeepSeek 16 x 8K: 21.6-21.9 ms for a lone
+// GPU-only step and 21 for the split in run 82, a median of 15.9 for the GPU-only steps
+// after a first one in run 84). GPU-only is 15 % (then 10 %) cheaper than the split once
+// settled, its first step's extra cost more than the split's lead. One-step explorations
+// measure GPU-only with that cost in it and keep the split; with a settling step
+// (switch_settle_steps, the default) the exploration's second step measures it settled,
+// writescope moves to it and stays (no cycle between the modes), and the split's
+// explorations do not bring it back. An exploration is two decisions: the first says the
+// next continues it.
 TEST(DecodeReadsTest, ExplorationsMeasureAModeAfterItsChangeHasSettled) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
-  ReadWorld world;
-  world.rest_split_ns = 10.7e6;  // split 28.7 ms per layer, GPU-only 24.4 settled
   constexpr double kSwitchNs = 6e6;
-  const double gpu_only_ns = world.SplitStepNs(0.0, kTokens);
-  ASSERT_LT(gpu_only_ns, 0.86 * world.SplitStepNs(0.4, kTokens));
-  double rest_gpu_only = 0;  // the largest GPU-only rest of a run's measured steps
-  auto run = [&](uint32_t settle, int* gpu_only_steps, int* explorations, bool* paired) {
-    SchedulerOptions options;
-    options.switch_settle_steps = settle;
-    auto scheduler = *Scheduler::Create("writescope", options);
-    // The gpu_worker's start-up probe of the GPU path alone, then split steps.
-    const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
-    const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
-    EXPECT_TRUE(scheduler->CalibrateGpu(probe).ok());
-    LearnLines(*scheduler, world);
-    bool was_split = true;  // LearnLines ran split steps
-    bool continues = false;
-    *paired = true;
-    double total = 0;
-    for (int i = 0; i < 240; ++i) {
-      const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
-      const bool split = d.cpu_share > 0;
-      StepSample sample = world.Run(d.cpu_share, kTokens);
-      if (!split && was_split) sample.step_ns += kSwitchNs;
-      was_split = split;
-      scheduler->ObserveStep(sample);
-      const bool starts = d.explore && !continues;
-      // Each exploration: `settle` continuing decisions, then its last one.
-      if (continues != d.explore && continues) *paired = false;
-      continues = d.exploration_continues;
-      if (i < 40) continue;  // converging
-      rest_gpu_only = std::max(rest_gpu_only, scheduler->rest_gpu_only_ns());
-      total += sample.step_ns;
-      if (!split && !d.explore) ++*gpu_only_steps;
-      if (starts) ++*explorations;
+  // Split 28.7, 27.0 and 38.0 ms per layer; at the last, the first GPU-only step chosen after
+  // the exploration that finds it follows the exploration at once and pays.
+  for (const double rest_split_ns : {10.7e6, 9.0e6, 20.0e6}) {
+    SCOPED_TRACE(rest_split_ns);
+    ReadWorld world;
+    world.rest_split_ns = rest_split_ns;
+    const double gpu_only_ns = world.SplitStepNs(0.0, kTokens);  // 24.4 ms, settled
+    ASSERT_LT(gpu_only_ns, 0.91 * world.SplitStepNs(0.4, kTokens));
+    struct Run {
+      double mean_ns = 0;
+      int gpu_only_steps = 0;  // that did not explore
+      int explorations = 0;
+      int changes = 0;         // of mode between consecutive steps
+      bool paired = true;      // every exploration two decisions
+      double max_rest_gpu_only = 0;  // from the change of world on
+    };
+    auto run = [&](uint32_t settle) {
+      SchedulerOptions options;
+      options.switch_settle_steps = settle;
+      auto scheduler = *Scheduler::Create("writescope", options);
+      // The gpu_worker's start-up probe of the GPU path alone, then split steps.
+      const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
+      const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
+      EXPECT_TRUE(scheduler->CalibrateGpu(probe).ok());
+      LearnLines(*scheduler, world);
+      Run r;
+      bool queued_split = true, chosen_split = true, was_split = true, continues = false;
+      // First a world where the split wins by far (it settles there), then this one.
+      ReadWorld split_wins = world;
+      split_wins.rest_split_ns = 0.5e6;
+      for (int i = -60; i < 240; ++i) {
+        const ReadWorld& w = i < 0 ? split_wins : world;
+        const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+        const bool split = d.cpu_share > 0;
+        StepSample sample = w.Run(d.cpu_share, kTokens);
+        if (!split && queued_split) sample.step_ns += kSwitchNs;
+        scheduler->ObserveStep(sample);
+        // What the gpu_worker queues for the next step.
+        if (!d.explore) chosen_split = split;
+        queued_split = d.explore && !d.exploration_continues ? chosen_split : split;
+        const bool starts = d.explore && !continues;
+        if (continues && !d.explore) r.paired = false;
+        continues = d.exploration_continues;
+        const bool changed = split != was_split;
+        was_split = split;
+        if (i >= 0 && !std::isnan(scheduler->rest_gpu_only_ns())) {
+          r.max_rest_gpu_only = std::max(r.max_rest_gpu_only, scheduler->rest_gpu_only_ns());
+        }
+        if (i < 40) continue;  // converging
+        r.mean_ns += sample.step_ns / 200;
+        if (!split && !d.explore) ++r.gpu_only_steps;
+        if (starts) ++r.explorations;
+        if (changed) ++r.changes;
+      }
+      return r;
+    };
+    const Run settled = run(1);
+    const Run lone = run(0);
+    EXPECT_TRUE(settled.paired);
+    // Settled: every step that does not explore reads GPU-only; each split exploration is
+    // two split steps and two changes of mode (one fewer of each if the window cuts one).
+    EXPECT_GE(settled.gpu_only_steps + 2 * settled.explorations, 199);
+    EXPECT_LE(settled.gpu_only_steps + 2 * settled.explorations, 201);
+    EXPECT_GE(settled.explorations, 1);
+    EXPECT_LE(settled.changes, 2 * settled.explorations + 1);
+    EXPECT_LE(settled.mean_ns, 1.03 * gpu_only_ns);
+    // The steps that carried a change taught nothing: the rest stayed the settled one.
+    EXPECT_NEAR(settled.max_rest_gpu_only, world.rest_gpu_only_ns, 1e3);
+    // Where GPU-only's first step costs more than the split, one-step explorations stay on
+    // the split: no step that does not explore reads GPU-only.
+    if (gpu_only_ns + kSwitchNs > world.SplitStepNs(0.4, kTokens)) {
+      EXPECT_EQ(lone.gpu_only_steps, 0);
+      EXPECT_GT(lone.mean_ns, 1.05 * settled.mean_ns);
     }
-    return total / 200;
-  };
-  int settled_gpu_only = 0, settled_explorations = 0, lone_gpu_only = 0, lone_explorations = 0;
-  bool settled_paired = false, lone_paired = false;
-  const double settled = run(1, &settled_gpu_only, &settled_explorations, &settled_paired);
-  // The steps that carried a change taught nothing: the rest stayed the settled one.
-  EXPECT_NEAR(rest_gpu_only, world.rest_gpu_only_ns, 1e3);
-  rest_gpu_only = 0;
-  const double lone = run(0, &lone_gpu_only, &lone_explorations, &lone_paired);
-  EXPECT_TRUE(settled_paired);
-  // Settled: every step that does not explore reads GPU-only, at a small cost of explorations
-  // and changes (each split exploration costs two split steps and a change back). 200 steps
-  // minus two per exploration (one fewer if the window cuts one).
-  EXPECT_GE(settled_gpu_only + 2 * settled_explorations, 199);
-  EXPECT_LE(settled_gpu_only + 2 * settled_explorations, 201);
-  EXPECT_GE(settled_explorations, 1);
-  EXPECT_LE(settled, 1.05 * gpu_only_ns);
-  // One-step explorations stay on the split: no step that does not explore reads GPU-only.
-  EXPECT_EQ(lone_gpu_only, 0);
-  EXPECT_GT(lone, 1.1 * settled);
+  }
+}
+
+// Which steps settle is decided by the rounds the gpu_worker queued, not by the previous
+// step's mode: after a GPU-only exploration that finds GPU-only cheaper, the next step reads
+// GPU-only too but finds the split's rounds queued (those of the last step that did not
+// explore), and pays; it teaches nothing. Here the start-up probe overstates the GPU-only
+// path (200 ns per token against 120), so the split is picked and GPU-only, never
+// measured, is explored at once (two steps), then chosen.
+TEST(DecodeReadsTest, TheStepAfterAnExplorationSettlesWhenItsQueuedRoundsDiffer) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;
+  constexpr double kSwitchNs = 6e6;
+  ReadWorld world;
+  world.rest_split_ns = 20e6;  // split 38 ms per layer, GPU-only 24.4
+  auto scheduler = *Scheduler::Create("writescope", {});
+  const double c = world.gpu_fixed_ns;
+  const CostSample probe[] = {{50000, 200 * 50000 + c}, {200000, 200 * 200000 + c}};
+  WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
+  LearnLines(*scheduler, world);
+  bool queued_split = true, chosen_split = true;
+  std::vector<ReadDecision> decisions;
+  std::vector<double> rests, lines;  // after each step: the GPU-only rest and line
+  for (int i = 0; i < 4; ++i) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+    const bool split = d.cpu_share > 0;
+    StepSample sample = world.Run(d.cpu_share, kTokens);
+    if (!split && queued_split) sample.step_ns += kSwitchNs;
+    scheduler->ObserveStep(sample);
+    if (!d.explore) chosen_split = split;
+    queued_split = d.explore && !d.exploration_continues ? chosen_split : split;
+    decisions.push_back(d);
+    rests.push_back(scheduler->rest_gpu_only_ns());
+    lines.push_back(scheduler->gpu_only_estimator().Predict(kTokens));
+  }
+  // GPU-only explored: its first step pays the split's rounds and teaches nothing.
+  ASSERT_TRUE(decisions[0].explore && decisions[0].exploration_continues);
+  EXPECT_EQ(decisions[0].cpu_share, 0.0);
+  EXPECT_TRUE(std::isnan(rests[0]));
+  ASSERT_TRUE(decisions[1].explore && !decisions[1].exploration_continues);
+  EXPECT_EQ(decisions[1].cpu_share, 0.0);
+  EXPECT_FALSE(std::isnan(rests[1]));
+  // Then chosen: its first step finds the split's rounds queued, pays, and teaches nothing,
+  // though the step before it read GPU-only too; the next one teaches.
+  ASSERT_FALSE(decisions[2].explore);
+  ASSERT_EQ(decisions[2].cpu_share, 0.0);
+  EXPECT_EQ(rests[2], rests[1]);
+  EXPECT_EQ(lines[2], lines[1]);
+  ASSERT_EQ(decisions[3].cpu_share, 0.0);
+  EXPECT_NE(lines[3], lines[2]);
 }
 
 // A competing load slows the CPU 8x for a while: writescope leaves the CPU-compute blocks

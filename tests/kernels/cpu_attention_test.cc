@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention_reference.h"
 #include "kernels/attention_state.h"
+#include "kernels/cpu/mla_amx.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -337,29 +338,45 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
       paths.push_back({MlaMatmulMode::kAmx, false, 4});
       paths.push_back({MlaMatmulMode::kAmx, false, 1});
     }
+    // The AMX kernel takes this shape (its rows and V in whole 32-value chunks; any heads,
+    // padded to 16), and some block has a 32-token step.
+    const bool amx_shape = shape.row_dim() % 32 == 0 && shape.kv_lora_rank % 32 == 0;
+    EXPECT_EQ(cpu::MlaAmxSupported((c.heads + 15) / 16 * 16, shape.row_dim(), shape.kv_lora_rank),
+              amx_shape);
+    const bool amx_runs = amx_shape && c.block_tokens >= cpu::kMlaAmxTokens &&
+                          *std::max_element(lengths.begin(), lengths.end()) >= cpu::kMlaAmxTokens;
     for (const Path& path : paths) {
       CpuAttentionOptions options = Options(isa);
       options.mla_matmul = path.mode;
       options.mla_amx_emulated = path.emulated;
       options.chunks_per_thread = path.chunks;
+      const uint64_t amx_steps = cpu::MlaAmxStepsRun();
       const char* label = path.mode == MlaMatmulMode::kOff      ? ""
                           : path.mode == MlaMatmulMode::kOneDnn ? " oneDNN"
                           : path.emulated                       ? " AMX emulated"
                                                                 : " AMX";
-      const std::string what = path.mode == MlaMatmulMode::kOff
-                                   ? name
-                                   : absl::StrCat(name, label, ", ", path.chunks, " chunks per thread");
+      const std::string what =
+          path.mode == MlaMatmulMode::kOff
+              ? name
+              : absl::StrCat(name, label, ", ", path.chunks, " chunks per thread");
       auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); };
       const Partial part0 = run(split, 0, cpu);
       const Partial part1 = run(split, 1, cpu);
       ExpectClose(part0, ref0, what + " part0");
       ExpectClose(part1, ref1, what + " part1");
       ExpectClose(Merge(part0, part1), reference, what + " merged");
+      if (path.mode == MlaMatmulMode::kAmx) {
+        EXPECT_EQ(cpu::MlaAmxStepsRun() > amx_steps, amx_runs) << what;
+      }
     }
-    // kAuto takes our AMX kernel exactly where this process can use AMX, else the vector
-    // kernels: the same bits as the mode it stands for.
+    // kAuto takes our AMX kernel where this process can use AMX (oneDNN at a shape the kernel
+    // does not take), else the vector kernels: the same bits as the mode it stands for.
     CpuAttentionOptions chosen = Options(isa), autod = Options(isa);
-    chosen.mla_matmul = MlaAmxUsable() ? MlaMatmulMode::kAmx : MlaMatmulMode::kOff;
+    chosen.mla_matmul = !MlaAmxUsable() ? MlaMatmulMode::kOff
+                        : cpu::MlaAmxSupported((c.heads + 15) / 16 * 16, shape.row_dim(),
+                                               shape.kv_lora_rank)
+                            ? MlaMatmulMode::kAmx
+                            : MlaMatmulMode::kOneDnn;
     autod.mla_matmul = MlaMatmulMode::kAuto;
     const Partial want = run(split, 0, [&](const MlaDecodeArgs& a) { return CpuMlaDecode(a, chosen); });
     const Partial got = run(split, 0, [&](const MlaDecodeArgs& a) { return CpuMlaDecode(a, autod); });

@@ -17,7 +17,7 @@
 # shrunk to fewer layers gets the full model's room per MoE layer (gpu_worker.cc).
 # WS_CPU_WORKER_FLAGS (environment, space-separated) are passed to every cpu_worker, e.g.
 # WS_CPU_WORKER_FLAGS=--mla_matmul=off for DeepSeek's MLA on the vector kernels where the
-# CPU has AMX (the default there is the oneDNN matmuls); WS_GPU_WORKER_FLAGS likewise to
+# CPU has AMX (the default there is our AMX kernel); WS_GPU_WORKER_FLAGS likewise to
 # every gpu_worker (e.g. --prefetch_next_step=false).
 HOT_EXPERTS="${HOT_EXPERTS:-auto}" HOT_WARMUP_TOKENS="${HOT_WARMUP_TOKENS:-1}"
 

@@ -1101,17 +1101,36 @@ TEST(DecodeReadsTest, PicksTheCheaperModeAndKeepsTheOtherMeasuredAtASmallCost) {
   }
 }
 
+// The gpu_worker's early KV rounds (GpuStep): it queues a step's own rounds for the next
+// step, or after an exploration's last step those of the last step that did not explore. A
+// GPU-only step that finds split rounds queued pays switch_ns more (a split step after
+// GPU-only rounds takes them in part).
+struct QueuedRounds {
+  double switch_ns = 0;
+  bool queued_split = true;  // both start after split steps
+  bool chosen_split = true;
+  // Runs the step of decision `d` in `world` and lets the scheduler observe it.
+  StepSample Step(Scheduler& scheduler, const ReadWorld& world, const ReadDecision& d,
+                  double host_tokens) {
+    const bool split = d.cpu_share > 0;
+    StepSample sample = world.Run(d.cpu_share, host_tokens);
+    if (!split && queued_split) sample.step_ns += switch_ns;
+    scheduler.ObserveStep(sample);
+    if (!d.explore) chosen_split = split;
+    queued_split = d.explore && !d.exploration_continues ? chosen_split : split;
+    return sample;
+  }
+};
+
 // A step that reads otherwise than the KV rounds the gpu_worker queued early for it pays for
-// them: here a GPU-only step after split rounds costs 6 ms more (a split step after GPU-only
-// rounds takes them in part and costs nothing extra). The gpu_worker queues a step's own
-// rounds for the next step, except after an exploration's last step: the rounds of the
-// last step that did not explore (GpuStep). So a GPU-only exploration's first step pays,
-// and so does the first GPU-only step chosen after a winning GPU-only exploration; the
-// step returning from an exploration does not (DeepSeek 16 x 8K: 21.6-21.9 ms for a lone
-// GPU-only step and 21 for the split in run 82, a median of 15.9 for the GPU-only steps
-// after a first one in run 84). GPU-only is 15 % (then 10 %) cheaper than the split once
-// settled, its first step's extra cost more than the split's lead. One-step explorations
-// measure GPU-only with that cost in it and keep the split; with a settling step
+// them (QueuedRounds): here a GPU-only step after split rounds costs 6 ms more. So a
+// GPU-only exploration's first step pays, and so does the first GPU-only step chosen after
+// a winning GPU-only exploration; the step returning from an exploration does not
+// (DeepSeek 16 x 8K: 21.6-21.9 ms for a lone GPU-only step and 21 for the split in run 82,
+// a median of 15.9 for the GPU-only steps after a first one in run 84). The split wins by
+// far first, then GPU-only is 15 %, 10 % and 36 % cheaper than the split once settled (the
+// first two: its first step's extra cost more than the split's lead). One-step
+// explorations measure GPU-only with that cost in it and keep the split; with a settling step
 // (switch_settle_steps, the default) the exploration's second step measures it settled,
 // writescope moves to it and stays (no cycle between the modes), and the split's
 // explorations do not bring it back. An exploration is two decisions: the first says the
@@ -1146,7 +1165,8 @@ TEST(DecodeReadsTest, ExplorationsMeasureAModeAfterItsChangeHasSettled) {
       EXPECT_TRUE(scheduler->CalibrateGpu(probe).ok());
       LearnLines(*scheduler, world);
       Run r;
-      bool queued_split = true, chosen_split = true, was_split = true, continues = false;
+      QueuedRounds rounds{kSwitchNs};
+      bool was_split = true, continues = false;
       // First a world where the split wins by far (it settles there), then this one.
       ReadWorld split_wins = world;
       split_wins.rest_split_ns = 0.5e6;
@@ -1154,12 +1174,7 @@ TEST(DecodeReadsTest, ExplorationsMeasureAModeAfterItsChangeHasSettled) {
         const ReadWorld& w = i < 0 ? split_wins : world;
         const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
         const bool split = d.cpu_share > 0;
-        StepSample sample = w.Run(d.cpu_share, kTokens);
-        if (!split && queued_split) sample.step_ns += kSwitchNs;
-        scheduler->ObserveStep(sample);
-        // What the gpu_worker queues for the next step.
-        if (!d.explore) chosen_split = split;
-        queued_split = d.explore && !d.exploration_continues ? chosen_split : split;
+        const StepSample sample = rounds.Step(*scheduler, w, d, kTokens);
         const bool starts = d.explore && !continues;
         if (continues && !d.explore) r.paired = false;
         continues = d.exploration_continues;
@@ -1214,17 +1229,12 @@ TEST(DecodeReadsTest, TheStepAfterAnExplorationSettlesWhenItsQueuedRoundsDiffer)
   const CostSample probe[] = {{50000, 200 * 50000 + c}, {200000, 200 * 200000 + c}};
   WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
   LearnLines(*scheduler, world);
-  bool queued_split = true, chosen_split = true;
+  QueuedRounds rounds{kSwitchNs};
   std::vector<ReadDecision> decisions;
   std::vector<double> rests, lines;  // after each step: the GPU-only rest and line
   for (int i = 0; i < 4; ++i) {
     const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
-    const bool split = d.cpu_share > 0;
-    StepSample sample = world.Run(d.cpu_share, kTokens);
-    if (!split && queued_split) sample.step_ns += kSwitchNs;
-    scheduler->ObserveStep(sample);
-    if (!d.explore) chosen_split = split;
-    queued_split = d.explore && !d.exploration_continues ? chosen_split : split;
+    rounds.Step(*scheduler, world, d, kTokens);
     decisions.push_back(d);
     rests.push_back(scheduler->rest_gpu_only_ns());
     lines.push_back(scheduler->gpu_only_estimator().Predict(kTokens));

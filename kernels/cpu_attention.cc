@@ -262,7 +262,10 @@ absl::Status CpuGqaPrefill(const GqaPrefillArgs& args, const CpuAttentionOptions
   return absl::OkStatus();
 }
 
-bool MlaAmxUsable() { return cpu::AmxUsable(); }
+bool MlaAmxUsable() {
+  static const bool usable = DetectCpuIsa() == CpuIsa::kAvx512 && cpu::AmxUsable();
+  return usable;
+}
 
 absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& options) {
   const MlaShape& s = args.shape;
@@ -280,14 +283,15 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   if (options.mla_amx_emulated && DetectCpuIsa() != CpuIsa::kAvx512) {
     return absl::InvalidArgumentError("CPU MLA decode: the emulated AMX kernel needs AVX-512");
   }
-  if (!options.mla_amx_emulated && options.mla_matmul == MlaMatmulMode::kAmx && !cpu::AmxUsable()) {
+  const bool amx_usable = MlaAmxUsable();
+  if (!options.mla_amx_emulated && options.mla_matmul == MlaMatmulMode::kAmx && !amx_usable) {
     return absl::InvalidArgumentError(
         "CPU MLA decode: AMX requested (mla_matmul amx) but this process cannot use it: the "
         "CPU lacks AMX-BF16 or AVX-512, WS_CPU_NO_AMX is set, or the kernel refused the tile "
         "state");
   }
   const bool amx_wanted = options.mla_amx_emulated || options.mla_matmul == MlaMatmulMode::kAmx ||
-                          (options.mla_matmul == MlaMatmulMode::kAuto && cpu::AmxUsable());
+                          (options.mla_matmul == MlaMatmulMode::kAuto && amx_usable);
   // Heads padded to the vector lanes, or to the AMX kernel's 16 (a multiple of every ISA's).
   const int32_t amx_hp = (s.num_heads + 15) / 16 * 16;
   const bool use_amx = amx_wanted && cpu::MlaAmxSupported(amx_hp, row_dim, out_dim);
@@ -303,7 +307,7 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   // shape (oneDNN runs AMX there).
   const bool use_matmul =
       !use_amx && (options.mla_matmul == MlaMatmulMode::kOneDnn ||
-                   (options.mla_matmul == MlaMatmulMode::kAuto && cpu::AmxUsable()));
+                   (options.mla_matmul == MlaMatmulMode::kAuto && amx_usable));
   if (use_matmul && kernels->mla_softmax_hilo != nullptr) {
     // Where oneDNN has no bf16 matmul for this CPU, the vector kernels take every block.
     absl::StatusOr<const cpu::MlaMatmul*> got =

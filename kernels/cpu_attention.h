@@ -43,7 +43,7 @@ const char* CpuIsaName(CpuIsa isa);
 // How the MLA decode takes whole steps of latent rows: on the CPU's matrix units or not.
 //   kAmx: our AMX tile kernel (kernels/cpu/mla_amx.h) over every 32 tokens of a block, the
 //     vector kernels over a block's last tokens short of 32. INVALID_ARGUMENT where AMX is
-//     not usable (AmxUsable); shapes the kernel does not take (kv_lora_rank + rope_dim or
+//     not usable (MlaAmxUsable); shapes the kernel does not take (kv_lora_rank + rope_dim or
 //     kv_lora_rank not a multiple of 32) run on the vector kernels.
 //   kOneDnn: whole blocks through oneDNN bf16 matmuls (kernels/cpu/mla_matmul.h; AMX where
 //     oneDNN runs it); partial blocks on the vector kernels. Where oneDNN has no bf16
@@ -55,7 +55,8 @@ const char* CpuIsaName(CpuIsa isa);
 // fp32-level tolerance.
 enum class MlaMatmulMode { kAuto, kAmx, kOneDnn, kOff };
 
-// Whether MlaMatmulMode::kAmx can run in this process (kernels/cpu/mla_amx.h AmxUsable).
+// Whether MlaMatmulMode::kAmx can run in this process: AVX-512 (DetectCpuIsa) and the AMX
+// tiles (kernels/cpu/mla_amx.h AmxUsable).
 bool MlaAmxUsable();
 
 struct CpuAttentionOptions {

@@ -193,7 +193,7 @@ struct Interleave {
 template <class Tiles>
 void RunRows(const MlaAmxArgs& args) {
   Scratch& sc = ThreadScratch();
-  const Interleave interleave;
+  static const Interleave interleave;
   const int64_t row_dim = args.row_dim;
   const int64_t row_bytes = row_dim * 2;
   const int64_t q_stride = int64_t{args.padded_heads} * 4;  // bytes per q_pairs row
@@ -310,12 +310,6 @@ bool AskForAmx() {
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
   if (!amx_bf16 || !amx_tile) return false;
-  // The AVX-512 this file is compiled for, with the OS saving its registers.
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq")) {
-    return false;
-  }
   // Linux hands the tile data state (8 KB of registers) only to processes that ask.
   constexpr long kArchReqXcompPerm = 0x1023;
   constexpr long kXfeatureXtiledata = 18;

@@ -28,17 +28,17 @@ namespace writescope::kernels::cpu {
 // Tokens per softmax step of the AMX kernel.
 inline constexpr int32_t kMlaAmxTokens = 32;
 
-// Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE, AMX-BF16
-// and AVX-512 F/BW/VL/DQ (with the OS saving their registers), the environment does not
-// set WS_CPU_NO_AMX, and Linux granted the process the tile data state (arch_prctl
-// ARCH_REQ_XCOMP_PERM, asked once).
+// Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE and
+// AMX-BF16, the environment does not set WS_CPU_NO_AMX, and Linux granted the process the
+// tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once). The kernel also needs
+// AVX-512 F/BW/VL/DQ: callers check it with DetectCpuIsa (MlaAmxUsable does both).
 bool AmxUsable();
 
 // Whether the kernel takes this shape: padded_heads a positive multiple of 16, row_dim and
 // out_dim positive multiples of 32, out_dim <= row_dim.
 bool MlaAmxSupported(int32_t padded_heads, int32_t row_dim, int32_t out_dim);
 
-// Where the tile instructions run: on the CPU's AMX unit (needs AmxUsable()), or emulated
+// Where the tile instructions run: on the CPU's AMX unit (needs MlaAmxUsable()), or emulated
 // in plain code with the same tile layouts and order of steps (any CPU with AVX-512 F/BW;
 // slow: for tests on machines without AMX).
 enum class AmxTiles { kHardware, kEmulated };

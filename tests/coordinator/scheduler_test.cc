@@ -1536,38 +1536,36 @@ TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
 }
 
 TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
+  // The options are refused, naming `field`.
+  auto expect_refused = [](const SchedulerOptions& options, const char* field) {
+    EXPECT_THAT(Scheduler::Create("writescope", options).status().message(), HasSubstr(field));
+  };
   SchedulerOptions options;
   options.rest_ema_weight = 0;
-  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
-              HasSubstr("rest_ema_weight"));
+  expect_refused(options, "rest_ema_weight");
   options.rest_ema_weight = kNaN;
   EXPECT_FALSE(Scheduler::Create("writescope", options).ok());
   options.rest_ema_weight = 0.25;
   options.rest_batch_tolerance = -1;
-  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
-              HasSubstr("rest_batch_tolerance"));
+  expect_refused(options, "rest_batch_tolerance");
   options.rest_batch_tolerance = 0.25;
   options.explore_cost_share = 1.5;
-  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
-              HasSubstr("explore_cost_share"));
+  expect_refused(options, "explore_cost_share");
   options.explore_cost_share = 0.01;
   options.switch_settle_steps = 17;
-  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
-              HasSubstr("switch_settle_steps"));
+  expect_refused(options, "switch_settle_steps");
   options.switch_settle_steps = 16;
   EXPECT_TRUE(Scheduler::Create("writescope", options).ok());
   options.switch_settle_steps = 1;
   options.min_explore_period_steps = 8;
   options.max_explore_period_steps = 4;
-  EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
-              HasSubstr("explore periods"));
+  expect_refused(options, "explore periods");
   options.min_explore_period_steps = 0;
   EXPECT_FALSE(Scheduler::Create("writescope", options).ok());
   options.min_explore_period_steps = 4;
   for (const double weight : {0.0, -1.0, kNaN, std::numeric_limits<double>::infinity()}) {
     options.split_calibration_samples = weight;
-    EXPECT_THAT(Scheduler::Create("writescope", options).status().message(),
-                HasSubstr("split_calibration_samples"));
+    expect_refused(options, "split_calibration_samples");
   }
 }
 

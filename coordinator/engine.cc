@@ -115,6 +115,10 @@ struct Engine::Request {
 
   absl::Time submitted, admitted_at, first_token_at, last_token_at;
   uint64_t bench_round = 0;  // SubmitBench: the context is placed, not computed
+  // A bench round's request waits in the queue until the whole round is queued
+  // (ReleaseBenchRound), so that the round decodes its batch from its first step. Guarded by
+  // Engine::mutex_.
+  bool held = false;
 };
 
 Engine::Engine(const EngineOptions& options, const ModelConfig& model, const KvCacheConfig& kv,
@@ -230,6 +234,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateR
     return absl::AlreadyExistsError(absl::StrCat("request id '", request->id, "' is in flight"));
   }
   by_id_[request->id] = request;
+  request->held = bench_round > 0;
   waiting_.push_back(request);
   counts_.waiting = static_cast<uint32_t>(waiting_.size());
   work_.notify_all();
@@ -281,6 +286,7 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
     for (const auto& stream : streams) {
       if (!status.ok()) stream->Cancel();
     }
+    ReleaseBenchRound(round);
     for (const auto& stream : streams) {
       v1::GenerateResponse ignored;
       bool done = false;
@@ -297,6 +303,14 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       }
     }
     WS_RETURN_IF_ERROR(status);
+    {
+      // The streams ended inside the round's last step, before its record: wait for the
+      // step's end (or the next one's, if another request's step began meanwhile).
+      std::unique_lock<std::mutex> lock(mutex_);
+      const uint64_t ended = steps_ended_;
+      step_ended_.wait_until(lock, absl::ToChronoTime(deadline),
+                             [&] { return !in_step_ || steps_ended_ != ended || stopping_; });
+    }
     response.clear_steps();  // the measured round's replace the warm-up's
     for (const StepRecord& r : StepRecords(round)) {
       if (r.bench_sequences != request.batch()) continue;
@@ -335,6 +349,14 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
     response.set_tokens_per_second(request.batch() * 1e3 / response.mean_step_ms());
   }
   return response;
+}
+
+void Engine::ReleaseBenchRound(uint64_t round) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& request : waiting_) {
+    if (request->bench_round == round) request->held = false;
+  }
+  work_.notify_all();
 }
 
 bool Engine::Abort(const std::string& request_id) {
@@ -500,7 +522,17 @@ void Engine::Loop() {
         scheduler_->SkipRecalibration();
       }
     }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      in_step_ = true;
+    }
     absl::Status status = RunOneStep();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      in_step_ = false;
+      ++steps_ended_;
+    }
+    step_ended_.notify_all();
     if (!status.ok()) {
       WS_LOG(WARNING) << "step failed: " << status;
       if (on_step_failure_) on_step_failure_();
@@ -555,6 +587,7 @@ void Engine::Admit() {
       std::lock_guard<std::mutex> lock(mutex_);
       if (waiting_.empty()) break;
       request = waiting_.front();
+      if (request->held) break;  // its bench round is still being queued
       if (running_.size() + external_sequences_ >= kv_.max_sequences ||
           reserved_blocks_ + request->reserved_blocks > total) {
         break;  // first come, first served: wait for running requests to end

@@ -232,6 +232,8 @@ class Engine {
   // Step phases (engine thread).
   void DropEnded();
   void Admit();
+  // Lets the queued requests of bench round `round` be admitted (Queue holds them).
+  void ReleaseBenchRound(uint64_t round);
   absl::Status RunOneStep();
   // Host-resident tokens of the live sequences (their blocks, not their D-windows).
   // Callers hold placement_mutex_.
@@ -277,6 +279,12 @@ class Engine {
   SpanRecorder spans_;
   SchedulerCheck check_;  // guarded by mutex_; decays (last ~32 steps)
   std::deque<StepRecord> records_;  // guarded by mutex_
+  // A step is running (RunOneStep); steps_ended_ counts those that returned, each after its
+  // record (guarded by mutex_; step_ended_ is signalled at each end). A request's stream ends
+  // inside its last step, before that step's record: RunBench waits for the step's end.
+  bool in_step_ = false;
+  uint64_t steps_ended_ = 0;
+  std::condition_variable step_ended_;
   std::atomic<uint64_t> next_bench_round_{1};
   std::optional<ExpertPlacement> experts_;  // guarded by placement_mutex_
   GpuCalibration gpu_calibration_;          // guarded by mutex_

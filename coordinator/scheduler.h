@@ -285,7 +285,9 @@ struct SchedulerOptions {
   // there, kept the split at 21 and lost 15 % to transfer-all, run 82). 0: every step
   // teaches, explorations are one step.
   uint32_t switch_settle_steps = 1;
-  // Weight of the newest step in each mode's "rest" EMA. In (0, 1].
+  // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken after k
+  // steps in which the other mode was chosen (an exploration's) weighs 1 − (1 − w)^k, what k
+  // equal samples would.
   double rest_ema_weight = 0.25;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
@@ -407,6 +409,9 @@ class Scheduler {
   LinearCostEstimator gpu_only_;  // the GPU path when the CPU attends nothing
   double rest_split_;
   double rest_gpu_only_;
+  // Steps that did not explore, and its value at each mode's latest rest sample: a rest
+  // sample weighs as many steps' as the other mode was chosen for since then.
+  uint64_t rest_clock_ = 0, rest_split_clock_ = 0, rest_gpu_only_clock_ = 0;
   // The step of each line's latest sample (Observe's `elapsed`).
   uint64_t cpu_sample_step_ = 0, gpu_sample_step_ = 0, gpu_only_sample_step_ = 0;
   // The latest decision explored: its measurement, if cheaper than the prediction for the

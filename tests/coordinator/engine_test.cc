@@ -38,11 +38,6 @@ class FakeWorker final : public StepWorker {
     internal::StepResult result;
     result.set_step_id(plan.step_id());
     result.set_num_layers(2);
-    if (gpu_ && step == upload_at_step_.load()) {
-      // The hot experts' upload after this step: it takes time, reported or not.
-      std::this_thread::sleep_for(std::chrono::milliseconds(upload_ms_));
-      if (report_upload_) result.set_hot_upload_ms(static_cast<double>(upload_ms_));
-    }
     // Attention reports as the workers make them: the CPU side's tokens are the CPU-compute
     // blocks it attends in place, the GPU side's the rest of the host tokens.
     uint64_t cpu_tokens = 0, host_tokens = 0;
@@ -56,6 +51,16 @@ class FakeWorker final : public StepWorker {
       }
     }
     const uint64_t attended = gpu_ ? host_tokens - cpu_tokens : cpu_tokens;
+    const bool split = cpu_tokens > 0;
+    if (gpu_ && upload_at_step_.load() > 0 && step >= upload_at_step_.load() &&
+        !plan.exploring() && !last_exploring_ && split == last_split_) {
+      upload_at_step_ = 0;
+      // The hot experts' upload after this step: it takes time, reported or not.
+      std::this_thread::sleep_for(std::chrono::milliseconds(upload_ms_));
+      if (report_upload_) result.set_hot_upload_ms(static_cast<double>(upload_ms_));
+    }
+    last_split_ = split;
+    last_exploring_ = plan.exploring();
     // The time is spent too, so that the step's wall time agrees with the reports.
     const double attention_ns = static_cast<double>(attended) * ns_per_token_.load() * 2;
     std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(attention_ns)));
@@ -109,8 +114,13 @@ class FakeWorker final : public StepWorker {
   }
 
   std::atomic<bool> fail_next_{false};
-  // The gpu side's hot-expert upload: after its step number upload_at_step_ (1-based).
+  // The gpu side's hot-expert upload: after its first step from number upload_at_step_ on
+  // (1-based) that reads as the step before it and neither explores (a step that reads
+  // otherwise than the KV rounds queued for it teaches the scheduler nothing,
+  // switch_settle_steps: the upload there went unlearned, reported or not).
   std::atomic<uint64_t> upload_at_step_{0};
+  bool last_split_ = false;      // the previous step's CPU attended something
+  bool last_exploring_ = false;  // the previous step explored
   int upload_ms_ = 1200;
   bool report_upload_ = true;
   std::atomic<uint64_t> probes_{0};
@@ -502,6 +512,33 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   request.set_context_tokens(uint64_t{1} << 40);
   EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A bench round's requests are admitted together once the round is queued: every step of
+// the warm-up and the measured round decodes the whole batch (admitted one by one as they
+// were queued, the first steps of a round ran part of it, and the scheduler saw the batch
+// change twice per round: 32 -> a few -> 32 in the H200 grid).
+TEST_F(EngineTest, ABenchRoundDecodesItsWholeBatchFromItsFirstStep) {
+  v1::BenchRequest request;
+  request.set_batch(kv_.max_sequences);
+  request.set_context_tokens(4 * kv_.block_tokens());
+  request.set_decode_steps(5);
+  request.set_warmup_steps(3);
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
+    WS_ASSERT_OK(response.status());
+    EXPECT_EQ(response->steps_size(), 5) << "repeat " << repeat;
+  }
+  // Rounds 1-6: three warm-ups of 3 steps and three measured rounds of 5.
+  for (uint64_t round = 1; round <= 6; ++round) {
+    const std::vector<Engine::StepRecord> records = engine_->StepRecords(round);
+    EXPECT_EQ(records.size(), round % 2 == 1 ? 3u : 5u) << "round " << round;
+    for (const Engine::StepRecord& r : records) {
+      EXPECT_EQ(r.bench_sequences, kv_.max_sequences) << "round " << round;
+      EXPECT_EQ(r.decode_sequences, kv_.max_sequences) << "round " << round;
+    }
+  }
+  EXPECT_EQ(UsedBlocks(), 0u);
 }
 
 // The GPU path's calibration (issue 7): the probe's sizes come from the KV config, its line

@@ -216,8 +216,9 @@ struct StepSample {
 // and takes the cheaper. Now and then it runs the other mode, so that both stay measured
 // (a CPU that was loaded is seen to be free again): each decision earns explore_cost_share
 // of its predicted step time as credit, and the other mode runs once the credit covers
-// its predicted extra cost over the exploration's steps (every min_ to
-// max_explore_period_steps decisions). So exploring costs about that share of the time
+// its predicted extra cost over the exploration's steps (at least min_explore_period_steps
+// decisions apart; the split at least every max_explore_period_steps). So exploring costs
+// about that share of the time
 // (more where the maximum period forces an exploration of a mode far worse: one twice as
 // costly, about 2.5 % per exploring step): modes close together are compared often, a mode
 // far worse is tried rarely. A change of mode costs its first steps something of their
@@ -270,8 +271,10 @@ struct SchedulerOptions {
   // running the mode the prediction did not pick (ReadDecision). In [0, 1]; 0: a mode is
   // run by choice only once it has been measured (it is then not re-measured).
   double explore_cost_share = 0.01;
-  // Explorations are at least min_ and at most max_explore_period_steps decisions apart
-  // (the latter bounds how long a CPU that was loaded goes unnoticed once it is free).
+  // Explorations are at least min_explore_period_steps decisions apart, and the split's at
+  // most max_explore_period_steps while GPU-only is chosen (it bounds how long a CPU that was
+  // loaded goes unnoticed once it is free). GPU-only is explored on credit alone: the
+  // gpu_worker's probe re-measures its line (recalibration_period_steps).
   uint32_t min_explore_period_steps = 4;
   uint32_t max_explore_period_steps = 40;
   // Steps whose measurements carry a change of read mode: a step that reads otherwise than

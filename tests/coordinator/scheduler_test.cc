@@ -1101,6 +1101,40 @@ TEST(DecodeReadsTest, PicksTheCheaperModeAndKeepsTheOtherMeasuredAtASmallCost) {
   }
 }
 
+// GPU-only far behind the split (2.6x here) is explored on credit alone: about
+// explore_cost_share of the time. (Forced every max_explore_period_steps decisions as the
+// split is, its two-step explorations cost ~8 % here; Qwen3 32 x 32K on the H200: 158 ms
+// per GPU-only step against the split's 83, 7 % of the steps, run 91.) A split far behind
+// GPU-only is still explored every max_explore_period_steps.
+TEST(DecodeReadsTest, GpuOnlyFarBehindIsExploredOnCreditAlone) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;
+  ReadWorld world;
+  world.alone_gpu_ns_per_token = 240;  // GPU-only 48.4 ms per layer, the split 18.5
+  auto scheduler = *Scheduler::Create("writescope", {});
+  const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
+  const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
+  WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
+  LearnLines(*scheduler, world);
+  RunReads(*scheduler, world, 40, kTokens, kPlaced);
+  const ReadRun run = RunReads(*scheduler, world, 400, kTokens, kPlaced);
+  EXPECT_LE(run.explorations, 2 * 2);  // two steps each
+  const double split_ns = world.SplitStepNs(0.4, kTokens);
+  EXPECT_LE(run.total_ns / 400, 1.015 * split_ns);
+
+  // The reverse: the CPU 20x slower, the split far behind; explored every 40 decisions.
+  ReadWorld slow_cpu;
+  slow_cpu.cpu_ns_per_token = 2000;
+  auto other = *Scheduler::Create("writescope", {});
+  const double b0 = slow_cpu.alone_gpu_ns_per_token;
+  const CostSample probe0[] = {{50000, b0 * 50000 + c}, {200000, b0 * 200000 + c}};
+  WS_ASSERT_OK(other->CalibrateGpu(probe0));
+  LearnLines(*other, slow_cpu);
+  RunReads(*other, slow_cpu, 40, kTokens, kPlaced);
+  const ReadRun reverse = RunReads(*other, slow_cpu, 400, kTokens, kPlaced);
+  EXPECT_GE(reverse.explorations, 2 * 400 / 42);
+}
+
 // The gpu_worker's early KV rounds (GpuStep): it queues a step's own rounds for the next
 // step, or after an exploration's last step those of the last step that did not explore. A
 // GPU-only step that finds split rounds queued pays switch_ns more (a split step after

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -156,6 +157,7 @@ void Engine::Stop() {
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     work_.notify_all();
+    step_ended_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
   FailAll(absl::UnavailableError("the server is shutting down"));
@@ -223,7 +225,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateR
   request->sampler = std::make_unique<Sampler>(request->sampling);
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
-  if (waiting_.size() >= options_.queue_capacity) {
+  // A bench round (held until all of it is queued) is bounded by max_sequences instead.
+  if (bench_round == 0 && waiting_.size() >= options_.queue_capacity) {
     return absl::ResourceExhaustedError(absl::StrCat("the queue is full: ", waiting_.size(),
                                                      " requests are waiting (capacity ",
                                                      options_.queue_capacity, ")"));
@@ -271,6 +274,9 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
   for (const uint32_t steps : {request.warmup_steps(), request.decode_steps()}) {
     if (steps == 0) continue;
     const uint64_t round = next_bench_round_.fetch_add(1);
+    // Whatever happens below, the round's queued requests are let go (a cancelled one is
+    // dropped at admission): a held request at the queue's front stops every admission.
+    absl::Cleanup release = [this, round] { ReleaseBenchRound(round); };
     std::vector<std::shared_ptr<RequestStream>> streams;
     absl::Status status;
     for (uint32_t b = 0; b < request.batch() && status.ok(); ++b) {
@@ -286,7 +292,7 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
     for (const auto& stream : streams) {
       if (!status.ok()) stream->Cancel();
     }
-    ReleaseBenchRound(round);
+    std::move(release).Invoke();
     for (const auto& stream : streams) {
       v1::GenerateResponse ignored;
       bool done = false;
@@ -308,8 +314,12 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       // step's end (or the next one's, if another request's step began meanwhile).
       std::unique_lock<std::mutex> lock(mutex_);
       const uint64_t ended = steps_ended_;
-      step_ended_.wait_until(lock, absl::ToChronoTime(deadline),
-                             [&] { return !in_step_ || steps_ended_ != ended || stopping_; });
+      if (!step_ended_.wait_until(lock, absl::ToChronoTime(deadline), [&] {
+            return !in_step_ || steps_ended_ != ended || stopping_;
+          })) {
+        return absl::DeadlineExceededError(
+            "the bench ran out of time waiting for its round's last step to end");
+      }
     }
     response.clear_steps();  // the measured round's replace the warm-up's
     for (const StepRecord& r : StepRecords(round)) {
@@ -497,8 +507,11 @@ void Engine::Loop() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_.wait_for(lock, absl::ToChronoMilliseconds(kIdleWait),
-                     [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+      // A bench round held at the queue's front (RunBench is still queueing it) is no work
+      // yet: ReleaseBenchRound wakes the loop.
+      work_.wait_for(lock, absl::ToChronoMilliseconds(kIdleWait), [&] {
+        return stopping_ || (!waiting_.empty() && !waiting_.front()->held) || !running_.empty();
+      });
       if (stopping_) break;
     }
     {

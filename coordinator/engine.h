@@ -133,16 +133,10 @@ class Engine {
   // request id in flight; UNAVAILABLE when not serving.
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(const v1::GenerateRequest& request,
                                                         absl::Time deadline);
-  // A benchmark request (the Bench RPC): `context_tokens` tokens (a multiple of the block
-  // size) are placed in the KV regions at admission, as a prefill would place them but
-  // without computing them, then it decodes `decode_steps` tokens (greedy, no EOS). Steps
-  // that decode sequences of `round` (> 0) are tagged with it (StepRecord).
-  absl::StatusOr<std::shared_ptr<RequestStream>> SubmitBench(uint64_t context_tokens,
-                                                             uint32_t decode_steps,
-                                                             uint64_t round);
   // The Bench RPC (writescope.proto): an optional warm-up round, then the measured round of
-  // `batch` bench requests; returns the measured round's steps in which all `batch`
-  // sequences decoded (policy and num_layers are the caller's to fill).
+  // `batch` bench requests, each round admitted together once all of it is queued; returns
+  // the measured round's steps in which all `batch` sequences decoded (policy and
+  // num_layers are the caller's to fill).
   absl::StatusOr<v1::BenchResponse> RunBench(const v1::BenchRequest& request,
                                              absl::Duration timeout);
   // Ends a running or queued request at the next step. False when no such request.
@@ -225,6 +219,14 @@ class Engine {
 
  private:
   struct Request;
+  // A benchmark request: `context_tokens` tokens (a multiple of the block size) are placed
+  // in the KV regions at admission, as a prefill would place them but without computing
+  // them, then it decodes `decode_steps` tokens (greedy, no EOS). Steps that decode
+  // sequences of `round` (> 0) are tagged with it (StepRecord). Queued held: admitted only
+  // after ReleaseBenchRound(round).
+  absl::StatusOr<std::shared_ptr<RequestStream>> SubmitBench(uint64_t context_tokens,
+                                                             uint32_t decode_steps,
+                                                             uint64_t round);
   absl::StatusOr<std::shared_ptr<RequestStream>> Queue(const v1::GenerateRequest& request,
                                                        absl::Time deadline,
                                                        uint64_t bench_round = 0);
@@ -279,9 +281,10 @@ class Engine {
   SpanRecorder spans_;
   SchedulerCheck check_;  // guarded by mutex_; decays (last ~32 steps)
   std::deque<StepRecord> records_;  // guarded by mutex_
-  // A step is running (RunOneStep); steps_ended_ counts those that returned, each after its
-  // record (guarded by mutex_; step_ended_ is signalled at each end). A request's stream ends
-  // inside its last step, before that step's record: RunBench waits for the step's end.
+  // A step is running (RunOneStep); steps_ended_ counts those that returned, a step that
+  // succeeded after its record (guarded by mutex_; step_ended_ is signalled at each end and
+  // at Stop). A request's stream ends inside its last step, before that step's record:
+  // RunBench waits for the step's end.
   bool in_step_ = false;
   uint64_t steps_ended_ = 0;
   std::condition_variable step_ended_;

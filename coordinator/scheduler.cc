@@ -322,11 +322,13 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
         "explore_cost_share = ", options.explore_cost_share, " must be in [0, 1]"));
   }
   if (options.min_explore_period_steps < 1 ||
-      options.max_explore_period_steps < options.min_explore_period_steps) {
+      options.max_explore_period_steps < options.min_explore_period_steps ||
+      options.max_gpu_only_explore_period_steps < options.max_explore_period_steps) {
     return absl::InvalidArgumentError(absl::StrCat(
         "explore periods: min_explore_period_steps = ", options.min_explore_period_steps,
-        " and max_explore_period_steps = ", options.max_explore_period_steps,
-        " must satisfy 1 <= min <= max"));
+        ", max_explore_period_steps = ", options.max_explore_period_steps,
+        " and max_gpu_only_explore_period_steps = ", options.max_gpu_only_explore_period_steps,
+        " must satisfy 1 <= min <= max <= max_gpu_only"));
   }
   if (options.switch_settle_steps > 16) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -448,14 +450,13 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       double& rest = split ? rest_split_ : rest_gpu_only_;
       double& other = split ? rest_gpu_only_ : rest_split_;
       const double value = sample.step_ns - predicted;
-      // A sample stands for the steps the other mode was chosen since this mode's previous
-      // sample, as the lines' do: a mode measured only on explorations follows them (a
-      // quarter of the way per exploration, its rest lagged a change of several explorations:
-      // DeepSeek 16 x 8K, run 89), while the chosen mode's sample after an exploration
-      // weighs one step's.
+      // A sample stands for the steps that did not explore since this mode's previous sample,
+      // as the lines' do: a mode measured only on explorations follows them (a quarter of the
+      // way per exploration, its rest lagged a change of several explorations: DeepSeek
+      // 16 x 8K, run 89), while the chosen mode's sample after an exploration weighs one
+      // step's. (The first sample sets the rest whatever its weight.)
       uint64_t& last = split ? rest_split_clock_ : rest_gpu_only_clock_;
-      const double elapsed =
-          last == 0 ? 1.0 : std::max(1.0, static_cast<double>(rest_clock_ - last));
+      const double elapsed = std::max(1.0, static_cast<double>(rest_clock_ - last));
       last = rest_clock_;
       if (rest_stale_ && !std::isnan(rest)) {
         // A new batch size: the new level for this mode, the same difference to the other
@@ -572,14 +573,12 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   const double extra_ns = gap_ns * (1.0 + options_.switch_settle_steps);
   const bool may_explore = options_.explore_cost_share > 0.0 &&
                            decisions_since_explore_ >= options_.min_explore_period_steps;
-  // The split is explored at least every max_explore_period_steps decisions (a CPU that was
-  // loaded is seen to be free); GPU-only on credit alone (its line is re-measured by the
-  // gpu_worker's probe, and forcing it where it is far behind costs far more than the
-  // credit's share: Qwen3 32 x 32K, 158 ms per GPU-only step against the split's 83, every 40
-  // decisions, 7 % of the time in run 91).
+  // The split is forced every max_explore_period_steps decisions (a CPU that was loaded is
+  // seen to be free), GPU-only every max_gpu_only_explore_period_steps (SchedulerOptions).
+  const uint32_t max_period =
+      split ? options_.max_gpu_only_explore_period_steps : options_.max_explore_period_steps;
   const bool due = may_explore && (explore_credit_ns_ >= extra_ns ||
-                                   (!split && decisions_since_explore_ >=
-                                                  options_.max_explore_period_steps));
+                                   decisions_since_explore_ >= max_period);
   // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
   // it once, at the first decision the minimum period allows, rather than at the next
   // credit, unless the gap is wider than all of the guessed rest.

@@ -217,11 +217,11 @@ struct StepSample {
 // (a CPU that was loaded is seen to be free again): each decision earns explore_cost_share
 // of its predicted step time as credit, and the other mode runs once the credit covers
 // its predicted extra cost over the exploration's steps (at least min_explore_period_steps
-// decisions apart; the split at least every max_explore_period_steps). So exploring costs
-// about that share of the time
-// (more where the maximum period forces an exploration of a mode far worse: one twice as
-// costly, about 2.5 % per exploring step): modes close together are compared often, a mode
-// far worse is tried rarely. A change of mode costs its first steps something of their
+// decisions apart; the split at least every max_explore_period_steps, GPU-only at least every
+// max_gpu_only_explore_period_steps). So exploring costs about that share of the time (more
+// where a maximum period forces an exploration of a mode far worse: a split twice as costly
+// as GPU-only, about 2.5 % per exploring step): modes close together are compared often, a
+// mode far worse is tried rarely. A change of mode costs its first steps something of their
 // own (switch_settle_steps): those steps teach nothing, and an exploration lasts them plus
 // one. An exploration whose measured step does better than the picked mode's prediction
 // is repeated at the next chance, and each line weighs a sample by the steps since its
@@ -273,10 +273,16 @@ struct SchedulerOptions {
   double explore_cost_share = 0.01;
   // Explorations are at least min_explore_period_steps decisions apart, and the split's at
   // most max_explore_period_steps while GPU-only is chosen (it bounds how long a CPU that was
-  // loaded goes unnoticed once it is free). GPU-only is explored on credit alone: the
-  // gpu_worker's probe re-measures its line (recalibration_period_steps).
+  // loaded goes unnoticed once it is free). GPU-only, whose line the gpu_worker's probe
+  // re-measures (recalibration_period_steps), is forced only every
+  // max_gpu_only_explore_period_steps: where it is far behind, a forced exploration costs
+  // far more than the credit's share (Qwen3 32 x 32K on the H200, every 40 decisions: 159 ms
+  // per GPU-only step against the split's 88, their extra time 7 % of the round's, run 91);
+  // the longer period keeps a GPU-only rest that one bad sample set from standing for good.
+  // min ≤ max ≤ max_gpu_only.
   uint32_t min_explore_period_steps = 4;
   uint32_t max_explore_period_steps = 40;
+  uint32_t max_gpu_only_explore_period_steps = 400;
   // Steps whose measurements carry a change of read mode: a step that reads otherwise than
   // the KV rounds the gpu_worker queued early for it (GpuStep: the step's before it, or
   // after an exploration's last step the rounds of the last step that did not explore)
@@ -288,9 +294,11 @@ struct SchedulerOptions {
   // there, kept the split at 21 and lost 15 % to transfer-all, run 82). 0: every step
   // teaches, explorations are one step.
   uint32_t switch_settle_steps = 1;
-  // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken after k
-  // steps in which the other mode was chosen (an exploration's) weighs 1 − (1 − w)^k, what k
-  // equal samples would.
+  // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken k steps
+  // that did not explore after the mode's previous sample weighs 1 − (1 − w)^k, what k equal
+  // samples would: an exploration's sample weighs the steps the other mode was chosen since
+  // the last one (and any steps that taught nothing); the chosen mode's step after an
+  // exploration weighs one step's.
   double rest_ema_weight = 0.25;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;

@@ -539,6 +539,18 @@ TEST_F(EngineTest, ABenchRoundDecodesItsWholeBatchFromItsFirstStep) {
     }
   }
   EXPECT_EQ(UsedBlocks(), 0u);
+  // A round waits whole in the queue: its size is bounded by max_sequences, not by the queue
+  // capacity (here 2).
+  engine_->Stop();
+  EngineOptions small_queue;
+  small_queue.queue_capacity = 2;
+  engine_ = std::make_unique<Engine>(small_queue, model_, kv_, &placement_mutex_,
+                                     placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get());
+  engine_->set_serving(true);
+  engine_->Start();
+  absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
+  WS_ASSERT_OK(response.status());
+  EXPECT_EQ(response->steps_size(), 5);
 }
 
 // The GPU path's calibration (issue 7): the probe's sizes come from the KV config, its line

@@ -1101,12 +1101,13 @@ TEST(DecodeReadsTest, PicksTheCheaperModeAndKeepsTheOtherMeasuredAtASmallCost) {
   }
 }
 
-// GPU-only far behind the split (2.6x here) is explored on credit alone: about
-// explore_cost_share of the time. (Forced every max_explore_period_steps decisions as the
-// split is, its two-step explorations cost ~8 % here; Qwen3 32 x 32K on the H200: 158 ms
-// per GPU-only step against the split's 83, 7 % of the steps, run 91.) A split far behind
-// GPU-only is still explored every max_explore_period_steps.
-TEST(DecodeReadsTest, GpuOnlyFarBehindIsExploredOnCreditAlone) {
+// GPU-only far behind the split (2.6x here) is explored on the credit, and forced only every
+// max_gpu_only_explore_period_steps (400): about explore_cost_share of the time. (Forced
+// every max_explore_period_steps decisions as the split is, its two-step explorations cost
+// ~8 % here; Qwen3 32 x 32K on the H200: 159 ms per GPU-only step against the split's 88,
+// 8 of 96 steps, run 91.) A split far behind GPU-only is still explored every
+// max_explore_period_steps.
+TEST(DecodeReadsTest, GpuOnlyFarBehindIsRarelyExplored) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
   ReadWorld world;
@@ -1276,7 +1277,9 @@ TEST(DecodeReadsTest, AnExploredModesRestFollowsItsLatestSample) {
     const bool split = d.cpu_share > 0;
     const StepSample sample = rounds.Step(*scheduler, world, d, kTokens);
     if (i < 0) {
-      if (i >= -150) EXPECT_TRUE(split || d.explore) << i;  // converged on the split
+      if (i >= -150) {
+        EXPECT_TRUE(split || d.explore) << i;  // converged on the split
+      }
       continue;
     }
     after_ns += sample.step_ns / 200;
@@ -1455,6 +1458,15 @@ TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {
   EXPECT_NEAR(scheduler->rest_split_ns() - scheduler->rest_gpu_only_ns(), difference, 1e3);
 }
 
+// Lets a writescope scheduler learn its lines and run 30 steps of 16 sequences at 200000
+// host tokens in `world` (the split chosen, both rests measured). Call it through
+// ASSERT_NO_FATAL_FAILURE.
+void SettleAt16(Scheduler& scheduler, const ReadWorld& world) {
+  LearnLines(scheduler, world);
+  for (int i = 0; i < 30; ++i) ReadStep(scheduler, world, 16);
+  ASSERT_FALSE(std::isnan(scheduler.rest_gpu_only_ns()));
+}
+
 // A batch change re-levels both rests from one measurement of the chosen mode, then the
 // next decision measures the other mode once: here the split's rest grows by 6 ms more than
 // the GPU-only one's at the new batch, so carrying the old difference over would keep the
@@ -1467,11 +1479,9 @@ TEST(DecodeReadsTest, AfterABatchChangeTheOtherModeIsMeasuredAtOnce) {
     SchedulerOptions options;
     options.explore_cost_share = share;
     options.switch_settle_steps = 0;  // one-step explorations: every step below teaches
-    auto scheduler = *Scheduler::Create("writescope", options);
     ReadWorld world;
-    LearnLines(*scheduler, world);
-    for (int i = 0; i < 30; ++i) ReadStep(*scheduler, world, 16);
-    ASSERT_FALSE(std::isnan(scheduler->rest_gpu_only_ns()));
+    auto scheduler = *Scheduler::Create("writescope", options);
+    ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
     // The split is the cheaper mode at 16 sequences.
     ASSERT_GT(ReadStep(*scheduler, world, 16).cpu_share, 0.0);
     ReadWorld bigger = world;
@@ -1503,14 +1513,13 @@ TEST(DecodeReadsTest, AfterABatchChangeTheOtherModeIsMeasuredAtOnce) {
 // all of its guessed rest (3.4 ms), so the split runs on and GPU-only waits for the credit.
 TEST(DecodeReadsTest, AfterABatchChangeAModeFarWorseWaitsForTheCredit) {
   SchedulerOptions options;
-  // Neither the period nor the credit explores within the window.
+  // Neither the periods nor the credit explore within the window.
   options.max_explore_period_steps = 1000;
+  options.max_gpu_only_explore_period_steps = 1000;
   options.explore_cost_share = 0.001;
-  auto scheduler = *Scheduler::Create("writescope", options);
   ReadWorld world;
-  LearnLines(*scheduler, world);
-  for (int i = 0; i < 30; ++i) ReadStep(*scheduler, world, 16);
-  ASSERT_FALSE(std::isnan(scheduler->rest_gpu_only_ns()));
+  auto scheduler = *Scheduler::Create("writescope", options);
+  ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
   ReadWorld bigger = world;
   bigger.rest_split_ns += 3e6;
   bigger.rest_gpu_only_ns += 3e6;
@@ -1596,6 +1605,7 @@ TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
     SchedulerOptions quiet = options;  // neither the credit nor the period explores
     quiet.explore_cost_share = 0.001;
     quiet.max_explore_period_steps = 1000;
+    quiet.max_gpu_only_explore_period_steps = 1000;
     auto calibrated = *Scheduler::Create("writescope", quiet);
     ReadWorld w = world;
     if (near) {
@@ -1646,6 +1656,11 @@ TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
   options.min_explore_period_steps = 0;
   EXPECT_FALSE(Scheduler::Create("writescope", options).ok());
   options.min_explore_period_steps = 4;
+  options.max_explore_period_steps = 401;  // beyond GPU-only's (400)
+  expect_refused(options, "max_gpu_only_explore_period_steps");
+  options.max_gpu_only_explore_period_steps = 401;
+  EXPECT_TRUE(Scheduler::Create("writescope", options).ok());
+  options.max_explore_period_steps = 40;
   for (const double weight : {0.0, -1.0, kNaN, std::numeric_limits<double>::infinity()}) {
     options.split_calibration_samples = weight;
     expect_refused(options, "split_calibration_samples");

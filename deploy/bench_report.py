@@ -35,6 +35,9 @@ Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
   python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps 55.4] [--dram-gbps 81.4]
       [--cpu-tflops 2.59] [--window-tokens 256]
+  python3 deploy/bench_report.py CSV --pool-with OTHER.csv [OTHER.csv ...]
+      the pooled geometric means also over the other grids' ratios (other shapes: the
+      headline over all of them), each grid's repeats averaged on their own
 """
 import argparse
 import csv
@@ -114,6 +117,47 @@ def cumulative_tokens_per_s(points, batch):
     return out
 
 
+def index_points(path):
+    """The CSV's points, repeats averaged: {(policy, batch): {context: row}}."""
+    rows = load(path)
+    if not rows:
+        raise SystemExit(f"{path}: no rows")
+    by = defaultdict(dict)
+    for r in merge_repeats(rows):
+        by[(r["policy"], r["batch"])][r["context"]] = r
+    return by
+
+
+def point_ratios(by, batch, context):
+    """WriteScope's tokens/s over each baseline's at one point, by baseline name:
+    [(policy, ratio, whether their p10-p90 ranges overlap)]."""
+    ws = by[("writescope", batch)][context]
+    out = []
+    for (policy, b), points in sorted(by.items()):
+        other = points.get(context)
+        if policy == "writescope" or b != batch or other is None or other["tokens_per_s"] <= 0:
+            continue
+        out.append((policy, ws["tokens_per_s"] / other["tokens_per_s"], spreads_overlap(ws, other)))
+    return out
+
+
+def headline_ratios(by, headline_from):
+    """{baseline: [ratio at every writescope point at contexts >= headline_from]}."""
+    ratios = defaultdict(list)
+    for (policy, batch), points in sorted(by.items()):
+        if policy != "writescope":
+            continue
+        for context in sorted(points):
+            if context >= headline_from:
+                for baseline, ratio, _ in point_ratios(by, batch, context):
+                    ratios[baseline].append(ratio)
+    return ratios
+
+
+def geometric_mean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def spreads_overlap(a, b):
     """Whether two points' p10-p90 step-time ranges overlap (the difference is within the
     run's noise); False when a CSV has no spread."""
@@ -163,21 +207,17 @@ def main():
                         help="the CPU's bf16 matrix rate (oneDNN AMX peak, cpu_experts_bench)")
     parser.add_argument("--window-tokens", type=int, default=256,
                         help="D-window tokens per sequence (on the GPU, not streamed)")
+    parser.add_argument("--pool-with", nargs="+", default=[], metavar="CSV",
+                        help="other grids (other shapes) whose ratios join the pooled means")
     args = parser.parse_args()
     for name in ("h2d_gbps", "dram_gbps", "cpu_tflops"):
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
-    rows = load(args.csv)
-    if not rows:
-        raise SystemExit(f"{args.csv}: no rows")
-    rows = merge_repeats(rows)
-    most = max(r["repeats"] for r in rows)
+    by = index_points(args.csv)  # (policy, batch) -> {context: row}
+    most = max(r["repeats"] for points in by.values() for r in points.values())
     if most > 1:
         print(f"Repeated points averaged (up to {most} rows each; the p10-p90 ranges cover "
               "all of them).\n")
-    by = defaultdict(dict)  # (policy, batch) -> {context: row}
-    for r in rows:
-        by[(r["policy"], r["batch"])][r["context"]] = r
     policies = sorted({p for p, _ in by}, key=lambda p: (p != "writescope", p))
     batches = sorted({b for _, b in by})
 
@@ -194,44 +234,41 @@ def main():
 
     print("\nWriteScope's speedup (tokens/s ratio) over each baseline, per point "
           "(~: the two p10-p90 step-time ranges overlap):")
-    ratios = defaultdict(list)  # baseline -> ratios at contexts >= headline_from
     for batch in batches:
-        ws = by.get(("writescope", batch), {})
-        for context in sorted(ws):
-            cells = []
-            best = None
-            for policy in policies:
-                if policy == "writescope":
-                    continue
-                other = by.get((policy, batch), {}).get(context)
-                if other is None or other["tokens_per_s"] <= 0:
-                    continue
-                ratio = ws[context]["tokens_per_s"] / other["tokens_per_s"]
-                noise = "~" if spreads_overlap(ws[context], other) else ""
-                cells.append(f"{policy} {ratio:.2f}x{noise}")
-                best = other["tokens_per_s"] if best is None else max(best, other["tokens_per_s"])
-                if context >= args.headline_from:
-                    ratios[policy].append(ratio)
-            vs_best = f"; vs the best baseline {ws[context]['tokens_per_s'] / best:.2f}x" if best else ""
-            print(f"  batch {batch:3d} context {context:6d}: " + ", ".join(cells) + vs_best)
+        for context in sorted(by.get(("writescope", batch), {})):
+            cells = point_ratios(by, batch, context)
+            text = ", ".join(f"{policy} {ratio:.2f}x{'~' if overlap else ''}"
+                             for policy, ratio, overlap in cells)
+            # The best baseline has the smallest ratio.
+            vs_best = f"; vs the best baseline {min(r for _, r, _ in cells):.2f}x" if cells else ""
+            print(f"  batch {batch:3d} context {context:6d}: " + text + vs_best)
 
+    ratios = headline_ratios(by, args.headline_from)  # baseline -> ratios
     print(f"\nGeometric mean over the points at contexts >= {args.headline_from}:")
     for policy, values in sorted(ratios.items()):
-        gm = math.exp(sum(math.log(v) for v in values) / len(values))
-        print(f"  writescope / {policy:14s} {gm:.2f}x over {len(values)} points")
+        print(f"  writescope / {policy:14s} {geometric_mean(values):.2f}x over {len(values)} points")
     if not ratios:
         print("  (no points)")
 
-    def pooled(label, keep):
+    def pooled(label, ratios, keep):
         """The geometric mean of every (point, baseline) ratio of the baselines `keep` takes."""
         values = [v for policy, vs in ratios.items() if keep(policy) for v in vs]
         if values:
-            gm = math.exp(sum(math.log(v) for v in values) / len(values))
-            print(f"  {label:27s} {gm:.2f}x over {len(values)} ratios")
-    if len(ratios) > 1:
-        pooled("all baselines", lambda policy: True)
+            print(f"  {label:27s} {geometric_mean(values):.2f}x over {len(values)} ratios")
+
+    def pooled_lines(ratios):
+        pooled("all baselines", ratios, lambda policy: True)
         if "monolithic" in ratios:
-            pooled("all but monolithic", lambda policy: policy != "monolithic")
+            pooled("all but monolithic", ratios, lambda policy: policy != "monolithic")
+    if len(ratios) > 1:
+        pooled_lines(ratios)
+    if args.pool_with:
+        everything = defaultdict(list, {p: list(vs) for p, vs in ratios.items()})
+        for path in args.pool_with:
+            for policy, values in headline_ratios(index_points(path), args.headline_from).items():
+                everything[policy].extend(values)
+        print(f"Pooled with {', '.join(args.pool_with)}:")
+        pooled_lines(everything)
 
     def per_point(title, cell):
         """One line per (batch, context): `cell(policy, row)` for every policy measured there."""

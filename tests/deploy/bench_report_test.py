@@ -143,6 +143,38 @@ checks += [
      "beyond attention and experts, with the shares"),
 ]
 
+# Pooled over grids of other shapes (--pool-with): the first grid's ratios at 8K are 2 over
+# transfer-all and 0.5 over monolithic; the second's (two repeats of writescope, 20 and 40 ms:
+# 133.3 tokens/s) 8 over transfer-all (16.67 tokens/s) and 2 over monolithic. All four:
+# (2 * 0.5 * 8 * 2)^(1/4) = 2.00x; without monolithic (2 * 8)^(1/2) = 4.00x. Its 2K point
+# (below --headline-from) stays out.
+paths = []
+for rows in ([row("writescope", 4, 8192, 30), row("transfer-all", 4, 8192, 60),
+              row("monolithic", 4, 8192, 15)],
+             [row("writescope", 4, 8192, 20), row("writescope", 4, 8192, 40),
+              row("transfer-all", 4, 8192, 240), row("monolithic", 4, 8192, 60),
+              row("writescope", 4, 2048, 10), row("transfer-all", 4, 2048, 1000)]):
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(HEADER)
+        f.writelines(rows)
+        paths.append(f.name)
+try:
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
+                          paths[0], "--pool-with", paths[1]], capture_output=True, text=True,
+                         check=True).stdout
+finally:
+    for path in paths:
+        os.unlink(path)
+text += out
+pooled_part = out.split("Pooled with", 1)[-1]
+checks += [
+    ("  all baselines               1.00x over 2 ratios" in out, "pool: the first grid's own"),
+    ("Pooled with" in out and "  all baselines               2.00x over 4 ratios" in pooled_part,
+     "pool: all four ratios"),
+    ("  all but monolithic          4.00x over 2 ratios" in pooled_part,
+     "pool: without monolithic"),
+]
+
 bad = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), "x.csv",
                       "--ceilings", "qwen3_moe", "--h2d-gbps", "0"], capture_output=True, text=True)
 checks.append((bad.returncode != 0 and "must be > 0" in bad.stderr, "a zero ceiling is refused"))

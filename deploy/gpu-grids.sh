@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs ON the GPU machine, from the repository root: issue 7's decode grid for several model
+# shapes in one device call, inside one time budget, with each shape's report and the
+# pooled geometric means, so that one call's output is complete even when it is cut short.
+# The bundle (deploy/gpu-bundle.sh) must be carried; it is unpacked by deploy/gpu-run.sh.
+#
+#   deploy/gpu-grids.sh --out DIR [--budget-s 570] [--dry-run] SPEC [SPEC...]
+#
+# SPEC is ARCH:REPEATS:STEPS[:SECONDS]: deepseek_v2, qwen3_moe or mixtral, bench-grid.sh's
+# --repeats and --steps (measured steps per point), and at most SECONDS for that grid (by
+# default an equal share of what is left of the budget). Every grid runs 4 layers, batch
+# 4/16/32 x contexts 8192 and 32768 (Mixtral 32512: its context is 32K), 16 warm-up steps.
+# A grid that runs out of its time is stopped (timeout) and keeps the points it finished.
+#
+# Writes into DIR: bench-ARCH.csv, steps-ARCH.csv, grid-ARCH.log, report-ARCH.txt
+# (bench_report.py --ceilings ARCH) and report-pooled.txt (the first grid's report with the
+# others' ratios pooled in, --pool-with). Measured times, one DeepSeek repeat x 48 steps
+# ~100 s, Qwen3 ~145 s, Mixtral x 16 ~210 s (runs 91-93; trio start-up included).
+# --dry-run prints the commands instead of running them.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT_DIR="" BUDGET=570 DRY=0 SPECS=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) OUT_DIR="$2"; shift 2 ;;
+    --budget-s) BUDGET="$2"; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    *) SPECS+=("$1"); shift ;;
+  esac
+done
+fail() { echo "gpu-grids.sh: $*" >&2; exit 2; }
+[[ -n $OUT_DIR ]] || fail "--out DIR is required"
+[[ $BUDGET =~ ^[1-9][0-9]*$ ]] || fail "--budget-s must be a positive number of seconds, not '$BUDGET'"
+((${#SPECS[@]} > 0)) || fail "no grid to run: give at least one ARCH:REPEATS:STEPS"
+for spec in "${SPECS[@]}"; do
+  IFS=: read -r arch repeats steps seconds extra <<<"$spec"
+  case "$arch" in deepseek_v2|qwen3_moe|mixtral) ;; *) fail "'$spec': unknown arch '$arch'" ;; esac
+  [[ $repeats =~ ^[1-9][0-9]*$ && $steps =~ ^[1-9][0-9]*$ && -z ${extra:-} ]] ||
+    fail "'$spec': expected ARCH:REPEATS:STEPS[:SECONDS] with positive numbers"
+  [[ -z ${seconds:-} || $seconds =~ ^[1-9][0-9]*$ ]] || fail "'$spec': bad SECONDS '$seconds'"
+done
+
+run() {
+  if ((DRY)); then printf '%q ' "$@"; echo; else "$@"; fi
+}
+if ((!DRY)); then
+  "$ROOT/deploy/gpu-run.sh" --unpack-only >/dev/null
+  export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
+  mkdir -p "$OUT_DIR"
+fi
+start=$(date +%s)
+left_specs=${#SPECS[@]}
+archs=()
+for spec in "${SPECS[@]}"; do
+  IFS=: read -r arch repeats steps seconds <<<"$spec"
+  # 20 s kept back for the reports and the copy home.
+  left=$((BUDGET - ($(date +%s) - start) - 20))
+  share=$((left / left_specs))
+  limit=${seconds:-$share}
+  ((limit <= left)) || limit=$left
+  left_specs=$((left_specs - 1))
+  if ((limit < 30)); then
+    echo "gpu-grids: $arch skipped: ${left} s left of the budget" >&2
+    continue
+  fi
+  contexts=8192,32768
+  [[ $arch == mixtral ]] && contexts=8192,32512
+  echo "gpu-grids: $arch, $repeats repeat(s) x $steps steps, at most $limit s"
+  t0=$(date +%s)
+  rc=0
+  if ((DRY)); then
+    run timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" --layers 4 --batches 4,16,32 \
+      --contexts "$contexts" --warmup 16 --steps "$steps" --repeats "$repeats" --out "$OUT_DIR"
+  else
+    timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" --layers 4 --batches 4,16,32 \
+      --contexts "$contexts" --warmup 16 --steps "$steps" --repeats "$repeats" \
+      --out "$OUT_DIR" >"$OUT_DIR/grid-$arch.log" 2>&1 || rc=$?
+  fi
+  echo "gpu-grids: $arch ended (exit $rc) after $(($(date +%s) - t0)) s"
+  if ((DRY)) || [[ -s $OUT_DIR/bench-$arch.csv ]]; then
+    archs+=("$arch")
+    if ((DRY)); then
+      run python3 "$ROOT/deploy/bench_report.py" "$OUT_DIR/bench-$arch.csv" --ceilings "$arch"
+    else
+      python3 "$ROOT/deploy/bench_report.py" "$OUT_DIR/bench-$arch.csv" --ceilings "$arch" \
+        >"$OUT_DIR/report-$arch.txt" 2>&1 || true
+    fi
+  fi
+done
+if ((${#archs[@]} > 1)); then
+  others=()
+  for arch in "${archs[@]:1}"; do others+=("$OUT_DIR/bench-$arch.csv"); done
+  if ((DRY)); then
+    run python3 "$ROOT/deploy/bench_report.py" "$OUT_DIR/bench-${archs[0]}.csv" --pool-with "${others[@]}"
+  else
+    python3 "$ROOT/deploy/bench_report.py" "$OUT_DIR/bench-${archs[0]}.csv" \
+      --pool-with "${others[@]}" >"$OUT_DIR/report-pooled.txt" 2>&1 || true
+    sed -n '/^Pooled with/,$p' "$OUT_DIR/report-pooled.txt"
+  fi
+fi

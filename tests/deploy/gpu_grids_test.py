@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""deploy/gpu-grids.sh without a GPU: --dry-run prints the grids it would run (contexts per
+shape, each grid's share of the time budget, the reports and the pooled report), and bad
+arguments are refused with exit status 2 before anything runs."""
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = sys.argv[1]
+SCRIPT = os.path.join(ROOT, "deploy", "gpu-grids.sh")
+
+
+def run(*args):
+    return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True)
+
+
+checks = []
+with tempfile.TemporaryDirectory() as out:
+    dry = run("--dry-run", "--out", out, "--budget-s", "320",
+              "deepseek_v2:2:48", "mixtral:1:16:120", "qwen3_moe:1:48")
+    text = dry.stdout
+    checks += [
+        (dry.returncode == 0, "dry run succeeds"),
+        # 300 s after the 20 s kept back: a third each unless given.
+        ("timeout 100 " in text and "--arch deepseek_v2" in text, "an equal share of the budget"),
+        ("timeout 120 " in text and "--contexts 8192\\,32512" in text, "Mixtral: its own time, 32512"),
+        ("--steps 48 --repeats 2" in text, "repeats and steps passed on"),
+        ("--ceilings qwen3_moe" in text, "a report per grid"),
+        (f"bench-deepseek_v2.csv --pool-with {out}/bench-mixtral.csv {out}/bench-qwen3_moe.csv"
+         in text, "the pooled report over the others"),
+        (not os.listdir(out), "a dry run writes nothing"),
+    ]
+    for bad, why in ((["--out", out, "llama:1:16"], "unknown arch"),
+                     (["--out", out, "qwen3_moe:0:16"], "positive numbers"),
+                     (["--out", out, "qwen3_moe:1:16:10:3"], "positive numbers"),
+                     (["--out", out, "--budget-s", "x", "qwen3_moe:1:16"], "--budget-s"),
+                     (["qwen3_moe:1:16"], "--out DIR is required"),
+                     (["--out", out], "no grid to run")):
+        refused = run(*bad)
+        checks.append((refused.returncode == 2 and why in refused.stderr, f"refused: {why}"))
+
+failed = [name for ok, name in checks if not ok]
+if failed:
+    print(text)
+    print("FAILED: " + ", ".join(failed))
+    sys.exit(1)
+print(f"ok: {len(checks)} checks")

@@ -553,51 +553,48 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     --explore_steps_left_;
     decision.explore = true;
     decision.exploration_continues = explore_steps_left_ > 0;
-    decision.cpu_share =
-        explore_split_ ? std::min(placed, std::max(split_share, options_.probe_share)) : 0.0;
-    decided_explore_ = true;
-    decided_continues_ = decision.exploration_continues;
-    return decision;
+    split = explore_split_;
+  } else {
+    // Exploration: at once while the other mode has never been measured, else when the
+    // credit covers its predicted extra cost.
+    const double chosen_ns = split ? decision.split_ns : decision.gpu_only_ns;
+    const double other_ns = split ? decision.gpu_only_ns : decision.split_ns;
+    const double unmeasured = split ? rest_gpu_only_ : rest_split_;
+    if (std::isfinite(chosen_ns) && chosen_ns > 0.0) {
+      explore_credit_ns_ += options_.explore_cost_share * chosen_ns;
+    }
+    ++decisions_since_explore_;
+    // The other mode's predicted extra cost per step, and over an exploration's steps.
+    const double gap_ns = std::max(0.0, other_ns - chosen_ns);
+    const double extra_ns = gap_ns * (1.0 + options_.switch_settle_steps);
+    const bool may_explore = options_.explore_cost_share > 0.0 &&
+                             decisions_since_explore_ >= options_.min_explore_period_steps;
+    // The split is forced every max_explore_period_steps decisions (a CPU that was loaded is
+    // seen to be free), GPU-only every max_gpu_only_explore_period_steps (SchedulerOptions).
+    const uint32_t max_period =
+        split ? options_.max_gpu_only_explore_period_steps : options_.max_explore_period_steps;
+    const bool due = may_explore && (explore_credit_ns_ >= extra_ns ||
+                                     decisions_since_explore_ >= max_period);
+    // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
+    // it once, at the first decision the minimum period allows, rather than at the next
+    // credit, unless the gap is wider than all of the guessed rest.
+    const bool guessed = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
+                         gap_ns <= std::abs(unmeasured);
+    if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guessed) {
+      decision.explore = true;
+      split = !split;
+      explore_credit_ns_ = 0.0;
+      decisions_since_explore_ = 0;
+      explore_pending_ = std::isfinite(chosen_ns);
+      explore_chosen_ns_ = chosen_ns;
+      // An exploration of the mode whose rounds are queued has nothing to settle.
+      explore_steps_left_ = queued_mode_ == (split ? 1 : 2) ? 0 : options_.switch_settle_steps;
+      explore_split_ = split;
+      decision.exploration_continues = explore_steps_left_ > 0;
+    }
   }
-  // Exploration: at once while the other mode has never been measured, else when the
-  // credit covers its predicted extra cost.
-  const double chosen_ns = split ? decision.split_ns : decision.gpu_only_ns;
-  const double other_ns = split ? decision.gpu_only_ns : decision.split_ns;
-  const double unmeasured = split ? rest_gpu_only_ : rest_split_;
-  if (std::isfinite(chosen_ns) && chosen_ns > 0.0) {
-    explore_credit_ns_ += options_.explore_cost_share * chosen_ns;
-  }
-  ++decisions_since_explore_;
-  // The other mode's predicted extra cost per step, and over an exploration's steps.
-  const double gap_ns = std::max(0.0, other_ns - chosen_ns);
-  const double extra_ns = gap_ns * (1.0 + options_.switch_settle_steps);
-  const bool may_explore = options_.explore_cost_share > 0.0 &&
-                           decisions_since_explore_ >= options_.min_explore_period_steps;
-  // The split is forced every max_explore_period_steps decisions (a CPU that was loaded is
-  // seen to be free), GPU-only every max_gpu_only_explore_period_steps (SchedulerOptions).
-  const uint32_t max_period =
-      split ? options_.max_gpu_only_explore_period_steps : options_.max_explore_period_steps;
-  const bool due = may_explore && (explore_credit_ns_ >= extra_ns ||
-                                   decisions_since_explore_ >= max_period);
-  // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
-  // it once, at the first decision the minimum period allows, rather than at the next
-  // credit, unless the gap is wider than all of the guessed rest.
-  const bool guessed = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
-                       gap_ns <= std::abs(unmeasured);
-  if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guessed) {
-    decision.explore = true;
-    split = !split;
-    explore_credit_ns_ = 0.0;
-    decisions_since_explore_ = 0;
-    explore_pending_ = std::isfinite(chosen_ns);
-    explore_chosen_ns_ = chosen_ns;
-    // An exploration of the mode whose rounds are queued has nothing to settle.
-    explore_steps_left_ = queued_mode_ == (split ? 1 : 2) ? 0 : options_.switch_settle_steps;
-    explore_split_ = split;
-    decision.exploration_continues = explore_steps_left_ > 0;
-    decided_explore_ = true;
-    decided_continues_ = decision.exploration_continues;
-  }
+  decided_explore_ = decision.explore;
+  decided_continues_ = decision.exploration_continues;
   if (split) {
     // An exploring split attends at least the probe share (within the placed one), so that
     // A is measured on a useful number of tokens.

@@ -421,7 +421,7 @@ class Scheduler {
   double rest_split_;
   double rest_gpu_only_;
   // Steps that did not explore, and its value at each mode's latest rest sample: a rest
-  // sample weighs as many steps' as the other mode was chosen for since then.
+  // sample weighs as many steps as did not explore since then.
   uint64_t rest_clock_ = 0, rest_split_clock_ = 0, rest_gpu_only_clock_ = 0;
   // The step of each line's latest sample (Observe's `elapsed`).
   uint64_t cpu_sample_step_ = 0, gpu_sample_step_ = 0, gpu_only_sample_step_ = 0;

@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
               &options.attention.mla_matmul)) {
     return EXIT_FAILURE;
   }
-  if (options.attention.mla_matmul == MlaMatmulMode::kAmx && !writescope::kernels::MlaAmxUsable()) {
-    WS_LOG(ERROR) << "--mla_matmul=amx: this process cannot use AMX (the CPU lacks AMX-BF16 or "
-                     "AVX-512, WS_CPU_NO_AMX is set, or the kernel refused the tile state)";
+  if (absl::Status usable = writescope::kernels::CheckMlaMatmulMode(options.attention.mla_matmul);
+      !usable.ok()) {
+    WS_LOG(ERROR) << "--mla_matmul: " << usable.message();
     return EXIT_FAILURE;
   }
   writescope::cpu::CpuWorker worker(options);

@@ -42,8 +42,11 @@ for spec in "${SPECS[@]}"; do
   [[ -z ${seconds:-} || $seconds =~ ^[1-9][0-9]*$ ]] || fail "'$spec': bad SECONDS '$seconds'"
 done
 
-run() {
-  if ((DRY)); then printf '%q ' "$@"; echo; else "$@"; fi
+# Runs a command with its output into FILE, or prints it (--dry-run).
+run_into() {
+  local file="$1"
+  shift
+  if ((DRY)); then printf '%q ' "$@"; echo; else "$@" >"$file" 2>&1; fi
 }
 if ((!DRY)); then
   "$ROOT/deploy/gpu-run.sh" --unpack-only >/dev/null
@@ -70,33 +73,20 @@ for spec in "${SPECS[@]}"; do
   echo "gpu-grids: $arch, $repeats repeat(s) x $steps steps, at most $limit s"
   t0=$(date +%s)
   rc=0
-  if ((DRY)); then
-    run timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" --layers 4 --batches 4,16,32 \
-      --contexts "$contexts" --warmup 16 --steps "$steps" --repeats "$repeats" --out "$OUT_DIR"
-  else
-    timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" --layers 4 --batches 4,16,32 \
-      --contexts "$contexts" --warmup 16 --steps "$steps" --repeats "$repeats" \
-      --out "$OUT_DIR" >"$OUT_DIR/grid-$arch.log" 2>&1 || rc=$?
-  fi
+  run_into "$OUT_DIR/grid-$arch.log" timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" \
+    --layers 4 --batches 4,16,32 --contexts "$contexts" --warmup 16 --steps "$steps" \
+    --repeats "$repeats" --out "$OUT_DIR" || rc=$?
   echo "gpu-grids: $arch ended (exit $rc) after $(($(date +%s) - t0)) s"
   if ((DRY)) || [[ -s $OUT_DIR/bench-$arch.csv ]]; then
     archs+=("$arch")
-    if ((DRY)); then
-      run python3 "$ROOT/deploy/bench_report.py" "$OUT_DIR/bench-$arch.csv" --ceilings "$arch"
-    else
-      python3 "$ROOT/deploy/bench_report.py" "$OUT_DIR/bench-$arch.csv" --ceilings "$arch" \
-        >"$OUT_DIR/report-$arch.txt" 2>&1 || true
-    fi
+    run_into "$OUT_DIR/report-$arch.txt" python3 "$ROOT/deploy/bench_report.py" \
+      "$OUT_DIR/bench-$arch.csv" --ceilings "$arch" || true
   fi
 done
 if ((${#archs[@]} > 1)); then
   others=()
   for arch in "${archs[@]:1}"; do others+=("$OUT_DIR/bench-$arch.csv"); done
-  if ((DRY)); then
-    run python3 "$ROOT/deploy/bench_report.py" "$OUT_DIR/bench-${archs[0]}.csv" --pool-with "${others[@]}"
-  else
-    python3 "$ROOT/deploy/bench_report.py" "$OUT_DIR/bench-${archs[0]}.csv" \
-      --pool-with "${others[@]}" >"$OUT_DIR/report-pooled.txt" 2>&1 || true
-    sed -n '/^Pooled with/,$p' "$OUT_DIR/report-pooled.txt"
-  fi
+  run_into "$OUT_DIR/report-pooled.txt" python3 "$ROOT/deploy/bench_report.py" \
+    "$OUT_DIR/bench-${archs[0]}.csv" --pool-with "${others[@]}" || true
+  ((DRY)) || sed -n '/^Pooled with/,$p' "$OUT_DIR/report-pooled.txt"
 fi

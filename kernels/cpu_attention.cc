@@ -267,6 +267,16 @@ bool MlaAmxUsable() {
   return usable;
 }
 
+absl::Status CheckMlaMatmulMode(MlaMatmulMode mode) {
+  if (mode == MlaMatmulMode::kAmx && !MlaAmxUsable()) {
+    return absl::InvalidArgumentError(
+        "MLA decode on AMX (mla_matmul amx) requested, but this process cannot use AMX: the "
+        "CPU lacks AMX-BF16 or AVX-512, WS_CPU_NO_AMX is set, or the kernel refused the tile "
+        "state");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& options) {
   const MlaShape& s = args.shape;
   WS_RETURN_IF_ERROR(s.Validate());
@@ -284,12 +294,7 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
     return absl::InvalidArgumentError("CPU MLA decode: the emulated AMX kernel needs AVX-512");
   }
   const bool amx_usable = MlaAmxUsable();
-  if (!options.mla_amx_emulated && options.mla_matmul == MlaMatmulMode::kAmx && !amx_usable) {
-    return absl::InvalidArgumentError(
-        "CPU MLA decode: AMX requested (mla_matmul amx) but this process cannot use it: the "
-        "CPU lacks AMX-BF16 or AVX-512, WS_CPU_NO_AMX is set, or the kernel refused the tile "
-        "state");
-  }
+  if (!options.mla_amx_emulated) WS_RETURN_IF_ERROR(CheckMlaMatmulMode(options.mla_matmul));
   const bool amx_wanted = options.mla_amx_emulated || options.mla_matmul == MlaMatmulMode::kAmx ||
                           (options.mla_matmul == MlaMatmulMode::kAuto && amx_usable);
   // Heads padded to the vector lanes, or to the AMX kernel's 16 (a multiple of every ISA's).

@@ -58,6 +58,8 @@ enum class MlaMatmulMode { kAuto, kAmx, kOneDnn, kOff };
 // Whether MlaMatmulMode::kAmx can run in this process: AVX-512 (DetectCpuIsa) and the AMX
 // tiles (kernels/cpu/mla_amx.h AmxUsable).
 bool MlaAmxUsable();
+// INVALID_ARGUMENT, saying why, for kAmx where it cannot run (MlaAmxUsable); OK otherwise.
+absl::Status CheckMlaMatmulMode(MlaMatmulMode mode);
 
 struct CpuAttentionOptions {
   int num_threads = 0;          // 0: OpenMP's default

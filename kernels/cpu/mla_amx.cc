@@ -11,6 +11,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/bf16.h"
+
 // Only this file is compiled for AMX; AmxUsable() guards the hardware path at run time.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,amx-tile,amx-bf16")
@@ -105,12 +107,6 @@ struct EmulatedTiles {
     static thread_local Registers regs;
     return regs;
   }
-  static float Bf16(uint16_t x) {
-    const uint32_t bits = uint32_t{x} << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    return f;
-  }
   static void Begin() { std::memset(&Regs(), 0, sizeof(Registers)); }
   static void End() {}
   template <int T>
@@ -139,8 +135,8 @@ struct EmulatedTiles {
           uint16_t a[2], b[2];
           std::memcpy(a, &regs.tile[A][m][4 * k], 4);
           std::memcpy(b, &regs.tile[B][k][4 * n], 4);
-          c += Bf16(a[0]) * Bf16(b[0]);
-          c += Bf16(a[1]) * Bf16(b[1]);
+          c += Bf16ToFloat(a[0]) * Bf16ToFloat(b[0]);
+          c += Bf16ToFloat(a[1]) * Bf16ToFloat(b[1]);
         }
         std::memcpy(&regs.tile[C][m][4 * n], &c, 4);
       }

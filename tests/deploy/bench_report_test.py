@@ -6,6 +6,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import finish
+
 ROOT = sys.argv[1]
 HEADER = ("policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
           "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,"
@@ -179,9 +181,4 @@ bad = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report
                       "--ceilings", "qwen3_moe", "--h2d-gbps", "0"], capture_output=True, text=True)
 checks.append((bad.returncode != 0 and "must be > 0" in bad.stderr, "a zero ceiling is refused"))
 
-failed = [name for ok, name in checks if not ok]
-if failed:
-    print(text)
-    print("FAILED: " + ", ".join(failed))
-    sys.exit(1)
-print(f"ok: {len(checks)} checks")
+finish(checks, text)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import finish
+
 ROOT = sys.argv[1]
 SCRIPT = os.path.join(ROOT, "deploy", "contention_report.py")
 HEADER = ("policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,cpu_expert_ms,"
@@ -72,11 +74,4 @@ bad = run(steps, ["static:0.5,100,load start\n"])
 checks.append((bad.returncode == 2 and "no load start and end" in bad.stderr,
                f"missing events: exit 2 (got {bad.returncode}, {bad.stderr!r})"))
 
-failed = [what for ok, what in checks if not ok]
-for what in failed:
-    print(f"FAILED: {what}")
-if failed:
-    print(text)
-    print(text0)
-    sys.exit(1)
-print(f"all {len(checks)} checks passed")
+finish(checks, text, text0)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import finish
+
 ROOT = sys.argv[1]
 SCRIPT = os.path.join(ROOT, "deploy", "gpu-grids.sh")
 
@@ -40,9 +42,4 @@ with tempfile.TemporaryDirectory() as out:
         refused = run(*bad)
         checks.append((refused.returncode == 2 and why in refused.stderr, f"refused: {why}"))
 
-failed = [name for ok, name in checks if not ok]
-if failed:
-    print(text)
-    print("FAILED: " + ", ".join(failed))
-    sys.exit(1)
-print(f"ok: {len(checks)} checks")
+finish(checks, text)

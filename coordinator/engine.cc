@@ -342,6 +342,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_explore(r.explore);
       step->set_predicted_split_ms(r.predicted_split_ms);
       step->set_predicted_gpu_only_ms(r.predicted_gpu_only_ms);
+      step->set_rest_split_ms(r.rest_split_ms);
+      step->set_rest_gpu_only_ms(r.rest_gpu_only_ms);
       step->set_gpu_hot_expert_ms(r.gpu_hot_expert_ms);
       step->set_hot_pair_share(r.hot_pair_share);
     }
@@ -758,6 +760,8 @@ absl::Status Engine::RunOneStep() {
   record.explore = read.explore;
   record.predicted_split_ms = read.split_ns * model_.num_layers / 1e6;
   record.predicted_gpu_only_ms = read.gpu_only_ns * model_.num_layers / 1e6;
+  record.rest_split_ms = read.rest_split_ns * model_.num_layers / 1e6;
+  record.rest_gpu_only_ms = read.rest_gpu_only_ns * model_.num_layers / 1e6;
   for (const Entry& e : entries) {
     if (e.prefill) {
       record.prefill_tokens += e.tokens;

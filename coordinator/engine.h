@@ -206,6 +206,7 @@ class Engine {
     // writescope's predictions of the two modes for this step, all layers (ms; NaN: no
     // prediction, e.g. another policy or before the lines are ready).
     double predicted_split_ms = 0, predicted_gpu_only_ms = 0;
+    double rest_split_ms = 0, rest_gpu_only_ms = 0;  // the rests behind them
     double gpu_hot_expert_ms = 0, hot_pair_share = 0;
     uint64_t host_tokens = 0;   // per layer, both regions, this step's sequences
     double bound_ms = 0;        // the roofline bound of its attention, all layers (0: no estimates)

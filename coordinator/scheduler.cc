@@ -426,7 +426,13 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // switch_settle_steps - 1 after it, carry the change: they teach neither the mode's rest
   // nor its GPU line (the CPU's attention runs on the data in place either way).
   const int mode = split ? 1 : 2;
-  if (queued_mode_ != 0 && mode != queued_mode_) settle_steps_left_ = options_.switch_settle_steps;
+  // The first step at a new batch also pays for its sequences' first reads on the CPU (in
+  // place, pages that process has not touched yet), so it does not teach the CPU line either.
+  const bool new_batch = decided_new_batch_ && options_.switch_settle_steps > 0;
+  if ((queued_mode_ != 0 && mode != queued_mode_) || new_batch) {
+    settle_steps_left_ = options_.switch_settle_steps;
+  }
+  decided_new_batch_ = false;
   const bool settling = settle_steps_left_ > 0;
   if (settling) --settle_steps_left_;
   // The rounds the gpu_worker queues for the next step (GpuStep): this step's, or after an
@@ -497,7 +503,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     return steps;
   };
   const bool gpu_ran = !(sample.gpu.tokens == 0.0 && sample.gpu.ns == 0.0);
-  if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0)) {
+  if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0) && !new_batch) {
     cpu_.Observe(sample.cpu, elapsed(cpu_sample_step_));
   }
   if (settling) return;
@@ -518,6 +524,7 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
                         .gpu_only_ns = kNaN};
   decided_explore_ = false;
   decided_continues_ = false;
+  decided_new_batch_ = false;
   // Monolithic models a cache of one physical state, which changes its split only by
   // moving data (charged in SetTarget): it reads what it placed.
   if (policy_.kind != PolicyKind::kWriteScope || placed_cpu_tokens == 0 || host_tokens == 0 ||
@@ -535,6 +542,17 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
       options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
     rest_stale_ = true;
     rest_batch_ = sequences;
+    // Its step settles (SchedulerOptions::switch_settle_steps), unless the batch changed
+    // within the minimum exploration period already: a batch that changes at every step
+    // would have no step teach.
+    decided_new_batch_ = steps_ - relevel_step_ >= options_.min_explore_period_steps ||
+                         relevel_step_ == 0;
+    // A batch that held for a maximum exploration period has paid for its measurements: an
+    // advance still owed is forgiven (ChooseDecodeReads' contract).
+    if (steps_ - relevel_step_ >= options_.max_explore_period_steps) {
+      explore_credit_ns_ = std::max(0.0, explore_credit_ns_);
+    }
+    relevel_step_ = steps_;
   }
   const RooflineParams params = estimates();
   const double split_share = std::min(OptimalCpuShare(params, tokens), placed);
@@ -542,6 +560,8 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   // exploration measures it.
   const auto rest = [](double value) { return std::isnan(value) ? 0.0 : value; };
   decision.split_ns = PredictStep(params, split_share, tokens).step_ns + rest(rest_split_);
+  decision.rest_split_ns = rest_split_;
+  decision.rest_gpu_only_ns = rest_gpu_only_;
   // Without a calibration (the probe failed) the GPU-only line is unknown until a GPU-only
   // step (the exploration below runs one at once).
   if (gpu_only_.ready()) decision.gpu_only_ns = gpu_only_.Predict(tokens) + rest(rest_gpu_only_);
@@ -557,6 +577,10 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   } else {
     // Exploration: at once while the other mode has never been measured, else when the
     // credit covers its predicted extra cost.
+    // A look-again (an explored mode that did better than the one picked was predicted to)
+    // is moot once the prediction picks the explored mode: exploring again would run the
+    // mode it has just left.
+    if (std::isinf(explore_credit_ns_) && split == explore_split_) explore_credit_ns_ = 0.0;
     const double chosen_ns = split ? decision.split_ns : decision.gpu_only_ns;
     const double other_ns = split ? decision.gpu_only_ns : decision.split_ns;
     const double unmeasured = split ? rest_gpu_only_ : rest_split_;
@@ -577,13 +601,17 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
                                      decisions_since_explore_ >= max_period);
     // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
     // it once, at the first decision the minimum period allows, rather than at the next
-    // credit, unless the gap is wider than all of the guessed rest.
-    const bool guessed = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
-                         gap_ns <= std::abs(unmeasured);
-    if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guessed) {
+    // credit, unless the gap is wider than all of the guessed rest or an earlier such
+    // measurement is still being paid for.
+    const bool guess_may_hide = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
+                                explore_credit_ns_ >= 0.0 && gap_ns <= std::abs(unmeasured);
+    if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide) {
       decision.explore = true;
       split = !split;
-      explore_credit_ns_ = 0.0;
+      // A measurement of a guess beyond the credit runs on an advance of it (paid back by the
+      // later decisions' credit).
+      explore_credit_ns_ = !due && guess_may_hide ? std::min(0.0, explore_credit_ns_ - extra_ns)
+                                                  : 0.0;
       decisions_since_explore_ = 0;
       explore_pending_ = std::isfinite(chosen_ns);
       explore_chosen_ns_ = chosen_ns;

@@ -224,7 +224,7 @@ struct StepSample {
 // mode far worse is tried rarely. A change of mode costs its first steps something of their
 // own (switch_settle_steps): those steps teach nothing, and an exploration lasts them plus
 // one. An exploration whose measured step does better than the picked mode's prediction
-// is repeated at the next chance, and each line weighs a sample by the steps since its
+// is repeated at the next chance (unless the prediction now picks the explored mode), and each line weighs a sample by the steps since its
 // previous one, so a few explorations carry a CPU that is free again back to the split.
 // Only the writescope policy chooses its reads; the others read what they placed
 // (monolithic models a cache of one physical state, whose split changes only by moving
@@ -238,6 +238,10 @@ struct ReadDecision {
   // The two predictions per layer, ns (NaN: not known yet, or no choice made).
   double split_ns = std::numeric_limits<double>::quiet_NaN();
   double gpu_only_ns = std::numeric_limits<double>::quiet_NaN();
+  // The modes' rests in those predictions, per layer, ns (NaN: not measured yet, counted as
+  // 0, or no prediction made).
+  double rest_split_ns = std::numeric_limits<double>::quiet_NaN();
+  double rest_gpu_only_ns = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct SchedulerOptions {
@@ -291,8 +295,14 @@ struct SchedulerOptions {
   // 84). That step and the switch_settle_steps - 1 after it teach neither the mode's rest
   // nor its GPU line, and an exploration runs this many steps more than one, so that it
   // measures the mode settled (a one-step exploration of GPU-only measured 21.6-21.9 ms
-  // there, kept the split at 21 and lost 15 % to transfer-all, run 82). 0: every step
-  // teaches, explorations are one step.
+  // there, kept the split at 21 and lost 15 % to transfer-all, run 82). The first step at a
+  // batch that re-levels the rests (rest_batch_tolerance, at most one per
+  // min_explore_period_steps steps) settles too: a new batch's first
+  // step pays for more than its reads (its new sequences' first reads, the rounds queued for
+  // the old batch), and taken as the new level it stood for the mode until the mode ran
+  // again (DeepSeek 16 -> 32 x 8K on the H200, run 95: the split predicted at 50.7 ms per
+  // step, GPU-only chosen at 26.5 for 42 decisions, until a forced exploration measured the
+  // split at 23.5-24.7). 0: every step teaches, explorations are one step.
   uint32_t switch_settle_steps = 1;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken k steps
   // that did not explore after the mode's previous sample weighs 1 − (1 − w)^k, what k equal
@@ -355,10 +365,14 @@ class Scheduler {
   // were measured at, the next step's measurement replaces its mode's rest and moves the
   // other's by as much (their difference is kept), and the next decision at least
   // min_explore_period_steps after the last exploration explores the other mode (when
-  // exploring is on, and its predicted extra cost is at most its guessed rest: a guess
-  // wrong by all of itself could turn no wider gap, and running a mode far worse costs its
-  // whole gap, GPU-only at 32 x 32K on the H200 +60 %; wider gaps wait for the exploration
-  // credit), whose measurement then replaces its rest: what the
+  // exploring is on, and its predicted gap is at most its guessed rest: a guess wrong by all
+  // of itself could turn no wider gap, and running a mode far worse costs its whole gap,
+  // GPU-only at 32 x 32K on the H200 +60 %; wider gaps wait for the exploration credit), whose
+  // measurement then replaces its rest. Such a measurement runs on an advance of the credit
+  // when the credit does not cover it (the credit goes negative), and no other runs until
+  // later decisions have paid it back or the batch has held for max_explore_period_steps:
+  // batches that change often (serving) cannot make these measurements cost more than the
+  // credit's share in the long run. What the
   // split costs beyond its model changes with the batch, so a difference carried over from
   // another batch would stand until the next exploration credit.
   ReadDecision ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
@@ -446,6 +460,8 @@ class Scheduler {
   int chosen_mode_ = 0;
   bool decided_explore_ = false;
   bool decided_continues_ = false;
+  bool decided_new_batch_ = false;  // the latest decision's step settles: a new batch
+  uint64_t relevel_step_ = 0;       // steps_ at the latest batch change
   uint32_t settle_steps_left_ = 0;
   int64_t read_decisions_ = 0;
   double target_;

@@ -333,7 +333,8 @@ int Bench() {
       std::fprintf(steps_csv, "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
                               "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
                               "optimal_cpu_share,batch,context,read_cpu_share,explore,"
-                              "predicted_split_ms,predicted_gpu_only_ms\n");
+                              "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
+                              "rest_gpu_only_ms\n");
     }
   }
   // Times in ms per step (all layers); "experts": the cpu_worker's routed experts; "bound":
@@ -428,14 +429,15 @@ int Bench() {
             const auto& step = response.steps(i);
             std::fprintf(steps_csv,
                          "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
-                         "%.4f\n",
+                         "%.4f,%.4f,%.4f\n",
                          response.policy().c_str(), round, i, step.end_unix_s(), step.step_ms(),
                          step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                          step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
                          static_cast<unsigned long long>(batch),
                          static_cast<unsigned long long>(context), step.read_cpu_share(),
                          step.explore() ? 1 : 0, step.predicted_split_ms(),
-                         step.predicted_gpu_only_ms());
+                         step.predicted_gpu_only_ms(), step.rest_split_ms(),
+                         step.rest_gpu_only_ms());
           }
           std::fflush(steps_csv);
         }

@@ -387,6 +387,13 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   const v1::BenchStep& last = response->steps(response->steps_size() - 1);
   EXPECT_TRUE(std::isfinite(last.predicted_split_ms()));
   EXPECT_TRUE(std::isfinite(last.predicted_gpu_only_ms()));
+  // And the rests in them, within them (GPU-only, the mode chosen here, has one; the split's
+  // may not have been measured since its line was learned).
+  ASSERT_TRUE(std::isfinite(last.rest_gpu_only_ms()));
+  EXPECT_LE(last.rest_gpu_only_ms(), last.predicted_gpu_only_ms());
+  if (std::isfinite(last.rest_split_ms())) {
+    EXPECT_LE(last.rest_split_ms(), last.predicted_split_ms());
+  }
   EXPECT_GT(below_placed, response->steps_size() / 2);
   // The plans of the exploring steps say so (after an exploration's last step the gpu_worker
   // queues the early KV rounds of the step before it), and only theirs.

@@ -426,8 +426,9 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // switch_settle_steps - 1 after it, carry the change: they teach neither the mode's rest
   // nor its GPU line (the CPU's attention runs on the data in place either way).
   const int mode = split ? 1 : 2;
-  // The first step at a new batch also pays for its sequences' first reads on the CPU (in
-  // place, pages that process has not touched yet), so it does not teach the CPU line either.
+  // The first step at a new batch most likely pays for its sequences' first reads on the CPU
+  // too (in place, pages the cpu_worker has not touched yet), so it does not teach the CPU
+  // line either.
   const bool new_batch = decided_new_batch_ && options_.switch_settle_steps > 0;
   if ((queued_mode_ != 0 && mode != queued_mode_) || new_batch) {
     settle_steps_left_ = options_.switch_settle_steps;
@@ -577,10 +578,6 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   } else {
     // Exploration: at once while the other mode has never been measured, else when the
     // credit covers its predicted extra cost.
-    // A look-again (an explored mode that did better than the one picked was predicted to)
-    // is moot once the prediction picks the explored mode: exploring again would run the
-    // mode it has just left.
-    if (std::isinf(explore_credit_ns_) && split == explore_split_) explore_credit_ns_ = 0.0;
     const double chosen_ns = split ? decision.split_ns : decision.gpu_only_ns;
     const double other_ns = split ? decision.gpu_only_ns : decision.split_ns;
     const double unmeasured = split ? rest_gpu_only_ : rest_split_;

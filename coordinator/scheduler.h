@@ -224,8 +224,10 @@ struct StepSample {
 // mode far worse is tried rarely. A change of mode costs its first steps something of their
 // own (switch_settle_steps): those steps teach nothing, and an exploration lasts them plus
 // one. An exploration whose measured step does better than the picked mode's prediction
-// is repeated at the next chance (unless the prediction now picks the explored mode), and each line weighs a sample by the steps since its
-// previous one, so a few explorations carry a CPU that is free again back to the split.
+// is repeated at the next chance (when the prediction now picks the explored mode, that
+// runs the mode just left once more: a second sample of it, whose first may have been one
+// high step), and each line weighs a sample by the steps since its previous one, so a few
+// explorations carry a CPU that is free again back to the split.
 // Only the writescope policy chooses its reads; the others read what they placed
 // (monolithic models a cache of one physical state, whose split changes only by moving
 // data).
@@ -297,12 +299,13 @@ struct SchedulerOptions {
   // measures the mode settled (a one-step exploration of GPU-only measured 21.6-21.9 ms
   // there, kept the split at 21 and lost 15 % to transfer-all, run 82). The first step at a
   // batch that re-levels the rests (rest_batch_tolerance, at most one per
-  // min_explore_period_steps steps) settles too: a new batch's first
-  // step pays for more than its reads (its new sequences' first reads, the rounds queued for
-  // the old batch), and taken as the new level it stood for the mode until the mode ran
-  // again (DeepSeek 16 -> 32 x 8K on the H200, run 95: the split predicted at 50.7 ms per
-  // step, GPU-only chosen at 26.5 for 42 decisions, until a forced exploration measured the
-  // split at 23.5-24.7). 0: every step teaches, explorations are one step.
+  // min_explore_period_steps steps) settles too: a new batch's first step pays for more than
+  // its reads (most likely its new sequences' first reads in the cpu_worker and the rounds
+  // queued for the old batch; not measured apart), and taken as the new level it stood for
+  // the mode until the mode ran again (DeepSeek 16 -> 32 x 8K on the H200, run 95: the split
+  // predicted at 50.7 ms per step through a point's warm-up and 26 measured steps, GPU-only
+  // chosen at 26.5, until a forced exploration measured the split at 24.5-25.0). 0: every
+  // step teaches, explorations are one step.
   uint32_t switch_settle_steps = 1;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken k steps
   // that did not explore after the mode's previous sample weighs 1 − (1 − w)^k, what k equal

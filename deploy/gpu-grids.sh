@@ -4,7 +4,7 @@
 # pooled geometric means, so that one call's output is complete even when it is cut short.
 # The bundle (deploy/gpu-bundle.sh) must be carried; it is unpacked by deploy/gpu-run.sh.
 #
-#   deploy/gpu-grids.sh --out DIR [--budget-s 570] [--dry-run] SPEC [SPEC...]
+#   deploy/gpu-grids.sh --out DIR [--budget-s 570] [--archive FILE] [--dry-run] SPEC [SPEC...]
 #
 # SPEC is ARCH:REPEATS:STEPS[:SECONDS]: deepseek_v2, qwen3_moe or mixtral, bench-grid.sh's
 # --repeats and --steps (measured steps per point), and at most SECONDS for that grid (by
@@ -14,18 +14,21 @@
 #
 # Writes into DIR: bench-ARCH.csv, steps-ARCH.csv, grid-ARCH.log, report-ARCH.txt
 # (bench_report.py --ceilings ARCH) and report-pooled.txt (the first grid's report with the
-# others' ratios pooled in, --pool-with). Measured times, one DeepSeek repeat x 48 steps
-# ~100 s, Qwen3 ~145 s, Mixtral x 16 ~210 s (runs 91-93; trio start-up included).
+# others' ratios pooled in, --pool-with). --archive FILE: all of DIR packed into one .tgz at
+# the end (the device returns at most 8 files of $OUT per call: run with --out outside $OUT
+# and --archive $OUT/grids.tgz). Measured times, one DeepSeek repeat x 48 steps ~100 s, Qwen3
+# ~135 s, Mixtral x 16 ~210 s (runs 91-95; trio start-up included).
 # --dry-run prints the commands instead of running them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT_DIR="" BUDGET=570 DRY=0 SPECS=()
+OUT_DIR="" BUDGET=570 DRY=0 ARCHIVE="" SPECS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT_DIR="$2"; shift 2 ;;
     --budget-s) BUDGET="$2"; shift 2 ;;
+    --archive) ARCHIVE="$2"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -34,6 +37,9 @@ fail() { echo "gpu-grids.sh: $*" >&2; exit 2; }
 [[ -n $OUT_DIR ]] || fail "--out DIR is required"
 [[ $BUDGET =~ ^[1-9][0-9]*$ ]] || fail "--budget-s must be a positive number of seconds, not '$BUDGET'"
 ((${#SPECS[@]} > 0)) || fail "no grid to run: give at least one ARCH:REPEATS:STEPS"
+case "$ARCHIVE" in
+  "$OUT_DIR"/*) fail "--archive '$ARCHIVE' lies inside --out '$OUT_DIR', which it packs" ;;
+esac
 for spec in "${SPECS[@]}"; do
   IFS=: read -r arch repeats steps seconds extra <<<"$spec"
   case "$arch" in deepseek_v2|qwen3_moe|mixtral) ;; *) fail "'$spec': unknown arch '$arch'" ;; esac
@@ -105,4 +111,8 @@ if ((${#archs[@]} > 1)); then
   run_into "$OUT_DIR/report-pooled.txt" python3 "$ROOT/deploy/bench_report.py" \
     "$OUT_DIR/bench-${archs[0]}.csv" --pool-with "${others[@]}" || true
   ((DRY)) || sed -n '/^Pooled with/,$p' "$OUT_DIR/report-pooled.txt"
+fi
+if [[ -n $ARCHIVE ]]; then
+  run_into /dev/null tar czf "$ARCHIVE" -C "$OUT_DIR" . ||
+    echo "gpu-grids: packing $OUT_DIR into $ARCHIVE failed" >&2
 fi

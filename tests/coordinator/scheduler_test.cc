@@ -1458,6 +1458,16 @@ TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {
   EXPECT_NEAR(scheduler->rest_split_ns() - scheduler->rest_gpu_only_ns(), difference, 1e3);
 }
 
+// A world where GPU-only is close behind the split, with rests that are most of a step (as on
+// the H200): the split 23.0 ms per layer at a share of 0.4 of 200000 tokens, GPU-only 24.9.
+ReadWorld NearWorld() {
+  ReadWorld world;
+  world.alone_gpu_ns_per_token = 100;
+  world.rest_split_ns = 5e6;
+  world.rest_gpu_only_ns = 4.9e6;
+  return world;
+}
+
 // Lets a writescope scheduler learn its lines and run 30 steps of 16 sequences at 200000
 // host tokens in `world` (the split chosen, both rests measured). Call it through
 // ASSERT_NO_FATAL_FAILURE.
@@ -1560,40 +1570,46 @@ TEST(DecodeReadsTest, TheFirstStepAtANewBatchTeachesNothing) {
   EXPECT_NEAR(scheduler->rest_split_ns(), world.rest_split_ns, 0.1e6);
 }
 
-// After a batch change GPU-only, its rest a guess within which its gap lies (1.9 against
-// 4.9 ms per layer), is measured at once and found cheaper (its line overpredicts the new
-// batch by 3 ms, the rest it measures): it is chosen from then on, and the split is not
-// explored again at once. (The exploration did better than the split was predicted to, but
-// the look-again that asks for is moot once GPU-only is chosen.)
-TEST(DecodeReadsTest, AGuessedModeFoundCheaperIsNotLeftAtOnce) {
-  SchedulerOptions options;
-  // Neither the periods nor the credit explore within the window.
-  options.max_explore_period_steps = 1000;
-  options.max_gpu_only_explore_period_steps = 1000;
-  options.explore_cost_share = 0.001;
-  ReadWorld world;
-  world.alone_gpu_ns_per_token = 100;  // GPU-only 24.9 ms per layer, the split 23.0
-  world.rest_split_ns = 5e6;
-  world.rest_gpu_only_ns = 4.9e6;
-  auto scheduler = *Scheduler::Create("writescope", options);
-  ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
-  ReadWorld bigger = world;
-  bigger.rest_gpu_only_ns -= 3e6;
-  ASSERT_LT(bigger.Run(0.0, 200000).step_ns, bigger.Run(0.4, 200000).step_ns);
-  int gpu_only_at = -1;
-  for (int i = 0; i < 2 + static_cast<int>(options.min_explore_period_steps); ++i) {
-    if (ReadStep(*scheduler, bigger, 32).cpu_share == 0.0) {
-      gpu_only_at = i;
-      break;
+// After a batch change the split's rest comes from one step, and that step is 4 ms per layer
+// slow; GPU-only, its rest a guess within which its gap lies, is measured at once and then
+// predicted cheaper than the split. Its measurement did better than the split was predicted
+// to, so the split is explored once more at the next chance: its second sample brings it back,
+// the cheaper mode (23.0 against 24.9 ms per layer). (Skipping that look-again once the
+// explored mode was chosen most likely left the split for the maximum period at DeepSeek
+// 4 x 32K on the H200, run 97: 25 measured steps on GPU-only, 14 % slower.) Where GPU-only is
+// in fact the cheaper mode, that costs one exploration of the split.
+TEST(DecodeReadsTest, AModeLeftOnOneSampleIsMeasuredOnceMore) {
+  for (const bool split_cheaper : {true, false}) {
+    SCOPED_TRACE(split_cheaper ? "split cheaper" : "GPU-only cheaper");
+    SchedulerOptions options;
+    // Neither the periods nor the credit explore within the window.
+    options.max_explore_period_steps = 1000;
+    options.max_gpu_only_explore_period_steps = 1000;
+    options.explore_cost_share = 0.001;
+    const ReadWorld world = NearWorld();
+    auto scheduler = *Scheduler::Create("writescope", options);
+    ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
+    ReadWorld bigger = world;
+    if (!split_cheaper) bigger.rest_gpu_only_ns -= 3e6;
+    int gpu_only_chosen = 0, split_explorations = 0, split_chosen_after = 0;
+    for (int i = 0; i < 30; ++i) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 32);
+      StepSample sample = bigger.Run(d.cpu_share, 200000);
+      if (i == 1) sample.step_ns += 4e6;  // the split's first step that teaches at 32
+      scheduler->ObserveStep(sample);
+      if (d.cpu_share == 0.0 && !d.explore) ++gpu_only_chosen;
+      if (gpu_only_chosen > 0 && d.cpu_share > 0.0) {
+        if (d.explore && !d.exploration_continues) ++split_explorations;
+        if (!d.explore) ++split_chosen_after;
+      }
     }
-  }
-  ASSERT_GE(gpu_only_at, 0);
-  // Measured (its settling step, then the one that teaches), GPU-only is chosen.
-  EXPECT_EQ(ReadStep(*scheduler, bigger, 32).cpu_share, 0.0);
-  for (int i = 0; i < 8; ++i) {
-    const ReadDecision d = ReadStep(*scheduler, bigger, 32);
-    EXPECT_EQ(d.cpu_share, 0.0) << i;
-    EXPECT_FALSE(d.explore) << i;
+    ASSERT_GT(gpu_only_chosen, 0);  // the high sample turned the choice
+    EXPECT_EQ(split_explorations, 1);
+    if (split_cheaper) {
+      EXPECT_GE(split_chosen_after, 15);
+    } else {
+      EXPECT_EQ(split_chosen_after, 0);
+    }
   }
 }
 
@@ -1603,10 +1619,7 @@ TEST(DecodeReadsTest, AGuessedModeFoundCheaperIsNotLeftAtOnce) {
 // not two steps in seven (3.2 % of the time here without the advance).
 TEST(DecodeReadsTest, AdvancesForGuessedModesArePaidBack) {
   SchedulerOptions options;
-  ReadWorld world;
-  world.alone_gpu_ns_per_token = 100;  // GPU-only 24.9 ms per layer, the split 23.0
-  world.rest_split_ns = 5e6;
-  world.rest_gpu_only_ns = 4.9e6;
+  const ReadWorld world = NearWorld();
   auto scheduler = *Scheduler::Create("writescope", options);
   ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
   const double split_ns = world.Run(0.4, 200000).step_ns;
@@ -1702,12 +1715,7 @@ TEST(DecodeReadsTest, ForcedMeasurementsKeepTheMinimumPeriod) {
     quiet.max_explore_period_steps = 1000;
     quiet.max_gpu_only_explore_period_steps = 1000;
     auto calibrated = *Scheduler::Create("writescope", quiet);
-    ReadWorld w = world;
-    if (near) {
-      w.alone_gpu_ns_per_token = 100;
-      w.rest_split_ns = 5e6;
-      w.rest_gpu_only_ns = 4.9e6;
-    }
+    const ReadWorld w = near ? NearWorld() : world;
     LearnLines(*calibrated, w);
     for (int i = 0; i < 60; ++i) ReadStep(*calibrated, w, 16);
     const double b = w.alone_gpu_ns_per_token;

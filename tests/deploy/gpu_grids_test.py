@@ -19,7 +19,7 @@ def run(*args):
 
 checks = []
 with tempfile.TemporaryDirectory() as out:
-    dry = run("--dry-run", "--out", out, "--budget-s", "320",
+    dry = run("--dry-run", "--out", out, "--budget-s", "320", "--archive", "/tmp/g.tgz",
               "deepseek_v2:2:48", "mixtral:1:16:120", "qwen3_moe:1:48")
     text = dry.stdout
     checks += [
@@ -31,6 +31,7 @@ with tempfile.TemporaryDirectory() as out:
         ("--ceilings qwen3_moe" in text, "a report per grid"),
         (f"bench-deepseek_v2.csv --pool-with {out}/bench-mixtral.csv {out}/bench-qwen3_moe.csv"
          in text, "the pooled report over the others"),
+        (f"tar czf /tmp/g.tgz -C {out} ." in text, "the archive of the whole DIR"),
         (not os.listdir(out), "a dry run writes nothing"),
     ]
     for bad, why in ((["--out", out, "llama:1:16"], "unknown arch"),
@@ -38,7 +39,9 @@ with tempfile.TemporaryDirectory() as out:
                      (["--out", out, "qwen3_moe:1:16:10:3"], "positive numbers"),
                      (["--out", out, "--budget-s", "x", "qwen3_moe:1:16"], "--budget-s"),
                      (["qwen3_moe:1:16"], "--out DIR is required"),
-                     (["--out", out], "no grid to run")):
+                     (["--out", out], "no grid to run"),
+                     (["--out", out, "--archive", out + "/g.tgz", "qwen3_moe:1:16"],
+                      "lies inside --out")):
         refused = run(*bad)
         checks.append((refused.returncode == 2 and why in refused.stderr, f"refused: {why}"))
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Writescope's read modes per bench point, from the step CSV of `wscope bench --steps_csv`
+(bench-grid.sh's steps-ARCH.csv): for each measured window of the policy, in the file's order,
+
+  - its modes as one line, a letter per step: 's' split (the CPU attended some host tokens),
+    'g' GPU-only, each exploring step preceded by 'E';
+  - the steps and the median step time of each mode, the steps that explored and the step of
+    the first exploration;
+  - at its first step, the two predictions the choice was made by and, where the CSV has them
+    (`rest_split_ms`, `rest_gpu_only_ms`), the rests inside them: what a mode predicted far
+    from what it measured later usually shows there.
+
+    deploy/modes_report.py STEPS_CSV [--policy writescope]
+
+A window is a run of rows of one (round, batch, context) whose step numbers rise; repeats of
+a point are separate windows. Standard library only.
+"""
+import argparse
+import math
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_plot import InputError, field, read_csv  # noqa: E402
+
+COLUMNS = ("policy", "round", "step", "step_ms", "batch", "context", "read_cpu_share", "explore",
+           "predicted_split_ms", "predicted_gpu_only_ms")
+RESTS = ("rest_split_ms", "rest_gpu_only_ms")
+
+
+def maybe_float(path, line, row, name):
+    """A value that may be NaN (no prediction or no rest yet); None when the column is absent."""
+    if name not in row:
+        return None
+    text = (row.get(name) or "").strip()
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"{path}:{line}: column {name}: not a number: {text!r}") from None
+
+
+def load_windows(path, policy):
+    """[(round, batch, context, [step dicts])] for `policy`, in the file's order."""
+    windows = []
+    for line, row in read_csv(path, COLUMNS):
+        if row["policy"].strip() != policy:
+            continue
+        step = {
+            "step": field(path, line, row, "step", int),
+            "step_ms": field(path, line, row, "step_ms"),
+            "split": field(path, line, row, "read_cpu_share") > 0.0,
+            "explore": field(path, line, row, "explore", int) != 0,
+        }
+        for name in ("predicted_split_ms", "predicted_gpu_only_ms") + RESTS:
+            step[name] = maybe_float(path, line, row, name)
+        key = (field(path, line, row, "round", int), field(path, line, row, "batch", int),
+               field(path, line, row, "context", int))
+        if not windows or windows[-1][:3] != key or windows[-1][3][-1]["step"] >= step["step"]:
+            windows.append((*key, []))
+        windows[-1][3].append(step)
+    return windows
+
+
+def ms(value):
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
+
+
+def describe(window):
+    rnd, batch, context, steps = window
+    modes = "".join(("E" if s["explore"] else "") + ("s" if s["split"] else "g") for s in steps)
+    parts = [f"round {rnd} batch {batch} context {context}: {len(steps)} steps", modes]
+    for name, split in (("split", True), ("GPU-only", False)):
+        times = [s["step_ms"] for s in steps if s["split"] == split]
+        if times:
+            parts.append(f"{name} {len(times)} (median {statistics.median(times):.2f} ms)")
+    explored = [i for i, s in enumerate(steps) if s["explore"]]
+    if explored:
+        parts.append(f"exploring {len(explored)} (first at step {explored[0]})")
+    else:
+        parts.append("no exploration")
+    first = steps[0]
+    prediction = (f"first step predicted split {ms(first['predicted_split_ms'])} / GPU-only "
+                  f"{ms(first['predicted_gpu_only_ms'])} ms")
+    if first["rest_split_ms"] is not None:
+        prediction += (f", rests {ms(first['rest_split_ms'])} / "
+                       f"{ms(first['rest_gpu_only_ms'])} ms")
+    parts.append(prediction)
+    return "  ".join(parts)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("steps_csv")
+    parser.add_argument("--policy", default="writescope")
+    args = parser.parse_args(argv)
+    try:
+        windows = load_windows(args.steps_csv, args.policy)
+    except InputError as e:
+        print(f"modes_report.py: {e}", file=sys.stderr)
+        return 2
+    if not windows:
+        print(f"modes_report.py: {args.steps_csv}: no steps of policy {args.policy}",
+              file=sys.stderr)
+        return 2
+    for window in windows:
+        print(describe(window))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

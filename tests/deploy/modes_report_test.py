@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""deploy/modes_report.py on small step CSVs: a line per measured window (a repeat of a point is
+its own window), the modes spelled out, each mode's count and median, the first exploration,
+the first step's predictions and rests (NaN shown as '-'), a CSV from before the rests were
+recorded, and bad input refused with exit status 2."""
+import os
+import subprocess
+import sys
+import tempfile
+
+from checks import finish
+
+ROOT = sys.argv[1]
+SCRIPT = os.path.join(ROOT, "deploy", "modes_report.py")
+HEADER = ("policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,cpu_expert_ms,"
+          "target_cpu_share,placed_cpu_share,optimal_cpu_share,batch,context,read_cpu_share,"
+          "explore,predicted_split_ms,predicted_gpu_only_ms")
+
+
+def row(policy, step, ms, share, explore, split_ms, gpu_only_ms, rests=None, batch=4):
+    cells = [policy, "0", str(step), "1.0", str(ms), "0", "0", "0", "0.3", "0.3", "0.3",
+             str(batch), "32768", str(share), str(explore), split_ms, gpu_only_ms]
+    return ",".join(cells + (list(rests) if rests is not None else []))
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+
+checks = []
+with tempfile.TemporaryDirectory() as d:
+    new = os.path.join(d, "new.csv")
+    with open(new, "w") as f:
+        f.write(HEADER + ",rest_split_ms,rest_gpu_only_ms\n")
+        f.write(row("writescope", 0, 12.0, 0, 0, "15.5", "12.4", ("10.1", "7.0")) + "\n")
+        f.write(row("writescope", 1, 12.2, 0, 0, "15.5", "12.1", ("10.1", "6.9")) + "\n")
+        f.write(row("writescope", 2, 10.5, 0.27, 1, "15.5", "12.1", ("10.1", "6.9")) + "\n")
+        f.write(row("writescope", 3, 10.1, 0.27, 1, "15.5", "12.1", ("10.1", "6.9")) + "\n")
+        f.write(row("writescope", 4, 10.7, 0.14, 0, "6.7", "12.1", ("4.8", "6.9")) + "\n")
+        f.write(row("transfer-all", 0, 12.5, 0, 0, "nan", "nan", ("nan", "nan")) + "\n")
+        # A second repeat of the point: step numbers start again.
+        f.write(row("writescope", 0, 10.0, 0.2, 0, "10.0", "nan", ("7.0", "nan")) + "\n")
+    out = run(new)
+    lines = out.stdout.splitlines()
+    checks += [
+        (out.returncode == 0, "runs"),
+        (len(lines) == 2, "a line per window, repeats apart, other policies left out"),
+        (len(lines) > 0 and "round 0 batch 4 context 32768: 5 steps  ggEsEss  " in lines[0],
+         "the modes spelled out"),
+        (len(lines) > 0 and "split 3 (median 10.50 ms)" in lines[0]
+         and "GPU-only 2 (median 12.10 ms)" in lines[0], "each mode's steps and median"),
+        (len(lines) > 0 and "exploring 2 (first at step 2)" in lines[0], "the first exploration"),
+        (len(lines) > 0 and "predicted split 15.50 / GPU-only 12.40 ms, rests 10.10 / 7.00 ms"
+         in lines[0], "the first step's predictions and rests"),
+        (len(lines) > 1 and "no exploration" in lines[1]
+         and "GPU-only - ms, rests 7.00 / - ms" in lines[1], "NaN shown as '-'"),
+    ]
+    old = os.path.join(d, "old.csv")
+    with open(old, "w") as f:
+        f.write(HEADER + "\n" + row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0") + "\n")
+    out_old = run(old)
+    checks.append((out_old.returncode == 0 and out_old.stdout.rstrip().endswith(
+        "predicted split 9.50 / GPU-only 11.00 ms"), "a CSV without the rests"))
+    bad = os.path.join(d, "bad.csv")
+    with open(bad, "w") as f:
+        f.write("policy,step\nwritescope,0\n")
+    refused = run(bad)
+    checks.append((refused.returncode == 2 and "missing column" in refused.stderr,
+                   "a CSV without the columns refused"))
+    nobody = run(new, "--policy", "cpu-all")
+    checks.append((nobody.returncode == 2 and "no steps of policy cpu-all" in nobody.stderr,
+                   "a policy with no steps refused"))
+
+finish(checks, out.stdout, out.stderr)

@@ -13,7 +13,8 @@
 # A grid that runs out of its time is stopped (timeout) and keeps the points it finished.
 #
 # Writes into DIR: bench-ARCH.csv, steps-ARCH.csv, grid-ARCH.log, report-ARCH.txt
-# (bench_report.py --ceilings ARCH) and report-pooled.txt (the first grid's report with the
+# (bench_report.py --ceilings ARCH), modes-ARCH.txt (modes_report.py: writescope's read modes
+# per window) and report-pooled.txt (the first grid's report with the
 # others' ratios pooled in, --pool-with). --archive FILE: all of DIR packed into one .tgz at
 # the end (the device returns at most 8 files of $OUT per call: run with --out outside $OUT
 # and --archive $OUT/grids.tgz). Measured times, one DeepSeek repeat x 48 steps ~100 s, Qwen3
@@ -28,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     --budget-s) BUDGET="$2"; shift 2 ;;
     --archive) ARCHIVE="$2"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -103,6 +104,10 @@ for spec in "${SPECS[@]}"; do
     archs+=("$arch")
     run_into "$OUT_DIR/report-$arch.txt" python3 "$ROOT/deploy/bench_report.py" \
       "$OUT_DIR/bench-$arch.csv" --ceilings "$arch" || true
+    if ((DRY)) || [[ -s $OUT_DIR/steps-$arch.csv ]]; then
+      run_into "$OUT_DIR/modes-$arch.txt" python3 "$ROOT/deploy/modes_report.py" \
+        "$OUT_DIR/steps-$arch.csv" || true
+    fi
   fi
 done
 if ((${#archs[@]} > 1)); then

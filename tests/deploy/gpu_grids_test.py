@@ -29,6 +29,7 @@ with tempfile.TemporaryDirectory() as out:
         ("timeout 120 " in text and "--contexts 8192\\,32512" in text, "Mixtral: its own time, 32512"),
         ("--steps 48 --repeats 2" in text, "repeats and steps passed on"),
         ("--ceilings qwen3_moe" in text, "a report per grid"),
+        (f"modes_report.py {out}/steps-mixtral.csv" in text, "the modes per grid"),
         (f"bench-deepseek_v2.csv --pool-with {out}/bench-mixtral.csv {out}/bench-qwen3_moe.csv"
          in text, "the pooled report over the others"),
         (f"tar czf /tmp/g.tgz -C {out} ." in text, "the archive of the whole DIR"),

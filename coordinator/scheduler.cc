@@ -605,10 +605,9 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide) {
       decision.explore = true;
       split = !split;
-      // A measurement of a guess beyond the credit runs on an advance of it (paid back by the
-      // later decisions' credit).
-      explore_credit_ns_ = !due && guess_may_hide ? std::min(0.0, explore_credit_ns_ - extra_ns)
-                                                  : 0.0;
+      // A measurement of a guess beyond the credit (not due: the credit is short of extra_ns)
+      // runs on an advance of it, paid back by the later decisions' credit.
+      explore_credit_ns_ = !due && guess_may_hide ? explore_credit_ns_ - extra_ns : 0.0;
       decisions_since_explore_ = 0;
       explore_pending_ = std::isfinite(chosen_ns);
       explore_chosen_ns_ = chosen_ns;

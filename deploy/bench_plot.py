@@ -334,13 +334,15 @@ def read_csv(path, columns):
     return rows
 
 
-def field(path, line, row, name, kind=float):
+def field(path, line, row, name, kind=float, finite=True):
+    """A number from a CSV row; a bad one raises InputError naming the file, line and column
+    (NaN and infinities too, unless finite=False)."""
     text = (row.get(name) or "").strip()
     try:
         value = kind(text) if kind is not int else int(float(text))
     except ValueError:
         raise InputError(f"{path}:{line}: column {name}: not a number: {text!r}") from None
-    if kind is float and not math.isfinite(value):
+    if kind is float and finite and not math.isfinite(value):
         raise InputError(f"{path}:{line}: column {name}: not finite: {text!r}")
     return value
 

@@ -31,13 +31,7 @@ RESTS = ("rest_split_ms", "rest_gpu_only_ms")
 
 def maybe_float(path, line, row, name):
     """A value that may be NaN (no prediction or no rest yet); None when the column is absent."""
-    if name not in row:
-        return None
-    text = (row.get(name) or "").strip()
-    try:
-        return float(text)
-    except ValueError:
-        raise InputError(f"{path}:{line}: column {name}: not a number: {text!r}") from None
+    return field(path, line, row, name, finite=False) if name in row else None
 
 
 def load_windows(path, policy):

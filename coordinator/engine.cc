@@ -271,7 +271,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
   }
   const absl::Time deadline = absl::Now() + timeout;
   v1::BenchResponse response;
-  for (const uint32_t steps : {request.warmup_steps(), request.decode_steps()}) {
+  for (const bool warmup : {true, false}) {
+    const uint32_t steps = warmup ? request.warmup_steps() : request.decode_steps();
     if (steps == 0) continue;
     const uint64_t round = next_bench_round_.fetch_add(1);
     // Whatever happens below, the round's queued requests are let go (a cancelled one is
@@ -321,10 +322,9 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
             "the bench ran out of time waiting for its round's last step to end");
       }
     }
-    response.clear_steps();  // the measured round's replace the warm-up's
     for (const StepRecord& r : StepRecords(round)) {
       if (r.bench_sequences != request.batch()) continue;
-      v1::BenchStep* step = response.add_steps();
+      v1::BenchStep* step = warmup ? response.add_warmup_steps() : response.add_steps();
       step->set_step_id(r.step_id);
       step->set_decode_sequences(r.decode_sequences);
       step->set_step_ms(r.step_ms);

@@ -451,6 +451,10 @@ class Scheduler {
   // After a re-level: the mode whose rest was only moved along (0: none, 1: split, 2:
   // GPU-only). The next decision explores it, and its sample replaces that rest.
   int guessed_rest_mode_ = 0;
+  // That guess was carried over from the other mode's rest at the re-level (not a GPU
+  // calibration's, nor an older value kept) and no GPU calibration came since: it moves as
+  // that rest's EMA moves.
+  bool guess_follows_ = false;
   double explore_credit_ns_ = 0.0;
   uint32_t decisions_since_explore_ = 0;
   // The exploration under way: decisions still to run it, and its mode.

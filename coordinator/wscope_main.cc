@@ -20,11 +20,13 @@
 //                                           status code, tokens/s and latency percentiles
 //   wscope bench [--batches=4,16] [--contexts=2048,8192] [--decode_steps=N] [--warmup_steps=N]
 //          [--rounds=N] [--bench_for=60s] [--csv=FILE] [--steps_csv=FILE]
+//          [--warmup_steps_csv=FILE]
 //                                           steady-state decode at fixed contexts (the KV
 //                                           placed, not computed: Bench RPC), one table row
 //                                           per point: tokens/s, step time, attention and
 //                                           expert time, the CPU share, the roofline bound;
-//                                           --steps_csv: every measured step, timestamped
+//                                           --steps_csv: every measured step, timestamped;
+//                                           --warmup_steps_csv: every warm-up step, alike
 //   wscope profile [--steps=N] [--out=trace.json]
 //                                           the last N steps of the three processes: writes
 //                                           the Chrome trace (Perfetto, chrome://tracing)
@@ -107,6 +109,8 @@ ABSL_FLAG(absl::Duration, bench_for, absl::ZeroDuration(),
           "bench: start no round after this long (0: no limit; with --rounds)");
 ABSL_FLAG(std::string, steps_csv, "",
           "bench: also append one row per measured step (with its wall-clock time) to this CSV");
+ABSL_FLAG(std::string, warmup_steps_csv, "",
+          "bench: also append one row per warm-up step to this CSV (the columns of --steps_csv)");
 ABSL_FLAG(uint32_t, stream_interval, 0, "generate: one chunk per this many tokens (0: each)");
 ABSL_FLAG(bool, json, false,
           "generate, abort: print one JSON object on stdout at the end instead of text");
@@ -279,6 +283,45 @@ double Percentile(std::vector<double> values, double p) {
 
 // ---- bench -----------------------------------------------------------------------------
 
+// Opens a per-step CSV (--steps_csv, --warmup_steps_csv) to append to, writing its header
+// when the file is new. nullptr, with a message, when it cannot be written.
+std::FILE* OpenStepsCsv(const std::string& path) {
+  const bool fresh = !std::ifstream(path).good();
+  std::FILE* file = std::fopen(path.c_str(), "a");
+  if (file == nullptr) {
+    std::fprintf(stderr, "wscope bench: cannot write %s\n", path.c_str());
+    return nullptr;
+  }
+  if (fresh) {
+    std::fprintf(file, "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
+                       "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
+                       "optimal_cpu_share,batch,context,read_cpu_share,explore,"
+                       "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
+                       "rest_gpu_only_ms\n");
+  }
+  return file;
+}
+
+// One row per step of one point (nothing when `file` is null).
+void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, uint64_t batch,
+                   uint64_t context,
+                   const google::protobuf::RepeatedPtrField<writescope::v1::BenchStep>& steps) {
+  if (file == nullptr) return;
+  for (int i = 0; i < steps.size(); ++i) {
+    const auto& step = steps[i];
+    std::fprintf(file,
+                 "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
+                 "%.4f,%.4f,%.4f\n",
+                 policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
+                 step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
+                 step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
+                 static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
+                 step.read_cpu_share(), step.explore() ? 1 : 0, step.predicted_split_ms(),
+                 step.predicted_gpu_only_ms(), step.rest_split_ms(), step.rest_gpu_only_ms());
+  }
+  std::fflush(file);
+}
+
 int Bench() {
   std::vector<uint64_t> batches, contexts;
   for (const auto& [flag, out] : {std::pair{absl::GetFlag(FLAGS_batches), &batches},
@@ -320,21 +363,20 @@ int Bench() {
     if (fresh) std::fprintf(csv, "%s\n", header.c_str());
   }
   std::FILE* steps_csv = nullptr;
-  const std::string steps_path = absl::GetFlag(FLAGS_steps_csv);
-  if (!steps_path.empty()) {
-    const bool fresh = !std::ifstream(steps_path).good();
-    steps_csv = std::fopen(steps_path.c_str(), "a");
-    if (steps_csv == nullptr) {
-      std::fprintf(stderr, "wscope bench: cannot write %s\n", steps_path.c_str());
-      if (csv != nullptr) std::fclose(csv);
-      return 1;
+  std::FILE* warmup_csv = nullptr;
+  const auto close_all = [&] {
+    for (std::FILE* f : {csv, steps_csv, warmup_csv}) {
+      if (f != nullptr) std::fclose(f);
     }
-    if (fresh) {
-      std::fprintf(steps_csv, "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
-                              "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
-                              "optimal_cpu_share,batch,context,read_cpu_share,explore,"
-                              "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
-                              "rest_gpu_only_ms\n");
+  };
+  for (const auto& [path, file] :
+       {std::pair{absl::GetFlag(FLAGS_steps_csv), &steps_csv},
+        std::pair{absl::GetFlag(FLAGS_warmup_steps_csv), &warmup_csv}}) {
+    if (path.empty()) continue;
+    *file = OpenStepsCsv(path);
+    if (*file == nullptr) {
+      close_all();
+      return 1;
     }
   }
   // Times in ms per step (all layers); "experts": the cpu_worker's routed experts; "bound":
@@ -424,28 +466,13 @@ int Bench() {
                        p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n);
           std::fflush(csv);
         }
-        if (steps_csv != nullptr) {
-          for (int i = 0; i < response.steps_size(); ++i) {
-            const auto& step = response.steps(i);
-            std::fprintf(steps_csv,
-                         "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
-                         "%.4f,%.4f,%.4f\n",
-                         response.policy().c_str(), round, i, step.end_unix_s(), step.step_ms(),
-                         step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
-                         step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
-                         static_cast<unsigned long long>(batch),
-                         static_cast<unsigned long long>(context), step.read_cpu_share(),
-                         step.explore() ? 1 : 0, step.predicted_split_ms(),
-                         step.predicted_gpu_only_ms(), step.rest_split_ms(),
-                         step.rest_gpu_only_ms());
-          }
-          std::fflush(steps_csv);
-        }
+        WriteStepRows(steps_csv, response.policy(), round, batch, context, response.steps());
+        WriteStepRows(warmup_csv, response.policy(), round, batch, context,
+                      response.warmup_steps());
       }
     }
   }
-  if (csv != nullptr) std::fclose(csv);
-  if (steps_csv != nullptr) std::fclose(steps_csv);
+  close_all();
   return failures == 0 ? 0 : 1;
 }
 

@@ -3,8 +3,9 @@
 # the real shape (fewer layers: the per-layer step time and the projection are what count),
 # then `wscope bench` over batches x contexts (the KV placed by the policy's steering, not
 # computed: decode speed does not depend on KV values). Appends to OUT/bench-ARCH.csv (a row
-# per point) and OUT/steps-ARCH.csv (every measured step: the shares, the read choice and
-# its two predictions) and prints the table as it goes.
+# per point), OUT/steps-ARCH.csv (every measured step: the shares, the read choice, its two
+# predictions and the rests) and OUT/warmup-ARCH.csv (the warm-up steps, alike) and prints
+# the table as it goes.
 #
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
@@ -47,7 +48,7 @@ while [[ $# -gt 0 ]]; do
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -78,7 +79,8 @@ for repeat in $(seq "$REPEATS"); do
     start_trio bench-grid "$policy" "$region_mib" --max_sequences="$max_batch" ${EXTRA[@]+"${EXTRA[@]}"}
     "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
       --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" \
-      --steps_csv="$OUT_DIR/steps-$ARCH.csv" || true
+      --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
+      true
     stop_trio
   done
 done

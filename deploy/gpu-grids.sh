@@ -12,13 +12,14 @@
 # 4/16/32 x contexts 8192 and 32768 (Mixtral 32512: its context is 32K), 16 warm-up steps.
 # A grid that runs out of its time is stopped (timeout) and keeps the points it finished.
 #
-# Writes into DIR: bench-ARCH.csv, steps-ARCH.csv, grid-ARCH.log, report-ARCH.txt
-# (bench_report.py --ceilings ARCH), modes-ARCH.txt (modes_report.py: writescope's read modes
-# per window) and report-pooled.txt (the first grid's report with the
-# others' ratios pooled in, --pool-with). --archive FILE: all of DIR packed into one .tgz at
-# the end (the device returns at most 8 files of $OUT per call: run with --out outside $OUT
-# and --archive $OUT/grids.tgz). Measured times, one DeepSeek repeat x 48 steps ~100 s, Qwen3
-# ~135 s, Mixtral x 16 ~210 s (runs 91-95; trio start-up included).
+# Writes into DIR: bench-ARCH.csv, steps-ARCH.csv, warmup-ARCH.csv, grid-ARCH.log,
+# report-ARCH.txt (bench_report.py --ceilings ARCH), modes-ARCH.txt (modes_report.py:
+# writescope's read modes per window, its warm-up's before them) and report-pooled.txt (the
+# first grid's report with the others' ratios pooled in, --pool-with). --archive FILE: all
+# of DIR packed into one .tgz at the end (the device returns at most 8 files of $OUT per
+# call: run with --out outside $OUT and --archive $OUT/grids.tgz). Measured times, one
+# DeepSeek repeat x 48 steps ~100 s, Qwen3 ~135 s, Mixtral x 16 ~210 s (runs 91-95; trio
+# start-up included).
 # --dry-run prints the commands instead of running them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,7 +30,7 @@ while [[ $# -gt 0 ]]; do
     --budget-s) BUDGET="$2"; shift 2 ;;
     --archive) ARCHIVE="$2"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -105,8 +106,10 @@ for spec in "${SPECS[@]}"; do
     run_into "$OUT_DIR/report-$arch.txt" python3 "$ROOT/deploy/bench_report.py" \
       "$OUT_DIR/bench-$arch.csv" --ceilings "$arch" || true
     if ((DRY)) || [[ -s $OUT_DIR/steps-$arch.csv ]]; then
+      warmup=()
+      [[ -s $OUT_DIR/warmup-$arch.csv ]] && warmup=(--warmup "$OUT_DIR/warmup-$arch.csv")
       run_into "$OUT_DIR/modes-$arch.txt" python3 "$ROOT/deploy/modes_report.py" \
-        "$OUT_DIR/steps-$arch.csv" || true
+        "$OUT_DIR/steps-$arch.csv" ${warmup[@]+"${warmup[@]}"} || true
     fi
   fi
 done

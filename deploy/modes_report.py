@@ -10,10 +10,15 @@
     (`rest_split_ms`, `rest_gpu_only_ms`), the rests inside them: what a mode predicted far
     from what it measured later usually shows there.
 
-    deploy/modes_report.py STEPS_CSV [--policy writescope]
+  - with --warmup (the file of `wscope bench --warmup_steps_csv`, bench-grid.sh's
+    warmup-ARCH.csv): the modes of the point's warm-up before it, in the same letters, and
+    the rests at the warm-up's first step: how the choice came about at the batch change.
+
+    deploy/modes_report.py STEPS_CSV [--policy writescope] [--warmup WARMUP_CSV]
 
 A window is a run of rows of one (round, batch, context) whose step numbers rise; repeats of
-a point are separate windows. Standard library only.
+a point are separate windows. The n-th warm-up window of a (round, batch, context) goes with
+the n-th measured one. Standard library only.
 """
 import argparse
 import math
@@ -60,10 +65,20 @@ def ms(value):
     return "-" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
-def describe(window):
+def mode_letters(steps):
+    return "".join(("E" if s["explore"] else "") + ("s" if s["split"] else "g") for s in steps)
+
+
+def rests(step):
+    return f"rests {ms(step['rest_split_ms'])} / {ms(step['rest_gpu_only_ms'])} ms"
+
+
+def describe(window, warmup=None):
     rnd, batch, context, steps = window
-    modes = "".join(("E" if s["explore"] else "") + ("s" if s["split"] else "g") for s in steps)
-    parts = [f"round {rnd} batch {batch} context {context}: {len(steps)} steps", modes]
+    parts = [f"round {rnd} batch {batch} context {context}: {len(steps)} steps"]
+    if warmup is not None:
+        parts.append(f"warm-up {mode_letters(warmup[3])} (first: {rests(warmup[3][0])}) |")
+    parts.append(mode_letters(steps))
     for name, split in (("split", True), ("GPU-only", False)):
         times = [s["step_ms"] for s in steps if s["split"] == split]
         if times:
@@ -77,8 +92,7 @@ def describe(window):
     prediction = (f"first step predicted split {ms(first['predicted_split_ms'])} / GPU-only "
                   f"{ms(first['predicted_gpu_only_ms'])} ms")
     if first["rest_split_ms"] is not None:
-        prediction += (f", rests {ms(first['rest_split_ms'])} / "
-                       f"{ms(first['rest_gpu_only_ms'])} ms")
+        prediction += ", " + rests(first)
     parts.append(prediction)
     return "  ".join(parts)
 
@@ -87,9 +101,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("steps_csv")
     parser.add_argument("--policy", default="writescope")
+    parser.add_argument("--warmup", metavar="WARMUP_CSV",
+                        help="the warm-up steps (wscope bench --warmup_steps_csv)")
     args = parser.parse_args(argv)
     try:
         windows = load_windows(args.steps_csv, args.policy)
+        warmups = load_windows(args.warmup, args.policy) if args.warmup else []
     except InputError as e:
         print(f"modes_report.py: {e}", file=sys.stderr)
         return 2
@@ -97,8 +114,20 @@ def main(argv=None):
         print(f"modes_report.py: {args.steps_csv}: no steps of policy {args.policy}",
               file=sys.stderr)
         return 2
+    # The n-th warm-up of a point with the n-th measured window of it.
+    queued = {}
+    for warmup in warmups:
+        queued.setdefault(warmup[:3], []).append(warmup)
+    lines = []
     for window in windows:
-        print(describe(window))
+        matches = queued.get(window[:3], [])
+        lines.append(describe(window, matches.pop(0) if matches else None))
+    try:
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early (| head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

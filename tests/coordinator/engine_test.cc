@@ -535,6 +535,9 @@ TEST_F(EngineTest, ABenchRoundDecodesItsWholeBatchFromItsFirstStep) {
     absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
     WS_ASSERT_OK(response.status());
     EXPECT_EQ(response->steps_size(), 5) << "repeat " << repeat;
+    // The warm-up's steps come apart, before the measured ones.
+    ASSERT_EQ(response->warmup_steps_size(), 3) << "repeat " << repeat;
+    EXPECT_LT(response->warmup_steps(2).end_unix_s(), response->steps(0).end_unix_s());
   }
   // Rounds 1-6: three warm-ups of 3 steps and three measured rounds of 5.
   for (uint64_t round = 1; round <= 6; ++round) {

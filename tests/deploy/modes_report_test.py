@@ -2,7 +2,8 @@
 """deploy/modes_report.py on small step CSVs: a line per measured window (a repeat of a point is
 its own window), the modes spelled out, each mode's count and median, the first exploration,
 the first step's predictions and rests (NaN shown as '-'), a CSV from before the rests were
-recorded, and bad input refused with exit status 2."""
+recorded, the warm-ups beside their windows, output cut short by `head`, and bad input
+refused with exit status 2."""
 import os
 import subprocess
 import sys
@@ -67,6 +68,35 @@ with tempfile.TemporaryDirectory() as d:
     refused = run(bad)
     checks.append((refused.returncode == 2 and "missing column" in refused.stderr,
                    "a CSV without the columns refused"))
+    # The warm-ups: the n-th of a point goes with its n-th measured window; one of another
+    # point is left out.
+    warm = os.path.join(d, "warm.csv")
+    with open(warm, "w") as f:
+        f.write(HEADER + ",rest_split_ms,rest_gpu_only_ms\n")
+        f.write(row("writescope", 0, 30.0, 0, 0, "20.0", "19.0", ("18.0", "17.0")) + "\n")
+        f.write(row("writescope", 1, 12.0, 0.3, 1, "20.0", "12.0", ("18.0", "9.0")) + "\n")
+        f.write(row("writescope", 0, 11.0, 0.3, 0, "11.0", "12.0", ("8.0", "9.0")) + "\n")
+        f.write(row("writescope", 0, 11.0, 0, 0, "11.0", "12.0", ("8.0", "9.0"), batch=16)
+                + "\n")
+    warmed = run(new, "--warmup", warm)
+    wl = warmed.stdout.splitlines()
+    checks += [
+        (warmed.returncode == 0 and len(wl) == 2, "runs with the warm-ups, a line per window"),
+        (len(wl) > 0 and "5 steps  warm-up gEs (first: rests 18.00 / 17.00 ms) |  ggEsEss" in wl[0],
+         "the first window's warm-up before its modes"),
+        (len(wl) > 1 and "warm-up s (first: rests 8.00 / 9.00 ms) |" in wl[1],
+         "the second repeat's warm-up with the second window"),
+    ]
+    # Read by `head`: the rest of the output goes nowhere, and that is no error.
+    many = os.path.join(d, "many.csv")
+    with open(many, "w") as f:
+        f.write(HEADER + "\n")
+        for i in range(5000):
+            f.write(row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0", batch=4 + i % 2) + "\n")
+    piped = subprocess.run(f"'{sys.executable}' '{SCRIPT}' '{many}' | head -n 1", shell=True,
+                           capture_output=True, text=True)
+    checks.append((piped.stdout.count("\n") == 1 and piped.stderr == "",
+                   "piped into head: no traceback"))
     nobody = run(new, "--policy", "cpu-all")
     checks.append((nobody.returncode == 2 and "no steps of policy cpu-all" in nobody.stderr,
                    "a policy with no steps refused"))

@@ -489,9 +489,9 @@ void Scheduler::ObserveStep(const StepSample& sample) {
         const double before = rest;
         rest = std::isnan(rest) ? value : rest + weight * (value - rest);
         // A guess carried over at a re-level keeps its difference to this mode's level, not
-        // to the one sample that re-levelled it: that sample is as noisy as any (Mixtral
-        // 32 x 8K on the H200, run 99: GPU-only's re-level sample 16 ms above where its rest
-        // settled left the split's guess there, 23 ms behind GPU-only instead of about 7).
+        // to the one sample that re-levelled it, which is as noisy as any (Mixtral's steps
+        // spread by +-10 % on the H200). That counts while the guess waits to be measured:
+        // for an advance still being paid back, or behind a gap wider than the guess.
         if (guess_follows_ && guessed_rest_mode_ == 3 - mode && !std::isnan(before)) {
           other += rest - before;
         }

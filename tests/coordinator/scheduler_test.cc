@@ -1617,10 +1617,9 @@ TEST(DecodeReadsTest, AModeLeftOnOneSampleIsMeasuredOnceMore) {
 // not to the one sample that re-levelled it: here that sample (the split's, at 32 sequences)
 // is 6 ms per layer slow, and 20 steps later the split's rest is back at its level, and the
 // guess of GPU-only's with it. Kept at the sample, the guess would stand 6 ms too high, which
-// widens the gap an exploration has to earn credit for (Mixtral 32 x 8K on the H200, run 99:
-// GPU-only's re-level sample high, the split's guess 23 ms per step behind GPU-only where
-// about 7 was due, GPU-only 10 % slower for the whole point). A guess a GPU calibration
-// made (here over the re-level's) is not the split's and does not follow it.
+// widens the gap an exploration has to earn credit for while the guess waits to be measured.
+// A guess a GPU calibration made (here over the re-level's) is not the split's and does not
+// follow it.
 TEST(DecodeReadsTest, AGuessedRestFollowsTheMeasuredModesLevel) {
   SchedulerOptions options;
   options.explore_cost_share = 0;  // the guess is never measured here

@@ -18,8 +18,8 @@
 # first grid's report with the others' ratios pooled in, --pool-with). --archive FILE: all
 # of DIR packed into one .tgz at the end (the device returns at most 8 files of $OUT per
 # call: run with --out outside $OUT and --archive $OUT/grids.tgz). Measured times, one
-# DeepSeek repeat x 48 steps ~100 s, Qwen3 ~135 s, Mixtral x 16 ~210 s (runs 91-95; trio
-# start-up included).
+# repeat with all five policies and trio start-ups: DeepSeek x 48 steps ~105 s, Qwen3 x 48
+# ~155 s, Mixtral x 16 ~240 s (runs 98-100: 2 repeats took 211, just over 305 and 469-489 s).
 # --dry-run prints the commands instead of running them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -24,6 +24,13 @@ def row(policy, step, ms, share, explore, split_ms, gpu_only_ms, rests=None, bat
     return ",".join(cells + (list(rests) if rests is not None else []))
 
 
+def write_csv(path, rows, rests=True):
+    """A step CSV of `rows` (row()'s lines), with the rest columns unless rests=False."""
+    with open(path, "w") as f:
+        f.write(HEADER + (",rest_split_ms,rest_gpu_only_ms" if rests else "") + "\n")
+        f.writelines(line + "\n" for line in rows)
+
+
 def run(*args):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
 
@@ -31,16 +38,16 @@ def run(*args):
 checks = []
 with tempfile.TemporaryDirectory() as d:
     new = os.path.join(d, "new.csv")
-    with open(new, "w") as f:
-        f.write(HEADER + ",rest_split_ms,rest_gpu_only_ms\n")
-        f.write(row("writescope", 0, 12.0, 0, 0, "15.5", "12.4", ("10.1", "7.0")) + "\n")
-        f.write(row("writescope", 1, 12.2, 0, 0, "15.5", "12.1", ("10.1", "6.9")) + "\n")
-        f.write(row("writescope", 2, 10.5, 0.27, 1, "15.5", "12.1", ("10.1", "6.9")) + "\n")
-        f.write(row("writescope", 3, 10.1, 0.27, 1, "15.5", "12.1", ("10.1", "6.9")) + "\n")
-        f.write(row("writescope", 4, 10.7, 0.14, 0, "6.7", "12.1", ("4.8", "6.9")) + "\n")
-        f.write(row("transfer-all", 0, 12.5, 0, 0, "nan", "nan", ("nan", "nan")) + "\n")
+    write_csv(new, [
+        row("writescope", 0, 12.0, 0, 0, "15.5", "12.4", ("10.1", "7.0")),
+        row("writescope", 1, 12.2, 0, 0, "15.5", "12.1", ("10.1", "6.9")),
+        row("writescope", 2, 10.5, 0.27, 1, "15.5", "12.1", ("10.1", "6.9")),
+        row("writescope", 3, 10.1, 0.27, 1, "15.5", "12.1", ("10.1", "6.9")),
+        row("writescope", 4, 10.7, 0.14, 0, "6.7", "12.1", ("4.8", "6.9")),
+        row("transfer-all", 0, 12.5, 0, 0, "nan", "nan", ("nan", "nan")),
         # A second repeat of the point: step numbers start again.
-        f.write(row("writescope", 0, 10.0, 0.2, 0, "10.0", "nan", ("7.0", "nan")) + "\n")
+        row("writescope", 0, 10.0, 0.2, 0, "10.0", "nan", ("7.0", "nan")),
+    ])
     out = run(new)
     lines = out.stdout.splitlines()
     checks += [
@@ -57,8 +64,7 @@ with tempfile.TemporaryDirectory() as d:
          and "GPU-only - ms, rests 7.00 / - ms" in lines[1], "NaN shown as '-'"),
     ]
     old = os.path.join(d, "old.csv")
-    with open(old, "w") as f:
-        f.write(HEADER + "\n" + row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0") + "\n")
+    write_csv(old, [row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0")], rests=False)
     out_old = run(old)
     checks.append((out_old.returncode == 0 and out_old.stdout.rstrip().endswith(
         "predicted split 9.50 / GPU-only 11.00 ms"), "a CSV without the rests"))
@@ -71,28 +77,26 @@ with tempfile.TemporaryDirectory() as d:
     # The warm-ups: the n-th of a point goes with its n-th measured window; one of another
     # point is left out.
     warm = os.path.join(d, "warm.csv")
-    with open(warm, "w") as f:
-        f.write(HEADER + ",rest_split_ms,rest_gpu_only_ms\n")
-        f.write(row("writescope", 0, 30.0, 0, 0, "20.0", "19.0", ("18.0", "17.0")) + "\n")
-        f.write(row("writescope", 1, 12.0, 0.3, 1, "20.0", "12.0", ("18.0", "9.0")) + "\n")
-        f.write(row("writescope", 0, 11.0, 0.3, 0, "11.0", "12.0", ("8.0", "9.0")) + "\n")
-        f.write(row("writescope", 0, 11.0, 0, 0, "11.0", "12.0", ("8.0", "9.0"), batch=16)
-                + "\n")
+    write_csv(warm, [
+        row("writescope", 0, 30.0, 0, 0, "20.0", "19.0", ("18.0", "17.0")),
+        row("writescope", 1, 12.0, 0.3, 1, "20.0", "12.0", ("18.0", "9.0")),
+        row("writescope", 0, 11.0, 0.3, 0, "11.0", "12.0", ("8.0", "9.0")),
+        row("writescope", 0, 11.0, 0, 0, "11.0", "12.0", ("8.0", "9.0"), batch=16),
+    ])
     warmed = run(new, "--warmup", warm)
     wl = warmed.stdout.splitlines()
     checks += [
         (warmed.returncode == 0 and len(wl) == 2, "runs with the warm-ups, a line per window"),
-        (len(wl) > 0 and "5 steps  warm-up gEs (first: rests 18.00 / 17.00 ms) |  ggEsEss" in wl[0],
+        (len(wl) > 0
+         and "5 steps  warm-up gEs (first: rests 18.00 / 17.00 ms) |  ggEsEss" in wl[0],
          "the first window's warm-up before its modes"),
         (len(wl) > 1 and "warm-up s (first: rests 8.00 / 9.00 ms) |" in wl[1],
          "the second repeat's warm-up with the second window"),
     ]
     # Read by `head`: the rest of the output goes nowhere, and that is no error.
     many = os.path.join(d, "many.csv")
-    with open(many, "w") as f:
-        f.write(HEADER + "\n")
-        for i in range(5000):
-            f.write(row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0", batch=4 + i % 2) + "\n")
+    write_csv(many, [row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0", batch=4 + i % 2)
+                     for i in range(5000)], rests=False)
     piped = subprocess.run(f"'{sys.executable}' '{SCRIPT}' '{many}' | head -n 1", shell=True,
                            capture_output=True, text=True)
     checks.append((piped.stdout.count("\n") == 1 and piped.stderr == "",

@@ -42,6 +42,25 @@ uint64_t AlignUp(uint64_t value, uint64_t alignment) {
 
 }  // namespace
 
+void PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access) {
+  if (bytes.empty()) return;
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const size_t page = page_size > 0 ? static_cast<size_t>(page_size) : 4096;
+  // madvise takes a page-aligned start.
+  const auto start = reinterpret_cast<uintptr_t>(bytes.data()) / page * page;
+  const size_t length = reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size() - start;
+#if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
+  const int advice = access == PrefaultAccess::kWrite ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+  if (madvise(reinterpret_cast<void*>(start), length, advice) == 0) return;
+#endif
+  // Older kernels: touch one byte per page (a write touch rewrites the byte it read).
+  for (size_t offset = 0; offset < length; offset += page) {
+    volatile std::byte* at = reinterpret_cast<std::byte*>(start + offset);
+    const std::byte value = *at;
+    if (access == PrefaultAccess::kWrite) *at = value;
+  }
+}
+
 absl::Status ValidateArenaName(absl::string_view name) {
   if (name.size() < 2 || name.size() > 200 || name[0] != '/' ||
       name.find('/', 1) != absl::string_view::npos) {

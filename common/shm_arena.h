@@ -74,6 +74,19 @@ class ShmArena {
   std::vector<ArenaRegionInfo> regions_;
 };
 
+// How PrefaultPages maps the pages: readable only, or writable too (a later write then
+// takes no fault either).
+enum class PrefaultAccess { kRead, kWrite };
+
+// Maps every page of `bytes` (a range of a mapping of this process) now, so that a later
+// first access takes no page fault: MADV_POPULATE_READ/WRITE where the kernel has them
+// (Linux 5.14), else a touch per page. A mapping of a shared-memory object gets its own
+// page-table entries per process: pages another process wrote (the gpu_worker's KV
+// writes) still fault on this process's first read of them. Pages of the object not
+// written yet are allocated (tmpfs), so prefault only what will be used. `bytes` must
+// lie in a read-write mapping for kWrite, a readable one for kRead.
+void PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access);
+
 // Validates an arena name as described at ShmArena::Create.
 absl::Status ValidateArenaName(absl::string_view name);
 

@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
                << coordinator->model_config_.DebugString();
   const KvCacheConfig& kv = coordinator->options_.kv;
   WS_ASSIGN_OR_RETURN(coordinator->placement_, KvPlacement::Create(kv));
-  SchedulerOptions scheduler_options;
+  SchedulerOptions scheduler_options = coordinator->options_.scheduler;
   scheduler_options.kv_bytes_per_token_layer = kv.geometry.bytes_per_token_layer();
   scheduler_options.num_layers = kv.geometry.num_layers;
   WS_ASSIGN_OR_RETURN(coordinator->scheduler_,

@@ -36,6 +36,8 @@ struct CoordinatorOptions {
   std::string gpu_worker_address;
   std::string cpu_worker_address;
   std::string policy = "writescope";
+  // The scheduler's tuning (Create fills in the KV sizes it derives from the model).
+  SchedulerOptions scheduler;
   // Where routed experts run per step: "auto" (the cost rule, coordinator/expert_placement.h),
   // "cpu", or "gpu" (needs a gpu_worker that streams experts).
   std::string routed_experts = "auto";

@@ -56,6 +56,10 @@ ABSL_FLAG(std::string, prefill_attention, "auto",
           "roofline says the CPU would be slower) or split (the CPU attends them in place)");
 ABSL_FLAG(std::string, policy, "writescope",
           "Split policy: writescope, transfer-all, cpu-all, static:R, monolithic");
+ABSL_FLAG(double, exploration_share_hold,
+          writescope::coordinator::SchedulerOptions{}.exploration_share_hold,
+          "writescope: a split exploration's later steps keep its first step's CPU share while "
+          "that is predicted to cost at most this fraction of the step (0: never kept)");
 
 int main(int argc, char** argv) {
   using writescope::coordinator::Coordinator;
@@ -89,6 +93,7 @@ int main(int argc, char** argv) {
   options.gpu_worker_address = absl::GetFlag(FLAGS_gpu_worker);
   options.cpu_worker_address = absl::GetFlag(FLAGS_cpu_worker);
   options.policy = absl::GetFlag(FLAGS_policy);
+  options.scheduler.exploration_share_hold = absl::GetFlag(FLAGS_exploration_share_hold);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -334,6 +334,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "switch_settle_steps = ", options.switch_settle_steps, " must be at most 16"));
   }
+  if (!(options.exploration_share_hold >= 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "exploration_share_hold = ", options.exploration_share_hold, " must be >= 0"));
+  }
   if (!(options.rest_batch_tolerance >= 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rest_batch_tolerance = ", options.rest_batch_tolerance, " must be >= 0"));
@@ -555,6 +559,13 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
       options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
     rest_stale_ = true;
     rest_batch_ = sequences;
+    // The lines were fitted at the old batch: their predictions at this one are
+    // extrapolations, and the outlier windows' ratios say nothing of this batch's samples
+    // (a line off by more than the outlier factor here would reject them until half a window
+    // of them had come, at the split's rare explorations when GPU-only is chosen).
+    cpu_.RestartOutlierWindow();
+    gpu_.RestartOutlierWindow();
+    gpu_only_.RestartOutlierWindow();
     // Its step settles (SchedulerOptions::switch_settle_steps), unless the batch changed
     // within the minimum exploration period already: a batch that changes at every step
     // would have no step teach.
@@ -580,7 +591,9 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   if (gpu_only_.ready()) decision.gpu_only_ns = gpu_only_.Predict(tokens) + rest(rest_gpu_only_);
   // r* = 0 makes the split the GPU-only mode under the split's (contended) line.
   bool split = split_share > 0.0 && !(decision.gpu_only_ns < decision.split_ns);
+  bool continues_exploration = false;
   if (explore_steps_left_ > 0) {
+    continues_exploration = true;
     // The exploration under way runs on in its mode (the mode the prediction picks then
     // may be either; its step is what the exploration measures).
     --explore_steps_left_;
@@ -637,6 +650,17 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     decision.cpu_share =
         decision.explore ? std::min(placed, std::max(split_share, options_.probe_share))
                          : split_share;
+    // A split exploration's later steps keep its share while that costs little
+    // (SchedulerOptions::exploration_share_hold).
+    if (continues_exploration && explore_share_ > 0.0 && explore_share_ <= placed &&
+        explore_share_ != decision.cpu_share) {
+      const double held_ns = PredictStep(params, explore_share_, tokens).step_ns;
+      const double new_ns = PredictStep(params, decision.cpu_share, tokens).step_ns;
+      if (held_ns - new_ns <= options_.exploration_share_hold * (new_ns + rest(rest_split_))) {
+        decision.cpu_share = explore_share_;
+      }
+    }
+    if (decision.explore) explore_share_ = decision.cpu_share;
   } else {
     decision.cpu_share = 0.0;
   }

@@ -153,6 +153,10 @@ class LinearCostEstimator {
   // `elapsed` equal samples would; after at least outlier_window steps the outlier window
   // starts afresh (its ratios are of another time).
   bool Observe(const CostSample& sample, double elapsed = 1.0);
+  // Empties the outlier window: the next outlier_min_history samples are taken whatever
+  // their ratio to the line. For samples of another regime than the window's ratios (a
+  // batch the line was not fitted at: its predictions there are extrapolations).
+  void RestartOutlierWindow() { recent_ratios_.clear(); }
 
   // Whether slope and intercept come from data (a calibration or ≥ 1 accepted
   // sample with tokens > 0).
@@ -307,6 +311,17 @@ struct SchedulerOptions {
   // chosen at 26.5, until a forced exploration measured the split at 24.5-25.0). 0: every
   // step teaches, explorations are one step.
   uint32_t switch_settle_steps = 1;
+  // A split exploration's later steps read the share its first step read while the
+  // prediction for that share is at most this fraction of the split's predicted step above
+  // the prediction for the share the estimates now give. The first step (it settles)
+  // teaches the CPU line, which moves r*; a step that reads another share than the rounds
+  // queued for it finds them wasted (Mixtral 32 x 8K on the H200, run 100: r* moved
+  // 0.377 -> 0.354 and 0.307 -> 0.263 within an exploration, whose measured step then took
+  // 26.6 and 34.6 ms of GPU attention against the steady split's 16.5-22.5, and GPU-only
+  // was chosen for the point; Qwen3 16 and 32 x 8K, run 98: split steps whose share changed
+  // from the step before took 1.8 and 3.2 ms more, medians 19.3 vs 17.4 and 34.0 vs
+  // 30.7). A CPU found loaded moves r* further than this allows. ≥ 0; 0: never held.
+  double exploration_share_hold = 0.05;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken k steps
   // that did not explore after the mode's previous sample weighs 1 − (1 − w)^k, what k equal
   // samples would: an exploration's sample weighs the steps the other mode was chosen since
@@ -460,6 +475,7 @@ class Scheduler {
   // The exploration under way: decisions still to run it, and its mode.
   uint32_t explore_steps_left_ = 0;
   bool explore_split_ = false;
+  double explore_share_ = 0.0;  // the CPU share its latest split step read
   // Read modes (0: none, 1: split, 2: GPU-only): of the KV rounds the gpu_worker queued
   // early for the next step, and of the last observed step that did not explore. The latest
   // decision's marks, for the step ObserveStep sees next. Steps still settling.

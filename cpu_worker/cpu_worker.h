@@ -25,9 +25,17 @@
 
 namespace writescope::cpu {
 
+struct CpuWorkerOptions {
+  CpuStepOptions step;
+  // Load maps the used CPU-compute region into this process before any step reads it;
+  // false leaves each page to fault on the first step that reads it (to measure that).
+  bool prefault_kv = true;
+};
+
 class CpuWorker final : public WorkerBackend {
  public:
-  explicit CpuWorker(const CpuStepOptions& options = {}) : step_options_(options) {}
+  explicit CpuWorker(const CpuWorkerOptions& options = {})
+      : step_options_(options.step), prefault_kv_(options.prefault_kv) {}
   ~CpuWorker() override;
 
   std::string name() const override { return "cpu_worker"; }
@@ -65,6 +73,7 @@ class CpuWorker final : public WorkerBackend {
                         ShmChannel& out);
 
   CpuStepOptions step_options_;
+  const bool prefault_kv_;
   std::unique_ptr<CpuStep> step_;
   std::mutex steps_mutex_;
   std::condition_variable steps_changed_;

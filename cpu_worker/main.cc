@@ -21,6 +21,9 @@ ABSL_FLAG(std::string, mla_matmul, "auto",
           "our AMX tile kernel (a CPU with AMX-BF16); onednn (or on) = whole KV blocks through "
           "oneDNN bf16 matmuls; off = our vector kernels; auto = amx where AMX is usable (onednn "
           "for a shape the AMX kernel does not take), else off");
+ABSL_FLAG(bool, prefault_kv, true,
+          "Map the CPU-compute KV region's pages into this process at load, so that no step "
+          "takes a page fault on its first read of a block (false: to measure that cost)");
 ABSL_FLAG(std::string, expert_prepack, "auto",
           "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
           "(on when the routed experts take at most 4 GiB)");
@@ -31,7 +34,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("WriteScope CPU worker (started by deploy/launch.sh)");
   absl::ParseCommandLine(argc, argv);
 
-  writescope::cpu::CpuStepOptions options;
+  writescope::cpu::CpuWorkerOptions worker_options;
+  worker_options.prefault_kv = absl::GetFlag(FLAGS_prefault_kv);
+  writescope::cpu::CpuStepOptions& options = worker_options.step;
   using writescope::kernels::MlaMatmulMode;
   using writescope::kernels::experts::ExpertPrecision;
   // Each flag's word, or the error naming the words it takes.
@@ -67,7 +72,7 @@ int main(int argc, char** argv) {
     WS_LOG(ERROR) << "--mla_matmul: " << usable.message();
     return EXIT_FAILURE;
   }
-  writescope::cpu::CpuWorker worker(options);
+  writescope::cpu::CpuWorker worker(worker_options);
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});
   if (!status.ok()) {

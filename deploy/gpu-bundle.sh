@@ -16,7 +16,10 @@
 # On the GPU machine: deploy/gpu-run.sh NAME [ARGS...] (see there).
 #
 # Environment: JOBS (build parallelism, default nproc), WS_GPU_BUILD_DIR (default
-# build-gpu), WS_BUNDLE_LIMIT_MIB (default 60: what may travel per run is 64 MiB).
+# build-gpu), WS_BUNDLE_LIMIT_MIB (default 60: what may travel per run is 64 MiB, the
+# working tree's tracked files included), WS_BUNDLE_BINARIES (space-separated names: only
+# these binaries and their libraries, e.g. "coordinator gpu_worker cpu_worker wscope" for
+# the benchmark scripts, when the whole bundle and the tree together pass 64 MiB).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -71,10 +74,13 @@ binaries=()
 for dir in "$build/bin" "$build/tests"; do
   [[ -d $dir ]] || continue
   while IFS= read -r -d '' file; do
+    if [[ -n ${WS_BUNDLE_BINARIES:-} && " $WS_BUNDLE_BINARIES " != *" $(basename "$file") "* ]]; then
+      continue
+    fi
     readelf -h "$file" >/dev/null 2>&1 && binaries+=("$file")
   done < <(find "$dir" -maxdepth 1 -type f -perm -u+x -print0 | sort -z)
 done
-((${#binaries[@]} > 0)) || die "no binaries in $build/bin or $build/tests"
+((${#binaries[@]} > 0)) || die "no binaries in $build/bin or $build/tests${WS_BUNDLE_BINARIES:+ named $WS_BUNDLE_BINARIES}"
 
 declare -A copied=()      # SONAME -> source path
 declare -A from_cuda=()   # toolkit libraries left to the host

@@ -109,5 +109,52 @@ TEST(ShmArenaTest, OpenRejectsAnObjectWithoutHeader) {
   shm_unlink(name.c_str());
 }
 
+// Pages of `bytes` that have an entry in this process's page tables (/proc/self/pagemap,
+// bit 63: present), or -1 when that file cannot be read.
+long PresentPages(absl::Span<const std::byte> bytes) {
+  const int fd = open("/proc/self/pagemap", O_RDONLY);
+  if (fd < 0) return -1;
+  long present = 0;
+  for (size_t offset = 0; offset < bytes.size(); offset += 4096) {
+    uint64_t entry = 0;
+    const off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(&bytes[offset]) / 4096 * 8);
+    if (pread(fd, &entry, sizeof(entry), at) != sizeof(entry)) {
+      close(fd);
+      return -1;
+    }
+    present += (entry >> 63) & 1;
+  }
+  close(fd);
+  return present;
+}
+
+// Another mapping of the arena (a worker's) has no page-table entries for the pages the
+// creator wrote, so its first read of each takes a fault; PrefaultPages makes them all
+// present, and the mapping reads the same bytes.
+TEST(ShmArenaTest, PrefaultedPagesArePresentBeforeTheirFirstRead) {
+  if (sysconf(_SC_PAGESIZE) != 4096) GTEST_SKIP() << "pagemap is read per 4 KiB page here";
+  constexpr size_t kBytes = size_t{8} << 20;
+  const std::string name = testing::UniqueArenaName("prefault");
+  auto arena = ShmArena::Create(name, {{"kv", kBytes}});
+  WS_ASSERT_OK(arena.status());
+  absl::Span<std::byte> written = *(*arena)->Region("kv");
+  std::memset(written.data(), 0x33, written.size());
+  auto opened = ShmArena::Open(name);
+  WS_ASSERT_OK(opened.status());
+  absl::Span<std::byte> kv = *(*opened)->Region("kv");
+  const long cold = PresentPages(kv);
+  if (cold < 0) GTEST_SKIP() << "/proc/self/pagemap cannot be read here";
+  EXPECT_EQ(cold, 0);
+  PrefaultPages(kv, PrefaultAccess::kRead);
+  EXPECT_EQ(PresentPages(kv), static_cast<long>(kBytes / 4096));
+  for (size_t offset = 0; offset < kv.size(); offset += 4096) {
+    ASSERT_EQ(kv[offset], std::byte{0x33}) << offset;
+  }
+  // Empty ranges and a range that starts inside a page are fine.
+  PrefaultPages({}, PrefaultAccess::kRead);
+  PrefaultPages(kv.subspan(100, 5000), PrefaultAccess::kWrite);
+  EXPECT_EQ(kv[100], std::byte{0x33});
+}
+
 }  // namespace
 }  // namespace writescope

@@ -1380,6 +1380,106 @@ TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
   EXPECT_LE(steps_to_return, 5 * 13 + 5);
 }
 
+// A split exploration's first step settles but teaches the CPU line. Where its CPU time
+// runs a little high (a cold step), the move of r* costs less than the rounds queued for
+// that share, and the measured step reads the same share; a CPU found loaded moves r* far
+// enough that it does not.
+TEST(DecodeReadsTest, ASplitExplorationKeepsItsShareUnlessTheCpuMovedFar) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 160000;  // r* (0.6) is below the placed share
+  ReadWorld world;
+  world.rest_split_ns = 13e6;  // the split at r* 25.0 ms per layer, GPU-only 24.4: explored
+  // The shares of the first split exploration's two steps, its first step's CPU running
+  // `cpu_factor` times as long as the world's.
+  auto exploration_shares = [&](double hold, double cpu_factor) {
+    SchedulerOptions options;
+    options.exploration_share_hold = hold;
+    auto scheduler = *Scheduler::Create("writescope", options);
+    const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
+    const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
+    EXPECT_TRUE(scheduler->CalibrateGpu(probe).ok());
+    LearnLines(*scheduler, world);
+    for (int i = 0; i < 200; ++i) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+      if (i >= 20 && d.explore && d.exploration_continues && d.cpu_share > 0) {
+        ReadWorld cold = world;
+        cold.cpu_ns_per_token *= cpu_factor;
+        scheduler->ObserveStep(cold.Run(d.cpu_share, kTokens));
+        const ReadDecision next = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+        EXPECT_TRUE(next.explore);
+        EXPECT_FALSE(next.exploration_continues);
+        return std::pair{d.cpu_share, next.cpu_share};
+      }
+      scheduler->ObserveStep(world.Run(d.cpu_share, kTokens));
+    }
+    ADD_FAILURE() << "no split exploration";
+    return std::pair{0.0, 0.0};
+  };
+  const auto [first, held] = exploration_shares(0.05, 1.1);
+  EXPECT_NEAR(first, 0.6, 0.01);
+  EXPECT_EQ(held, first);
+  // Not held: r* follows the CPU line.
+  const auto [first_unheld, moved] = exploration_shares(0.0, 1.1);
+  EXPECT_NEAR(first_unheld, first, 1e-3);
+  EXPECT_LT(moved, first - 0.01);
+  // A loaded CPU (8x) moves it whatever the hold.
+  const auto [first_loaded, loaded] = exploration_shares(0.05, 8.0);
+  EXPECT_NEAR(first_loaded, first, 1e-3);
+  EXPECT_LT(loaded, 0.3);
+}
+
+// The lines are fitted where the steps ran; at another batch their predictions are
+// extrapolations, and may be off by more than the outlier factor (DeepSeek 4 -> 16 x 32K on
+// the H200, run 105: the split's line put r* at 0.77 through ten warm-up steps whose CPU
+// took 24-26 ms against the GPU's 2-4, then at 0.27 once half the outlier window held the
+// new ratios). A batch change beyond the tolerance restarts the lines' outlier windows, so
+// the first steps at the new batch teach them.
+TEST(DecodeReadsTest, ABatchChangeRestartsTheLinesOutlierWindows) {
+  auto scheduler = *Scheduler::Create("writescope", {});
+  ReadWorld world;
+  LearnLines(*scheduler, world);
+  for (int i = 0; i < 40; ++i) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 16);
+    scheduler->ObserveStep(world.Run(d.cpu_share, 200000));
+  }
+  // Four times the batch, where the GPU streams four times as fast per token as the lines
+  // learned (the split still wins: 22 ms per layer against GPU-only's 24).
+  ReadWorld after = world;
+  after.split_gpu_ns_per_token /= 4;
+  after.alone_gpu_ns_per_token /= 4;
+  constexpr double kTokens = 800000;
+  const int64_t rejected_before = scheduler->gpu_estimator().rejected();
+  int split_steps = 0, learned_at = -1;
+  for (int i = 0; i < 30 && learned_at < 0; ++i) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, 320000, 64);
+    const StepSample sample = after.Run(d.cpu_share, kTokens);
+    scheduler->ObserveStep(sample);
+    if (d.cpu_share == 0.0) continue;
+    ++split_steps;
+    const double predicted = scheduler->gpu_estimator().Predict(sample.gpu.tokens);
+    if (predicted < 1.5 * sample.gpu.ns) learned_at = split_steps;
+  }
+  ASSERT_GT(learned_at, 0) << "the split's GPU line never learned the new batch: " << split_steps
+                           << " split steps, "
+                           << scheduler->gpu_estimator().rejected() - rejected_before
+                           << " samples rejected";
+  // The new batch's first step settles (switch_settle_steps); the next split step teaches.
+  EXPECT_LE(learned_at, 2);
+  EXPECT_EQ(scheduler->gpu_estimator().rejected(), rejected_before);
+  // Then it reads the new batch's optimum (0.27) and beats GPU-only. Without the restart, the
+  // split's two samples in these 30 steps were rejected and GPU-only ran on.
+  double share = 0.0, step_ns = 0.0;
+  for (int i = 0; i < 20; ++i) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, 320000, 64);
+    const StepSample sample = after.Run(d.cpu_share, kTokens);
+    scheduler->ObserveStep(sample);
+    share = d.cpu_share;
+    step_ns = sample.step_ns;
+  }
+  EXPECT_NEAR(share, 0.27, 0.02);
+  EXPECT_LT(step_ns, 0.95 * after.SplitStepNs(0.0, kTokens));
+}
+
 // A batch that changes by more than the tolerance: the next step's measurement replaces its
 // mode's rest and moves the other's by as much, so the modes stay comparable without
 // running the other one first.
@@ -1787,6 +1887,11 @@ TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
   options.rest_batch_tolerance = -1;
   expect_refused(options, "rest_batch_tolerance");
   options.rest_batch_tolerance = 0.25;
+  options.exploration_share_hold = -0.01;
+  expect_refused(options, "exploration_share_hold");
+  options.exploration_share_hold = kNaN;
+  expect_refused(options, "exploration_share_hold");
+  options.exploration_share_hold = 0.05;
   options.explore_cost_share = 1.5;
   expect_refused(options, "explore_cost_share");
   options.explore_cost_share = 0.01;

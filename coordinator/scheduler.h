@@ -315,12 +315,13 @@ struct SchedulerOptions {
   // prediction for that share is at most this fraction of the split's predicted step above
   // the prediction for the share the estimates now give. The first step (it settles)
   // teaches the CPU line, which moves r*; a step that reads another share than the rounds
-  // queued for it finds them wasted (Mixtral 32 x 8K on the H200, run 100: r* moved
-  // 0.377 -> 0.354 and 0.307 -> 0.263 within an exploration, whose measured step then took
-  // 26.6 and 34.6 ms of GPU attention against the steady split's 16.5-22.5, and GPU-only
-  // was chosen for the point; Qwen3 16 and 32 x 8K, run 98: split steps whose share changed
-  // from the step before took 1.8 and 3.2 ms more, medians 19.3 vs 17.4 and 34.0 vs
-  // 30.7). A CPU found loaded moves r* further than this allows. ≥ 0; 0: never held.
+  // queued for it finds them wasted (Mixtral 32 x 8K on the H200, run 100: the read share
+  // moved 0.377 -> 0.354 and 0.307 -> 0.263 within an exploration, whose measured step then
+  // took 26.6 and 34.6 ms of GPU attention, where the steady split's took 16.5-22.5 in run
+  // 99, and GPU-only was chosen for the point; Qwen3 16 and 32 x 8K, run 98: split steps
+  // whose share changed from the step before took 1.8 and 3.2 ms more, medians 19.3 vs
+  // 17.4 and 34.0 vs 30.7). A CPU found loaded moves r* further than this allows. No gain
+  // from it showed at Mixtral's noise (run 103). ≥ 0; 0: never held.
   double exploration_share_hold = 0.05;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken k steps
   // that did not explore after the mode's previous sample weighs 1 − (1 − w)^k, what k equal

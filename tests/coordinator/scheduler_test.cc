@@ -996,6 +996,15 @@ void LearnLines(Scheduler& scheduler, const ReadWorld& world) {
   }
 }
 
+// The gpu_worker's start-up probe of the GPU path alone, at the world's costs, then both
+// lines learned from split steps (LearnLines).
+void ProbeAndLearnLines(Scheduler& scheduler, const ReadWorld& world) {
+  const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
+  const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
+  EXPECT_TRUE(scheduler.CalibrateGpu(probe).ok());
+  LearnLines(scheduler, world);
+}
+
 // One decision and its step: 200000 host tokens, 80000 of them placed on the CPU side.
 ReadDecision ReadStep(Scheduler& scheduler, const ReadWorld& world, uint32_t sequences) {
   const ReadDecision d = scheduler.ChooseDecodeReads(200000, 80000, sequences);
@@ -1113,10 +1122,7 @@ TEST(DecodeReadsTest, GpuOnlyFarBehindIsRarelyExplored) {
   ReadWorld world;
   world.alone_gpu_ns_per_token = 240;  // GPU-only 48.4 ms per layer, the split 18.5
   auto scheduler = *Scheduler::Create("writescope", {});
-  const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
-  const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
-  WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
-  LearnLines(*scheduler, world);
+  ProbeAndLearnLines(*scheduler, world);
   RunReads(*scheduler, world, 40, kTokens, kPlaced);
   const ReadRun run = RunReads(*scheduler, world, 400, kTokens, kPlaced);
   EXPECT_LE(run.explorations, 2 * 2);  // two steps each
@@ -1127,10 +1133,7 @@ TEST(DecodeReadsTest, GpuOnlyFarBehindIsRarelyExplored) {
   ReadWorld slow_cpu;
   slow_cpu.cpu_ns_per_token = 2000;
   auto other = *Scheduler::Create("writescope", {});
-  const double b0 = slow_cpu.alone_gpu_ns_per_token;
-  const CostSample probe0[] = {{50000, b0 * 50000 + c}, {200000, b0 * 200000 + c}};
-  WS_ASSERT_OK(other->CalibrateGpu(probe0));
-  LearnLines(*other, slow_cpu);
+  ProbeAndLearnLines(*other, slow_cpu);
   RunReads(*other, slow_cpu, 40, kTokens, kPlaced);
   const ReadRun reverse = RunReads(*other, slow_cpu, 400, kTokens, kPlaced);
   EXPECT_GE(reverse.explorations, 2 * 400 / 42);
@@ -1194,11 +1197,7 @@ TEST(DecodeReadsTest, ExplorationsMeasureAModeAfterItsChangeHasSettled) {
       SchedulerOptions options;
       options.switch_settle_steps = settle;
       auto scheduler = *Scheduler::Create("writescope", options);
-      // The gpu_worker's start-up probe of the GPU path alone, then split steps.
-      const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
-      const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
-      EXPECT_TRUE(scheduler->CalibrateGpu(probe).ok());
-      LearnLines(*scheduler, world);
+      ProbeAndLearnLines(*scheduler, world);
       Run r;
       QueuedRounds rounds{kSwitchNs};
       bool was_split = true, continues = false;
@@ -1263,10 +1262,7 @@ TEST(DecodeReadsTest, AnExploredModesRestFollowsItsLatestSample) {
   after.rest_gpu_only_ns = 0.4e6;    // GPU-only 24.43
   ASSERT_LT(after.SplitStepNs(0.0, kTokens), 0.975 * after.SplitStepNs(0.4, kTokens));
   auto scheduler = *Scheduler::Create("writescope", {});
-  const double b = before.alone_gpu_ns_per_token, c = before.gpu_fixed_ns;
-  const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
-  WS_ASSERT_OK(scheduler->CalibrateGpu(probe));
-  LearnLines(*scheduler, before);
+  ProbeAndLearnLines(*scheduler, before);
   QueuedRounds rounds{2e6};
   int explorations_before_switch = 0, first_gpu_only = -1;
   bool continues = false;
@@ -1395,10 +1391,7 @@ TEST(DecodeReadsTest, ASplitExplorationKeepsItsShareUnlessTheCpuMovedFar) {
     SchedulerOptions options;
     options.exploration_share_hold = hold;
     auto scheduler = *Scheduler::Create("writescope", options);
-    const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
-    const CostSample probe[] = {{50000, b * 50000 + c}, {200000, b * 200000 + c}};
-    EXPECT_TRUE(scheduler->CalibrateGpu(probe).ok());
-    LearnLines(*scheduler, world);
+    ProbeAndLearnLines(*scheduler, world);
     for (int i = 0; i < 200; ++i) {
       const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
       if (i >= 20 && d.explore && d.exploration_continues && d.cpu_share > 0) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/log.h"
 #include "common/status.h"
 
 namespace writescope {
@@ -35,7 +36,10 @@ namespace {
 // measured ~1.6 ms round trip instead of ~0.2 ms on the H200 host).
 void PrefaultChannels(const ShmArena& arena) {
   absl::StatusOr<absl::Span<std::byte>> region = arena.Region(kChannelsRegion);
-  if (region.ok()) PrefaultPages(*region, PrefaultAccess::kWrite);
+  if (!region.ok()) return;
+  if (absl::Status status = PrefaultPages(*region, PrefaultAccess::kWrite); !status.ok()) {
+    WS_LOG(WARNING) << "the data-plane channels stay unmapped until first used: " << status;
+  }
 }
 
 }  // namespace

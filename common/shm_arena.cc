@@ -42,8 +42,8 @@ uint64_t AlignUp(uint64_t value, uint64_t alignment) {
 
 }  // namespace
 
-void PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access) {
-  if (bytes.empty()) return;
+absl::Status PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access) {
+  if (bytes.empty()) return absl::OkStatus();
   const long page_size = sysconf(_SC_PAGESIZE);
   const size_t page = page_size > 0 ? static_cast<size_t>(page_size) : 4096;
   // madvise takes a page-aligned start.
@@ -51,7 +51,17 @@ void PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access) {
   const size_t length = reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size() - start;
 #if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
   const int advice = access == PrefaultAccess::kWrite ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
-  if (madvise(reinterpret_cast<void*>(start), length, advice) == 0) return;
+  if (madvise(reinterpret_cast<void*>(start), length, advice) == 0) return absl::OkStatus();
+  const int error = errno;
+  if (error == EFAULT || error == ENOMEM) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "mapping ", length, " bytes of shared memory: ", strerror(error),
+        " (is /dev/shm large enough for the arena?)"));
+  }
+  if (error != EINVAL) {
+    return absl::InternalError(
+        absl::StrCat("mapping ", length, " bytes of shared memory: ", strerror(error)));
+  }
 #endif
   // Older kernels: touch one byte per page (a write touch rewrites the byte it read).
   for (size_t offset = 0; offset < length; offset += page) {
@@ -59,6 +69,7 @@ void PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access) {
     const std::byte value = *at;
     if (access == PrefaultAccess::kWrite) *at = value;
   }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateArenaName(absl::string_view name) {

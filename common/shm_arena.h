@@ -80,12 +80,14 @@ enum class PrefaultAccess { kRead, kWrite };
 
 // Maps every page of `bytes` (a range of a mapping of this process) now, so that a later
 // first access takes no page fault: MADV_POPULATE_READ/WRITE where the kernel has them
-// (Linux 5.14), else a touch per page. A mapping of a shared-memory object gets its own
-// page-table entries per process: pages another process wrote (the gpu_worker's KV
-// writes) still fault on this process's first read of them. Pages of the object not
-// written yet are allocated (tmpfs), so prefault only what will be used. `bytes` must
-// lie in a read-write mapping for kWrite, a readable one for kRead.
-void PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access);
+// (Linux 5.14), else (EINVAL: an older kernel) a touch per page. A mapping of a
+// shared-memory object gets its own page-table entries per process: pages another process
+// wrote (the gpu_worker's KV writes) still fault on this process's first read of them.
+// Pages of the object not written yet are allocated (tmpfs), so prefault only what will be
+// used; RESOURCE_EXHAUSTED when they cannot be (a full /dev/shm: a touch there would end
+// the process with SIGBUS), INTERNAL for another refusal. `bytes` must lie in a read-write
+// mapping for kWrite, a readable one for kRead.
+absl::Status PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access);
 
 // Validates an arena name as described at ShmArena::Create.
 absl::Status ValidateArenaName(absl::string_view name);

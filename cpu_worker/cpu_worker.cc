@@ -3,8 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "common/data_plane_messages.h"
@@ -29,14 +31,30 @@ namespace {
 absl::Status PrefaultCpuRegion(absl::Span<std::byte> region, const std::atomic<bool>& cancelled) {
   constexpr size_t kPiece = size_t{64} << 20;
   const int64_t pieces = static_cast<int64_t>((region.size() + kPiece - 1) / kPiece);
+  std::mutex mutex;
+  absl::Status first_error;
+  std::atomic<bool> failed{false};
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < pieces; ++i) {
-    if (cancelled.load(std::memory_order_relaxed)) continue;
+    if (cancelled.load(std::memory_order_relaxed) || failed.load(std::memory_order_relaxed)) {
+      continue;
+    }
     const size_t begin = static_cast<size_t>(i) * kPiece;
-    PrefaultPages(region.subspan(begin, std::min(kPiece, region.size() - begin)),
-                  PrefaultAccess::kRead);
+    absl::Status status = PrefaultPages(
+        region.subspan(begin, std::min(kPiece, region.size() - begin)), PrefaultAccess::kRead);
+    if (!status.ok()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (first_error.ok()) first_error = std::move(status);
+      failed = true;
+    }
   }
-  if (cancelled.load()) return absl::CancelledError("the load was cancelled while mapping the KV region");
+  if (!first_error.ok()) {
+    return absl::Status(first_error.code(),
+                        absl::StrCat("the CPU-compute KV region: ", first_error.message()));
+  }
+  if (cancelled.load()) {
+    return absl::CancelledError("the load was cancelled while mapping the KV region");
+  }
   return absl::OkStatus();
 }
 
@@ -71,6 +89,7 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
     WS_ASSIGN_OR_RETURN(absl::Span<std::byte> region, arena->Region(kCpuComputeRegion));
     const uint64_t used = std::min<uint64_t>(
         region.size(), kv_config_.region_used_bytes(KvRegion::kCpuCompute));
+    WS_LOG(INFO) << "mapping the CPU-compute region's " << used << " bytes";
     const auto start = std::chrono::steady_clock::now();
     WS_RETURN_IF_ERROR(PrefaultCpuRegion(region.first(used), load_progress_.cancelled));
     WS_LOG(INFO) << "mapped the CPU-compute region's " << used << " bytes in "

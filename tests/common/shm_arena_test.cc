@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/data_plane.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
 
@@ -145,15 +146,46 @@ TEST(ShmArenaTest, PrefaultedPagesArePresentBeforeTheirFirstRead) {
   const long cold = PresentPages(kv);
   if (cold < 0) GTEST_SKIP() << "/proc/self/pagemap cannot be read here";
   EXPECT_EQ(cold, 0);
-  PrefaultPages(kv, PrefaultAccess::kRead);
+  WS_EXPECT_OK(PrefaultPages(kv, PrefaultAccess::kRead));
   EXPECT_EQ(PresentPages(kv), static_cast<long>(kBytes / 4096));
   for (size_t offset = 0; offset < kv.size(); offset += 4096) {
     ASSERT_EQ(kv[offset], std::byte{0x33}) << offset;
   }
   // Empty ranges and a range that starts inside a page are fine.
-  PrefaultPages({}, PrefaultAccess::kRead);
-  PrefaultPages(kv.subspan(100, 5000), PrefaultAccess::kWrite);
+  WS_EXPECT_OK(PrefaultPages({}, PrefaultAccess::kRead));
+  WS_EXPECT_OK(PrefaultPages(kv.subspan(100, 5000), PrefaultAccess::kWrite));
   EXPECT_EQ(kv[100], std::byte{0x33});
+}
+
+// Pages that cannot be backed (here: past the end of the object, as a full /dev/shm would
+// leave them) are an error, not a SIGBUS.
+TEST(ShmArenaTest, PrefaultPagesReportsPagesThatCannotBeBacked) {
+  const long page = sysconf(_SC_PAGESIZE);
+  ASSERT_GT(page, 0);
+  const std::string name = testing::UniqueArenaName("short");
+  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, page), 0);
+  void* base = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  shm_unlink(name.c_str());
+  ASSERT_NE(base, MAP_FAILED);
+  auto* bytes = static_cast<std::byte*>(base);
+#ifdef MADV_POPULATE_READ
+  const bool populate = madvise(base, page, MADV_POPULATE_READ) == 0;
+#else
+  const bool populate = false;
+#endif
+  if (!populate) {
+    munmap(base, 2 * page);
+    GTEST_SKIP() << "no MADV_POPULATE_READ here: the fallback's touch would raise SIGBUS";
+  }
+  WS_EXPECT_OK(PrefaultPages({bytes, static_cast<size_t>(page)}, PrefaultAccess::kRead));
+  const absl::Status past_end =
+      PrefaultPages({bytes, 2 * static_cast<size_t>(page)}, PrefaultAccess::kRead);
+  EXPECT_EQ(past_end.code(), absl::StatusCode::kResourceExhausted) << past_end;
+  EXPECT_THAT(std::string(past_end.message()), ::testing::HasSubstr("/dev/shm"));
+  munmap(base, 2 * page);
 }
 
 }  // namespace

@@ -36,7 +36,9 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
   absl::flat_hash_set<uint32_t> windows;
   // Every (region, slot) the step reads, and those it writes: a slot is one block.
   absl::flat_hash_set<uint64_t> read_slots, written_slots;
-  auto key = [](KvBlockRef ref) { return (uint64_t{KvRegionIndex(ref.region)} << 32) | ref.slot; };
+  auto key = [](KvBlockRef ref) {
+    return (static_cast<uint64_t>(KvRegionIndex(ref.region)) << 32) | ref.slot;
+  };
   auto to_ref = [&](const internal::BlockRun& run, uint32_t id) -> absl::StatusOr<KvBlockRef> {
     KvBlockRef ref;
     if (run.region() == internal::REGION_CPU_COMPUTE) {

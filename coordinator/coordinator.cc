@@ -166,7 +166,7 @@ absl::Status Coordinator::LoadWorkers() {
     v1::WorkerStatus* status;
     absl::StatusOr<internal::LoadResponse> result = absl::UnknownError("not finished");
     std::atomic<bool> done{false};
-    std::thread thread;
+    std::thread thread{};
   };
   Loading loads[] = {{&cpu_worker_, &cpu_status_}, {&gpu_worker_, &gpu_status_}};
   for (Loading& load : loads) {

@@ -346,6 +346,7 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_rest_gpu_only_ms(r.rest_gpu_only_ms);
       step->set_gpu_hot_expert_ms(r.gpu_hot_expert_ms);
       step->set_hot_pair_share(r.hot_pair_share);
+      step->set_early_rounds_missed(r.early_rounds_missed);
     }
   }
   if (response.steps_size() == 0) {
@@ -888,6 +889,7 @@ absl::Status Engine::RunOneStep() {
                   gpu_result->attention_ms() * 1e6 / layers};
     // Without the hot experts' one-off upload, which is not step work.
     sample.step_ns = (MillisSince(step_start) - gpu_result->hot_upload_ms()) * 1e6 / layers;
+    sample.early_rounds_missed = gpu_result->early_rounds_missed() > 0;
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     if (scheduler_->estimates_ready()) {
       // What the lines predicted for this step, before they learn from it.
@@ -919,6 +921,7 @@ absl::Status Engine::RunOneStep() {
   record.gpu_expert_wait_ms = gpu_result->expert_ms();
   record.cpu_expert_ms = cpu_result->expert_ms();
   record.gpu_hot_expert_ms = gpu_result->hot_expert_ms();
+  record.early_rounds_missed = gpu_result->early_rounds_missed();
   if (gpu_result->routed_pairs() > 0) {
     record.hot_pair_share = static_cast<double>(gpu_result->hot_expert_pairs()) /
                             static_cast<double>(gpu_result->routed_pairs());

@@ -195,6 +195,9 @@ struct StepSample {
   // The whole step (planning to results) divided by the layers; 0: not measured. It
   // teaches the scheduler what the model of the attention phase leaves out (ReadDecision).
   double step_ns = 0.0;
+  // The gpu_worker could not use whole the KV rounds it queued early for this step
+  // (StepResult.early_rounds_missed): the step read otherwise than queued and paid for it.
+  bool early_rounds_missed = false;
 };
 
 // How a decode step reads the KV placed in the CPU-compute region. The placement fixes
@@ -487,6 +490,7 @@ class Scheduler {
   bool decided_new_batch_ = false;  // the latest decision's step settles: a new batch
   uint64_t relevel_step_ = 0;       // steps_ at the latest batch change
   uint32_t settle_steps_left_ = 0;
+  uint32_t missed_in_a_row_ = 0;  // steps whose early rounds missed (StepSample), to this one
   int64_t read_decisions_ = 0;
   double target_;
   double optimal_;

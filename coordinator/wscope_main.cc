@@ -297,7 +297,7 @@ std::FILE* OpenStepsCsv(const std::string& path) {
                        "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
                        "optimal_cpu_share,batch,context,read_cpu_share,explore,"
                        "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
-                       "rest_gpu_only_ms\n");
+                       "rest_gpu_only_ms,early_rounds_missed\n");
   }
   return file;
 }
@@ -311,13 +311,14 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
     const auto& step = steps[i];
     std::fprintf(file,
                  "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
-                 "%.4f,%.4f,%.4f\n",
+                 "%.4f,%.4f,%.4f,%u\n",
                  policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
                  step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                  step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
                  static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
                  step.read_cpu_share(), step.explore() ? 1 : 0, step.predicted_split_ms(),
-                 step.predicted_gpu_only_ms(), step.rest_split_ms(), step.rest_gpu_only_ms());
+                 step.predicted_gpu_only_ms(), step.rest_split_ms(), step.rest_gpu_only_ms(),
+                 step.early_rounds_missed());
   }
   std::fflush(file);
 }

@@ -101,6 +101,7 @@ struct GpuStep::Step {
   TransferPlan transfer;
   uint32_t chunks = 0;
   bool transfer_begun = false;  // round 0 queued (KvCache::BeginTransfer)
+  uint32_t early_rounds_missed = 0;  // StepResult.early_rounds_missed
   std::vector<float> x;  // [tokens][hidden]
   // This step's new KV in the device staging buffer: per layer, per sequence.
   std::vector<uint64_t> staging_offset;  // [sequence] within a layer's share
@@ -419,6 +420,7 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   result.set_hot_expert_pairs(static_cast<uint64_t>(step.hot_pairs));
   result.set_routed_pairs(static_cast<uint64_t>(step.routed_pairs));
   result.set_attended_tokens(layout.transfer_host_tokens);
+  result.set_early_rounds_missed(step.early_rounds_missed);
   result.set_num_layers(g.num_layers);
   result.set_step_ms(MillisSince(start));
   if (hot_ != nullptr && hot_->EndStep(static_cast<int64_t>(layout.total_tokens))) {
@@ -616,6 +618,7 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
     // whole round.
     WS_RETURN_IF_ERROR(kv_cache_->BeginTransfer(step.transfer));
     step.transfer_begun = true;
+    step.early_rounds_missed = kv_cache_->transfer_missed_early_rounds();
   }
   WS_RETURN_IF_ERROR(Attention(step, layer, q, &attn));
   {

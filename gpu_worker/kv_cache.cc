@@ -342,6 +342,7 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
   plan_ = &plan;
   next_round_ = 0;
   issued_round_ = -1;
+  transfer_missed_early_rounds_ = 0;
   if (plan.num_rounds() == 0) {
     DropEarlyRounds();
     return absl::OkStatus();
@@ -378,9 +379,11 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
                           IssueRuns(missing, early.layer, static_cast<int>(taken % 2),
                                     &round_markers_[taken]));
       ++stats_.early_rounds_completed;
+      ++transfer_missed_early_rounds_;
     }
     ++taken;
   }
+  transfer_missed_early_rounds_ += static_cast<uint32_t>(early_.rounds.size() - taken);
   stats_.early_rounds_taken += taken;
   stats_.early_rounds_wasted += early_.rounds.size() - taken;
   (early_.valid ? stats_.early_rounds_differed : stats_.early_rounds_overwritten) +=

@@ -89,6 +89,9 @@ class KvCache {
 
   const KvCacheConfig& config() const { return config_; }
   const KvCacheStats& stats() const { return stats_; }
+  // Of the early rounds queued for the latest BeginTransfer, those it could not use whole
+  // (KvCacheStats: completed, differed or overwritten); 0 when none were queued.
+  uint32_t transfer_missed_early_rounds() const { return transfer_missed_early_rounds_; }
   // Device bytes held: D-window + ping-pong.
   uint64_t device_bytes() const { return config_.gpu_bytes(); }
 
@@ -225,6 +228,7 @@ class KvCache {
   uint32_t next_round_ = 0;
   int64_t issued_round_ = -1;  // the last round queued on kCopyIn
   KvCacheStats stats_;
+  uint32_t transfer_missed_early_rounds_ = 0;
   bool time_rounds_ = false;
   std::vector<std::pair<int, int>> round_markers_;
   std::vector<int> round_fences_;  // per issued round: the fence after its copies

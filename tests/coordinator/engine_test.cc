@@ -61,6 +61,14 @@ class FakeWorker final : public StepWorker {
     }
     last_split_ = split;
     last_exploring_ = plan.exploring();
+    // As the gpu_worker reports it: the rounds queued after the previous step missed when
+    // this decode step streams the CPU-compute blocks of other sequences.
+    std::vector<uint64_t> gpu_reads_cpu;
+    for (const internal::SequenceStep& step : plan.sequences()) {
+      if (step.gpu_reads_cpu_blocks()) gpu_reads_cpu.push_back(step.seq_id());
+    }
+    if (gpu_ && gpu_reads_cpu != last_gpu_reads_cpu_ && step > 1) result.set_early_rounds_missed(2);
+    last_gpu_reads_cpu_ = std::move(gpu_reads_cpu);
     // The time is spent too, so that the step's wall time agrees with the reports.
     const double attention_ns = static_cast<double>(attended) * ns_per_token_.load() * 2;
     std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(attention_ns)));
@@ -121,6 +129,7 @@ class FakeWorker final : public StepWorker {
   std::atomic<uint64_t> upload_at_step_{0};
   bool last_split_ = false;      // the previous step's CPU attended something
   bool last_exploring_ = false;  // the previous step explored
+  std::vector<uint64_t> last_gpu_reads_cpu_;  // the sequences whose CPU blocks it streamed
   int upload_ms_ = 1200;
   bool report_upload_ = true;
   std::atomic<uint64_t> probes_{0};
@@ -377,11 +386,19 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
   WS_ASSERT_OK(response.status());
   EXPECT_GT(gpu_->gpu_read_decode_steps_.load(), 0u);
-  int below_placed = 0;
-  for (const v1::BenchStep& step : response->steps()) {
+  int below_placed = 0, read_changes = 0;
+  for (int i = 0; i < response->steps_size(); ++i) {
+    const v1::BenchStep& step = response->steps(i);
     EXPECT_LE(step.read_cpu_share(), step.placed_cpu_share() + 1e-9);
     below_placed += step.read_cpu_share() < step.placed_cpu_share() ? 1 : 0;
+    // A change of the CPU's reads makes the (fake) gpu_worker miss its early rounds; the
+    // bench's steps carry that.
+    if (i > 0 && step.read_cpu_share() != response->steps(i - 1).read_cpu_share()) {
+      EXPECT_EQ(step.early_rounds_missed(), 2u) << "step " << i;
+      ++read_changes;
+    }
   }
+  EXPECT_GT(read_changes, 0);
   // The steps report the predictions they were chosen by (the lines are ready by the end).
   ASSERT_GE(response->steps_size(), 1);
   const v1::BenchStep& last = response->steps(response->steps_size() - 1);

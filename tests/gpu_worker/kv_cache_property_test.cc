@@ -349,7 +349,14 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
     ASSERT_EQ(plan->blocks_per_layer(), expected_blocks);
     const uint64_t lbb = g().layer_block_bytes();
     const uint32_t bt = config_.block_tokens();
+    const gpu::KvCacheStats before = cache_->stats();
     WS_ASSERT_OK(cache_->BeginTransfer(*plan));
+    // The step's missed early rounds: those taken in part and those dropped for its plan.
+    const gpu::KvCacheStats& after = cache_->stats();
+    EXPECT_EQ(cache_->transfer_missed_early_rounds(),
+              (after.early_rounds_completed - before.early_rounds_completed) +
+                  (after.early_rounds_differed - before.early_rounds_differed) +
+                  (after.early_rounds_overwritten - before.early_rounds_overwritten));
     for (uint32_t round = 0; round < plan->num_rounds(); ++round) {
       // The next round queued by ReadyRound, by PrefetchNext after this round's attention,
       // by PrefetchAfterAttention (the next two), by both ReadyRound and
@@ -553,6 +560,7 @@ TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) 
   ASSERT_NO_FATAL_FAILURE(CheckInvariants());
   EXPECT_EQ(stats.early_rounds_taken, kEarly);
   EXPECT_EQ(stats.early_rounds_wasted, 0u);
+  EXPECT_EQ(cache_->transfer_missed_early_rounds(), 0u);
 
   // Another batch, nothing written: the next rounds copy other slots.
   DecodeStep({3}, rng, 0.0, /*early=*/0);
@@ -560,6 +568,7 @@ TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) 
   EXPECT_EQ(stats.early_rounds_taken, kEarly);
   EXPECT_EQ(stats.early_rounds_wasted, kEarly);
   EXPECT_EQ(stats.early_rounds_differed, kEarly);
+  EXPECT_EQ(cache_->transfer_missed_early_rounds(), kEarly);
   DecodeStep({1}, rng, 0.0, /*early=*/1);
   ASSERT_NO_FATAL_FAILURE(CheckInvariants());  // its checks ran: the references may go
   WS_ASSERT_OK(placement_->Free(3));
@@ -578,6 +587,7 @@ TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) 
   EXPECT_EQ(stats.early_rounds_overwritten, kEarly);
   EXPECT_EQ(stats.early_rounds_differed, kEarly);
   EXPECT_EQ(stats.early_rounds_unoffered, 0u);
+  EXPECT_EQ(cache_->transfer_missed_early_rounds(), kEarly);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -56,6 +56,10 @@ ABSL_FLAG(std::string, prefill_attention, "auto",
           "roofline says the CPU would be slower) or split (the CPU attends them in place)");
 ABSL_FLAG(std::string, policy, "writescope",
           "Split policy: writescope, transfer-all, cpu-all, static:R, monolithic");
+ABSL_FLAG(bool, settle_missed_rounds,
+          writescope::coordinator::SchedulerOptions{}.settle_missed_rounds,
+          "writescope: a decode step whose early KV rounds the gpu_worker could not use whole "
+          "teaches the scheduler nothing (false: it teaches, to measure the rule)");
 ABSL_FLAG(double, exploration_share_hold,
           writescope::coordinator::SchedulerOptions{}.exploration_share_hold,
           "writescope: a split exploration's later steps keep its first step's CPU share while "
@@ -94,6 +98,7 @@ int main(int argc, char** argv) {
   options.cpu_worker_address = absl::GetFlag(FLAGS_cpu_worker);
   options.policy = absl::GetFlag(FLAGS_policy);
   options.scheduler.exploration_share_hold = absl::GetFlag(FLAGS_exploration_share_hold);
+  options.scheduler.settle_missed_rounds = absl::GetFlag(FLAGS_settle_missed_rounds);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

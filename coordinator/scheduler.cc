@@ -443,7 +443,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // split steps whose share changed, 9.5 on those whose share held), unless the steps before
   // missed too, min_explore_period_steps of them: misses step after step are then what the
   // mode costs.
-  const bool missed = sample.early_rounds_missed &&
+  const bool missed = options_.settle_missed_rounds && sample.early_rounds_missed &&
                       missed_in_a_row_ < options_.min_explore_period_steps;
   missed_in_a_row_ = sample.early_rounds_missed ? missed_in_a_row_ + 1 : 0;
   if ((queued_mode_ != 0 && mode != queued_mode_) || new_batch || missed) {

@@ -326,6 +326,10 @@ struct SchedulerOptions {
   // 17.4 and 34.0 vs 30.7). A CPU found loaded moves r* further than this allows. No gain
   // from it showed at Mixtral's noise (run 103). ≥ 0; 0: never held.
   double exploration_share_hold = 0.05;
+  // A step the gpu_worker reports missing its early KV rounds (StepSample::
+  // early_rounds_missed) settles like a change of mode, at most min_explore_period_steps in
+  // a row (ObserveStep). false: such steps teach (to measure what the rule does).
+  bool settle_missed_rounds = true;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken k steps
   // that did not explore after the mode's previous sample weighs 1 − (1 − w)^k, what k equal
   // samples would: an exploration's sample weighs the steps the other mode was chosen since

@@ -1424,46 +1424,55 @@ TEST(DecodeReadsTest, ASplitExplorationKeepsItsShareUnlessTheCpuMovedFar) {
 // A step the gpu_worker reports reading otherwise than the rounds it queued early for it
 // (StepSample::early_rounds_missed: here the CPU share changed, 6 ms more on the GPU path)
 // teaches neither the split's rest nor its GPU line; misses step after step do, once
-// min_explore_period_steps of them have passed (they are then what the mode costs).
+// min_explore_period_steps of them have passed (they are then what the mode costs). With
+// settle_missed_rounds off the missed step teaches.
 TEST(DecodeReadsTest, AStepThatMissedItsQueuedRoundsTeachesNothing) {
-  constexpr double kTokens = 200000;
-  constexpr double kPlaced = 80000;
-  auto scheduler = *Scheduler::Create("writescope", {});
-  ReadWorld world;
-  ProbeAndLearnLines(*scheduler, world);
-  RunReads(*scheduler, world, 40, kTokens, kPlaced);
-  // A split step that is neither an exploration nor the step after one.
-  auto split_step = [&](bool missed) {
-    for (int i = 0; i < 50; ++i) {
-      const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
-      StepSample sample = world.Run(d.cpu_share, kTokens);
-      if (d.cpu_share > 0 && !d.explore && !d.exploration_continues) {
-        sample.early_rounds_missed = missed;
-        if (missed) {
-          sample.gpu.ns += 6e6;
-          sample.step_ns += 6e6;
+  for (const bool settle : {true, false}) {
+    SCOPED_TRACE(settle);
+    constexpr double kTokens = 200000;
+    constexpr double kPlaced = 80000;
+    SchedulerOptions options;
+    options.settle_missed_rounds = settle;  // false: the rule off, the missed step teaches
+    auto scheduler = *Scheduler::Create("writescope", options);
+    ReadWorld world;
+    ProbeAndLearnLines(*scheduler, world);
+    RunReads(*scheduler, world, 40, kTokens, kPlaced);
+    // A split step that is neither an exploration nor the step after one.
+    auto split_step = [&](bool missed) {
+      for (int i = 0; i < 50; ++i) {
+        const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+        StepSample sample = world.Run(d.cpu_share, kTokens);
+        if (d.cpu_share > 0 && !d.explore && !d.exploration_continues) {
+          sample.early_rounds_missed = missed;
+          if (missed) {
+            sample.gpu.ns += 6e6;
+            sample.step_ns += 6e6;
+          }
+          scheduler->ObserveStep(sample);
+          return;
         }
         scheduler->ObserveStep(sample);
-        return;
       }
-      scheduler->ObserveStep(sample);
+      ADD_FAILURE() << "no split step";
+    };
+    split_step(false);
+    const double rest = scheduler->rest_split_ns();
+    const double line = scheduler->gpu_estimator().Predict(kTokens * 0.6);
+    split_step(true);
+    if (!settle) {
+      EXPECT_GT(scheduler->rest_split_ns(), rest);
+      continue;
     }
-    ADD_FAILURE() << "no split step";
-  };
-  split_step(false);
-  const double rest = scheduler->rest_split_ns();
-  const double line = scheduler->gpu_estimator().Predict(kTokens * 0.6);
-  split_step(true);
-  EXPECT_EQ(scheduler->rest_split_ns(), rest);
-  EXPECT_EQ(scheduler->gpu_estimator().Predict(kTokens * 0.6), line);
-  split_step(false);  // the next step teaches again
-  EXPECT_NE(scheduler->rest_split_ns(), rest);
-  // Misses in a row: the first min_explore_period_steps (4) settle, the next teaches.
-  const SchedulerOptions defaults;
-  for (uint32_t i = 0; i < defaults.min_explore_period_steps; ++i) split_step(true);
-  const double before = scheduler->rest_split_ns();
-  split_step(true);
-  EXPECT_GT(scheduler->rest_split_ns(), before);
+    EXPECT_EQ(scheduler->rest_split_ns(), rest);
+    EXPECT_EQ(scheduler->gpu_estimator().Predict(kTokens * 0.6), line);
+    split_step(false);  // the next step teaches again
+    EXPECT_NE(scheduler->rest_split_ns(), rest);
+    // Misses in a row: the first min_explore_period_steps (4) settle, the next teaches.
+    for (uint32_t i = 0; i < options.min_explore_period_steps; ++i) split_step(true);
+    const double before = scheduler->rest_split_ns();
+    split_step(true);
+    EXPECT_GT(scheduler->rest_split_ns(), before);
+  }
 }
 
 // The lines are fitted where the steps ran; at another batch their predictions are

@@ -50,25 +50,9 @@ for spec in "${SPECS[@]}"; do
   [[ -z ${seconds:-} || $seconds =~ ^[1-9][0-9]*$ ]] || fail "'$spec': bad SECONDS '$seconds'"
 done
 
-# Runs a command with its output into FILE, or prints it (--dry-run).
-run_into() {
-  local file="$1"
-  shift
-  if ((DRY)); then printf '%q ' "$@"; echo; else "$@" >"$file" 2>&1; fi
-}
-# Waits up to $1 s until no trio process of the bundle runs; false if one still does.
-wait_for_trio_exit() {
-  local deadline=$(($(date +%s) + $1))
-  while pgrep -f "$WS_BIN/(coordinator|gpu_worker|cpu_worker)" >/dev/null; do
-    (($(date +%s) < deadline)) || return 1
-    sleep 1
-  done
-}
-if ((!DRY)); then
-  "$ROOT/deploy/gpu-run.sh" --unpack-only >/dev/null
-  export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
-  mkdir -p "$OUT_DIR"
-fi
+# shellcheck source=deploy/device-grids-lib.sh
+source "$ROOT/deploy/device-grids-lib.sh"
+unpack_bundle
 start=$(date +%s)
 left_specs=${#SPECS[@]}
 archs=()
@@ -93,14 +77,7 @@ for spec in "${SPECS[@]}"; do
     --layers 4 --batches 4,16,32 --contexts "$contexts" --warmup 16 --steps "$steps" \
     --repeats "$repeats" --out "$OUT_DIR" || rc=$?
   echo "gpu-grids: $arch ended (exit $rc) after $(($(date +%s) - t0)) s"
-  # A grid stopped by its timeout leaves its trio stopping (launch.sh's trap): the next grid
-  # must not start beside it. (In run 96 the grid after a timed-out one ran its first two
-  # points 1.5-1.6x slower than run 95 did; whether the old trio was still there is not
-  # known, the wait makes sure it is not.)
-  if ((!DRY)) && ! wait_for_trio_exit 30; then
-    echo "gpu-grids: a trio outlived its grid by 30 s: killed" >&2
-    pkill -KILL -f "$WS_BIN/(coordinator|gpu_worker|cpu_worker)" || true
-  fi
+  settle_trios gpu-grids
   if ((DRY)) || [[ -s $OUT_DIR/bench-$arch.csv ]]; then
     archs+=("$arch")
     run_into "$OUT_DIR/report-$arch.txt" python3 "$ROOT/deploy/bench_report.py" \

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Compares the variants of an A/B (deploy/ab-grids.sh): each DIR holds one variant's
+bench-ARCH.csv, one grid (batches x contexts) per repeat, in order.
+
+  python3 deploy/ab_report.py --arch ARCH [--policy writescope] DIR [DIR...]
+
+Prints, per variant (the DIR's name) and repeat, the geometric mean over the grid's points
+of the step time and of the step time less the CPU experts (the same expert work in every
+variant, whose time varies by trio: up to 2x between trios of one build on the H200 host),
+then per point the step time of each variant (mean of its repeats) and its ratio to the
+first variant's. Bad input (a missing file or column, no rows) exits 2 with a message.
+"""
+import argparse
+import csv
+import math
+import os
+import sys
+
+COLUMNS = ("policy", "batch", "context", "step_ms", "cpu_expert_ms")
+
+
+def fail(message):
+    print(f"ab_report.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def load(directory, arch, policy):
+    """The variant's rows of `policy` split into repeats: a repeat ends where a point
+    comes again."""
+    path = os.path.join(directory, f"bench-{arch}.csv")
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                fail(f"{path} lacks the column(s) {', '.join(missing)}")
+            rows = [r for r in reader if r["policy"] == policy]
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror}")
+    if not rows:
+        fail(f"{path} has no rows of {policy}")
+    repeats, seen = [[]], set()
+    for row in rows:
+        try:
+            point = (int(row["batch"]), int(row["context"]))
+            step, experts = float(row["step_ms"]), float(row["cpu_expert_ms"])
+        except ValueError:
+            fail(f"{path}: a row with a bad number: {row}")
+        if not (step > 0 and experts >= 0 and step > experts):
+            fail(f"{path}: a row whose step ({step}) is not above its experts ({experts})")
+        if point in seen:
+            repeats.append([])
+            seen = set()
+        seen.add(point)
+        repeats[-1].append((point, step, experts))
+    return repeats
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", required=True)
+    parser.add_argument("--policy", default="writescope")
+    parser.add_argument("dirs", nargs="+")
+    args = parser.parse_args()
+    variants = [(os.path.basename(os.path.normpath(d)), load(d, args.arch, args.policy))
+                for d in args.dirs]
+    print(f"A/B of {args.policy} on {args.arch}: geometric means over each repeat's points "
+          "(ms per step; less the CPU experts)")
+    for name, repeats in variants:
+        cells = [f"{geomean([s for _, s, _ in r]):7.2f} ({geomean([s - e for _, s, e in r]):6.2f})"
+                 for r in repeats]
+        print(f"  {name:<16} {len(repeats)} repeat(s): " + "  ".join(cells))
+    points = sorted({p for _, repeats in variants for r in repeats for p, _, _ in r})
+    base_name = variants[0][0]
+    print(f"Per point: step ms (mean of the repeats) and its ratio to {base_name}'s")
+    for point in points:
+        means = []
+        for name, repeats in variants:
+            steps = [s for r in repeats for p, s, _ in r if p == point]
+            means.append((name, sum(steps) / len(steps) if steps else None))
+        base = means[0][1]
+        cells = []
+        for name, mean in means:
+            if mean is None:
+                cells.append(f"{name} -")
+            elif base is None or name == base_name:
+                cells.append(f"{name} {mean:.2f}")
+            else:
+                cells.append(f"{name} {mean:.2f} ({mean / base:.3f})")
+        print(f"  batch {point[0]:3d} context {point[1]:6d}: " + ", ".join(cells))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BrokenPipeError:  # the reader stopped early (| head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

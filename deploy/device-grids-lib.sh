@@ -1,0 +1,44 @@
+# shellcheck shell=bash
+# Sourced by the device-call runners (gpu-grids.sh, ab-grids.sh), which set DRY (1: print
+# the commands instead of running them) and OUT_DIR before calling these.
+#
+#   run_into FILE CMD...   runs CMD with its output into FILE, or prints it (DRY)
+#   unpack_bundle          unpacks the carried bundle to /tmp/ws (gpu-run.sh), points
+#                          LD_LIBRARY_PATH and WS_BIN at it, makes OUT_DIR (not when DRY)
+#   settle_trios WHO       after a grid: waits up to 30 s until no trio process of the
+#                          bundle runs, then kills what still does (not when DRY)
+
+run_into() {
+  local file="$1"
+  shift
+  if ((DRY)); then
+    printf '%q ' "$@"
+    echo "> $file"
+  else
+    "$@" >"$file" 2>&1
+  fi
+}
+
+unpack_bundle() {
+  ((DRY)) && return 0
+  "$ROOT/deploy/gpu-run.sh" --unpack-only >/dev/null
+  export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
+  mkdir -p "$OUT_DIR"
+}
+
+# A grid stopped by its timeout leaves its trio stopping (launch.sh's trap): the next grid
+# must not start beside it. (In run 96 the grid after a timed-out one ran its first two
+# points 1.5-1.6x slower than run 95 did; whether the old trio was still there is not known,
+# the wait makes sure it is not.)
+settle_trios() {
+  ((DRY)) && return 0
+  local deadline=$(($(date +%s) + 30))
+  while pgrep -f "$WS_BIN/(coordinator|gpu_worker|cpu_worker)" >/dev/null; do
+    if (($(date +%s) >= deadline)); then
+      echo "$1: a trio outlived its grid by 30 s: killed" >&2
+      pkill -KILL -f "$WS_BIN/(coordinator|gpu_worker|cpu_worker)" || true
+      return 0
+    fi
+    sleep 1
+  done
+}

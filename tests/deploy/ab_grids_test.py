@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""deploy/ab-grids.sh without a GPU (its dry run: the variants interleaved per repeat, each
+with its flags in the right place; the report, the modes and the archive; the refusals of bad
+arguments), and deploy/ab_report.py's arithmetic on CSVs with known answers."""
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+from checks import finish
+
+ROOT = sys.argv[1]
+SCRIPT = os.path.join(ROOT, "deploy", "ab-grids.sh")
+REPORT = os.path.join(ROOT, "deploy", "ab_report.py")
+
+
+def run(*args):
+    return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True)
+
+
+checks = []
+with tempfile.TemporaryDirectory() as out:
+    dry = run("--dry-run", "--out", out, "--arch", "mixtral", "--repeats", "2",
+              "--archive", "/tmp/ab.tgz", "base",
+              "nosettle:--settle_missed_rounds=false:cpu_worker/--prefault_kv=false")
+    text = dry.stdout
+    grids = [line for line in text.splitlines() if "bench-grid.sh" in line]
+    checks += [
+        (dry.returncode == 0, "dry run succeeds"),
+        (len(grids) == 4, "two variants x two repeats, a grid each"),
+        (all(f"{out}/{name}/grid-" in grids[i] for i, name in
+             enumerate(["base", "nosettle", "base", "nosettle"])), "the variants interleaved"),
+        ("-- --settle_missed_rounds=false" in grids[1] and "-- " not in grids[0].split("--out")[1],
+         "the coordinator flag after --, for its variant only"),
+        ("WS_CPU_WORKER_FLAGS=--prefault_kv=false" in grids[1] and
+         "WS_CPU_WORKER_FLAGS= " in grids[0], "the cpu_worker flag through the environment"),
+        ("--contexts 8192\\,32512" in grids[0] and "--policies writescope" in grids[0],
+         "Mixtral's contexts, writescope by default"),
+        (f"ab_report.py --arch mixtral --policy writescope {out}/base {out}/nosettle" in text,
+         "the report over the variants in order"),
+        (f"modes_report.py {out}/nosettle/steps-mixtral.csv" in text, "the modes per variant"),
+        (f"tar czf /tmp/ab.tgz -C {out} ." in text, "the archive"),
+        (not os.listdir(out), "a dry run writes nothing"),
+    ]
+    for bad, why in ((["--out", out, "--arch", "llama", "a", "b"], "--arch must be"),
+                     (["--out", out, "--arch", "mixtral", "a"], "two variants or more"),
+                     (["--out", out, "--arch", "mixtral", "a", "a:--x=1"], "given twice"),
+                     (["--out", out, "--arch", "mixtral", "a", "b:x=1"], "neither --flag"),
+                     (["--out", out, "--arch", "mixtral", "a/b", "c"], "must be letters"),
+                     (["--out", out, "--arch", "mixtral", "--repeats", "0", "a", "b"],
+                      "positive numbers"),
+                     (["--arch", "mixtral", "a", "b"], "--out DIR is required"),
+                     (["--out", out, "--arch", "mixtral", "--archive", out + "/x.tgz", "a", "b"],
+                      "lies inside --out")):
+        refused = run(*bad)
+        checks.append((refused.returncode == 2 and why in refused.stderr, f"refused: {why}"))
+
+    # The report: two variants, two repeats of two points each; "b" is 10 % slower beyond its
+    # experts at every point.
+    header = "policy,batch,context,step_ms,cpu_expert_ms,other\n"
+    rows = {"a": [(4, 8192, 40.0, 30.0), (16, 8192, 90.0, 50.0),
+                  (4, 8192, 42.0, 32.0), (16, 8192, 88.0, 48.0)],
+            "b": [(4, 8192, 41.0, 30.0), (16, 8192, 94.0, 50.0),
+                  (4, 8192, 43.0, 32.0), (16, 8192, 92.0, 48.0)]}
+    dirs = []
+    for name, points in rows.items():
+        d = os.path.join(out, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "bench-qwen3_moe.csv"), "w") as f:
+            f.write(header)
+            f.write("cpu-all,4,8192,99.0,1.0,x\n")  # another policy: left out
+            for batch, context, step, experts in points:
+                f.write(f"writescope,{batch},{context},{step},{experts},x\n")
+        dirs.append(d)
+    report = subprocess.run(["python3", REPORT, "--arch", "qwen3_moe", *dirs],
+                            capture_output=True, text=True)
+    r = report.stdout
+    a1 = math.sqrt(40.0 * 90.0)
+    a1_less = math.sqrt(10.0 * 40.0)
+    b1_less = math.sqrt(11.0 * 44.0)
+    checks += [
+        (report.returncode == 0, "the report runs"),
+        ("a                2 repeat(s)" in r, "a repeat ends where a point comes again"),
+        (f"{a1:7.2f} ({a1_less:6.2f})" in r, "geometric means, with and without the experts"),
+        (f"({b1_less:6.2f})" in r, "the other variant's"),
+        ("batch  16 context   8192: a 89.00, b 93.00 (1.045)" in r, "per point, against the first"),
+        ("99.00" not in r, "other policies' rows left out"),
+    ]
+    with open(os.path.join(dirs[1], "bench-qwen3_moe.csv"), "w") as f:
+        f.write("policy,batch,context,step_ms\nwritescope,4,8192,40.0\n")
+    bad = subprocess.run(["python3", REPORT, "--arch", "qwen3_moe", *dirs],
+                         capture_output=True, text=True)
+    checks.append((bad.returncode == 2 and "lacks the column(s) cpu_expert_ms" in bad.stderr,
+                   "refused: a CSV without the experts"))
+    missing = subprocess.run(["python3", REPORT, "--arch", "mixtral", *dirs],
+                             capture_output=True, text=True)
+    checks.append((missing.returncode == 2 and "cannot read" in missing.stderr,
+                   "refused: a missing CSV"))
+
+finish(checks, text, r)

@@ -11,52 +11,36 @@ then per point the step time of each variant (mean of its repeats) and its ratio
 first variant's. Bad input (a missing file or column, no rows) exits 2 with a message.
 """
 import argparse
-import csv
-import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_plot import InputError, field, read_csv  # noqa: E402
+from bench_report import geometric_mean  # noqa: E402
+
 COLUMNS = ("policy", "batch", "context", "step_ms", "cpu_expert_ms")
-
-
-def fail(message):
-    print(f"ab_report.py: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def load(directory, arch, policy):
     """The variant's rows of `policy` split into repeats: a repeat ends where a point
     comes again."""
     path = os.path.join(directory, f"bench-{arch}.csv")
-    try:
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                fail(f"{path} lacks the column(s) {', '.join(missing)}")
-            rows = [r for r in reader if r["policy"] == policy]
-    except OSError as e:
-        fail(f"cannot read {path}: {e.strerror}")
-    if not rows:
-        fail(f"{path} has no rows of {policy}")
     repeats, seen = [[]], set()
-    for row in rows:
-        try:
-            point = (int(row["batch"]), int(row["context"]))
-            step, experts = float(row["step_ms"]), float(row["cpu_expert_ms"])
-        except ValueError:
-            fail(f"{path}: a row with a bad number: {row}")
-        if not (step > 0 and experts >= 0 and step > experts):
-            fail(f"{path}: a row whose step ({step}) is not above its experts ({experts})")
+    for line, row in read_csv(path, COLUMNS):
+        if row["policy"].strip() != policy:
+            continue
+        point = (field(path, line, row, "batch", int), field(path, line, row, "context", int))
+        step = field(path, line, row, "step_ms")
+        experts = field(path, line, row, "cpu_expert_ms")
+        if not (experts >= 0 and step > experts):
+            raise InputError(f"{path}:{line}: a step ({step}) not above its experts ({experts})")
         if point in seen:
             repeats.append([])
             seen = set()
         seen.add(point)
         repeats[-1].append((point, step, experts))
+    if not repeats[0]:
+        raise InputError(f"{path}: no rows of {policy}")
     return repeats
 
 
@@ -66,12 +50,16 @@ def main():
     parser.add_argument("--policy", default="writescope")
     parser.add_argument("dirs", nargs="+")
     args = parser.parse_args()
-    variants = [(os.path.basename(os.path.normpath(d)), load(d, args.arch, args.policy))
-                for d in args.dirs]
+    try:
+        variants = [(os.path.basename(os.path.normpath(d)), load(d, args.arch, args.policy))
+                    for d in args.dirs]
+    except InputError as e:
+        print(f"ab_report.py: {e}", file=sys.stderr)
+        sys.exit(2)
     print(f"A/B of {args.policy} on {args.arch}: geometric means over each repeat's points "
           "(ms per step; less the CPU experts)")
     for name, repeats in variants:
-        cells = [f"{geomean([s for _, s, _ in r]):7.2f} ({geomean([s - e for _, s, e in r]):6.2f})"
+        cells = [f"{geometric_mean([s for _, s, _ in r]):7.2f} ({geometric_mean([s - e for _, s, e in r]):6.2f})"
                  for r in repeats]
         print(f"  {name:<16} {len(repeats)} repeat(s): " + "  ".join(cells))
     points = sorted({p for _, repeats in variants for r in repeats for p, _, _ in r})

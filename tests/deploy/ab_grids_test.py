@@ -91,11 +91,11 @@ with tempfile.TemporaryDirectory() as out:
         f.write("policy,batch,context,step_ms\nwritescope,4,8192,40.0\n")
     bad = subprocess.run(["python3", REPORT, "--arch", "qwen3_moe", *dirs],
                          capture_output=True, text=True)
-    checks.append((bad.returncode == 2 and "lacks the column(s) cpu_expert_ms" in bad.stderr,
+    checks.append((bad.returncode == 2 and "missing column(s) cpu_expert_ms" in bad.stderr,
                    "refused: a CSV without the experts"))
     missing = subprocess.run(["python3", REPORT, "--arch", "mixtral", *dirs],
                              capture_output=True, text=True)
-    checks.append((missing.returncode == 2 and "cannot read" in missing.stderr,
+    checks.append((missing.returncode == 2 and "no such file" in missing.stderr,
                    "refused: a missing CSV"))
 
 finish(checks, text, r)

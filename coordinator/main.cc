@@ -65,6 +65,12 @@ ABSL_FLAG(double, exploration_share_hold,
           "writescope: a split exploration's later steps keep its first step's CPU share while "
           "that is predicted to cost at most this fraction of the step (0: never kept)");
 
+ABSL_FLAG(uint32_t, mode_switch_hold_steps,
+          writescope::coordinator::SchedulerOptions{}.mode_switch_hold_steps,
+          "writescope: a decode step keeps the read mode whose KV rounds are queued unless the "
+          "other is predicted to save more than a change of mode costs over this many steps "
+          "(0: no hold)");
+
 int main(int argc, char** argv) {
   using writescope::coordinator::Coordinator;
   writescope::BlockTerminationSignals();
@@ -99,6 +105,7 @@ int main(int argc, char** argv) {
   options.policy = absl::GetFlag(FLAGS_policy);
   options.scheduler.exploration_share_hold = absl::GetFlag(FLAGS_exploration_share_hold);
   options.scheduler.settle_missed_rounds = absl::GetFlag(FLAGS_settle_missed_rounds);
+  options.scheduler.mode_switch_hold_steps = absl::GetFlag(FLAGS_mode_switch_hold_steps);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -338,6 +338,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "exploration_share_hold = ", options.exploration_share_hold, " must be >= 0"));
   }
+  if (options.mode_switch_hold_steps > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mode_switch_hold_steps = ", options.mode_switch_hold_steps, " must be at most 1000"));
+  }
   if (!(options.rest_batch_tolerance >= 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rest_batch_tolerance = ", options.rest_batch_tolerance, " must be >= 0"));
@@ -446,8 +450,27 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   const bool missed = options_.settle_missed_rounds && sample.early_rounds_missed &&
                       missed_in_a_row_ < options_.min_explore_period_steps;
   missed_in_a_row_ = sample.early_rounds_missed ? missed_in_a_row_ + 1 : 0;
-  if ((queued_mode_ != 0 && mode != queued_mode_) || new_batch || missed) {
+  const bool changed = queued_mode_ != 0 && mode != queued_mode_;
+  if (changed || new_batch || missed) {
     settle_steps_left_ = options_.switch_settle_steps;
+  }
+  // What paying for a change cost this step: its time above its mode's prediction, before
+  // anything learns from it (SchedulerOptions::mode_switch_hold_steps). A new batch's first
+  // step pays for other things as well.
+  if ((changed || missed) && !new_batch && sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
+    const double rest = split ? rest_split_ : rest_gpu_only_;
+    double predicted = std::numeric_limits<double>::quiet_NaN();
+    if (split && estimates_ready()) {
+      predicted = PredictPaths(sample).step_ns + rest;
+    } else if (!split && gpu_only_.ready()) {
+      predicted = PredictPaths(sample).gpu_ns + rest;
+    }
+    if (std::isfinite(predicted)) {
+      const double value = sample.step_ns - predicted;
+      switch_cost_ = std::isnan(switch_cost_)
+                         ? value
+                         : switch_cost_ + options_.rest_ema_weight * (value - switch_cost_);
+    }
   }
   decided_new_batch_ = false;
   const bool settling = settle_steps_left_ > 0;
@@ -600,6 +623,18 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   if (gpu_only_.ready()) decision.gpu_only_ns = gpu_only_.Predict(tokens) + rest(rest_gpu_only_);
   // r* = 0 makes the split the GPU-only mode under the split's (contended) line.
   bool split = split_share > 0.0 && !(decision.gpu_only_ns < decision.split_ns);
+  // The mode whose rounds are queued is kept unless the other saves more than a change costs
+  // over mode_switch_hold_steps steps (SchedulerOptions).
+  bool held = false;
+  if (explore_steps_left_ == 0 && options_.mode_switch_hold_steps > 0 && switch_cost_ > 0.0 &&
+      queued_mode_ == (split ? 2 : 1) && (split || split_share > 0.0) &&
+      std::isfinite(decision.split_ns) && std::isfinite(decision.gpu_only_ns)) {
+    const double gain_ns = std::abs(decision.split_ns - decision.gpu_only_ns);
+    if (gain_ns * options_.mode_switch_hold_steps < switch_cost_) {
+      split = !split;
+      held = true;
+    }
+  }
   bool continues_exploration = false;
   if (explore_steps_left_ > 0) {
     continues_exploration = true;
@@ -619,16 +654,19 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
       explore_credit_ns_ += options_.explore_cost_share * chosen_ns;
     }
     ++decisions_since_explore_;
-    // The other mode's predicted extra cost per step, and over an exploration's steps.
+    // The other mode's predicted extra cost per step, and over an exploration's steps, with
+    // the change of mode its first step pays for (mode_switch_hold_steps > 0).
     const double gap_ns = std::max(0.0, other_ns - chosen_ns);
-    const double extra_ns = gap_ns * (1.0 + options_.switch_settle_steps);
+    const double extra_ns =
+        gap_ns * (1.0 + options_.switch_settle_steps) +
+        (options_.mode_switch_hold_steps > 0 && switch_cost_ > 0.0 ? switch_cost_ : 0.0);
     const bool may_explore = options_.explore_cost_share > 0.0 &&
                              decisions_since_explore_ >= options_.min_explore_period_steps;
     // The split is forced every max_explore_period_steps decisions (a CPU that was loaded is
     // seen to be free), GPU-only every max_gpu_only_explore_period_steps (SchedulerOptions).
     const uint32_t max_period =
         split ? options_.max_gpu_only_explore_period_steps : options_.max_explore_period_steps;
-    const bool due = may_explore && (explore_credit_ns_ >= extra_ns ||
+    const bool due = may_explore && ((explore_credit_ns_ >= extra_ns && !held) ||
                                      decisions_since_explore_ >= max_period);
     // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
     // it once, at the first decision the minimum period allows, rather than at the next

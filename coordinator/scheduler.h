@@ -330,6 +330,18 @@ struct SchedulerOptions {
   // early_rounds_missed) settles like a change of mode, at most min_explore_period_steps in
   // a row (ObserveStep). false: such steps teach (to measure what the rule does).
   bool settle_missed_rounds = true;
+  // A decision that does not explore keeps the mode whose KV rounds are queued for its step
+  // unless the other mode is predicted to save, over this many steps, more than a change of
+  // mode costs: the switch cost, an EMA of what the steps that paid for a change (a change
+  // of mode, missed early rounds; they settle) measured above their mode's prediction.
+  // Where the two modes predict within noise of each other the choice flipped step by step
+  // and each flip paid for it (Mixtral on the H200, run 107: 16 x 8K ran g g s s g g g s ...
+  // at 60.8 / 60.7 ms predicted, the flips' steps taking 15.7-17.3 ms of GPU attention
+  // against a median of 10.0; 4 x 32K 16.2 against 6.8). While the hold keeps a mode the
+  // prediction ranks second, the credit does not explore the other (the prediction already
+  // has it ahead); the maximum periods still do. 0: no hold (every decision takes the
+  // cheaper prediction).
+  uint32_t mode_switch_hold_steps = 4;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken k steps
   // that did not explore after the mode's previous sample weighs 1 − (1 − w)^k, what k equal
   // samples would: an exploration's sample weighs the steps the other mode was chosen since
@@ -448,6 +460,9 @@ class Scheduler {
   double rest_split_ns() const { return rest_split_; }
   double rest_gpu_only_ns() const { return rest_gpu_only_; }
   int64_t read_decisions() const { return read_decisions_; }
+  // What a change of mode costs a step, per layer, ns (SchedulerOptions::
+  // mode_switch_hold_steps; NaN until a step that paid for one was measured).
+  double switch_cost_ns() const { return switch_cost_; }
 
  private:
   Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
@@ -460,6 +475,7 @@ class Scheduler {
   LinearCostEstimator gpu_only_;  // the GPU path when the CPU attends nothing
   double rest_split_;
   double rest_gpu_only_;
+  double switch_cost_ = std::numeric_limits<double>::quiet_NaN();
   // Steps that did not explore, and its value at each mode's latest rest sample: a rest
   // sample weighs as many steps as did not explore since then.
   uint64_t rest_clock_ = 0, rest_split_clock_ = 0, rest_gpu_only_clock_ = 0;

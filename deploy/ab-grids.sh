@@ -11,7 +11,7 @@
 # VARIANT: NAME or NAME:FLAG[:FLAG...]; a FLAG is a coordinator flag (--x=y), or a worker's
 # prefixed cpu_worker/ or gpu_worker/. For example (session 17's three rules):
 #   base  nosettle:--settle_missed_rounds=false  nohold:--exploration_share_hold=0
-#   nomap:cpu_worker/--prefault_kv=false
+#   nomap:cpu_worker/--prefault_kv=false  (session 18's:) nomodehold:--mode_switch_hold_steps=0
 # A variant whose trio runs past what is left of --budget-s is cut by `timeout` (its rows
 # so far stay) and the later ones are skipped, so the call comes home within its limit.
 # --archive FILE packs DIR (keep it outside DIR); --dry-run prints the commands. Exit 1 when

@@ -6,6 +6,10 @@
     'g' GPU-only, each exploring step preceded by 'E';
   - the steps and the median step time of each mode, the steps that explored and the step of
     the first exploration;
+  - the changes of mode outside explorations (a step that did not explore reading in another
+    mode than the last such step before it: the flips a hold of the mode saves) and, where the
+    CSV has `early_rounds_missed`, the steps whose early KV rounds the gpu_worker could not
+    use whole;
   - at its first step, the two predictions the choice was made by and, where the CSV has them
     (`rest_split_ms`, `rest_gpu_only_ms`), the rests inside them: what a mode predicted far
     from what it measured later usually shows there.
@@ -51,6 +55,8 @@ def load_windows(path, policy):
             "split": field(path, line, row, "read_cpu_share") > 0.0,
             "explore": field(path, line, row, "explore", int) != 0,
         }
+        step["missed"] = (field(path, line, row, "early_rounds_missed", int) > 0
+                          if "early_rounds_missed" in row else None)
         for name in ("predicted_split_ms", "predicted_gpu_only_ms") + RESTS:
             step[name] = maybe_float(path, line, row, name)
         key = (field(path, line, row, "round", int), field(path, line, row, "batch", int),
@@ -88,6 +94,11 @@ def describe(window, warmup=None):
         parts.append(f"exploring {len(explored)} (first at step {explored[0]})")
     else:
         parts.append("no exploration")
+    chosen = [s["split"] for s in steps if not s["explore"]]
+    changes = sum(1 for before, after in zip(chosen, chosen[1:]) if before != after)
+    parts.append(f"mode changes {changes}")
+    if steps[0]["missed"] is not None:
+        parts.append(f"missed rounds on {sum(1 for s in steps if s['missed'])} steps")
     first = steps[0]
     prediction = (f"first step predicted split {ms(first['predicted_split_ms'])} / GPU-only "
                   f"{ms(first['predicted_gpu_only_ms'])} ms")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """deploy/modes_report.py on small step CSVs: a line per measured window (a repeat of a point is
 its own window), the modes spelled out, each mode's count and median, the first exploration,
+the changes of mode outside explorations, the steps that missed their early KV rounds,
 the first step's predictions and rests (NaN shown as '-'), a CSV from before the rests were
 recorded, the warm-ups beside their windows, output cut short by `head`, and bad input
 refused with exit status 2."""
@@ -63,6 +64,21 @@ with tempfile.TemporaryDirectory() as d:
         (len(lines) > 1 and "no exploration" in lines[1]
          and "GPU-only - ms, rests 7.00 / - ms" in lines[1], "NaN shown as '-'"),
     ]
+    # Mode changes outside explorations; the steps that missed their early rounds, where the
+    # CSV has the column (the window above has none).
+    checks.append((len(lines) > 0 and "mode changes 1  " in lines[0]
+                   and "missed rounds" not in out.stdout,
+                   "the changes of mode outside explorations"))
+    missed = os.path.join(d, "missed.csv")
+    with open(missed, "w") as f:
+        f.write(HEADER + ",early_rounds_missed\n")
+        for step, (share, explore, miss) in enumerate([(0, 0, 0), (0.3, 0, 2), (0, 0, 1),
+                                                      (0, 1, 0), (0.3, 1, 0), (0, 0, 0)]):
+            f.write(row("writescope", step, 9.0, share, explore, "9.5", "11.0") + f",{miss}\n")
+    out_missed = run(missed)
+    checks.append((out_missed.returncode == 0 and "gsgEgEsg" in out_missed.stdout
+                   and "mode changes 2  missed rounds on 2 steps  " in out_missed.stdout,
+                   "the steps that missed their early rounds"))
     old = os.path.join(d, "old.csv")
     write_csv(old, [row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0")], rests=False)
     out_old = run(old)

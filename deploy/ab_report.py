@@ -8,7 +8,10 @@ Prints, per variant (the DIR's name) and repeat, the geometric mean over the gri
 of the step time and of the step time less the CPU experts (the same expert work in every
 variant, whose time varies by trio: up to 2x between trios of one build on the H200 host),
 then per point the step time of each variant (mean of its repeats) and its ratio to the
-first variant's. Bad input (a missing file or column, no rows) exits 2 with a message.
+first variant's, then, where the DIR has the step records (steps-ARCH.csv) of writescope, what
+its reads did over all its windows: the exploring steps, the changes of mode outside
+explorations and the steps that missed their early KV rounds (deploy/modes_report.py counts
+them per window). Bad input (a missing file or column, no rows) exits 2 with a message.
 """
 import argparse
 import os
@@ -17,6 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_plot import InputError, field, read_csv  # noqa: E402
 from bench_report import geometric_mean  # noqa: E402
+from modes_report import counts, load_windows  # noqa: E402
 
 COLUMNS = ("policy", "batch", "context", "step_ms", "cpu_expert_ms")
 
@@ -59,8 +63,8 @@ def main():
     print(f"A/B of {args.policy} on {args.arch}: geometric means over each repeat's points "
           "(ms per step; less the CPU experts)")
     for name, repeats in variants:
-        cells = [f"{geometric_mean([s for _, s, _ in r]):7.2f} ({geometric_mean([s - e for _, s, e in r]):6.2f})"
-                 for r in repeats]
+        cells = [f"{geometric_mean([s for _, s, _ in r]):7.2f} "
+                 f"({geometric_mean([s - e for _, s, e in r]):6.2f})" for r in repeats]
         print(f"  {name:<16} {len(repeats)} repeat(s): " + "  ".join(cells))
     points = sorted({p for _, repeats in variants for r in repeats for p, _, _ in r})
     base_name = variants[0][0]
@@ -80,6 +84,29 @@ def main():
             else:
                 cells.append(f"{name} {mean:.2f} ({mean / base:.3f})")
         print(f"  batch {point[0]:3d} context {point[1]:6d}: " + ", ".join(cells))
+    if args.policy != "writescope":
+        return
+    tallies = []
+    for directory, (name, _) in zip(args.dirs, variants):
+        path = os.path.join(directory, f"steps-{args.arch}.csv")
+        if not os.path.exists(path):
+            continue
+        try:
+            windows = load_windows(path, args.policy)
+        except InputError as e:
+            print(f"ab_report.py: {e}", file=sys.stderr)
+            sys.exit(2)
+        per_window = [counts(window[3]) for window in windows]
+        missed = [m for _, _, m in per_window]
+        tallies.append((name, len(windows), sum(e for e, _, _ in per_window),
+                        sum(c for _, c, _ in per_window),
+                        None if None in missed else sum(missed)))
+    if tallies:
+        print("Writescope's reads over all windows (steps-ARCH.csv): exploring steps, changes "
+              "of mode outside explorations, steps that missed their early rounds")
+        for name, windows, explored, changes, missed in tallies:
+            print(f"  {name:<16} {windows} windows: exploring {explored}, changes {changes}, "
+                  f"missed {'-' if missed is None else missed}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@
   5. per point and policy, the CPU experts' time: the same expert work under every policy, so
      a spread between policies is the trios' (the machine's) or the CPU attention's effect
      on the experts that follow it; the step times carry it either way.
+  6. with --ceilings ARCH: the projection to the full model (its layers from
+     ../shared/models): per point and policy the step per layer, the full model's step
+     (times its layers) and decode tokens/s, and whether the full model's KV at the point
+     and its routed experts fit the host's memory (--host-gib, 128 on the GPU machine).
 
 Rows repeated for one (policy, batch, context) (bench-grid.sh --repeats) are averaged, their
 p10-p90 ranges joined.
@@ -34,7 +38,7 @@ p10-p90 ranges joined.
 Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
   python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps 55.4] [--dram-gbps 81.4]
-      [--cpu-tflops 2.59] [--window-tokens 256]
+      [--cpu-tflops 2.59] [--window-tokens 256] [--host-gib 128]
   python3 deploy/bench_report.py CSV --pool-with OTHER.csv [OTHER.csv ...]
       the pooled geometric means also over the other grids' ratios (other shapes: the
       headline over all of them), each grid's repeats averaged on their own
@@ -174,6 +178,18 @@ SHAPES = {
     "mixtral": {"kv_bytes": 4096, "flops": 4 * 32 * 128},
     "deepseek_v2": {"kv_bytes": 1152, "flops": 2 * 16 * (576 + 512)},
 }
+# The full models (../shared/models): their layers, and the bytes of their routed experts in
+# host memory (bf16; MoE layers x experts x 3 matrices x hidden x expert intermediate x 2).
+FULL_MODELS = {
+    "qwen3_moe": {"name": "Qwen3-30B-A3B", "layers": 48,
+                  "expert_bytes": 48 * 128 * 3 * 2048 * 768 * 2},
+    "mixtral": {"name": "Mixtral-8x7B", "layers": 32,
+                "expert_bytes": 32 * 8 * 3 * 4096 * 14336 * 2},
+    # The first of the 27 layers is dense (first_k_dense_replace = 1).
+    "deepseek_v2": {"name": "DeepSeek-V2-Lite", "layers": 27,
+                    "expert_bytes": 26 * 64 * 3 * 2048 * 1408 * 2},
+}
+GIB = float(1 << 30)
 
 
 def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens):
@@ -207,10 +223,12 @@ def main():
                         help="the CPU's bf16 matrix rate (oneDNN AMX peak, cpu_experts_bench)")
     parser.add_argument("--window-tokens", type=int, default=256,
                         help="D-window tokens per sequence (on the GPU, not streamed)")
+    parser.add_argument("--host-gib", type=float, default=128.0,
+                        help="host memory, GiB (the full-model projection's fit; --ceilings)")
     parser.add_argument("--pool-with", nargs="+", default=[], metavar="CSV",
                         help="other grids (other shapes) whose ratios join the pooled means")
     args = parser.parse_args()
-    for name in ("h2d_gbps", "dram_gbps", "cpu_tflops"):
+    for name in ("h2d_gbps", "dram_gbps", "cpu_tflops", "host_gib"):
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     by = index_points(args.csv)  # (policy, batch) -> {context: row}
@@ -319,7 +337,40 @@ def main():
                       f"{bound:8.2f} ms (step / bound {ratio:.2f}); attention {measured_attention:7.2f}"
                       f" ms, its bound {attention:7.2f} ms; serial rest {rest:6.2f} ms")
         print(f"  within 1.15x of the bound: {within} of {total} points")
+        print_projection(by, batches, policies, args.ceilings, args.host_gib)
     return 0
+
+
+def print_projection(by, batches, policies, arch, host_gib):
+    """Each point's per-layer step and the full model's step and decode tokens/s from it,
+    with whether the full model's KV and routed experts fit the host's memory there."""
+    model, shape = FULL_MODELS[arch], SHAPES[arch]
+    measured = sorted({r["layers"] for points in by.values() for r in points.values()})
+    print(f"\nProjected to the full model ({model['name']}, {model['layers']} layers; measured "
+          f"with {', '.join(map(str, measured))}): per layer the measured step / its layers, "
+          f"the full step that times {model['layers']}: every layer costing what a measured "
+          f"one did on average (no decode step ran more layers), the per-step costs "
+          f"(embedding, logits, sampling) over-counted with them; the policies' ratios are the "
+          f"measured ones. Host memory {host_gib:g} GiB against the full model's KV (every "
+          f"layer's, the whole context) and its routed experts "
+          f"({model['expert_bytes'] / GIB:.1f} GiB):")
+    for batch in batches:
+        contexts = sorted({c for (p, b), points in by.items() if b == batch for c in points})
+        for context in contexts:
+            kv = model["layers"] * batch * context * shape["kv_bytes"] / GIB
+            need = kv + model["expert_bytes"] / GIB
+            fits = ("fits" if need <= host_gib else
+                    f"does not fit: the full model cannot be served at this point on this host")
+            print(f"  batch {batch:3d} context {context:6d}: KV {kv:.1f} GiB + experts = "
+                  f"{need:.1f} GiB, {fits}")
+            for policy in policies:
+                r = by.get((policy, batch), {}).get(context)
+                if r is None:
+                    continue
+                per_layer = r["step_ms"] / max(r["layers"], 1)
+                full = per_layer * model["layers"]
+                print(f"    {policy:14s} {per_layer:7.3f} ms per layer, {full:8.1f} ms per step, "
+                      f"{1000.0 * batch / full:8.1f} tokens/s")
 
 
 if __name__ == "__main__":

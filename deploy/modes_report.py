@@ -79,6 +79,16 @@ def rests(step):
     return f"rests {ms(step['rest_split_ms'])} / {ms(step['rest_gpu_only_ms'])} ms"
 
 
+def counts(steps):
+    """(exploring steps, changes of mode outside explorations, steps that missed their early
+    rounds or None where the CSV does not say) of one window's steps."""
+    chosen = [s["split"] for s in steps if not s["explore"]]
+    changes = sum(1 for before, after in zip(chosen, chosen[1:]) if before != after)
+    missed = (sum(1 for s in steps if s["missed"]) if steps and steps[0]["missed"] is not None
+              else None)
+    return sum(1 for s in steps if s["explore"]), changes, missed
+
+
 def describe(window, warmup=None):
     rnd, batch, context, steps = window
     parts = [f"round {rnd} batch {batch} context {context}: {len(steps)} steps"]
@@ -94,11 +104,10 @@ def describe(window, warmup=None):
         parts.append(f"exploring {len(explored)} (first at step {explored[0]})")
     else:
         parts.append("no exploration")
-    chosen = [s["split"] for s in steps if not s["explore"]]
-    changes = sum(1 for before, after in zip(chosen, chosen[1:]) if before != after)
+    _, changes, missed = counts(steps)
     parts.append(f"mode changes {changes}")
-    if steps[0]["missed"] is not None:
-        parts.append(f"missed rounds on {sum(1 for s in steps if s['missed'])} steps")
+    if missed is not None:
+        parts.append(f"missed rounds on {missed} steps")
     first = steps[0]
     prediction = (f"first step predicted split {ms(first['predicted_split_ms'])} / GPU-only "
                   f"{ms(first['predicted_gpu_only_ms'])} ms")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """deploy/ab-grids.sh without a GPU (its dry run: the variants interleaved per repeat, each
 with its flags in the right place; the report, the modes and the archive; the refusals of bad
-arguments), and deploy/ab_report.py's arithmetic on CSVs with known answers."""
+arguments), and deploy/ab_report.py's arithmetic on CSVs with known answers, with the
+writescope reads tallied from step records where a variant has them."""
 import math
 import os
 import subprocess
@@ -86,6 +87,25 @@ with tempfile.TemporaryDirectory() as out:
         (f"({b1_less:6.2f})" in r, "the other variant's"),
         ("batch  16 context   8192: a 89.00, b 93.00 (1.045)" in r, "per point, against the first"),
         ("99.00" not in r, "other policies' rows left out"),
+    ]
+    checks.append(("Writescope's reads" not in r, "no step records: no tally of the reads"))
+    # Step records of "a" only: one window of six steps, two of them exploring, two changes of
+    # mode outside explorations (g s s g), two steps that missed their early rounds.
+    with open(os.path.join(dirs[0], "steps-qwen3_moe.csv"), "w") as f:
+        f.write("policy,round,step,step_ms,batch,context,read_cpu_share,explore,"
+                "predicted_split_ms,predicted_gpu_only_ms,early_rounds_missed\n")
+        for step, (share, explore, missed) in enumerate(
+                [(0, 0, 0), (0.3, 0, 1), (0, 1, 0), (0, 1, 0), (0.3, 0, 0), (0, 0, 1)]):
+            f.write(f"writescope,0,{step},40.0,4,8192,{share},{explore},41.0,40.0,{missed}\n")
+        f.write("cpu-all,0,0,99.0,4,8192,1.0,0,nan,nan,0\n")  # another policy: left out
+    tallied = subprocess.run(["python3", REPORT, "--arch", "qwen3_moe", *dirs],
+                             capture_output=True, text=True)
+    t = tallied.stdout
+    checks += [
+        (tallied.returncode == 0, "the report runs with step records"),
+        ("  a                1 windows: exploring 2, changes 2, missed 2" in t,
+         "the reads tallied from the step records"),
+        ("  b " not in t.split("Writescope's reads")[-1], "a variant without records left out"),
     ]
     with open(os.path.join(dirs[1], "bench-qwen3_moe.csv"), "w") as f:
         f.write("policy,batch,context,step_ms\nwritescope,4,8192,40.0\n")

@@ -117,6 +117,11 @@ try:
     out = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path,
                           "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
                           "--cpu-tflops", "1000"], capture_output=True, text=True, check=True)
+    # The projection to Qwen3-30B-A3B's 48 layers on a host of 50 GiB: its routed experts
+    # alone take 54 GiB.
+    small_host = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
+                                 path, "--ceilings", "qwen3_moe", "--host-gib", "50"],
+                                capture_output=True, text=True, check=True).stdout
 finally:
     os.unlink(path)
 bound_text = out.stdout
@@ -125,6 +130,14 @@ checks += [
     ("bound     7.00 ms (step / bound 0.86)" in bound_text, "step bound"),
     ("its bound    2.00 ms; serial rest   4.00 ms" in bound_text, "attention bound and rest"),
     ("within 1.15x of the bound: 1 of 1 points" in bound_text, "count within 1.15x"),
+    # 6 ms over 4 layers: 1.5 ms per layer, 72 ms for 48, 1 sequence: 13.9 tokens/s. KV: 48
+    # layers x 1256 tokens x 2048 bytes = 0.1 GiB; the experts 48 x 128 x 3 x 2048 x 768 x 2.
+    ("Projected to the full model (Qwen3-30B-A3B, 48 layers; measured with 4)" in bound_text,
+     "the projection names the model and the measured layers"),
+    ("writescope       1.500 ms per layer,     72.0 ms per step,     13.9 tokens/s" in bound_text,
+     "per layer, the full step and its tokens/s"),
+    ("context   1256: KV 0.1 GiB + experts = 54.1 GiB, fits" in bound_text, "fits the host"),
+    ("54.1 GiB, does not fit" in small_host, "does not fit a smaller host"),
 ]
 
 # Beyond attention and experts: step 6.0 - max(1.5, 1.0) - 2.0 = 2.50 ms; with a

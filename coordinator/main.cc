@@ -68,8 +68,8 @@ ABSL_FLAG(double, exploration_share_hold,
 ABSL_FLAG(uint32_t, mode_switch_hold_steps,
           writescope::coordinator::SchedulerOptions{}.mode_switch_hold_steps,
           "writescope: a decode step keeps the read mode whose KV rounds are queued unless the "
-          "other is predicted to save more than a change of mode costs over this many steps "
-          "(0: no hold)");
+          "other is predicted to save more than a change of mode costs over this many steps, "
+          "or the held steps' predicted losses add up to that cost (0: no hold)");
 
 int main(int argc, char** argv) {
   using writescope::coordinator::Coordinator;

@@ -624,16 +624,22 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   // r* = 0 makes the split the GPU-only mode under the split's (contended) line.
   bool split = split_share > 0.0 && !(decision.gpu_only_ns < decision.split_ns);
   // The mode whose rounds are queued is kept unless the other saves more than a change costs
-  // over mode_switch_hold_steps steps (SchedulerOptions).
+  // over mode_switch_hold_steps steps, or has saved it over the decisions held so far
+  // (SchedulerOptions).
   bool held = false;
-  if (explore_steps_left_ == 0 && options_.mode_switch_hold_steps > 0 && switch_cost_ > 0.0 &&
-      queued_mode_ == (split ? 2 : 1) && (split || split_share > 0.0) &&
-      std::isfinite(decision.split_ns) && std::isfinite(decision.gpu_only_ns)) {
-    const double gain_ns = std::abs(decision.split_ns - decision.gpu_only_ns);
-    if (gain_ns * options_.mode_switch_hold_steps < switch_cost_) {
-      split = !split;
-      held = true;
+  if (explore_steps_left_ == 0) {
+    if (options_.mode_switch_hold_steps > 0 && switch_cost_ > 0.0 &&
+        queued_mode_ == (split ? 2 : 1) && (split || split_share > 0.0) &&
+        std::isfinite(decision.split_ns) && std::isfinite(decision.gpu_only_ns)) {
+      const double gain_ns = std::abs(decision.split_ns - decision.gpu_only_ns);
+      if (gain_ns * options_.mode_switch_hold_steps < switch_cost_ &&
+          held_regret_ns_ + gain_ns < switch_cost_) {
+        split = !split;
+        held = true;
+        held_regret_ns_ += gain_ns;
+      }
     }
+    if (!held) held_regret_ns_ = 0.0;
   }
   bool continues_exploration = false;
   if (explore_steps_left_ > 0) {

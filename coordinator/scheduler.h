@@ -332,12 +332,16 @@ struct SchedulerOptions {
   bool settle_missed_rounds = true;
   // A decision that does not explore keeps the mode whose KV rounds are queued for its step
   // unless the other mode is predicted to save, over this many steps, more than a change of
-  // mode costs: the switch cost, an EMA of what the steps that paid for a change (a change
-  // of mode, missed early rounds; they settle) measured above their mode's prediction.
+  // mode costs, or the savings the decisions held in a row gave up add up to that cost (so
+  // a mode a little worse for good is left after switch cost / gain decisions, at most twice
+  // the cost of the best choice in hindsight); the switch cost is an EMA of what the steps
+  // that paid for a change (a change of mode, missed early rounds; they settle) measured
+  // above their mode's prediction.
   // Where the two modes predict within noise of each other the choice flipped step by step
   // and each flip paid for it (Mixtral on the H200, run 107: 16 x 8K ran g g s s g g g s ...
-  // at 60.8 / 60.7 ms predicted, the flips' steps taking 15.7-17.3 ms of GPU attention
-  // against a median of 10.0; 4 x 32K 16.2 against 6.8). While the hold keeps a mode the
+  // at 60.8 / 60.7 ms predicted, the flips' steps taking 7-8 ms more GPU attention than
+  // their mode's median: 15.7 against the split's 7.9, 17.3 against GPU-only's 10.1; 4 x 32K
+  // 16.2 against GPU-only's 9.4). While the hold keeps a mode the
   // prediction ranks second, the credit does not explore the other (the prediction already
   // has it ahead); the maximum periods still do. 0: no hold (every decision takes the
   // cheaper prediction).
@@ -476,6 +480,9 @@ class Scheduler {
   double rest_split_;
   double rest_gpu_only_;
   double switch_cost_ = std::numeric_limits<double>::quiet_NaN();
+  // What the decisions held in a row gave up by the predictions (the other mode's savings
+  // summed): a change pays for itself once it reaches the switch cost.
+  double held_regret_ns_ = 0.0;
   // Steps that did not explore, and its value at each mode's latest rest sample: a rest
   // sample weighs as many steps as did not explore since then.
   uint64_t rest_clock_ = 0, rest_split_clock_ = 0, rest_gpu_only_clock_ = 0;

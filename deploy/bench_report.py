@@ -360,7 +360,7 @@ def print_projection(by, batches, policies, arch, host_gib):
             kv = model["layers"] * batch * context * shape["kv_bytes"] / GIB
             need = kv + model["expert_bytes"] / GIB
             fits = ("fits" if need <= host_gib else
-                    f"does not fit: the full model cannot be served at this point on this host")
+                    "does not fit: the full model cannot be served at this point on this host")
             print(f"  batch {batch:3d} context {context:6d}: KV {kv:.1f} GiB + experts = "
                   f"{need:.1f} GiB, {fits}")
             for policy in policies:

@@ -92,7 +92,8 @@ class Device {
   // MarkerNanos waits for that and returns when it happened (host device: when it was
   // recorded, copies being synchronous; CUDA: the event's time since an anchor event that
   // ResetMarkers synchronized with the host clock, to within the synchronization latency,
-  // microseconds). ResetMarkers forgets all markers; call it with the streams idle.
+  // microseconds). ResetMarkers forgets all markers (call it when none is still to be read);
+  // its anchor is taken on the compute stream, which it waits for.
   virtual absl::Status ResetMarkers() = 0;
   virtual absl::StatusOr<int> RecordMarker(Stream stream) = 0;
   virtual absl::StatusOr<uint64_t> MarkerNanos(int marker) = 0;

@@ -101,6 +101,11 @@ struct GpuStep::Step {
   TransferPlan transfer;
   uint32_t chunks = 0;
   bool transfer_begun = false;  // round 0 queued (KvCache::BeginTransfer)
+  bool time_dma = false;        // the ping-pong copies are timed ("dma" spans)
+  // The next step's early rounds go after the last layer's GPU attention
+  // (GpuStepOptions::early_rounds_after_attention; off for the start-up probe's steps).
+  bool early_rounds_in_last_layer = false;
+  bool next_rounds_queued = false;  // QueueNextStepRounds ran
   uint32_t early_rounds_missed = 0;  // StepResult.early_rounds_missed
   std::vector<float> x;  // [tokens][hidden]
   // This step's new KV in the device staging buffer: per layer, per sequence.
@@ -149,7 +154,8 @@ GpuStep::GpuStep(Device* device, KvCache* kv_cache, DataPlane data_plane,
 GpuStep::~GpuStep() {
   const KvCacheStats& stats = kv_cache_->stats();
   if (stats.early_rounds_taken + stats.early_rounds_wasted > 0) {
-    WS_LOG(INFO) << "early rounds (the next step's first two KV rounds queued at a step's end): "
+    WS_LOG(INFO) << "early rounds (the next step's first two KV rounds queued after its last "
+                    "attention or at its end): "
                  << stats.early_rounds_taken << " taken (" << stats.early_rounds_completed
                  << " of them in part), " << stats.early_rounds_wasted
                  << " wasted (" << stats.early_rounds_differed << " another plan's, "
@@ -348,8 +354,15 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   // Time the ping-pong copies on the device (the profile's "dma" spans).
   const bool time_dma = options_.spans != nullptr && step.transfer.num_rounds() > 0;
   kv_cache_->set_time_rounds(time_dma);
-  // Markers are reset with the streams idle: at the end of the last step, before its
-  // early rounds were queued (whose markers this step may take), or else here.
+  step.time_dma = time_dma;
+  // Not in a step with prompt chunks either: their uploads past the SM copies' size go
+  // through the copy engine and would wait behind the rounds in the last layer.
+  step.early_rounds_in_last_layer =
+      options_.early_rounds_after_attention && !step.experts_here &&
+      std::none_of(layout.sequences.begin(), layout.sequences.end(),
+                   [](const StepSequenceLayout& s) { return s.prefill; });
+  // Markers are reset when none is left to read: by the last step before it queued its early
+  // rounds (whose markers this step may take), or else here.
   if (time_dma && !std::exchange(markers_reset_at_end_, false)) {
     WS_RETURN_IF_ERROR(device_->ResetMarkers());
   }
@@ -377,34 +390,23 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
     --outstanding_replies_;
   }
   outstanding_replies_ = 0;
-  // The step's KV is in the arena before anyone is told about it.
+  // The step's KV is in the arena before anyone is told about it. The next step's early
+  // rounds, when the last layer queued them, run on (they are all the KV copy-in stream
+  // holds then: this step's rounds were read by its attentions); on a failure everything
+  // queued finishes first.
   absl::Status written = kv_cache_->WaitForWrites();
-  if (written.ok()) written = device_->SynchronizeAll();
+  if (written.ok() && status.ok() && step.next_rounds_queued) {
+    for (const Stream stream : {Stream::kCompute, Stream::kCopyOut, Stream::kWeightsIn}) {
+      if (written.ok()) written = device_->Synchronize(stream);
+    }
+  } else if (written.ok()) {
+    written = device_->SynchronizeAll();
+  }
   status.Update(written);
   status.Update(Send(DataPlaneMessage::kStepEnd, layout.step_id, 0, {}));
   end_sent_ = true;
   WS_RETURN_IF_ERROR(status);
-  if (time_dma) RecordDmaSpans(step);
-  // The next step's first rounds, early (KvCache::QueueEarlyRounds). Not where small uploads
-  // wait for the copy engine: the logits' and the next layer 0's uploads would queue behind.
-  // After an exploration's last step, the next one most likely reads as the step before
-  // the exploration did, so those rounds go (rounds the next step cannot use delay its own,
-  // and a GPU-only step's first rounds are the largest); after any other step, its own.
-  // KvCache takes what the next plan's rounds can use of them. (A copy: KvCache points at
-  // step.transfer until the next BeginTransfer.)
-  if (!step.plan->exploring()) last_transfer_ = step.transfer;
-  const bool back_from_exploring = step.plan->exploring() && !step.plan->exploration_continues();
-  const TransferPlan& next_rounds = back_from_exploring ? last_transfer_ : step.transfer;
-  if (options_.prefetch_next_step && step.transfer_begun &&
-      !device_->small_uploads_wait_for_transfers()) {
-    if (options_.spans != nullptr) {
-      WS_RETURN_IF_ERROR(device_->ResetMarkers());  // the streams are idle
-      markers_reset_at_end_ = true;
-    }
-    if (back_from_exploring && last_transfer_.num_rounds() > 0) ++early_after_exploring_;
-    const absl::Status early = kv_cache_->QueueEarlyRounds(next_rounds);
-    if (!early.ok()) WS_LOG(WARNING) << "queueing the next step's first KV rounds early: " << early;
-  }
+  WS_RETURN_IF_ERROR(QueueNextStepRounds(step));  // unless the last layer did
 
   internal::StepResult result;
   result.set_step_id(layout.step_id);
@@ -525,6 +527,36 @@ absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
   }
   response->set_ms(MillisSince(start));
   return response;
+}
+
+absl::Status GpuStep::QueueNextStepRounds(Step& step) {
+  if (std::exchange(step.next_rounds_queued, true)) return absl::OkStatus();
+  // This step's rounds are all read: their spans are taken before the markers are reset.
+  if (step.time_dma) RecordDmaSpans(step);
+  // Not where small uploads wait for the copy engine: the logits' and the next layer 0's
+  // uploads would queue behind. After an exploration's last step, the next one most likely
+  // reads as the step before the exploration did, so those rounds go (rounds the next step
+  // cannot use delay its own, and a GPU-only step's first rounds are the largest); after any
+  // other step, its own. KvCache takes what the next plan's rounds can use of them. (A copy:
+  // KvCache points at step.transfer until the next BeginTransfer.)
+  if (!step.plan->exploring()) last_transfer_ = step.transfer;
+  const bool back_from_exploring = step.plan->exploring() && !step.plan->exploration_continues();
+  const TransferPlan& next_rounds = back_from_exploring ? last_transfer_ : step.transfer;
+  if (options_.prefetch_next_step && step.transfer_begun &&
+      !device_->small_uploads_wait_for_transfers()) {
+    if (options_.spans != nullptr) {
+      // The anchor is taken on the compute stream (the last attention is done, or the
+      // streams are idle at the step's end).
+      WS_RETURN_IF_ERROR(device_->ResetMarkers());
+      markers_reset_at_end_ = true;
+    }
+    if (back_from_exploring && last_transfer_.num_rounds() > 0) ++early_after_exploring_;
+    // Behind the region writes queued so far and the attentions that read the buffers
+    // (QueueEarlyRounds' stream waits); the next step takes what is unwritten since.
+    const absl::Status early = kv_cache_->QueueEarlyRounds(next_rounds);
+    if (!early.ok()) WS_LOG(WARNING) << "queueing the next step's first KV rounds early: " << early;
+  }
+  return absl::OkStatus();
 }
 
 void GpuStep::RecordDmaSpans(const Step& step) {
@@ -902,6 +934,11 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
   if (options_.spans != nullptr) {
     options_.spans->Record("gpu_attention", gpu_start_ns, MonotonicNanos(), layout.step_id,
                            static_cast<int32_t>(layer));
+  }
+  // The step's last rounds are read: the next step's first ones copy under this layer's merge,
+  // experts and the logits (GpuStepOptions::early_rounds_after_attention).
+  if (step.early_rounds_in_last_layer && layer + 1 == ops_->config().num_layers) {
+    WS_RETURN_IF_ERROR(QueueNextStepRounds(step));
   }
 
   // 3. The CPU's partial, merged into the rows it covers.

@@ -39,6 +39,9 @@ struct GpuWorkerOptions {
   // Queue the next step's first two ping-pong rounds at the end of each step
   // (GpuStepOptions::prefetch_next_step).
   bool prefetch_next_step = true;
+  // ... as soon as the last layer's GPU attention is done
+  // (GpuStepOptions::early_rounds_after_attention).
+  bool early_rounds_after_attention = true;
 };
 
 class GpuWorker final : public WorkerBackend {

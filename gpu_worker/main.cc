@@ -32,6 +32,11 @@ ABSL_FLAG(bool, prefetch_next_step, true,
           "(the next step uses the blocks its first rounds want at the positions it wants "
           "them, unwritten since, and copies the rest)");
 
+ABSL_FLAG(bool, early_rounds_after_attention, true,
+          "Queue those rounds as soon as the step's last layer has read its own (its GPU "
+          "attention done), so that they copy under that layer's experts; false: at the end "
+          "of the step");
+
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
   writescope::SetLogProcessName("gpu_worker");
@@ -71,7 +76,8 @@ int main(int argc, char** argv) {
        .hot_experts = *hot_experts,
        .hot_experts_warmup_tokens = warmup,
        .hot_experts_max_bytes = static_cast<uint64_t>(max_gib * 1073741824.0),
-       .prefetch_next_step = absl::GetFlag(FLAGS_prefetch_next_step)});
+       .prefetch_next_step = absl::GetFlag(FLAGS_prefetch_next_step),
+       .early_rounds_after_attention = absl::GetFlag(FLAGS_early_rounds_after_attention)});
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});
   if (!status.ok()) {

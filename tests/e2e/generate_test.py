@@ -13,11 +13,15 @@ failure):
   2. batching invariance: 8 concurrent requests of different lengths give the tokens
      each gives alone;
   3. policy invariance: transfer-all, cpu-all, static:0.5, writescope, monolithic give
-     the same tokens and prompt logprobs; their placements (placed CPU share) differ;
+     the same tokens and prompt logprobs; their placements (placed CPU share) differ; under
+     transfer-all a profile finds the next step's early KV rounds begun before the last
+     CPU experts of the step before;
   4. abort of a long generation: found, ends quickly with finish_reason abort;
   5. a client deadline: DEADLINE_EXCEEDED, blocks freed, the server still serves;
   6. bad requests: INVALID_ARGUMENT naming the field, the server still serves;
   7. KV exhaustion (small regions): RESOURCE_EXHAUSTED with the numbers;
+  8. profile and metrics: spans of all three processes, nested and in order across them;
+     /metrics counting what was served;
   11. where the work runs: prefill chunks attending their CPU blocks on the CPU
      (--prefill_attention=split) equal the reference; routed experts run by the gpu_worker
      (--routed_experts=gpu, the weights streamed) match it within bf16 rounding, and the
@@ -616,8 +620,43 @@ def probe_placement(env, trio, tag):
     return info
 
 
+def check_early_rounds(env, trio):
+    """The next step's first KV rounds are queued once a step's last layer has read its own
+    (gpu_worker --early_rounds_after_attention): in a profile of decode steps that stream
+    every host block (transfer-all), a step's round taken early began before the step, and
+    before the last CPU experts of the step before it."""
+    path = os.path.join(env.work, "trace-early-rounds.json")
+    proc = trio.wscope(["profile", f"--target={trio.target}", "--steps=4", f"--out={path}"],
+                       timeout=60)
+    if not check(proc.returncode == 0, "early rounds: wscope profile", proc.stderr[-500:]):
+        return
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    spans = {}  # (process, name) -> step -> [span]
+    for e in events:
+        if e.get("ph") == "X":
+            spans.setdefault((names.get(e["pid"]), e["name"]), {}).setdefault(
+                e["args"]["step"], []).append(e)
+    steps = spans.get(("gpu_worker", "step"), {})
+    cpu_experts = spans.get(("cpu_worker", "cpu_experts"), {})
+    taken, under_experts = 0, 0
+    for step, rounds in spans.get(("gpu_worker", "dma"), {}).items():
+        first = [e["ts"] for e in rounds if e["args"].get("layer") == 0]
+        own, before = steps.get(step), cpu_experts.get(step - 1)
+        if not first or not own or not before or min(first) >= own[0]["ts"]:
+            continue
+        taken += 1
+        under_experts += min(first) < max(e["ts"] for e in before)
+    check(taken > 0 and under_experts == taken,
+          f"early rounds: {under_experts} of {taken} profiled steps' early KV rounds began before "
+          "the last CPU experts of the step before them")
+
+
 def check_policies(env):
-    """3. Same tokens and prompt logprobs under every policy; placements differ."""
+    """3. Same tokens and prompt logprobs under every policy; placements differ; under
+    transfer-all, the next step's early KV rounds copy under the last CPU experts."""
     prompt = env.expected("qwen3_moe")["prompts"][0]["token_ids"]
     runs = {}
     placements = {}
@@ -629,6 +668,8 @@ def check_policies(env):
             if r is None:
                 continue
             runs[policy] = r
+            if policy == "transfer-all":
+                check_early_rounds(env, trio)
             after = trio.info()
             check(after.get("policy") == policy,
                   f"policy {policy}: wscope info reports policy {after.get('policy')}, placed CPU "

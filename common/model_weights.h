@@ -140,7 +140,7 @@ struct SyntheticOptions {
   // only on (seed, tensor name, element index).
   uint64_t seed = 0;
   LoadProgress* progress = nullptr;
-  ProgressCallback on_progress;
+  ProgressCallback on_progress = nullptr;
   // A POSIX shared-memory name ("/ws-...") to hold the weights in, shared between
   // processes that ask for the same weights: the first to create it generates them, the
   // others map it and wait (CANCELLED if cancelled meanwhile). Where the segment cannot be
@@ -148,7 +148,7 @@ struct SyntheticOptions {
   // name) the weights go to private memory, with a warning. Empty: private memory. A
   // segment in use is not unlinked here (only a failed one): whoever chose the name does
   // (the coordinator, for the workers' routed experts).
-  std::string shared_name;
+  std::string shared_name = {};
   // The segment is made only when the shared-memory file system has this much free room
   // beyond it (sparse segments there, like the KV arena, take their pages later: filling
   // past the room would end in SIGBUS); else the weights go to private memory.

@@ -488,7 +488,9 @@ TEST(SamplerSplitTest, DrawThenSampleElsewhereEqualsSampleInOnePlace) {
       for (int i = 0; i < 200; ++i) {
         const SampledToken expected = whole.Sample(*logits);
         const double u = coordinator.NextDraw();
-        if (options.temperature == 0.0f) EXPECT_EQ(u, 0.0);
+        if (options.temperature == 0.0f) {
+          EXPECT_EQ(u, 0.0);
+        }
         worker.Reset(SamplerOptions{.temperature = options.temperature,
                                     .top_k = options.top_k,
                                     .top_p = options.top_p,

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # An A/B of flags on the GPU machine, in one device call: for one model shape, each variant's
 # trio runs the decode grid (deploy/bench-grid.sh, one repeat, a fresh trio), the variants
-# interleaved REPEATS times so that the host's drift weighs on each alike, each into its own
+# interleaved REPEATS times so that the host's drift weighs on each alike, in reverse order
+# on every second repeat so that no variant always runs first (run 111: the first variant of
+# each pair 3-7 % slower at the first point, cause not separated), each into its own
 # DIR/NAME/; then deploy/ab_report.py compares them and the modes per variant are written.
 #
 #   deploy/ab-grids.sh --out DIR --arch qwen3_moe|mixtral|deepseek_v2 [--repeats 2]
@@ -78,7 +80,12 @@ unpack_bundle
 start=$(date +%s)
 out_of_time=0
 for repeat in $(seq "$REPEATS"); do
-  for name in "${names[@]}"; do
+  order=("${names[@]}")
+  if ((repeat % 2 == 0)); then
+    order=()
+    for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[i]}"); done
+  fi
+  for name in "${order[@]}"; do
     coordinator=()
     while IFS= read -r flag; do
       [[ -n $flag ]] && coordinator+=("$flag")

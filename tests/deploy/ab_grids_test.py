@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""deploy/ab-grids.sh without a GPU (its dry run: the variants interleaved per repeat, each
-with its flags in the right place; the report, the modes and the archive; the refusals of bad
-arguments), and deploy/ab_report.py's arithmetic on CSVs with known answers, with the
+"""deploy/ab-grids.sh without a GPU (its dry run: the variants interleaved per repeat, the
+second in reverse order, each with its flags in the right place; the report, the modes and the
+archive; the refusals of bad arguments), and deploy/ab_report.py's arithmetic on CSVs with known answers, with the
 writescope reads tallied from step records where a variant has them."""
 import math
 import os
@@ -31,7 +31,8 @@ with tempfile.TemporaryDirectory() as out:
         (dry.returncode == 0, "dry run succeeds"),
         (len(grids) == 4, "two variants x two repeats, a grid each"),
         (all(f"{out}/{name}/grid-" in grids[i] for i, name in
-             enumerate(["base", "nosettle", "base", "nosettle"])), "the variants interleaved"),
+             enumerate(["base", "nosettle", "nosettle", "base"])),
+         "the variants interleaved, in reverse order on the second repeat"),
         ("-- --settle_missed_rounds=false" in grids[1] and "-- " not in grids[0].split("--out")[1],
          "the coordinator flag after --, for its variant only"),
         ("WS_CPU_WORKER_FLAGS=--prefault_kv=false" in grids[1] and

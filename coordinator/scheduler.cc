@@ -430,6 +430,15 @@ StepPrediction Scheduler::PredictPaths(const StepSample& sample) const {
   return p;
 }
 
+double Scheduler::PredictedAttentionNs(const StepSample& sample) const {
+  if (sample.cpu.tokens > 0.0) {
+    return estimates_ready() ? PredictPaths(sample).step_ns
+                             : std::numeric_limits<double>::quiet_NaN();
+  }
+  return gpu_only_.ready() ? PredictPaths(sample).gpu_ns
+                           : std::numeric_limits<double>::quiet_NaN();
+}
+
 void Scheduler::ObserveStep(const StepSample& sample) {
   ++steps_;
   const bool split = sample.cpu.tokens > 0.0;
@@ -458,13 +467,8 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // anything learns from it (SchedulerOptions::mode_switch_hold_steps). A new batch's first
   // step pays for other things as well.
   if ((changed || missed) && !new_batch && sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
-    const double rest = split ? rest_split_ : rest_gpu_only_;
-    double predicted = std::numeric_limits<double>::quiet_NaN();
-    if (split && estimates_ready()) {
-      predicted = PredictPaths(sample).step_ns + rest;
-    } else if (!split && gpu_only_.ready()) {
-      predicted = PredictPaths(sample).gpu_ns + rest;
-    }
+    const double predicted =
+        PredictedAttentionNs(sample) + (split ? rest_split_ : rest_gpu_only_);
     if (std::isfinite(predicted)) {
       const double value = sample.step_ns - predicted;
       switch_cost_ = std::isnan(switch_cost_)
@@ -486,12 +490,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // What the step measured beyond the model's attention time, before the model learns
   // from it (the prediction the mode choice would have made).
   if (!settling && sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
-    double predicted = std::numeric_limits<double>::quiet_NaN();
-    if (split && estimates_ready()) {
-      predicted = PredictPaths(sample).step_ns;
-    } else if (!split && gpu_only_.ready()) {
-      predicted = PredictPaths(sample).gpu_ns;
-    }
+    const double predicted = PredictedAttentionNs(sample);
     if (std::isfinite(predicted)) {
       double& rest = split ? rest_split_ : rest_gpu_only_;
       double& other = split ? rest_gpu_only_ : rest_split_;

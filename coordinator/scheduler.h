@@ -460,6 +460,10 @@ class Scheduler {
   // from it: the CPU line, and the GPU-only line for a step the CPU sat out (once it is
   // ready), else the split's GPU line. step_ns: the larger of the two.
   StepPrediction PredictPaths(const StepSample& sample) const;
+  // The attention time the lines predict for `sample`'s mode (a split step: the larger path;
+  // a GPU-only step: the GPU-only line), before they learn from it; NaN until that mode's
+  // lines are ready. What a step measured beyond it is its rest (and a change's cost).
+  double PredictedAttentionNs(const StepSample& sample) const;
   // The rest EMAs per layer, ns (NaN until a step of that mode was measured).
   double rest_split_ns() const { return rest_split_; }
   double rest_gpu_only_ns() const { return rest_gpu_only_; }

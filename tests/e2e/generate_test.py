@@ -620,6 +620,26 @@ def probe_placement(env, trio, tag):
     return info
 
 
+def spans_by_process(events):
+    """The complete spans of a Chrome trace (wscope profile) per process name."""
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    out = {}
+    for e in events:
+        if e.get("ph") == "X":
+            out.setdefault(names.get(e["pid"]), []).append(e)
+    return out
+
+
+def spans_by_step(spans, name=None):
+    """{step: [span]} of one process's spans, those named `name` (None: all)."""
+    out = {}
+    for e in spans:
+        if name is None or e["name"] == name:
+            out.setdefault(e["args"]["step"], []).append(e)
+    return out
+
+
 def check_early_rounds(env, trio):
     """The next step's first KV rounds are queued once a step's last layer has read its own
     (gpu_worker --early_rounds_after_attention): in a profile of decode steps that stream
@@ -632,17 +652,11 @@ def check_early_rounds(env, trio):
         return
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    names = {e["pid"]: e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "process_name"}
-    spans = {}  # (process, name) -> step -> [span]
-    for e in events:
-        if e.get("ph") == "X":
-            spans.setdefault((names.get(e["pid"]), e["name"]), {}).setdefault(
-                e["args"]["step"], []).append(e)
-    steps = spans.get(("gpu_worker", "step"), {})
-    cpu_experts = spans.get(("cpu_worker", "cpu_experts"), {})
+    by_process = spans_by_process(events)
+    steps = spans_by_step(by_process.get("gpu_worker", []), "step")
+    cpu_experts = spans_by_step(by_process.get("cpu_worker", []), "cpu_experts")
     taken, under_experts = 0, 0
-    for step, rounds in spans.get(("gpu_worker", "dma"), {}).items():
+    for step, rounds in spans_by_step(by_process.get("gpu_worker", []), "dma").items():
         first = [e["ts"] for e in rounds if e["args"].get("layer") == 0]
         own, before = steps.get(step), cpu_experts.get(step - 1)
         if not first or not own or not before or min(first) >= own[0]["ts"]:
@@ -971,12 +985,8 @@ def check_observability(env):
         with open(trace_path) as f:
             trace = json.load(f)
         events = trace["traceEvents"]
-        names = {e["pid"]: e["args"]["name"] for e in events
-                 if e.get("ph") == "M" and e.get("name") == "process_name"}
         spans = [e for e in events if e.get("ph") == "X"]
-        by_process = {}
-        for e in spans:
-            by_process.setdefault(names.get(e["pid"]), []).append(e)
+        by_process = spans_by_process(events)
         check(all(by_process.get(p) for p in ("coordinator", "gpu_worker", "cpu_worker")),
               "observability: the profile has spans of all three processes "
               f"({ {p: len(v) for p, v in by_process.items()} })")
@@ -997,15 +1007,9 @@ def check_observability(env):
         check(nested, f"observability: spans nest properly in each of {len(lanes)} lanes")
         # In order across processes (one clock): the coordinator's wait for the workers
         # contains the gpu_worker's step, which contains the cpu_worker's work of that step.
-        def by_step(process, name=None):
-            out = {}
-            for e in by_process.get(process, []):
-                if name is None or e["name"] == name:
-                    out.setdefault(e["args"]["step"], []).append(e)
-            return out
-        coordinator_waits = by_step("coordinator", "workers")
-        gpu_steps_spans = by_step("gpu_worker", "step")
-        cpu_work = by_step("cpu_worker")
+        coordinator_waits = spans_by_step(by_process.get("coordinator", []), "workers")
+        gpu_steps_spans = spans_by_step(by_process.get("gpu_worker", []), "step")
+        cpu_work = spans_by_step(by_process.get("cpu_worker", []))
         inside = lambda e, outer: outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"]
         ordered, compared = True, 0
         for step, (g,) in ((k, v) for k, v in gpu_steps_spans.items() if len(v) == 1):

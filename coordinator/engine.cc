@@ -952,7 +952,6 @@ uint64_t Engine::LiveHostTokens() const {
 void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision) {
   std::vector<uint64_t> cpu_tokens;
   uint64_t host_tokens = 0;
-  uint64_t placed_cpu_tokens = 0;
   for (const internal::SequenceStep& sequence : plan->sequences()) {
     uint64_t cpu = 0;
     for (const internal::BlockRun& run : sequence.blocks()) {
@@ -960,16 +959,14 @@ void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision)
       if (run.region() == internal::REGION_CPU_COMPUTE) cpu += run.num_tokens();
     }
     cpu_tokens.push_back(cpu);
-    placed_cpu_tokens += cpu;
   }
-  *decision = scheduler_->ChooseDecodeReads(host_tokens, placed_cpu_tokens,
-                                            static_cast<uint32_t>(plan->sequences_size()));
-  // Whole sequences only: an exploring split (which must measure the CPU) takes at least one.
-  const std::vector<bool> on_cpu =
-      ChooseCpuReaders(cpu_tokens, decision->cpu_share * static_cast<double>(host_tokens),
-                       decision->explore && decision->cpu_share > 0.0);
+  // Whole sequences only: the scheduler predicts the split at the share they make and names
+  // them.
+  *decision = scheduler_->ChooseDecodeReads(host_tokens, cpu_tokens);
   for (int i = 0; i < plan->sequences_size(); ++i) {
-    if (cpu_tokens[i] > 0 && !on_cpu[i]) plan->mutable_sequences(i)->set_gpu_reads_cpu_blocks(true);
+    if (cpu_tokens[i] > 0 && !decision->cpu_readers[i]) {
+      plan->mutable_sequences(i)->set_gpu_reads_cpu_blocks(true);
+    }
   }
   plan->set_exploring(decision->explore);
   plan->set_exploration_continues(decision->exploration_continues);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -563,24 +564,51 @@ void Scheduler::ObserveStep(const StepSample& sample) {
 
 ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
                                           uint32_t sequences) {
-  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  return DecideReads(host_tokens, placed_cpu_tokens, sequences, nullptr);
+}
+
+ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens,
+                                          absl::Span<const uint64_t> cpu_tokens) {
+  uint64_t placed = 0;
+  for (uint64_t tokens : cpu_tokens) placed += tokens;
+  return DecideReads(host_tokens, placed, static_cast<uint32_t>(cpu_tokens.size()),
+                     &cpu_tokens);
+}
+
+ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
+                                    uint32_t sequences,
+                                    const absl::Span<const uint64_t>* cpu_tokens) {
   const double tokens = static_cast<double>(host_tokens);
   const double placed =
       host_tokens == 0 ? 0.0
                        : std::min(1.0, static_cast<double>(placed_cpu_tokens) / tokens);
-  ReadDecision decision{.cpu_share = placed, .explore = false, .split_ns = kNaN,
-                        .gpu_only_ns = kNaN};
+  ReadDecision decision;
+  decision.cpu_share = placed;
   decided_explore_ = false;
   decided_continues_ = false;
   decided_new_batch_ = false;
   // Monolithic models a cache of one physical state, which changes its split only by
   // moving data (charged in SetTarget): it reads what it placed.
+  // The sequences the CPU attends for a wanted share, and the share they make (the wanted
+  // one itself where the placed tokens divide at any share).
+  const auto readers = [&](double wanted_share, bool at_least_one) {
+    if (cpu_tokens == nullptr) return std::pair{wanted_share, std::vector<bool>()};
+    std::vector<bool> chosen = ChooseCpuReaders(
+        *cpu_tokens, wanted_share * static_cast<double>(host_tokens), at_least_one);
+    uint64_t attended = 0;
+    for (size_t i = 0; i < chosen.size(); ++i) attended += chosen[i] ? (*cpu_tokens)[i] : 0;
+    return std::pair{host_tokens == 0 ? 0.0
+                                      : static_cast<double>(attended) /
+                                            static_cast<double>(host_tokens),
+                     std::move(chosen)};
+  };
   if (policy_.kind != PolicyKind::kWriteScope || placed_cpu_tokens == 0 || host_tokens == 0 ||
       !estimates_ready()) {
     if (explore_steps_left_ > 0) {  // an exploration under way ends here, unjudged
       explore_steps_left_ = 0;
       explore_pending_ = false;
     }
+    if (cpu_tokens != nullptr) decision.cpu_readers = readers(placed, false).second;
     return decision;
   }
   ++read_decisions_;
@@ -610,7 +638,10 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
     relevel_step_ = steps_;
   }
   const RooflineParams params = estimates();
-  const double split_share = std::min(OptimalCpuShare(params, tokens), placed);
+  // The split runs at the share whole sequences make (at least one): predicted at r* that
+  // rounds to no sequence, it would run as GPU-only and never be measured.
+  const double split_wanted = std::min(OptimalCpuShare(params, tokens), placed);
+  const double split_share = readers(split_wanted, split_wanted > 0.0).first;
   // With no rest measured yet a mode counts as costing only its attention; the first
   // exploration measures it.
   const auto rest = [](double value) { return std::isnan(value) ? 0.0 : value; };
@@ -699,9 +730,10 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
   if (split) {
     // An exploring split attends at least the probe share (within the placed one), so that
     // A is measured on a useful number of tokens.
-    decision.cpu_share =
-        decision.explore ? std::min(placed, std::max(split_share, options_.probe_share))
-                         : split_share;
+    double wanted =
+        decision.explore ? std::min(placed, std::max(split_wanted, options_.probe_share))
+                         : split_wanted;
+    decision.cpu_share = readers(wanted, true).first;
     // A split exploration's later steps keep its share while that costs little
     // (SchedulerOptions::exploration_share_hold).
     if (continues_exploration && explore_share_ > 0.0 && explore_share_ <= placed &&
@@ -709,12 +741,16 @@ ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_
       const double held_ns = PredictStep(params, explore_share_, tokens).step_ns;
       const double new_ns = PredictStep(params, decision.cpu_share, tokens).step_ns;
       if (held_ns - new_ns <= options_.exploration_share_hold * (new_ns + rest(rest_split_))) {
-        decision.cpu_share = explore_share_;
+        wanted = explore_share_;
       }
     }
+    auto [share, chosen] = readers(wanted, true);
+    decision.cpu_share = share;
+    decision.cpu_readers = std::move(chosen);
     if (decision.explore) explore_share_ = decision.cpu_share;
   } else {
     decision.cpu_share = 0.0;
+    if (cpu_tokens != nullptr) decision.cpu_readers.assign(cpu_tokens->size(), false);
   }
   return decision;
 }

@@ -1660,12 +1660,11 @@ TEST(DecodeReadsTest, WholeSequencesKeepTheCpuMeasuredThroughALoad) {
   // One step: the decision, the engine's subset, the world's timings. Returns the CPU share
   // attended and whether the step explored.
   auto step = [&](const ReadWorld& w) {
-    const ReadDecision d = scheduler->ChooseDecodeReads(
-        static_cast<uint64_t>(kTokens), kSequences * kCpuPerSequence, kSequences);
-    const std::vector<bool> on_cpu =
-        ChooseCpuReaders(cpu_tokens, d.cpu_share * kTokens, d.explore && d.cpu_share > 0);
+    const ReadDecision d = scheduler->ChooseDecodeReads(static_cast<uint64_t>(kTokens), cpu_tokens);
+    EXPECT_EQ(d.cpu_readers.size(), kSequences);
     double attended = 0;
-    for (uint32_t i = 0; i < kSequences; ++i) attended += on_cpu[i] ? kCpuPerSequence : 0;
+    for (uint32_t i = 0; i < kSequences; ++i) attended += d.cpu_readers[i] ? kCpuPerSequence : 0;
+    EXPECT_DOUBLE_EQ(attended / kTokens, d.cpu_share);
     scheduler->ObserveStep(w.Run(attended / kTokens, kTokens));
     return std::pair{attended / kTokens, d.explore};
   };
@@ -1691,6 +1690,46 @@ TEST(DecodeReadsTest, WholeSequencesKeepTheCpuMeasuredThroughALoad) {
   // brings it one sample down (its first step settles, switch_settle_steps), so the return
   // can take a second maximum period (40) after the first.
   EXPECT_LE(steps_to_return, 2 * 40);
+}
+
+// Run 115 (DeepSeek 4 x 32K on the H200): r* 0.011 while each sequence held 0.038 of the host
+// tokens in the CPU-compute region. The split was predicted at r* (2.4 ms shorter than GPU-only),
+// but whole sequences closest to r* are none: every step ran GPU-only, the split never measured.
+// Here the lines put r* near 0.01 and a sequence makes 0.0375; the split at one sequence is 23 %
+// shorter than GPU-only (its rest is). The scheduler predicts and runs the split at one sequence.
+TEST(DecodeReadsTest, TheSplitIsPredictedAtTheShareWholeSequencesMake) {
+  constexpr uint32_t kSequences = 4;
+  constexpr double kTokens = 4 * 32768;
+  const std::vector<uint64_t> cpu_tokens(kSequences, 4915);  // 0.0375 of the host tokens each
+  ReadWorld world;
+  world.cpu_ns_per_token = 100;
+  world.cpu_fixed_ns = 1.2e6;  // T_cpu = T_gpu at r = 0.0097 on the split's lines
+  world.split_gpu_ns_per_token = 10;
+  world.alone_gpu_ns_per_token = 10;
+  world.rest_split_ns = 0.5e6;
+  world.rest_gpu_only_ns = 1.5e6;
+  const double one_sequence = 4915 / kTokens;
+  const double gpu_only_ns = world.Run(0, kTokens).step_ns;
+  ASSERT_LT(world.Run(one_sequence, kTokens).step_ns, 0.8 * gpu_only_ns);
+  auto scheduler = *Scheduler::Create("writescope", {});
+  ProbeAndLearnLines(*scheduler, world);
+  ASSERT_LT(OptimalCpuShare(scheduler->estimates(), kTokens), one_sequence / 2);
+  int split_steps = 0;
+  double total_ns = 0;
+  constexpr int kSteps = 200;
+  for (int i = 0; i < kSteps; ++i) {
+    const ReadDecision d = scheduler->ChooseDecodeReads(static_cast<uint64_t>(kTokens), cpu_tokens);
+    ASSERT_EQ(d.cpu_readers.size(), kSequences);
+    double attended = 0;
+    for (uint32_t s = 0; s < kSequences; ++s) attended += d.cpu_readers[s] ? cpu_tokens[s] : 0;
+    EXPECT_DOUBLE_EQ(attended / kTokens, d.cpu_share);
+    const StepSample sample = world.Run(d.cpu_share, kTokens);
+    scheduler->ObserveStep(sample);
+    split_steps += d.cpu_share > 0 ? 1 : 0;
+    total_ns += sample.step_ns;
+  }
+  EXPECT_GE(split_steps, kSteps * 9 / 10);
+  EXPECT_LT(total_ns / kSteps, 0.85 * gpu_only_ns);
 }
 
 TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {

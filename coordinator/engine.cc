@@ -963,6 +963,7 @@ void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision)
   // Whole sequences only: the scheduler predicts the split at the share they make and names
   // them.
   *decision = scheduler_->ChooseDecodeReads(host_tokens, cpu_tokens);
+  WS_CHECK(decision->cpu_readers.size() == cpu_tokens.size());
   for (int i = 0; i < plan->sequences_size(); ++i) {
     if (cpu_tokens[i] > 0 && !decision->cpu_readers[i]) {
       plan->mutable_sequences(i)->set_gpu_reads_cpu_blocks(true);

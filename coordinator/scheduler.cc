@@ -587,8 +587,6 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   decided_explore_ = false;
   decided_continues_ = false;
   decided_new_batch_ = false;
-  // Monolithic models a cache of one physical state, which changes its split only by
-  // moving data (charged in SetTarget): it reads what it placed.
   // The sequences the CPU attends for a wanted share, and the share they make (the wanted
   // one itself where the placed tokens divide at any share).
   const auto readers = [&](double wanted_share, bool at_least_one) {
@@ -602,6 +600,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
                                             static_cast<double>(host_tokens),
                      std::move(chosen)};
   };
+  // Monolithic models a cache of one physical state, which changes its split only by
+  // moving data (charged in SetTarget): it reads what it placed, as the fixed policies do.
   if (policy_.kind != PolicyKind::kWriteScope || placed_cpu_tokens == 0 || host_tokens == 0 ||
       !estimates_ready()) {
     if (explore_steps_left_ > 0) {  // an exploration under way ends here, unjudged
@@ -730,21 +730,23 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   if (split) {
     // An exploring split attends at least the probe share (within the placed one), so that
     // A is measured on a useful number of tokens.
-    double wanted =
+    const double wanted =
         decision.explore ? std::min(placed, std::max(split_wanted, options_.probe_share))
                          : split_wanted;
-    decision.cpu_share = readers(wanted, true).first;
+    auto [share, chosen] = readers(wanted, true);
     // A split exploration's later steps keep its share while that costs little
-    // (SchedulerOptions::exploration_share_hold).
+    // (SchedulerOptions::exploration_share_hold), judged at the share that would run for it
+    // (whole sequences: the subset closest to the held share may make another share).
     if (continues_exploration && explore_share_ > 0.0 && explore_share_ <= placed &&
-        explore_share_ != decision.cpu_share) {
-      const double held_ns = PredictStep(params, explore_share_, tokens).step_ns;
-      const double new_ns = PredictStep(params, decision.cpu_share, tokens).step_ns;
+        explore_share_ != share) {
+      auto [held_share, held_chosen] = readers(explore_share_, true);
+      const double held_ns = PredictStep(params, held_share, tokens).step_ns;
+      const double new_ns = PredictStep(params, share, tokens).step_ns;
       if (held_ns - new_ns <= options_.exploration_share_hold * (new_ns + rest(rest_split_))) {
-        wanted = explore_share_;
+        share = held_share;
+        chosen = std::move(held_chosen);
       }
     }
-    auto [share, chosen] = readers(wanted, true);
     decision.cpu_share = share;
     decision.cpu_readers = std::move(chosen);
     if (decision.explore) explore_share_ = decision.cpu_share;
@@ -931,13 +933,16 @@ std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double
     }
   }
   if (at_least_one && sum == 0.0) {
-    // The last in `order` with tokens is the smallest (ties: the latest in step order).
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      if (cpu_tokens[*it] > 0) {
-        chosen[*it] = true;
-        break;
+    // The sequence with the fewest CPU tokens (> 0); ties: the first in step order, as the
+    // greedy pass takes equal ones, so that a share held over steps keeps its sequence.
+    size_t smallest = cpu_tokens.size();
+    for (size_t i = 0; i < cpu_tokens.size(); ++i) {
+      if (cpu_tokens[i] > 0 &&
+          (smallest == cpu_tokens.size() || cpu_tokens[i] < cpu_tokens[smallest])) {
+        smallest = i;
       }
     }
+    if (smallest < cpu_tokens.size()) chosen[smallest] = true;
   }
   return chosen;
 }

@@ -426,10 +426,10 @@ class Scheduler {
   // decode sequence's tokens in the CPU-compute region (their sum the placed tokens, their
   // count the sequences). The split is predicted and run at the share whole sequences make
   // for min(r*, placed) (ChooseCpuReaders, at least one sequence), not at r* itself: where
-  // r* is below half the smallest sequence's share, a split at r* attends nothing, runs as
+  // r* is at most half the smallest sequence's share, a split at r* attends nothing, runs as
   // GPU-only and is never measured (DeepSeek 4 x 32K on the H200, run 115: r* 0.011, each
   // sequence 0.038 of the host tokens; 48 of 48 steps predicted the split 2.4 ms shorter
-  // and ran GPU-only, 0.86x of monolithic, which read its 0.09). The decision names the
+  // and ran GPU-only, 0.86x of monolithic, which read 0.107). The decision names the
   // sequences (ReadDecision::cpu_readers).
   ReadDecision ChooseDecodeReads(uint64_t host_tokens, absl::Span<const uint64_t> cpu_tokens);
 
@@ -624,10 +624,10 @@ double SequenceCpuShare(const SequencePlacement& sequence);
 // the CPU-compute region and the tokens the CPU should attend in all (ReadDecision's
 // share times the host tokens): a subset whose sum is close to `wanted_tokens` (greedy,
 // largest first: a sequence is taken when it brings the sum closer). All of them when
-// wanted_tokens ≥ their sum, none when it is ≤ 0 or NaN. `at_least_one` (an exploring
-// split, which must measure the CPU): when that leaves none but wanted_tokens > 0, the
-// sequence with the fewest CPU tokens (> 0). The others' CPU-compute blocks are streamed by
-// the GPU (SequenceStep.gpu_reads_cpu_blocks).
+// wanted_tokens ≥ their sum, none when it is ≤ 0 or NaN. `at_least_one` (a split, which
+// must attend something to be one): when that leaves none but wanted_tokens > 0, the
+// sequence with the fewest CPU tokens (> 0; ties: the first). The others' CPU-compute blocks
+// are streamed by the GPU (SequenceStep.gpu_reads_cpu_blocks).
 std::vector<bool> ChooseCpuReaders(absl::Span<const uint64_t> cpu_tokens, double wanted_tokens,
                                    bool at_least_one = false);
 

@@ -925,6 +925,9 @@ TEST(CpuReadersTest, TakesTheSubsetClosestToTheWantedTokensLargestFirst) {
   EXPECT_EQ(ChooseCpuReaders({0, 0}, 10, true), std::vector<bool>(2, false));
   EXPECT_EQ(ChooseCpuReaders({256, 128}, 0, true), std::vector<bool>(2, false));
   EXPECT_EQ(ChooseCpuReaders(tokens, 2500, true), ChooseCpuReaders(tokens, 2500));
+  // Ties: the first in step order, as the greedy pass takes equal ones.
+  EXPECT_EQ(ChooseCpuReaders({256, 256, 512}, 10, true), (std::vector<bool>{true, false, false}));
+  EXPECT_EQ(ChooseCpuReaders({256, 256}, 256, true), ChooseCpuReaders({256, 256}, 10, true));
 }
 
 // The modes of one decode step in a simulated machine: the CPU attends share·L in place
@@ -1730,6 +1733,38 @@ TEST(DecodeReadsTest, TheSplitIsPredictedAtTheShareWholeSequencesMake) {
   }
   EXPECT_GE(split_steps, kSteps * 9 / 10);
   EXPECT_LT(total_ns / kSteps, 0.85 * gpu_only_ns);
+}
+
+// An exploration's second step keeps its first step's share while that costs little, judged at
+// the share that would run: whole sequences closest to the held share can make another one (a
+// helper's review: sequences of 30000 and 20000 CPU tokens, the host tokens growing by a block
+// every 7 steps, a loaded CPU; the first step took the 20000 by the at-least-one rule, 0.094,
+// and the held step the 30000, 0.141, its cost judged at 0.094).
+TEST(DecodeReadsTest, AHeldExplorationShareIsJudgedAtTheShareThatRuns) {
+  auto scheduler = *Scheduler::Create("writescope", {});
+  ReadWorld world;
+  LearnLines(*scheduler, world);
+  ReadWorld loaded = world;
+  loaded.cpu_ns_per_token *= 30;
+  const std::vector<uint64_t> cpu_tokens = {30000, 20000};
+  double host_tokens = 200000;
+  double previous_share = 0;
+  bool previous_continues = false;
+  int continued = 0;
+  for (int i = 0; i < 400; ++i) {
+    if (i % 7 == 0) host_tokens += 256;
+    const ReadDecision d =
+        scheduler->ChooseDecodeReads(static_cast<uint64_t>(host_tokens), cpu_tokens);
+    if (previous_continues && d.explore && d.cpu_share > 0 && i >= 40) {
+      ++continued;
+      // Under the load a larger share costs the step far more than the hold allows.
+      EXPECT_LE(d.cpu_share, previous_share + 1e-9) << "step " << i;
+    }
+    previous_share = d.cpu_share;
+    previous_continues = d.explore && d.exploration_continues;
+    scheduler->ObserveStep((i < 40 ? world : loaded).Run(d.cpu_share, host_tokens));
+  }
+  EXPECT_GE(continued, 360 / 40);  // the split explored at least every maximum period
 }
 
 TEST(DecodeReadsTest, ANewBatchSizeMovesBothRestsByTheNewMeasurement) {

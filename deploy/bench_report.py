@@ -18,6 +18,9 @@
                              experts run on the CPU, after its attention)
        GPU path  (1 - r) H b b = KV bytes / H2D per token (transfers overlap the experts)
        bound = min over r of max(CPU, GPU) = max(e, H b) if e >= H b, else H b (H a + e) / (H (a + b))
+     With --host-read-gbps S (ws_probe's host_read_shared: a DRAM read stream and the pinned
+     H2D copies at once, added), every host KV byte crosses the one host memory, whoever
+     reads it: the layer's bound and the attention's are at least H x KV bytes / S.
      plus the point's measured serial rest (step - its larger attention time - its expert
      wait: projections, norms, merges, logits), which the split does not change.
   4. per point and policy, what the step spends beyond its attention and experts (step - the
@@ -38,7 +41,7 @@ p10-p90 ranges joined.
 Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
   python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps 55.4] [--dram-gbps 81.4]
-      [--cpu-tflops 2.59] [--window-tokens 256] [--host-gib 128]
+      [--cpu-tflops 2.59] [--window-tokens 256] [--host-gib 128] [--host-read-gbps S]
   python3 deploy/bench_report.py CSV --pool-with OTHER.csv [OTHER.csv ...]
       the pooled geometric means also over the other grids' ratios (other shapes: the
       headline over all of them), each grid's repeats averaged on their own
@@ -192,7 +195,8 @@ FULL_MODELS = {
 GIB = float(1 << 30)
 
 
-def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens):
+def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens,
+                  host_read_gbps=None):
     """(attention-only bound, step bound, serial rest) in ms per step for one point."""
     layers = max(row["layers"], 1)
     host_tokens = row["batch"] * max(0, row["context"] - window_tokens)
@@ -205,6 +209,9 @@ def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens):
         layer = e
     else:
         layer = gpu_all * (cpu_all + e) / (cpu_all + gpu_all)
+    if host_read_gbps:
+        shared = host_tokens * shape["kv_bytes"] / host_read_gbps * 1e-6
+        attention, layer = max(attention, shared), max(layer, shared)
     rest = max(0.0, row["step_ms"] - max(row["gpu_attention_ms"], row["cpu_attention_ms"])
                - row["expert_wait_ms"])
     return layers * attention, layers * layer + rest, rest
@@ -223,12 +230,17 @@ def main():
                         help="the CPU's bf16 matrix rate (oneDNN AMX peak, cpu_experts_bench)")
     parser.add_argument("--window-tokens", type=int, default=256,
                         help="D-window tokens per sequence (on the GPU, not streamed)")
+    parser.add_argument("--host-read-gbps", type=float, default=None,
+                        help="host memory read by a CPU stream and the H2D copies at once "
+                             "(ws_probe's host_read_shared): a joint ceiling of both paths; "
+                             "default: none (the two ceilings apart)")
     parser.add_argument("--host-gib", type=float, default=128.0,
                         help="host memory, GiB (the full-model projection's fit; --ceilings)")
     parser.add_argument("--pool-with", nargs="+", default=[], metavar="CSV",
                         help="other grids (other shapes) whose ratios join the pooled means")
     args = parser.parse_args()
-    for name in ("h2d_gbps", "dram_gbps", "cpu_tflops", "host_gib"):
+    for name in ("h2d_gbps", "dram_gbps", "cpu_tflops", "host_gib") + (
+            ("host_read_gbps",) if args.host_read_gbps is not None else ()):
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     by = index_points(args.csv)  # (policy, batch) -> {context: row}
@@ -321,14 +333,17 @@ def main():
 
     if args.ceilings:
         shape = SHAPES[args.ceilings]
+        shared = ("" if args.host_read_gbps is None else
+                  f", host memory read by both at once {args.host_read_gbps} GB/s")
         print(f"\nRoofline bound from the ceilings ({args.ceilings}: H2D {args.h2d_gbps} GB/s, DRAM "
-              f"{args.dram_gbps} GB/s, CPU {args.cpu_tflops} TFLOP/s; the measured experts and "
-              f"serial rest included):")
+              f"{args.dram_gbps} GB/s, CPU {args.cpu_tflops} TFLOP/s{shared}; the measured "
+              f"experts and serial rest included):")
         within = total = 0
         for batch in batches:
             for context, r in sorted(by.get(("writescope", batch), {}).items()):
                 attention, bound, rest = step_bound_ms(r, shape, args.h2d_gbps, args.dram_gbps,
-                                                       args.cpu_tflops, args.window_tokens)
+                                                       args.cpu_tflops, args.window_tokens,
+                                                       args.host_read_gbps)
                 measured_attention = max(r["gpu_attention_ms"], r["cpu_attention_ms"])
                 ratio = r["step_ms"] / bound if bound > 0 else float("nan")
                 total += 1

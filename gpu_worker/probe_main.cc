@@ -1,6 +1,8 @@
 // ws_probe: measures the machine's ceilings that every later benchmark compares to:
 // the GPU's copy bandwidths (pinned shared memory, pageable, on-device HBM), host
-// DRAM bandwidth with all cores, and the shared-memory channel between two processes.
+// DRAM bandwidth with all cores, a read-only DRAM stream alone and beside the pinned H2D
+// copies (the host memory that the CPU's attention and the KV DMA share), and the
+// shared-memory channel between two processes.
 //
 //   ws_probe                         # table on stdout
 //   ws_probe --json=/tmp/probe.json  # also the numbers as JSON
@@ -14,6 +16,8 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -49,7 +54,9 @@ ABSL_FLAG(int64_t, pageable_mib, 2048, "Size of the pageable host buffer for pag
 ABSL_FLAG(int64_t, hbm_mib, 2048, "Bytes per device-to-device copy.");
 ABSL_FLAG(int, repetitions, 10, "Timed repetitions of each copy and DRAM kernel.");
 ABSL_FLAG(int64_t, dram_mib, 1024, "Size of each of the DRAM kernels' arrays (3 arrays).");
-ABSL_FLAG(int, threads, 0, "OpenMP threads for the DRAM kernels; 0 = all online CPUs.");
+ABSL_FLAG(int, threads, 0,
+          "OpenMP threads for the DRAM kernels; 0 = all online CPUs (the read stream, beside "
+          "the H2D copies, and alone, runs one fewer).");
 ABSL_FLAG(int, channel_round_trips, 20000, "Recorded channel round trips (64 B).");
 ABSL_FLAG(int, channel_bandwidth_mib, 1024,
           "Payload MiB streamed per channel bandwidth repetition (1 MiB messages).");
@@ -242,6 +249,129 @@ absl::Status ProbeDram(std::vector<Row>& rows) {
   return absl::OkStatus();
 }
 
+// The host memory that a split step's two paths share: the CPU's attention reads its KV
+// blocks in place while the copy engine streams the others' to the device. A read-only
+// OpenMP stream over two host arrays (--threads or all CPUs, less one: one issues the
+// copies, as the gpu_worker's thread does beside the cpu_worker's) is timed alone, then
+// --repetitions times back to back while the pinned region streams to the device in 64 MiB
+// copies; both rates are taken over that window (the copies' from their first completion in
+// it to their last). Rows: the stream alone, each beside the other,
+// and their sum (what the roofline bound can take as the joint ceiling:
+// bench_report.py --host-read-gbps).
+absl::Status ProbeSharedHostMemory(gpu::Device& device, absl::Span<const std::byte> region,
+                                   void* device_dst, std::vector<Row>& rows) {
+  const int all = absl::GetFlag(FLAGS_threads) > 0
+                      ? absl::GetFlag(FLAGS_threads)
+                      : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const int threads = std::max(1, all - 1);
+  const size_t n = (size_t(absl::GetFlag(FLAGS_dram_mib)) << 20) / sizeof(double);
+  const int reps = absl::GetFlag(FLAGS_repetitions);
+  const uint64_t chunk = std::min<uint64_t>(uint64_t{64} << 20, region.size());
+  if (n == 0 || chunk == 0 || reps <= 0) {
+    return absl::InvalidArgumentError("--dram_mib, --pinned_mib and --repetitions must be > 0");
+  }
+  WS_ASSIGN_OR_RETURN(HostBuffer a_bytes, AllocateHost(n * sizeof(double)));
+  WS_ASSIGN_OR_RETURN(HostBuffer b_bytes, AllocateHost(n * sizeof(double)));
+  double* a = reinterpret_cast<double*>(a_bytes.get());
+  double* b = reinterpret_cast<double*>(b_bytes.get());
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 1.0;
+    b[i] = 2.0;
+  }
+  double sum = 0.0;
+  auto read_kernel = [&] {
+    double s = 0.0;
+#pragma omp parallel for simd schedule(static) num_threads(threads) reduction(+ : s)
+    for (size_t i = 0; i < n; ++i) s += a[i] + b[i];
+    sum = s;
+    if (sum != 3.0 * static_cast<double>(n)) {
+      return absl::InternalError("the DRAM read stream computed garbage");
+    }
+    return absl::OkStatus();
+  };
+  const uint64_t read_bytes = 2 * n * sizeof(double);
+  WS_ASSIGN_OR_RETURN(Rate alone, TimeRate(read_bytes, reps, read_kernel));
+
+  // The copies run on their own thread until told to stop; each completion is timed.
+  std::atomic<bool> stop{false}, copying{false}, copier_done{false};
+  std::vector<Clock::time_point> completions;
+  completions.reserve(1 << 16);
+  absl::Status copy_status;
+  std::thread copier([&] {
+    uint64_t offset = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      copy_status = device.CopyToDevice(static_cast<std::byte*>(device_dst) + offset,
+                                        region.data() + offset, chunk,
+                                        gpu::Stream::kCopyIn);
+      if (copy_status.ok()) copy_status = device.Synchronize(gpu::Stream::kCopyIn);
+      if (!copy_status.ok()) break;
+      completions.push_back(Clock::now());
+      copying.store(true, std::memory_order_release);
+      offset += chunk;
+      if (offset + chunk > region.size()) offset = 0;
+    }
+    copier_done.store(true, std::memory_order_release);
+  });
+  while (!copying.load(std::memory_order_acquire) &&
+         !copier_done.load(std::memory_order_acquire)) {
+    std::this_thread::yield();
+  }
+  const Clock::time_point window_start = Clock::now();
+  absl::Status read_status = absl::OkStatus();
+  int streamed = 0;
+  for (; streamed < reps && read_status.ok() && !copier_done.load(); ++streamed) {
+    read_status = read_kernel();
+  }
+  const Clock::time_point window_end = Clock::now();
+  stop.store(true);
+  copier.join();
+  WS_RETURN_IF_ERROR(copy_status);
+  WS_RETURN_IF_ERROR(read_status);
+  if (streamed != reps) {
+    return absl::InternalError("the copies stopped before the DRAM stream ended");
+  }
+  const double read_gbps = static_cast<double>(read_bytes) * reps /
+                           std::chrono::duration<double>(window_end - window_start).count() / 1e9;
+  // The copies that both began and completed within the window: from the first completion
+  // in it to the last.
+  std::optional<Clock::time_point> from, to;
+  uint64_t copied = 0;
+  for (const Clock::time_point at : completions) {
+    if (at <= window_start || at > window_end) continue;
+    if (from.has_value()) {
+      copied += chunk;
+      to = at;
+    } else {
+      from = at;
+    }
+  }
+  if (!to.has_value()) {
+    return absl::InternalError(
+        "fewer than two copies completed within the DRAM stream's window: raise --dram_mib or "
+        "--repetitions");
+  }
+  const double copy_gbps =
+      static_cast<double>(copied) / std::chrono::duration<double>(*to - *from).count() / 1e9;
+  const std::string how = absl::StrCat("sum over 2 x ", FormatBytes(n * sizeof(double)),
+                                       " doubles, ", threads, " threads; read bytes counted");
+  rows.push_back(RateRow("dram_read", absl::StrCat("host DRAM read stream, ", threads, " threads"),
+                         alone, how));
+  rows.push_back(Row{"dram_read_beside_h2d", "  the same beside pinned H2D copies",
+                     absl::StrFormat("%8.1f GB/s", read_gbps),
+                     absl::StrCat(reps, " streams back to back while the copy engine streams"),
+                     absl::StrFormat("%.3f", read_gbps)});
+  rows.push_back(Row{"h2d_beside_dram_read", "  pinned H2D beside that stream",
+                     absl::StrFormat("%8.1f GB/s", copy_gbps),
+                     absl::StrCat(FormatBytes(chunk), " copies completed in its window"),
+                     absl::StrFormat("%.3f", copy_gbps)});
+  rows.push_back(Row{"host_read_shared", "  host memory read by both at once",
+                     absl::StrFormat("%8.1f GB/s", read_gbps + copy_gbps),
+                     "the two rates above added (bench_report.py --host-read-gbps)",
+                     absl::StrFormat("%.3f", read_gbps + copy_gbps)});
+  return absl::OkStatus();
+}
+
 // ---- the GPU -------------------------------------------------------------------
 
 // Undoes RegisterHost when the probe leaves, whatever the path.
@@ -309,6 +439,7 @@ absl::Status ProbeGpu(gpu::Device& device, std::vector<Row>& rows) {
                       }));
   rows.push_back(RateRow("h2d_pinned", "H2D pinned (registered shm)", h2d,
                          absl::StrCat(pinned_size, " per copy, kCopyIn stream")));
+  WS_RETURN_IF_ERROR(ProbeSharedHostMemory(device, region, first.data(), rows));
   WS_ASSIGN_OR_RETURN(Rate d2h, TimeRate(pinned_bytes, reps, [&] {
                         WS_RETURN_IF_ERROR(device.CopyToHost(region.data(), first.data(),
                                                              pinned_bytes, Stream::kCopyOut));

@@ -122,6 +122,16 @@ try:
     small_host = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
                                  path, "--ceilings", "qwen3_moe", "--host-gib", "50"],
                                 capture_output=True, text=True, check=True).stdout
+    # A joint host-memory ceiling of 1.024 GB/s: 1000 tokens x 2048 bytes take 2 ms per layer
+    # whoever reads them, above the split's 0.75: 8 ms for 4 layers + the rest's 4 = 12 ms
+    # (attention 8); at 3.0 GB/s (0.68 ms per layer) the bound stays 7 ms.
+    def joint(gbps):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
+                               path, "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048",
+                               "--dram-gbps", "2.048", "--cpu-tflops", "1000",
+                               "--host-read-gbps", gbps],
+                              capture_output=True, text=True, check=True).stdout
+    joint_low, joint_high = joint("1.024"), joint("3.0")
 finally:
     os.unlink(path)
 bound_text = out.stdout
@@ -138,6 +148,11 @@ checks += [
      "per layer, the full step and its tokens/s"),
     ("context   1256: KV 0.1 GiB + experts = 54.1 GiB, fits" in bound_text, "fits the host"),
     ("54.1 GiB, does not fit" in small_host, "does not fit a smaller host"),
+    ("bound    12.00 ms (step / bound 0.50)" in joint_low
+     and "its bound    8.00 ms" in joint_low
+     and "host memory read by both at once 1.024 GB/s" in joint_low,
+     "a joint host-memory ceiling below the split's raises the bound"),
+    ("bound     7.00 ms (step / bound 0.86)" in joint_high, "a joint ceiling above it does not"),
 ]
 
 # Beyond attention and experts: step 6.0 - max(1.5, 1.0) - 2.0 = 2.50 ms; with a
@@ -193,5 +208,10 @@ checks += [
 bad = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), "x.csv",
                       "--ceilings", "qwen3_moe", "--h2d-gbps", "0"], capture_output=True, text=True)
 checks.append((bad.returncode != 0 and "must be > 0" in bad.stderr, "a zero ceiling is refused"))
+bad_joint = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
+                            "x.csv", "--ceilings", "qwen3_moe", "--host-read-gbps", "-1"],
+                           capture_output=True, text=True)
+checks.append((bad_joint.returncode != 0 and "--host-read-gbps must be > 0" in bad_joint.stderr,
+               "a negative joint ceiling is refused"))
 
 finish(checks, text)

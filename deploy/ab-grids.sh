@@ -8,19 +8,26 @@
 #
 #   deploy/ab-grids.sh --out DIR --arch qwen3_moe|mixtral|deepseek_v2 [--repeats 2]
 #       [--steps 16] [--policy writescope] [--budget-s 560] [--archive FILE] [--dry-run]
-#       VARIANT [VARIANT...]
+#       [--layers 4] [--batches 4,16,32] [--contexts 8192,32768] VARIANT [VARIANT...]
 #
+# The grid is gpu-grids.sh's (Mixtral's contexts above 32512 at 32512); --layers, --batches
+# and --contexts change it (the full DeepSeek-V2-Lite at one point: --layers 27 --batches 32
+# --contexts 32768).
 # VARIANT: NAME or NAME:FLAG[:FLAG...]; a FLAG is a coordinator flag (--x=y), or a worker's
 # prefixed cpu_worker/ or gpu_worker/. For example (session 17's three rules):
 #   base  nosettle:--settle_missed_rounds=false  nohold:--exploration_share_hold=0
 #   nomap:cpu_worker/--prefault_kv=false  (session 18's:) nomodehold:--mode_switch_hold_steps=0
+#   (session 19's:) late:gpu_worker/--early_rounds_after_attention=false
 # A variant whose trio runs past what is left of --budget-s is cut by `timeout` (its rows
 # so far stay) and the later ones are skipped, so the call comes home within its limit.
 # --archive FILE packs DIR (keep it outside DIR); --dry-run prints the commands. Exit 1 when
 # the budget cut a variant short or skipped one.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=deploy/device-grids-lib.sh
+source "$ROOT/deploy/device-grids-lib.sh"
 OUT_DIR="" ARCH="" REPEATS=2 STEPS=16 POLICY=writescope BUDGET=560 ARCHIVE="" DRY=0
+LAYERS=4 BATCHES=4,16,32 CONTEXTS=8192,32768
 VARIANTS=()
 fail() { echo "ab-grids.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -33,17 +40,22 @@ while [[ $# -gt 0 ]]; do
     --budget-s) BUDGET="$2"; shift 2 ;;
     --archive) ARCHIVE="$2"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --layers) LAYERS="$2"; shift 2 ;;
+    --batches) BATCHES="$2"; shift 2 ;;
+    --contexts) CONTEXTS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) fail "unknown option '$1' (see --help)" ;;
     *) VARIANTS+=("$1"); shift ;;
   esac
 done
 [[ -n $OUT_DIR ]] || fail "--out DIR is required"
 case "$ARCH" in
-  qwen3_moe|deepseek_v2) CONTEXTS=8192,32768 ;;
-  mixtral) CONTEXTS=8192,32512 ;;
+  qwen3_moe|deepseek_v2|mixtral) ;;
   *) fail "--arch must be qwen3_moe, mixtral or deepseek_v2, not '$ARCH'" ;;
 esac
+check_grid "$LAYERS" "$BATCHES" "$CONTEXTS" "$POLICY"
+[[ $POLICY != *" "* ]] || fail "--policy takes one policy, not '$POLICY'"
+CONTEXTS=$(arch_contexts "$ARCH" "$CONTEXTS")
 for number in "$REPEATS" "$STEPS" "$BUDGET"; do
   [[ $number =~ ^[1-9][0-9]*$ ]] || fail "--repeats, --steps and --budget-s take positive numbers, not '$number'"
 done
@@ -74,8 +86,6 @@ for variant in "${VARIANTS[@]}"; do
   done
 done
 
-# shellcheck source=deploy/device-grids-lib.sh
-source "$ROOT/deploy/device-grids-lib.sh"
 unpack_bundle
 start=$(date +%s)
 out_of_time=0
@@ -102,8 +112,8 @@ for repeat in $(seq "$REPEATS"); do
     rc=0
     run_into "$OUT_DIR/$name/grid-$repeat.log" env WS_CPU_WORKER_FLAGS="${cpu_flags[$name]}" \
       WS_GPU_WORKER_FLAGS="${gpu_flags[$name]}" timeout "$left" "$ROOT/deploy/bench-grid.sh" \
-      --arch "$ARCH" --policies "$POLICY" --layers 4 --batches 4,16,32 --contexts "$CONTEXTS" \
-      --warmup 16 --steps "$STEPS" --repeats 1 --out "$OUT_DIR/$name" \
+      --arch "$ARCH" --policies "$POLICY" --layers "$LAYERS" --batches "$BATCHES" \
+      --contexts "$CONTEXTS" --warmup 16 --steps "$STEPS" --repeats 1 --out "$OUT_DIR/$name" \
       ${coordinator[@]+-- "${coordinator[@]}"} || rc=$?
     echo "ab-grids: $name ended (exit $rc)"
     ((rc != 124)) || out_of_time=1

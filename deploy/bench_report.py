@@ -366,7 +366,10 @@ def print_projection(by, batches, policies, arch, host_gib):
           f"the full step that times {model['layers']}: every layer costing what a measured "
           f"one did on average (no decode step ran more layers), the per-step costs "
           f"(embedding, logits, sampling) over-counted with them; the policies' ratios are the "
-          f"measured ones. Host memory {host_gib:g} GiB against the full model's KV (every "
+          f"measured ones. With more layers the D-window takes more of the GPU KV budget and "
+          f"the ping-pong buffers are smaller, so what the streamed share costs is projected "
+          f"low (docs/measurements.md, Session 19: the full DeepSeek-V2-Lite). Host memory "
+          f"{host_gib:g} GiB against the full model's KV (every "
           f"layer's, the whole context) and its routed experts "
           f"({model['expert_bytes'] / GIB:.1f} GiB):")
     for batch in batches:

@@ -7,6 +7,13 @@
 #                          LD_LIBRARY_PATH and WS_BIN at it, makes OUT_DIR (not when DRY)
 #   settle_trios WHO       after a grid: waits up to 30 s until no trio process of the
 #                          bundle runs, then kills what still does (not when DRY)
+#   check_grid LAYERS BATCHES CONTEXTS POLICIES
+#                          refuses (the runner's `fail`, exit 2) a layer count, batch or
+#                          context list that is not positive numbers (lists: comma-separated),
+#                          or a policy bench-grid.sh would not run (space-separated)
+#   arch_contexts ARCH CONTEXTS
+#                          prints ARCH's contexts: Mixtral's above 32512 at 32512 (its
+#                          context is 32K), duplicates dropped
 
 run_into() {
   local file="$1"
@@ -41,4 +48,29 @@ settle_trios() {
     fi
     sleep 1
   done
+}
+
+check_grid() {
+  local layers="$1" batches="$2" contexts="$3" policies="$4" policy
+  [[ $layers =~ ^[1-9][0-9]*$ ]] || fail "--layers must be a positive number, not '$layers'"
+  [[ $batches =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+    fail "--batches must be positive numbers separated by commas, not '$batches'"
+  [[ $contexts =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+    fail "--contexts must be positive numbers separated by commas, not '$contexts'"
+  local -a list
+  read -r -a list <<<"$policies"
+  ((${#list[@]} > 0)) || fail "no policy given"
+  for policy in "${list[@]}"; do
+    [[ $policy =~ ^(writescope|transfer-all|cpu-all|monolithic|static:(0(\.[0-9]+)?|1(\.0+)?))$ ]] ||
+      fail "unknown policy '$policy' (writescope, transfer-all, cpu-all, static:R, monolithic)"
+  done
+}
+
+arch_contexts() {
+  if [[ $1 == mixtral ]]; then
+    tr ',' '\n' <<<"$2" | awk '{print ($1 > 32512 ? 32512 : $1)}' | awk '!seen[$0]++' |
+      paste -sd, -
+  else
+    echo "$2"
+  fi
 }

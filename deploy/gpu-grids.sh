@@ -4,13 +4,19 @@
 # pooled geometric means, so that one call's output is complete even when it is cut short.
 # The bundle (deploy/gpu-bundle.sh) must be carried; it is unpacked by deploy/gpu-run.sh.
 #
-#   deploy/gpu-grids.sh --out DIR [--budget-s 570] [--archive FILE] [--dry-run] SPEC [SPEC...]
+#   deploy/gpu-grids.sh --out DIR [--budget-s 570] [--archive FILE] [--dry-run]
+#       [--layers 4] [--batches 4,16,32] [--contexts 8192,32768] [--policies "..."]
+#       SPEC [SPEC...]
 #
 # SPEC is ARCH:REPEATS:STEPS[:SECONDS]: deepseek_v2, qwen3_moe or mixtral, bench-grid.sh's
 # --repeats and --steps (measured steps per point), and at most SECONDS for that grid (by
 # default an equal share of what is left of the budget). Every grid runs 4 layers, batch
-# 4/16/32 x contexts 8192 and 32768 (Mixtral 32512: its context is 32K), 16 warm-up steps.
-# A grid that runs out of its time is stopped (timeout) and keeps the points it finished.
+# 4/16/32 x contexts 8192 and 32768 (Mixtral: a context above 32512 runs at 32512, its
+# context is 32K), all five policies, 16 warm-up steps; --layers, --batches, --contexts and
+# --policies change that for every grid (the full DeepSeek-V2-Lite at the 1M-token point:
+# --layers 27 --batches 32 --contexts 32768 deepseek_v2:2:16; runs 117-119 took 45-60 s per
+# policy and point there, the trio's start included). A grid that runs out of its time is
+# stopped (timeout) and keeps the points it finished.
 #
 # Writes into DIR: bench-ARCH.csv, steps-ARCH.csv, warmup-ARCH.csv, grid-ARCH.log,
 # report-ARCH.txt (bench_report.py --ceilings ARCH), modes-ARCH.txt (modes_report.py:
@@ -23,14 +29,21 @@
 # --dry-run prints the commands instead of running them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT_DIR="" BUDGET=570 DRY=0 ARCHIVE="" SPECS=()
+# shellcheck source=deploy/device-grids-lib.sh
+source "$ROOT/deploy/device-grids-lib.sh"
+OUT_DIR="" BUDGET=570 DRY=0 ARCHIVE="" SPECS=() LAYERS=4 BATCHES=4,16,32 CONTEXTS=8192,32768
+POLICIES="writescope transfer-all cpu-all static:0.5 monolithic"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT_DIR="$2"; shift 2 ;;
     --budget-s) BUDGET="$2"; shift 2 ;;
     --archive) ARCHIVE="$2"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --layers) LAYERS="$2"; shift 2 ;;
+    --batches) BATCHES="$2"; shift 2 ;;
+    --contexts) CONTEXTS="$2"; shift 2 ;;
+    --policies) POLICIES="$2"; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -39,6 +52,7 @@ fail() { echo "gpu-grids.sh: $*" >&2; exit 2; }
 [[ -n $OUT_DIR ]] || fail "--out DIR is required"
 [[ $BUDGET =~ ^[1-9][0-9]*$ ]] || fail "--budget-s must be a positive number of seconds, not '$BUDGET'"
 ((${#SPECS[@]} > 0)) || fail "no grid to run: give at least one ARCH:REPEATS:STEPS"
+check_grid "$LAYERS" "$BATCHES" "$CONTEXTS" "$POLICIES"
 case "$ARCHIVE" in
   "$OUT_DIR"/*) fail "--archive '$ARCHIVE' lies inside --out '$OUT_DIR', which it packs" ;;
 esac
@@ -50,8 +64,6 @@ for spec in "${SPECS[@]}"; do
   [[ -z ${seconds:-} || $seconds =~ ^[1-9][0-9]*$ ]] || fail "'$spec': bad SECONDS '$seconds'"
 done
 
-# shellcheck source=deploy/device-grids-lib.sh
-source "$ROOT/deploy/device-grids-lib.sh"
 unpack_bundle
 start=$(date +%s)
 left_specs=${#SPECS[@]}
@@ -68,14 +80,13 @@ for spec in "${SPECS[@]}"; do
     echo "gpu-grids: $arch skipped: ${left} s left of the budget" >&2
     continue
   fi
-  contexts=8192,32768
-  [[ $arch == mixtral ]] && contexts=8192,32512
+  contexts=$(arch_contexts "$arch" "$CONTEXTS")
   echo "gpu-grids: $arch, $repeats repeat(s) x $steps steps, at most $limit s"
   t0=$(date +%s)
   rc=0
   run_into "$OUT_DIR/grid-$arch.log" timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" \
-    --layers 4 --batches 4,16,32 --contexts "$contexts" --warmup 16 --steps "$steps" \
-    --repeats "$repeats" --out "$OUT_DIR" || rc=$?
+    --layers "$LAYERS" --batches "$BATCHES" --contexts "$contexts" --policies "$POLICIES" \
+    --warmup 16 --steps "$steps" --repeats "$repeats" --out "$OUT_DIR" || rc=$?
   echo "gpu-grids: $arch ended (exit $rc) after $(($(date +%s) - t0)) s"
   settle_trios gpu-grids
   if ((DRY)) || [[ -s $OUT_DIR/bench-$arch.csv ]]; then

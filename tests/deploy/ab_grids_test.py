@@ -45,7 +45,30 @@ with tempfile.TemporaryDirectory() as out:
         (f"tar czf /tmp/ab.tgz -C {out} ." in text, "the archive"),
         (not os.listdir(out), "a dry run writes nothing"),
     ]
+    # The full model's point, one variant each: the grid's options passed on.
+    full = run("--dry-run", "--out", out, "--arch", "deepseek_v2", "--repeats", "1",
+               "--layers", "27", "--batches", "32", "--contexts", "32768", "base",
+               "w128:--window_tokens=128")
+    full_grids = [line for line in full.stdout.splitlines() if "bench-grid.sh" in line]
+    text += full.stdout
+    checks += [
+        (full.returncode == 0 and len(full_grids) == 2, "a dry run of another grid succeeds"),
+        (all("--layers 27 --batches 32 --contexts 32768 " in g for g in full_grids),
+         "layers, batches and contexts passed on"),
+        ("-- --window_tokens=128" in full_grids[-1] if full_grids else False,
+         "the variant's coordinator flag"),
+    ]
+    capped = run("--dry-run", "--out", out, "--arch", "mixtral", "--repeats", "1",
+                 "--contexts", "8192,40000", "a", "b")
+    checks.append(("--contexts 8192\\,32512 " in capped.stdout, "Mixtral's contexts capped"))
     for bad, why in ((["--out", out, "--arch", "llama", "a", "b"], "--arch must be"),
+                     (["--out", out, "--arch", "mixtral", "--layers", "x", "a", "b"], "--layers"),
+                     (["--out", out, "--arch", "mixtral", "--batches", "4,", "a", "b"],
+                      "--batches"),
+                     (["--out", out, "--arch", "mixtral", "--policy", "bogus", "a", "b"],
+                      "unknown policy 'bogus'"),
+                     (["--out", out, "--arch", "mixtral", "--policy", "writescope cpu-all", "a",
+                       "b"], "takes one policy"),
                      (["--out", out, "--arch", "mixtral", "a"], "two variants or more"),
                      (["--out", out, "--arch", "mixtral", "a", "a:--x=1"], "given twice"),
                      (["--out", out, "--arch", "mixtral", "a", "b:x=1"], "neither --flag"),

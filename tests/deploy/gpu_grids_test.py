@@ -35,7 +35,27 @@ with tempfile.TemporaryDirectory() as out:
         (f"tar czf /tmp/g.tgz -C {out} ." in text, "the archive of the whole DIR"),
         (not os.listdir(out), "a dry run writes nothing"),
     ]
+    # One point of the full model, two policies; Mixtral's contexts above 32512 run at 32512.
+    full = run("--dry-run", "--out", out, "--layers", "27", "--batches", "32", "--contexts",
+               "8192,40000", "--policies", "writescope monolithic", "deepseek_v2:2:16",
+               "mixtral:1:16")
+    text += full.stdout
+    checks += [
+        (full.returncode == 0, "a dry run with the grid's options succeeds"),
+        ("--arch deepseek_v2 --layers 27 --batches 32 --contexts 8192\\,40000 --policies "
+         "writescope\\ monolithic" in full.stdout, "layers, batches, contexts, policies passed on"),
+        ("--arch mixtral --layers 27 --batches 32 --contexts 8192\\,32512 " in full.stdout,
+         "Mixtral's context capped at 32512"),
+    ]
     for bad, why in ((["--out", out, "llama:1:16"], "unknown arch"),
+                     (["--out", out, "--layers", "0", "qwen3_moe:1:16"], "--layers"),
+                     (["--out", out, "--batches", "4,,16", "qwen3_moe:1:16"], "--batches"),
+                     (["--out", out, "--contexts", "8K", "qwen3_moe:1:16"], "--contexts"),
+                     (["--out", out, "--policies", "writescope bogus", "qwen3_moe:1:16"],
+                      "unknown policy 'bogus'"),
+                     (["--out", out, "--policies", " ", "qwen3_moe:1:16"], "no policy given"),
+                     (["--out", out, "--policies", "static:1.5", "qwen3_moe:1:16"],
+                      "unknown policy 'static:1.5'"),
                      (["--out", out, "qwen3_moe:0:16"], "positive numbers"),
                      (["--out", out, "qwen3_moe:1:16:10:3"], "positive numbers"),
                      (["--out", out, "--budget-s", "x", "qwen3_moe:1:16"], "--budget-s"),

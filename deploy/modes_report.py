@@ -9,7 +9,10 @@
   - the changes of mode outside explorations (a step that did not explore reading in another
     mode than the last such step before it: the flips a hold of the mode saves) and, where the
     CSV has `early_rounds_missed`, the steps whose early KV rounds the gpu_worker could not
-    use whole;
+    use whole; and, where there are any, the steps that did not explore and read GPU-only
+    though their own prediction put the split shorter: a mode hold's few, or a split that
+    read nothing (run 115's DeepSeek 4 x 32K: 47 of 48, the split's share rounding to no whole
+    sequence before build L);
   - at its first step, the two predictions the choice was made by and, where the CSV has them
     (`rest_split_ms`, `rest_gpu_only_ms`), the rests inside them: what a mode predicted far
     from what it measured later usually shows there.
@@ -108,6 +111,10 @@ def describe(window, warmup=None):
     parts.append(f"mode changes {changes}")
     if missed is not None:
         parts.append(f"missed rounds on {missed} steps")
+    against = sum(1 for s in steps if not s["explore"] and not s["split"]
+                  and s["predicted_split_ms"] < s["predicted_gpu_only_ms"])  # False with NaN
+    if against:
+        parts.append(f"GPU-only though the split was predicted shorter on {against} steps")
     first = steps[0]
     prediction = (f"first step predicted split {ms(first['predicted_split_ms'])} / GPU-only "
                   f"{ms(first['predicted_gpu_only_ms'])} ms")

@@ -79,6 +79,11 @@ with tempfile.TemporaryDirectory() as d:
     checks.append((out_missed.returncode == 0 and "gsgEgEsg" in out_missed.stdout
                    and "mode changes 2  missed rounds on 2 steps  " in out_missed.stdout,
                    "the steps that missed their early rounds"))
+    # Steps 0, 2 and 5 read GPU-only without exploring while the split was predicted 9.5
+    # against 11.0; the first file's GPU-only steps had the split predicted longer.
+    checks.append(("GPU-only though the split was predicted shorter on 3 steps"
+                   in out_missed.stdout and "predicted shorter" not in out.stdout,
+                   "GPU-only steps against their own prediction"))
     old = os.path.join(d, "old.csv")
     write_csv(old, [row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0")], rests=False)
     out_old = run(old)

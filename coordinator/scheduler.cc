@@ -641,7 +641,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   // The split runs at the share whole sequences make (at least one): predicted at r* that
   // rounds to no sequence, it would run as GPU-only and never be measured.
   const double split_wanted = std::min(OptimalCpuShare(params, tokens), placed);
-  const double split_share = readers(split_wanted, split_wanted > 0.0).first;
+  auto split_readers = readers(split_wanted, split_wanted > 0.0);
+  const double split_share = split_readers.first;
   // With no rest measured yet a mode counts as costing only its attention; the first
   // exploration measures it.
   const auto rest = [](double value) { return std::isnan(value) ? 0.0 : value; };
@@ -730,10 +731,11 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   if (split) {
     // An exploring split attends at least the probe share (within the placed one), so that
     // A is measured on a useful number of tokens.
-    const double wanted =
-        decision.explore ? std::min(placed, std::max(split_wanted, options_.probe_share))
-                         : split_wanted;
-    auto [share, chosen] = readers(wanted, true);
+    // (A split that does not explore runs the sequences it was predicted at.)
+    auto [share, chosen] =
+        decision.explore
+            ? readers(std::min(placed, std::max(split_wanted, options_.probe_share)), true)
+            : std::move(split_readers);
     // A split exploration's later steps keep its share while that costs little
     // (SchedulerOptions::exploration_share_hold), judged at the share that would run for it
     // (whole sequences: the subset closest to the held share may make another share).

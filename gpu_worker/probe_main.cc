@@ -204,10 +204,14 @@ absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) {
   return HostBuffer(static_cast<std::byte*>(p));
 }
 
+// The DRAM kernels' OpenMP threads: --threads, else every online CPU.
+int DramThreads() {
+  return absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
+                                          : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 absl::Status ProbeDram(std::vector<Row>& rows) {
-  const int threads = absl::GetFlag(FLAGS_threads) > 0
-                          ? absl::GetFlag(FLAGS_threads)
-                          : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const int threads = DramThreads();
   const size_t n = (size_t(absl::GetFlag(FLAGS_dram_mib)) << 20) / sizeof(double);
   WS_ASSIGN_OR_RETURN(HostBuffer a_bytes, AllocateHost(n * sizeof(double)));
   WS_ASSIGN_OR_RETURN(HostBuffer b_bytes, AllocateHost(n * sizeof(double)));
@@ -260,10 +264,7 @@ absl::Status ProbeDram(std::vector<Row>& rows) {
 // bench_report.py --host-read-gbps).
 absl::Status ProbeSharedHostMemory(gpu::Device& device, absl::Span<const std::byte> region,
                                    void* device_dst, std::vector<Row>& rows) {
-  const int all = absl::GetFlag(FLAGS_threads) > 0
-                      ? absl::GetFlag(FLAGS_threads)
-                      : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  const int threads = std::max(1, all - 1);
+  const int threads = std::max(1, DramThreads() - 1);
   const size_t n = (size_t(absl::GetFlag(FLAGS_dram_mib)) << 20) / sizeof(double);
   const int reps = absl::GetFlag(FLAGS_repetitions);
   const uint64_t chunk = std::min<uint64_t>(uint64_t{64} << 20, region.size());
@@ -279,12 +280,10 @@ absl::Status ProbeSharedHostMemory(gpu::Device& device, absl::Span<const std::by
     a[i] = 1.0;
     b[i] = 2.0;
   }
-  double sum = 0.0;
   auto read_kernel = [&] {
-    double s = 0.0;
-#pragma omp parallel for simd schedule(static) num_threads(threads) reduction(+ : s)
-    for (size_t i = 0; i < n; ++i) s += a[i] + b[i];
-    sum = s;
+    double sum = 0.0;
+#pragma omp parallel for simd schedule(static) num_threads(threads) reduction(+ : sum)
+    for (size_t i = 0; i < n; ++i) sum += a[i] + b[i];
     if (sum != 3.0 * static_cast<double>(n)) {
       return absl::InternalError("the DRAM read stream computed garbage");
     }

@@ -80,6 +80,21 @@ bool OneDnnHasNativeBf16() {
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
+bool OneDnnHasBf16Matmul() {
+  static const bool available = [] {
+    try {
+      const memory::desc a({16, 32}, Dt::bf16, memory::format_tag::ab);
+      const memory::desc b({32, 16}, Dt::bf16, memory::format_tag::ab);
+      const memory::desc c({16, 16}, Dt::f32, memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), CpuEngine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 struct CpuExperts::Impl {
   // One weight slice of one expert as a matmul's [K, N] operand.
   struct Slice {
@@ -597,6 +612,11 @@ absl::StatusOr<std::unique_ptr<CpuExperts>> CpuExperts::Create(int64_t hidden, i
       impl->use_bf16 = OneDnnHasNativeBf16();
       break;
     case ExpertPrecision::kBf16:
+      if (!OneDnnHasBf16Matmul()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "CpuExperts: oneDNN has no bf16 matmul on this CPU (ISA ", OneDnnIsaName(),
+            "); use ExpertPrecision::kF32 or kAuto"));
+      }
       impl->use_bf16 = true;
       break;
     case ExpertPrecision::kF32:

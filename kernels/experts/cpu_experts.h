@@ -61,7 +61,8 @@ struct ExpertMatrices {
 
 enum class ExpertPrecision {
   kAuto,  // bf16 when oneDNN's ISA has native bf16 (avx512_core_bf16, AMX), else f32
-  kBf16,  // bf16 even without native support (oneDNN may emulate: slow, for tests)
+  kBf16,  // bf16 even without native support (oneDNN may emulate: slow, for tests); needs
+          // OneDnnHasBf16Matmul()
   kF32,   // weights widened to fp32 once (2x the bf16 bytes), fp32 activations
 };
 
@@ -122,6 +123,10 @@ class CpuExperts {
 // oneDNN's effective CPU ISA as a name, and whether it has native bf16 dot products.
 std::string OneDnnIsaName();
 bool OneDnnHasNativeBf16();
+// Whether oneDNN runs a bf16 matmul here at all, natively or emulated (its bf16 kernels need
+// avx512_core at least: an AVX2-only CPU has none, and ExpertPrecision::kBf16 is
+// UNIMPLEMENTED there). Found once, by creating a small matmul primitive descriptor.
+bool OneDnnHasBf16Matmul();
 
 }  // namespace writescope::kernels::experts
 

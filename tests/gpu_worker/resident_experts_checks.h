@@ -51,8 +51,13 @@ inline void ExpectHotPlusColdEqualsAll(DeviceExperts& experts, const ModelWeight
   constexpr float kGuard = -12345.0f;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     if (!config.IsMoeLayer(layer)) continue;
+    // bf16 as the cpu_worker runs it where oneDNN has it, else f32 (an AVX2-only CPU).
     auto cpu = CpuExperts::ForLayer(
-        weights, layer, {.precision = kernels::experts::ExpertPrecision::kBf16, .prepack = false});
+        weights, layer,
+        {.precision = kernels::experts::OneDnnHasBf16Matmul()
+                          ? kernels::experts::ExpertPrecision::kBf16
+                          : kernels::experts::ExpertPrecision::kF32,
+         .prepack = false});
     WS_ASSERT_OK(cpu.status());
     for (int64_t tokens : {1, 5, 77, 257}) {
       const std::string what = absl::StrCat("layer ", layer, ", ", tokens, " tokens");

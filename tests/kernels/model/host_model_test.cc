@@ -22,8 +22,11 @@ using testing::TinyConfig;
 
 // Logits of these models are O(1..10); the paths differ only in fp32 summation
 // order (and the bf16 rounding of a K/V/latent value that such a difference can
-// flip), never in what they attend to.
-constexpr double kLogitTolerance = 2e-3;
+// flip), never in what they attend to. Such a flip moved a logit of the tiny DeepSeek by
+// 2.8e-3 between prefill chunks of 1 token and the whole prompt on an AVX2-only CPU (AMD
+// EPYC, session 20; the other chunk sizes there 1.3e-6 to 6e-6); 2e-3 had held on AVX-512
+// hosts.
+constexpr double kLogitTolerance = 5e-3;
 // DeepSeek's absorbed decode rounds the absorbed query [W_UK^T q_nope | q_pe]
 // to bf16 (the MLA kernels' contract), a bf16-level difference from the naive
 // prefill path.

@@ -24,6 +24,29 @@ bool MulWithinLimit(uint64_t a, uint64_t b, uint64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out <= kMaxKvSizeBytes;
 }
 
+// kAutoWindowTokens' choice (kv_config.h). The geometry's block size may still be 0 (then
+// it becomes W). Products that would pass kMaxKvSizeBytes count as not fitting; a shape
+// whose sizes overflow is refused by ValidateShape afterwards.
+uint32_t AutoWindowTokens(const KvCacheConfig& config) {
+  const KvGeometry& g = config.geometry;
+  const uint32_t block = g.block_tokens;
+  const double room = kAutoWindowBudgetShare * static_cast<double>(config.gpu_kv_budget_bytes);
+  uint32_t smallest = 0;
+  for (uint32_t w = kDefaultWindowTokens; w >= 16; w /= 2) {
+    if (block != 0 && w % block != 0) continue;
+    smallest = w;
+    uint64_t per_sequence = 0, window = 0;
+    if (MulWithinLimit(g.bytes_per_token(), w, &per_sequence) &&
+        MulWithinLimit(per_sequence, config.max_sequences, &window) &&
+        static_cast<double>(window) <= room) {
+      return w;
+    }
+  }
+  // Nothing fits the share: the smallest candidate (the budget check reports whether it
+  // fits at all), or one block when no candidate is a multiple of the block size.
+  return smallest != 0 ? smallest : block;
+}
+
 }  // namespace
 
 absl::string_view KvRegionName(KvRegion region) {
@@ -46,7 +69,10 @@ std::string KvCacheConfig::DebugString() const {
       " kv_bytes_per_token=", g.bytes_per_token(), " block_tokens=", g.block_tokens,
       " W=", window_tokens, " cpu_compute_slots=", region_slots(KvRegion::kCpuCompute),
       " gpu_transfer_slots=", region_slots(KvRegion::kGpuTransfer),
-      " max_sequences=", max_sequences, " d_window=", Bytes(window_bytes()), " pingpong=2x",
+      " max_sequences=", max_sequences, " d_window=", Bytes(window_bytes()),
+      absl::StrFormat(" (%.0f %% of the budget)",
+                      gpu_kv_budget_bytes == 0 ? 0.0 : 100.0 * window_bytes() / gpu_kv_budget_bytes),
+      " pingpong=2x",
       pingpong_blocks, " layer-blocks=", Bytes(2 * pingpong_buffer_bytes()),
       " budget=", Bytes(gpu_kv_budget_bytes));
 }
@@ -139,11 +165,12 @@ absl::Status ValidateKvCacheConfig(const KvCacheConfig& config) {
 
 absl::StatusOr<KvCacheConfig> ResolveKvCacheConfig(KvCacheConfig config) {
   KvGeometry& g = config.geometry;
-  if (g.block_tokens == 0) g.block_tokens = config.window_tokens;
   if (config.gpu_kv_budget_bytes == 0) {
     config.gpu_kv_budget_bytes =
         g.kind == AttentionKind::kMla ? kDefaultMlaKvBudgetBytes : kDefaultGqaKvBudgetBytes;
   }
+  if (config.window_tokens == kAutoWindowTokens) config.window_tokens = AutoWindowTokens(config);
+  if (g.block_tokens == 0) g.block_tokens = config.window_tokens;
   WS_RETURN_IF_ERROR(ValidateShape(config));
   if (config.pingpong_blocks == 0) {
     const uint64_t window = config.window_bytes();

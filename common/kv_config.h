@@ -45,12 +45,21 @@ struct KvBlockRef {
 inline constexpr uint64_t kDefaultGqaKvBudgetBytes = uint64_t{2} << 30;         // 2 GiB
 inline constexpr uint64_t kDefaultMlaKvBudgetBytes = (uint64_t{3} << 30) / 10;  // 0.3 GiB
 inline constexpr uint32_t kDefaultWindowTokens = 256;
+// window_tokens = kAutoWindowTokens asks ResolveKvCacheConfig to choose W: the largest of
+// 256, 128, ..., 16 (a multiple of the block size when one is given) whose D-window of
+// max_sequences takes at most kAutoWindowBudgetShare of the GPU KV budget, the rest going
+// to the ping-pong buffers. Measured on the H200 (docs/measurements.md, Session 20): the
+// full DeepSeek-V2-Lite (27 layers) at batch 32 x 32K, where W=256 fills 79 % of the MLA's
+// 0.3 GiB, decoded 5.7 % faster with W=128 (40 %); W=64 was no faster than 256.
+inline constexpr uint32_t kAutoWindowTokens = 0;
+inline constexpr double kAutoWindowBudgetShare = 0.5;
 
 struct KvCacheConfig {
   // geometry.block_tokens is the block size; 0 means "= window_tokens".
   KvGeometry geometry;
   // W: decoded tokens kept per sequence in the GPU D-window. A multiple of the block
   // size, so a full window flushes into window_tokens / block_tokens whole blocks.
+  // kAutoWindowTokens (0): chosen from the budget by ResolveKvCacheConfig.
   uint32_t window_tokens = kDefaultWindowTokens;
   // Host bytes of each region; each holds floor(bytes / block_bytes) block slots.
   uint64_t cpu_compute_bytes = 0;
@@ -96,7 +105,8 @@ struct KvCacheConfig {
   std::string DebugString() const;
 };
 
-// Fills the defaults (block size, budget, ping-pong capacity) and validates:
+// Fills the defaults (budget, W when kAutoWindowTokens, block size, ping-pong capacity)
+// and validates:
 // INVALID_ARGUMENT for an impossible geometry (zero sizes, W not a multiple of the
 // block size, too many slots, sizes beyond 2^62 bytes that would wrap uint64),
 // RESOURCE_EXHAUSTED when the GPU KV budget cannot hold the D-window of max_sequences

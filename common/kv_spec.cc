@@ -22,6 +22,11 @@ internal::KvSpec ToKvSpec(const KvCacheConfig& config) {
 }
 
 absl::StatusOr<KvCacheConfig> FromKvSpec(const internal::KvSpec& spec) {
+  // The wire carries a resolved config: a W of 0 (kAutoWindowTokens) would let a worker
+  // choose its own window instead of the coordinator's.
+  if (spec.window_tokens() == 0) {
+    return absl::InvalidArgumentError("KV spec: D-window W must be > 0 (a resolved config)");
+  }
   KvCacheConfig config;
   KvGeometry& g = config.geometry;
   g.kind = spec.mla() ? AttentionKind::kMla : AttentionKind::kGqa;

@@ -10,7 +10,8 @@
 namespace writescope {
 
 internal::KvSpec ToKvSpec(const KvCacheConfig& config);
-// Rebuilds and re-validates (ResolveKvCacheConfig) the configuration.
+// Rebuilds and re-validates (ResolveKvCacheConfig) the configuration; a spec whose W is
+// 0 (kAutoWindowTokens, the coordinator's to resolve) is INVALID_ARGUMENT.
 absl::StatusOr<KvCacheConfig> FromKvSpec(const internal::KvSpec& spec);
 
 }  // namespace writescope

@@ -480,6 +480,7 @@ absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& req
                       engine_->RunBench(request, options_.engine.step_timeout * 4));
   response.set_policy(options_.policy);
   response.set_num_layers(static_cast<uint32_t>(model_config_.num_layers));
+  response.set_window_tokens(options_.kv.window_tokens);
   return response;
 }
 

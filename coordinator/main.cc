@@ -33,7 +33,9 @@ ABSL_FLAG(uint64_t, cpu_region_mib, 256, "Host MiB of the CPU-compute KV region"
 ABSL_FLAG(uint64_t, transfer_region_mib, 256, "Host MiB of the GPU-transfer KV region (pinned)");
 ABSL_FLAG(uint64_t, gpu_kv_budget_mib, 0,
           "GPU KV budget, D-window + ping-pong (0: 2048 for GQA, 307 for MLA)");
-ABSL_FLAG(uint32_t, window_tokens, 256, "D-window W: decoded tokens kept in VRAM per sequence");
+ABSL_FLAG(uint32_t, window_tokens, 0,
+          "D-window W: decoded tokens kept in VRAM per sequence (0: the largest of 256, 128, "
+          "..., 16 whose D-window of --max_sequences takes at most half the GPU KV budget)");
 ABSL_FLAG(uint32_t, block_tokens, 0, "Tokens per KV block (0: = window_tokens)");
 ABSL_FLAG(uint32_t, max_sequences, 16, "Live sequences (one D-window each)");
 ABSL_FLAG(double, vram_budget_gib, 32.0,

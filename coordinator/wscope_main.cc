@@ -346,7 +346,7 @@ int Bench() {
         "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
         "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
         "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90,read_cpu_share,"
-        "explore_steps,gpu_hot_expert_ms,hot_pair_share";
+        "explore_steps,gpu_hot_expert_ms,hot_pair_share,window_tokens";
     std::ifstream existing(csv_path);
     std::string first_line;
     const bool fresh = !existing.good() || !std::getline(existing, first_line);
@@ -458,13 +458,14 @@ int Bench() {
         if (csv != nullptr) {
           std::fprintf(csv,
                        "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                       "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f\n",
+                       "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u\n",
                        response.policy().c_str(), response.num_layers(),
                        static_cast<unsigned long long>(batch),
                        static_cast<unsigned long long>(context), response.steps_size(),
                        response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
                        expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n,
-                       p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n);
+                       p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
+                       response.window_tokens());
           std::fflush(csv);
         }
         WriteStepRows(steps_csv, response.policy(), round, batch, context, response.steps());

@@ -12,7 +12,8 @@
 
   3. with --ceilings ARCH: the roofline bound of every writescope point from the machine's
      measured ceilings (pinned H2D, host DRAM, the CPU's matrix rate), beside the measured
-     step. Per layer, with H host tokens (batch x (context - the D-window's tokens)):
+     step. Per layer, with H host tokens (batch x (context - the D-window's tokens W: the
+     CSV's window_tokens column, else --window-tokens)):
        CPU path  r H a + e   a = max(KV bytes / DRAM, attention FLOPs / CPU rate) per token,
                              e = the point's measured routed-expert time per layer (the
                              experts run on the CPU, after its attention)
@@ -79,6 +80,10 @@ def load(path):
                     # Hot experts on the gpu_worker (CSVs of later benches); 0 before.
                     "hot_expert_ms": float(row.get("gpu_hot_expert_ms") or 0),
                     "hot_pair_share": float(row.get("hot_pair_share") or 0),
+                    # The D-window W the trio ran with (CSVs of later benches); None before,
+                    # and 0 (never a valid W) reads as unknown too.
+                    "window_tokens": (int(row["window_tokens"]) or None)
+                    if row.get("window_tokens") else None,
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -108,6 +113,10 @@ def merge_repeats(rows):
         if all(g["p10"] is not None and g["p90"] is not None for g in group):
             out["p10"] = min(g["p10"] for g in group)
             out["p90"] = max(g["p90"] for g in group)
+        windows = {g["window_tokens"] for g in group}
+        if len(windows) > 1:
+            raise SystemExit(f"{key}: repeats ran with different D-windows {sorted(windows, key=str)}"
+                             "; report them apart")
         out["repeats"] = len(group)
         merged.append(out)
     return merged
@@ -197,8 +206,11 @@ GIB = float(1 << 30)
 
 def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens,
                   host_read_gbps=None):
-    """(attention-only bound, step bound, serial rest) in ms per step for one point."""
+    """(attention-only bound, step bound, serial rest) in ms per step for one point. The
+    row's own D-window W when its CSV records one, else window_tokens."""
     layers = max(row["layers"], 1)
+    if row.get("window_tokens") is not None:
+        window_tokens = row["window_tokens"]
     host_tokens = row["batch"] * max(0, row["context"] - window_tokens)
     a = max(shape["kv_bytes"] / dram_gbps, shape["flops"] / (cpu_tflops * 1e3)) * 1e-6  # ms/token
     b = shape["kv_bytes"] / h2d_gbps * 1e-6
@@ -229,7 +241,8 @@ def main():
     parser.add_argument("--cpu-tflops", type=float, default=2.59,
                         help="the CPU's bf16 matrix rate (oneDNN AMX peak, cpu_experts_bench)")
     parser.add_argument("--window-tokens", type=int, default=256,
-                        help="D-window tokens per sequence (on the GPU, not streamed)")
+                        help="D-window tokens per sequence (on the GPU, not streamed), for "
+                             "CSVs without a window_tokens column (older benches)")
     parser.add_argument("--host-read-gbps", type=float, default=None,
                         help="host memory read by a CPU stream and the H2D copies at once "
                              "(ws_probe's host_read_shared): a joint ceiling of both paths; "

@@ -80,6 +80,30 @@ TEST_P(FuzzRegressionTest, EveryCrashFoundStaysFixed) {
   }
 }
 
+// The coordinator resolves W before it sends the spec: a spec with W=0 is refused, not
+// resolved again by the worker that reads it.
+TEST(FuzzRegressionTest, AKvSpecWithoutItsWindowIsRefused) {
+  KvCacheConfig config;
+  config.geometry = KvGeometry{.kind = AttentionKind::kMla,
+                               .num_layers = 27,
+                               .block_tokens = 0,
+                               .kv_lora_rank = 512,
+                               .rope_dim = 64};
+  config.window_tokens = kAutoWindowTokens;
+  config.max_sequences = 32;
+  absl::StatusOr<KvCacheConfig> resolved = ResolveKvCacheConfig(config);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  internal::KvSpec spec = ToKvSpec(*resolved);
+  EXPECT_EQ(spec.window_tokens(), 128u);
+  EXPECT_EQ(CheckKvSpec(spec.SerializeAsString()).violation, "");
+  EXPECT_TRUE(FromKvSpec(spec).ok());
+  spec.set_window_tokens(0);
+  const FuzzResult refused = CheckKvSpec(spec.SerializeAsString());
+  EXPECT_EQ(refused.violation, "");
+  EXPECT_EQ(refused.parse.code(), absl::StatusCode::kInvalidArgument) << refused.parse;
+  EXPECT_TRUE(absl::StrContains(refused.parse.message(), "W must be > 0")) << refused.parse;
+}
+
 // Too large to check in: 100k levels of '[' (200 KB) overflowed the 8 MB stack of a plain
 // -O2 build in the recursive dump of the error message (fixed with a depth limit).
 TEST(FuzzRegressionTest, DeeplyNestedJsonIsRefusedNotACrash) {

@@ -86,8 +86,92 @@ TEST(KvConfigTest, BadGeometryIsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ResolveKvCacheConfig({.geometry = Qwen3(), .max_sequences = 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ResolveKvCacheConfig({.geometry = Qwen3(), .window_tokens = 0}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  // W is chosen (kAutoWindowTokens) before the block size follows it, so the resolved W is
+  // never 0; a block size no candidate W divides leaves W at one block.
+  g = Qwen3();
+  g.block_tokens = 96;
+  auto one_block = ResolveKvCacheConfig({.geometry = g, .window_tokens = kAutoWindowTokens});
+  WS_ASSERT_OK(one_block.status());
+  EXPECT_EQ(one_block->window_tokens, 96u);
+}
+
+// kAutoWindowTokens: the largest W of 256, 128, ..., 16 whose D-window takes at most half
+// the GPU KV budget.
+TEST(KvConfigTest, AutoWindowKeepsTwoFiftySixWhereItTakesAtMostHalf) {
+  // Qwen3, 48 layers, 32 sequences: 32 x 256 x 96 KiB = 768 MiB, 37.5 % of 2 GiB.
+  auto qwen3 = ResolveKvCacheConfig(
+      {.geometry = Qwen3(), .window_tokens = kAutoWindowTokens, .max_sequences = 32});
+  WS_ASSERT_OK(qwen3.status());
+  EXPECT_EQ(qwen3->window_tokens, 256u);
+  EXPECT_EQ(qwen3->block_tokens(), 256u);
+  // DeepSeek-V2-Lite with the grid's 4 layers: 32 x 256 x 4 x 1152 B = 36 MiB of 0.3 GiB.
+  KvGeometry four = DeepSeekV2Lite();
+  four.num_layers = 4;
+  auto deepseek4 = ResolveKvCacheConfig(
+      {.geometry = four, .window_tokens = kAutoWindowTokens, .max_sequences = 32});
+  WS_ASSERT_OK(deepseek4.status());
+  EXPECT_EQ(deepseek4->window_tokens, 256u);
+}
+
+TEST(KvConfigTest, AutoWindowAtExactlyHalfKeepsTheWindow) {
+  // Mixtral-8x7B, 32 layers, 8 KV heads, head_dim 128: 128 KiB per token; 32 sequences x
+  // 256 tokens take 1 GiB, half of 2 GiB exactly; a 33rd sequence passes half.
+  const KvGeometry mixtral{.kind = AttentionKind::kGqa,
+                           .num_layers = 32,
+                           .block_tokens = 0,
+                           .num_kv_heads = 8,
+                           .head_dim = 128};
+  auto at_half = ResolveKvCacheConfig(
+      {.geometry = mixtral, .window_tokens = kAutoWindowTokens, .max_sequences = 32});
+  WS_ASSERT_OK(at_half.status());
+  EXPECT_EQ(at_half->window_bytes(), uint64_t{1} << 30);
+  EXPECT_EQ(at_half->window_tokens, 256u);
+  auto past_half = ResolveKvCacheConfig(
+      {.geometry = mixtral, .window_tokens = kAutoWindowTokens, .max_sequences = 33});
+  WS_ASSERT_OK(past_half.status());
+  EXPECT_EQ(past_half->window_tokens, 128u);
+}
+
+TEST(KvConfigTest, AutoWindowHalvesForTheFullDeepSeekAtBatch32) {
+  // 27 layers x 1152 B x 32 sequences: W=256 takes 243 MiB, 79 % of the 307 MiB budget;
+  // W=128 takes 121.5 MiB, 40 %. The ping-pong buffers get the rest.
+  auto resolved = ResolveKvCacheConfig(
+      {.geometry = DeepSeekV2Lite(), .window_tokens = kAutoWindowTokens, .max_sequences = 32});
+  WS_ASSERT_OK(resolved.status());
+  EXPECT_EQ(resolved->window_tokens, 128u);
+  EXPECT_EQ(resolved->block_tokens(), 128u);
+  EXPECT_LE(resolved->window_bytes(), resolved->gpu_kv_budget_bytes / 2);
+  EXPECT_GT(2 * uint64_t{256} * resolved->geometry.bytes_per_token() * 32,
+            resolved->gpu_kv_budget_bytes);
+  EXPECT_THAT(resolved->DebugString(), HasSubstr("W=128"));
+  EXPECT_THAT(resolved->DebugString(), HasSubstr("(40 % of the budget)"));
+  // An explicit W is kept, whatever its share.
+  auto explicit_w = ResolveKvCacheConfig(
+      {.geometry = DeepSeekV2Lite(), .window_tokens = 256, .max_sequences = 32});
+  WS_ASSERT_OK(explicit_w.status());
+  EXPECT_EQ(explicit_w->window_tokens, 256u);
+  EXPECT_LT(explicit_w->pingpong_blocks * explicit_w->block_tokens(),
+            resolved->pingpong_blocks * resolved->block_tokens());
+}
+
+TEST(KvConfigTest, AutoWindowStaysAMultipleOfAGivenBlockSize) {
+  // Qwen3 with 64-token blocks and 128 sequences: W=256 takes 3 GiB, 128 takes 1.5 GiB, 64
+  // takes 768 MiB of the 2 GiB: 64.
+  KvGeometry g = Qwen3();
+  g.block_tokens = 64;
+  auto resolved =
+      ResolveKvCacheConfig({.geometry = g, .window_tokens = kAutoWindowTokens, .max_sequences = 128});
+  WS_ASSERT_OK(resolved.status());
+  EXPECT_EQ(resolved->window_tokens, 64u);
+  EXPECT_EQ(resolved->blocks_per_window(), 1u);
+  // 32-token blocks and 2000 sequences: nothing takes half (16 is not a multiple of 32, 32
+  // tokens take 6 GiB): the smallest candidate, then the budget check refuses it.
+  g.block_tokens = 32;
+  auto status = ResolveKvCacheConfig(
+                    {.geometry = g, .window_tokens = kAutoWindowTokens, .max_sequences = 2000})
+                    .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("2000 sequences x 32 tokens"));
 }
 
 TEST(KvConfigTest, BlockSmallerThanWindow) {

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/fixed_array.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -749,7 +750,11 @@ absl::Status Engine::RunOneStep() {
       budget -= chunk;
       any_prefill = true;
     }
-    if (!any_prefill) ChooseDecodeReads(&plan, &read);
+    if (!any_prefill) {
+      ChooseDecodeReads(&plan, &read);
+    } else {
+      queued_cpu_readers_.clear();
+    }
   }
   for (const auto& r : failed) Fail(*r, failure);
   if (entries.empty()) return failure;
@@ -960,13 +965,24 @@ void Engine::ChooseDecodeReads(internal::StepPlan* plan, ReadDecision* decision)
     }
     cpu_tokens.push_back(cpu);
   }
+  // The readers whose KV rounds are queued, by sequence (the batch may have changed since).
+  absl::FixedArray<bool> queued(cpu_tokens.size());
+  for (int i = 0; i < plan->sequences_size(); ++i) {
+    queued[i] = std::find(queued_cpu_readers_.begin(), queued_cpu_readers_.end(),
+                          plan->sequences(i).seq_id()) != queued_cpu_readers_.end();
+  }
   // Whole sequences only: the scheduler predicts the split at the share they make and names
   // them.
-  *decision = scheduler_->ChooseDecodeReads(host_tokens, cpu_tokens);
+  *decision = scheduler_->ChooseDecodeReads(host_tokens, cpu_tokens,
+                                            absl::MakeConstSpan(queued));
   WS_CHECK(decision->cpu_readers.size() == cpu_tokens.size());
+  if (!decision->explore) queued_cpu_readers_.clear();
   for (int i = 0; i < plan->sequences_size(); ++i) {
     if (cpu_tokens[i] > 0 && !decision->cpu_readers[i]) {
       plan->mutable_sequences(i)->set_gpu_reads_cpu_blocks(true);
+    }
+    if (!decision->explore && decision->cpu_readers[i]) {
+      queued_cpu_readers_.push_back(plan->sequences(i).seq_id());
     }
   }
   plan->set_exploring(decision->explore);

@@ -292,6 +292,11 @@ class Engine {
   std::condition_variable step_ended_;
   std::atomic<uint64_t> next_bench_round_{1};
   std::optional<ExpertPlacement> experts_;  // guarded by placement_mutex_
+  // The sequences (seq_id) whose CPU-compute blocks the CPU attended in the last decode-only
+  // step that did not explore: the gpu_worker queues that step's first KV rounds early for
+  // the next one (Scheduler::ChooseDecodeReads' queued_readers). Empty after a step with
+  // prompt chunks (engine thread).
+  std::vector<uint64_t> queued_cpu_readers_;
   GpuCalibration gpu_calibration_;          // guarded by mutex_
   std::thread thread_;
 };

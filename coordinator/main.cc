@@ -67,6 +67,11 @@ ABSL_FLAG(double, exploration_share_hold,
           "writescope: a split exploration's later steps keep its first step's CPU share while "
           "that is predicted to cost at most this fraction of the step (0: never kept)");
 
+ABSL_FLAG(bool, hold_queued_readers,
+          writescope::coordinator::SchedulerOptions{}.hold_queued_readers,
+          "writescope: a split keeps the sequences the CPU attended in the last step that did not "
+          "explore unless others save more than a change costs, as --mode_switch_hold_steps "
+          "(false: the readers follow r* at every step)");
 ABSL_FLAG(uint32_t, mode_switch_hold_steps,
           writescope::coordinator::SchedulerOptions{}.mode_switch_hold_steps,
           "writescope: a decode step keeps the read mode whose KV rounds are queued unless the "
@@ -108,6 +113,7 @@ int main(int argc, char** argv) {
   options.scheduler.exploration_share_hold = absl::GetFlag(FLAGS_exploration_share_hold);
   options.scheduler.settle_missed_rounds = absl::GetFlag(FLAGS_settle_missed_rounds);
   options.scheduler.mode_switch_hold_steps = absl::GetFlag(FLAGS_mode_switch_hold_steps);
+  options.scheduler.hold_queued_readers = absl::GetFlag(FLAGS_hold_queued_readers);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -564,20 +564,22 @@ void Scheduler::ObserveStep(const StepSample& sample) {
 
 ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
                                           uint32_t sequences) {
-  return DecideReads(host_tokens, placed_cpu_tokens, sequences, nullptr);
+  return DecideReads(host_tokens, placed_cpu_tokens, sequences, nullptr, {});
 }
 
 ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens,
-                                          absl::Span<const uint64_t> cpu_tokens) {
+                                          absl::Span<const uint64_t> cpu_tokens,
+                                          absl::Span<const bool> queued_readers) {
   uint64_t placed = 0;
   for (uint64_t tokens : cpu_tokens) placed += tokens;
   return DecideReads(host_tokens, placed, static_cast<uint32_t>(cpu_tokens.size()),
-                     &cpu_tokens);
+                     &cpu_tokens, queued_readers);
 }
 
 ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
                                     uint32_t sequences,
-                                    const absl::Span<const uint64_t>* cpu_tokens) {
+                                    const absl::Span<const uint64_t>* cpu_tokens,
+                                    absl::Span<const bool> queued_readers) {
   const double tokens = static_cast<double>(host_tokens);
   const double placed =
       host_tokens == 0 ? 0.0
@@ -642,16 +644,52 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   // rounds to no sequence, it would run as GPU-only and never be measured.
   const double split_wanted = std::min(OptimalCpuShare(params, tokens), placed);
   auto split_readers = readers(split_wanted, split_wanted > 0.0);
-  const double split_share = split_readers.first;
   // With no rest measured yet a mode counts as costing only its attention; the first
   // exploration measures it.
   const auto rest = [](double value) { return std::isnan(value) ? 0.0 : value; };
-  decision.split_ns = PredictStep(params, split_share, tokens).step_ns + rest(rest_split_);
   decision.rest_split_ns = rest_split_;
   decision.rest_gpu_only_ns = rest_gpu_only_;
   // Without a calibration (the probe failed) the GPU-only line is unknown until a GPU-only
   // step (the exploration below runs one at once).
   if (gpu_only_.ready()) decision.gpu_only_ns = gpu_only_.Predict(tokens) + rest(rest_gpu_only_);
+  // A split keeps the readers whose rounds are queued (a split's, the last step that did not
+  // explore) while the ones above are predicted to save less than a change costs: over
+  // mode_switch_hold_steps steps, and over the held decisions so far (their regret grows
+  // below, where the held readers run), and while the split they make is not predicted worse
+  // than GPU-only (where the readers above are not: a change of readers costs at most a
+  // change of mode) (ChooseDecodeReads).
+  const bool continuing = explore_steps_left_ > 0;
+  bool readers_held = false;
+  double readers_gain_ns = 0.0;
+  if (options_.hold_queued_readers && cpu_tokens != nullptr &&
+      queued_readers.size() == cpu_tokens->size() && !continuing && queued_mode_ == 1 &&
+      split_readers.first > 0.0 && options_.mode_switch_hold_steps > 0 && switch_cost_ > 0.0 &&
+      std::isfinite(switch_cost_)) {
+    std::vector<bool> queued(cpu_tokens->size(), false);
+    uint64_t queued_tokens = 0;
+    for (size_t i = 0; i < queued.size(); ++i) {
+      queued[i] = queued_readers[i] && (*cpu_tokens)[i] > 0;
+      queued_tokens += queued[i] ? (*cpu_tokens)[i] : 0;
+    }
+    if (queued_tokens > 0 && queued != split_readers.second) {
+      const double queued_share =
+          static_cast<double>(queued_tokens) / static_cast<double>(host_tokens);
+      const double held_ns = PredictStep(params, queued_share, tokens).step_ns;
+      const double new_ns = PredictStep(params, split_readers.first, tokens).step_ns;
+      const double gain_ns = std::max(0.0, held_ns - new_ns);
+      const bool held_loses_to_gpu_only =
+          decision.gpu_only_ns < held_ns + rest(rest_split_) &&
+          !(decision.gpu_only_ns < new_ns + rest(rest_split_));
+      if (gain_ns * options_.mode_switch_hold_steps < switch_cost_ &&
+          readers_regret_ns_ + gain_ns < switch_cost_ && !held_loses_to_gpu_only) {
+        readers_held = true;
+        readers_gain_ns = gain_ns;
+        split_readers = {queued_share, std::move(queued)};
+      }
+    }
+  }
+  const double split_share = split_readers.first;
+  decision.split_ns = PredictStep(params, split_share, tokens).step_ns + rest(rest_split_);
   // r* = 0 makes the split the GPU-only mode under the split's (contended) line.
   bool split = split_share > 0.0 && !(decision.gpu_only_ns < decision.split_ns);
   // The mode whose rounds are queued is kept unless the other saves more than a change costs
@@ -728,6 +766,9 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   }
   decided_explore_ = decision.explore;
   decided_continues_ = decision.exploration_continues;
+  // Outside explorations under way, a decision that does not run the held readers ends their
+  // hold (as a mode hold ends).
+  if (!continuing && !(readers_held && split && !decision.explore)) readers_regret_ns_ = 0.0;
   if (split) {
     // An exploring split attends at least the probe share (within the placed one), so that
     // A is measured on a useful number of tokens.
@@ -752,6 +793,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     decision.cpu_share = share;
     decision.cpu_readers = std::move(chosen);
     if (decision.explore) explore_share_ = decision.cpu_share;
+    // The held readers ran: what they gave up adds to the regret.
+    if (readers_held && !decision.explore) readers_regret_ns_ += readers_gain_ns;
   } else {
     decision.cpu_share = 0.0;
     if (cpu_tokens != nullptr) decision.cpu_readers.assign(cpu_tokens->size(), false);

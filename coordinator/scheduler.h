@@ -349,6 +349,10 @@ struct SchedulerOptions {
   // has it ahead); the maximum periods still do. 0: no hold (every decision takes the
   // cheaper prediction).
   uint32_t mode_switch_hold_steps = 4;
+  // A split that does not explore keeps the sequences the CPU attended in the last step that
+  // did not explore, by the same rule and switch cost (ChooseDecodeReads' queued_readers;
+  // needs mode_switch_hold_steps > 0). false: the readers follow r* at every step.
+  bool hold_queued_readers = true;
   // Weight of the newest step in each mode's "rest" EMA. In (0, 1]. A sample taken k steps
   // that did not explore after the mode's previous sample weighs 1 − (1 − w)^k, what k equal
   // samples would: an exploration's sample weighs the steps the other mode was chosen since
@@ -431,7 +435,17 @@ class Scheduler {
   // sequence 0.038 of the host tokens; 48 of 48 steps predicted the split 2.4 ms shorter
   // and ran GPU-only, 0.86x of monolithic, which read 0.107). The decision names the
   // sequences (ReadDecision::cpu_readers).
-  ReadDecision ChooseDecodeReads(uint64_t host_tokens, absl::Span<const uint64_t> cpu_tokens);
+  // `queued_readers` (empty, or one per sequence): the sequences the CPU attended in the last
+  // step that did not explore, whose KV rounds the gpu_worker queued early for this one (its
+  // GPU streams the others' CPU-compute blocks). A split that does not explore keeps them
+  // unless the whole-sequence readers it would choose now are predicted to save more than a
+  // change costs, as the mode hold keeps a mode (SchedulerOptions::mode_switch_hold_steps,
+  // the same switch cost and rule): other readers make the step's first rounds miss, and
+  // where r* sits near the middle between two subsets the choice flipped step by step
+  // (Qwen3 32 x 8K on the H200, run 120: 27 changes of the read share in 95 split steps at
+  // one target, the steps that missed their rounds 7.3 % longer, 16 x 32K 11.2 %).
+  ReadDecision ChooseDecodeReads(uint64_t host_tokens, absl::Span<const uint64_t> cpu_tokens,
+                                 absl::Span<const bool> queued_readers = {});
 
   // Recomputes the target for a batch of `host_tokens` host-resident tokens and
   // returns it: the fixed share of a fixed policy; for an adaptive one r* (at the larger of
@@ -490,8 +504,10 @@ class Scheduler {
   void SetTarget(double target, uint64_t host_tokens);
   // Both ChooseDecodeReads: `cpu_tokens` per sequence where the reads are whole sequences,
   // nullptr where the placed tokens divide at any share.
+  // `queued_readers`: the public overload's (empty without `cpu_tokens`).
   ReadDecision DecideReads(uint64_t host_tokens, uint64_t placed_cpu_tokens, uint32_t sequences,
-                           const absl::Span<const uint64_t>* cpu_tokens);
+                           const absl::Span<const uint64_t>* cpu_tokens,
+                           absl::Span<const bool> queued_readers);
 
   PolicySpec policy_;
   SchedulerOptions options_;
@@ -504,6 +520,8 @@ class Scheduler {
   // What the decisions held in a row gave up by the predictions (the other mode's savings
   // summed): a change pays for itself once it reaches the switch cost.
   double held_regret_ns_ = 0.0;
+  // The same for the queued readers kept by a split (ChooseDecodeReads).
+  double readers_regret_ns_ = 0.0;
   // Steps that did not explore, and its value at each mode's latest rest sample: a rest
   // sample weighs as many steps as did not explore since then.
   uint64_t rest_clock_ = 0, rest_split_clock_ = 0, rest_gpu_only_clock_ = 0;

@@ -18,6 +18,7 @@
 #   base  nosettle:--settle_missed_rounds=false  nohold:--exploration_share_hold=0
 #   nomap:cpu_worker/--prefault_kv=false  (session 18's:) nomodehold:--mode_switch_hold_steps=0
 #   (session 19's:) late:gpu_worker/--early_rounds_after_attention=false
+#   (session 20's:) w128:--window_tokens=128  noreaderhold:--hold_queued_readers=false
 # A variant whose trio runs past what is left of --budget-s is cut by `timeout` (its rows
 # so far stay) and the later ones are skipped, so the call comes home within its limit.
 # --archive FILE packs DIR (keep it outside DIR); --dry-run prints the commands. Exit 1 when
@@ -43,7 +44,7 @@ while [[ $# -gt 0 ]]; do
     --layers) LAYERS="$2"; shift 2 ;;
     --batches) BATCHES="$2"; shift 2 ;;
     --contexts) CONTEXTS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     -*) fail "unknown option '$1' (see --help)" ;;
     *) VARIANTS+=("$1"); shift ;;
   esac

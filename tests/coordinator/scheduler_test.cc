@@ -1735,6 +1735,124 @@ TEST(DecodeReadsTest, TheSplitIsPredictedAtTheShareWholeSequencesMake) {
   EXPECT_LT(total_ns / kSteps, 0.85 * gpu_only_ns);
 }
 
+// What a batch of 32 sequences whose r* sits near the middle between two whole-sequence
+// subsets does with and without the queued readers (Qwen3 32 x 8K on the H200, run 120: the
+// read share flipped between 0.268, 0.277 and 0.287 at one target, 27 times in 95 split
+// steps, and the steps that read other sequences than the rounds queued for them took 7 %
+// longer). Each sequence holds 2560 of its 8192 host tokens in the CPU-compute region
+// (0.0098 of the batch); the CPU's cost per token varies by +-2 % from step to step, so r*
+// moves across 0.2783, the middle between 28 sequences (0.2734) and 29 (0.2832). A step
+// that reads other sequences than the last step that did not explore pays 0.6 ms and
+// reports its early rounds missed.
+struct ReaderFlips {
+  int split_steps = 0;
+  int changes = 0;  // split steps that did not explore and read other sequences than queued
+  double total_ns = 0;
+  double last_split_share = 0;  // of the last split step that did not explore
+};
+
+// cpu_before / cpu_after: the CPU's cost per token times these before and from step 200.
+ReaderFlips RunNearTheMiddle(bool pass_queued, double cpu_after = 1.0, bool hold = true,
+                             double cpu_before = 1.0) {
+  constexpr size_t kSequences = 32;
+  constexpr double kTokens = kSequences * 8192.0;
+  const std::vector<uint64_t> cpu_tokens(kSequences, 2560);
+  ReadWorld world;
+  world.cpu_ns_per_token = 100;
+  world.split_gpu_ns_per_token = 38.5;  // r* = 38.5 / 138.5 = 0.2780 (equal fixed costs)
+  world.alone_gpu_ns_per_token = 38.5;
+  world.cpu_fixed_ns = 30000;
+  world.gpu_fixed_ns = 30000;
+  SchedulerOptions options;
+  options.hold_queued_readers = hold;
+  auto scheduler = *Scheduler::Create("writescope", options);
+  ProbeAndLearnLines(*scheduler, world);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> noise(-0.02, 0.02);
+  std::vector<bool> queued(kSequences, false);  // the engine's queued_cpu_readers_
+  ReaderFlips out;
+  for (int i = 0; i < 400; ++i) {
+    bool queued_array[kSequences];
+    for (size_t s = 0; s < kSequences; ++s) queued_array[s] = queued[s];
+    const RooflineParams params = scheduler->estimates();
+    const double rest_split = scheduler->rest_split_ns();
+    const ReadDecision d =
+        pass_queued ? scheduler->ChooseDecodeReads(static_cast<uint64_t>(kTokens), cpu_tokens,
+                                                   absl::MakeConstSpan(queued_array))
+                    : scheduler->ChooseDecodeReads(static_cast<uint64_t>(kTokens), cpu_tokens);
+    EXPECT_EQ(d.cpu_readers.size(), kSequences);
+    double attended = 0;
+    for (size_t s = 0; s < kSequences; ++s) attended += d.cpu_readers[s] ? cpu_tokens[s] : 0;
+    EXPECT_DOUBLE_EQ(attended / kTokens, d.cpu_share) << "step " << i;
+    // A split that does not explore is predicted at the share it runs (held or not).
+    if (d.cpu_share > 0 && !d.explore && !std::isnan(rest_split)) {
+      EXPECT_NEAR(d.split_ns, PredictStep(params, d.cpu_share, kTokens).step_ns + rest_split,
+                  1.0)
+          << "step " << i;
+    }
+    ReadWorld now = world;
+    now.cpu_ns_per_token *= (i >= 200 ? cpu_after : cpu_before) * (1.0 + noise(rng));
+    StepSample sample = now.Run(d.cpu_share, kTokens);
+    const bool other_readers = i > 0 && d.cpu_readers != queued;
+    if (other_readers) {
+      sample.step_ns += 0.6e6;
+      sample.early_rounds_missed = true;
+    }
+    scheduler->ObserveStep(sample);
+    if (i >= 40 && d.cpu_share > 0) {
+      ++out.split_steps;
+      out.changes += !d.explore && other_readers ? 1 : 0;
+    }
+    if (i >= 40) out.total_ns += sample.step_ns;
+    if (!d.explore && d.cpu_share > 0) out.last_split_share = d.cpu_share;
+    if (!d.explore) queued = d.cpu_readers;
+  }
+  return out;
+}
+
+TEST(DecodeReadsTest, ASplitKeepsItsQueuedReadersWhileAChangeCostsMore) {
+  const ReaderFlips without = RunNearTheMiddle(false);
+  const ReaderFlips with = RunNearTheMiddle(true);
+  EXPECT_GE(without.split_steps, 340);
+  EXPECT_GE(with.split_steps, 340);
+  // Without the queued readers the subset follows r* across the middle (31 changes in 360
+  // steps when written); with them it keeps one (0).
+  EXPECT_GE(without.changes, 20);
+  EXPECT_LE(with.changes, without.changes / 4);
+  EXPECT_LT(with.total_ns, without.total_ns);
+  // hold_queued_readers = false: as without them.
+  const ReaderFlips off = RunNearTheMiddle(true, 1.0, /*hold=*/false);
+  EXPECT_EQ(off.changes, without.changes);
+}
+
+// The hold gives way to a real move of r*: the CPU 30 % slower from step 200 (r* 0.2780 ->
+// 0.2285, five sequences fewer) ends at the readers the choice without the hold makes, after
+// a few changes.
+TEST(DecodeReadsTest, QueuedReadersGiveWayWhenRStarMoves) {
+  const ReaderFlips held = RunNearTheMiddle(true, 1.3);
+  const ReaderFlips free = RunNearTheMiddle(false, 1.3);
+  const double one_sequence = 2560 / (32 * 8192.0);
+  EXPECT_GE(held.split_steps, 340);
+  EXPECT_LT(free.last_split_share, 0.2734 - 3 * one_sequence);
+  EXPECT_NEAR(held.last_split_share, free.last_split_share, 1.01 * one_sequence);
+  EXPECT_GE(held.changes, 1);
+  EXPECT_LE(held.changes, 8);
+}
+
+// A small lasting move of r* is followed by the regret of the held decisions, not by the
+// step's gain: the CPU 2 % slower before step 200 (r* 0.2761: 28 sequences) and 3 % faster
+// after (r* 0.2839: 29), where 29 saves about 0.1 ms per step, a sixth of a change's 0.6 ms
+// (held by the per-step rule alone, forever; the regret reaches the cost within ~6
+// decisions).
+TEST(DecodeReadsTest, QueuedReadersGiveWayToASmallLastingGain) {
+  const double one_sequence = 2560 / (32 * 8192.0);
+  const ReaderFlips held = RunNearTheMiddle(true, 0.97, true, 1.02);
+  const ReaderFlips free = RunNearTheMiddle(false, 0.97, true, 1.02);
+  EXPECT_NEAR(free.last_split_share, 29 * one_sequence, 1e-9);
+  EXPECT_NEAR(held.last_split_share, 29 * one_sequence, 1e-9);
+  EXPECT_LE(held.changes, 4);
+}
+
 // An exploration's second step keeps its first step's share while that costs little, judged at
 // the share that would run: whole sequences closest to the held share can make another one (a
 // helper's review: sequences of 30000 and 20000 CPU tokens, the host tokens growing by a block

@@ -19,7 +19,8 @@
 # build-gpu), WS_BUNDLE_LIMIT_MIB (default 60: what may travel per run is 64 MiB, the
 # working tree's tracked files included), WS_BUNDLE_BINARIES (space-separated names: only
 # these binaries and their libraries, e.g. "coordinator gpu_worker cpu_worker wscope" for
-# the benchmark scripts, when the whole bundle and the tree together pass 64 MiB).
+# the benchmark scripts, when the whole bundle and the tree together pass 64 MiB; only
+# their targets are built then).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -57,8 +58,14 @@ cmake -S "$repo" -B "$build" "${generator[@]}" \
   { tail -30 "$configure_log" >&2; die "configure failed (log: $configure_log)"; }
 grep -q 'WriteScope CUDA: ON' "$configure_log" ||
   die "the build did not enable CUDA (log: $configure_log)"
-log "building with $jobs jobs"
-cmake --build "$build" -j "$jobs"
+# Named binaries: only their targets are built (the names are the CMake target names).
+targets=()
+if [[ -n ${WS_BUNDLE_BINARIES:-} ]]; then
+  read -r -a names <<<"$WS_BUNDLE_BINARIES"
+  targets=(--target "${names[@]}")
+fi
+log "building ${WS_BUNDLE_BINARIES:-everything} with $jobs jobs"
+cmake --build "$build" -j "$jobs" "${targets[@]}"
 
 # ---- stage ----------------------------------------------------------------------
 stage=$(mktemp -d "${TMPDIR:-/tmp}/ws-gpu-bundle.XXXXXX")

@@ -2,7 +2,8 @@
 # The main job: sets up if needed, builds, launches the trio on its embedded default model
 # (the tiny Qwen3-MoE of tests/fixtures), shows that it serves (health of all three
 # processes, server info, the data-plane and KV self test), streams one generation with its
-# timing summary (time to first token, prefill and decode split, tokens/s), then stops it
+# timing summary (time to first token, prefill and decode split, tokens/s) and the profile
+# summary of its last steps (per process and phase, with a Chrome trace), then stops it
 # cleanly.
 set -euo pipefail
 
@@ -41,6 +42,12 @@ PROMPT="$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sy
 echo "== generate: a 600-token prompt, 48 new tokens streamed (temperature 0.8, seed 7)"
 "$BIN/wscope" generate --target="$WS_TARGET" --prompt_ids="$PROMPT" --max_tokens=48 \
   --temperature=0.8 --seed=7 --ignore_eos
+echo
+# Where the generation's time went, per process and phase (issue 8's spans), and the
+# Chrome trace of the three processes on one timeline.
+TRACE="${TMPDIR:-/tmp}/ws-quickstart-trace.json"
+echo "== profile: the generation's last 16 steps, per process and phase"
+"$BIN/wscope" profile --target="$WS_TARGET" --steps=16 --out="$TRACE"
 echo
 echo "== server info after the generation"
 "$BIN/wscope" info --target="$WS_TARGET"

@@ -32,6 +32,13 @@ class DeviceLinear {
   virtual absl::Status MlaUv(const kernels::model::MlaDims& dims, const float* o_latent,
                              int64_t tokens, const kernels::model::LinearWeight& kv_b,
                              float* out) = 0;
+  // y[tokens, hidden] = down(silu(gate(x)) * up(x)) (kernels/model/layers.h SwiGluMlp) with
+  // the intermediate products on the device: x up, y down, one synchronization. The
+  // activation is computed as the host's SiluMul computes it (in double, rounded to fp32).
+  virtual absl::Status SwiGlu(const float* x, int64_t tokens,
+                              const kernels::model::LinearWeight& gate,
+                              const kernels::model::LinearWeight& up,
+                              const kernels::model::LinearWeight& down, float* y) = 0;
   // Device bytes of the widened weights.
   virtual uint64_t weight_bytes() const = 0;
 };

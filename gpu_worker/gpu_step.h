@@ -62,6 +62,8 @@ struct GpuStepOptions {
   kernels::model::LinearBackend linear;
   // MLA's absorbed per-head products (empty: the host loops).
   kernels::model::MlaBackend mla;
+  // The SwiGLU MLPs (dense layers, shared experts) as one chain (empty: through `linear`).
+  kernels::model::SwiGluBackend swiglu;
   // Routed experts on this device, for steps whose plan says experts_on_gpu (null: such
   // plans are refused).
   DeviceExperts* experts = nullptr;

@@ -197,6 +197,15 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
                                                    float* out) {
       return linear->MlaUv(d, o, tokens, kv_b, out);
     };
+    if (options_.device_swiglu) {
+      step_options.swiglu = [linear = linear_.get()](
+                                const float* x, int64_t tokens,
+                                const kernels::model::LinearWeight& gate,
+                                const kernels::model::LinearWeight& up,
+                                const kernels::model::LinearWeight& down, float* y) {
+        return linear->SwiGlu(x, tokens, gate, up, down, y);
+      };
+    }
   }
   WS_ASSIGN_OR_RETURN(step_, GpuStep::Create(*weights_, device_.get(), kv_cache_.get(), plane,
                                              step_options));

@@ -42,6 +42,10 @@ struct GpuWorkerOptions {
   // ... as soon as the last layer's GPU attention is done
   // (GpuStepOptions::early_rounds_after_attention).
   bool early_rounds_after_attention = true;
+  // The SwiGLU MLPs (dense layers, shared experts) as one device chain where the matrix
+  // products run on the device (DeviceLinear::SwiGlu); false: through its Linear, three
+  // round trips with the activation on the host.
+  bool device_swiglu = true;
 };
 
 class GpuWorker final : public WorkerBackend {

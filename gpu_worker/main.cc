@@ -37,6 +37,10 @@ ABSL_FLAG(bool, early_rounds_after_attention, true,
           "attention done), so that they copy under that layer's experts; false: at the end "
           "of the step");
 
+ABSL_FLAG(bool, device_swiglu, true,
+          "The dense MLPs' and shared experts' SwiGLU on the device as one chain (one upload, "
+          "one download); false: three products with the activation on the host between them");
+
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
   writescope::SetLogProcessName("gpu_worker");
@@ -77,7 +81,8 @@ int main(int argc, char** argv) {
        .hot_experts_warmup_tokens = warmup,
        .hot_experts_max_bytes = static_cast<uint64_t>(max_gib * 1073741824.0),
        .prefetch_next_step = absl::GetFlag(FLAGS_prefetch_next_step),
-       .early_rounds_after_attention = absl::GetFlag(FLAGS_early_rounds_after_attention)});
+       .early_rounds_after_attention = absl::GetFlag(FLAGS_early_rounds_after_attention),
+       .device_swiglu = absl::GetFlag(FLAGS_device_swiglu)});
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});
   if (!status.ok()) {

@@ -1,4 +1,5 @@
-// DeviceLinear on the CUDA device: cuBLAS SGEMM over fp32 copies of the weights.
+// DeviceLinear on the CUDA device: cuBLAS SGEMM over fp32 copies of the weights; SwiGLU
+// MLPs as one chain on the device.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -20,6 +21,8 @@ absl::Status CublasStatus(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": cuBLAS status ", static_cast<int>(status)));
 }
+absl::Status AsStatus(cublasStatus_t status, const char* what) { return CublasStatus(status, what); }
+absl::Status AsStatus(absl::Status status, const char*) { return status; }
 
 class CudaLinear final : public DeviceLinear {
  public:
@@ -91,18 +94,39 @@ class CudaLinear final : public DeviceLinear {
                       float* y) override {
     if (tokens == 0) return absl::OkStatus();
     WS_ASSIGN_OR_RETURN(const float* device_w, DeviceWeight(w));
-    // Row-major y[T, out] = x[T, in] W^T is column-major Y[out, T] = W^T[out, in] X[in, T]
-    // with W row-major [out, in] = column-major [in, out].
     return Product(x, 4 * static_cast<uint64_t>(tokens * w.in_features), y,
                    4 * static_cast<uint64_t>(tokens * w.out_features), "cublasSgemm",
-                   [&](const float* dx, float* dy) {
-                     const float alpha = 1.0f, beta = 0.0f;
-                     return cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N,
-                                        static_cast<int>(w.out_features), static_cast<int>(tokens),
-                                        static_cast<int>(w.in_features), &alpha, device_w,
-                                        static_cast<int>(w.in_features), dx,
-                                        static_cast<int>(w.in_features), &beta, dy,
-                                        static_cast<int>(w.out_features));
+                   [&](const float* dx, float* dy) { return Sgemm(device_w, w, dx, tokens, dy); });
+  }
+
+  absl::Status SwiGlu(const float* x, int64_t tokens, const kernels::model::LinearWeight& gate,
+                      const kernels::model::LinearWeight& up,
+                      const kernels::model::LinearWeight& down, float* y) override {
+    if (gate.out_features != up.out_features || down.in_features != gate.out_features ||
+        gate.in_features != up.in_features || down.out_features != gate.in_features) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SwiGlu: inconsistent shapes gate [", gate.out_features, ", ", gate.in_features,
+          "] up [", up.out_features, ", ", up.in_features, "] down [", down.out_features, ", ",
+          down.in_features, "]"));
+    }
+    if (tokens == 0) return absl::OkStatus();
+    WS_ASSIGN_OR_RETURN(const float* w_gate, DeviceWeight(gate));
+    WS_ASSIGN_OR_RETURN(const float* w_up, DeviceWeight(up));
+    WS_ASSIGN_OR_RETURN(const float* w_down, DeviceWeight(down));
+    const uint64_t mid_bytes = 4 * static_cast<uint64_t>(tokens * gate.out_features);
+    WS_RETURN_IF_ERROR(Grow(&gate_, mid_bytes));
+    WS_RETURN_IF_ERROR(Grow(&up_, mid_bytes));
+    auto* g = static_cast<float*>(gate_.data());
+    auto* u = static_cast<float*>(up_.data());
+    return Product(x, 4 * static_cast<uint64_t>(tokens * gate.in_features), y,
+                   4 * static_cast<uint64_t>(tokens * down.out_features), "SwiGlu",
+                   [&](const float* dx, float* dy) -> absl::Status {
+                     WS_RETURN_IF_ERROR(Sgemm(w_gate, gate, dx, tokens, g));
+                     WS_RETURN_IF_ERROR(Sgemm(w_up, up, dx, tokens, u));
+                     WS_RETURN_IF_ERROR(kernels::cuda::SiluMulInPlace(
+                         g, u, tokens * gate.out_features,
+                         device_->native_stream(Stream::kCompute)));
+                     return Sgemm(w_down, down, g, tokens, dy);
                    });
   }
 
@@ -157,8 +181,23 @@ class CudaLinear final : public DeviceLinear {
   uint64_t weight_bytes() const override { return bytes_; }
 
  private:
+  // Queues dy[tokens, out] = dx[tokens, in] W^T on the compute stream (device pointers).
+  // Row-major y[T, out] = x[T, in] W^T is column-major Y[out, T] = W^T[out, in] X[in, T]
+  // with W row-major [out, in] = column-major [in, out].
+  absl::Status Sgemm(const float* device_w, const kernels::model::LinearWeight& w,
+                     const float* dx, int64_t tokens, float* dy) {
+    const float alpha = 1.0f, beta = 0.0f;
+    return CublasStatus(
+        cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out_features),
+                    static_cast<int>(tokens), static_cast<int>(w.in_features), &alpha, device_w,
+                    static_cast<int>(w.in_features), dx, static_cast<int>(w.in_features), &beta,
+                    dy, static_cast<int>(w.out_features)),
+        "cublasSgemm");
+  }
+
   // One product on the compute stream: x (x_bytes, host) in, `gemm`(device x, device y)
-  // queued, y (y_bytes) back to the host, synchronized.
+  // queued (a cuBLAS status, or an absl::Status for a chain), y (y_bytes) back to the host,
+  // synchronized.
   template <typename Gemm>
   absl::Status Product(const float* x, uint64_t x_bytes, float* y, uint64_t y_bytes,
                        const char* what, Gemm gemm) {
@@ -166,7 +205,7 @@ class CudaLinear final : public DeviceLinear {
     WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
     WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), x, x_bytes, Stream::kCompute));
     WS_RETURN_IF_ERROR(
-        CublasStatus(gemm(static_cast<const float*>(x_.data()), static_cast<float*>(y_.data())), what));
+        AsStatus(gemm(static_cast<const float*>(x_.data()), static_cast<float*>(y_.data())), what));
     WS_RETURN_IF_ERROR(device_->CopyToHost(y, y_.data(), y_bytes, Stream::kCompute));
     return device_->Synchronize(Stream::kCompute);
   }
@@ -191,6 +230,7 @@ class CudaLinear final : public DeviceLinear {
   cublasHandle_t handle_ = nullptr;
   DeviceBuffer buffer_;
   DeviceBuffer x_, y_;
+  DeviceBuffer gate_, up_;  // SwiGlu's intermediate products [tokens, intermediate]
   absl::flat_hash_map<const uint16_t*, const float*> weights_;  // host bf16 -> device fp32
   uint64_t bytes_ = 0;
 };

@@ -1,4 +1,5 @@
-// bf16 -> fp32 widening on the device (weights for the fp32 matrix products).
+// bf16 -> fp32 widening on the device (weights for the fp32 matrix products), copies by the
+// SMs, and the SwiGLU activation between the MLP's products.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,6 +14,14 @@ __global__ void WidenBf16(const uint16_t* __restrict__ src, float* __restrict__ 
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
     dst[i] = __uint_as_float(static_cast<uint32_t>(src[i]) << 16);
+  }
+}
+
+__global__ void SiluMulKernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double g = gate[i];
+    gate[i] = static_cast<float>(g / (1.0 + exp(-g))) * up[i];
   }
 }
 
@@ -83,6 +92,19 @@ absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* strea
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {
     return absl::InternalError(absl::StrCat("Bf16ToFloat: ", cudaGetErrorString(error)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* stream) {
+  if (n <= 0) return absl::OkStatus();
+  const int threads = 256;
+  const int64_t wanted = (n + threads - 1) / threads;
+  const int blocks = static_cast<int>(wanted < 4096 ? wanted : 4096);
+  SiluMulKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, n);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("SiluMulInPlace: ", cudaGetErrorString(error)));
   }
   return absl::OkStatus();
 }

@@ -97,6 +97,7 @@ absl::Status DecoderOps::Matmul(const float* x, int64_t tokens, const LinearWeig
 
 absl::Status DecoderOps::SwiGlu(const float* x, int64_t tokens, const LinearWeight& gate,
                                 const LinearWeight& up, const LinearWeight& down, float* y) {
+  if (swiglu_backend_) return swiglu_backend_(x, tokens, gate, up, down, y);
   return SwiGluMlp(x, tokens, gate, up, down, y,
                    [this](const float* in, int64_t n, const LinearWeight& w, float* out) {
                      return Matmul(in, n, w, out);
@@ -157,12 +158,14 @@ absl::Status DecoderOps::ProjectQkv(int64_t layer, const float* h, int64_t token
     RmsNorm(q_a.data(), tokens, rank, W(layer, "self_attn.q_a_layernorm.weight").data,
             kMlaLatentNormEps, q_a.data());
     WS_RETURN_IF_ERROR(
-        Linear(q_a.data(), tokens, AsLinear(W(layer, "self_attn.q_b_proj.weight")), q, cache()));
+        Matmul(q_a.data(), tokens, AsLinear(W(layer, "self_attn.q_b_proj.weight")), q));
   } else {
     WS_RETURN_IF_ERROR(Matmul(h, tokens, AsLinear(W(layer, "self_attn.q_proj.weight")), q));
   }
-  WS_RETURN_IF_ERROR(Linear(h, tokens, AsLinear(W(layer, "self_attn.kv_a_proj_with_mqa.weight")),
-                            kv_rows, cache()));
+  // Through the backend like every other product (on the gpu_worker: the GPU, not a host
+  // oneDNN product whose threads would share the cpu_worker's cores).
+  WS_RETURN_IF_ERROR(
+      Matmul(h, tokens, AsLinear(W(layer, "self_attn.kv_a_proj_with_mqa.weight")), kv_rows));
   const uint16_t* kv_norm = W(layer, "self_attn.kv_a_layernorm.weight").data;
   for (int64_t t = 0; t < tokens; ++t) {
     RmsNorm(kv_rows + t * latent, 1, d.kv_lora_rank, kv_norm, kMlaLatentNormEps,

@@ -72,6 +72,14 @@ struct MlaBackend {
   MlaProduct uv;
 };
 
+// A SwiGLU MLP backend: y[tokens, out] = down(silu(gate(x)) * up(x)) for weights of the
+// model's weights (layers.h SwiGluMlp's contract), x and y fp32 in host memory. The
+// gpu_worker keeps the intermediate products on its GPU (one upload and one download per
+// MLP, not three of each); unset, SwiGluMlp runs through the linear backend.
+using SwiGluBackend =
+    std::function<absl::Status(const float* x, int64_t tokens, const LinearWeight& gate,
+                               const LinearWeight& up, const LinearWeight& down, float* y)>;
+
 class DecoderOps {
  public:
   // `weights` must hold the attention-side tensors (SideFilter::kGpu or kAll) with the shapes
@@ -98,6 +106,9 @@ class DecoderOps {
   void set_linear_backend(LinearBackend backend) { backend_ = std::move(backend); }
   // MLA's absorbed products through `backend` (empty members: the host loops).
   void set_mla_backend(MlaBackend backend) { mla_backend_ = std::move(backend); }
+  // The dense MLPs' and DeepSeek's shared experts' SwiGLU through `backend` (empty: their
+  // three products through the linear backend, the activation on the host).
+  void set_swiglu_backend(SwiGluBackend backend) { swiglu_backend_ = std::move(backend); }
 
   // x [tokens, hidden]. INVALID_ARGUMENT for a token outside the vocabulary.
   absl::Status Embed(absl::Span<const int32_t> tokens, float* x) const;
@@ -144,6 +155,7 @@ class DecoderOps {
   F32WeightCache cache_;
   LinearBackend backend_;
   MlaBackend mla_backend_;
+  SwiGluBackend swiglu_backend_;
 };
 
 }  // namespace writescope::kernels::model

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "common/model_tensors.h"
 #include "gtest/gtest.h"
 #include "kernels/model/decoder_ops.h"
 #include "kernels/model/layers.h"
@@ -115,6 +116,56 @@ TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
       }
     }
   }
+}
+
+// The SwiGLU chain on the device (two products, the activation, the third product, one round
+// trip) against the host's SwiGluMlp over the same fp32 weights, for DeepSeek-V2's dense MLP
+// and shared experts of every layer of a tiny model; odd token counts, 0 included, guard words
+// after the output; and a mismatched chain refused.
+TEST(DeviceLinearTest, SwiGluChainMatchesTheHostMlp) {
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
+  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  const ModelConfig config = kernels::model::testing::TinyConfig("deepseek_v2");
+  auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 13});
+  WS_ASSERT_OK(weights.status());
+  auto linear = CreateDeviceLinear(device->get(), **weights, uint64_t{1} << 30);
+  WS_ASSERT_OK(linear.status());
+  ASSERT_NE(*linear, nullptr);
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal;
+  int checked = 0;
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const auto name = [&](MlpMatrix matrix) {
+      return config.IsMoeLayer(layer) ? SharedExpertTensorName(layer, matrix)
+                                      : DenseMlpTensorName(layer, matrix);
+    };
+    const LinearWeight gate = AsLinear((*weights)->At(name(MlpMatrix::kGate)));
+    const LinearWeight up = AsLinear((*weights)->At(name(MlpMatrix::kUp)));
+    const LinearWeight down = AsLinear((*weights)->At(name(MlpMatrix::kDown)));
+    for (int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{77}, int64_t{257}}) {
+      std::vector<float> x(tokens * gate.in_features);
+      for (float& v : x) v = 2.0f * normal(rng);
+      std::vector<float> want(tokens * down.out_features + 8, 3.0f), got(want);
+      WS_ASSERT_OK(kernels::model::SwiGluMlp(x.data(), tokens, gate, up, down, want.data(),
+                                             static_cast<kernels::model::F32WeightCache*>(nullptr)));
+      WS_ASSERT_OK((*linear)->SwiGlu(x.data(), tokens, gate, up, down, got.data()));
+      double worst = 0, scale = 1e-30;
+      for (size_t i = 0; i + 8 < want.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got[i])) << "layer " << layer << " tokens " << tokens << " " << i;
+        worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+        scale = std::max(scale, std::fabs(double(want[i])));
+      }
+      EXPECT_LT(worst / scale, 1e-5) << "layer " << layer << " tokens " << tokens;
+      for (int i = 1; i <= 8; ++i) EXPECT_EQ(got[got.size() - i], 3.0f) << "guard " << i;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 10);
+  // down's input must be gate's output: a chain of the wrong matrices is refused.
+  const LinearWeight gate = AsLinear((*weights)->At(DenseMlpTensorName(0, MlpMatrix::kGate)));
+  std::vector<float> x(gate.in_features), y(gate.in_features);
+  EXPECT_EQ((*linear)->SwiGlu(x.data(), 1, gate, gate, gate, y.data()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, DeviceLinearArchTest,

@@ -125,7 +125,11 @@ TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
 TEST(DeviceLinearTest, SwiGluChainMatchesTheHostMlp) {
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
   if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
-  const ModelConfig config = kernels::model::testing::TinyConfig("deepseek_v2");
+  // Intermediate sizes other than the hidden size (the tiny configs make every MLP matrix
+  // square), so that a product of the wrong shape or order shows.
+  ModelConfig config = kernels::model::testing::TinyConfig("deepseek_v2");
+  config.intermediate_size = 96;
+  config.moe_intermediate_size = 24;
   auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 13});
   WS_ASSERT_OK(weights.status());
   auto linear = CreateDeviceLinear(device->get(), **weights, uint64_t{1} << 30);
@@ -163,7 +167,8 @@ TEST(DeviceLinearTest, SwiGluChainMatchesTheHostMlp) {
   EXPECT_GE(checked, 10);
   // down's input must be gate's output: a chain of the wrong matrices is refused.
   const LinearWeight gate = AsLinear((*weights)->At(DenseMlpTensorName(0, MlpMatrix::kGate)));
-  std::vector<float> x(gate.in_features), y(gate.in_features);
+  ASSERT_NE(gate.out_features, gate.in_features);
+  std::vector<float> x(gate.in_features), y(gate.out_features);
   EXPECT_EQ((*linear)->SwiGlu(x.data(), 1, gate, gate, gate, y.data()).code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -12,6 +12,7 @@
 #include "common/model_tensors.h"
 #include "common/status.h"
 #include "gpu_worker/device_linear.h"
+#include "kernels/model/layers.h"
 #include "kernels/cuda/cuda_convert.h"
 
 namespace writescope::gpu {
@@ -102,13 +103,7 @@ class CudaLinear final : public DeviceLinear {
   absl::Status SwiGlu(const float* x, int64_t tokens, const kernels::model::LinearWeight& gate,
                       const kernels::model::LinearWeight& up,
                       const kernels::model::LinearWeight& down, float* y) override {
-    if (gate.out_features != up.out_features || down.in_features != gate.out_features ||
-        gate.in_features != up.in_features || down.out_features != gate.in_features) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "SwiGlu: inconsistent shapes gate [", gate.out_features, ", ", gate.in_features,
-          "] up [", up.out_features, ", ", up.in_features, "] down [", down.out_features, ", ",
-          down.in_features, "]"));
-    }
+    WS_RETURN_IF_ERROR(kernels::model::ValidateSwiGluShapes(gate, up, down));
     if (tokens == 0) return absl::OkStatus();
     WS_ASSIGN_OR_RETURN(const float* w_gate, DeviceWeight(gate));
     WS_ASSIGN_OR_RETURN(const float* w_up, DeviceWeight(up));

@@ -147,6 +147,17 @@ absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
 absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
                        const LinearWeight& up, const LinearWeight& down, float* y,
                        MatmulFn matmul) {
+  WS_RETURN_IF_ERROR(ValidateSwiGluShapes(gate, up, down));
+  const int64_t inter = gate.out_features;
+  std::vector<float> g(tokens * inter), u(tokens * inter);
+  WS_RETURN_IF_ERROR(matmul(x, tokens, gate, g.data()));
+  WS_RETURN_IF_ERROR(matmul(x, tokens, up, u.data()));
+  SiluMul(g.data(), u.data(), tokens * inter, g.data());
+  return matmul(g.data(), tokens, down, y);
+}
+
+absl::Status ValidateSwiGluShapes(const LinearWeight& gate, const LinearWeight& up,
+                                  const LinearWeight& down) {
   if (gate.out_features != up.out_features || down.in_features != gate.out_features ||
       gate.in_features != up.in_features || down.out_features != gate.in_features) {
     return absl::InvalidArgumentError(
@@ -154,12 +165,7 @@ absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
                      gate.in_features, "] up [", up.out_features, ", ", up.in_features, "] down [",
                      down.out_features, ", ", down.in_features, "]"));
   }
-  const int64_t inter = gate.out_features;
-  std::vector<float> g(tokens * inter), u(tokens * inter);
-  WS_RETURN_IF_ERROR(matmul(x, tokens, gate, g.data()));
-  WS_RETURN_IF_ERROR(matmul(x, tokens, up, u.data()));
-  SiluMul(g.data(), u.data(), tokens * inter, g.data());
-  return matmul(g.data(), tokens, down, y);
+  return absl::OkStatus();
 }
 
 absl::Status Embed(const Bf16Tensor& table, absl::Span<const int32_t> tokens, float* out) {

@@ -93,6 +93,9 @@ using MatmulFn =
 absl::Status SwiGluMlp(const float* x, int64_t tokens, const LinearWeight& gate,
                        const LinearWeight& up, const LinearWeight& down, float* y,
                        MatmulFn matmul);
+// INVALID_ARGUMENT with the shapes unless gate, up and down chain as a SwiGLU MLP above.
+absl::Status ValidateSwiGluShapes(const LinearWeight& gate, const LinearWeight& up,
+                                  const LinearWeight& down);
 
 // out[i] = table[tokens[i]] widened: table [vocab, hidden] bf16, out [tokens,
 // hidden]. INVALID_ARGUMENT for a token outside [0, vocab).

@@ -22,6 +22,18 @@ def row(policy, batch, context, step_ms, spread=0.05):
             f"0,{lo},{step_ms},{hi}\n")
 
 
+def run_report(csv_text, *args, check=True):
+    """bench_report.py over a temporary CSV that holds csv_text (the process's result)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(csv_text)
+        path = f.name
+    try:
+        return subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
+                               path, *args], capture_output=True, text=True, check=check)
+    finally:
+        os.unlink(path)
+
+
 with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
     f.write(HEADER)
     # writescope: 10 ms at 2K, 30 ms at 8K -> 2K..8K takes 6144 * 20 ms = 122.88 s for
@@ -158,53 +170,21 @@ checks += [
 # A CSV that records the trio's D-window (window_tokens): W=756 leaves 500 host tokens of the
 # 1256, 0.5 ms per layer either way; the experts' 0.5 ms per layer then bound the layer
 # (e >= H b): 2 ms for 4 layers + the rest's 4 = 6 ms, whatever --window-tokens says.
-with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-    f.write(HEADER.rstrip("\n") + ",read_cpu_share,explore_steps,gpu_hot_expert_ms,"
-            "hot_pair_share,window_tokens\n")
-    f.write("writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3,"
-            "0.5,0,0,0,756\n")
-    path = f.name
-try:
-    own_window = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
-                                 path, "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048",
-                                 "--dram-gbps", "2.048", "--cpu-tflops", "1000",
-                                 "--window-tokens", "256"],
-                                capture_output=True, text=True, check=True).stdout
-finally:
-    os.unlink(path)
-text += own_window
-checks += [
-    ("bound     6.00 ms (step / bound 1.00)" in own_window
-     and "its bound    1.00 ms" in own_window, "the CSV's own D-window sets the host tokens"),
-]
-
 # W=0 is never a trio's window: it reads as unknown, so --window-tokens (756) sets the host
 # tokens and the bound is the same 6 ms. Repeats of one point at different windows are refused.
 W_HEADER = (HEADER.rstrip("\n") + ",read_cpu_share,explore_steps,gpu_hot_expert_ms,"
             "hot_pair_share,window_tokens\n")
 W_ROW = ("writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3,"
          "0.5,0,0,0,")
-with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-    f.write(W_HEADER + W_ROW + "0\n")
-    path = f.name
-try:
-    zero_window = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"),
-                                  path, "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048",
-                                  "--dram-gbps", "2.048", "--cpu-tflops", "1000",
-                                  "--window-tokens", "756"],
-                                 capture_output=True, text=True, check=True).stdout
-finally:
-    os.unlink(path)
-with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-    f.write(W_HEADER + W_ROW + "756\n" + W_ROW + "128\n")
-    path = f.name
-try:
-    mixed = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path],
-                           capture_output=True, text=True)
-finally:
-    os.unlink(path)
-text += zero_window
+W_CEILINGS = ("--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
+              "--cpu-tflops", "1000")
+own_window = run_report(W_HEADER + W_ROW + "756\n", *W_CEILINGS, "--window-tokens", "256").stdout
+zero_window = run_report(W_HEADER + W_ROW + "0\n", *W_CEILINGS, "--window-tokens", "756").stdout
+mixed = run_report(W_HEADER + W_ROW + "756\n" + W_ROW + "128\n", check=False)
+text += own_window + zero_window
 checks += [
+    ("bound     6.00 ms (step / bound 1.00)" in own_window
+     and "its bound    1.00 ms" in own_window, "the CSV's own D-window sets the host tokens"),
     ("bound     6.00 ms (step / bound 1.00)" in zero_window, "W=0 in the CSV reads as unknown"),
     (mixed.returncode != 0 and "different D-windows" in mixed.stderr,
      "repeats at different D-windows are refused"),

@@ -51,17 +51,22 @@ __global__ void CopyPiecesKernel(const DevicePiece* __restrict__ pieces, int cou
   }
 }
 
+// The launch just queued: INTERNAL naming `what` and CUDA's error, or OK.
+absl::Status LaunchStatus(const char* what) {
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CopyDevicePieces(const DevicePiece* pieces, int count, void* stream) {
   if (count <= 0) return absl::OkStatus();
   const int blocks = count < 1024 ? count : 1024;
   CopyPiecesKernel<<<blocks, 128, 0, static_cast<cudaStream_t>(stream)>>>(pieces, count);
-  const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("CopyDevicePieces: ", cudaGetErrorString(error)));
-  }
-  return absl::OkStatus();
+  return LaunchStatus("CopyDevicePieces");
 }
 
 absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
@@ -76,11 +81,7 @@ absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
   const int blocks = static_cast<int>(wanted < 264 ? (wanted > 0 ? wanted : 1) : 264);
   CopyBytesKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), vectors, bytes);
-  const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("CopyBytes: ", cudaGetErrorString(error)));
-  }
-  return absl::OkStatus();
+  return LaunchStatus("CopyBytes");
 }
 
 absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* stream) {
@@ -89,11 +90,7 @@ absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* strea
   const int64_t wanted = (n + threads - 1) / threads;
   const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);
   WidenBf16<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(src, dst, n);
-  const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("Bf16ToFloat: ", cudaGetErrorString(error)));
-  }
-  return absl::OkStatus();
+  return LaunchStatus("Bf16ToFloat");
 }
 
 absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* stream) {
@@ -102,11 +99,7 @@ absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* strea
   const int64_t wanted = (n + threads - 1) / threads;
   const int blocks = static_cast<int>(wanted < 4096 ? wanted : 4096);
   SiluMulKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, n);
-  const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("SiluMulInPlace: ", cudaGetErrorString(error)));
-  }
-  return absl::OkStatus();
+  return LaunchStatus("SiluMulInPlace");
 }
 
 }  // namespace writescope::kernels::cuda

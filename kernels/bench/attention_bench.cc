@@ -4,6 +4,7 @@
 //                   [--threads=16] [--iters=3] [--dram-gbps=85] [--hbm-gbps=4300]
 //                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda] [--no-gqa]
 //                   [--no-merge] [--clock=wall|cpu]
+//                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
 //
 // KV bytes are counted once per step (K and V of every token and kv head read once);
 // achieved GB/s = bytes / time, compared with the DRAM (CPU) or HBM (GPU) ceiling.
@@ -15,15 +16,29 @@
 // process CPU time divided by the thread count instead of wall time: on a shared, loaded
 // machine it leaves out the time the benchmark was descheduled (use it with --threads=1;
 // OpenMP threads that spin while waiting count as busy).
+//
+// --host-memory chooses where the CPU tables' tiles live: malloc (aligned_alloc, the kernel's
+// default page choice; the default), anon (private anonymous memory with MADV_NOHUGEPAGE: 4 KiB
+// pages), anon-thp (MADV_HUGEPAGE), shm (a /dev/shm object as the KV arena maps it, no hint),
+// shm-thp (the same with MADV_HUGEPAGE: granted only where /dev/shm is mounted huge=advise or
+// the kernel forces it), memfd-thp (memfd_create with MADV_HUGEPAGE: the kernel's internal
+// shared-memory mount, which follows transparent_hugepage/shmem_enabled). Each table's header
+// says how many of the pool's bytes huge pages map.
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -74,17 +89,101 @@ double TimeIt(int iters, Fn fn) {
   return times[times.size() / 2];
 }
 
+std::string g_host_memory = "malloc";  // --host-memory
+
+// A value in kB of /proc/self/smaps_rollup (e.g. "AnonHugePages:"), or -1.
+int64_t SmapsRollupKib(const std::string& key) {
+  std::ifstream file("/proc/self/smaps_rollup");
+  std::string word;
+  int64_t kib = -1;
+  while (file >> word) {
+    if (word == key) {
+      file >> kib;
+      return kib;
+    }
+  }
+  return -1;
+}
+
+// The bracketed word of a transparent_hugepage sysfs file, or "?".
+std::string ThpMode(const char* file_name) {
+  std::ifstream file(std::string("/sys/kernel/mm/transparent_hugepage/") + file_name);
+  std::string line;
+  if (!std::getline(file, line)) return "?";
+  const size_t open = line.find('['), close = line.find(']');
+  return open == std::string::npos || close == std::string::npos ? "?" : line.substr(open + 1, close - open - 1);
+}
+
+// Bytes of host memory of the kind --host-memory names (exits on a failure: a bench).
+class HostBytes {
+ public:
+  explicit HostBytes(size_t bytes) : bytes_((bytes + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20)) {
+    const std::string& kind = g_host_memory;
+    if (kind == "malloc") {
+      data_ = std::aligned_alloc(64, bytes_);
+      malloced_ = true;
+    } else if (kind == "anon" || kind == "anon-thp") {
+      data_ = Map(MAP_PRIVATE | MAP_ANONYMOUS, -1);
+      Advise(kind == "anon" ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+    } else if (kind == "shm" || kind == "shm-thp") {
+      const std::string name = "/ws-attention-bench-" + std::to_string(getpid());
+      const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0) Fail("shm_open/ftruncate");
+      shm_unlink(name.c_str());
+      data_ = Map(MAP_SHARED, fd);
+      close(fd);
+      if (kind == "shm-thp") Advise(MADV_HUGEPAGE);
+    } else if (kind == "memfd-thp") {
+      const int fd = memfd_create("ws-attention-bench", 0);
+      if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0) Fail("memfd_create/ftruncate");
+      data_ = Map(MAP_SHARED, fd);
+      close(fd);
+      Advise(MADV_HUGEPAGE);
+    } else {
+      std::fprintf(stderr, "--host-memory=%s: not one of malloc, anon, anon-thp, shm, shm-thp, memfd-thp\n",
+                   kind.c_str());
+      std::exit(2);
+    }
+    if (data_ == nullptr) Fail("allocation");
+  }
+  HostBytes(const HostBytes&) = delete;
+  HostBytes& operator=(const HostBytes&) = delete;
+  ~HostBytes() {
+    if (malloced_) std::free(data_);
+    else munmap(data_, bytes_);
+  }
+  void* data() const { return data_; }
+
+ private:
+  void* Map(int flags, int fd) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, flags, fd, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  void Advise(int advice) {
+    if (madvise(data_, bytes_, advice) != 0) std::fprintf(stderr, "madvise: %s\n", std::strerror(errno));
+  }
+  [[noreturn]] static void Fail(const char* what) {
+    std::fprintf(stderr, "--host-memory=%s: %s failed: %s\n", g_host_memory.c_str(), what, std::strerror(errno));
+    std::exit(1);
+  }
+  size_t bytes_;
+  void* data_ = nullptr;
+  bool malloced_ = false;
+};
+
 // A pool of random bf16 tiles, first-touched by the OpenMP threads that will read them.
 class TilePool {
  public:
   TilePool(int64_t tile_values, double pool_gb, int64_t tiles_needed) : tile_values_(tile_values) {
     const int64_t max_tiles = std::max<int64_t>(1, static_cast<int64_t>(pool_gb * 1e9 / (tile_values * 2)));
     num_tiles_ = std::min(tiles_needed, max_tiles);
-    data_.reset(static_cast<uint16_t*>(std::aligned_alloc(64, ((num_tiles_ * tile_values * 2 + 63) / 64) * 64)));
+    const int64_t anon_before = SmapsRollupKib("AnonHugePages:"), shmem_before = SmapsRollupKib("ShmemPmdMapped:");
+    memory_ = std::make_unique<HostBytes>(static_cast<size_t>(num_tiles_ * tile_values * 2));
+    auto* data = static_cast<uint16_t*>(memory_->data());
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < num_tiles_; ++t) {
       uint64_t state = 0x9e3779b97f4a7c15ull * (t + 1);  // xorshift: cheap, good enough
-      uint16_t* tile = data_.get() + t * tile_values_;
+      uint16_t* tile = data + t * tile_values_;
       for (int64_t i = 0; i < tile_values_; ++i) {
         state ^= state << 13;
         state ^= state >> 7;
@@ -92,17 +191,22 @@ class TilePool {
         tile[i] = FloatToBf16(static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) / (1 << 23));
       }
     }
+    data_ = data;
+    const int64_t huge_kib = (SmapsRollupKib("AnonHugePages:") - anon_before) +
+                             (SmapsRollupKib("ShmemPmdMapped:") - shmem_before);
+    std::printf("tile pool: %.2f GB, host memory %s, %.2f GB of it in huge pages (THP enabled=%s, "
+                "shmem_enabled=%s)\n",
+                num_tiles_ * tile_values * 2 / 1e9, g_host_memory.c_str(), huge_kib * 1024 / 1e9,
+                ThpMode("enabled").c_str(), ThpMode("shmem_enabled").c_str());
   }
-  const uint16_t* tile(int64_t i) const { return data_.get() + (i % num_tiles_) * tile_values_; }
+  const uint16_t* tile(int64_t i) const { return data_ + (i % num_tiles_) * tile_values_; }
   int64_t num_tiles() const { return num_tiles_; }
 
  private:
-  struct Free {
-    void operator()(uint16_t* p) const { std::free(p); }
-  };
   int64_t tile_values_;
   int64_t num_tiles_ = 0;
-  std::unique_ptr<uint16_t, Free> data_;
+  std::unique_ptr<HostBytes> memory_;
+  const uint16_t* data_ = nullptr;
 };
 
 constexpr int32_t kBlockTokens = 256;
@@ -257,6 +361,7 @@ int Main(int argc, char** argv) {
     else if (const char* v = value("--hbm-gbps=")) ok = absl::SimpleAtod(v, &options.hbm_gbps);
     else if (const char* v = value("--pool-gb=")) ok = absl::SimpleAtod(v, &options.pool_gb);
     else if (const char* v = value("--gpu-pool-gb=")) ok = absl::SimpleAtod(v, &options.gpu_pool_gb);
+    else if (const char* v = value("--host-memory=")) g_host_memory = v;
     else if (arg == "--clock=cpu") g_cpu_clock = true;
     else if (arg == "--clock=wall") g_cpu_clock = false;
     else if (arg == "--no-cpu") options.cpu = false;

@@ -59,8 +59,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   SchedulerOptions scheduler_options = coordinator->options_.scheduler;
   scheduler_options.kv_bytes_per_token_layer = kv.geometry.bytes_per_token_layer();
   scheduler_options.num_layers = kv.geometry.num_layers;
-  WS_ASSIGN_OR_RETURN(coordinator->scheduler_,
+  WS_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                       Scheduler::Create(coordinator->options_.policy, scheduler_options));
+  coordinator->scheduler_ = scheduler.get();
+  coordinator->scheduler_options_ = scheduler_options;
+  coordinator->schedulers_[scheduler->policy().ToString()] = std::move(scheduler);
   // Each channel is sized to carry a step of --max_step_tokens (a message may take half a
   // ring): --channel_mib is a floor, so a long prefill chunk needs no channel arithmetic.
   const StepDims step_dims = StepDimsFor(coordinator->model_config_);
@@ -92,7 +95,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   }
   coordinator->engine_ = std::make_unique<Engine>(
       engine, coordinator->model_config_, kv, &coordinator->placement_mutex_,
-      coordinator->placement_.get(), coordinator->scheduler_.get(), &coordinator->gpu_worker_,
+      coordinator->placement_.get(), coordinator->scheduler_, &coordinator->gpu_worker_,
       &coordinator->cpu_worker_, &coordinator->metrics_);
   WS_LOG(INFO) << "steps of up to " << engine.max_step_tokens << " tokens";
   coordinator->engine_->set_on_step_failure(
@@ -383,7 +386,6 @@ void Coordinator::UnlinkSharedWeights() {
 absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
   v1::ServerInfo info;
   info.set_version(kVersion);
-  info.set_policy(options_.policy);
   info.set_arena_name(arena_->name());
   info.set_arena_bytes(arena_->size());
   const KvCacheConfig& kv = options_.kv;
@@ -474,11 +476,38 @@ absl::StatusOr<v1::ModelInfo> Coordinator::ModelInfo() {
   return info;
 }
 
+absl::Status Coordinator::UseBenchPolicy(absl::string_view policy) {
+  WS_ASSIGN_OR_RETURN(const PolicySpec spec, ParsePolicy(policy));
+  Scheduler* scheduler = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    std::unique_ptr<Scheduler>& slot = schedulers_[spec.ToString()];
+    if (slot == nullptr) {
+      absl::StatusOr<std::unique_ptr<Scheduler>> made = Scheduler::Create(spec, scheduler_options_);
+      if (!made.ok()) {
+        schedulers_.erase(spec.ToString());
+        return made.status();
+      }
+      slot = *std::move(made);
+    }
+    scheduler = slot.get();
+  }
+  WS_RETURN_IF_ERROR(engine_->SwitchScheduler(scheduler));
+  std::lock_guard<std::mutex> lock(placement_mutex_);
+  scheduler_ = scheduler;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& request) {
   if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
+  std::lock_guard<std::mutex> bench_lock(bench_mutex_);
+  if (!request.policy().empty()) WS_RETURN_IF_ERROR(UseBenchPolicy(request.policy()));
   WS_ASSIGN_OR_RETURN(v1::BenchResponse response,
                       engine_->RunBench(request, options_.engine.step_timeout * 4));
-  response.set_policy(options_.policy);
+  {
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    response.set_policy(scheduler_->policy().ToString());
+  }
   response.set_num_layers(static_cast<uint32_t>(model_config_.num_layers));
   response.set_window_tokens(options_.kv.window_tokens);
   return response;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -96,6 +97,9 @@ class Coordinator {
   void UnlinkSharedWeights();
   // The expert placement rule from the workers' latest load responses (after a load).
   absl::Status ConfigureExperts();
+  // The Bench RPC's policy: makes the engine run `policy` (its scheduler made the first time;
+  // INVALID_ARGUMENT for a bad name, the engine's FAILED_PRECONDITION when not idle).
+  absl::Status UseBenchPolicy(absl::string_view policy);
 
   internal::LoadResponse gpu_load_, cpu_load_;  // the latest; supervisor thread
   CoordinatorOptions options_;
@@ -104,13 +108,18 @@ class Coordinator {
   // Placement metadata: which blocks of which sequence live in which region.
   std::mutex placement_mutex_;
   std::unique_ptr<KvPlacement> placement_;
-  // The CPU-share policy; guarded by placement_mutex_ (it steers placement).
-  std::unique_ptr<Scheduler> scheduler_;
+  // The CPU-share policy; guarded by placement_mutex_ (it steers placement): one scheduler
+  // per policy run (--policy, then those a bench named: UseBenchPolicy), by PolicySpec's
+  // ToString, and the one the engine runs now.
+  std::map<std::string, std::unique_ptr<Scheduler>> schedulers_;
+  Scheduler* scheduler_ = nullptr;
+  SchedulerOptions scheduler_options_;  // the options every policy's scheduler is made with
   // Batching and generation; started once the workers serve.
   Metrics metrics_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::string metrics_address_;
   std::unique_ptr<Engine> engine_;
+  std::mutex bench_mutex_;  // one Bench at a time (its policy holds for its whole run)
   uint64_t next_selftest_id_ = uint64_t{1} << 62;
   WorkerClient gpu_worker_;
   WorkerClient cpu_worker_;

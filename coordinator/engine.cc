@@ -474,6 +474,8 @@ absl::Status Engine::CalibrateGpuPath() {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     WS_RETURN_IF_ERROR(scheduler_->CalibrateGpu(points));
     fitted = scheduler_->estimates();
+    gpu_calibration_points_ = points;
+    schedulers_run_.insert(scheduler_);
   }
   std::string table;
   for (const CostSample& point : points) {
@@ -489,6 +491,31 @@ absl::Status Engine::CalibrateGpuPath() {
   gpu_calibration_.last_ms = response.ms();
   gpu_calibration_.ns_per_token = fitted.gpu_ns_per_token;
   gpu_calibration_.fixed_ns = fitted.gpu_fixed_ns;
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SwitchScheduler(Scheduler* scheduler) {
+  std::lock_guard<std::mutex> placement_lock(*placement_mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (scheduler == scheduler_) return absl::OkStatus();
+  if (in_step_ || counts_.running > 0 || !waiting_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "switching to policy ", scheduler->policy().ToString(), " needs an idle coordinator: ",
+        counts_.running, " requests running, ", waiting_.size(), " waiting",
+        in_step_ ? ", a step under way" : ""));
+  }
+  if (!schedulers_run_.contains(scheduler) && !gpu_calibration_points_.empty()) {
+    if (absl::Status fitted = scheduler->CalibrateGpu(gpu_calibration_points_); !fitted.ok()) {
+      return absl::InternalError(absl::StrCat("calibrating policy ",
+                                              scheduler->policy().ToString(), ": ",
+                                              fitted.message()));
+    }
+  }
+  schedulers_run_.insert(scheduler_);
+  schedulers_run_.insert(scheduler);
+  WS_LOG(INFO) << "policy " << scheduler_->policy().ToString() << " -> "
+               << scheduler->policy().ToString();
+  scheduler_ = scheduler;
   return absl::OkStatus();
 }
 

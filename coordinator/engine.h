@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/kv_config.h"
@@ -161,6 +162,13 @@ class Engine {
   // FAILED_PRECONDITION, nothing changed, for a transfer region too small to probe (< 2
   // blocks); the worker's error otherwise. While the engine runs, from its thread only.
   absl::Status CalibrateGpuPath();
+  // Makes `scheduler` the one every later step plans with and teaches (the Bench RPC's
+  // policy: Coordinator::Bench). Only while no request runs or waits and no step is under
+  // way: FAILED_PRECONDITION otherwise, nothing changed. A scheduler the engine has not run
+  // before is calibrated with the points of the GPU path's last probe (the one the scheduler
+  // it replaces was fitted to; INTERNAL if that fit fails, nothing changed). `scheduler` must
+  // outlive the engine, or its next switch.
+  absl::Status SwitchScheduler(Scheduler* scheduler);
   struct GpuCalibration {
     uint64_t count = 0;        // calibrations done
     double last_ms = 0;        // the last probe's wall time
@@ -298,6 +306,10 @@ class Engine {
   // prompt chunks (engine thread).
   std::vector<uint64_t> queued_cpu_readers_;
   GpuCalibration gpu_calibration_;          // guarded by mutex_
+  // The last GPU-path probe's points, and the schedulers that ran here (guarded by
+  // placement_mutex_): a scheduler switched to for the first time is fitted to them.
+  std::vector<CostSample> gpu_calibration_points_;
+  absl::flat_hash_set<const Scheduler*> schedulers_run_;
   std::thread thread_;
 };
 

@@ -19,13 +19,15 @@
 //                                           prompts; prints completed requests, outcomes by
 //                                           status code, tokens/s and latency percentiles
 //   wscope bench [--batches=4,16] [--contexts=2048,8192] [--decode_steps=N] [--warmup_steps=N]
-//          [--rounds=N] [--bench_for=60s] [--csv=FILE] [--steps_csv=FILE]
-//          [--warmup_steps_csv=FILE]
+//          [--rounds=N] [--bench_for=60s] [--policies=writescope,cpu-all] [--csv=FILE]
+//          [--steps_csv=FILE] [--warmup_steps_csv=FILE]
 //                                           steady-state decode at fixed contexts (the KV
 //                                           placed, not computed: Bench RPC), one table row
 //                                           per point: tokens/s, step time, attention and
 //                                           expert time, the CPU share, the roofline bound;
-//                                           --steps_csv: every measured step, timestamped;
+//                                           --policies: every point under each policy in
+//                                           turn, in one runtime (reversed every second
+//                                           round); --steps_csv: every measured step, timestamped;
 //                                           --warmup_steps_csv: every warm-up step, alike
 //   wscope profile [--steps=N] [--out=trace.json]
 //                                           the last N steps of the three processes: writes
@@ -105,6 +107,10 @@ ABSL_FLAG(std::string, csv, "", "bench: also append one row per point to this CS
 ABSL_FLAG(uint32_t, rounds, 1,
           "bench: run the list of points this many times (each round places its context anew "
           "at the scheduler's target then)");
+ABSL_FLAG(std::string, policies, "",
+          "bench: run every point under each of these policies in turn, comma separated, in one "
+          "runtime (each policy's scheduler kept across its points; the order reversed in every "
+          "second round); empty: the coordinator's current policy");
 ABSL_FLAG(absl::Duration, bench_for, absl::ZeroDuration(),
           "bench: start no round after this long (0: no limit; with --rounds)");
 ABSL_FLAG(std::string, steps_csv, "",
@@ -337,6 +343,9 @@ int Bench() {
       out->push_back(value);
     }
   }
+  std::vector<std::string> policies =
+      absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipWhitespace());
+  if (policies.empty()) policies.push_back("");  // the coordinator's current one
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   std::FILE* csv = nullptr;
@@ -402,75 +411,86 @@ int Bench() {
                    failures_in_a_row);
       break;
     }
+    // Every second round in reverse, so that no policy always runs right after another.
+    std::vector<std::string> order = policies;
+    if (round % 2 == 1) std::reverse(order.begin(), order.end());
     for (uint64_t context : contexts) {
       for (uint64_t batch : batches) {
-        writescope::v1::BenchRequest request;
-        request.set_batch(static_cast<uint32_t>(batch));
-        request.set_context_tokens(context);
-        request.set_decode_steps(absl::GetFlag(FLAGS_decode_steps));
-        request.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
-        grpc::ClientContext call;
-        call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
-        writescope::v1::BenchResponse response;
-        std::fprintf(stderr, "bench: round %u/%u, batch %llu, context %llu ...\n", round + 1,
-                     rounds, static_cast<unsigned long long>(batch),
-                     static_cast<unsigned long long>(context));
-        grpc::Status status = stub->Bench(&call, request, &response);
-        if (!status.ok()) {
-          std::printf("batch %llu context %llu: %s (code %d)\n",
-                      static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
-                      status.error_message().c_str(), static_cast<int>(status.error_code()));
-          ++failures;
-          ++failures_in_a_row;
-          continue;
+        for (const std::string& policy : order) {
+          if (failures_in_a_row >= kMaxFailuresInARow) break;
+          writescope::v1::BenchRequest request;
+          request.set_batch(static_cast<uint32_t>(batch));
+          request.set_context_tokens(context);
+          request.set_decode_steps(absl::GetFlag(FLAGS_decode_steps));
+          request.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
+          request.set_policy(policy);
+          grpc::ClientContext call;
+          call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+          writescope::v1::BenchResponse response;
+          std::fprintf(stderr, "bench: round %u/%u, batch %llu, context %llu%s%s ...\n", round + 1,
+                       rounds, static_cast<unsigned long long>(batch),
+                       static_cast<unsigned long long>(context), policy.empty() ? "" : ", ",
+                       policy.c_str());
+          grpc::Status status = stub->Bench(&call, request, &response);
+          if (!status.ok()) {
+            std::printf("batch %llu context %llu%s%s: %s (code %d)\n",
+                        static_cast<unsigned long long>(batch),
+                        static_cast<unsigned long long>(context), policy.empty() ? "" : " ",
+                        policy.c_str(),
+                        status.error_message().c_str(), static_cast<int>(status.error_code()));
+            ++failures;
+            ++failures_in_a_row;
+            continue;
+          }
+          failures_in_a_row = 0;
+          // Means over the measured steps.
+          double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0,
+                 optimal = 0, bound = 0, read = 0, hot = 0, hot_share = 0;
+          int explore_steps = 0;
+          for (const auto& step : response.steps()) {
+            gpu += step.gpu_attention_ms();
+            cpu += step.cpu_attention_ms();
+            experts += step.cpu_expert_ms();
+            expert_wait += step.gpu_expert_wait_ms();
+            target += step.target_cpu_share();
+            placed += step.placed_cpu_share();
+            optimal += step.optimal_cpu_share();
+            bound += step.bound_ms();
+            read += step.read_cpu_share();
+            explore_steps += step.explore() ? 1 : 0;
+            hot += step.gpu_hot_expert_ms();
+            hot_share += step.hot_pair_share();
+          }
+          const double n = std::max(1, response.steps_size());
+          std::vector<double> times;
+          for (const auto& step : response.steps()) times.push_back(step.step_ms());
+          const double p10 = Percentile(times, 0.1), p50 = Percentile(times, 0.5),
+                       p90 = Percentile(times, 0.9);
+          std::printf("%-12s %5llu %8llu %9.1f %9.2f %6.1f-%-6.1f %9.2f %9.2f %9.2f %6.3f %6.3f "
+                      "%6.3f %6.3f %9.2f %9.2f\n",
+                      response.policy().c_str(), static_cast<unsigned long long>(batch),
+                      static_cast<unsigned long long>(context), response.tokens_per_second(),
+                      response.mean_step_ms(), p10, p90, gpu / n, cpu / n, experts / n, target / n,
+                      placed / n, read / n, optimal / n, bound / n, hot / n);
+          std::fflush(stdout);
+          if (csv != nullptr) {
+            std::fprintf(csv,
+                         "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
+                         "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u\n",
+                         response.policy().c_str(), response.num_layers(),
+                         static_cast<unsigned long long>(batch),
+                         static_cast<unsigned long long>(context), response.steps_size(),
+                         response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
+                         expert_wait / n, experts / n, target / n, placed / n, optimal / n,
+                         bound / n,
+                         p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
+                         response.window_tokens());
+            std::fflush(csv);
+          }
+          WriteStepRows(steps_csv, response.policy(), round, batch, context, response.steps());
+          WriteStepRows(warmup_csv, response.policy(), round, batch, context,
+                        response.warmup_steps());
         }
-        failures_in_a_row = 0;
-        // Means over the measured steps.
-        double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0, optimal = 0,
-               bound = 0, read = 0, hot = 0, hot_share = 0;
-        int explore_steps = 0;
-        for (const auto& step : response.steps()) {
-          gpu += step.gpu_attention_ms();
-          cpu += step.cpu_attention_ms();
-          experts += step.cpu_expert_ms();
-          expert_wait += step.gpu_expert_wait_ms();
-          target += step.target_cpu_share();
-          placed += step.placed_cpu_share();
-          optimal += step.optimal_cpu_share();
-          bound += step.bound_ms();
-          read += step.read_cpu_share();
-          explore_steps += step.explore() ? 1 : 0;
-          hot += step.gpu_hot_expert_ms();
-          hot_share += step.hot_pair_share();
-        }
-        const double n = std::max(1, response.steps_size());
-        std::vector<double> times;
-        for (const auto& step : response.steps()) times.push_back(step.step_ms());
-        const double p10 = Percentile(times, 0.1), p50 = Percentile(times, 0.5),
-                     p90 = Percentile(times, 0.9);
-        std::printf("%-12s %5llu %8llu %9.1f %9.2f %6.1f-%-6.1f %9.2f %9.2f %9.2f %6.3f %6.3f "
-                    "%6.3f %6.3f %9.2f %9.2f\n",
-                    response.policy().c_str(), static_cast<unsigned long long>(batch),
-                    static_cast<unsigned long long>(context), response.tokens_per_second(),
-                    response.mean_step_ms(), p10, p90, gpu / n, cpu / n, experts / n, target / n,
-                    placed / n, read / n, optimal / n, bound / n, hot / n);
-        std::fflush(stdout);
-        if (csv != nullptr) {
-          std::fprintf(csv,
-                       "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                       "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u\n",
-                       response.policy().c_str(), response.num_layers(),
-                       static_cast<unsigned long long>(batch),
-                       static_cast<unsigned long long>(context), response.steps_size(),
-                       response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
-                       expert_wait / n, experts / n, target / n, placed / n, optimal / n, bound / n,
-                       p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
-                       response.window_tokens());
-          std::fflush(csv);
-        }
-        WriteStepRows(steps_csv, response.policy(), round, batch, context, response.steps());
-        WriteStepRows(warmup_csv, response.policy(), round, batch, context,
-                      response.warmup_steps());
       }
     }
   }
@@ -968,8 +988,8 @@ int main(int argc, char** argv) {
       "  wscope load [--target=ADDRESS] [--streams=N] [--duration=10s] [--prompt_tokens=N]\n"
       "      [--max_tokens=N] [--seed=N] [--json] |\n"
       "  wscope bench [--target=ADDRESS] [--batches=4,16] [--contexts=2048,8192]\n"
-      "      [--decode_steps=N] [--warmup_steps=N] [--rounds=N] [--bench_for=D] [--csv=FILE]"
-      " [--steps_csv=FILE]");
+      "      [--decode_steps=N] [--warmup_steps=N] [--rounds=N] [--bench_for=D]\n"
+      "      [--policies=P,P] [--csv=FILE] [--steps_csv=FILE] [--warmup_steps_csv=FILE]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());

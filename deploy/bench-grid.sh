@@ -10,8 +10,8 @@
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
 #       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 16]
-#       [--repeats 1] [--hot-experts auto|on|off] [--out DIR] [--bin DIR] [--device cuda|host]
-#       [-- EXTRA_COORDINATOR_FLAGS...]
+#       [--repeats 1] [--one-runtime] [--hot-experts auto|on|off] [--out DIR] [--bin DIR]
+#       [--device cuda|host] [-- EXTRA_COORDINATOR_FLAGS...]
 #
 # --hot-experts: the gpu_worker's resident hot experts (auto: on with CUDA), sized as the
 # full model's share per MoE layer (bench-trio.sh); every policy gets the same.
@@ -20,6 +20,12 @@
 # build on one machine differ (their CPU experts by up to 2.3x on the H200 microVM), so
 # repeats interleaved in time separate the policies from the trios; bench_report.py averages
 # a point's rows.
+# --one-runtime: one trio for all the policies instead of one per policy and repeat: each
+# point runs under every policy in turn (wscope bench --policies, the Bench RPC's policy;
+# each policy keeps its own scheduler across its points, all share the processes, their
+# memory, the hot experts and the start-up calibration of the GPU path), the order reversed
+# in every second repeat (--rounds). A slow phase of the host then falls on the policies of
+# the points it spans, not on one policy's whole trio, and no trio start-ups are paid.
 # --warmup: the measured round's KV is placed at the optimum of the scheduler's estimates
 # at that moment (Scheduler::PlacementShare), so the warm-up round must let them learn the
 # point: their EMA follows the steps with a time constant of ~20 (EstimatorOptions).
@@ -32,7 +38,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" REPEATS=1
 BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=16 OUT_DIR="${OUT:-.}"
-BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=()
+BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=() ONE_RUNTIME=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -43,12 +49,13 @@ while [[ $# -gt 0 ]]; do
     --steps) STEPS="$2"; shift 2 ;;
     --warmup) WARMUP="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
+    --one-runtime) ONE_RUNTIME=1; shift ;;
     --hot-experts) HOT_EXPERTS="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,6 +75,19 @@ mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/bench-$ARCH.csv"
 echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, hot experts" \
   "$HOT_EXPERTS, policies: $POLICIES"
+if ((ONE_RUNTIME)); then
+  echo "bench-grid: one runtime for all policies, $REPEATS round(s)"
+  start_trio bench-grid "${POLICIES%% *}" "$region_mib" --max_sequences="$max_batch" \
+    ${EXTRA[@]+"${EXTRA[@]}"}
+  "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
+    --decode_steps="$STEPS" --warmup_steps="$WARMUP" --rounds="$REPEATS" \
+    --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
+    --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
+    true
+  stop_trio
+  echo "bench-grid: $csv"
+  exit 0
+fi
 for repeat in $(seq "$REPEATS"); do
   # Even repeats take the policies in reverse order, so that a drift of the machine over
   # the run weighs on every policy alike once averaged (the trios' CPU experts differ:

@@ -639,5 +639,62 @@ TEST_F(EngineTest, CalibratesTheGpuPathAtStartAndPeriodically) {
             absl::StatusCode::kUnimplemented);
 }
 
+TEST_F(EngineTest, SwitchingTheSchedulerRunsTheNextBenchUnderItsPolicy) {
+  const uint32_t bt = kv_.block_tokens();
+  WS_ASSERT_OK(engine_->CalibrateGpuPath());
+  SchedulerOptions options;
+  options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
+  options.num_layers = kv_.geometry.num_layers;
+  std::unique_ptr<Scheduler> cpu_all = *Scheduler::Create("cpu-all", options);
+  std::unique_ptr<Scheduler> transfer_all = *Scheduler::Create("transfer-all", options);
+  v1::BenchRequest request;
+  request.set_batch(2);
+  request.set_context_tokens(4 * bt);
+  request.set_decode_steps(4);
+  request.set_warmup_steps(1);
+
+  // Not while a request runs: refused, the policy unchanged.
+  auto running = engine_->Submit(Request({1, 2, 3}, 200), absl::InfiniteFuture());
+  WS_ASSERT_OK(running.status());
+  const absl::Status busy = engine_->SwitchScheduler(cpu_all.get());
+  EXPECT_EQ(busy.code(), absl::StatusCode::kFailedPrecondition) << busy;
+  EXPECT_THAT(busy.message(), ::testing::HasSubstr("idle"));
+  (*running)->Cancel();
+  Drain(**running);
+  // Idle: the next bench places and reads under the new policy, whose scheduler was fitted
+  // to the engine's last probe of the GPU path.
+  for (Scheduler* scheduler : {cpu_all.get(), transfer_all.get(), scheduler_.get()}) {
+    SCOPED_TRACE(scheduler->policy().ToString());
+    // The cancelled request ends at the engine's next step boundary.
+    absl::Status switched;
+    for (int i = 0; i < 200; ++i) {
+      switched = engine_->SwitchScheduler(scheduler);
+      if (switched.code() != absl::StatusCode::kFailedPrecondition) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    WS_ASSERT_OK(switched);
+    {
+      std::lock_guard<std::mutex> lock(placement_mutex_);
+      EXPECT_NEAR(scheduler->gpu_only_estimator().slope(), 3.0, 1e-9);
+    }
+    absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
+    WS_ASSERT_OK(response.status());
+    ASSERT_GE(response->steps_size(), 1);
+    for (const v1::BenchStep& step : response->steps()) {
+      if (scheduler == cpu_all.get()) {
+        EXPECT_DOUBLE_EQ(step.target_cpu_share(), 1.0);
+        EXPECT_GT(step.read_cpu_share(), 0.0);
+      } else if (scheduler == transfer_all.get()) {
+        EXPECT_DOUBLE_EQ(step.target_cpu_share(), 0.0);
+        EXPECT_DOUBLE_EQ(step.placed_cpu_share(), 0.0);
+        EXPECT_DOUBLE_EQ(step.read_cpu_share(), 0.0);
+      }
+    }
+  }
+  // The scheduler that decoded is the one that learned: cpu-all's CPU line has samples.
+  std::lock_guard<std::mutex> lock(placement_mutex_);
+  EXPECT_TRUE(cpu_all->cpu_estimator().ready());
+}
+
 }  // namespace
 }  // namespace writescope::coordinator

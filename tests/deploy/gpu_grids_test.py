@@ -46,6 +46,14 @@ with tempfile.TemporaryDirectory() as out:
          "writescope\\ monolithic" in full.stdout, "layers, batches, contexts, policies passed on"),
         ("--arch mixtral --layers 27 --batches 32 --contexts 8192\\,32512 " in full.stdout,
          "Mixtral's context capped at 32512"),
+        ("--one-runtime" not in full.stdout, "one trio per policy unless --one-runtime"),
+    ]
+    # --one-runtime: passed on to bench-grid.sh (one trio for all the policies).
+    one = run("--dry-run", "--out", out, "--one-runtime", "qwen3_moe:2:16")
+    text += one.stdout
+    checks += [
+        (one.returncode == 0, "a dry run with --one-runtime succeeds"),
+        ("--repeats 2 --one-runtime --out" in one.stdout, "--one-runtime passed on"),
     ]
     for bad, why in ((["--out", out, "llama:1:16"], "unknown arch"),
                      (["--out", out, "--layers", "0", "qwen3_moe:1:16"], "--layers"),

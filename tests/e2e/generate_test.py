@@ -19,6 +19,9 @@ failure):
   4. abort of a long generation: found, ends quickly with finish_reason abort;
   5. a client deadline: DEADLINE_EXCEEDED, blocks freed, the server still serves;
   6. bad requests: INVALID_ARGUMENT naming the field, the server still serves;
+  6b. wscope bench --policies: every point under each policy in turn in one runtime (each
+     row under its policy: cpu-all reads the CPU-compute blocks, transfer-all places none),
+     the last policy stays the server's, a bad policy name is INVALID_ARGUMENT;
   7. KV exhaustion (small regions): RESOURCE_EXHAUSTED with the numbers;
   8. profile and metrics: spans of all three processes, nested and in order across them;
      /metrics counting what was served;
@@ -592,6 +595,45 @@ def check_bad_requests(env, trio):
               f"bad request, {label}: {e.get('code')} naming {field}: {e.get('message')!r}",
               err_text(r) or "it was served")
         small_request_ok(env, trio, "qwen3_moe", f"after {label}")
+
+
+def check_bench_policies(env, trio):
+    """6b. Several policies benched in one runtime (the Bench RPC's policy)."""
+    with tempfile.TemporaryDirectory(prefix="ws-bench.") as work:
+        csv_path = os.path.join(work, "bench.csv")
+        proc = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
+                            "--decode_steps=3", "--warmup_steps=1", "--rounds=2",
+                            "--policies=cpu-all,transfer-all,writescope", f"--csv={csv_path}"],
+                           timeout=120)
+        if not check(proc.returncode == 0, "bench --policies: 3 policies x 2 rounds in one trio",
+                     proc.stdout[-800:] + proc.stderr[-800:]):
+            return
+        with open(csv_path) as f:
+            header = f.readline().strip().split(",")
+            rows = [dict(zip(header, line.strip().split(","))) for line in f if line.strip()]
+        order = [r["policy"] for r in rows]
+        check(order == ["cpu-all", "transfer-all", "writescope", "writescope", "transfer-all",
+                        "cpu-all"],
+              f"bench --policies: rows in order {order} (reversed in the second round)")
+        cpu_all = [r for r in rows if r["policy"] == "cpu-all"]
+        transfer_all = [r for r in rows if r["policy"] == "transfer-all"]
+        check(all(float(r["read_cpu_share"]) > 0 and float(r["target_cpu_share"]) == 1.0
+                  for r in cpu_all) and
+              all(float(r["placed_cpu_share"]) == 0 and float(r["read_cpu_share"]) == 0
+                  for r in transfer_all),
+              "bench --policies: cpu-all's rows read on the CPU, transfer-all's place nothing there",
+              "; ".join(f"{r['policy']} target {r['target_cpu_share']} placed "
+                        f"{r['placed_cpu_share']} read {r['read_cpu_share']}" for r in rows))
+    after = trio.info()
+    check(after.get("policy") == "cpu-all",
+          f"bench --policies: the last policy benched (cpu-all) is the server's now "
+          f"(wscope info: {after.get('policy')})")
+    bad = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
+                       "--decode_steps=2", "--policies=static:2"], timeout=60)
+    check(bad.returncode != 0 and "code 3" in bad.stdout and "outside [0, 1]" in bad.stdout,
+          "bench --policies=static:2: INVALID_ARGUMENT (code 3), R outside [0, 1]",
+          bad.stdout[-400:])
+    small_request_ok(env, trio, "qwen3_moe", "after bench --policies")
 
 
 def probe_placement(env, trio, tag):
@@ -1197,6 +1239,7 @@ def main():
                 run_section("4. abort", check_abort, env, trio)
                 run_section("5. deadline", check_deadline, env, trio)
                 run_section("6. bad requests", check_bad_requests, env, trio)
+                run_section("6b. bench policies in one runtime", check_bench_policies, env, trio)
             finally:
                 trio.stop()
 

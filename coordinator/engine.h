@@ -269,7 +269,7 @@ class Engine {
   uint32_t max_step_tokens_ = 0;
   std::mutex* placement_mutex_;
   KvPlacement* placement_;
-  Scheduler* scheduler_;
+  Scheduler* scheduler_;  // guarded by placement_mutex_ (SwitchScheduler changes it)
   StepWorker* gpu_worker_;
   StepWorker* cpu_worker_;
   Metrics* metrics_;

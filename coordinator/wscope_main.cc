@@ -62,6 +62,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/policy.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -345,6 +346,15 @@ int Bench() {
   }
   std::vector<std::string> policies =
       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipWhitespace());
+  for (const std::string& policy : policies) {  // refused here, before any point runs
+    if (absl::StatusOr<writescope::coordinator::PolicySpec> spec =
+            writescope::coordinator::ParsePolicy(policy);
+        !spec.ok()) {
+      std::fprintf(stderr, "wscope bench: --policies: %s\n",
+                   std::string(spec.status().message()).c_str());
+      return 2;
+    }
+  }
   if (policies.empty()) policies.push_back("");  // the coordinator's current one
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
   auto stub = writescope::v1::WriteScope::NewStub(channel);

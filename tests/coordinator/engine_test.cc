@@ -199,6 +199,16 @@ class EngineTest : public ::testing::Test {
     return request;
   }
 
+  static v1::BenchRequest Bench(uint32_t batch, uint64_t context_tokens, uint32_t decode_steps,
+                                uint32_t warmup_steps) {
+    v1::BenchRequest request;
+    request.set_batch(batch);
+    request.set_context_tokens(context_tokens);
+    request.set_decode_steps(decode_steps);
+    request.set_warmup_steps(warmup_steps);
+    return request;
+  }
+
   struct Outcome {
     std::vector<uint32_t> tokens;
     bool complete = false;
@@ -376,13 +386,9 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   const uint32_t bt = kv_.block_tokens();
   cpu_->ns_per_token_ = 20000;  // 20 µs per token and layer: ~2 ms per split step, any split loses
   gpu_->ns_per_token_ = 1.0;
-  v1::BenchRequest request;
-  request.set_batch(3);
-  request.set_context_tokens(4 * bt);
   // One round, placed at the initial target (0.5) before anything is measured; then the
   // lines learn that the CPU path is slow.
-  request.set_decode_steps(24);
-  request.set_warmup_steps(0);
+  const v1::BenchRequest request = Bench(3, 4 * bt, 24, 0);
   absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
   WS_ASSERT_OK(response.status());
   EXPECT_GT(gpu_->gpu_read_decode_steps_.load(), 0u);
@@ -455,11 +461,7 @@ class HotUploadTest : public EngineTest, public ::testing::WithParamInterface<bo
 
 TEST_P(HotUploadTest, TheUploadIsNotLearnedAsStepTime) {
   gpu_->report_upload_ = GetParam();
-  v1::BenchRequest request;
-  request.set_batch(2);
-  request.set_context_tokens(4 * kv_.block_tokens());
-  request.set_decode_steps(16);
-  request.set_warmup_steps(0);
+  const v1::BenchRequest request = Bench(2, 4 * kv_.block_tokens(), 16, 0);
   gpu_->upload_at_step_ = gpu_->steps_.load() + 12;  // the lines are ready by then
   absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
   WS_ASSERT_OK(response.status());
@@ -479,11 +481,7 @@ INSTANTIATE_TEST_SUITE_P(Reported, HotUploadTest, ::testing::Bool());
 
 TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   const uint32_t bt = kv_.block_tokens();  // 16
-  v1::BenchRequest request;
-  request.set_batch(3);
-  request.set_context_tokens(4 * bt);
-  request.set_decode_steps(6);
-  request.set_warmup_steps(2);
+  v1::BenchRequest request = Bench(3, 4 * bt, 6, 2);
   // Meanwhile a real request decodes beside the bench; its tokens stay its own.
   auto other = engine_->Submit(Request({5, 6, 7}, 30), absl::InfiniteFuture());
   WS_ASSERT_OK(other.status());
@@ -543,11 +541,7 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
 // were queued, the first steps of a round ran part of it, and the scheduler saw the batch
 // change twice per round: 32 -> a few -> 32 in the H200 grid).
 TEST_F(EngineTest, ABenchRoundDecodesItsWholeBatchFromItsFirstStep) {
-  v1::BenchRequest request;
-  request.set_batch(kv_.max_sequences);
-  request.set_context_tokens(4 * kv_.block_tokens());
-  request.set_decode_steps(5);
-  request.set_warmup_steps(3);
+  const v1::BenchRequest request = Bench(kv_.max_sequences, 4 * kv_.block_tokens(), 5, 3);
   for (int repeat = 0; repeat < 3; ++repeat) {
     absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
     WS_ASSERT_OK(response.status());
@@ -647,11 +641,7 @@ TEST_F(EngineTest, SwitchingTheSchedulerRunsTheNextBenchUnderItsPolicy) {
   options.num_layers = kv_.geometry.num_layers;
   std::unique_ptr<Scheduler> cpu_all = *Scheduler::Create("cpu-all", options);
   std::unique_ptr<Scheduler> transfer_all = *Scheduler::Create("transfer-all", options);
-  v1::BenchRequest request;
-  request.set_batch(2);
-  request.set_context_tokens(4 * bt);
-  request.set_decode_steps(4);
-  request.set_warmup_steps(1);
+  const v1::BenchRequest request = Bench(2, 4 * bt, 4, 1);
 
   // Not while a request runs: refused, the policy unchanged.
   auto running = engine_->Submit(Request({1, 2, 3}, 200), absl::InfiniteFuture());

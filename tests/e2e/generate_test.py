@@ -21,7 +21,7 @@ failure):
   6. bad requests: INVALID_ARGUMENT naming the field, the server still serves;
   6b. wscope bench --policies: every point under each policy in turn in one runtime (each
      row under its policy: cpu-all reads the CPU-compute blocks, transfer-all places none),
-     the last policy stays the server's, a bad policy name is INVALID_ARGUMENT;
+     the last policy stays the server's, a bad policy name is refused before any point;
   7. KV exhaustion (small regions): RESOURCE_EXHAUSTED with the numbers;
   8. profile and metrics: spans of all three processes, nested and in order across them;
      /metrics counting what was served;
@@ -630,9 +630,9 @@ def check_bench_policies(env, trio):
           f"(wscope info: {after.get('policy')})")
     bad = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
                        "--decode_steps=2", "--policies=static:2"], timeout=60)
-    check(bad.returncode != 0 and "code 3" in bad.stdout and "outside [0, 1]" in bad.stdout,
-          "bench --policies=static:2: INVALID_ARGUMENT (code 3), R outside [0, 1]",
-          bad.stdout[-400:])
+    check(bad.returncode == 2 and "outside [0, 1]" in bad.stderr and not bad.stdout.strip(),
+          "bench --policies=static:2: refused before any point runs (exit 2, R outside [0, 1])",
+          bad.stdout[-400:] + bad.stderr[-400:])
     small_request_ok(env, trio, "qwen3_moe", "after bench --policies")
 
 

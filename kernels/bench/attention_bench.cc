@@ -111,13 +111,15 @@ std::string ThpMode(const char* file_name) {
   std::string line;
   if (!std::getline(file, line)) return "?";
   const size_t open = line.find('['), close = line.find(']');
-  return open == std::string::npos || close == std::string::npos ? "?" : line.substr(open + 1, close - open - 1);
+  if (open == std::string::npos || close == std::string::npos) return "?";
+  return line.substr(open + 1, close - open - 1);
 }
 
 // Bytes of host memory of the kind --host-memory names (exits on a failure: a bench).
 class HostBytes {
  public:
-  explicit HostBytes(size_t bytes) : bytes_((bytes + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20)) {
+  // Whole 2 MiB pages, so that huge pages can map all of it.
+  explicit HostBytes(size_t bytes) : bytes_((bytes + kHugePage - 1) / kHugePage * kHugePage) {
     const std::string& kind = g_host_memory;
     if (kind == "malloc") {
       data_ = std::aligned_alloc(64, bytes_);
@@ -140,7 +142,8 @@ class HostBytes {
       close(fd);
       Advise(MADV_HUGEPAGE);
     } else {
-      std::fprintf(stderr, "--host-memory=%s: not one of malloc, anon, anon-thp, shm, shm-thp, memfd-thp\n",
+      std::fprintf(stderr,
+                   "--host-memory=%s: not one of malloc, anon, anon-thp, shm, shm-thp, memfd-thp\n",
                    kind.c_str());
       std::exit(2);
     }
@@ -160,12 +163,16 @@ class HostBytes {
     return p == MAP_FAILED ? nullptr : p;
   }
   void Advise(int advice) {
-    if (madvise(data_, bytes_, advice) != 0) std::fprintf(stderr, "madvise: %s\n", std::strerror(errno));
+    if (madvise(data_, bytes_, advice) != 0) {
+      std::fprintf(stderr, "madvise: %s\n", std::strerror(errno));
+    }
   }
   [[noreturn]] static void Fail(const char* what) {
-    std::fprintf(stderr, "--host-memory=%s: %s failed: %s\n", g_host_memory.c_str(), what, std::strerror(errno));
+    std::fprintf(stderr, "--host-memory=%s: %s failed: %s\n", g_host_memory.c_str(), what,
+                 std::strerror(errno));
     std::exit(1);
   }
+  static constexpr size_t kHugePage = size_t{2} << 20;
   size_t bytes_;
   void* data_ = nullptr;
   bool malloced_ = false;
@@ -177,7 +184,8 @@ class TilePool {
   TilePool(int64_t tile_values, double pool_gb, int64_t tiles_needed) : tile_values_(tile_values) {
     const int64_t max_tiles = std::max<int64_t>(1, static_cast<int64_t>(pool_gb * 1e9 / (tile_values * 2)));
     num_tiles_ = std::min(tiles_needed, max_tiles);
-    const int64_t anon_before = SmapsRollupKib("AnonHugePages:"), shmem_before = SmapsRollupKib("ShmemPmdMapped:");
+    const int64_t anon_before = SmapsRollupKib("AnonHugePages:");
+    const int64_t shmem_before = SmapsRollupKib("ShmemPmdMapped:");
     memory_ = std::make_unique<HostBytes>(static_cast<size_t>(num_tiles_ * tile_values * 2));
     auto* data = static_cast<uint16_t*>(memory_->data());
 #pragma omp parallel for schedule(static)
@@ -361,7 +369,11 @@ int Main(int argc, char** argv) {
     else if (const char* v = value("--hbm-gbps=")) ok = absl::SimpleAtod(v, &options.hbm_gbps);
     else if (const char* v = value("--pool-gb=")) ok = absl::SimpleAtod(v, &options.pool_gb);
     else if (const char* v = value("--gpu-pool-gb=")) ok = absl::SimpleAtod(v, &options.gpu_pool_gb);
-    else if (const char* v = value("--host-memory=")) g_host_memory = v;
+    else if (const char* v = value("--host-memory=")) {
+      g_host_memory = v;
+      ok = g_host_memory == "malloc" || g_host_memory == "anon" || g_host_memory == "anon-thp" ||
+           g_host_memory == "shm" || g_host_memory == "shm-thp" || g_host_memory == "memfd-thp";
+    }
     else if (arg == "--clock=cpu") g_cpu_clock = true;
     else if (arg == "--clock=wall") g_cpu_clock = false;
     else if (arg == "--no-cpu") options.cpu = false;

@@ -219,6 +219,34 @@ class TilePool {
 
 constexpr int32_t kBlockTokens = 256;
 
+// The most tiles any point of the tables reads (batch x blocks of its tokens).
+int64_t MaxTiles(const BenchOptions& options) {
+  int64_t max_tiles = 0;
+  for (int64_t t : options.tokens) {
+    for (int32_t b : options.batches) {
+      max_tiles = std::max(max_tiles, b * ((t + kBlockTokens - 1) / kBlockTokens));
+    }
+  }
+  return max_tiles;
+}
+
+// `batch` sequences of `tokens` keys each, on consecutive tiles of the pool (sequence s on
+// tiles s * blocks ...; the pool repeats its tiles past its size).
+struct PoolSequences {
+  PoolSequences(const TilePool& pool, int32_t batch, int64_t tokens)
+      : pointers(batch), lists(batch) {
+    const int64_t blocks = (tokens + kBlockTokens - 1) / kBlockTokens;
+    for (int32_t s = 0; s < batch; ++s) {
+      for (int64_t b = 0; b < blocks; ++b) pointers[s].push_back(pool.tile(s * blocks + b));
+      lists[s].blocks = pointers[s].data();
+      lists[s].num_blocks = static_cast<int32_t>(blocks);
+      lists[s].last_block_tokens = static_cast<int32_t>(tokens - (blocks - 1) * kBlockTokens);
+    }
+  }
+  std::vector<std::vector<const uint16_t*>> pointers;
+  std::vector<KvBlockList> lists;
+};
+
 void RunCpuGqa(const BenchOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   std::printf("\n== CPU GQA decode (%s, %d threads, ceiling %.0f GB/s) ==\n",
@@ -234,21 +262,11 @@ void RunCpuGqa(const BenchOptions& options) {
     }
     const GqaShape shape = BenchShape(model, kBlockTokens);
     const int64_t tile_values = TileValues(shape);
-    int64_t max_tiles = 0;
-    for (int64_t t : options.tokens)
-      for (int32_t b : options.batches) max_tiles = std::max(max_tiles, b * ((t + kBlockTokens - 1) / kBlockTokens));
-    const TilePool pool(tile_values, options.pool_gb, max_tiles);
+    const TilePool pool(tile_values, options.pool_gb, MaxTiles(options));
     for (int64_t tokens : options.tokens) {
       for (int32_t batch : options.batches) {
-        const int64_t blocks = (tokens + kBlockTokens - 1) / kBlockTokens;
-        std::vector<std::vector<const uint16_t*>> pointers(batch);
-        std::vector<KvBlockList> lists(batch);
-        for (int32_t s = 0; s < batch; ++s) {
-          for (int64_t b = 0; b < blocks; ++b) pointers[s].push_back(pool.tile(s * blocks + b));
-          lists[s].blocks = pointers[s].data();
-          lists[s].num_blocks = static_cast<int32_t>(blocks);
-          lists[s].last_block_tokens = static_cast<int32_t>(tokens - (blocks - 1) * kBlockTokens);
-        }
+        const PoolSequences seqs(pool, batch, tokens);
+        const std::vector<KvBlockList>& lists = seqs.lists;
         std::vector<uint16_t> q(int64_t{batch} * shape.num_q_heads * shape.head_dim, FloatToBf16(0.5f));
         std::vector<float> o(q.size()), lse(int64_t{batch} * shape.num_q_heads);
         const GqaDecodeArgs args{shape, batch, q.data(), lists.data(), o.data(), lse.data()};
@@ -282,21 +300,11 @@ void RunCpuMla(const BenchOptions& options) {
               "%ceil", "GFLOP/s", "GB/s/thr");
   g_clock_threads = threads;
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
-  int64_t max_tiles = 0;
-  for (int64_t t : options.tokens)
-    for (int32_t b : options.batches) max_tiles = std::max(max_tiles, b * ((t + kBlockTokens - 1) / kBlockTokens));
-  const TilePool pool(tile_values, options.pool_gb, max_tiles);
+  const TilePool pool(tile_values, options.pool_gb, MaxTiles(options));
   for (int64_t tokens : options.tokens) {
     for (int32_t batch : options.batches) {
-      const int64_t blocks = (tokens + kBlockTokens - 1) / kBlockTokens;
-      std::vector<std::vector<const uint16_t*>> pointers(batch);
-      std::vector<KvBlockList> lists(batch);
-      for (int32_t s = 0; s < batch; ++s) {
-        for (int64_t b = 0; b < blocks; ++b) pointers[s].push_back(pool.tile(s * blocks + b));
-        lists[s].blocks = pointers[s].data();
-        lists[s].num_blocks = static_cast<int32_t>(blocks);
-        lists[s].last_block_tokens = static_cast<int32_t>(tokens - (blocks - 1) * kBlockTokens);
-      }
+      const PoolSequences seqs(pool, batch, tokens);
+      const std::vector<KvBlockList>& lists = seqs.lists;
       std::vector<uint16_t> q(int64_t{batch} * shape.num_heads * shape.row_dim(), FloatToBf16(0.25f));
       std::vector<float> o(int64_t{batch} * shape.num_heads * shape.kv_lora_rank),
           lse(int64_t{batch} * shape.num_heads);

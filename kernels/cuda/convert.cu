@@ -60,6 +60,13 @@ absl::Status LaunchStatus(const char* what) {
   return absl::OkStatus();
 }
 
+// Blocks of `threads` for `units` grid-stride units: one per `threads` units, at least one,
+// at most `cap` (the kernels loop over the rest).
+int CappedBlocks(int64_t units, int threads, int64_t cap) {
+  const int64_t wanted = (units + threads - 1) / threads;
+  return static_cast<int>(wanted < 1 ? 1 : (wanted < cap ? wanted : cap));
+}
+
 }  // namespace
 
 absl::Status CopyDevicePieces(const DevicePiece* pieces, int count, void* stream) {
@@ -77,8 +84,7 @@ absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
   const int threads = 256;
   const size_t units = aligned ? vectors : bytes;
   // Enough loads in flight to hide the bus latency of mapped host memory, a wave at most.
-  const size_t wanted = (units + threads - 1) / threads;
-  const int blocks = static_cast<int>(wanted < 264 ? (wanted > 0 ? wanted : 1) : 264);
+  const int blocks = CappedBlocks(static_cast<int64_t>(units), threads, 264);
   CopyBytesKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), vectors, bytes);
   return LaunchStatus("CopyBytes");
@@ -87,8 +93,7 @@ absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
 absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* stream) {
   if (n <= 0) return absl::OkStatus();
   const int threads = 256;
-  const int64_t wanted = (n + threads - 1) / threads;
-  const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);
+  const int blocks = CappedBlocks(n, threads, 65536);
   WidenBf16<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(src, dst, n);
   return LaunchStatus("Bf16ToFloat");
 }
@@ -96,8 +101,7 @@ absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* strea
 absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* stream) {
   if (n <= 0) return absl::OkStatus();
   const int threads = 256;
-  const int64_t wanted = (n + threads - 1) / threads;
-  const int blocks = static_cast<int>(wanted < 4096 ? wanted : 4096);
+  const int blocks = CappedBlocks(n, threads, 4096);
   SiluMulKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, n);
   return LaunchStatus("SiluMulInPlace");
 }

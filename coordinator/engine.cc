@@ -813,6 +813,9 @@ absl::Status Engine::RunOneStep() {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     plan.set_experts_on_gpu(experts_.has_value() &&
                             experts_->OnGpu(static_cast<int64_t>(step_tokens)));
+    // The placement this step reads, taken before the step: sequences that end in it free
+    // their blocks before its record is written.
+    record.placed_cpu_share = placement_->PlacedCpuShare();
   }
   record.experts_on_gpu = plan.experts_on_gpu();
 
@@ -960,7 +963,6 @@ absl::Status Engine::RunOneStep() {
   }
   {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
-    record.placed_cpu_share = placement_->PlacedCpuShare();
     if (scheduler_->estimates_ready()) {
       const RooflineBound bound = scheduler_->Bound(record.host_tokens);
       record.bound_ms = bound.step_ns * model_.num_layers / 1e6;

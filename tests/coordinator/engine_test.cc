@@ -395,7 +395,10 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   int below_placed = 0, read_changes = 0;
   for (int i = 0; i < response->steps_size(); ++i) {
     const v1::BenchStep& step = response->steps(i);
-    EXPECT_LE(step.read_cpu_share(), step.placed_cpu_share() + 1e-9);
+    // Nothing placed moves, so every step, the round's last too (whose sequences end in
+    // it and free their blocks), reports the CPU blocks placed at the start.
+    EXPECT_GT(step.placed_cpu_share(), 0) << "step " << i;
+    EXPECT_LE(step.read_cpu_share(), step.placed_cpu_share() + 1e-9) << "step " << i;
     below_placed += step.read_cpu_share() < step.placed_cpu_share() ? 1 : 0;
     // A change of the CPU's reads makes the (fake) gpu_worker miss its early rounds; the
     // bench's steps carry that.
@@ -439,7 +442,9 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
       const v1::BenchStep& step = response->steps(i);
       if (!absl::c_linear_search(gpu_->continuing_steps_, step.step_id())) continue;
       ++continuing;
-      ASSERT_LT(i + 1, response->steps_size()) << "the last step says the next explores";
+      // An exploration may begin at the round's last step (the engine does not know that
+      // the round ends there); its second step is then another round's or none.
+      if (i + 1 == response->steps_size()) continue;
       EXPECT_TRUE(response->steps(i + 1).explore()) << "step " << response->steps(i + 1).step_id();
       EXPECT_FALSE(
           absl::c_linear_search(gpu_->continuing_steps_, response->steps(i + 1).step_id()));

@@ -77,9 +77,16 @@ class WorkerService final : public internal::Worker::Service {
     *response = *std::move(result);
     return grpc::Status::OK;
   }
-  grpc::Status ProbeGpuPath(grpc::ServerContext*, const internal::GpuPathProbeRequest* request,
-                            internal::GpuPathProbeResponse* response) override {
-    absl::StatusOr<internal::GpuPathProbeResponse> result = backend_.ProbeGpuPath(*request);
+  grpc::Status ProbeGpuPath(grpc::ServerContext*, const internal::PathProbeRequest* request,
+                            internal::PathProbeResponse* response) override {
+    absl::StatusOr<internal::PathProbeResponse> result = backend_.ProbeGpuPath(*request);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
+  }
+  grpc::Status ProbeCpuPath(grpc::ServerContext*, const internal::PathProbeRequest* request,
+                            internal::PathProbeResponse* response) override {
+    absl::StatusOr<internal::PathProbeResponse> result = backend_.ProbeCpuPath(*request);
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
     return grpc::Status::OK;
@@ -102,9 +109,14 @@ class WorkerService final : public internal::Worker::Service {
 
 }  // namespace
 
-absl::StatusOr<internal::GpuPathProbeResponse> WorkerBackend::ProbeGpuPath(
-    const internal::GpuPathProbeRequest&) {
+absl::StatusOr<internal::PathProbeResponse> WorkerBackend::ProbeGpuPath(
+    const internal::PathProbeRequest&) {
   return absl::UnimplementedError(absl::StrCat(name(), " has no GPU attention path to probe"));
+}
+
+absl::StatusOr<internal::PathProbeResponse> WorkerBackend::ProbeCpuPath(
+    const internal::PathProbeRequest&) {
+  return absl::UnimplementedError(absl::StrCat(name(), " has no CPU attention path to probe"));
 }
 
 absl::Status RunWorkerServer(WorkerBackend& backend, const WorkerServerOptions& options) {

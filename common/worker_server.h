@@ -26,8 +26,11 @@ class WorkerBackend {
       const internal::KvPatternRequest& request) = 0;
   // The gpu_worker's timing of its decode attention path (worker.proto); UNIMPLEMENTED on a
   // worker that has none.
-  virtual absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
-      const internal::GpuPathProbeRequest& request);
+  virtual absl::StatusOr<internal::PathProbeResponse> ProbeGpuPath(
+      const internal::PathProbeRequest& request);
+  // The cpu_worker's timing of its decode attention in place; UNIMPLEMENTED elsewhere.
+  virtual absl::StatusOr<internal::PathProbeResponse> ProbeCpuPath(
+      const internal::PathProbeRequest& request);
   // The other worker was relaunched: detach (attach = false: end any step in progress, stop
   // using the channels), then attach to the channels the coordinator re-formatted.
   // FAILED_PRECONDITION before Load.

@@ -215,6 +215,9 @@ absl::Status Coordinator::LoadWorkers() {
   // learn from the first decode steps, as they would anyway: a warning, not a failure.
   absl::Status calibrated = engine_->CalibrateGpuPath();
   if (!calibrated.ok()) WS_LOG(WARNING) << "calibrating the GPU path: " << calibrated;
+  // And A and c_C from the cpu_worker's attention in place (the same: a warning).
+  calibrated = engine_->CalibrateCpuPath();
+  if (!calibrated.ok()) WS_LOG(WARNING) << "calibrating the CPU path: " << calibrated;
   return absl::OkStatus();
 }
 
@@ -420,13 +423,18 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
   info.set_requests_waiting(counts.waiting);
   info.set_queue_capacity(options_.engine.queue_capacity);
   info.set_metrics_address(metrics_address_);
-  if (const Engine::GpuCalibration calibration = engine_->gpu_calibration();
-      calibration.count > 0) {
-    v1::GpuPathCalibration* out = info.mutable_gpu_calibration();
+  auto set_calibration = [](const Engine::PathCalibration& calibration,
+                            v1::PathCalibration* out) {
     out->set_count(calibration.count);
     out->set_ns_per_token(calibration.ns_per_token);
     out->set_fixed_us(calibration.fixed_ns / 1e3);
     out->set_probe_ms(calibration.last_ms);
+  };
+  if (const Engine::PathCalibration gpu = engine_->gpu_calibration(); gpu.count > 0) {
+    set_calibration(gpu, info.mutable_gpu_calibration());
+  }
+  if (const Engine::PathCalibration cpu = engine_->cpu_calibration(); cpu.count > 0) {
+    set_calibration(cpu, info.mutable_cpu_calibration());
   }
   {
     std::lock_guard<std::mutex> lock(status_mutex_);

@@ -430,45 +430,72 @@ void Engine::ReleaseExternal(uint64_t blocks, uint32_t sequences) {
   work_.notify_all();
 }
 
-// The probe takes well under a second on the H200 (155–300 ms); a gpu_worker that does not
-// answer in this long holds the engine thread no longer.
+// The probes take well under a second on the H200 (the GPU path's 155–300 ms); a worker
+// that does not answer in this long holds the engine thread no longer.
 constexpr absl::Duration kProbeTimeout = absl::Seconds(30);
 
-absl::Status Engine::CalibrateGpuPath() {
-  // The largest point: one ping-pong buffer (one round per layer, as most decode steps
-  // run), within the transfer region, 256 MiB and 128K tokens per layer (the line is
-  // straight well before that: 256 MiB are ~5 ms of DMA at 55 GB/s).
+namespace {
+
+// A path probe of 1/8, 1/4, 1/2 and all of `blocks` blocks per layer (each size once),
+// spread over up to 16 decode sequences, on up to 4 layers, 3 runs each after a warm-up.
+// `blocks`: the region's slots, capped at 256 MiB and 128K tokens per layer (the lines are
+// straight well before that: 256 MiB are ~5 ms of DMA at 55 GB/s, ~4 ms of DRAM reads at
+// 65 GB/s).
+internal::PathProbeRequest PathProbe(const KvCacheConfig& kv, uint64_t region_blocks) {
   constexpr uint64_t kMaxProbeBytesPerLayer = uint64_t{256} << 20;
   constexpr uint64_t kMaxProbeTokensPerLayer = uint64_t{128} << 10;
-  const uint64_t block_bytes = std::max<uint64_t>(1, kv_.geometry.layer_block_bytes());
+  const uint64_t block_bytes = std::max<uint64_t>(1, kv.geometry.layer_block_bytes());
   const uint64_t blocks = std::min<uint64_t>(
-      {kv_.region_slots(KvRegion::kGpuTransfer), kv_.pingpong_blocks,
-       std::max<uint64_t>(1, kMaxProbeBytesPerLayer / block_bytes),
-       std::max<uint64_t>(1, kMaxProbeTokensPerLayer / kv_.block_tokens())});
+      {region_blocks, std::max<uint64_t>(1, kMaxProbeBytesPerLayer / block_bytes),
+       std::max<uint64_t>(1, kMaxProbeTokensPerLayer / kv.block_tokens())});
+  internal::PathProbeRequest request;
+  uint64_t previous = 0;
+  for (const uint64_t divisor : {8, 4, 2, 1}) {
+    const uint64_t n = std::max<uint64_t>(1, blocks / divisor);
+    if (n == previous) continue;
+    request.add_tokens(n * kv.block_tokens());
+    previous = n;
+  }
+  request.set_sequences(std::min<uint32_t>(kv.max_sequences, 16));
+  request.set_layers(std::min<uint32_t>(kv.geometry.num_layers, 4));
+  request.set_repeats(3);
+  return request;
+}
+
+std::vector<CostSample> ProbePoints(const internal::PathProbeResponse& response) {
+  std::vector<CostSample> points;
+  for (const internal::PathProbePoint& point : response.points()) {
+    points.push_back({static_cast<double>(point.tokens()), point.ns_per_layer()});
+  }
+  return points;
+}
+
+// "N tokens X ms, ..." for the log.
+std::string PointsTable(absl::Span<const CostSample> points) {
+  std::string table;
+  for (const CostSample& point : points) {
+    absl::StrAppend(&table, table.empty() ? "" : ", ", point.tokens, " tokens ",
+                    absl::StrFormat("%.3f", point.ns / 1e6), " ms");
+  }
+  return table;
+}
+
+}  // namespace
+
+absl::Status Engine::CalibrateGpuPath() {
+  // At most one ping-pong buffer: one round per layer, as most decode steps run.
+  const uint64_t blocks =
+      std::min<uint64_t>(kv_.region_slots(KvRegion::kGpuTransfer), kv_.pingpong_blocks);
   if (blocks < 2) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the GPU-transfer region (", kv_.region_slots(KvRegion::kGpuTransfer),
         " blocks) and the ping-pong buffers (", kv_.pingpong_blocks,
         " blocks) leave too little to probe the GPU path"));
   }
-  internal::GpuPathProbeRequest request;
-  uint64_t previous = 0;
-  for (const uint64_t divisor : {8, 4, 2, 1}) {
-    const uint64_t n = std::max<uint64_t>(1, blocks / divisor);
-    if (n == previous) continue;
-    request.add_tokens(n * kv_.block_tokens());
-    previous = n;
-  }
-  request.set_sequences(std::min<uint32_t>(kv_.max_sequences, 16));
-  request.set_layers(std::min<uint32_t>(kv_.geometry.num_layers, 4));
-  request.set_repeats(3);
   SpanRecorder::Scope span(&spans_, "gpu_calibration", next_step_);
-  WS_ASSIGN_OR_RETURN(internal::GpuPathProbeResponse response,
-                      gpu_worker_->ProbeGpuPath(request, kProbeTimeout));
-  std::vector<CostSample> points;
-  for (const internal::GpuPathProbePoint& point : response.points()) {
-    points.push_back({static_cast<double>(point.tokens()), point.ns_per_layer()});
-  }
+  WS_ASSIGN_OR_RETURN(internal::PathProbeResponse response,
+                      gpu_worker_->ProbeGpuPath(PathProbe(kv_, blocks), kProbeTimeout));
+  const std::vector<CostSample> points = ProbePoints(response);
   RooflineParams fitted;
   {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
@@ -477,20 +504,45 @@ absl::Status Engine::CalibrateGpuPath() {
     gpu_calibration_points_ = points;
     schedulers_run_.insert(scheduler_);
   }
-  std::string table;
-  for (const CostSample& point : points) {
-    absl::StrAppend(&table, table.empty() ? "" : ", ", point.tokens, " tokens ",
-                    absl::StrFormat("%.3f", point.ns / 1e6), " ms");
-  }
   WS_LOG(INFO) << "GPU path calibrated in " << absl::StrFormat("%.0f", response.ms())
                << " ms: B = " << absl::StrFormat("%.3f", fitted.gpu_ns_per_token)
                << " ns/token, c_G = " << absl::StrFormat("%.1f", fitted.gpu_fixed_ns / 1e3)
-               << " us per layer (" << table << ")";
+               << " us per layer (" << PointsTable(points) << ")";
   std::lock_guard<std::mutex> lock(mutex_);
   ++gpu_calibration_.count;
   gpu_calibration_.last_ms = response.ms();
   gpu_calibration_.ns_per_token = fitted.gpu_ns_per_token;
   gpu_calibration_.fixed_ns = fitted.gpu_fixed_ns;
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CalibrateCpuPath() {
+  const uint64_t blocks = kv_.region_slots(KvRegion::kCpuCompute);
+  if (blocks < 2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the CPU-compute region (", blocks, " blocks) is too small to probe the CPU path"));
+  }
+  SpanRecorder::Scope span(&spans_, "cpu_calibration", next_step_);
+  WS_ASSIGN_OR_RETURN(internal::PathProbeResponse response,
+                      cpu_worker_->ProbeCpuPath(PathProbe(kv_, blocks), kProbeTimeout));
+  const std::vector<CostSample> points = ProbePoints(response);
+  RooflineParams fitted;
+  {
+    std::lock_guard<std::mutex> lock(*placement_mutex_);
+    WS_RETURN_IF_ERROR(scheduler_->CalibrateCpu(points));
+    fitted = scheduler_->estimates();
+    cpu_calibration_points_ = points;
+    schedulers_run_.insert(scheduler_);
+  }
+  WS_LOG(INFO) << "CPU path calibrated in " << absl::StrFormat("%.0f", response.ms())
+               << " ms: A = " << absl::StrFormat("%.3f", fitted.cpu_ns_per_token)
+               << " ns/token, c_C = " << absl::StrFormat("%.1f", fitted.cpu_fixed_ns / 1e3)
+               << " us per layer (" << PointsTable(points) << ")";
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++cpu_calibration_.count;
+  cpu_calibration_.last_ms = response.ms();
+  cpu_calibration_.ns_per_token = fitted.cpu_ns_per_token;
+  cpu_calibration_.fixed_ns = fitted.cpu_fixed_ns;
   return absl::OkStatus();
 }
 
@@ -504,8 +556,13 @@ absl::Status Engine::SwitchScheduler(Scheduler* scheduler) {
         counts_.running, " requests running, ", waiting_.size(), " waiting",
         in_step_ ? ", a step under way" : ""));
   }
-  if (!schedulers_run_.contains(scheduler) && !gpu_calibration_points_.empty()) {
-    if (absl::Status fitted = scheduler->CalibrateGpu(gpu_calibration_points_); !fitted.ok()) {
+  if (!schedulers_run_.contains(scheduler)) {
+    absl::Status fitted;
+    if (!gpu_calibration_points_.empty()) fitted = scheduler->CalibrateGpu(gpu_calibration_points_);
+    if (fitted.ok() && !cpu_calibration_points_.empty()) {
+      fitted = scheduler->CalibrateCpu(cpu_calibration_points_);
+    }
+    if (!fitted.ok()) {
       return absl::InternalError(absl::StrCat("calibrating policy ",
                                               scheduler->policy().ToString(), ": ",
                                               fitted.message()));
@@ -519,9 +576,14 @@ absl::Status Engine::SwitchScheduler(Scheduler* scheduler) {
   return absl::OkStatus();
 }
 
-Engine::GpuCalibration Engine::gpu_calibration() const {
+Engine::PathCalibration Engine::gpu_calibration() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return gpu_calibration_;
+}
+
+Engine::PathCalibration Engine::cpu_calibration() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cpu_calibration_;
 }
 
 Engine::SchedulerCheck Engine::scheduler_check() const {

@@ -63,9 +63,15 @@ class StepWorker {
   virtual void CancelStep(uint64_t step_id) = 0;
   // The gpu_worker's timing of its decode attention path (worker.proto); UNIMPLEMENTED by
   // default (a worker without one).
-  virtual absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
-      const internal::GpuPathProbeRequest& request, absl::Duration timeout) {
+  virtual absl::StatusOr<internal::PathProbeResponse> ProbeGpuPath(
+      const internal::PathProbeRequest& request, absl::Duration timeout) {
     return absl::UnimplementedError("no GPU attention path to probe");
+  }
+  // The cpu_worker's timing of its decode attention in place (worker.proto); UNIMPLEMENTED
+  // by default.
+  virtual absl::StatusOr<internal::PathProbeResponse> ProbeCpuPath(
+      const internal::PathProbeRequest& request, absl::Duration timeout) {
+    return absl::UnimplementedError("no CPU attention path to probe");
   }
 };
 
@@ -162,20 +168,32 @@ class Engine {
   // FAILED_PRECONDITION, nothing changed, for a transfer region too small to probe (< 2
   // blocks); the worker's error otherwise. While the engine runs, from its thread only.
   absl::Status CalibrateGpuPath();
+  // The same for the CPU path, once, when the workers have loaded: the cpu_worker attends
+  // 1/8, 1/4, 1/2 and all of a fixed number of CPU-compute blocks per layer in place
+  // (ProbeCpuPath: at most the region, 256 MiB and 128K tokens per layer), and
+  // Scheduler::CalibrateCpu starts the CPU line from them. Without it the line starts from
+  // its first samples with an intercept prior of 0; the samples of a batch all sit at one
+  // token count, so the slope took the whole fixed cost and made the CPU look 2-3x slower
+  // than it is at a small share, which kept the share small (Qwen3 8K points on the H200,
+  // run 130: 75-127 ns per token at a CPU share of 0.09, the other policies' CPU attention
+  // 31-45 at the same time). FAILED_PRECONDITION, nothing changed, for a CPU-compute region
+  // of < 2 blocks; the worker's error otherwise (UNIMPLEMENTED: a worker without the probe).
+  absl::Status CalibrateCpuPath();
   // Makes `scheduler` the one every later step plans with and teaches (the Bench RPC's
   // policy: Coordinator::Bench). Only while no request runs or waits and no step is under
   // way: FAILED_PRECONDITION otherwise, nothing changed. A scheduler the engine has not run
-  // before is calibrated with the points of the GPU path's last probe (the one the scheduler
+  // before is calibrated with the points of the paths' last probes (the ones the scheduler
   // it replaces was fitted to; INTERNAL if that fit fails, nothing changed). `scheduler` must
   // outlive the engine, or its next switch.
   absl::Status SwitchScheduler(Scheduler* scheduler);
-  struct GpuCalibration {
+  struct PathCalibration {
     uint64_t count = 0;        // calibrations done
     double last_ms = 0;        // the last probe's wall time
-    double ns_per_token = 0;   // its fitted B and c_G, per layer
-    double fixed_ns = 0;
+    double ns_per_token = 0;   // its fitted slope (B or A) and intercept (c_G or c_C), per
+    double fixed_ns = 0;       // layer
   };
-  GpuCalibration gpu_calibration() const;
+  PathCalibration gpu_calibration() const;
+  PathCalibration cpu_calibration() const;
   // Where routed experts run, per step (after the workers loaded: their load responses
   // carry the rates). Until set, always the cpu_worker.
   void set_expert_placement(const ExpertPlacement& placement);
@@ -305,10 +323,12 @@ class Engine {
   // the next one (Scheduler::ChooseDecodeReads' queued_readers). Empty after a step with
   // prompt chunks (engine thread).
   std::vector<uint64_t> queued_cpu_readers_;
-  GpuCalibration gpu_calibration_;          // guarded by mutex_
-  // The last GPU-path probe's points, and the schedulers that ran here (guarded by
+  PathCalibration gpu_calibration_;          // guarded by mutex_
+  PathCalibration cpu_calibration_;          // guarded by mutex_
+  // The last probes' points, and the schedulers that ran here (guarded by
   // placement_mutex_): a scheduler switched to for the first time is fitted to them.
   std::vector<CostSample> gpu_calibration_points_;
+  std::vector<CostSample> cpu_calibration_points_;
   absl::flat_hash_set<const Scheduler*> schedulers_run_;
   std::thread thread_;
 };

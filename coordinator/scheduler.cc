@@ -410,7 +410,7 @@ absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
 }
 
 absl::Status Scheduler::CalibrateCpu(absl::Span<const CostSample> points) {
-  const absl::Status status = cpu_.Calibrate(points);
+  const absl::Status status = cpu_.Calibrate(points, options_.split_calibration_samples);
   if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("CPU path: ", status.message()));
   cpu_sample_step_ = steps_;
   return absl::OkStatus();
@@ -602,22 +602,14 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
                                             static_cast<double>(host_tokens),
                      std::move(chosen)};
   };
-  // Monolithic models a cache of one physical state, which changes its split only by
-  // moving data (charged in SetTarget): it reads what it placed, as the fixed policies do.
-  if (policy_.kind != PolicyKind::kWriteScope || placed_cpu_tokens == 0 || host_tokens == 0 ||
-      !estimates_ready()) {
-    if (explore_steps_left_ > 0) {  // an exploration under way ends here, unjudged
-      explore_steps_left_ = 0;
-      explore_pending_ = false;
-    }
-    if (cpu_tokens != nullptr) decision.cpu_readers = readers(placed, false).second;
-    return decision;
-  }
-  ++read_decisions_;
-  // An exploration whose step never reported (it failed) is not judged.
-  if (explore_steps_left_ == 0) explore_pending_ = false;
-  if (std::abs(static_cast<double>(sequences) - static_cast<double>(rest_batch_)) >
-      options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
+  // Also before the lines are ready: the runtime's first decode step pays for more than any
+  // (the first reads of the KV in place, the workers' first calls; Qwen3 4 x 8K on the H200,
+  // run 130: 5.2 ms of CPU attention per layer for 15.9K tokens, 0.2-0.6 ms for 4.0K in the
+  // steps after), and taught alone, as the CPU line's one sample at another token count,
+  // it held the slope at several times the CPU's for the next hundred steps.
+  if (policy_.kind == PolicyKind::kWriteScope && placed_cpu_tokens > 0 && host_tokens > 0 &&
+      std::abs(static_cast<double>(sequences) - static_cast<double>(rest_batch_)) >
+          options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
     rest_stale_ = true;
     rest_batch_ = sequences;
     // The lines were fitted at the old batch: their predictions at this one are
@@ -639,6 +631,20 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     }
     relevel_step_ = steps_;
   }
+  // Monolithic models a cache of one physical state, which changes its split only by
+  // moving data (charged in SetTarget): it reads what it placed, as the fixed policies do.
+  if (policy_.kind != PolicyKind::kWriteScope || placed_cpu_tokens == 0 || host_tokens == 0 ||
+      !estimates_ready()) {
+    if (explore_steps_left_ > 0) {  // an exploration under way ends here, unjudged
+      explore_steps_left_ = 0;
+      explore_pending_ = false;
+    }
+    if (cpu_tokens != nullptr) decision.cpu_readers = readers(placed, false).second;
+    return decision;
+  }
+  ++read_decisions_;
+  // An exploration whose step never reported (it failed) is not judged.
+  if (explore_steps_left_ == 0) explore_pending_ = false;
   const RooflineParams params = estimates();
   // The split runs at the share whole sequences make (at least one): predicted at r* that
   // rounds to no sequence, it would run as GPU-only and never be measured.

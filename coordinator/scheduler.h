@@ -281,7 +281,9 @@ struct SchedulerOptions {
   // Steps between re-measurements of B under contention (RecalibrationDue); 0:
   // never.
   uint64_t recalibration_period_steps = 2000;
-  // The GPU probe's weight in the split's GPU line (CalibrateGpu), in samples. > 0.
+  // A probe's weight in the lines of split steps, in samples: the GPU probe's in the split's
+  // GPU line (CalibrateGpu), the CPU probe's in the CPU line (CalibrateCpu). Each probe runs
+  // its path alone, while in a split the DMA and the CPU attention share host memory. > 0.
   double split_calibration_samples = 2.0;
   // ChooseDecodeReads (writescope): the share of the predicted step time spent, on average,
   // running the mode the prediction did not pick (ReadDecision). In [0, 1]; 0: a mode is
@@ -391,6 +393,12 @@ class Scheduler {
   // with its DMA, so the probe is only its starting point there (split_calibration_samples
   // samples' weight) and fixes its intercept's prior.
   absl::Status CalibrateGpu(absl::Span<const CostSample> points);
+  // The cpu_worker's probe of its attention alone (Engine::CalibrateCpuPath): the CPU line's
+  // starting point (split_calibration_samples samples' weight) and its intercept's prior.
+  // The steps of one batch read one share, so their samples sit at one token count and
+  // cannot separate c_C from A: the prior does, and the probe's points keep the slope from
+  // taking the whole fixed cost (EstimatorTest.WithoutSpreadTheSlopeIsAnEmaThroughThe-
+  // CalibratedIntercept).
   absl::Status CalibrateCpu(absl::Span<const CostSample> points);
   // Whether recalibration_period_steps steps have passed since the last GPU
   // calibration.

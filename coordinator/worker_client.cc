@@ -105,15 +105,28 @@ absl::StatusOr<internal::KvPatternResponse> WorkerClient::KvPattern(
   return response;
 }
 
-absl::StatusOr<internal::GpuPathProbeResponse> WorkerClient::ProbeGpuPath(
-    const internal::GpuPathProbeRequest& request, absl::Duration timeout) {
+absl::StatusOr<internal::PathProbeResponse> WorkerClient::ProbeGpuPath(
+    const internal::PathProbeRequest& request, absl::Duration timeout) {
   grpc::ClientContext context;
   SetDeadline(context, timeout);
-  internal::GpuPathProbeResponse response;
+  internal::PathProbeResponse response;
   grpc::Status status = worker_->ProbeGpuPath(&context, request, &response);
   if (!status.ok()) {
     absl::Status error = FromGrpcStatus(status);
     return absl::Status(error.code(), absl::StrCat(name_, " ProbeGpuPath: ", error.message()));
+  }
+  return response;
+}
+
+absl::StatusOr<internal::PathProbeResponse> WorkerClient::ProbeCpuPath(
+    const internal::PathProbeRequest& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  internal::PathProbeResponse response;
+  grpc::Status status = worker_->ProbeCpuPath(&context, request, &response);
+  if (!status.ok()) {
+    absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat(name_, " ProbeCpuPath: ", error.message()));
   }
   return response;
 }

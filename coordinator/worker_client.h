@@ -40,8 +40,10 @@ class WorkerClient final : public StepWorker {
   absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
                                                absl::Duration timeout) override;
   absl::StatusOr<internal::WorkerProfile> Profile(uint32_t steps, absl::Duration timeout);
-  absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
-      const internal::GpuPathProbeRequest& request, absl::Duration timeout) override;
+  absl::StatusOr<internal::PathProbeResponse> ProbeGpuPath(
+      const internal::PathProbeRequest& request, absl::Duration timeout) override;
+  absl::StatusOr<internal::PathProbeResponse> ProbeCpuPath(
+      const internal::PathProbeRequest& request, absl::Duration timeout) override;
   // Cancels a RunStep in progress (from another thread); it returns CANCELLED. With a step
   // id, only that step, also when its call has not started yet (it then ends at once).
   static constexpr uint64_t kAnyStep = ~uint64_t{0};

@@ -224,6 +224,12 @@ int Info() {
                 static_cast<unsigned long long>(calibration.count()), calibration.probe_ms(),
                 calibration.ns_per_token(), calibration.fixed_us());
   }
+  if (info.has_cpu_calibration()) {
+    const auto& calibration = info.cpu_calibration();
+    std::printf("CPU path (probe %llu, %.0f ms): A %.3f ns/token, c_C %.1f us per layer\n",
+                static_cast<unsigned long long>(calibration.count()), calibration.probe_ms(),
+                calibration.ns_per_token(), calibration.fixed_us());
+  }
   if (info.has_hot_experts()) {
     const auto& hot = info.hot_experts();
     if (hot.state() == "uploading" || hot.state() == "failed") {

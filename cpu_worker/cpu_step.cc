@@ -1,5 +1,6 @@
 #include "cpu_worker/cpu_step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -178,6 +179,77 @@ absl::Status CpuStep::Attention(const StepLayout& layout, uint32_t layer,
   args.o = o_all;
   args.lse = lse_all;
   return kernels::CpuMlaDecode(args, options);
+}
+
+absl::StatusOr<internal::PathProbeResponse> CpuStep::ProbeAttention(
+    const internal::PathProbeRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t bt = kv_.geometry.block_tokens;
+  const uint64_t slots = region_.num_slots();
+  if (request.tokens().empty()) return absl::InvalidArgumentError("probe: no sizes");
+  if (request.sequences() < 1 || request.sequences() > kv_.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("probe: sequences = ", request.sequences(),
+                                                   " must be in [1, ", kv_.max_sequences, "]"));
+  }
+  if (request.repeats() < 1 || request.repeats() > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe: repeats = ", request.repeats(), " must be in [1, 100]"));
+  }
+  std::vector<uint64_t> point_blocks;  // each point's tokens in whole blocks
+  for (int i = 0; i < request.tokens_size(); ++i) {
+    const uint64_t blocks = request.tokens(i) / bt + (request.tokens(i) % bt != 0 ? 1 : 0);
+    if (blocks == 0 || blocks > slots) {
+      return absl::InvalidArgumentError(absl::StrCat("probe point ", i, ": ", request.tokens(i),
+                                                     " tokens make ", blocks,
+                                                     " blocks; it needs 1 to the ", slots,
+                                                     " slots of the CPU-compute region"));
+    }
+    point_blocks.push_back(blocks);
+  }
+  const uint32_t num_layers = kv_.geometry.num_layers;
+  const uint32_t layers =
+      request.layers() == 0 ? num_layers : std::min(request.layers(), num_layers);
+  internal::PathProbeResponse response;
+  for (const uint64_t blocks : point_blocks) {
+    const uint32_t sequences = static_cast<uint32_t>(std::min<uint64_t>(request.sequences(), blocks));
+    StepLayout layout;
+    layout.total_tokens = sequences;
+    layout.cpu_tokens = sequences;
+    layout.cpu_host_tokens = blocks * bt;
+    uint32_t next_slot = 0;
+    for (uint32_t i = 0; i < sequences; ++i) {
+      const uint64_t n = blocks / sequences + (i < blocks % sequences ? 1 : 0);
+      StepSequenceLayout s;
+      s.seq_id = i;
+      s.window_slot = i;
+      s.position = n * bt;
+      s.num_tokens = 1;
+      s.token_offset = i;
+      s.cpu_offset = i;
+      for (uint64_t j = 0; j < n; ++j) s.cpu_blocks.push_back({next_slot++, j * bt});
+      layout.sequences.push_back(std::move(s));
+    }
+    // Small made-up queries (bf16; the values do not change the work).
+    std::vector<uint16_t> q(dims_.attention_bytes(sequences) / 2);
+    for (size_t k = 0; k < q.size(); ++k) q[k] = static_cast<uint16_t>(0x3c00 + k % 7);
+    std::vector<std::byte> out(dims_.attention_result_bytes(sequences));
+    const absl::Span<const std::byte> q_bytes(reinterpret_cast<const std::byte*>(q.data()),
+                                              q.size() * 2);
+    std::vector<double> per_layer_ns;
+    for (uint32_t run = 0; run <= request.repeats(); ++run) {  // run 0: the warm-up
+      const auto run_start = std::chrono::steady_clock::now();
+      for (uint32_t layer = 0; layer < layers; ++layer) {
+        WS_RETURN_IF_ERROR(Attention(layout, layer, q_bytes, absl::MakeSpan(out)));
+      }
+      if (run > 0) per_layer_ns.push_back(MillisSince(run_start) * 1e6 / layers);
+    }
+    std::sort(per_layer_ns.begin(), per_layer_ns.end());
+    internal::PathProbePoint* point = response.add_points();
+    point->set_tokens(blocks * bt);
+    point->set_ns_per_layer(per_layer_ns[per_layer_ns.size() / 2]);
+  }
+  response.set_ms(MillisSince(start));
+  return response;
 }
 
 absl::StatusOr<double> CpuStep::MeasureExpertCost(int64_t tokens) {

@@ -57,6 +57,14 @@ class CpuStep {
   // q: the kAttention payload of `layer`; out: room for the kAttentionResult payload.
   absl::Status Attention(const StepLayout& layout, uint32_t layer, absl::Span<const std::byte> q,
                          absl::Span<std::byte> out);
+  // Times Attention alone (worker.proto's ProbeCpuPath): per point, `request.sequences()`
+  // decode sequences (at most one per block) over blocks [0, n) of the CPU-compute region,
+  // whatever they hold, with made-up queries; the layers back to back, one warm-up run,
+  // then the median of `repeats` runs of the mean time per layer. Reads only.
+  // INVALID_ARGUMENT for no sizes, a size of 0 tokens or more than the region holds,
+  // sequences outside [1, max_sequences], repeats outside [1, 100].
+  absl::StatusOr<internal::PathProbeResponse> ProbeAttention(
+      const internal::PathProbeRequest& request);
   // The routed experts' cost on this CPU, ms per (token, layer), measured on the first MoE
   // layer with `tokens` random tokens (after one warm-up run): the starting point of the
   // coordinator's expert placement rule. 0 for a dense model.

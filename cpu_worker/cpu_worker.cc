@@ -360,6 +360,24 @@ absl::StatusOr<internal::KvPatternResponse> CpuWorker::KvPattern(
   return response;
 }
 
+absl::StatusOr<internal::PathProbeResponse> CpuWorker::ProbeCpuPath(
+    const internal::PathProbeRequest& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!loaded_.load() || step_ == nullptr) {
+    return absl::FailedPreconditionError("cpu_worker is not loaded");
+  }
+  {
+    // The coordinator probes between steps; a step's attention beside it would time both.
+    std::lock_guard<std::mutex> steps_lock(steps_mutex_);
+    if (!steps_.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cpu_worker: the CPU path is probed between steps; step ", steps_.begin()->first,
+          " is running"));
+    }
+  }
+  return step_->ProbeAttention(request);
+}
+
 void CpuWorker::FailPendingSteps(const absl::Status& status) {
   std::lock_guard<std::mutex> lock(steps_mutex_);
   for (auto& [id, state] : steps_) {

@@ -47,6 +47,9 @@ class CpuWorker final : public WorkerBackend {
       const internal::ChannelPingRequest& request) override;
   absl::StatusOr<internal::KvPatternResponse> KvPattern(
       const internal::KvPatternRequest& request) override;
+  // CpuStep::ProbeAttention; FAILED_PRECONDITION before Load or while a step runs.
+  absl::StatusOr<internal::PathProbeResponse> ProbeCpuPath(
+      const internal::PathProbeRequest& request) override;
   absl::Status ResetDataPlane(bool attach) override;
   void Stop() override;
   void CancelLoad() override { load_progress_.cancelled.store(true); }

@@ -432,8 +432,8 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   return result;
 }
 
-absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
-    const internal::GpuPathProbeRequest& request) {
+absl::StatusOr<internal::PathProbeResponse> GpuStep::ProbeGpuPath(
+    const internal::PathProbeRequest& request) {
   const auto start = Clock::now();
   const KvCacheConfig& config = kv_cache_->config();
   const KvGeometry& g = config.geometry;
@@ -466,9 +466,9 @@ absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
   SpanRecorder* const spans = options_.spans;
   options_.spans = nullptr;
   kv_cache_->set_time_rounds(false);
-  absl::StatusOr<internal::GpuPathProbeResponse> response =
-      [&]() -> absl::StatusOr<internal::GpuPathProbeResponse> {
-    internal::GpuPathProbeResponse out;
+  absl::StatusOr<internal::PathProbeResponse> response =
+      [&]() -> absl::StatusOr<internal::PathProbeResponse> {
+    internal::PathProbeResponse out;
     for (const uint64_t blocks : point_blocks) {
       const uint32_t sequences =
           static_cast<uint32_t>(std::min<uint64_t>(request.sequences(), blocks));
@@ -511,7 +511,7 @@ absl::StatusOr<internal::GpuPathProbeResponse> GpuStep::ProbeGpuPath(
         if (run > 0) per_layer_ns.push_back(step.attention_ms * 1e6 / layers);
       }
       std::sort(per_layer_ns.begin(), per_layer_ns.end());
-      internal::GpuPathProbePoint* point = out.add_points();
+      internal::PathProbePoint* point = out.add_points();
       point->set_tokens(blocks * bt);
       point->set_ns_per_layer(per_layer_ns[per_layer_ns.size() / 2]);
     }

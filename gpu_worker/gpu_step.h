@@ -109,8 +109,8 @@ class GpuStep {
   // to the cpu_worker). INVALID_ARGUMENT, naming the point, for a size of no block or one
   // beyond the transfer region or a ping-pong buffer; for no sizes, sequences outside
   // [1, max_sequences] or repeats outside [1, 100]. Between steps (not thread-safe).
-  absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
-      const internal::GpuPathProbeRequest& request);
+  absl::StatusOr<internal::PathProbeResponse> ProbeGpuPath(
+      const internal::PathProbeRequest& request);
   // The channels were re-formatted (the cpu_worker was relaunched): use these.
   void set_data_plane(DataPlane data_plane) { data_plane_ = data_plane; }
   // The hot experts' warm-up and resident set (null when off). Its getters are thread-safe.

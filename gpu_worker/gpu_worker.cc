@@ -229,8 +229,8 @@ absl::StatusOr<internal::StepResult> GpuWorker::RunStep(const internal::StepPlan
   return result;
 }
 
-absl::StatusOr<internal::GpuPathProbeResponse> GpuWorker::ProbeGpuPath(
-    const internal::GpuPathProbeRequest& request) {
+absl::StatusOr<internal::PathProbeResponse> GpuWorker::ProbeGpuPath(
+    const internal::PathProbeRequest& request) {
   std::lock_guard<std::mutex> lock(mutex_);  // between steps
   if (step_ == nullptr) return absl::FailedPreconditionError("gpu_worker is not loaded");
   return step_->ProbeGpuPath(request);

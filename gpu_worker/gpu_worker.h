@@ -62,8 +62,8 @@ class GpuWorker final : public WorkerBackend {
       const internal::ChannelPingRequest& request) override;
   absl::StatusOr<internal::KvPatternResponse> KvPattern(
       const internal::KvPatternRequest& request) override;
-  absl::StatusOr<internal::GpuPathProbeResponse> ProbeGpuPath(
-      const internal::GpuPathProbeRequest& request) override;
+  absl::StatusOr<internal::PathProbeResponse> ProbeGpuPath(
+      const internal::PathProbeRequest& request) override;
   absl::Status ResetDataPlane(bool attach) override;
   void Stop() override;
   void CancelLoad() override {

@@ -1,5 +1,7 @@
 #include "coordinator/scheduler.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -1040,6 +1042,66 @@ TEST(DecodeReadsTest, WritescopeReadsInPlaceUntilItsLinesAreReady) {
   EXPECT_DOUBLE_EQ(scheduler->ChooseDecodeReads(1000, 400, 4).cpu_share, 0.4);
   EXPECT_EQ(scheduler->ChooseDecodeReads(1000, 0, 4).cpu_share, 0.0);
   EXPECT_EQ(scheduler->read_decisions(), 0);
+}
+
+// The runtime's first decode step pays one-off costs (Qwen3 4 x 8K on the H200, run 130:
+// 5.2 ms of CPU attention per layer for 15.9K tokens, 0.2-0.6 ms for 4.0K after), and the
+// steps after it read one share, so their samples sit at one token count. Taught, that
+// first step was the CPU line's only spread in tokens and held its slope at several times
+// the CPU's: r* 0.09 where the other policies' CPU time put it near 0.4. The first step at
+// the runtime's first batch teaches no line; the CPU path's start-up probe (alone, so a
+// little faster than in a split) gives the line its spread and its intercept's prior.
+TEST(DecodeReadsTest, TheFirstStepsOneOffCostsDoNotHoldTheCpuShareDown) {
+  ReadWorld world;
+  world.cpu_ns_per_token = 32;
+  world.cpu_fixed_ns = 150000;
+  world.split_gpu_ns_per_token = 40;
+  world.alone_gpu_ns_per_token = 37;
+  world.gpu_fixed_ns = 50000;
+  constexpr uint64_t kHostTokens = 31744;  // 4 x 8K less the D-window
+  constexpr double kHost = kHostTokens;
+  const RooflineParams truth{.cpu_ns_per_token = world.cpu_ns_per_token,
+                             .gpu_ns_per_token = world.split_gpu_ns_per_token,
+                             .cpu_fixed_ns = world.cpu_fixed_ns,
+                             .gpu_fixed_ns = world.gpu_fixed_ns};
+  const double best = OptimalCpuShare(truth, kHost);
+  ASSERT_GT(best, 0.4);
+  for (const bool cpu_probe : {false, true}) {
+    SCOPED_TRACE(cpu_probe ? "with the CPU probe" : "without it");
+    auto scheduler = *Scheduler::Create("writescope", {});
+    const double b = world.alone_gpu_ns_per_token, c = world.gpu_fixed_ns;
+    const CostSample gpu_probe[] = {{8192, b * 8192 + c}, {65536, b * 65536 + c}};
+    WS_ASSERT_OK(scheduler->CalibrateGpu(gpu_probe));
+    if (cpu_probe) {
+      const CostSample probe[] = {{8192, 30 * 8192 + 100000.0}, {16384, 30 * 16384 + 100000.0},
+                                  {32768, 30 * 32768 + 100000.0}, {65536, 30 * 65536 + 100000.0}};
+      WS_ASSERT_OK(scheduler->CalibrateCpu(probe));
+    }
+    // Four sequences, each with an eighth of the host tokens in the CPU-compute region: the
+    // CPU reads whole sequences (ChooseCpuReaders), a share of 0, 0.125, 0.25, ...
+    const uint64_t cpu_tokens[] = {kHostTokens / 8, kHostTokens / 8, kHostTokens / 8,
+                                   kHostTokens / 8};
+    std::array<bool, 4> queued{};
+    auto step = [&](double cold_factor) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(kHostTokens, cpu_tokens, queued);
+      StepSample sample = world.Run(d.cpu_share, kHost);
+      sample.cpu.ns *= cold_factor;
+      scheduler->ObserveStep(sample);
+      scheduler->UpdateTarget(kHost);
+      if (!d.explore) std::copy(d.cpu_readers.begin(), d.cpu_readers.end(), queued.begin());
+    };
+    step(8.0);  // the first step: its CPU attention 8x what it costs after
+    // From the first exploration's end on, r* is the world's (taught, the first step held it
+    // at 0.11-0.19 for 20 steps, at 0.45 only after 40).
+    for (int i = 0; i < 3; ++i) step(1.0);
+    for (int i = 0; i < 40; ++i) {
+      step(1.0);
+      EXPECT_THAT(scheduler->optimal_cpu_share(), DoubleNear(best, 0.05)) << "step " << i;
+    }
+    // Without the probe the samples' one token count leaves the fixed cost in the slope
+    // (the intercept's prior is 0); r* at this batch is right either way.
+    if (cpu_probe) EXPECT_THAT(scheduler->cpu_estimator().slope(), DoubleNear(32, 32 * 0.25));
+  }
 }
 
 TEST(DecodeReadsTest, TheRestOfEachModeIsWhatTheStepMeasuredBeyondTheModel) {

@@ -9,7 +9,7 @@ failure):
   1. fixtures (qwen3_moe, mixtral, deepseek_v2), default policy: every prompt of
      expected.json (500-600 tokens, across 256-token blocks and the D-window) greedy 16
      tokens + prompt logprobs, against ws_reference (the single-process forward) and
-     against transformers (expected.json);
+     against transformers (expected.json); both paths calibrated once at start-up;
   2. batching invariance: 8 concurrent requests of different lengths give the tokens
      each gives alone;
   3. policy invariance: transfer-all, cpu-all, static:0.5, writescope, monolithic give
@@ -373,6 +373,14 @@ def generate_12(trio, label, prompt, how=""):
 
 def check_fixture(env, trio, arch):
     """1. Every prompt of expected.json against ws_reference and transformers."""
+    # Both paths were probed at start-up (the scheduler's calibrations; `wscope info`).
+    text = trio.info()["text"]
+    for path, line in (("GPU", r"GPU path \(probe 1, [0-9.]+ ms\): B ([0-9.]+) ns/token"),
+                       ("CPU", r"CPU path \(probe 1, [0-9.]+ ms\): A ([0-9.]+) ns/token")):
+        m = re.search(line, text)
+        check(m is not None and float(m.group(1)) > 0,
+              f"{arch}: the {path} path was calibrated once at start-up"
+              + (f" ({m.group(1)} ns/token)" if m else ""), text)
     expected = env.expected(arch)
     for p in expected["prompts"]:
         name = f"{arch}/{p['name']}"

@@ -97,8 +97,8 @@ class GpuPathProbeTest : public ::testing::TestWithParam<std::string> {
     return true;
   }
 
-  internal::GpuPathProbeRequest Request(std::vector<uint64_t> tokens) const {
-    internal::GpuPathProbeRequest request;
+  internal::PathProbeRequest Request(std::vector<uint64_t> tokens) const {
+    internal::PathProbeRequest request;
     for (uint64_t t : tokens) request.add_tokens(t);
     request.set_sequences(3);
     request.set_layers(0);
@@ -116,7 +116,7 @@ TEST_P(GpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
   ASSERT_EQ(kv_.pingpong_blocks, 24u);
   // 1 token is one block; 33 tokens three; 24 blocks fill a ping-pong buffer; one sequence
   // of more blocks than the others (7 blocks over 3 sequences).
-  const absl::StatusOr<internal::GpuPathProbeResponse> response =
+  const absl::StatusOr<internal::PathProbeResponse> response =
       worker_->ProbeGpuPath(Request({1, 33, 7 * kBlockTokens, 24 * kBlockTokens}));
   ASSERT_TRUE(response.ok()) << response.status();
   ASSERT_EQ(response->points_size(), 4);
@@ -129,11 +129,11 @@ TEST_P(GpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
   EXPECT_GT(response->ms(), 0.0);
   EXPECT_TRUE(TransferRegionUnchanged());
   // Some layers only, one sequence.
-  internal::GpuPathProbeRequest few = Request({2 * kBlockTokens});
+  internal::PathProbeRequest few = Request({2 * kBlockTokens});
   few.set_layers(1);
   few.set_sequences(1);
   few.set_repeats(1);
-  const absl::StatusOr<internal::GpuPathProbeResponse> one = worker_->ProbeGpuPath(few);
+  const absl::StatusOr<internal::PathProbeResponse> one = worker_->ProbeGpuPath(few);
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->points_size(), 1);
 }
@@ -147,7 +147,7 @@ TEST_P(GpuPathProbeTest, BadRequestsNameWhatIsWrong) {
               HasSubstr("probe point 1"));
   EXPECT_THAT(worker_->ProbeGpuPath(Request({41 * kBlockTokens})).status().message(),
               HasSubstr("40 transfer-region slots, 24 ping-pong blocks"));
-  internal::GpuPathProbeRequest request = Request({16});
+  internal::PathProbeRequest request = Request({16});
   request.set_sequences(0);
   EXPECT_THAT(worker_->ProbeGpuPath(request).status().message(), HasSubstr("sequences = 0"));
   request.set_sequences(5);  // max_sequences is 4
@@ -155,7 +155,7 @@ TEST_P(GpuPathProbeTest, BadRequestsNameWhatIsWrong) {
   request.set_sequences(1);
   request.set_repeats(0);
   EXPECT_THAT(worker_->ProbeGpuPath(request).status().message(), HasSubstr("repeats = 0"));
-  for (const internal::GpuPathProbeRequest& bad : {Request({}), Request({0})}) {
+  for (const internal::PathProbeRequest& bad : {Request({}), Request({0})}) {
     EXPECT_EQ(worker_->ProbeGpuPath(bad).status().code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_TRUE(TransferRegionUnchanged());
@@ -180,10 +180,10 @@ TEST_P(GpuPathProbeTest, TheKvPathsReadRightAfterAPartialProbe) {
   }
   const absl::StatusOr<internal::KvPatternResponse> written = worker_->KvPattern(write);
   ASSERT_TRUE(written.ok()) << written.status();
-  internal::GpuPathProbeRequest probe = Request({8 * kBlockTokens, 20 * kBlockTokens});
+  internal::PathProbeRequest probe = Request({8 * kBlockTokens, 20 * kBlockTokens});
   probe.set_layers(1);
   ASSERT_GT(kv_.geometry.num_layers, 1u);
-  const absl::StatusOr<internal::GpuPathProbeResponse> probed = worker_->ProbeGpuPath(probe);
+  const absl::StatusOr<internal::PathProbeResponse> probed = worker_->ProbeGpuPath(probe);
   ASSERT_TRUE(probed.ok()) << probed.status();
   internal::KvPatternRequest verify = write;
   verify.set_mode(internal::KvPatternRequest::VERIFY);

@@ -1,0 +1,177 @@
+// The cpu_worker's probe of its decode attention in place (ProbeCpuPath, the scheduler's
+// calibration of A and c_C), with the tiny fixtures of the three architectures: one point
+// per size rounded up to whole blocks, positive finite times, nothing written to the
+// CPU-compute region, the request's errors, and a probe before Load. The trio probes at
+// start-up too (tests/e2e/generate_test.py checks `wscope info`'s CPU path line and the
+// generations that follow).
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/data_plane.h"
+#include "common/kv_config.h"
+#include "common/kv_spec.h"
+#include "common/shm_arena.h"
+#include "common/worker_model.h"
+#include "cpu_worker/cpu_worker.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace writescope::cpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint32_t kBlockTokens = 16;
+constexpr uint32_t kCpuBlocks = 8;
+
+// Known bf16 values in the CPU-compute region (finite: the kernels read them as keys).
+uint16_t PatternValue(uint64_t i) { return static_cast<uint16_t>(0x3c00 + (i * 131 + 7) % 97); }
+
+// The fixtures of the source tree, or of the working tree a GPU bundle runs in
+// (deploy/gpu-run.sh exports WS_FIXTURES_DIR).
+std::string FixturesDir() {
+  if (const char* dir = std::getenv("WS_FIXTURES_DIR")) return dir;
+  return WS_FIXTURES_DIR;
+}
+
+class CpuPathProbeTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ModelSource source;
+    source.model_path = absl::StrCat(FixturesDir(), "/", GetParam());
+    if (!std::filesystem::exists(source.model_path + "/config.json")) {
+      GTEST_SKIP() << "no fixture at " << source.model_path;
+    }
+    absl::StatusOr<ModelConfig> model = LoadModelConfig(source);
+    ASSERT_TRUE(model.ok()) << model.status();
+    KvCacheConfig kv;
+    kv.geometry = model->kv_geometry(kBlockTokens);
+    kv.window_tokens = 2 * kBlockTokens;
+    kv.max_sequences = 4;
+    kv.cpu_compute_bytes = kCpuBlocks * kv.geometry.block_bytes();
+    kv.gpu_transfer_bytes = 8 * kv.geometry.block_bytes();
+    kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 4 * kv.geometry.layer_block_bytes();
+    absl::StatusOr<KvCacheConfig> resolved = ResolveKvCacheConfig(kv);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    kv_ = *resolved;
+    ASSERT_EQ(kv_.region_slots(KvRegion::kCpuCompute), kCpuBlocks);
+    const std::string name = absl::StrCat("/ws-cpu-probe-test-", getpid(), "-", GetParam());
+    absl::StatusOr<std::unique_ptr<ShmArena>> arena =
+        ShmArena::Create(name, ArenaRegions(kv_.arena_sizes()));
+    ASSERT_TRUE(arena.ok()) << arena.status();
+    arena_ = *std::move(arena);
+    ASSERT_TRUE(CreateDataPlane(*arena_).ok());
+    const absl::Span<uint16_t> region = CpuRegion();
+    for (uint64_t i = 0; i < region.size(); ++i) region[i] = PatternValue(i);
+    worker_ = std::make_unique<CpuWorker>();
+    EXPECT_EQ(worker_->ProbeCpuPath(Request({kBlockTokens})).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    internal::LoadRequest load;
+    load.mutable_arena()->set_name(name);
+    load.mutable_arena()->set_bytes(arena_->size());
+    *load.mutable_kv() = ToKvSpec(kv_);
+    ToLoadRequest(source, &load);
+    absl::StatusOr<internal::LoadResponse> loaded = worker_->Load(load);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+  }
+
+  void TearDown() override {
+    if (worker_ != nullptr) worker_->Stop();
+  }
+
+  absl::Span<uint16_t> CpuRegion() const {
+    const absl::Span<std::byte> bytes = *arena_->Region(kCpuComputeRegion);
+    return absl::MakeSpan(reinterpret_cast<uint16_t*>(bytes.data()), bytes.size() / 2);
+  }
+
+  bool CpuRegionUnchanged() const {
+    const absl::Span<uint16_t> region = CpuRegion();
+    for (uint64_t i = 0; i < region.size(); ++i) {
+      if (region[i] != PatternValue(i)) return false;
+    }
+    return true;
+  }
+
+  static internal::PathProbeRequest Request(std::vector<uint64_t> tokens) {
+    internal::PathProbeRequest request;
+    for (uint64_t t : tokens) request.add_tokens(t);
+    request.set_sequences(3);
+    request.set_layers(0);
+    request.set_repeats(2);
+    return request;
+  }
+
+  KvCacheConfig kv_;
+  std::unique_ptr<ShmArena> arena_;
+  std::unique_ptr<CpuWorker> worker_;
+};
+
+TEST_P(CpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
+  // 1 token is one block; 33 tokens three; 7 blocks over 3 sequences (one holds more); all
+  // 8 blocks of the region.
+  const absl::StatusOr<internal::PathProbeResponse> probed = worker_->ProbeCpuPath(
+      Request({1, 33, 7 * kBlockTokens, kCpuBlocks * kBlockTokens}));
+  ASSERT_TRUE(probed.ok()) << probed.status();
+  ASSERT_EQ(probed->points_size(), 4);
+  const uint64_t expected[] = {kBlockTokens, 3 * kBlockTokens, 7 * kBlockTokens,
+                               kCpuBlocks * kBlockTokens};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(probed->points(i).tokens(), expected[i]);
+    EXPECT_GT(probed->points(i).ns_per_layer(), 0.0);
+    EXPECT_TRUE(std::isfinite(probed->points(i).ns_per_layer()));
+  }
+  EXPECT_GT(probed->ms(), 0.0);
+  EXPECT_TRUE(CpuRegionUnchanged());
+  // A few layers only, one sequence: still one point per size.
+  internal::PathProbeRequest few = Request({2 * kBlockTokens});
+  few.set_layers(1);
+  few.set_sequences(1);
+  few.set_repeats(1);
+  const absl::StatusOr<internal::PathProbeResponse> one = worker_->ProbeCpuPath(few);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->points_size(), 1);
+  EXPECT_EQ(one->points(0).tokens(), 2 * kBlockTokens);
+  EXPECT_TRUE(CpuRegionUnchanged());
+}
+
+TEST_P(CpuPathProbeTest, BadRequestsAreInvalidArgumentsThatSayWhy) {
+  EXPECT_THAT(worker_->ProbeCpuPath(Request({})).status().message(), HasSubstr("no sizes"));
+  EXPECT_THAT(worker_->ProbeCpuPath(Request({0})).status().message(),
+              HasSubstr("needs 1 to the 8 slots"));
+  EXPECT_THAT(worker_->ProbeCpuPath(Request({16, (kCpuBlocks + 1) * kBlockTokens})).status().message(),
+              HasSubstr("probe point 1"));
+  internal::PathProbeRequest request = Request({16});
+  request.set_sequences(0);
+  EXPECT_THAT(worker_->ProbeCpuPath(request).status().message(), HasSubstr("sequences = 0"));
+  request.set_sequences(5);
+  EXPECT_THAT(worker_->ProbeCpuPath(request).status().message(), HasSubstr("sequences = 5"));
+  request.set_sequences(1);
+  request.set_repeats(0);
+  EXPECT_THAT(worker_->ProbeCpuPath(request).status().message(), HasSubstr("repeats = 0"));
+  request.set_repeats(101);
+  EXPECT_THAT(worker_->ProbeCpuPath(request).status().message(), HasSubstr("repeats = 101"));
+  for (const internal::PathProbeRequest& bad : {Request({}), Request({0}), request}) {
+    EXPECT_EQ(worker_->ProbeCpuPath(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(CpuRegionUnchanged());
+  // Served on afterwards.
+  EXPECT_TRUE(worker_->ProbeCpuPath(Request({kBlockTokens})).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CpuPathProbeTest,
+                         ::testing::Values("qwen3_moe", "mixtral", "deepseek_v2"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+}  // namespace
+}  // namespace writescope::cpu

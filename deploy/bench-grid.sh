@@ -23,7 +23,7 @@
 # --one-runtime: one trio for all the policies instead of one per policy and repeat: each
 # point runs under every policy in turn (wscope bench --policies, the Bench RPC's policy;
 # each policy keeps its own scheduler across its points, all share the processes, their
-# memory, the hot experts and the start-up calibration of the GPU path), the order reversed
+# memory, the hot experts and the start-up calibrations of the two paths), the order reversed
 # in every second repeat (--rounds). A slow phase of the host then falls on the policies of
 # the points it spans, not on one policy's whole trio, and no trio start-ups are paid.
 # --warmup: the measured round's KV is placed at the optimum of the scheduler's estimates

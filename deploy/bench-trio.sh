@@ -73,7 +73,10 @@ start_trio() {
   fi
   # shellcheck disable=SC1090
   source "$ready"
-  # The scheduler's start-up calibration of the GPU path (before serving), for the log.
-  grep -h "GPU path calibrated" "${WS_LOG_DIR:-/nonexistent}"/*.log 2>/dev/null | tail -1 |
-    sed "s/^.*\] /$who: $policy: /" || true
+  # The scheduler's start-up calibrations of the two paths (before serving), for the log.
+  local path
+  for path in GPU CPU; do
+    grep -h "$path path calibrated" "${WS_LOG_DIR:-/nonexistent}"/*.log 2>/dev/null | tail -1 |
+      sed "s/^.*\] /$who: $policy: /" || true
+  done
 }

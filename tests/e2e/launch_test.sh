@@ -63,6 +63,10 @@ if start_trio; then
   grep -Eq "GPU path \(probe 1, [0-9]+ ms\): B [0-9.]+ ns/token, c_G [0-9.]+ us per layer" "$WORK/info" \
     && pass "GPU path calibrated at start-up" \
     || fail "server info lacks the GPU path calibration: $(cat "$WORK/info")"
+  # And of the CPU path (the cpu_worker's probe of its attention in place).
+  grep -Eq "CPU path \(probe 1, [0-9]+ ms\): A [0-9.]+ ns/token, c_C [0-9.]+ us per layer" "$WORK/info" \
+    && pass "CPU path calibrated at start-up" \
+    || fail "server info lacks the CPU path calibration: $(cat "$WORK/info")"
   # The KV paths through the three processes: the gpu_worker writes a known pattern into
   # blocks of both regions, the cpu_worker verifies its blocks in place in the arena, the
   # gpu_worker verifies the rest through the ping-pong transfer and the D-window.

@@ -163,4 +163,58 @@ absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
   return layout;
 }
 
+absl::StatusOr<std::vector<uint64_t>> PathProbeBlocks(const internal::PathProbeRequest& request,
+                                                      uint32_t block_tokens,
+                                                      uint32_t max_sequences, uint64_t max_blocks,
+                                                      absl::string_view limit) {
+  if (request.tokens().empty()) return absl::InvalidArgumentError("probe: no sizes");
+  if (request.sequences() < 1 || request.sequences() > max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("probe: sequences = ", request.sequences(),
+                                                   " must be in [1, ", max_sequences, "]"));
+  }
+  if (request.repeats() < 1 || request.repeats() > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe: repeats = ", request.repeats(), " must be in [1, 100]"));
+  }
+  std::vector<uint64_t> point_blocks;
+  for (int i = 0; i < request.tokens_size(); ++i) {
+    const uint64_t tokens = request.tokens(i);
+    const uint64_t blocks = tokens / block_tokens + (tokens % block_tokens != 0 ? 1 : 0);
+    if (blocks == 0 || blocks > max_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat("probe point ", i, ": ", tokens,
+                                                     " tokens make ", blocks,
+                                                     " blocks; it needs 1 to ", limit));
+    }
+    point_blocks.push_back(blocks);
+  }
+  return point_blocks;
+}
+
+StepLayout PathProbeLayout(uint64_t blocks, uint32_t sequences, uint32_t block_tokens,
+                           KvRegion region) {
+  const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(sequences, blocks));
+  const bool cpu = region == KvRegion::kCpuCompute;
+  StepLayout layout;
+  layout.total_tokens = n;
+  (cpu ? layout.cpu_host_tokens : layout.transfer_host_tokens) = blocks * block_tokens;
+  if (cpu) layout.cpu_tokens = n;
+  uint32_t next_slot = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint64_t count = blocks / n + (i < blocks % n ? 1 : 0);
+    StepSequenceLayout s;
+    s.seq_id = i;
+    s.window_slot = i;
+    s.position = count * block_tokens;
+    s.num_tokens = 1;
+    s.token_offset = i;
+    if (cpu) s.cpu_offset = i;
+    for (uint64_t j = 0; j < count; ++j) {
+      (cpu ? s.cpu_blocks : s.transfer_blocks).push_back({next_slot, j * block_tokens});
+      s.blocks.push_back({region, next_slot++});
+    }
+    layout.sequences.push_back(std::move(s));
+  }
+  return layout;
+}
+
 }  // namespace writescope

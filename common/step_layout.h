@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/kv_config.h"
 #include "common/model_config.h"
 #include "writescope/internal/worker.pb.h"
@@ -98,6 +99,21 @@ struct StepLayout {
 // sequence id twice.
 absl::StatusOr<StepLayout> MakeStepLayout(const internal::StepPlan& plan,
                                           const KvCacheConfig& config);
+
+// The path probes (worker.proto's ProbeGpuPath, ProbeCpuPath): each point's tokens in whole
+// blocks of `block_tokens`. INVALID_ARGUMENT for no sizes, a point of 0 blocks or of more
+// than `max_blocks` (`limit` names that bound in the message), sequences outside
+// [1, max_sequences], repeats outside [1, 100].
+absl::StatusOr<std::vector<uint64_t>> PathProbeBlocks(const internal::PathProbeRequest& request,
+                                                      uint32_t block_tokens,
+                                                      uint32_t max_sequences, uint64_t max_blocks,
+                                                      absl::string_view limit);
+// A probe point's decode step: slots [0, blocks) of `region`, in slot order, over
+// min(sequences, blocks) sequences of one decode token each (the first blocks % that count
+// hold one block more). CPU-compute blocks are the CPU's (cpu_blocks, each sequence one
+// attention row), GPU-transfer ones the GPU's (transfer_blocks); `blocks` lists both.
+StepLayout PathProbeLayout(uint64_t blocks, uint32_t sequences, uint32_t block_tokens,
+                           KvRegion region);
 
 }  // namespace writescope
 

@@ -184,51 +184,20 @@ absl::Status CpuStep::Attention(const StepLayout& layout, uint32_t layer,
 absl::StatusOr<internal::PathProbeResponse> CpuStep::ProbeAttention(
     const internal::PathProbeRequest& request) {
   const auto start = std::chrono::steady_clock::now();
-  const uint64_t bt = kv_.geometry.block_tokens;
+  const uint32_t bt = kv_.geometry.block_tokens;
   const uint64_t slots = region_.num_slots();
-  if (request.tokens().empty()) return absl::InvalidArgumentError("probe: no sizes");
-  if (request.sequences() < 1 || request.sequences() > kv_.max_sequences) {
-    return absl::InvalidArgumentError(absl::StrCat("probe: sequences = ", request.sequences(),
-                                                   " must be in [1, ", kv_.max_sequences, "]"));
-  }
-  if (request.repeats() < 1 || request.repeats() > 100) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("probe: repeats = ", request.repeats(), " must be in [1, 100]"));
-  }
-  std::vector<uint64_t> point_blocks;  // each point's tokens in whole blocks
-  for (int i = 0; i < request.tokens_size(); ++i) {
-    const uint64_t blocks = request.tokens(i) / bt + (request.tokens(i) % bt != 0 ? 1 : 0);
-    if (blocks == 0 || blocks > slots) {
-      return absl::InvalidArgumentError(absl::StrCat("probe point ", i, ": ", request.tokens(i),
-                                                     " tokens make ", blocks,
-                                                     " blocks; it needs 1 to the ", slots,
-                                                     " slots of the CPU-compute region"));
-    }
-    point_blocks.push_back(blocks);
-  }
+  WS_ASSIGN_OR_RETURN(
+      const std::vector<uint64_t> point_blocks,  // each point's tokens in whole blocks
+      PathProbeBlocks(request, bt, kv_.max_sequences, slots,
+                      absl::StrCat("the ", slots, " slots of the CPU-compute region")));
   const uint32_t num_layers = kv_.geometry.num_layers;
   const uint32_t layers =
       request.layers() == 0 ? num_layers : std::min(request.layers(), num_layers);
   internal::PathProbeResponse response;
   for (const uint64_t blocks : point_blocks) {
-    const uint32_t sequences = static_cast<uint32_t>(std::min<uint64_t>(request.sequences(), blocks));
-    StepLayout layout;
-    layout.total_tokens = sequences;
-    layout.cpu_tokens = sequences;
-    layout.cpu_host_tokens = blocks * bt;
-    uint32_t next_slot = 0;
-    for (uint32_t i = 0; i < sequences; ++i) {
-      const uint64_t n = blocks / sequences + (i < blocks % sequences ? 1 : 0);
-      StepSequenceLayout s;
-      s.seq_id = i;
-      s.window_slot = i;
-      s.position = n * bt;
-      s.num_tokens = 1;
-      s.token_offset = i;
-      s.cpu_offset = i;
-      for (uint64_t j = 0; j < n; ++j) s.cpu_blocks.push_back({next_slot++, j * bt});
-      layout.sequences.push_back(std::move(s));
-    }
+    const StepLayout layout =
+        PathProbeLayout(blocks, request.sequences(), bt, KvRegion::kCpuCompute);
+    const uint64_t sequences = layout.sequences.size();
     // Small made-up queries (bf16; the values do not change the work).
     std::vector<uint16_t> q(dims_.attention_bytes(sequences) / 2);
     for (size_t k = 0; k < q.size(); ++k) q[k] = static_cast<uint16_t>(0x3c00 + k % 7);

@@ -439,27 +439,12 @@ absl::StatusOr<internal::PathProbeResponse> GpuStep::ProbeGpuPath(
   const KvGeometry& g = config.geometry;
   const uint64_t bt = g.block_tokens;
   const uint64_t slots = config.region_slots(KvRegion::kGpuTransfer);
-  if (request.tokens().empty()) return absl::InvalidArgumentError("probe: no sizes");
-  if (request.sequences() < 1 || request.sequences() > config.max_sequences) {
-    return absl::InvalidArgumentError(absl::StrCat("probe: sequences = ", request.sequences(),
-                                                   " must be in [1, ", config.max_sequences,
-                                                   "]"));
-  }
-  if (request.repeats() < 1 || request.repeats() > 100) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("probe: repeats = ", request.repeats(), " must be in [1, 100]"));
-  }
-  std::vector<uint64_t> point_blocks;  // each point's tokens in whole blocks
-  for (int i = 0; i < request.tokens_size(); ++i) {
-    const uint64_t blocks = request.tokens(i) / bt + (request.tokens(i) % bt != 0 ? 1 : 0);
-    point_blocks.push_back(blocks);
-    if (blocks == 0 || blocks > slots || blocks > config.pingpong_blocks) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "probe point ", i, ": ", request.tokens(i), " tokens make ", blocks,
-          " blocks; it needs 1 to min(", slots, " transfer-region slots, ",
-          config.pingpong_blocks, " ping-pong blocks)"));
-    }
-  }
+  WS_ASSIGN_OR_RETURN(
+      const std::vector<uint64_t> point_blocks,  // each point's tokens in whole blocks
+      PathProbeBlocks(request, g.block_tokens, config.max_sequences,
+                      std::min<uint64_t>(slots, config.pingpong_blocks),
+                      absl::StrCat("min(", slots, " transfer-region slots, ",
+                                   config.pingpong_blocks, " ping-pong blocks)")));
   const uint32_t layers = request.layers() == 0 ? g.num_layers
                                                 : std::min(request.layers(), g.num_layers);
   // No spans: the probe is not a step of the profile.
@@ -470,28 +455,13 @@ absl::StatusOr<internal::PathProbeResponse> GpuStep::ProbeGpuPath(
       [&]() -> absl::StatusOr<internal::PathProbeResponse> {
     internal::PathProbeResponse out;
     for (const uint64_t blocks : point_blocks) {
-      const uint32_t sequences =
-          static_cast<uint32_t>(std::min<uint64_t>(request.sequences(), blocks));
       Step step;
-      StepLayout& layout = step.layout;
-      layout.total_tokens = sequences;
-      layout.transfer_host_tokens = blocks * bt;
+      step.layout = PathProbeLayout(blocks, request.sequences(), g.block_tokens,
+                                    KvRegion::kGpuTransfer);
+      const uint32_t sequences = static_cast<uint32_t>(step.layout.sequences.size());
       std::vector<StepSequence> batch;
-      uint32_t next_slot = 0;
-      for (uint32_t i = 0; i < sequences; ++i) {
-        const uint64_t n = blocks / sequences + (i < blocks % sequences ? 1 : 0);
-        StepSequenceLayout s;
-        s.seq_id = i;
-        s.window_slot = i;
-        s.position = n * bt;
-        s.num_tokens = 1;
-        s.token_offset = i;
-        for (uint64_t j = 0; j < n; ++j) {
-          s.transfer_blocks.push_back({next_slot, j * bt});
-          s.blocks.push_back({KvRegion::kGpuTransfer, next_slot++});
-        }
+      for (const StepSequenceLayout& s : step.layout.sequences) {
         batch.push_back({s.window_slot, 0, s.blocks, false});
-        layout.sequences.push_back(std::move(s));
       }
       WS_ASSIGN_OR_RETURN(step.transfer, BuildTransferPlan(config, batch));
       step.chunks = static_cast<uint32_t>(step.transfer.chunks.size());

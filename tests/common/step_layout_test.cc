@@ -265,5 +265,66 @@ TEST(StepDimsTest, MessageWidths) {
   EXPECT_EQ(d.max_bytes_per_token(), 16u * 513 * 4);
 }
 
+// The path probes' steps: slots in order, the remainder on the first sequences, one decode
+// row each, and the region's side of the layout.
+TEST(PathProbeTest, LayoutSpreadsTheBlocksInSlotOrder) {
+  for (const KvRegion region : {KvRegion::kCpuCompute, KvRegion::kGpuTransfer}) {
+    SCOPED_TRACE(static_cast<int>(region));
+    const bool cpu = region == KvRegion::kCpuCompute;
+    // 7 blocks over 3 sequences: 3, 2, 2.
+    const StepLayout layout = PathProbeLayout(7, 3, 16, region);
+    ASSERT_EQ(layout.sequences.size(), 3u);
+    EXPECT_EQ(layout.total_tokens, 3u);
+    EXPECT_EQ(layout.cpu_tokens, cpu ? 3u : 0u);
+    EXPECT_EQ(layout.cpu_host_tokens, cpu ? 7u * 16 : 0u);
+    EXPECT_EQ(layout.transfer_host_tokens, cpu ? 0u : 7u * 16);
+    uint32_t slot = 0;
+    for (size_t i = 0; i < 3; ++i) {
+      const StepSequenceLayout& s = layout.sequences[i];
+      const size_t n = i == 0 ? 3 : 2;
+      const std::vector<PlacedSlot>& own = cpu ? s.cpu_blocks : s.transfer_blocks;
+      EXPECT_TRUE((cpu ? s.transfer_blocks : s.cpu_blocks).empty());
+      ASSERT_EQ(own.size(), n);
+      ASSERT_EQ(s.blocks.size(), n);
+      EXPECT_EQ(s.position, n * 16);
+      EXPECT_EQ(s.num_tokens, 1u);
+      EXPECT_EQ(s.token_offset, i);
+      if (cpu) EXPECT_EQ(s.cpu_offset, i);
+      for (size_t j = 0; j < n; ++j, ++slot) {
+        EXPECT_EQ(own[j].slot, slot);
+        EXPECT_EQ(own[j].first_token, j * 16);
+        EXPECT_EQ(s.blocks[j], (KvBlockRef{region, slot}));
+      }
+    }
+    // More sequences than blocks: one block each.
+    EXPECT_EQ(PathProbeLayout(2, 16, 16, region).sequences.size(), 2u);
+  }
+}
+
+TEST(PathProbeTest, BlocksAreWholeAndBoundedAndTheRequestChecked) {
+  internal::PathProbeRequest request;
+  for (const uint64_t t : {1, 16, 17, 64}) request.add_tokens(t);
+  request.set_sequences(2);
+  request.set_repeats(3);
+  absl::StatusOr<std::vector<uint64_t>> blocks = PathProbeBlocks(request, 16, 4, 4, "4 slots");
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(*blocks, (std::vector<uint64_t>{1, 1, 2, 4}));
+  request.add_tokens(65);
+  EXPECT_EQ(PathProbeBlocks(request, 16, 4, 4, "4 slots").status().message(),
+            "probe point 4: 65 tokens make 5 blocks; it needs 1 to 4 slots");
+  internal::PathProbeRequest bad = request;
+  bad.clear_tokens();
+  EXPECT_EQ(PathProbeBlocks(bad, 16, 4, 4, "").status().message(), "probe: no sizes");
+  bad = request;
+  bad.set_tokens(0, 0);
+  EXPECT_EQ(PathProbeBlocks(bad, 16, 4, 8, "").status().code(), absl::StatusCode::kInvalidArgument);
+  bad = request;
+  bad.set_sequences(5);
+  EXPECT_EQ(PathProbeBlocks(bad, 16, 4, 8, "").status().code(), absl::StatusCode::kInvalidArgument);
+  bad.set_sequences(2);
+  bad.set_repeats(101);
+  EXPECT_EQ(PathProbeBlocks(bad, 16, 4, 8, "").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace writescope

@@ -610,6 +610,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   if (policy_.kind == PolicyKind::kWriteScope && placed_cpu_tokens > 0 && host_tokens > 0 &&
       std::abs(static_cast<double>(sequences) - static_cast<double>(rest_batch_)) >
           options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
+    const bool first_batch = rest_batch_ == 0;
     rest_stale_ = true;
     rest_batch_ = sequences;
     // The lines were fitted at the old batch: their predictions at this one are
@@ -622,8 +623,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     // Its step settles (SchedulerOptions::switch_settle_steps), unless the batch changed
     // within the minimum exploration period already: a batch that changes at every step
     // would have no step teach.
-    decided_new_batch_ = steps_ - relevel_step_ >= options_.min_explore_period_steps ||
-                         relevel_step_ == 0;
+    decided_new_batch_ =
+        first_batch || steps_ - relevel_step_ >= options_.min_explore_period_steps;
     // A batch that held for a maximum exploration period has paid for its measurements: an
     // advance still owed is forgiven (ChooseDecodeReads' contract).
     if (steps_ - relevel_step_ >= options_.max_explore_period_steps) {

@@ -4,26 +4,21 @@
 // CPU-compute region, the request's errors, and a probe before Load. The trio probes at
 // start-up too (tests/e2e/generate_test.py checks `wscope info`'s CPU path line and the
 // generations that follow).
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/data_plane.h"
 #include "common/kv_config.h"
-#include "common/kv_spec.h"
 #include "common/shm_arena.h"
-#include "common/worker_model.h"
 #include "cpu_worker/cpu_worker.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/fixture_arena.h"
 
 namespace writescope::cpu {
 namespace {
@@ -36,51 +31,28 @@ constexpr uint32_t kCpuBlocks = 8;
 // Known bf16 values in the CPU-compute region (finite: the kernels read them as keys).
 uint16_t PatternValue(uint64_t i) { return static_cast<uint16_t>(0x3c00 + (i * 131 + 7) % 97); }
 
-// The fixtures of the source tree, or of the working tree a GPU bundle runs in
-// (deploy/gpu-run.sh exports WS_FIXTURES_DIR).
-std::string FixturesDir() {
-  if (const char* dir = std::getenv("WS_FIXTURES_DIR")) return dir;
-  return WS_FIXTURES_DIR;
-}
-
 class CpuPathProbeTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ModelSource source;
-    source.model_path = absl::StrCat(FixturesDir(), "/", GetParam());
-    if (!std::filesystem::exists(source.model_path + "/config.json")) {
-      GTEST_SKIP() << "no fixture at " << source.model_path;
-    }
-    absl::StatusOr<ModelConfig> model = LoadModelConfig(source);
-    ASSERT_TRUE(model.ok()) << model.status();
-    KvCacheConfig kv;
-    kv.geometry = model->kv_geometry(kBlockTokens);
-    kv.window_tokens = 2 * kBlockTokens;
-    kv.max_sequences = 4;
-    kv.cpu_compute_bytes = kCpuBlocks * kv.geometry.block_bytes();
-    kv.gpu_transfer_bytes = 8 * kv.geometry.block_bytes();
-    kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 4 * kv.geometry.layer_block_bytes();
-    absl::StatusOr<KvCacheConfig> resolved = ResolveKvCacheConfig(kv);
-    ASSERT_TRUE(resolved.ok()) << resolved.status();
-    kv_ = *resolved;
+    absl::StatusOr<testing::FixtureArena> fixture = testing::MakeFixtureArena(
+        GetParam(), kBlockTokens, "cpu-probe-test", [](KvCacheConfig& kv) {
+          kv.window_tokens = 2 * kBlockTokens;
+          kv.max_sequences = 4;
+          kv.cpu_compute_bytes = kCpuBlocks * kv.geometry.block_bytes();
+          kv.gpu_transfer_bytes = 8 * kv.geometry.block_bytes();
+          kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 4 * kv.geometry.layer_block_bytes();
+        });
+    if (absl::IsNotFound(fixture.status())) GTEST_SKIP() << fixture.status().message();
+    ASSERT_TRUE(fixture.ok()) << fixture.status();
+    kv_ = fixture->kv;
+    arena_ = std::move(fixture->arena);
     ASSERT_EQ(kv_.region_slots(KvRegion::kCpuCompute), kCpuBlocks);
-    const std::string name = absl::StrCat("/ws-cpu-probe-test-", getpid(), "-", GetParam());
-    absl::StatusOr<std::unique_ptr<ShmArena>> arena =
-        ShmArena::Create(name, ArenaRegions(kv_.arena_sizes()));
-    ASSERT_TRUE(arena.ok()) << arena.status();
-    arena_ = *std::move(arena);
-    ASSERT_TRUE(CreateDataPlane(*arena_).ok());
     const absl::Span<uint16_t> region = CpuRegion();
     for (uint64_t i = 0; i < region.size(); ++i) region[i] = PatternValue(i);
     worker_ = std::make_unique<CpuWorker>();
     EXPECT_EQ(worker_->ProbeCpuPath(Request({kBlockTokens})).status().code(),
               absl::StatusCode::kFailedPrecondition);
-    internal::LoadRequest load;
-    load.mutable_arena()->set_name(name);
-    load.mutable_arena()->set_bytes(arena_->size());
-    *load.mutable_kv() = ToKvSpec(kv_);
-    ToLoadRequest(source, &load);
-    absl::StatusOr<internal::LoadResponse> loaded = worker_->Load(load);
+    absl::StatusOr<internal::LoadResponse> loaded = worker_->Load(fixture->load);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
   }
 

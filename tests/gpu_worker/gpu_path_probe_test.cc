@@ -24,6 +24,7 @@
 #include "gpu_worker/device.h"
 #include "gpu_worker/gpu_worker.h"
 #include "gtest/gtest.h"
+#include "tests/common/fixture_arena.h"
 #include "tests/common/test_util.h"
 
 namespace writescope::gpu {
@@ -36,50 +37,28 @@ constexpr uint32_t kBlockTokens = 16;
 // The known bytes the transfer region starts with.
 std::byte PatternByte(uint64_t i) { return static_cast<std::byte>((i * 131 + 7) % 251); }
 
-// The fixtures of the source tree, or of the working tree a GPU bundle runs in
-// (deploy/gpu-run.sh exports WS_FIXTURES_DIR).
-std::string FixturesDir() {
-  if (const char* dir = std::getenv("WS_FIXTURES_DIR")) return dir;
-  return WS_FIXTURES_DIR;
-}
-
 class GpuPathProbeTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ModelSource source;
-    source.model_path = absl::StrCat(FixturesDir(), "/", GetParam());
-    if (!std::filesystem::exists(source.model_path + "/config.json")) {
-      GTEST_SKIP() << "no fixture at " << source.model_path;
-    }
-    absl::StatusOr<ModelConfig> model = LoadModelConfig(source);
-    ASSERT_TRUE(model.ok()) << model.status();
-    KvCacheConfig kv;
-    kv.geometry = model->kv_geometry(kBlockTokens);
-    kv.window_tokens = 2 * kBlockTokens;
-    kv.max_sequences = 4;
-    kv.cpu_compute_bytes = 8 * kv.geometry.block_bytes();
-    kv.gpu_transfer_bytes = 40 * kv.geometry.block_bytes();
-    kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 24 * kv.geometry.layer_block_bytes();
-    absl::StatusOr<KvCacheConfig> resolved = ResolveKvCacheConfig(kv);
-    ASSERT_TRUE(resolved.ok()) << resolved.status();
-    kv_ = *resolved;
-    const std::string name = absl::StrCat("/ws-probe-test-", getpid(), "-", GetParam());
-    absl::StatusOr<std::unique_ptr<ShmArena>> arena =
-        ShmArena::Create(name, ArenaRegions(kv_.arena_sizes()));
-    ASSERT_TRUE(arena.ok()) << arena.status();
-    arena_ = *std::move(arena);
-    ASSERT_TRUE(CreateDataPlane(*arena_).ok());
+    absl::StatusOr<testing::FixtureArena> fixture =
+        testing::MakeFixtureArena(GetParam(), kBlockTokens, "probe-test", [](KvCacheConfig& kv) {
+          kv.window_tokens = 2 * kBlockTokens;
+          kv.max_sequences = 4;
+          kv.cpu_compute_bytes = 8 * kv.geometry.block_bytes();
+          kv.gpu_transfer_bytes = 40 * kv.geometry.block_bytes();
+          kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 24 * kv.geometry.layer_block_bytes();
+        });
+    if (absl::IsNotFound(fixture.status())) GTEST_SKIP() << fixture.status().message();
+    ASSERT_TRUE(fixture.ok()) << fixture.status();
+    kv_ = fixture->kv;
+    arena_ = std::move(fixture->arena);
     // Known bytes in the transfer region, to see that the probe only reads it.
     absl::Span<std::byte> transfer = *arena_->Region(kGpuTransferRegion);
     for (uint64_t i = 0; i < transfer.size(); ++i) {
       transfer[i] = PatternByte(i);
     }
     worker_ = std::make_unique<GpuWorker>(CreateHostDevice());
-    internal::LoadRequest load;
-    load.mutable_arena()->set_name(name);
-    load.mutable_arena()->set_bytes(arena_->size());
-    *load.mutable_kv() = ToKvSpec(kv_);
-    ToLoadRequest(source, &load);
+    internal::LoadRequest load = fixture->load;
     load.set_vram_budget_bytes(uint64_t{4} << 30);
     absl::StatusOr<internal::LoadResponse> loaded = worker_->Load(load);
     ASSERT_TRUE(loaded.ok()) << loaded.status();

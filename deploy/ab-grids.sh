@@ -14,7 +14,9 @@
 # and --contexts change it (the full DeepSeek-V2-Lite at one point: --layers 27 --batches 32
 # --contexts 32768).
 # VARIANT: NAME or NAME:FLAG[:FLAG...]; a FLAG is a coordinator flag (--x=y), or a worker's
-# prefixed cpu_worker/ or gpu_worker/. For example (session 17's three rules):
+# prefixed cpu_worker/ or gpu_worker/, or an environment variable of launch.sh's
+# (env/WS_NAME=VALUE, e.g. spin100k:env/WS_CPU_WORKER_SPINCOUNT=100000: how long the
+# cpu_worker's OpenMP threads spin before they sleep). For example (session 17's three rules):
 #   base  nosettle:--settle_missed_rounds=false  nohold:--exploration_share_hold=0
 #   nomap:cpu_worker/--prefault_kv=false  (session 18's:) nomodehold:--mode_switch_hold_steps=0
 #   (session 19's:) late:gpu_worker/--early_rounds_after_attention=false
@@ -66,7 +68,7 @@ case "$ARCHIVE" in
 esac
 # Each variant's flags, checked before anything runs: the coordinator's (one per line) and
 # the workers' (space-separated, as bench-trio.sh takes them).
-declare -A seen=() coordinator_flags=() cpu_flags=() gpu_flags=()
+declare -A seen=() coordinator_flags=() cpu_flags=() gpu_flags=() env_vars=()
 names=()
 for variant in "${VARIANTS[@]}"; do
   name=${variant%%:*}
@@ -74,15 +76,19 @@ for variant in "${VARIANTS[@]}"; do
   [[ -z ${seen[$name]:-} ]] || fail "variant '$name' given twice"
   seen[$name]=1
   names+=("$name")
-  coordinator_flags[$name]="" cpu_flags[$name]="" gpu_flags[$name]=""
+  coordinator_flags[$name]="" cpu_flags[$name]="" gpu_flags[$name]="" env_vars[$name]=""
   [[ $variant == *:* ]] || continue
   IFS=: read -r -a flags <<<"${variant#*:}"
   for flag in "${flags[@]}"; do
     case "$flag" in
       cpu_worker/--*) cpu_flags[$name]+="${cpu_flags[$name]:+ }${flag#cpu_worker/}" ;;
       gpu_worker/--*) gpu_flags[$name]+="${gpu_flags[$name]:+ }${flag#gpu_worker/}" ;;
+      env/*)
+        [[ ${flag#env/} =~ ^WS_[A-Z0-9_]+=[^[:space:]]*$ ]] ||
+          fail "variant '$name': '$flag' is not env/WS_NAME=VALUE"
+        env_vars[$name]+="${flag#env/}"$'\n' ;;
       --*) coordinator_flags[$name]+="$flag"$'\n' ;;
-      *) fail "variant '$name': '$flag' is neither --flag nor cpu_worker/--flag nor gpu_worker/--flag" ;;
+      *) fail "variant '$name': '$flag' is neither --flag nor cpu_worker/--flag nor gpu_worker/--flag nor env/WS_NAME=VALUE" ;;
     esac
   done
 done
@@ -97,10 +103,13 @@ for repeat in $(seq "$REPEATS"); do
     for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[i]}"); done
   fi
   for name in "${order[@]}"; do
-    coordinator=()
+    coordinator=() envs=()
     while IFS= read -r flag; do
       [[ -n $flag ]] && coordinator+=("$flag")
     done <<<"${coordinator_flags[$name]}"
+    while IFS= read -r assignment; do
+      [[ -n $assignment ]] && envs+=("$assignment")
+    done <<<"${env_vars[$name]}"
     # 20 s kept back for the reports and the copy home.
     left=$((BUDGET - ($(date +%s) - start) - 20))
     if ((left < 30)); then
@@ -111,8 +120,8 @@ for repeat in $(seq "$REPEATS"); do
     ((DRY)) || mkdir -p "$OUT_DIR/$name"
     echo "ab-grids: $name, repeat $repeat of $REPEATS, at most $left s"
     rc=0
-    run_into "$OUT_DIR/$name/grid-$repeat.log" env WS_CPU_WORKER_FLAGS="${cpu_flags[$name]}" \
-      WS_GPU_WORKER_FLAGS="${gpu_flags[$name]}" timeout "$left" "$ROOT/deploy/bench-grid.sh" \
+    run_into "$OUT_DIR/$name/grid-$repeat.log" env ${envs[@]+"${envs[@]}"} \
+      WS_CPU_WORKER_FLAGS="${cpu_flags[$name]}" WS_GPU_WORKER_FLAGS="${gpu_flags[$name]}" timeout "$left" "$ROOT/deploy/bench-grid.sh" \
       --arch "$ARCH" --policies "$POLICY" --layers "$LAYERS" --batches "$BATCHES" \
       --contexts "$CONTEXTS" --warmup 16 --steps "$STEPS" --repeats 1 --out "$OUT_DIR/$name" \
       ${coordinator[@]+-- "${coordinator[@]}"} || rc=$?

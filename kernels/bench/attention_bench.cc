@@ -5,6 +5,7 @@
 //                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda] [--no-gqa]
 //                   [--no-merge] [--clock=wall|cpu]
 //                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
+//                   [--gap-us=0]
 //
 // KV bytes are counted once per step (K and V of every token and kv head read once);
 // achieved GB/s = bytes / time, compared with the DRAM (CPU) or HBM (GPU) ceiling.
@@ -24,6 +25,13 @@
 // the kernel forces it), memfd-thp (memfd_create with MADV_HUGEPAGE: the kernel's internal
 // shared-memory mount, which follows transparent_hugepage/shmem_enabled). Each table's header
 // says how many of the pool's bytes huge pages map.
+//
+// --gap-us sleeps that long before each timed call (not timed). Back to back, the OpenMP
+// threads are still spinning from the call before when the next one starts; in a decode
+// step the cpu_worker's attention calls come one layer apart, with the GPU's part of the
+// layer between them, and threads that have stopped spinning (GOMP_SPINCOUNT, launch.sh's
+// WS_CPU_WORKER_SPINCOUNT) must be woken first. A gap longer than the spin shows that cost
+// in the fixed part of each call.
 #include <fcntl.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -41,10 +49,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "kernels/attention.h"
 #include "kernels/attention_state.h"
@@ -69,12 +79,15 @@ double ProcessCpuSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// Median of `iters` timed runs after one warm-up.
+int64_t g_gap_us = 0;  // --gap-us
+
+// Median of `iters` timed runs after one warm-up, each after --gap-us of sleep.
 template <typename Fn>
 double TimeIt(int iters, Fn fn) {
   fn();
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
+    if (g_gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_gap_us));
     if (g_cpu_clock) {
       const double start = ProcessCpuSeconds();
       fn();
@@ -90,6 +103,15 @@ double TimeIt(int iters, Fn fn) {
 }
 
 std::string g_host_memory = "malloc";  // --host-memory
+
+// The CPU tables' line on --gap-us and the OpenMP wait settings it interacts with.
+void PrintGap() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  std::printf("calls %s (OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s)\n",
+              g_gap_us > 0 ? absl::StrCat(g_gap_us, " us apart").c_str() : "back to back",
+              policy != nullptr ? policy : "unset", spin != nullptr ? spin : "unset");
+}
 
 // A value in kB of /proc/self/smaps_rollup (e.g. "AnonHugePages:"), or -1.
 int64_t SmapsRollupKib(const std::string& key) {
@@ -251,6 +273,7 @@ void RunCpuGqa(const BenchOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   std::printf("\n== CPU GQA decode (%s, %d threads, ceiling %.0f GB/s) ==\n",
               CpuIsaName(DetectCpuIsa()), threads, options.dram_gbps);
+  PrintGap();
   std::printf("%-8s %8s %6s %10s %10s %8s %9s\n", "model", "tokens", "batch", "ms", "GB/s", "%ceil",
               "GB/s/thr");
   g_clock_threads = threads;
@@ -290,6 +313,7 @@ void RunCpuMla(const BenchOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   std::printf("\n== CPU MLA decode, DeepSeek-V2-Lite (16 heads, 512+64), %d threads ==\n", threads);
+  PrintGap();
   std::printf("path: vector = our vector kernels; onednn = whole blocks through oneDNN bf16\n"
               "matmuls (AMX where the CPU has it); amx = our AMX tile kernel (where this process\n"
               "can use AMX; CpuAttentionOptions::mla_matmul)\n");
@@ -377,6 +401,7 @@ int Main(int argc, char** argv) {
     else if (const char* v = value("--hbm-gbps=")) ok = absl::SimpleAtod(v, &options.hbm_gbps);
     else if (const char* v = value("--pool-gb=")) ok = absl::SimpleAtod(v, &options.pool_gb);
     else if (const char* v = value("--gpu-pool-gb=")) ok = absl::SimpleAtod(v, &options.gpu_pool_gb);
+    else if (const char* v = value("--gap-us=")) ok = absl::SimpleAtoi(v, &g_gap_us) && g_gap_us >= 0;
     else if (const char* v = value("--host-memory=")) {
       g_host_memory = v;
       ok = g_host_memory == "malloc" || g_host_memory == "anon" || g_host_memory == "anon-thp" ||

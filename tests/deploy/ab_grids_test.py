@@ -58,6 +58,17 @@ with tempfile.TemporaryDirectory() as out:
         ("-- --window_tokens=128" in full_grids[-1] if full_grids else False,
          "the variant's coordinator flag"),
     ]
+    # An environment variable of launch.sh's for one variant (the OpenMP spin of the cpu_worker).
+    spun = run("--dry-run", "--out", out, "--arch", "qwen3_moe", "--repeats", "1", "base",
+               "spin100k:env/WS_CPU_WORKER_SPINCOUNT=100000")
+    spun_grids = [line for line in spun.stdout.splitlines() if "bench-grid.sh" in line]
+    text += spun.stdout
+    checks += [
+        (spun.returncode == 0 and len(spun_grids) == 2, "a dry run with an env variant succeeds"),
+        (len(spun_grids) == 2 and "env WS_CPU_WORKER_SPINCOUNT=100000 WS_CPU_WORKER_FLAGS=" in
+         spun_grids[1] and "SPINCOUNT" not in spun_grids[0],
+         "the variable set for its variant only"),
+    ]
     capped = run("--dry-run", "--out", out, "--arch", "mixtral", "--repeats", "1",
                  "--contexts", "8192,40000", "a", "b")
     checks.append(("--contexts 8192\\,32512 " in capped.stdout, "Mixtral's contexts capped"))
@@ -72,6 +83,8 @@ with tempfile.TemporaryDirectory() as out:
                      (["--out", out, "--arch", "mixtral", "a"], "two variants or more"),
                      (["--out", out, "--arch", "mixtral", "a", "a:--x=1"], "given twice"),
                      (["--out", out, "--arch", "mixtral", "a", "b:x=1"], "neither --flag"),
+                     (["--out", out, "--arch", "mixtral", "a", "b:env/PATH=/x"],
+                      "is not env/WS_NAME=VALUE"),
                      (["--out", out, "--arch", "mixtral", "a/b", "c"], "must be letters"),
                      (["--out", out, "--arch", "mixtral", "--repeats", "0", "a", "b"],
                       "positive numbers"),

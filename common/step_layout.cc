@@ -191,14 +191,14 @@ absl::StatusOr<std::vector<uint64_t>> PathProbeBlocks(const internal::PathProbeR
 }
 
 StepLayout PathProbeLayout(uint64_t blocks, uint32_t sequences, uint32_t block_tokens,
-                           KvRegion region) {
+                           KvRegion region, uint64_t first_slot, uint64_t region_slots) {
   const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(sequences, blocks));
   const bool cpu = region == KvRegion::kCpuCompute;
   StepLayout layout;
   layout.total_tokens = n;
   (cpu ? layout.cpu_host_tokens : layout.transfer_host_tokens) = blocks * block_tokens;
   if (cpu) layout.cpu_tokens = n;
-  uint32_t next_slot = 0;
+  uint64_t next = first_slot;
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t count = blocks / n + (i < blocks % n ? 1 : 0);
     StepSequenceLayout s;
@@ -208,9 +208,10 @@ StepLayout PathProbeLayout(uint64_t blocks, uint32_t sequences, uint32_t block_t
     s.num_tokens = 1;
     s.token_offset = i;
     if (cpu) s.cpu_offset = i;
-    for (uint64_t j = 0; j < count; ++j) {
-      (cpu ? s.cpu_blocks : s.transfer_blocks).push_back({next_slot, j * block_tokens});
-      s.blocks.push_back({region, next_slot++});
+    for (uint64_t j = 0; j < count; ++j, ++next) {
+      const auto slot = static_cast<uint32_t>(region_slots > 0 ? next % region_slots : next);
+      (cpu ? s.cpu_blocks : s.transfer_blocks).push_back({slot, j * block_tokens});
+      s.blocks.push_back({region, slot});
     }
     layout.sequences.push_back(std::move(s));
   }

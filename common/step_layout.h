@@ -108,12 +108,13 @@ absl::StatusOr<std::vector<uint64_t>> PathProbeBlocks(const internal::PathProbeR
                                                       uint32_t block_tokens,
                                                       uint32_t max_sequences, uint64_t max_blocks,
                                                       absl::string_view limit);
-// A probe point's decode step: slots [0, blocks) of `region`, in slot order, over
+// A probe point's decode step: `blocks` slots of `region` from `first_slot` on, in slot order
+// (wrapping around at `region_slots`, 0: no wrap; blocks <= region_slots), over
 // min(sequences, blocks) sequences of one decode token each (the first blocks % that count
 // hold one block more). CPU-compute blocks are the CPU's (cpu_blocks, each sequence one
 // attention row), GPU-transfer ones the GPU's (transfer_blocks); `blocks` lists both.
 StepLayout PathProbeLayout(uint64_t blocks, uint32_t sequences, uint32_t block_tokens,
-                           KvRegion region);
+                           KvRegion region, uint64_t first_slot = 0, uint64_t region_slots = 0);
 
 }  // namespace writescope
 

@@ -194,10 +194,13 @@ absl::StatusOr<internal::PathProbeResponse> CpuStep::ProbeAttention(
   const uint32_t layers =
       request.layers() == 0 ? num_layers : std::min(request.layers(), num_layers);
   internal::PathProbeResponse response;
+  // Each run reads the blocks after the last run's (around the region): where the region is
+  // larger than the caches (the H200 host's L3 holds 300 MiB, the probe's smaller points
+  // less), a run reads from DRAM, as a step's attention does once the other layers' KV and
+  // the experts' weights have passed through the caches since its previous read.
+  uint64_t first_slot = 0;
   for (const uint64_t blocks : point_blocks) {
-    const StepLayout layout =
-        PathProbeLayout(blocks, request.sequences(), bt, KvRegion::kCpuCompute);
-    const uint64_t sequences = layout.sequences.size();
+    const uint64_t sequences = std::min<uint64_t>(request.sequences(), blocks);
     // Small made-up queries (bf16; the values do not change the work).
     std::vector<uint16_t> q(dims_.attention_bytes(sequences) / 2);
     for (size_t k = 0; k < q.size(); ++k) q[k] = static_cast<uint16_t>(0x3c00 + k % 7);
@@ -206,6 +209,9 @@ absl::StatusOr<internal::PathProbeResponse> CpuStep::ProbeAttention(
                                               q.size() * 2);
     std::vector<double> per_layer_ns;
     for (uint32_t run = 0; run <= request.repeats(); ++run) {  // run 0: the warm-up
+      const StepLayout layout = PathProbeLayout(blocks, request.sequences(), bt,
+                                                KvRegion::kCpuCompute, first_slot, slots);
+      first_slot = (first_slot + blocks) % slots;
       const auto run_start = std::chrono::steady_clock::now();
       for (uint32_t layer = 0; layer < layers; ++layer) {
         WS_RETURN_IF_ERROR(Attention(layout, layer, q_bytes, absl::MakeSpan(out)));

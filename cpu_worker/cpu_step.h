@@ -58,9 +58,11 @@ class CpuStep {
   absl::Status Attention(const StepLayout& layout, uint32_t layer, absl::Span<const std::byte> q,
                          absl::Span<std::byte> out);
   // Times Attention alone (worker.proto's ProbeCpuPath): per point, `request.sequences()`
-  // decode sequences (at most one per block) over blocks [0, n) of the CPU-compute region,
-  // whatever they hold, with made-up queries; the layers back to back, one warm-up run,
-  // then the median of `repeats` runs of the mean time per layer. Reads only.
+  // decode sequences (at most one per block) over n blocks of the CPU-compute region,
+  // whatever they hold, each run the n after the last run's (around the region, so that a
+  // region larger than the caches is read from DRAM), with made-up queries; the layers back
+  // to back, one warm-up run, then the median of `repeats` runs of the mean time per layer.
+  // Reads only.
   // INVALID_ARGUMENT for no sizes, a size of 0 tokens or more than the region holds,
   // sequences outside [1, max_sequences], repeats outside [1, 100].
   absl::StatusOr<internal::PathProbeResponse> ProbeAttention(

@@ -299,6 +299,16 @@ TEST(PathProbeTest, LayoutSpreadsTheBlocksInSlotOrder) {
     // More sequences than blocks: one block each.
     EXPECT_EQ(PathProbeLayout(2, 16, 16, region).sequences.size(), 2u);
   }
+  // From slot 6 of a region of 8: 6, 7, 0 | 1, 2.
+  const StepLayout wrapped = PathProbeLayout(5, 2, 16, KvRegion::kCpuCompute, 6, 8);
+  ASSERT_EQ(wrapped.sequences.size(), 2u);
+  std::vector<uint32_t> slots;
+  for (const StepSequenceLayout& s : wrapped.sequences) {
+    for (const PlacedSlot& placed : s.cpu_blocks) slots.push_back(placed.slot);
+  }
+  EXPECT_EQ(slots, (std::vector<uint32_t>{6, 7, 0, 1, 2}));
+  EXPECT_EQ(wrapped.sequences[1].cpu_blocks[0].first_token, 0u);
+  EXPECT_EQ(wrapped.sequences[1].cpu_blocks[1].first_token, 16u);
 }
 
 TEST(PathProbeTest, BlocksAreWholeAndBoundedAndTheRequestChecked) {

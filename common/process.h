@@ -29,6 +29,13 @@ absl::Status WritePortFile(const std::string& path, int port);
 // Nanoseconds of CLOCK_MONOTONIC: the clock shared by the three processes' profiles.
 uint64_t MonotonicNanos();
 
+// One spin-wait pause (PAUSE on x86: it lets a sibling hyperthread run and saves power).
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // Milliseconds of std::chrono::steady_clock since `start` (timings in results and logs).
 inline double MillisSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)

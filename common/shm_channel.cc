@@ -12,10 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "common/process.h"
 
 namespace writescope {
 
@@ -51,12 +48,6 @@ constexpr int kPausesPerPoll = 4;
 constexpr int kPollsPerClockRead = 16;
 
 uint64_t Padded(uint64_t bytes) { return (bytes + 7) & ~uint64_t{7}; }
-
-void CpuRelax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
 
 // Futexes on shared (not private) mappings, so they work across processes.
 void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Duration timeout) {
@@ -225,6 +216,11 @@ absl::StatusOr<absl::Span<const std::byte>> ShmChannel::Peek(absl::Duration time
   }
   peeked_bytes_ = consumed + kLengthBytes + Padded(length);
   return absl::Span<const std::byte>(ring_ + offset + kLengthBytes, length);
+}
+
+bool ShmChannel::Pending() const {
+  return header_ != nullptr && header_->head.load(std::memory_order_acquire) !=
+                                   header_->tail.load(std::memory_order_relaxed);
 }
 
 void ShmChannel::Release() {

@@ -47,6 +47,8 @@ class ShmChannel {
   // Consumer side. Peek waits up to `timeout` for a message and returns it in place;
   // Release frees it. Receive copies it out and releases it.
   absl::StatusOr<absl::Span<const std::byte>> Peek(absl::Duration timeout);
+  // Whether a message waits, so that Peek returns at once (consumer side; never blocks).
+  bool Pending() const;
   void Release();
   absl::StatusOr<size_t> Receive(absl::Span<std::byte> out, absl::Duration timeout);
 

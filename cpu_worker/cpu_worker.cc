@@ -128,6 +128,7 @@ void CpuWorker::DataPlaneLoop() {
   ShmChannel in = data_plane_->to_cpu;
   ShmChannel out = data_plane_->to_gpu;
   while (!stopping_.load() && !loop_reset_.load()) {
+    HoldThreadsForNextMessage(in);
     absl::StatusOr<absl::Span<const std::byte>> message = in.Peek(absl::Milliseconds(200));
     if (absl::IsDeadlineExceeded(message.status())) continue;
     if (!message.ok()) {
@@ -166,6 +167,38 @@ void CpuWorker::DataPlaneLoop() {
     }
     in.Release();
     messages_served_.fetch_add(1);
+  }
+}
+
+void CpuWorker::HoldThreadsForNextMessage(const ShmChannel& in) {
+  if (hold_threads_ <= absl::ZeroDuration() || in.Pending()) return;
+  {
+    std::lock_guard<std::mutex> lock(steps_mutex_);
+    const bool in_flight = std::any_of(steps_.begin(), steps_.end(),
+                                       [](const auto& entry) { return !entry.second->done; });
+    if (!in_flight) return;
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(hold_threads_);
+  std::atomic<bool> over{false};
+  // The team the step's calls run on (the attention kernels and oneDNN's default): its
+  // threads spin here and then GOMP_SPINCOUNT more, so the next call finds them awake.
+#pragma omp parallel
+  {
+    if (omp_get_thread_num() == 0) {
+      for (uint64_t i = 0;; ++i) {
+        if (in.Pending() || in.closed()) break;
+        if (i % 256 == 0 && (stopping_.load(std::memory_order_relaxed) ||
+                             loop_reset_.load(std::memory_order_relaxed) ||
+                             std::chrono::steady_clock::now() >= deadline)) {
+          break;
+        }
+        CpuRelax();
+      }
+      over.store(true, std::memory_order_release);
+    } else {
+      while (!over.load(std::memory_order_acquire)) CpuRelax();
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/time/time.h"
 #include "common/data_plane.h"
 #include "common/data_plane_messages.h"
 #include "common/shm_arena.h"
@@ -30,12 +31,22 @@ struct CpuWorkerOptions {
   // Load maps the used CPU-compute region into this process before any step reads it;
   // false leaves each page to fault on the first step that reads it (to measure that).
   bool prefault_kv = true;
+  // While a step is in flight, the OpenMP threads spin after each of its messages until the
+  // next one arrives, at most this long, instead of going to sleep once GOMP_SPINCOUNT runs
+  // out: a step's calls come a layer apart (0.8-18 ms in the H200 traces of runs 25 and 73),
+  // and a call that must wake sleeping threads pays for it (0.8-1.5 ms per call on the dev VM,
+  // attention_bench --gap-us). The spinning takes the cores from anything else meanwhile
+  // (the gpu_worker's host work: GOMP_SPINCOUNT=300000 made run 26's steps 13 % longer).
+  // 0: off (until an A/B on the GPU machine says otherwise).
+  absl::Duration hold_threads = absl::ZeroDuration();
 };
 
 class CpuWorker final : public WorkerBackend {
  public:
   explicit CpuWorker(const CpuWorkerOptions& options = {})
-      : step_options_(options.step), prefault_kv_(options.prefault_kv) {}
+      : step_options_(options.step),
+        prefault_kv_(options.prefault_kv),
+        hold_threads_(options.hold_threads) {}
   ~CpuWorker() override;
 
   std::string name() const override { return "cpu_worker"; }
@@ -59,6 +70,9 @@ class CpuWorker final : public WorkerBackend {
   void DataPlaneLoop();
   // Ends every step waiting in RunStep with `status` (the data plane is gone).
   void FailPendingSteps(const absl::Status& status);
+  // CpuWorkerOptions::hold_threads: while a step is in flight, the OpenMP team spins until
+  // `in` has a message, the hold runs out, or the worker stops. Returns at once otherwise.
+  void HoldThreadsForNextMessage(const ShmChannel& in);
 
   // A step between RunStep (which installs it and waits) and the gpu_worker's kStepEnd.
   struct StepState {
@@ -77,6 +91,7 @@ class CpuWorker final : public WorkerBackend {
 
   CpuStepOptions step_options_;
   const bool prefault_kv_;
+  const absl::Duration hold_threads_;
   std::unique_ptr<CpuStep> step_;
   std::mutex steps_mutex_;
   std::condition_variable steps_changed_;

@@ -1,4 +1,5 @@
 // cpu_worker: CPU attention over the CPU-compute KV region (in place) and routed experts.
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -24,6 +25,11 @@ ABSL_FLAG(std::string, mla_matmul, "auto",
 ABSL_FLAG(bool, prefault_kv, true,
           "Map the CPU-compute KV region's pages into this process at load, so that no step "
           "takes a page fault on its first read of a block (false: to measure that cost)");
+ABSL_FLAG(int64_t, hold_threads_us, 0,
+          "While a step is in flight, keep the OpenMP threads spinning after each of its "
+          "messages until the next one arrives, at most this many microseconds, so that the "
+          "next call does not wake sleeping threads (0: off; they sleep once GOMP_SPINCOUNT "
+          "runs out). The spinning takes the cores from other work meanwhile");
 ABSL_FLAG(std::string, expert_prepack, "auto",
           "Reorder expert weights into oneDNN's layout once (a copy of them): on, off, auto "
           "(on when the routed experts take at most 4 GiB)");
@@ -36,6 +42,12 @@ int main(int argc, char** argv) {
 
   writescope::cpu::CpuWorkerOptions worker_options;
   worker_options.prefault_kv = absl::GetFlag(FLAGS_prefault_kv);
+  const int64_t hold_us = absl::GetFlag(FLAGS_hold_threads_us);
+  if (hold_us < 0 || hold_us > 1000000) {
+    WS_LOG(ERROR) << "--hold_threads_us=" << hold_us << ": 0 (off) to 1000000 (1 s)";
+    return EXIT_FAILURE;
+  }
+  worker_options.hold_threads = absl::Microseconds(hold_us);
   writescope::cpu::CpuStepOptions& options = worker_options.step;
   using writescope::kernels::MlaMatmulMode;
   using writescope::kernels::experts::ExpertPrecision;

@@ -289,7 +289,9 @@ TEST(PathProbeTest, LayoutSpreadsTheBlocksInSlotOrder) {
       EXPECT_EQ(s.position, n * 16);
       EXPECT_EQ(s.num_tokens, 1u);
       EXPECT_EQ(s.token_offset, i);
-      if (cpu) EXPECT_EQ(s.cpu_offset, i);
+      if (cpu) {
+        EXPECT_EQ(s.cpu_offset, i);
+      }
       for (size_t j = 0; j < n; ++j, ++slot) {
         EXPECT_EQ(own[j].slot, slot);
         EXPECT_EQ(own[j].first_token, j * 16);

@@ -1100,7 +1100,9 @@ TEST(DecodeReadsTest, TheFirstStepsOneOffCostsDoNotHoldTheCpuShareDown) {
     }
     // Without the probe the samples' one token count leaves the fixed cost in the slope
     // (the intercept's prior is 0); r* at this batch is right either way.
-    if (cpu_probe) EXPECT_THAT(scheduler->cpu_estimator().slope(), DoubleNear(32, 32 * 0.25));
+    if (cpu_probe) {
+      EXPECT_THAT(scheduler->cpu_estimator().slope(), DoubleNear(32, 32 * 0.25));
+    }
   }
 }
 

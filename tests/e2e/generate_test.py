@@ -31,7 +31,8 @@ failure):
      profile shows them there; hot experts (--hot_experts=on: half the experts resident on
      the gpu_worker after a warm-up, the rest on the cpu_worker) match it within bf16
      rounding, and wscope info and the profile show them; DeepSeek's MLA on the cpu_worker
-     through oneDNN matmuls (--mla_matmul=onednn, cpu-all) equals the reference.
+     through oneDNN matmuls (--mla_matmul=onednn, cpu-all) equals the reference; so does a
+     cpu_worker holding its threads spinning between a step's messages (--hold_threads_us).
 Python standard library only.
 """
 import argparse
@@ -814,6 +815,11 @@ def check_placement_of_work(env):
         trio.stop()
     check_hot_experts(env, arch, prompt, ref)
     check_mla_matmul(env)
+    # The cpu_worker's threads held spinning between a step's messages (--hold_threads_us):
+    # only how it waits changes, so the numbers are the reference's.
+    generate_against_reference(env, arch, "threads held between messages", prompt, ref,
+                               ["--policy=static:0.5"],
+                               launch_flags=["--cpu-worker-flag", "--hold_threads_us=20000"])
 
 
 def check_mla_matmul(env):

@@ -54,6 +54,29 @@ TEST(ShmChannelTest, SendThenReceiveInOrderIncludingEmptyMessages) {
   }
 }
 
+// Pending says whether Peek would return at once: not before a message is committed, not
+// after the last one is released; a peeked message still counts until its release.
+TEST(ShmChannelTest, PendingWhileAMessageWaits) {
+  SharedBuffer buffer(4096);
+  auto channel = ShmChannel::Create(buffer.span());
+  WS_ASSERT_OK(channel.status());
+  EXPECT_FALSE(ShmChannel().Pending());  // not attached
+  EXPECT_FALSE(channel->Pending());
+  auto reserved = channel->Reserve(16, absl::Seconds(1));
+  WS_ASSERT_OK(reserved.status());
+  EXPECT_FALSE(channel->Pending());  // reserved, not committed
+  channel->Commit();
+  EXPECT_TRUE(channel->Pending());
+  WS_ASSERT_OK(channel->Send(Pattern(3, 3), absl::Seconds(1)));
+  WS_ASSERT_OK(channel->Peek(absl::Seconds(1)).status());
+  EXPECT_TRUE(channel->Pending());
+  channel->Release();
+  EXPECT_TRUE(channel->Pending());  // the second message
+  std::vector<std::byte> out(16);
+  WS_ASSERT_OK(channel->Receive(absl::MakeSpan(out), absl::Seconds(1)).status());
+  EXPECT_FALSE(channel->Pending());
+}
+
 TEST(ShmChannelTest, EmptyChannelTimesOut) {
   SharedBuffer buffer(4096);
   auto channel = ShmChannel::Create(buffer.span());

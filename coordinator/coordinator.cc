@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   scheduler_options.num_layers = kv.geometry.num_layers;
   WS_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                       Scheduler::Create(coordinator->options_.policy, scheduler_options));
-  coordinator->scheduler_ = scheduler.get();
+  Scheduler* const initial = scheduler.get();
   coordinator->scheduler_options_ = scheduler_options;
   coordinator->schedulers_[scheduler->policy().ToString()] = std::move(scheduler);
   // Each channel is sized to carry a step of --max_step_tokens (a message may take half a
@@ -95,7 +95,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   }
   coordinator->engine_ = std::make_unique<Engine>(
       engine, coordinator->model_config_, kv, &coordinator->placement_mutex_,
-      coordinator->placement_.get(), coordinator->scheduler_, &coordinator->gpu_worker_,
+      coordinator->placement_.get(), initial, &coordinator->gpu_worker_,
       &coordinator->cpu_worker_, &coordinator->metrics_);
   WS_LOG(INFO) << "steps of up to " << engine.max_step_tokens << " tokens";
   coordinator->engine_->set_on_step_failure(
@@ -137,8 +137,9 @@ void Coordinator::RefreshMetrics() {
     const RegionUsage usage = placement_->Usage(region);
     metrics_.SetKvBlocks(KvRegionName(region), usage.used_blocks, usage.total_blocks);
   }
-  const RooflineParams estimates = scheduler_->estimates();
-  metrics_.SetScheduler(scheduler_->target_cpu_share(), scheduler_->optimal_cpu_share(),
+  const Scheduler& scheduler = engine_->scheduler();
+  const RooflineParams estimates = scheduler.estimates();
+  metrics_.SetScheduler(scheduler.target_cpu_share(), scheduler.optimal_cpu_share(),
                         estimates.cpu_ns_per_token, estimates.gpu_ns_per_token);
 }
 
@@ -414,8 +415,8 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
     window->set_blocks_used(placement_->num_live());
     window->set_bytes_total(kv.window_bytes());
     info.set_placed_cpu_share(placement_->PlacedCpuShare());
-    info.set_cpu_share(scheduler_->target_cpu_share());
-    info.set_policy(scheduler_->policy().ToString());
+    info.set_cpu_share(engine_->scheduler().target_cpu_share());
+    info.set_policy(engine_->scheduler().policy().ToString());
   }
   info.set_block_tokens(kv.block_tokens());
   const EngineCounts counts = engine_->Counts();
@@ -500,10 +501,7 @@ absl::Status Coordinator::UseBenchPolicy(absl::string_view policy) {
     }
     scheduler = slot.get();
   }
-  WS_RETURN_IF_ERROR(engine_->SwitchScheduler(scheduler));
-  std::lock_guard<std::mutex> lock(placement_mutex_);
-  scheduler_ = scheduler;
-  return absl::OkStatus();
+  return engine_->SwitchScheduler(scheduler);
 }
 
 absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& request) {
@@ -514,7 +512,7 @@ absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& req
                       engine_->RunBench(request, options_.engine.step_timeout * 4));
   {
     std::lock_guard<std::mutex> lock(placement_mutex_);
-    response.set_policy(scheduler_->policy().ToString());
+    response.set_policy(engine_->scheduler().policy().ToString());
   }
   response.set_num_layers(static_cast<uint32_t>(model_config_.num_layers));
   response.set_window_tokens(options_.kv.window_tokens);

@@ -108,11 +108,10 @@ class Coordinator {
   // Placement metadata: which blocks of which sequence live in which region.
   std::mutex placement_mutex_;
   std::unique_ptr<KvPlacement> placement_;
-  // The CPU-share policy; guarded by placement_mutex_ (it steers placement): one scheduler
+  // The CPU-share policies; guarded by placement_mutex_ (they steer placement): one scheduler
   // per policy run (--policy, then those a bench named: UseBenchPolicy), by PolicySpec's
-  // ToString, and the one the engine runs now.
+  // ToString. The engine holds the one it runs now (Engine::scheduler()).
   std::map<std::string, std::unique_ptr<Scheduler>> schedulers_;
-  Scheduler* scheduler_ = nullptr;
   SchedulerOptions scheduler_options_;  // the options every policy's scheduler is made with
   // Batching and generation; started once the workers serve.
   Metrics metrics_;

@@ -495,25 +495,7 @@ absl::Status Engine::CalibrateGpuPath() {
   SpanRecorder::Scope span(&spans_, "gpu_calibration", next_step_);
   WS_ASSIGN_OR_RETURN(internal::PathProbeResponse response,
                       gpu_worker_->ProbeGpuPath(PathProbe(kv_, blocks), kProbeTimeout));
-  const std::vector<CostSample> points = ProbePoints(response);
-  RooflineParams fitted;
-  {
-    std::lock_guard<std::mutex> lock(*placement_mutex_);
-    WS_RETURN_IF_ERROR(scheduler_->CalibrateGpu(points));
-    fitted = scheduler_->estimates();
-    gpu_calibration_points_ = points;
-    schedulers_run_.insert(scheduler_);
-  }
-  WS_LOG(INFO) << "GPU path calibrated in " << absl::StrFormat("%.0f", response.ms())
-               << " ms: B = " << absl::StrFormat("%.3f", fitted.gpu_ns_per_token)
-               << " ns/token, c_G = " << absl::StrFormat("%.1f", fitted.gpu_fixed_ns / 1e3)
-               << " us per layer (" << PointsTable(points) << ")";
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++gpu_calibration_.count;
-  gpu_calibration_.last_ms = response.ms();
-  gpu_calibration_.ns_per_token = fitted.gpu_ns_per_token;
-  gpu_calibration_.fixed_ns = fitted.gpu_fixed_ns;
-  return absl::OkStatus();
+  return ApplyCalibration(/*gpu=*/true, response);
 }
 
 absl::Status Engine::CalibrateCpuPath() {
@@ -525,24 +507,32 @@ absl::Status Engine::CalibrateCpuPath() {
   SpanRecorder::Scope span(&spans_, "cpu_calibration", next_step_);
   WS_ASSIGN_OR_RETURN(internal::PathProbeResponse response,
                       cpu_worker_->ProbeCpuPath(PathProbe(kv_, blocks), kProbeTimeout));
+  return ApplyCalibration(/*gpu=*/false, response);
+}
+
+absl::Status Engine::ApplyCalibration(bool gpu, const internal::PathProbeResponse& response) {
   const std::vector<CostSample> points = ProbePoints(response);
-  RooflineParams fitted;
+  double slope, fixed;
   {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
-    WS_RETURN_IF_ERROR(scheduler_->CalibrateCpu(points));
-    fitted = scheduler_->estimates();
-    cpu_calibration_points_ = points;
+    WS_RETURN_IF_ERROR(gpu ? scheduler_->CalibrateGpu(points) : scheduler_->CalibrateCpu(points));
+    const RooflineParams fitted = scheduler_->estimates();
+    slope = gpu ? fitted.gpu_ns_per_token : fitted.cpu_ns_per_token;
+    fixed = gpu ? fitted.gpu_fixed_ns : fitted.cpu_fixed_ns;
+    (gpu ? gpu_calibration_points_ : cpu_calibration_points_) = points;
     schedulers_run_.insert(scheduler_);
   }
-  WS_LOG(INFO) << "CPU path calibrated in " << absl::StrFormat("%.0f", response.ms())
-               << " ms: A = " << absl::StrFormat("%.3f", fitted.cpu_ns_per_token)
-               << " ns/token, c_C = " << absl::StrFormat("%.1f", fitted.cpu_fixed_ns / 1e3)
+  WS_LOG(INFO) << (gpu ? "GPU" : "CPU") << " path calibrated in "
+               << absl::StrFormat("%.0f", response.ms()) << " ms: " << (gpu ? "B" : "A")
+               << " = " << absl::StrFormat("%.3f", slope) << " ns/token, "
+               << (gpu ? "c_G" : "c_C") << " = " << absl::StrFormat("%.1f", fixed / 1e3)
                << " us per layer (" << PointsTable(points) << ")";
   std::lock_guard<std::mutex> lock(mutex_);
-  ++cpu_calibration_.count;
-  cpu_calibration_.last_ms = response.ms();
-  cpu_calibration_.ns_per_token = fitted.cpu_ns_per_token;
-  cpu_calibration_.fixed_ns = fitted.cpu_fixed_ns;
+  PathCalibration& calibration = gpu ? gpu_calibration_ : cpu_calibration_;
+  ++calibration.count;
+  calibration.last_ms = response.ms();
+  calibration.ns_per_token = slope;
+  calibration.fixed_ns = fixed;
   return absl::OkStatus();
 }
 

@@ -186,6 +186,9 @@ class Engine {
   // it replaces was fitted to; INTERNAL if that fit fails, nothing changed). `scheduler` must
   // outlive the engine, or its next switch.
   absl::Status SwitchScheduler(Scheduler* scheduler);
+  // The scheduler the steps plan with now; read with the placement mutex held (the one the
+  // engine was made with, or the last SwitchScheduler's).
+  const Scheduler& scheduler() const { return *scheduler_; }
   struct PathCalibration {
     uint64_t count = 0;        // calibrations done
     double last_ms = 0;        // the last probe's wall time
@@ -267,6 +270,9 @@ class Engine {
   absl::Status RunOneStep();
   // Host-resident tokens of the live sequences (their blocks, not their D-windows).
   // Callers hold placement_mutex_.
+  // A path's probe (`gpu`: the GPU path's, else the CPU's): the running scheduler fitted to its
+  // points, which are kept for the schedulers switched to later; logged and counted.
+  absl::Status ApplyCalibration(bool gpu, const internal::PathProbeResponse& response);
   uint64_t LiveHostTokens() const;
   // A decode-only step: who reads the CPU-compute blocks (Scheduler::ChooseDecodeReads);
   // marks the sequences whose blocks the GPU streams. Under the placement lock.

@@ -62,10 +62,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/policy.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "coordinator/policy.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "writescope/v1/writescope.grpc.pb.h"
@@ -336,6 +336,55 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
   std::fflush(file);
 }
 
+// One table row (and one CSV row) per benched point: means over its measured steps.
+void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, uint64_t context,
+                std::FILE* csv) {
+  // Means over the measured steps.
+  double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0,
+         optimal = 0, bound = 0, read = 0, hot = 0, hot_share = 0;
+  int explore_steps = 0;
+  for (const auto& step : response.steps()) {
+    gpu += step.gpu_attention_ms();
+    cpu += step.cpu_attention_ms();
+    experts += step.cpu_expert_ms();
+    expert_wait += step.gpu_expert_wait_ms();
+    target += step.target_cpu_share();
+    placed += step.placed_cpu_share();
+    optimal += step.optimal_cpu_share();
+    bound += step.bound_ms();
+    read += step.read_cpu_share();
+    explore_steps += step.explore() ? 1 : 0;
+    hot += step.gpu_hot_expert_ms();
+    hot_share += step.hot_pair_share();
+  }
+  const double n = std::max(1, response.steps_size());
+  std::vector<double> times;
+  for (const auto& step : response.steps()) times.push_back(step.step_ms());
+  const double p10 = Percentile(times, 0.1), p50 = Percentile(times, 0.5),
+               p90 = Percentile(times, 0.9);
+  std::printf("%-12s %5llu %8llu %9.1f %9.2f %6.1f-%-6.1f %9.2f %9.2f %9.2f %6.3f %6.3f "
+              "%6.3f %6.3f %9.2f %9.2f\n",
+              response.policy().c_str(), static_cast<unsigned long long>(batch),
+              static_cast<unsigned long long>(context), response.tokens_per_second(),
+              response.mean_step_ms(), p10, p90, gpu / n, cpu / n, experts / n, target / n,
+              placed / n, read / n, optimal / n, bound / n, hot / n);
+  std::fflush(stdout);
+  if (csv != nullptr) {
+    std::fprintf(csv,
+                 "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
+                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u\n",
+                 response.policy().c_str(), response.num_layers(),
+                 static_cast<unsigned long long>(batch),
+                 static_cast<unsigned long long>(context), response.steps_size(),
+                 response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
+                 expert_wait / n, experts / n, target / n, placed / n, optimal / n,
+                 bound / n,
+                 p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
+                 response.window_tokens());
+    std::fflush(csv);
+  }
+}
+
 int Bench() {
   std::vector<uint64_t> batches, contexts;
   for (const auto& [flag, out] : {std::pair{absl::GetFlag(FLAGS_batches), &batches},
@@ -459,50 +508,7 @@ int Bench() {
             continue;
           }
           failures_in_a_row = 0;
-          // Means over the measured steps.
-          double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0,
-                 optimal = 0, bound = 0, read = 0, hot = 0, hot_share = 0;
-          int explore_steps = 0;
-          for (const auto& step : response.steps()) {
-            gpu += step.gpu_attention_ms();
-            cpu += step.cpu_attention_ms();
-            experts += step.cpu_expert_ms();
-            expert_wait += step.gpu_expert_wait_ms();
-            target += step.target_cpu_share();
-            placed += step.placed_cpu_share();
-            optimal += step.optimal_cpu_share();
-            bound += step.bound_ms();
-            read += step.read_cpu_share();
-            explore_steps += step.explore() ? 1 : 0;
-            hot += step.gpu_hot_expert_ms();
-            hot_share += step.hot_pair_share();
-          }
-          const double n = std::max(1, response.steps_size());
-          std::vector<double> times;
-          for (const auto& step : response.steps()) times.push_back(step.step_ms());
-          const double p10 = Percentile(times, 0.1), p50 = Percentile(times, 0.5),
-                       p90 = Percentile(times, 0.9);
-          std::printf("%-12s %5llu %8llu %9.1f %9.2f %6.1f-%-6.1f %9.2f %9.2f %9.2f %6.3f %6.3f "
-                      "%6.3f %6.3f %9.2f %9.2f\n",
-                      response.policy().c_str(), static_cast<unsigned long long>(batch),
-                      static_cast<unsigned long long>(context), response.tokens_per_second(),
-                      response.mean_step_ms(), p10, p90, gpu / n, cpu / n, experts / n, target / n,
-                      placed / n, read / n, optimal / n, bound / n, hot / n);
-          std::fflush(stdout);
-          if (csv != nullptr) {
-            std::fprintf(csv,
-                         "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                         "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u\n",
-                         response.policy().c_str(), response.num_layers(),
-                         static_cast<unsigned long long>(batch),
-                         static_cast<unsigned long long>(context), response.steps_size(),
-                         response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
-                         expert_wait / n, experts / n, target / n, placed / n, optimal / n,
-                         bound / n,
-                         p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
-                         response.window_tokens());
-            std::fflush(csv);
-          }
+          PrintPoint(response, batch, context, csv);
           WriteStepRows(steps_csv, response.policy(), round, batch, context, response.steps());
           WriteStepRows(warmup_csv, response.policy(), round, batch, context,
                         response.warmup_steps());

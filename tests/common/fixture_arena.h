@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -64,6 +65,16 @@ inline absl::StatusOr<FixtureArena> MakeFixtureArena(
   *out.load.mutable_kv() = ToKvSpec(out.kv);
   ToLoadRequest(source, &out.load);
   return out;
+}
+
+// A path probe of these sizes over 3 sequences, every layer, 2 runs after the warm-up.
+inline internal::PathProbeRequest ProbeRequest(const std::vector<uint64_t>& tokens) {
+  internal::PathProbeRequest request;
+  for (uint64_t t : tokens) request.add_tokens(t);
+  request.set_sequences(3);
+  request.set_layers(0);
+  request.set_repeats(2);
+  return request;
 }
 
 }  // namespace writescope::testing

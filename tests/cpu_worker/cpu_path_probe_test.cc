@@ -24,6 +24,7 @@ namespace writescope::cpu {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ProbeRequest;
 
 constexpr uint32_t kBlockTokens = 16;
 constexpr uint32_t kCpuBlocks = 8;
@@ -50,7 +51,7 @@ class CpuPathProbeTest : public ::testing::TestWithParam<std::string> {
     const absl::Span<uint16_t> region = CpuRegion();
     for (uint64_t i = 0; i < region.size(); ++i) region[i] = PatternValue(i);
     worker_ = std::make_unique<CpuWorker>();
-    EXPECT_EQ(worker_->ProbeCpuPath(Request({kBlockTokens})).status().code(),
+    EXPECT_EQ(worker_->ProbeCpuPath(ProbeRequest({kBlockTokens})).status().code(),
               absl::StatusCode::kFailedPrecondition);
     absl::StatusOr<internal::LoadResponse> loaded = worker_->Load(fixture->load);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -73,15 +74,6 @@ class CpuPathProbeTest : public ::testing::TestWithParam<std::string> {
     return true;
   }
 
-  static internal::PathProbeRequest Request(std::vector<uint64_t> tokens) {
-    internal::PathProbeRequest request;
-    for (uint64_t t : tokens) request.add_tokens(t);
-    request.set_sequences(3);
-    request.set_layers(0);
-    request.set_repeats(2);
-    return request;
-  }
-
   KvCacheConfig kv_;
   std::unique_ptr<ShmArena> arena_;
   std::unique_ptr<CpuWorker> worker_;
@@ -91,7 +83,7 @@ TEST_P(CpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
   // 1 token is one block; 33 tokens three; 7 blocks over 3 sequences (one holds more); all
   // 8 blocks of the region.
   const absl::StatusOr<internal::PathProbeResponse> probed = worker_->ProbeCpuPath(
-      Request({1, 33, 7 * kBlockTokens, kCpuBlocks * kBlockTokens}));
+      ProbeRequest({1, 33, 7 * kBlockTokens, kCpuBlocks * kBlockTokens}));
   ASSERT_TRUE(probed.ok()) << probed.status();
   ASSERT_EQ(probed->points_size(), 4);
   const uint64_t expected[] = {kBlockTokens, 3 * kBlockTokens, 7 * kBlockTokens,
@@ -104,7 +96,7 @@ TEST_P(CpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
   EXPECT_GT(probed->ms(), 0.0);
   EXPECT_TRUE(CpuRegionUnchanged());
   // A few layers only, one sequence: still one point per size.
-  internal::PathProbeRequest few = Request({2 * kBlockTokens});
+  internal::PathProbeRequest few = ProbeRequest({2 * kBlockTokens});
   few.set_layers(1);
   few.set_sequences(1);
   few.set_repeats(1);
@@ -116,12 +108,13 @@ TEST_P(CpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
 }
 
 TEST_P(CpuPathProbeTest, BadRequestsAreInvalidArgumentsThatSayWhy) {
-  EXPECT_THAT(worker_->ProbeCpuPath(Request({})).status().message(), HasSubstr("no sizes"));
-  EXPECT_THAT(worker_->ProbeCpuPath(Request({0})).status().message(),
+  EXPECT_THAT(worker_->ProbeCpuPath(ProbeRequest({})).status().message(), HasSubstr("no sizes"));
+  EXPECT_THAT(worker_->ProbeCpuPath(ProbeRequest({0})).status().message(),
               HasSubstr("needs 1 to the 8 slots"));
-  EXPECT_THAT(worker_->ProbeCpuPath(Request({16, (kCpuBlocks + 1) * kBlockTokens})).status().message(),
-              HasSubstr("probe point 1"));
-  internal::PathProbeRequest request = Request({16});
+  EXPECT_THAT(
+      worker_->ProbeCpuPath(ProbeRequest({16, (kCpuBlocks + 1) * kBlockTokens})).status().message(),
+      HasSubstr("probe point 1"));
+  internal::PathProbeRequest request = ProbeRequest({16});
   request.set_sequences(0);
   EXPECT_THAT(worker_->ProbeCpuPath(request).status().message(), HasSubstr("sequences = 0"));
   request.set_sequences(5);
@@ -131,12 +124,12 @@ TEST_P(CpuPathProbeTest, BadRequestsAreInvalidArgumentsThatSayWhy) {
   EXPECT_THAT(worker_->ProbeCpuPath(request).status().message(), HasSubstr("repeats = 0"));
   request.set_repeats(101);
   EXPECT_THAT(worker_->ProbeCpuPath(request).status().message(), HasSubstr("repeats = 101"));
-  for (const internal::PathProbeRequest& bad : {Request({}), Request({0}), request}) {
+  for (const internal::PathProbeRequest& bad : {ProbeRequest({}), ProbeRequest({0}), request}) {
     EXPECT_EQ(worker_->ProbeCpuPath(bad).status().code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_TRUE(CpuRegionUnchanged());
   // Served on afterwards.
-  EXPECT_TRUE(worker_->ProbeCpuPath(Request({kBlockTokens})).ok());
+  EXPECT_TRUE(worker_->ProbeCpuPath(ProbeRequest({kBlockTokens})).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CpuPathProbeTest,

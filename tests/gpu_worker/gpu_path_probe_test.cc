@@ -31,6 +31,7 @@ namespace writescope::gpu {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ProbeRequest;
 
 constexpr uint32_t kBlockTokens = 16;
 
@@ -76,15 +77,6 @@ class GpuPathProbeTest : public ::testing::TestWithParam<std::string> {
     return true;
   }
 
-  internal::PathProbeRequest Request(std::vector<uint64_t> tokens) const {
-    internal::PathProbeRequest request;
-    for (uint64_t t : tokens) request.add_tokens(t);
-    request.set_sequences(3);
-    request.set_layers(0);
-    request.set_repeats(2);
-    return request;
-  }
-
   KvCacheConfig kv_;
   std::unique_ptr<ShmArena> arena_;
   std::unique_ptr<GpuWorker> worker_;
@@ -96,7 +88,7 @@ TEST_P(GpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
   // 1 token is one block; 33 tokens three; 24 blocks fill a ping-pong buffer; one sequence
   // of more blocks than the others (7 blocks over 3 sequences).
   const absl::StatusOr<internal::PathProbeResponse> response =
-      worker_->ProbeGpuPath(Request({1, 33, 7 * kBlockTokens, 24 * kBlockTokens}));
+      worker_->ProbeGpuPath(ProbeRequest({1, 33, 7 * kBlockTokens, 24 * kBlockTokens}));
   ASSERT_TRUE(response.ok()) << response.status();
   ASSERT_EQ(response->points_size(), 4);
   const uint64_t expected[] = {kBlockTokens, 3 * kBlockTokens, 7 * kBlockTokens,
@@ -108,7 +100,7 @@ TEST_P(GpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
   EXPECT_GT(response->ms(), 0.0);
   EXPECT_TRUE(TransferRegionUnchanged());
   // Some layers only, one sequence.
-  internal::PathProbeRequest few = Request({2 * kBlockTokens});
+  internal::PathProbeRequest few = ProbeRequest({2 * kBlockTokens});
   few.set_layers(1);
   few.set_sequences(1);
   few.set_repeats(1);
@@ -118,15 +110,15 @@ TEST_P(GpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
 }
 
 TEST_P(GpuPathProbeTest, BadRequestsNameWhatIsWrong) {
-  EXPECT_THAT(worker_->ProbeGpuPath(Request({})).status().message(), HasSubstr("no sizes"));
-  EXPECT_THAT(worker_->ProbeGpuPath(Request({0})).status().message(),
+  EXPECT_THAT(worker_->ProbeGpuPath(ProbeRequest({})).status().message(), HasSubstr("no sizes"));
+  EXPECT_THAT(worker_->ProbeGpuPath(ProbeRequest({0})).status().message(),
               HasSubstr("probe point 0: 0 tokens make 0 blocks"));
   // Beyond a ping-pong buffer (24 blocks), and beyond the region (40).
-  EXPECT_THAT(worker_->ProbeGpuPath(Request({16, 25 * kBlockTokens})).status().message(),
+  EXPECT_THAT(worker_->ProbeGpuPath(ProbeRequest({16, 25 * kBlockTokens})).status().message(),
               HasSubstr("probe point 1"));
-  EXPECT_THAT(worker_->ProbeGpuPath(Request({41 * kBlockTokens})).status().message(),
+  EXPECT_THAT(worker_->ProbeGpuPath(ProbeRequest({41 * kBlockTokens})).status().message(),
               HasSubstr("40 transfer-region slots, 24 ping-pong blocks"));
-  internal::PathProbeRequest request = Request({16});
+  internal::PathProbeRequest request = ProbeRequest({16});
   request.set_sequences(0);
   EXPECT_THAT(worker_->ProbeGpuPath(request).status().message(), HasSubstr("sequences = 0"));
   request.set_sequences(5);  // max_sequences is 4
@@ -134,7 +126,7 @@ TEST_P(GpuPathProbeTest, BadRequestsNameWhatIsWrong) {
   request.set_sequences(1);
   request.set_repeats(0);
   EXPECT_THAT(worker_->ProbeGpuPath(request).status().message(), HasSubstr("repeats = 0"));
-  for (const internal::PathProbeRequest& bad : {Request({}), Request({0})}) {
+  for (const internal::PathProbeRequest& bad : {ProbeRequest({}), ProbeRequest({0})}) {
     EXPECT_EQ(worker_->ProbeGpuPath(bad).status().code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_TRUE(TransferRegionUnchanged());
@@ -159,7 +151,7 @@ TEST_P(GpuPathProbeTest, TheKvPathsReadRightAfterAPartialProbe) {
   }
   const absl::StatusOr<internal::KvPatternResponse> written = worker_->KvPattern(write);
   ASSERT_TRUE(written.ok()) << written.status();
-  internal::PathProbeRequest probe = Request({8 * kBlockTokens, 20 * kBlockTokens});
+  internal::PathProbeRequest probe = ProbeRequest({8 * kBlockTokens, 20 * kBlockTokens});
   probe.set_layers(1);
   ASSERT_GT(kv_.geometry.num_layers, 1u);
   const absl::StatusOr<internal::PathProbeResponse> probed = worker_->ProbeGpuPath(probe);

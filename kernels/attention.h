@@ -104,6 +104,21 @@ struct MlaDecodeArgs {
   float* lse = nullptr;               // [num_seqs][num_heads]
 };
 
+// Causal chunked prefill of one sequence, MLA absorbed form: query i (its 16 heads' rows as
+// in MlaDecodeArgs) sits at absolute position query_position0 + i and attends every listed
+// latent row at a position <= its own, as GqaPrefillArgs does. The blocks must hold
+// disjoint position ranges (they do in a sequence's KV): then at most one block is seen in
+// part by any query.
+struct MlaPrefillArgs {
+  MlaShape shape;
+  int32_t num_queries = 0;
+  int64_t query_position0 = 0;
+  const uint16_t* q = nullptr;  // [num_queries][num_heads][kv_lora_rank + rope_dim] bf16
+  KvBlockList keys;             // block_positions required
+  float* o = nullptr;           // [num_queries][num_heads][kv_lora_rank]
+  float* lse = nullptr;         // [num_queries][num_heads]
+};
+
 absl::Status ValidateBlockList(const KvBlockList& list, int32_t block_tokens, bool positions);
 
 }  // namespace writescope::kernels

@@ -123,4 +123,29 @@ absl::Status ReferenceMlaDecode(const MlaDecodeArgs& args) {
   return absl::OkStatus();
 }
 
+absl::Status ReferenceMlaPrefill(const MlaPrefillArgs& args) {
+  const MlaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  WS_RETURN_IF_ERROR(ValidateBlockList(args.keys, s.block_tokens, true));
+  const KvBlockList& list = args.keys;
+  std::vector<KeyRef> keys;
+  for (int32_t i = 0; i < args.num_queries; ++i) {
+    const int64_t position = args.query_position0 + i;
+    keys.clear();
+    for (int32_t b = 0; b < list.num_blocks; ++b) {
+      for (int32_t t = 0; t < list.BlockTokens(b, s.block_tokens); ++t) {
+        if (list.block_positions[b] + t > position) break;
+        const uint16_t* row = list.blocks[b] + int64_t{t} * s.row_dim();
+        keys.push_back({row, row});
+      }
+    }
+    for (int32_t h = 0; h < s.num_heads; ++h) {
+      const int64_t r = int64_t{i} * s.num_heads + h;
+      AttendOne(args.q + r * s.row_dim(), s.row_dim(), s.kv_lora_rank, s.softmax_scale, keys,
+                args.o + r * s.kv_lora_rank, args.lse + r);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace writescope::kernels

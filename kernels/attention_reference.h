@@ -11,6 +11,7 @@ namespace writescope::kernels {
 absl::Status ReferenceGqaDecode(const GqaDecodeArgs& args);
 absl::Status ReferenceGqaPrefill(const GqaPrefillArgs& args);
 absl::Status ReferenceMlaDecode(const MlaDecodeArgs& args);
+absl::Status ReferenceMlaPrefill(const MlaPrefillArgs& args);
 
 }  // namespace writescope::kernels
 

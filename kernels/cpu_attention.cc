@@ -446,4 +446,58 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   return absl::OkStatus();
 }
 
+absl::Status CpuMlaPrefill(const MlaPrefillArgs& args, const CpuAttentionOptions& options) {
+  const MlaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  WS_RETURN_IF_ERROR(ValidateBlockList(args.keys, s.block_tokens, true));
+  if (args.num_queries < 0) return absl::InvalidArgumentError("num_queries < 0");
+  if (args.num_queries == 0) return absl::OkStatus();
+  const KvBlockList& list = args.keys;
+  // The blocks in position order; with disjoint ranges a query sees a prefix of them, all
+  // whole but the last (the one that holds its own position, or the list's partial block).
+  std::vector<int32_t> order(list.num_blocks);
+  for (int32_t i = 0; i < list.num_blocks; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return list.block_positions[a] < list.block_positions[b];
+  });
+  std::vector<const uint16_t*> blocks(list.num_blocks);
+  std::vector<int64_t> starts(list.num_blocks);
+  for (int32_t k = 0; k < list.num_blocks; ++k) {
+    const int32_t b = order[k];
+    blocks[k] = list.blocks[b];
+    starts[k] = list.block_positions[b];
+    if (k + 1 == list.num_blocks) break;
+    if (list.BlockTokens(b, s.block_tokens) != s.block_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("MLA prefill: the partial block ", b, " is not the last by position"));
+    }
+    if (starts[k] + s.block_tokens > list.block_positions[order[k + 1]]) {
+      return absl::InvalidArgumentError(absl::StrCat("MLA prefill: block ", b, " (positions ",
+                                                     starts[k], "..) overlaps block ", order[k + 1]));
+    }
+  }
+  const int32_t last_tokens = list.num_blocks == 0 ? 0 : list.BlockTokens(order.back(), s.block_tokens);
+  std::vector<KvBlockList> rows(args.num_queries);
+  for (int32_t i = 0; i < args.num_queries; ++i) {
+    const int64_t position = args.query_position0 + i;
+    // Blocks starting at or before the query's position.
+    const int32_t seen = static_cast<int32_t>(
+        std::upper_bound(starts.begin(), starts.end(), position) - starts.begin());
+    if (seen == 0) continue;  // no key: the empty state
+    const int32_t whole = seen == list.num_blocks ? last_tokens : s.block_tokens;
+    rows[i].blocks = blocks.data();
+    rows[i].num_blocks = seen;
+    rows[i].last_block_tokens =
+        static_cast<int32_t>(std::min<int64_t>(whole, position - starts[seen - 1] + 1));
+  }
+  MlaDecodeArgs decode;
+  decode.shape = s;
+  decode.num_seqs = args.num_queries;
+  decode.q = args.q;
+  decode.seqs = rows.data();
+  decode.o = args.o;
+  decode.lse = args.lse;
+  return CpuMlaDecode(decode, options);
+}
+
 }  // namespace writescope::kernels

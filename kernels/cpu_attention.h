@@ -21,7 +21,8 @@
 // matmuls), with P split into bf16 hi + lo so that the rounding stays at the fp32 level.
 //
 // Prefill: per (query, kv head) over the causally visible prefix of each tile; correct
-// and parallel, not tiled for reuse across queries.
+// and parallel, not tiled for reuse across queries. MLA prefill runs the MLA decode with
+// one row per query over the blocks it sees (a prefix of the blocks in position order).
 //
 // All calls are thread-safe; OpenMP threads come from the calling thread's team.
 #ifndef WRITESCOPE_KERNELS_CPU_ATTENTION_H_
@@ -77,6 +78,7 @@ struct CpuAttentionOptions {
 absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options = {});
 absl::Status CpuGqaPrefill(const GqaPrefillArgs& args, const CpuAttentionOptions& options = {});
 absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& options = {});
+absl::Status CpuMlaPrefill(const MlaPrefillArgs& args, const CpuAttentionOptions& options = {});
 
 }  // namespace writescope::kernels
 

@@ -1,6 +1,7 @@
 // CUDA part of the attention benchmark: split-KV decode over a packed ping-pong buffer
 // plus a half-full D-window, the overlap of the next layer's H2D copy with it, and the
-// CPU+GPU partial merge; causal chunked prefill (FLOP/s against the dense bf16 rate).
+// CPU+GPU partial merge; causal chunked prefill, GQA and MLA (FLOP/s against the dense bf16
+// rate).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -542,6 +543,123 @@ void RunPrefill(const BenchOptions& options) {
   }
 }
 
+// Causal MLA prefill (DeepSeek-V2-Lite) of a chunk after `prior` tokens, every key on the
+// GPU (tiles of 256 tokens): MlaGpuPrefill with its default launch bounds (2 CTAs per SM),
+// the 1-CTA variant, and what ran before the prefill kernel, the decode with one row per
+// query over its visible prefix. FLOP = 2 * heads * (576 + 512) per (query, attended key),
+// not the extra P_lo V of the hi+lo split.
+void RunMlaPrefill(const BenchOptions& options) {
+  std::printf("\n== CUDA MLA causal prefill, DeepSeek-V2-Lite (ceiling %.0f TFLOP/s dense bf16) ==\n",
+              kDenseBf16Tflops);
+  std::printf("ms: MlaGpuPrefill; ms_1cta: its 1-CTA-per-SM variant; ms_rows: the MLA decode, one row per query\n");
+  std::printf("%8s %8s %10s %10s %8s %10s %10s %8s\n", "prior", "chunk", "ms", "TFLOP/s", "%ceil",
+              "ms_1cta", "ms_rows", "rows/ms");
+  const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
+  const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
+  for (int32_t chunk : {512, 2048}) {
+    for (int64_t prior : {int64_t{0}, int64_t{8192}, int64_t{32768}}) {
+      const int64_t total = prior + chunk;
+      const int32_t num_tiles = static_cast<int32_t>((total + kBlockTokens - 1) / kBlockTokens);
+      DeviceMemory tiles(num_tiles * tile_values * 2);
+      DeviceMemory q(int64_t{chunk} * shape.num_heads * shape.row_dim() * 2);
+      DeviceMemory o(int64_t{chunk} * shape.num_heads * shape.kv_lora_rank * 4);
+      DeviceMemory lse(int64_t{chunk} * shape.num_heads * 4);
+      DeviceMemory pointers_d(num_tiles * sizeof(void*)), positions_d(num_tiles * 8), tokens_d(num_tiles * 4);
+      if (!tiles.ptr || !q.ptr || !o.ptr) {
+        std::printf("%8lld   out of GPU memory\n", static_cast<long long>(prior));
+        continue;
+      }
+      BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, num_tiles * tile_values * 2));
+      BENCH_CUDA(cudaMemset(q.ptr, 0x3c, int64_t{chunk} * shape.num_heads * shape.row_dim() * 2));
+      std::vector<const uint16_t*> pointers(num_tiles);
+      std::vector<int64_t> positions(num_tiles);
+      std::vector<int32_t> tokens(num_tiles);
+      for (int32_t i = 0; i < num_tiles; ++i) {
+        pointers[i] = tiles.as<const uint16_t>() + int64_t{i} * tile_values;
+        positions[i] = int64_t{i} * kBlockTokens;
+        tokens[i] = static_cast<int32_t>(std::min<int64_t>(kBlockTokens, total - positions[i]));
+      }
+      BENCH_CUDA(cudaMemcpy(pointers_d.ptr, pointers.data(), num_tiles * sizeof(void*), cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(positions_d.ptr, positions.data(), num_tiles * 8, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(tokens_d.ptr, tokens.data(), num_tiles * 4, cudaMemcpyHostToDevice));
+      cuda::MlaGpuPrefillArgs args;
+      args.shape = shape;
+      args.num_queries = chunk;
+      args.query_position0 = prior;
+      args.q = q.as<const uint16_t>();
+      args.keys = {pointers_d.as<const uint16_t* const>(), positions_d.as<const int64_t>(),
+                   tokens_d.as<const int32_t>(), num_tiles};
+      args.o = o.as<float>();
+      args.lse = lse.as<float>();
+      const absl::Status status = cuda::MlaGpuPrefill(args, nullptr);
+      if (!status.ok()) {
+        std::printf("%8lld   %s\n", static_cast<long long>(prior), std::string(status.message()).c_str());
+        continue;
+      }
+      const double seconds = TimeGpu(options.iters, [&] { (void)cuda::MlaGpuPrefill(args, nullptr); });
+      BENCH_CUDA(cudaGetLastError());
+      // The same launch with 1 CTA per SM (174 registers, no spill, against 128 with spills).
+      cuda::internal::MlaPrefillParams p{};
+      p.num_queries = chunk;
+      p.num_heads = shape.num_heads;
+      p.kv_lora_rank = shape.kv_lora_rank;
+      p.rope_dim = shape.rope_dim;
+      p.block_tokens = kBlockTokens;
+      p.num_tiles = num_tiles;
+      p.query_position0 = prior;
+      p.scale_log2 = shape.softmax_scale * 1.4426950408889634f;
+      p.q = args.q;
+      p.tiles = args.keys.tiles;
+      p.tile_positions = args.keys.positions;
+      p.tile_tokens = args.keys.tokens;
+      p.o = args.o;
+      p.lse = args.lse;
+      const double seconds_1cta =
+          TimeGpu(options.iters, [&] { (void)cuda::internal::LaunchMlaPrefill(p, nullptr, 1); });
+      BENCH_CUDA(cudaGetLastError());
+      // The decode, one row per query: row i sees tiles [0, (prior + i) / bt] in part.
+      std::vector<const uint16_t*> row_ptrs;
+      std::vector<int32_t> begin(chunk + 1), last(chunk);
+      for (int32_t i = 0; i < chunk; ++i) {
+        const int64_t seen = prior + i + 1;
+        const int32_t n = static_cast<int32_t>((seen + kBlockTokens - 1) / kBlockTokens);
+        begin[i] = static_cast<int32_t>(row_ptrs.size());
+        row_ptrs.insert(row_ptrs.end(), pointers.begin(), pointers.begin() + n);
+        last[i] = static_cast<int32_t>(seen - int64_t{n - 1} * kBlockTokens);
+      }
+      begin[chunk] = static_cast<int32_t>(row_ptrs.size());
+      DeviceMemory row_ptrs_d(row_ptrs.size() * sizeof(void*)), begin_d(begin.size() * 4), last_d(last.size() * 4);
+      BENCH_CUDA(cudaMemcpy(row_ptrs_d.ptr, row_ptrs.data(), row_ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(begin_d.ptr, begin.data(), begin.size() * 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(last_d.ptr, last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+      cuda::MlaGpuDecodeArgs rows;
+      rows.shape = shape;
+      rows.num_seqs = chunk;
+      rows.q = args.q;
+      rows.kv.tile_ptrs = row_ptrs_d.as<const uint16_t* const>();
+      rows.kv.seq_tile_begin = begin_d.as<const int32_t>();
+      rows.kv.seq_last_tile_tokens = last_d.as<const int32_t>();
+      rows.kv.max_seq_tokens = static_cast<int32_t>(total);
+      rows.o = args.o;
+      rows.lse = args.lse;
+      const size_t workspace_bytes = cuda::MlaGpuDecodeWorkspaceBytes(rows);
+      DeviceMemory workspace(workspace_bytes);
+      rows.workspace = workspace.ptr;
+      rows.workspace_bytes = workspace_bytes;
+      double seconds_rows = NAN;
+      if (workspace.ptr != nullptr && cuda::MlaGpuDecode(rows, nullptr).ok()) {
+        seconds_rows = TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(rows, nullptr); });
+      }
+      BENCH_CUDA(cudaGetLastError());
+      const double keys = double(chunk) * prior + double(chunk) * (chunk + 1) / 2;
+      const double tflops = 2.0 * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank) * keys / seconds / 1e12;
+      std::printf("%8lld %8d %10.3f %10.1f %7.1f%% %10.3f %10.3f %8.1f\n", static_cast<long long>(prior),
+                  chunk, seconds * 1e3, tflops, 100 * tflops / kDenseBf16Tflops, seconds_1cta * 1e3,
+                  seconds_rows * 1e3, chunk / (seconds * 1e3));
+    }
+  }
+}
+
 }  // namespace
 
 void RunCudaBenchmarks(const BenchOptions& options) {
@@ -562,7 +680,10 @@ void RunCudaBenchmarks(const BenchOptions& options) {
     RunOverlap(options);
     RunPrefill(options);
   }
-  if (options.mla) RunMla(options);
+  if (options.mla) {
+    RunMla(options);
+    RunMlaPrefill(options);
+  }
   if (options.merge) RunMerge(options);
   if (g_flush != nullptr) cudaFree(g_flush);
   if (g_sink != nullptr) cudaFree(g_sink);

@@ -212,21 +212,33 @@ absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
   return FromCuda(internal::LaunchMlaDecode(p, stream), "GPU MLA decode");
 }
 
+namespace {
+
+// The checks both prefills share; `what` names the op in messages.
+absl::Status CheckPrefillArgs(const char* what, int32_t num_queries, const GpuKvTileList& keys,
+                              const void* q, const void* o, const void* lse) {
+  if (num_queries < 0 || keys.num_tiles < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": num_queries ", num_queries,
+                                                   " num_tiles ", keys.num_tiles));
+  }
+  if (num_queries == 0) return absl::OkStatus();
+  if (q == nullptr || o == nullptr || lse == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": q, o and lse are required"));
+  }
+  if (keys.num_tiles > 0 && (keys.tiles == nullptr || keys.positions == nullptr || keys.tokens == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": tiles need tiles, positions and tokens"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status GqaGpuPrefill(const GqaGpuPrefillArgs& args, void* stream) {
   const GqaShape& s = args.shape;
   WS_RETURN_IF_ERROR(s.Validate());
-  if (args.num_queries < 0 || args.keys.num_tiles < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GPU GQA prefill: num_queries ", args.num_queries,
-                                                   " num_tiles ", args.keys.num_tiles));
-  }
+  WS_RETURN_IF_ERROR(
+      CheckPrefillArgs("GPU GQA prefill", args.num_queries, args.keys, args.q, args.o, args.lse));
   if (args.num_queries == 0) return absl::OkStatus();
-  if (args.q == nullptr || args.o == nullptr || args.lse == nullptr) {
-    return absl::InvalidArgumentError("GPU GQA prefill: q, o and lse are required");
-  }
-  if (args.keys.num_tiles > 0 &&
-      (args.keys.tiles == nullptr || args.keys.positions == nullptr || args.keys.tokens == nullptr)) {
-    return absl::InvalidArgumentError("GPU GQA prefill: tiles need tiles, positions and tokens");
-  }
   if (s.head_dim != 64 && s.head_dim != 128) {
     return absl::UnimplementedError(absl::StrCat("GPU GQA prefill: head_dim ", s.head_dim,
                                                  " (compiled: 64, 128)"));
@@ -247,6 +259,35 @@ absl::Status GqaGpuPrefill(const GqaGpuPrefillArgs& args, void* stream) {
   p.o = args.o;
   p.lse = args.lse;
   return FromCuda(internal::LaunchGqaPrefill(p, stream), "GPU GQA prefill");
+}
+
+absl::Status MlaGpuPrefill(const MlaGpuPrefillArgs& args, void* stream) {
+  const MlaShape& s = args.shape;
+  WS_RETURN_IF_ERROR(s.Validate());
+  WS_RETURN_IF_ERROR(
+      CheckPrefillArgs("GPU MLA prefill", args.num_queries, args.keys, args.q, args.o, args.lse));
+  if (args.num_queries == 0) return absl::OkStatus();
+  if (s.kv_lora_rank != 512 || s.rope_dim != 64 || s.num_heads > 16) {
+    return absl::UnimplementedError(absl::StrCat("GPU MLA prefill: compiled for rank 512, rope 64, "
+                                                 "<= 16 heads; got ", s.kv_lora_rank, "/",
+                                                 s.rope_dim, "/", s.num_heads));
+  }
+  internal::MlaPrefillParams p;
+  p.num_queries = args.num_queries;
+  p.num_heads = s.num_heads;
+  p.kv_lora_rank = s.kv_lora_rank;
+  p.rope_dim = s.rope_dim;
+  p.block_tokens = s.block_tokens;
+  p.num_tiles = args.keys.num_tiles;
+  p.query_position0 = args.query_position0;
+  p.scale_log2 = s.softmax_scale * kLog2e;
+  p.q = args.q;
+  p.tiles = args.keys.tiles;
+  p.tile_positions = args.keys.positions;
+  p.tile_tokens = args.keys.tokens;
+  p.o = args.o;
+  p.lse = args.lse;
+  return FromCuda(internal::LaunchMlaPrefill(p, stream), "GPU MLA prefill");
 }
 
 absl::Status GpuMergeStates(const float* o_a, const float* lse_a, const float* o_b,

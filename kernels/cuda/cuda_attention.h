@@ -104,6 +104,18 @@ struct GqaGpuPrefillArgs {
   float* lse = nullptr;  // device [num_queries][num_q_heads], natural log; no key: -inf
 };
 
+// The MLA form of GqaGpuPrefillArgs (kernels/attention.h MlaPrefillArgs, with device tiles):
+// latent tiles [block_tokens][kv_lora_rank + rope_dim], 16 heads sharing each row.
+struct MlaGpuPrefillArgs {
+  MlaShape shape;  // kv_lora_rank 512, rope_dim 64, heads 1..16
+  int32_t num_queries = 0;      // 0: nothing to do
+  int64_t query_position0 = 0;  // query i sits at query_position0 + i
+  const uint16_t* q = nullptr;  // device [num_queries][num_heads][kv_lora_rank + rope_dim] bf16
+  GpuKvTileList keys;
+  float* o = nullptr;    // device [num_queries][num_heads][kv_lora_rank]
+  float* lse = nullptr;  // device [num_queries][num_heads], natural log; no key: -inf
+};
+
 // Workspace the decode needs for these args (depends on num_seqs, heads, head_dim,
 // max_seq_tokens and the split option). Call on the same device as the launch.
 size_t GqaGpuDecodeWorkspaceBytes(const GqaGpuDecodeArgs& args);
@@ -113,6 +125,7 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream);
 absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream);
 // Needs no workspace; one launch, asynchronous on `stream`.
 absl::Status GqaGpuPrefill(const GqaGpuPrefillArgs& args, void* stream);
+absl::Status MlaGpuPrefill(const MlaGpuPrefillArgs& args, void* stream);
 
 // out = merge(a, b) over `rows` rows of `head_dim` (device pointers). `out` may alias
 // `a` or `b` exactly: merging the CPU partial (copied to the GPU) into the GPU partial

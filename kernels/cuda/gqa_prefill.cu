@@ -13,50 +13,20 @@
 // Key steps that no row of the CTA can see (all their keys after the CTA's last query)
 // are skipped; q tiles of later queries (more keys) are scheduled first.
 //
-// Key steps index a virtual key range: tile i's slot j is key i * block_tokens + j.
-// Positions are kept relative to query_position0 in int32 (clamped; the mask only
-// compares them).
+// Key steps index a virtual key range (prefill_util.cuh): tile i's slot j is key
+// i * block_tokens + j.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-
-#include <climits>
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/prefill_util.cuh"
 
 namespace writescope::kernels::cuda::internal {
 namespace {
 
 constexpr int kPfKeys = 64;  // keys per step
-constexpr int32_t kPfInvalidPos = INT_MAX;
-
-__device__ __forceinline__ int32_t RelativePosition(int64_t pos, int64_t query_position0) {
-  const int64_t rel = pos - query_position0;
-  return rel < -(int64_t{1} << 30) ? -(1 << 30) : rel > (int64_t{1} << 30) ? (1 << 30) : static_cast<int32_t>(rel);
-}
-
-// Smallest relative position of a valid key in step `step`, or kPfInvalidPos. Tiles
-// hold consecutive positions, so a tile's first key in the step is its smallest.
-__device__ int32_t StepMinPosition(const GqaPrefillParams& p, int32_t step) {
-  const int64_t t0 = int64_t{step} * kPfKeys;
-  const int64_t t1 = min(t0 + kPfKeys, int64_t{p.num_tiles} * p.block_tokens);
-  int32_t best = kPfInvalidPos;
-  for (int64_t tile = t0 / p.block_tokens; tile * p.block_tokens < t1; ++tile) {
-    const int32_t first = static_cast<int32_t>(t0 > tile * p.block_tokens ? t0 - tile * p.block_tokens : 0);
-    if (first < __ldg(p.tile_tokens + tile)) {
-      best = min(best, RelativePosition(__ldg(p.tile_positions + tile) + first, p.query_position0));
-    }
-  }
-  return best;
-}
-
-// First step >= step that a query at relative position <= last_query can see.
-__device__ __forceinline__ int32_t NextStep(const GqaPrefillParams& p, int32_t step,
-                                            int32_t num_steps, int32_t last_query) {
-  while (step < num_steps && StepMinPosition(p, step) > last_query) ++step;
-  return step;
-}
 
 template <int kDim, int kWarps>
 __device__ __forceinline__ void LoadStep(const GqaPrefillParams& p, int32_t step, int kvh,
@@ -133,14 +103,13 @@ __global__ void __launch_bounds__(kWarps * 32) GqaPrefillTcKernel(GqaPrefillPara
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[n][i] = 0;
 
-  const int32_t num_steps =
-      static_cast<int32_t>((int64_t{p.num_tiles} * p.block_tokens + kPfKeys - 1) / kPfKeys);
-  int32_t step = NextStep(p, 0, num_steps, last_query);
+  const int32_t num_steps = NumSteps<kPfKeys>(p);
+  int32_t step = NextStep<kPfKeys>(p, 0, num_steps, last_query);
   if (step < num_steps) LoadStep<kDim, kWarps>(p, step, kvh, k_s, v_s, pos_s);
   CpAsyncCommit();
   int stage = 0;
   while (step < num_steps) {
-    const int32_t next = NextStep(p, step + 1, num_steps, last_query);
+    const int32_t next = NextStep<kPfKeys>(p, step + 1, num_steps, last_query);
     if (next < num_steps) {
       const int o = (stage ^ 1) * kPfKeys;
       LoadStep<kDim, kWarps>(p, next, kvh, k_s + o * kStride, v_s + o * kStride, pos_s + o);

@@ -58,6 +58,20 @@ struct GqaPrefillParams {
   float* lse;                     // [num_queries][num_q_heads], natural log
 };
 
+// Causal MLA (absorbed) prefill of one sequence's chunk over a list of tiles (mla_prefill.cu);
+// the fields mean what GqaPrefillParams' do.
+struct MlaPrefillParams {
+  int32_t num_queries, num_heads, kv_lora_rank, rope_dim, block_tokens, num_tiles;
+  int64_t query_position0;
+  float scale_log2;
+  const uint16_t* q;              // [num_queries][num_heads][kv_lora_rank + rope_dim]
+  const uint16_t* const* tiles;   // [num_tiles] tile bases (latent [block_tokens][row])
+  const int64_t* tile_positions;  // [num_tiles] absolute position of token 0
+  const int32_t* tile_tokens;     // [num_tiles] valid tokens
+  float* o;                       // [num_queries][num_heads][kv_lora_rank]
+  float* lse;                     // [num_queries][num_heads], natural log
+};
+
 // Whether LaunchGqaDecode takes the tensor-core path for this shape (else SIMT).
 bool GqaDecodeUsesTensorCores(int32_t head_dim, int32_t group);
 
@@ -99,6 +113,10 @@ int LaunchGqaDecode(const GqaParams& p, void* stream);
 int LaunchMlaDecode(const MlaParams& p, void* stream);
 // Returns cudaErrorNotSupported for a head_dim without a compiled kernel (64, 128).
 int LaunchGqaPrefill(const GqaPrefillParams& p, void* stream);
+// Returns cudaErrorNotSupported for an MLA shape without a compiled kernel (rank 512, rope
+// 64, heads 1..16).
+// ctas_per_sm picks the launch bounds: 0 the default, 1 or 2 (for the benchmark).
+int LaunchMlaPrefill(const MlaPrefillParams& p, void* stream, int ctas_per_sm = 0);
 // Merges `num_parts` partials laid out [num_parts][rows][dim] into out.
 int LaunchMergeSplits(const float* part_o, const float* part_lse, int32_t num_parts,
                       int64_t rows, int32_t dim, float* o, float* lse, void* stream);

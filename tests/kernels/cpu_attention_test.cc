@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/attention_reference.h"
 #include "kernels/attention_state.h"
@@ -504,6 +506,164 @@ INSTANTIATE_TEST_SUITE_P(
                           "_N", std::get<1>(info.param).second, "_",
                           testing::SplitName(std::get<2>(info.param)));
     });
+
+// ---------------------------------------------------------------- MLA prefill ---------
+
+// The whole blocks of a subset shuffled (the partial block stays last, as KvBlockList
+// requires): the kernels must not rely on position order.
+void ShuffleWholeBlocks(BlockSubset& subset, std::mt19937_64& rng) {
+  const size_t n = subset.blocks.size();
+  if (n < 3) return;
+  std::vector<size_t> order(n - 1);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::shuffle(order.begin(), order.end(), rng);
+  BlockSubset shuffled;
+  for (size_t i : order) {
+    shuffled.blocks.push_back(subset.blocks[i]);
+    shuffled.positions.push_back(subset.positions[i]);
+  }
+  shuffled.blocks.push_back(subset.blocks.back());
+  shuffled.positions.push_back(subset.positions.back());
+  shuffled.list.last_block_tokens = subset.list.last_block_tokens;
+  shuffled.Fix();
+  subset = std::move(shuffled);
+}
+
+class MlaPrefillTest : public ::testing::TestWithParam<
+                           std::tuple<MlaCase, std::pair<int64_t, int32_t>, SplitMode>> {};
+
+TEST_P(MlaPrefillTest, CausalChunkOverSplitBlocksEqualsReference) {
+  const auto& [c, chunk, mode] = GetParam();
+  const auto [prior, chunk_len] = chunk;
+  const MlaShape shape = ShapeOf(c);
+  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat("mla prefill", c.name, prior, chunk_len,
+                                                            static_cast<int>(mode))));
+  const int64_t total = prior + chunk_len;
+  TileRegion region(8 + 2 * (total / shape.block_tokens + 2), int64_t{shape.block_tokens} * shape.row_dim());
+  // The chunk's own keys are already in their blocks, after the prior tokens.
+  const TiledSequence seq = testing::MakeSequence(region, total, shape.block_tokens, rng,
+                                                  [&](uint16_t* tile, int32_t t) {
+    testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
+  });
+  std::vector<uint16_t> q(int64_t{chunk_len} * shape.num_heads * shape.row_dim());
+  testing::FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  const std::vector<int> whole(seq.blocks.size(), 0);
+  const std::vector<int> split = AssignBlocks(seq.blocks.size(), 2, mode, rng);
+  auto run = [&](const std::vector<int>& assignment, int part, auto kernel) {
+    BlockSubset subset = testing::Subset(seq, assignment, part);
+    ShuffleWholeBlocks(subset, rng);
+    Partial out(int64_t{chunk_len} * shape.num_heads, shape.kv_lora_rank);
+    MlaPrefillArgs args{shape, chunk_len, prior, q.data(), subset.list, out.o.data(), out.lse.data()};
+    const absl::Status status = kernel(args);
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  };
+  const Partial reference = run(whole, 0, ReferenceMlaPrefill);
+  const Partial ref0 = run(split, 0, ReferenceMlaPrefill);
+  const Partial ref1 = run(split, 1, ReferenceMlaPrefill);
+  ExpectClose(Merge(ref0, ref1), reference, "reference parts");
+  for (CpuIsa isa : AvailableIsas()) {
+    const std::string name = CpuIsaName(isa);
+    for (MlaMatmulMode matmul : {MlaMatmulMode::kOff, MlaMatmulMode::kAuto}) {
+      CpuAttentionOptions options = Options(isa);
+      options.mla_matmul = matmul;
+      const std::string what = absl::StrCat(name, matmul == MlaMatmulMode::kOff ? " vector" : " auto");
+      auto cpu = [&](const MlaPrefillArgs& args) { return CpuMlaPrefill(args, options); };
+      const Partial part0 = run(split, 0, cpu);
+      const Partial part1 = run(split, 1, cpu);
+      ExpectClose(part0, ref0, what + " part0");
+      ExpectClose(part1, ref1, what + " part1");
+      ExpectClose(Merge(part0, part1), reference, what + " merged");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MlaPrefillTest,
+    ::testing::Combine(::testing::ValuesIn(kMlaCases), ::testing::ValuesIn(kPrefillChunks),
+                       ::testing::ValuesIn(kTwoWaySplits)),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param).name, "_P", std::get<1>(info.param).first,
+                          "_N", std::get<1>(info.param).second, "_",
+                          testing::SplitName(std::get<2>(info.param)));
+    });
+
+// The last query of a chunk sees every key: its prefill row is the decode over the sequence.
+TEST(MlaPrefillEdgeTest, LastQueryEqualsDecodeOverTheSequence) {
+  const MlaShape shape = ShapeOf(kMlaCases[2]);
+  std::mt19937_64 rng(5);
+  TileRegion region(16, int64_t{shape.block_tokens} * shape.row_dim());
+  const TiledSequence seq = testing::MakeSequence(region, 70, shape.block_tokens, rng,
+                                                  [&](uint16_t* tile, int32_t t) {
+    testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
+  });
+  const BlockSubset all = testing::Subset(seq, std::vector<int>(seq.blocks.size(), 0), 0);
+  constexpr int32_t kChunk = 9;
+  std::vector<uint16_t> q(kChunk * shape.num_heads * shape.row_dim());
+  testing::FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  Partial prefill(kChunk * shape.num_heads, shape.kv_lora_rank);
+  WS_ASSERT_OK(CpuMlaPrefill({shape, kChunk, 70 - kChunk, q.data(), all.list, prefill.o.data(),
+                              prefill.lse.data()}));
+  Partial decode(shape.num_heads, shape.kv_lora_rank);
+  const uint16_t* last_q = q.data() + (kChunk - 1) * shape.num_heads * shape.row_dim();
+  WS_ASSERT_OK(ReferenceMlaDecode({shape, 1, last_q, &all.list, decode.o.data(), decode.lse.data()}));
+  const int64_t row = (kChunk - 1) * shape.num_heads;
+  for (int32_t h = 0; h < shape.num_heads; ++h) {
+    EXPECT_NEAR(prefill.lse[row + h], decode.lse[h], 1e-4) << "head " << h;
+    for (int32_t d = 0; d < shape.kv_lora_rank; ++d) {
+      EXPECT_NEAR(prefill.o[(row + h) * shape.kv_lora_rank + d], decode.o[h * shape.kv_lora_rank + d], 2e-5);
+    }
+  }
+}
+
+TEST(MlaPrefillEdgeTest, EmptyChunkAndKeysBeforeNoQuery) {
+  const MlaShape shape = ShapeOf(kMlaCases[2]);
+  std::mt19937_64 rng(6);
+  TileRegion region(8, int64_t{shape.block_tokens} * shape.row_dim());
+  const TiledSequence seq = testing::MakeSequence(region, 20, shape.block_tokens, rng,
+                                                  [&](uint16_t* tile, int32_t t) {
+    testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
+  });
+  const BlockSubset all = testing::Subset(seq, std::vector<int>(seq.blocks.size(), 0), 0);
+  std::vector<uint16_t> q(2 * shape.num_heads * shape.row_dim());
+  testing::FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  Partial none(1, 1);
+  WS_EXPECT_OK(CpuMlaPrefill({shape, 0, 0, q.data(), all.list, none.o.data(), none.lse.data()}));
+  EXPECT_TRUE(std::isnan(none.o[0]));  // nothing written
+  // Queries at positions -2 and -1 see none of the keys: the empty state, no NaN.
+  Partial out(2 * shape.num_heads, shape.kv_lora_rank);
+  WS_ASSERT_OK(CpuMlaPrefill({shape, 2, -2, q.data(), all.list, out.o.data(), out.lse.data()}));
+  for (int64_t r = 0; r < 2 * shape.num_heads; ++r) {
+    EXPECT_EQ(out.lse[r], kEmptyLse);
+    for (int32_t d = 0; d < shape.kv_lora_rank; ++d) EXPECT_EQ(out.o[r * shape.kv_lora_rank + d], 0.0f);
+  }
+  EXPECT_TRUE(out.o.GuardsIntact() && out.lse.GuardsIntact());
+}
+
+TEST(MlaPrefillEdgeTest, RejectsOverlappingBlocksAndAPartialBlockBeforeAnother) {
+  const MlaShape shape = ShapeOf(kMlaCases[2]);
+  std::mt19937_64 rng(7);
+  TileRegion region(8, int64_t{shape.block_tokens} * shape.row_dim());
+  const TiledSequence seq = testing::MakeSequence(region, 40, shape.block_tokens, rng,
+                                                  [&](uint16_t* tile, int32_t t) {
+    testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
+  });
+  std::vector<uint16_t> q(shape.num_heads * shape.row_dim());
+  Partial out(shape.num_heads, shape.kv_lora_rank);
+  BlockSubset all = testing::Subset(seq, std::vector<int>(seq.blocks.size(), 0), 0);
+  all.positions[1] = all.positions[0] + 3;  // overlaps block 0
+  EXPECT_THAT(CpuMlaPrefill({shape, 1, 100, q.data(), all.list, out.o.data(), out.lse.data()}).message(),
+              ::testing::HasSubstr("overlaps"));
+  BlockSubset partial_first = testing::Subset(seq, std::vector<int>(seq.blocks.size(), 0), 0);
+  partial_first.positions.back() = -1000;  // the partial block sorts first
+  EXPECT_THAT(CpuMlaPrefill({shape, 1, 100, q.data(), partial_first.list, out.o.data(),
+                             out.lse.data()}).message(),
+              ::testing::HasSubstr("not the last by position"));
+  KvBlockList no_positions = all.list;
+  no_positions.block_positions = nullptr;
+  EXPECT_FALSE(CpuMlaPrefill({shape, 1, 100, q.data(), no_positions, out.o.data(), out.lse.data()}).ok());
+  EXPECT_FALSE(ReferenceMlaPrefill({shape, 1, 100, q.data(), no_positions, out.o.data(), out.lse.data()}).ok());
+}
 
 }  // namespace
 }  // namespace writescope::kernels

@@ -1,8 +1,9 @@
 // CUDA causal prefill against the double reference, on the real split of a chunked
 // prefill step: the CPU partial over the CPU-region blocks of earlier chunks
-// (CpuGqaPrefill), the GPU partial over the ping-pong tiles of earlier chunks plus the
-// chunk's own tiles (GqaGpuPrefill, tiles listed in shuffled order from two buffers),
-// merged on the GPU (GpuMergeStates). Skips without a CUDA device. Label: gpu.
+// (CpuGqaPrefill / CpuMlaPrefill), the GPU partial over the ping-pong tiles of earlier
+// chunks plus the chunk's own tiles (GqaGpuPrefill / MlaGpuPrefill, tiles listed in
+// shuffled order from two buffers), merged on the GPU (GpuMergeStates). Skips without a
+// CUDA device. Label: gpu.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -110,19 +111,17 @@ struct Sequence {
   std::vector<bool> chunk_own;
 };
 
-Sequence MakeSequence(const GqaShape& s, int64_t prior, int32_t chunk, PriorSplit split,
-                      std::mt19937_64& rng) {
+// `fill(tile, n)` writes the first n tokens of a fresh tile (the rest stay NaN).
+template <typename Fill>
+Sequence MakeSequence(int32_t block_tokens, int64_t tile_values, int64_t prior, int32_t chunk,
+                      PriorSplit split, std::mt19937_64& rng, Fill fill) {
   Sequence seq;
   const int64_t total = prior + chunk;
-  const int64_t tile_values = int64_t{2} * s.num_kv_heads * s.block_tokens * s.head_dim;
   std::uniform_int_distribution<int> coin(0, 1);
-  for (int64_t b0 = 0; b0 < total; b0 += s.block_tokens) {
-    const int32_t n = static_cast<int32_t>(std::min<int64_t>(s.block_tokens, total - b0));
+  for (int64_t b0 = 0; b0 < total; b0 += block_tokens) {
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(block_tokens, total - b0));
     std::vector<uint16_t> tile(tile_values, kBf16Nan);
-    for (int32_t h = 0; h < 2 * s.num_kv_heads; ++h) {
-      FillRandomBf16(tile.data() + int64_t{h} * s.block_tokens * s.head_dim,
-                     int64_t{n} * s.head_dim, rng, h < s.num_kv_heads ? 2.0f : 1.0f);
-    }
+    fill(tile.data(), n);
     const bool own = b0 + n > prior;
     seq.blocks.push_back(std::move(tile));
     seq.positions.push_back(b0);
@@ -132,6 +131,26 @@ Sequence MakeSequence(const GqaShape& s, int64_t prior, int32_t chunk, PriorSpli
                                   (split == PriorSplit::kRandom && coin(rng) == 1)));
   }
   return seq;
+}
+
+Sequence MakeSequence(const GqaShape& s, int64_t prior, int32_t chunk, PriorSplit split,
+                      std::mt19937_64& rng) {
+  const int64_t tile_values = int64_t{2} * s.num_kv_heads * s.block_tokens * s.head_dim;
+  return MakeSequence(s.block_tokens, tile_values, prior, chunk, split, rng,
+                      [&](uint16_t* tile, int32_t n) {
+    for (int32_t h = 0; h < 2 * s.num_kv_heads; ++h) {
+      FillRandomBf16(tile + int64_t{h} * s.block_tokens * s.head_dim, int64_t{n} * s.head_dim,
+                     rng, h < s.num_kv_heads ? 2.0f : 1.0f);
+    }
+  });
+}
+
+Sequence MakeSequence(const MlaShape& s, int64_t prior, int32_t chunk, PriorSplit split,
+                      std::mt19937_64& rng) {
+  return MakeSequence(s.block_tokens, int64_t{s.block_tokens} * s.row_dim(), prior, chunk, split,
+                      rng, [&](uint16_t* tile, int32_t n) {
+    FillRandomBf16(tile, int64_t{n} * s.row_dim(), rng, 1.0f);
+  });
 }
 
 // Host block list (in sequence order) over a subset of blocks; all but the last are full.
@@ -326,6 +345,153 @@ TEST(GqaGpuPrefillEdgeTest, RejectsBadArgsAndUncompiledShapes) {
   args.num_queries = 1;
   args.shape.num_kv_heads = 3;  // 32 % 3 != 0
   EXPECT_EQ(GqaGpuPrefill(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------- MLA prefill ---------
+
+struct MlaPrefillCase {
+  const char* name;
+  int32_t heads, block_tokens;
+};
+void PrintTo(const MlaPrefillCase& c, std::ostream* os) { *os << c.name; }
+constexpr MlaPrefillCase kMlaCases[] = {
+    {"DeepSeekV2Lite", 16, 256},
+    {"DeepSeekV2LiteBt64", 16, 64},
+    {"Heads5Bt16", 5, 16},  // padded heads; tiles smaller than a 32-key step
+};
+// (chunk, prior): odd chunks, one past a CTA's pair of queries, chunks inside one block and
+// across several, after no prior tokens and after many. The double reference bounds the sizes.
+constexpr std::pair<int32_t, int64_t> kMlaChunks[] = {{1, 0},   {5, 0},    {77, 0},    {257, 0},
+                                                      {1, 1000}, {33, 1000}, {130, 300}, {255, 1}};
+
+MlaShape MlaShapeOf(const MlaPrefillCase& c) {
+  return {c.heads, 512, 64, c.block_tokens, 1.0f / std::sqrt(192.0f)};
+}
+
+class MlaGpuPrefillTest
+    : public ::testing::TestWithParam<std::tuple<MlaPrefillCase, std::pair<int32_t, int64_t>, PriorSplit>> {};
+
+TEST_P(MlaGpuPrefillTest, CpuPlusGpuMergedOnGpuEqualsReference) {
+  SKIP_WITHOUT_GPU();
+  const auto& [c, chunk_prior, split] = GetParam();
+  const auto [chunk, prior] = chunk_prior;
+  const MlaShape shape = MlaShapeOf(c);
+  std::mt19937_64 rng(std::hash<std::string>{}(
+      absl::StrCat("mla", c.name, chunk, "/", prior, static_cast<int>(split))));
+  const Sequence seq = MakeSequence(shape, prior, chunk, split, rng);
+  std::vector<uint16_t> q(int64_t{chunk} * shape.num_heads * shape.row_dim());
+  FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  const int64_t rows = int64_t{chunk} * shape.num_heads;
+  const int32_t dim = shape.kv_lora_rank;
+
+  HostList all(seq, [](size_t) { return true; });
+  HostList cpu(seq, [&seq](size_t b) { return bool{seq.on_cpu[b]}; });
+  std::vector<float> ref_o(rows * dim), ref_lse(rows);
+  WS_ASSERT_OK(ReferenceMlaPrefill({shape, chunk, prior, q.data(), all.list, ref_o.data(), ref_lse.data()}));
+  std::vector<float> cpu_o(rows * dim), cpu_lse(rows);
+  WS_ASSERT_OK(CpuMlaPrefill({shape, chunk, prior, q.data(), cpu.list, cpu_o.data(), cpu_lse.data()}));
+
+  DeviceTiles tiles(seq, rng);
+  DeviceBuffer q_d = DeviceBuffer::From(q);
+  GuardedDeviceFloats o(rows * dim), lse(rows);
+  MlaGpuPrefillArgs args;
+  args.shape = shape;
+  args.num_queries = chunk;
+  args.query_position0 = prior;
+  args.q = q_d.as<const uint16_t>();
+  args.keys = tiles.list;
+  args.o = o.data();
+  args.lse = lse.data();
+  WS_ASSERT_OK(MlaGpuPrefill(args, nullptr));
+  // The GPU partial alone against the reference over the GPU's blocks.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  {
+    HostList gpu(seq, [&seq](size_t b) { return !seq.on_cpu[b]; });
+    std::vector<float> gpu_ref_o(rows * dim), gpu_ref_lse(rows);
+    WS_ASSERT_OK(ReferenceMlaPrefill({shape, chunk, prior, q.data(), gpu.list, gpu_ref_o.data(),
+                                      gpu_ref_lse.data()}));
+    ExpectClose(o.Payload(), lse.Payload(), gpu_ref_o, gpu_ref_lse,
+                absl::StrCat(c.name, " chunk", chunk, " prior", prior, " ", SplitName(split), " gpu part"));
+  }
+  DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
+  WS_ASSERT_OK(GpuMergeStates(o.data(), lse.data(), cpu_o_d.as<float>(), cpu_lse_d.as<float>(),
+                              o.data(), lse.data(), rows, dim, nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ExpectClose(o.Payload(), lse.Payload(), ref_o, ref_lse,
+              absl::StrCat(c.name, " chunk", chunk, " prior", prior, " ", SplitName(split),
+                           " gpu_tiles", tiles.list.num_tiles));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MlaGpuPrefillTest,
+                         ::testing::Combine(::testing::ValuesIn(kMlaCases),
+                                            ::testing::ValuesIn(kMlaChunks),
+                                            ::testing::ValuesIn(kSplits)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param).name, "_C",
+                                               std::get<1>(info.param).first, "_P",
+                                               std::get<1>(info.param).second, "_",
+                                               SplitName(std::get<2>(info.param)));
+                         });
+
+// No tile, or only keys after every query: the empty state (o 0, lse -inf), no NaN; an
+// empty chunk writes nothing.
+TEST(MlaGpuPrefillEdgeTest, NoVisibleKeyGivesEmptyStateAndAnEmptyChunkNothing) {
+  SKIP_WITHOUT_GPU();
+  const MlaShape shape = MlaShapeOf(kMlaCases[2]);
+  std::mt19937_64 rng(8);
+  constexpr int32_t kChunk = 9;
+  Sequence seq = MakeSequence(shape, 0, 2 * shape.block_tokens, PriorSplit::kAllGpu, rng);
+  seq.on_cpu[0] = true;  // only positions >= block_tokens listed; the queries sit at 0..8
+  std::vector<uint16_t> q(int64_t{kChunk} * shape.num_heads * shape.row_dim());
+  FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  DeviceBuffer q_d = DeviceBuffer::From(q);
+  const int64_t rows = int64_t{kChunk} * shape.num_heads;
+  for (bool with_tiles : {false, true}) {
+    DeviceTiles tiles(seq, rng);
+    GuardedDeviceFloats o(rows * shape.kv_lora_rank), lse(rows);
+    MlaGpuPrefillArgs args;
+    args.shape = shape;
+    args.num_queries = kChunk;
+    args.q = q_d.as<const uint16_t>();
+    if (with_tiles) args.keys = tiles.list;
+    args.o = o.data();
+    args.lse = lse.data();
+    WS_ASSERT_OK(MlaGpuPrefill(args, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (float x : o.Payload()) ASSERT_EQ(x, 0.0f);
+    for (float x : lse.Payload()) ASSERT_EQ(x, kEmptyLse);
+  }
+  GuardedDeviceFloats o(0), lse(0);
+  MlaGpuPrefillArgs empty;
+  empty.shape = shape;
+  empty.o = o.data();
+  empty.lse = lse.data();
+  WS_ASSERT_OK(MlaGpuPrefill(empty, nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(o.Payload().empty());
+}
+
+TEST(MlaGpuPrefillEdgeTest, RejectsBadArgsAndUncompiledShapes) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer scratch(4096);
+  MlaGpuPrefillArgs args;
+  args.shape = {16, 256, 64, 64, 0.1f};  // rank 256: no kernel
+  args.num_queries = 1;
+  args.q = scratch.as<const uint16_t>();
+  args.o = scratch.as<float>();
+  args.lse = scratch.as<float>();
+  EXPECT_EQ(MlaGpuPrefill(args, nullptr).code(), absl::StatusCode::kUnimplemented);
+  args.shape = {17, 512, 64, 64, 0.1f};  // 17 heads
+  EXPECT_EQ(MlaGpuPrefill(args, nullptr).code(), absl::StatusCode::kUnimplemented);
+  args.shape.num_heads = 16;
+  args.keys.num_tiles = 3;  // no tile arrays
+  EXPECT_EQ(MlaGpuPrefill(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  args.keys.num_tiles = 0;
+  args.num_queries = -1;
+  EXPECT_EQ(MlaGpuPrefill(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  args.num_queries = 1;
+  args.q = nullptr;
+  EXPECT_EQ(MlaGpuPrefill(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

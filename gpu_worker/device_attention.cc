@@ -16,6 +16,9 @@ class HostDeviceAttention final : public DeviceAttention {
   absl::Status MlaDecode(const kernels::MlaDecodeArgs& args) override {
     return kernels::CpuMlaDecode(args);
   }
+  absl::Status MlaPrefill(const kernels::MlaPrefillArgs& args) override {
+    return kernels::CpuMlaPrefill(args);
+  }
 };
 
 }  // namespace

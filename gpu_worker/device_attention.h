@@ -25,6 +25,7 @@ class DeviceAttention {
   virtual absl::Status GqaDecode(const kernels::GqaDecodeArgs& args) = 0;
   virtual absl::Status GqaPrefill(const kernels::GqaPrefillArgs& args) = 0;
   virtual absl::Status MlaDecode(const kernels::MlaDecodeArgs& args) = 0;
+  virtual absl::Status MlaPrefill(const kernels::MlaPrefillArgs& args) = 0;
 };
 
 // The implementation for `device` (not owned; must outlive the result).

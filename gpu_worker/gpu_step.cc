@@ -46,13 +46,6 @@ struct TileList {
     list.block_positions = positions.data();
     return list;
   }
-  // The first `count` tiles, the last of them holding `last` tokens.
-  kernels::KvBlockList Prefix(int32_t count, int32_t last) const {
-    kernels::KvBlockList list = List();
-    list.num_blocks = count;
-    list.last_block_tokens = count == 0 ? 0 : last;
-    return list;
-  }
 };
 
 // A partial state over every row of the step, [tokens][heads] rows of o_dim values.
@@ -761,90 +754,97 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
   Partial& part = scratch_->part;
   acc.Reset(T * heads, o_dim);
 
-  // Attends one part of the keys: `lists[i]` are sequence i's tiles (empty: none), all of
-  // them visible to the sequence's queries unless `causal` (the chunk's own blocks).
-  auto attend = [&](const std::vector<TileList>& lists, bool causal) -> absl::Status {
+  kernels::GqaShape gqa;
+  kernels::MlaShape mla_shape;
+  if (mla) {
+    mla_shape.num_heads = static_cast<int32_t>(heads);
+    mla_shape.kv_lora_rank = static_cast<int32_t>(ops_->config().kv_lora_rank);
+    mla_shape.rope_dim = static_cast<int32_t>(ops_->config().qk_rope_head_dim);
+    mla_shape.block_tokens = bt;
+    mla_shape.softmax_scale = ops_->softmax_scale();
+  } else {
+    gqa.num_q_heads = static_cast<int32_t>(heads);
+    gqa.num_kv_heads = static_cast<int32_t>(ops_->config().num_kv_heads);
+    gqa.head_dim = static_cast<int32_t>(q_dim);
+    gqa.block_tokens = bt;
+    gqa.softmax_scale = ops_->softmax_scale();
+  }
+  // Attends one part of the keys: `lists[i]` are sequence i's tiles (empty: none). A
+  // prefill chunk's queries see the keys at positions up to their own (all of an earlier
+  // chunk's, a prefix of the chunk's own blocks); decode sequences see all of theirs.
+  // Prefill chunks one by one, the decode sequences in one call (rows gathered).
+  auto attend = [&](const std::vector<TileList>& lists) -> absl::Status {
     part.Reset(T * heads, o_dim);
     bool any = false;
-    if (!mla) {
-      kernels::GqaShape shape;
-      shape.num_q_heads = static_cast<int32_t>(heads);
-      shape.num_kv_heads = static_cast<int32_t>(ops_->config().num_kv_heads);
-      shape.head_dim = static_cast<int32_t>(q_dim);
-      shape.block_tokens = bt;
-      shape.softmax_scale = ops_->softmax_scale();
-      // Decode sequences in one call (rows gathered), prefill chunks one by one.
-      std::vector<size_t> decode;
-      for (size_t i = 0; i < layout.sequences.size(); ++i) {
-        if (lists[i].tiles.empty()) continue;
-        any = true;
-        const StepSequenceLayout& s = layout.sequences[i];
-        if (!s.prefill) {
-          decode.push_back(i);
-          continue;
-        }
-        kernels::GqaPrefillArgs args;
-        args.shape = shape;
+    std::vector<size_t> decode;
+    for (size_t i = 0; i < layout.sequences.size(); ++i) {
+      if (lists[i].tiles.empty()) continue;
+      any = true;
+      const StepSequenceLayout& s = layout.sequences[i];
+      if (!s.prefill) {
+        decode.push_back(i);
+        continue;
+      }
+      const uint16_t* chunk_q = qk.data() + s.token_offset * heads * q_dim;
+      float* chunk_o = part.o.data() + s.token_offset * heads * o_dim;
+      float* chunk_lse = part.lse.data() + s.token_offset * heads;
+      if (mla) {
+        kernels::MlaPrefillArgs args;
+        args.shape = mla_shape;
         args.num_queries = static_cast<int32_t>(s.num_tokens);
         args.query_position0 = static_cast<int64_t>(s.position);
-        args.q = qk.data() + s.token_offset * heads * q_dim;
+        args.q = chunk_q;
         args.keys = lists[i].List();
-        args.o = part.o.data() + s.token_offset * heads * o_dim;
-        args.lse = part.lse.data() + s.token_offset * heads;
+        args.o = chunk_o;
+        args.lse = chunk_lse;
+        WS_RETURN_IF_ERROR(attention_->MlaPrefill(args));
+      } else {
+        kernels::GqaPrefillArgs args;
+        args.shape = gqa;
+        args.num_queries = static_cast<int32_t>(s.num_tokens);
+        args.query_position0 = static_cast<int64_t>(s.position);
+        args.q = chunk_q;
+        args.keys = lists[i].List();
+        args.o = chunk_o;
+        args.lse = chunk_lse;
         WS_RETURN_IF_ERROR(attention_->GqaPrefill(args));
       }
-      if (!decode.empty()) {
-        const size_t n = decode.size();
-        std::vector<uint16_t> dq(n * heads * q_dim);
-        std::vector<float> dout(n * heads * o_dim), dlse(n * heads);
-        std::vector<kernels::KvBlockList> dlists(n);
-        for (size_t j = 0; j < n; ++j) {
-          const StepSequenceLayout& s = layout.sequences[decode[j]];
-          std::memcpy(dq.data() + j * heads * q_dim, qk.data() + s.token_offset * heads * q_dim,
-                      heads * q_dim * 2);
-          dlists[j] = lists[decode[j]].List();
-        }
+    }
+    if (!decode.empty()) {
+      const size_t n = decode.size();
+      std::vector<uint16_t> dq(n * heads * q_dim);
+      std::vector<float> dout(n * heads * o_dim), dlse(n * heads);
+      std::vector<kernels::KvBlockList> dlists(n);
+      for (size_t j = 0; j < n; ++j) {
+        const StepSequenceLayout& s = layout.sequences[decode[j]];
+        std::memcpy(dq.data() + j * heads * q_dim, qk.data() + s.token_offset * heads * q_dim,
+                    heads * q_dim * 2);
+        dlists[j] = lists[decode[j]].List();
+      }
+      if (mla) {
+        kernels::MlaDecodeArgs args;
+        args.shape = mla_shape;
+        args.num_seqs = static_cast<int32_t>(n);
+        args.q = dq.data();
+        args.seqs = dlists.data();
+        args.o = dout.data();
+        args.lse = dlse.data();
+        WS_RETURN_IF_ERROR(attention_->MlaDecode(args));
+      } else {
         kernels::GqaDecodeArgs args;
-        args.shape = shape;
+        args.shape = gqa;
         args.num_seqs = static_cast<int32_t>(n);
         args.q = dq.data();
         args.seqs = dlists.data();
         args.o = dout.data();
         args.lse = dlse.data();
         WS_RETURN_IF_ERROR(attention_->GqaDecode(args));
-        for (size_t j = 0; j < n; ++j) {
-          const uint64_t r = layout.sequences[decode[j]].token_offset;
-          std::memcpy(part.o.data() + r * heads * o_dim, dout.data() + j * heads * o_dim,
-                      heads * o_dim * 4);
-          std::memcpy(part.lse.data() + r * heads, dlse.data() + j * heads, heads * 4);
-        }
       }
-    } else {
-      // MLA: one decode "sequence" per query row; causal rows see a prefix of the tiles.
-      std::vector<kernels::KvBlockList> rows(T);
-      for (size_t i = 0; i < layout.sequences.size(); ++i) {
-        if (lists[i].tiles.empty()) continue;
-        any = true;
-        const StepSequenceLayout& s = layout.sequences[i];
-        for (uint32_t t = 0; t < s.num_tokens; ++t) {
-          rows[s.token_offset + t] =
-              causal ? lists[i].Prefix(static_cast<int32_t>(t / bt + 1), static_cast<int32_t>(t % bt + 1))
-                     : lists[i].List();
-        }
-      }
-      if (any) {
-        kernels::MlaDecodeArgs args;
-        args.shape.num_heads = static_cast<int32_t>(heads);
-        args.shape.kv_lora_rank = static_cast<int32_t>(ops_->config().kv_lora_rank);
-        args.shape.rope_dim = static_cast<int32_t>(ops_->config().qk_rope_head_dim);
-        args.shape.block_tokens = bt;
-        args.shape.softmax_scale = ops_->softmax_scale();
-        args.num_seqs = static_cast<int32_t>(T);
-        args.q = qk.data();
-        args.seqs = rows.data();
-        args.o = part.o.data();
-        args.lse = part.lse.data();
-        WS_RETURN_IF_ERROR(attention_->MlaDecode(args));
+      for (size_t j = 0; j < n; ++j) {
+        const uint64_t r = layout.sequences[decode[j]].token_offset;
+        std::memcpy(part.o.data() + r * heads * o_dim, dout.data() + j * heads * o_dim,
+                    heads * o_dim * 4);
+        std::memcpy(part.lse.data() + r * heads, dlse.data() + j * heads, heads * 4);
       }
     }
     if (any) {
@@ -868,7 +868,7 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
       lists[entry.sequence_index].Add(round.buffer + uint64_t{entry.pingpong_block} * lbb,
                                       int64_t{entry.block_index} * bt, bt);
     }
-    WS_RETURN_IF_ERROR(attend(lists, /*causal=*/false));
+    WS_RETURN_IF_ERROR(attend(lists));
     WS_RETURN_IF_ERROR(prefetch_late ? kv_cache_->PrefetchNext()
                                      : kv_cache_->PrefetchAfterAttention());
   }
@@ -886,7 +886,7 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
                    static_cast<int32_t>(std::min<uint32_t>(bt, window - done)));
     }
   }
-  WS_RETURN_IF_ERROR(attend(lists, /*causal=*/false));
+  WS_RETURN_IF_ERROR(attend(lists));
   const auto* staging = static_cast<const std::byte*>(staging_.data()) + layer * step.staging_layer_bytes;
   bool any_prefill = false;
   for (size_t i = 0; i < layout.sequences.size(); ++i) {
@@ -900,7 +900,7 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
                    static_cast<int32_t>(std::min<uint32_t>(bt, s.num_tokens - done)));
     }
   }
-  if (any_prefill) WS_RETURN_IF_ERROR(attend(lists, /*causal=*/true));
+  if (any_prefill) WS_RETURN_IF_ERROR(attend(lists));
   step.attention_ms += MillisSince(start);
   if (options_.spans != nullptr) {
     options_.spans->Record("gpu_attention", gpu_start_ns, MonotonicNanos(), layout.step_id,

@@ -6,6 +6,7 @@
 //                D-window and a chunk's own blocks need no repacking; the batch is one
 //                launch.
 //   GQA prefill  GqaGpuPrefill.
+//   MLA prefill  MlaGpuPrefill (the same tile list as the GQA prefill).
 //   MLA decode   MlaGpuDecode over tiles packed per query row into one buffer (a device-to-
 //                device copy per tile): its source format is a packed tile array.
 // A shape without a compiled CUDA kernel (e.g. the tiny test models' head_dim 16) falls back
@@ -61,6 +62,16 @@ class CudaDeviceAttention final : public DeviceAttention {
     kernels::MlaDecodeArgs host = args;
     host.seqs = lists.data();
     return kernels::CpuMlaDecode(host);
+  }
+
+  absl::Status MlaPrefill(const kernels::MlaPrefillArgs& args) override {
+    absl::Status status = CudaMlaPrefill(args);
+    if (!absl::IsUnimplemented(status)) return status;
+    Fallback(status);
+    kernels::MlaPrefillArgs host = args;
+    WS_RETURN_IF_ERROR(CopyTilesToHost(absl::MakeSpan(&host.keys, 1),
+                                       uint64_t(args.shape.block_tokens) * args.shape.row_dim() * 2));
+    return kernels::CpuMlaPrefill(host);
   }
 
  private:
@@ -143,30 +154,71 @@ class CudaDeviceAttention final : public DeviceAttention {
   absl::Status CudaGqaPrefill(const kernels::GqaPrefillArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
     const int64_t rows = int64_t{args.num_queries} * args.shape.num_q_heads;
-    const int64_t q_bytes = rows * args.shape.head_dim * 2;
-    const int64_t o_bytes = rows * args.shape.head_dim * 4;
-    const int32_t n = args.keys.num_blocks;
-    std::vector<int32_t> tokens(n);
-    for (int32_t i = 0; i < n; ++i) tokens[i] = args.keys.BlockTokens(i, args.shape.block_tokens);
-    WS_RETURN_IF_ERROR(Stage(&q_, args.q, q_bytes));
-    WS_RETURN_IF_ERROR(Stage(&tiles_, args.keys.blocks, n * sizeof(void*)));
-    WS_RETURN_IF_ERROR(Stage(&positions_, args.keys.block_positions, n * sizeof(int64_t)));
-    WS_RETURN_IF_ERROR(Stage(&tokens_, tokens.data(), n * sizeof(int32_t)));
-    WS_RETURN_IF_ERROR(Grow(&o_, o_bytes + rows * 4));
+    WS_ASSIGN_OR_RETURN(const PrefillBuffers buffers,
+                        StagePrefill(args.q, rows * args.shape.head_dim * 2, args.keys,
+                                     args.shape.block_tokens, rows, args.shape.head_dim));
     kernels::cuda::GqaGpuPrefillArgs gpu;
     gpu.shape = args.shape;
     gpu.num_queries = args.num_queries;
     gpu.query_position0 = args.query_position0;
-    gpu.q = static_cast<const uint16_t*>(q_.data());
-    gpu.keys.tiles = static_cast<const uint16_t* const*>(tiles_.data());
-    gpu.keys.positions = static_cast<const int64_t*>(positions_.data());
-    gpu.keys.tokens = static_cast<const int32_t*>(tokens_.data());
-    gpu.keys.num_tiles = n;
-    gpu.o = static_cast<float*>(o_.data());
-    gpu.lse = gpu.o + rows * args.shape.head_dim;
+    gpu.q = buffers.q;
+    gpu.keys = buffers.keys;
+    gpu.o = buffers.o;
+    gpu.lse = buffers.lse;
     WS_RETURN_IF_ERROR(kernels::cuda::GqaGpuPrefill(gpu, device_->native_stream(Stream::kCompute)));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(args.o, gpu.o, o_bytes, Stream::kCompute));
-    WS_RETURN_IF_ERROR(device_->CopyToHost(args.lse, gpu.lse, rows * 4, Stream::kCompute));
+    return CopyPrefillOut(buffers, args.o, args.lse, rows, args.shape.head_dim);
+  }
+
+  absl::Status CudaMlaPrefill(const kernels::MlaPrefillArgs& args) {
+    WS_RETURN_IF_ERROR(args.shape.Validate());
+    const int64_t rows = int64_t{args.num_queries} * args.shape.num_heads;
+    WS_ASSIGN_OR_RETURN(const PrefillBuffers buffers,
+                        StagePrefill(args.q, rows * args.shape.row_dim() * 2, args.keys,
+                                     args.shape.block_tokens, rows, args.shape.kv_lora_rank));
+    kernels::cuda::MlaGpuPrefillArgs gpu;
+    gpu.shape = args.shape;
+    gpu.num_queries = args.num_queries;
+    gpu.query_position0 = args.query_position0;
+    gpu.q = buffers.q;
+    gpu.keys = buffers.keys;
+    gpu.o = buffers.o;
+    gpu.lse = buffers.lse;
+    WS_RETURN_IF_ERROR(kernels::cuda::MlaGpuPrefill(gpu, device_->native_stream(Stream::kCompute)));
+    return CopyPrefillOut(buffers, args.o, args.lse, rows, args.shape.kv_lora_rank);
+  }
+
+  // A prefill's device side: q, the tile list and room for o and lse in the staging buffers.
+  struct PrefillBuffers {
+    const uint16_t* q;
+    kernels::cuda::GpuKvTileList keys;
+    float* o;
+    float* lse;
+  };
+  absl::StatusOr<PrefillBuffers> StagePrefill(const uint16_t* q, int64_t q_bytes,
+                                              const kernels::KvBlockList& keys, int32_t block_tokens,
+                                              int64_t rows, int32_t out_dim) {
+    const int32_t n = keys.num_blocks;
+    std::vector<int32_t> tokens(n);
+    for (int32_t i = 0; i < n; ++i) tokens[i] = keys.BlockTokens(i, block_tokens);
+    WS_RETURN_IF_ERROR(Stage(&q_, q, q_bytes));
+    WS_RETURN_IF_ERROR(Stage(&tiles_, keys.blocks, n * sizeof(void*)));
+    WS_RETURN_IF_ERROR(Stage(&positions_, keys.block_positions, n * sizeof(int64_t)));
+    WS_RETURN_IF_ERROR(Stage(&tokens_, tokens.data(), n * sizeof(int32_t)));
+    WS_RETURN_IF_ERROR(Grow(&o_, rows * out_dim * 4 + rows * 4));
+    PrefillBuffers buffers;
+    buffers.q = static_cast<const uint16_t*>(q_.data());
+    buffers.keys.tiles = static_cast<const uint16_t* const*>(tiles_.data());
+    buffers.keys.positions = static_cast<const int64_t*>(positions_.data());
+    buffers.keys.tokens = static_cast<const int32_t*>(tokens_.data());
+    buffers.keys.num_tiles = n;
+    buffers.o = static_cast<float*>(o_.data());
+    buffers.lse = buffers.o + rows * out_dim;
+    return buffers;
+  }
+  absl::Status CopyPrefillOut(const PrefillBuffers& buffers, float* o, float* lse, int64_t rows,
+                              int32_t out_dim) {
+    WS_RETURN_IF_ERROR(device_->CopyToHost(o, buffers.o, rows * out_dim * 4, Stream::kCompute));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(lse, buffers.lse, rows * 4, Stream::kCompute));
     return device_->Synchronize(Stream::kCompute);
   }
 

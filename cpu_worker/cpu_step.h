@@ -61,8 +61,9 @@ class CpuStep {
   // decode sequences (at most one per block) over n blocks of the CPU-compute region,
   // whatever they hold, each run the n after the last run's (around the region, so that a
   // region larger than the caches is read from DRAM), with made-up queries; the layers back
-  // to back, one warm-up run, then the median of `repeats` runs of the mean time per layer.
-  // Reads only.
+  // to back. Two passes over the points (smallest first, then largest first), each point
+  // one warm-up run and `repeats` timed runs per pass; a point reports the fastest timed
+  // run's mean time per layer. Reads only.
   // INVALID_ARGUMENT for no sizes, a size of 0 tokens or more than the region holds,
   // sequences outside [1, max_sequences], repeats outside [1, 100].
   absl::StatusOr<internal::PathProbeResponse> ProbeAttention(

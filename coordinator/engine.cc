@@ -470,12 +470,13 @@ std::vector<CostSample> ProbePoints(const internal::PathProbeResponse& response)
   return points;
 }
 
-// "N tokens X ms, ..." for the log.
-std::string PointsTable(absl::Span<const CostSample> points) {
+// "N tokens X ms (slowest run Y), ..." for the log.
+std::string PointsTable(const internal::PathProbeResponse& response) {
   std::string table;
-  for (const CostSample& point : points) {
-    absl::StrAppend(&table, table.empty() ? "" : ", ", point.tokens, " tokens ",
-                    absl::StrFormat("%.3f", point.ns / 1e6), " ms");
+  for (const internal::PathProbePoint& point : response.points()) {
+    absl::StrAppend(&table, table.empty() ? "" : ", ", point.tokens(), " tokens ",
+                    absl::StrFormat("%.3f", point.ns_per_layer() / 1e6), " ms (slowest run ",
+                    absl::StrFormat("%.3f", point.slowest_ns_per_layer() / 1e6), ")");
   }
   return table;
 }
@@ -526,7 +527,7 @@ absl::Status Engine::ApplyCalibration(bool gpu, const internal::PathProbeRespons
                << absl::StrFormat("%.0f", response.ms()) << " ms: " << (gpu ? "B" : "A")
                << " = " << absl::StrFormat("%.3f", slope) << " ns/token, "
                << (gpu ? "c_G" : "c_C") << " = " << absl::StrFormat("%.1f", fixed / 1e3)
-               << " us per layer (" << PointsTable(points) << ")";
+               << " us per layer (" << PointsTable(response) << ")";
   std::lock_guard<std::mutex> lock(mutex_);
   PathCalibration& calibration = gpu ? gpu_calibration_ : cpu_calibration_;
   ++calibration.count;

@@ -204,6 +204,7 @@ absl::StatusOr<internal::PathProbeResponse> CpuStep::ProbeAttention(
   // fit's c_C 3.1 ms) then costs a point one pass, not the line.
   uint64_t first_slot = 0;
   std::vector<double> best_ns(point_blocks.size(), std::numeric_limits<double>::infinity());
+  std::vector<double> worst_ns(point_blocks.size(), 0.0);
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t k = 0; k < point_blocks.size(); ++k) {
       const size_t i = pass == 0 ? k : point_blocks.size() - 1 - k;
@@ -223,7 +224,10 @@ absl::StatusOr<internal::PathProbeResponse> CpuStep::ProbeAttention(
         for (uint32_t layer = 0; layer < layers; ++layer) {
           WS_RETURN_IF_ERROR(Attention(layout, layer, q_bytes, absl::MakeSpan(out)));
         }
-        if (run > 0) best_ns[i] = std::min(best_ns[i], MillisSince(run_start) * 1e6 / layers);
+        if (run == 0) continue;
+        const double ns = MillisSince(run_start) * 1e6 / layers;
+        best_ns[i] = std::min(best_ns[i], ns);
+        worst_ns[i] = std::max(worst_ns[i], ns);
       }
     }
   }
@@ -231,6 +235,7 @@ absl::StatusOr<internal::PathProbeResponse> CpuStep::ProbeAttention(
     internal::PathProbePoint* point = response.add_points();
     point->set_tokens(point_blocks[i] * bt);
     point->set_ns_per_layer(best_ns[i]);
+    point->set_slowest_ns_per_layer(worst_ns[i]);
   }
   response.set_ms(MillisSince(start));
   return response;

@@ -477,6 +477,7 @@ absl::StatusOr<internal::PathProbeResponse> GpuStep::ProbeGpuPath(
       internal::PathProbePoint* point = out.add_points();
       point->set_tokens(blocks * bt);
       point->set_ns_per_layer(per_layer_ns[per_layer_ns.size() / 2]);
+      point->set_slowest_ns_per_layer(per_layer_ns.back());
     }
     return out;
   }();

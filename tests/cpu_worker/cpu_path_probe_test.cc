@@ -92,6 +92,9 @@ TEST_P(CpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
     EXPECT_EQ(probed->points(i).tokens(), expected[i]);
     EXPECT_GT(probed->points(i).ns_per_layer(), 0.0);
     EXPECT_TRUE(std::isfinite(probed->points(i).ns_per_layer()));
+    // The fastest run is reported; the slowest beside it.
+    EXPECT_GE(probed->points(i).slowest_ns_per_layer(), probed->points(i).ns_per_layer());
+    EXPECT_TRUE(std::isfinite(probed->points(i).slowest_ns_per_layer()));
   }
   EXPECT_GT(probed->ms(), 0.0);
   EXPECT_TRUE(CpuRegionUnchanged());

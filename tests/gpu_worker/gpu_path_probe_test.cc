@@ -96,6 +96,7 @@ TEST_P(GpuPathProbeTest, OnePointPerSizeInWholeBlocks) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(response->points(i).tokens(), expected[i]);
     EXPECT_GT(response->points(i).ns_per_layer(), 0.0);
+    EXPECT_GE(response->points(i).slowest_ns_per_layer(), response->points(i).ns_per_layer());
   }
   EXPECT_GT(response->ms(), 0.0);
   EXPECT_TRUE(TransferRegionUnchanged());

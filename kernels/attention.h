@@ -107,8 +107,9 @@ struct MlaDecodeArgs {
 // Causal chunked prefill of one sequence, MLA absorbed form: query i (its 16 heads' rows as
 // in MlaDecodeArgs) sits at absolute position query_position0 + i and attends every listed
 // latent row at a position <= its own, as GqaPrefillArgs does. The blocks must hold
-// disjoint position ranges (they do in a sequence's KV): then at most one block is seen in
-// part by any query.
+// disjoint position ranges, and a partial last block the highest positions (as in a
+// sequence's KV): then every query sees a prefix of the blocks in position order, all
+// whole but the last (the CPU backend refuses other lists with INVALID_ARGUMENT).
 struct MlaPrefillArgs {
   MlaShape shape;
   int32_t num_queries = 0;

@@ -477,6 +477,42 @@ void RunMerge(const BenchOptions& options) {
   }
 }
 
+// A prefill's keys on the device: `total` tokens in tiles of kBlockTokens (`tile_values`
+// bf16 each, every byte 0x3c), listed in position order; `ok` false when memory or a copy
+// failed.
+struct PrefillTiles {
+  int32_t num_tiles;
+  DeviceMemory tiles, pointers_d, positions_d, tokens_d;
+  std::vector<const uint16_t*> pointers;  // host copy of the list
+  cuda::GpuKvTileList list{};
+  bool ok = false;
+  PrefillTiles(int64_t total, int64_t tile_values)
+      : num_tiles(static_cast<int32_t>((total + kBlockTokens - 1) / kBlockTokens)),
+        tiles(num_tiles * tile_values * 2),
+        pointers_d(num_tiles * sizeof(void*)),
+        positions_d(num_tiles * 8),
+        tokens_d(num_tiles * 4),
+        pointers(num_tiles) {
+    if (!tiles.ptr || !pointers_d.ptr || !positions_d.ptr || !tokens_d.ptr) return;
+    std::vector<int64_t> positions(num_tiles);
+    std::vector<int32_t> tokens(num_tiles);
+    for (int32_t i = 0; i < num_tiles; ++i) {
+      pointers[i] = tiles.as<const uint16_t>() + int64_t{i} * tile_values;
+      positions[i] = int64_t{i} * kBlockTokens;
+      tokens[i] = static_cast<int32_t>(std::min<int64_t>(kBlockTokens, total - positions[i]));
+    }
+    if (cudaMemset(tiles.ptr, 0x3c, num_tiles * tile_values * 2) != cudaSuccess ||
+        cudaMemcpy(pointers_d.ptr, pointers.data(), num_tiles * sizeof(void*), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(positions_d.ptr, positions.data(), num_tiles * 8, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(tokens_d.ptr, tokens.data(), num_tiles * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+      return;
+    }
+    list = {pointers_d.as<const uint16_t* const>(), positions_d.as<const int64_t>(),
+            tokens_d.as<const int32_t>(), num_tiles};
+    ok = true;
+  }
+};
+
 // Causal prefill of a 2048-token chunk after `prior` tokens, every key on the GPU (tiles
 // of 256 tokens). FLOP = 4 * q_heads * head_dim per (query, attended key): the QK^T and
 // PV products, not the extra P_lo V of the hi+lo split.
@@ -492,37 +528,21 @@ void RunPrefill(const BenchOptions& options) {
     const GqaShape shape = BenchShape(model, kBlockTokens);
     const int64_t tile_values = TileValues(shape);
     for (int64_t prior : {int64_t{0}, int64_t{8192}, int64_t{32768}}) {
-      const int64_t total = prior + kChunk;
-      const int32_t num_tiles = static_cast<int32_t>((total + kBlockTokens - 1) / kBlockTokens);
-      DeviceMemory tiles(num_tiles * tile_values * 2);
+      const PrefillTiles tiles(prior + kChunk, tile_values);
       DeviceMemory q(int64_t{kChunk} * shape.num_q_heads * shape.head_dim * 2);
       DeviceMemory o(int64_t{kChunk} * shape.num_q_heads * shape.head_dim * 4);
       DeviceMemory lse(int64_t{kChunk} * shape.num_q_heads * 4);
-      DeviceMemory pointers_d(num_tiles * sizeof(void*)), positions_d(num_tiles * 8), tokens_d(num_tiles * 4);
-      if (!tiles.ptr || !q.ptr || !o.ptr) {
+      if (!tiles.ok || !q.ptr || !o.ptr || !lse.ptr) {
         std::printf("%-8s %8lld   out of GPU memory\n", model.name.c_str(), static_cast<long long>(prior));
         continue;
       }
-      BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, num_tiles * tile_values * 2));
       BENCH_CUDA(cudaMemset(q.ptr, 0x3c, int64_t{kChunk} * shape.num_q_heads * shape.head_dim * 2));
-      std::vector<const uint16_t*> pointers(num_tiles);
-      std::vector<int64_t> positions(num_tiles);
-      std::vector<int32_t> tokens(num_tiles);
-      for (int32_t i = 0; i < num_tiles; ++i) {
-        pointers[i] = tiles.as<const uint16_t>() + int64_t{i} * tile_values;
-        positions[i] = int64_t{i} * kBlockTokens;
-        tokens[i] = static_cast<int32_t>(std::min<int64_t>(kBlockTokens, total - positions[i]));
-      }
-      BENCH_CUDA(cudaMemcpy(pointers_d.ptr, pointers.data(), num_tiles * sizeof(void*), cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(positions_d.ptr, positions.data(), num_tiles * 8, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(tokens_d.ptr, tokens.data(), num_tiles * 4, cudaMemcpyHostToDevice));
       cuda::GqaGpuPrefillArgs args;
       args.shape = shape;
       args.num_queries = kChunk;
       args.query_position0 = prior;
       args.q = q.as<const uint16_t>();
-      args.keys = {pointers_d.as<const uint16_t* const>(), positions_d.as<const int64_t>(),
-                   tokens_d.as<const int32_t>(), num_tiles};
+      args.keys = tiles.list;
       args.o = o.as<float>();
       args.lse = lse.as<float>();
       const absl::Status status = cuda::GqaGpuPrefill(args, nullptr);
@@ -559,36 +579,21 @@ void RunMlaPrefill(const BenchOptions& options) {
   for (int32_t chunk : {512, 2048}) {
     for (int64_t prior : {int64_t{0}, int64_t{8192}, int64_t{32768}}) {
       const int64_t total = prior + chunk;
-      const int32_t num_tiles = static_cast<int32_t>((total + kBlockTokens - 1) / kBlockTokens);
-      DeviceMemory tiles(num_tiles * tile_values * 2);
+      const PrefillTiles tiles(total, tile_values);
       DeviceMemory q(int64_t{chunk} * shape.num_heads * shape.row_dim() * 2);
       DeviceMemory o(int64_t{chunk} * shape.num_heads * shape.kv_lora_rank * 4);
       DeviceMemory lse(int64_t{chunk} * shape.num_heads * 4);
-      DeviceMemory pointers_d(num_tiles * sizeof(void*)), positions_d(num_tiles * 8), tokens_d(num_tiles * 4);
-      if (!tiles.ptr || !q.ptr || !o.ptr) {
+      if (!tiles.ok || !q.ptr || !o.ptr || !lse.ptr) {
         std::printf("%8lld   out of GPU memory\n", static_cast<long long>(prior));
         continue;
       }
-      BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, num_tiles * tile_values * 2));
       BENCH_CUDA(cudaMemset(q.ptr, 0x3c, int64_t{chunk} * shape.num_heads * shape.row_dim() * 2));
-      std::vector<const uint16_t*> pointers(num_tiles);
-      std::vector<int64_t> positions(num_tiles);
-      std::vector<int32_t> tokens(num_tiles);
-      for (int32_t i = 0; i < num_tiles; ++i) {
-        pointers[i] = tiles.as<const uint16_t>() + int64_t{i} * tile_values;
-        positions[i] = int64_t{i} * kBlockTokens;
-        tokens[i] = static_cast<int32_t>(std::min<int64_t>(kBlockTokens, total - positions[i]));
-      }
-      BENCH_CUDA(cudaMemcpy(pointers_d.ptr, pointers.data(), num_tiles * sizeof(void*), cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(positions_d.ptr, positions.data(), num_tiles * 8, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(tokens_d.ptr, tokens.data(), num_tiles * 4, cudaMemcpyHostToDevice));
       cuda::MlaGpuPrefillArgs args;
       args.shape = shape;
       args.num_queries = chunk;
       args.query_position0 = prior;
       args.q = q.as<const uint16_t>();
-      args.keys = {pointers_d.as<const uint16_t* const>(), positions_d.as<const int64_t>(),
-                   tokens_d.as<const int32_t>(), num_tiles};
+      args.keys = tiles.list;
       args.o = o.as<float>();
       args.lse = lse.as<float>();
       const absl::Status status = cuda::MlaGpuPrefill(args, nullptr);
@@ -605,7 +610,7 @@ void RunMlaPrefill(const BenchOptions& options) {
       p.kv_lora_rank = shape.kv_lora_rank;
       p.rope_dim = shape.rope_dim;
       p.block_tokens = kBlockTokens;
-      p.num_tiles = num_tiles;
+      p.num_tiles = tiles.num_tiles;
       p.query_position0 = prior;
       p.scale_log2 = shape.softmax_scale * 1.4426950408889634f;
       p.q = args.q;
@@ -624,7 +629,7 @@ void RunMlaPrefill(const BenchOptions& options) {
         const int64_t seen = prior + i + 1;
         const int32_t n = static_cast<int32_t>((seen + kBlockTokens - 1) / kBlockTokens);
         begin[i] = static_cast<int32_t>(row_ptrs.size());
-        row_ptrs.insert(row_ptrs.end(), pointers.begin(), pointers.begin() + n);
+        row_ptrs.insert(row_ptrs.end(), tiles.pointers.begin(), tiles.pointers.begin() + n);
         last[i] = static_cast<int32_t>(seen - int64_t{n - 1} * kBlockTokens);
       }
       begin[chunk] = static_cast<int32_t>(row_ptrs.size());

@@ -1,4 +1,6 @@
 // cpu_worker: CPU attention over the CPU-compute KV region (in place) and routed experts.
+#include <omp.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -84,6 +86,12 @@ int main(int argc, char** argv) {
     WS_LOG(ERROR) << "--mla_matmul: " << usable.message();
     return EXIT_FAILURE;
   }
+  // What the CPU kernels run on here (leases of one machine kind can differ).
+  WS_LOG(INFO) << "CPU attention kernels: "
+               << writescope::kernels::CpuIsaName(writescope::kernels::DetectCpuIsa())
+               << ", AMX for MLA " << (writescope::kernels::MlaAmxUsable() ? "usable" : "not usable")
+               << ", " << omp_get_max_threads() << " OpenMP threads, held between a step's messages for "
+               << hold_us << " us";
   writescope::cpu::CpuWorker worker(worker_options);
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});

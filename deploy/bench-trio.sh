@@ -73,10 +73,11 @@ start_trio() {
   fi
   # shellcheck disable=SC1090
   source "$ready"
-  # The scheduler's start-up calibrations of the two paths (before serving), for the log.
-  local path
-  for path in GPU CPU; do
-    grep -h "$path path calibrated" "${WS_LOG_DIR:-/nonexistent}"/*.log 2>/dev/null | tail -1 |
+  # The scheduler's start-up calibrations of the two paths (before serving) and what the
+  # CPU kernels run on, for the log.
+  local pattern
+  for pattern in "GPU path calibrated" "CPU path calibrated" "CPU attention kernels"; do
+    grep -h "$pattern" "${WS_LOG_DIR:-/nonexistent}"/*.log 2>/dev/null | tail -1 |
       sed "s/^.*\] /$who: $policy: /" || true
   done
 }

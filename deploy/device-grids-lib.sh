@@ -4,7 +4,11 @@
 #
 #   run_into FILE CMD...   runs CMD with its output into FILE, or prints it (DRY)
 #   unpack_bundle          unpacks the carried bundle to /tmp/ws (gpu-run.sh), points
-#                          LD_LIBRARY_PATH and WS_BIN at it, makes OUT_DIR (not when DRY)
+#                          LD_LIBRARY_PATH and WS_BIN at it, makes OUT_DIR and writes
+#                          OUT_DIR/host.txt (record_host) (not when DRY)
+#   record_host FILE       the host the runs share: uptime and load, memory, the CPU's model
+#                          and the flags the CPU kernels choose by (AMX, AVX-512 BF16), the
+#                          GPU: leases differ (runs 124 and 134-135 ran 1.2-2.9x slower)
 #   settle_trios WHO       after a grid: waits up to 30 s until no trio process of the
 #                          bundle runs, then kills what still does (not when DRY)
 #   check_grid LAYERS BATCHES CONTEXTS POLICIES
@@ -31,6 +35,22 @@ unpack_bundle() {
   "$ROOT/deploy/gpu-run.sh" --unpack-only >/dev/null
   export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
   mkdir -p "$OUT_DIR"
+  record_host "$OUT_DIR/host.txt"
+}
+
+record_host() {
+  {
+    echo "date: $(date -u '+%F %T') UTC"
+    echo "uptime: $(uptime)"
+    echo "nproc: $(nproc)"
+    free -g 2>/dev/null | sed 's/^/free: /'
+    lscpu 2>/dev/null | grep -E '^(Model name|Socket|Core|Thread|L3)' | sed 's/^/lscpu: /'
+    local flag
+    for flag in amx_bf16 amx_tile avx512_bf16 avx512f; do
+      if grep -qw "$flag" /proc/cpuinfo 2>/dev/null; then echo "cpu flag $flag: yes"; else echo "cpu flag $flag: no"; fi
+    done
+    nvidia-smi -L 2>/dev/null | sed 's/^/gpu: /' || true
+  } >"$1" 2>&1 || true
 }
 
 # A grid stopped by its timeout leaves its trio stopping (launch.sh's trap): the next grid

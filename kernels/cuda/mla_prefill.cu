@@ -310,7 +310,8 @@ int Launch(const MlaPrefillParams& p, cudaStream_t stream) {
 
 // Two queries (m-tiles of 16 heads) per CTA: the most whose Q fragments and accumulators fit
 // the registers. Launch bounds of 2 CTAs per SM cap the registers at 128 (168 bytes of
-// spills, ptxas -v); 1 CTA per SM needs 174 and spills nothing.
+// spills, ptxas -v); 1 CTA per SM needs 174 and spills nothing, but ran 1.42-1.52x slower on
+// the H200 (run 134): the kernel wants the warps more than the registers.
 constexpr int kQueriesPerCta = 2;
 constexpr int kDefaultCtasPerSm = 2;
 

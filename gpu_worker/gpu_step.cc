@@ -786,30 +786,16 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
         decode.push_back(i);
         continue;
       }
+      const int32_t queries = static_cast<int32_t>(s.num_tokens);
+      const int64_t position = static_cast<int64_t>(s.position);
       const uint16_t* chunk_q = qk.data() + s.token_offset * heads * q_dim;
       float* chunk_o = part.o.data() + s.token_offset * heads * o_dim;
       float* chunk_lse = part.lse.data() + s.token_offset * heads;
-      if (mla) {
-        kernels::MlaPrefillArgs args;
-        args.shape = mla_shape;
-        args.num_queries = static_cast<int32_t>(s.num_tokens);
-        args.query_position0 = static_cast<int64_t>(s.position);
-        args.q = chunk_q;
-        args.keys = lists[i].List();
-        args.o = chunk_o;
-        args.lse = chunk_lse;
-        WS_RETURN_IF_ERROR(attention_->MlaPrefill(args));
-      } else {
-        kernels::GqaPrefillArgs args;
-        args.shape = gqa;
-        args.num_queries = static_cast<int32_t>(s.num_tokens);
-        args.query_position0 = static_cast<int64_t>(s.position);
-        args.q = chunk_q;
-        args.keys = lists[i].List();
-        args.o = chunk_o;
-        args.lse = chunk_lse;
-        WS_RETURN_IF_ERROR(attention_->GqaPrefill(args));
-      }
+      const kernels::KvBlockList keys = lists[i].List();
+      WS_RETURN_IF_ERROR(mla ? attention_->MlaPrefill({mla_shape, queries, position, chunk_q, keys,
+                                                       chunk_o, chunk_lse})
+                             : attention_->GqaPrefill({gqa, queries, position, chunk_q, keys,
+                                                       chunk_o, chunk_lse}));
     }
     if (!decode.empty()) {
       const size_t n = decode.size();
@@ -822,25 +808,10 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
                     heads * q_dim * 2);
         dlists[j] = lists[decode[j]].List();
       }
-      if (mla) {
-        kernels::MlaDecodeArgs args;
-        args.shape = mla_shape;
-        args.num_seqs = static_cast<int32_t>(n);
-        args.q = dq.data();
-        args.seqs = dlists.data();
-        args.o = dout.data();
-        args.lse = dlse.data();
-        WS_RETURN_IF_ERROR(attention_->MlaDecode(args));
-      } else {
-        kernels::GqaDecodeArgs args;
-        args.shape = gqa;
-        args.num_seqs = static_cast<int32_t>(n);
-        args.q = dq.data();
-        args.seqs = dlists.data();
-        args.o = dout.data();
-        args.lse = dlse.data();
-        WS_RETURN_IF_ERROR(attention_->GqaDecode(args));
-      }
+      const int32_t seqs = static_cast<int32_t>(n);
+      WS_RETURN_IF_ERROR(
+          mla ? attention_->MlaDecode({mla_shape, seqs, dq.data(), dlists.data(), dout.data(), dlse.data()})
+              : attention_->GqaDecode({gqa, seqs, dq.data(), dlists.data(), dout.data(), dlse.data()}));
       for (size_t j = 0; j < n; ++j) {
         const uint64_t r = layout.sequences[decode[j]].token_offset;
         std::memcpy(part.o.data() + r * heads * o_dim, dout.data() + j * heads * o_dim,

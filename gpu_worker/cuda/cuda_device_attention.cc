@@ -157,15 +157,10 @@ class CudaDeviceAttention final : public DeviceAttention {
     WS_ASSIGN_OR_RETURN(const PrefillBuffers buffers,
                         StagePrefill(args.q, rows * args.shape.head_dim * 2, args.keys,
                                      args.shape.block_tokens, rows, args.shape.head_dim));
-    kernels::cuda::GqaGpuPrefillArgs gpu;
-    gpu.shape = args.shape;
-    gpu.num_queries = args.num_queries;
-    gpu.query_position0 = args.query_position0;
-    gpu.q = buffers.q;
-    gpu.keys = buffers.keys;
-    gpu.o = buffers.o;
-    gpu.lse = buffers.lse;
-    WS_RETURN_IF_ERROR(kernels::cuda::GqaGpuPrefill(gpu, device_->native_stream(Stream::kCompute)));
+    WS_RETURN_IF_ERROR(kernels::cuda::GqaGpuPrefill(
+        {args.shape, args.num_queries, args.query_position0, buffers.q, buffers.keys, buffers.o,
+         buffers.lse},
+        device_->native_stream(Stream::kCompute)));
     return CopyPrefillOut(buffers, args.o, args.lse, rows, args.shape.head_dim);
   }
 
@@ -175,15 +170,10 @@ class CudaDeviceAttention final : public DeviceAttention {
     WS_ASSIGN_OR_RETURN(const PrefillBuffers buffers,
                         StagePrefill(args.q, rows * args.shape.row_dim() * 2, args.keys,
                                      args.shape.block_tokens, rows, args.shape.kv_lora_rank));
-    kernels::cuda::MlaGpuPrefillArgs gpu;
-    gpu.shape = args.shape;
-    gpu.num_queries = args.num_queries;
-    gpu.query_position0 = args.query_position0;
-    gpu.q = buffers.q;
-    gpu.keys = buffers.keys;
-    gpu.o = buffers.o;
-    gpu.lse = buffers.lse;
-    WS_RETURN_IF_ERROR(kernels::cuda::MlaGpuPrefill(gpu, device_->native_stream(Stream::kCompute)));
+    WS_RETURN_IF_ERROR(kernels::cuda::MlaGpuPrefill(
+        {args.shape, args.num_queries, args.query_position0, buffers.q, buffers.keys, buffers.o,
+         buffers.lse},
+        device_->native_stream(Stream::kCompute)));
     return CopyPrefillOut(buffers, args.o, args.lse, rows, args.shape.kv_lora_rank);
   }
 

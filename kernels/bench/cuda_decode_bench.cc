@@ -604,23 +604,8 @@ void RunMlaPrefill(const BenchOptions& options) {
       const double seconds = TimeGpu(options.iters, [&] { (void)cuda::MlaGpuPrefill(args, nullptr); });
       BENCH_CUDA(cudaGetLastError());
       // The same launch with 1 CTA per SM (174 registers, no spill, against 128 with spills).
-      cuda::internal::MlaPrefillParams p{};
-      p.num_queries = chunk;
-      p.num_heads = shape.num_heads;
-      p.kv_lora_rank = shape.kv_lora_rank;
-      p.rope_dim = shape.rope_dim;
-      p.block_tokens = kBlockTokens;
-      p.num_tiles = tiles.num_tiles;
-      p.query_position0 = prior;
-      p.scale_log2 = shape.softmax_scale * 1.4426950408889634f;
-      p.q = args.q;
-      p.tiles = args.keys.tiles;
-      p.tile_positions = args.keys.positions;
-      p.tile_tokens = args.keys.tokens;
-      p.o = args.o;
-      p.lse = args.lse;
       const double seconds_1cta =
-          TimeGpu(options.iters, [&] { (void)cuda::internal::LaunchMlaPrefill(p, nullptr, 1); });
+          TimeGpu(options.iters, [&] { (void)cuda::MlaGpuPrefill(args, nullptr, /*ctas_per_sm=*/1); });
       BENCH_CUDA(cudaGetLastError());
       // The decode, one row per query: row i sees tiles [0, (prior + i) / bt] in part.
       std::vector<const uint16_t*> row_ptrs;

@@ -231,6 +231,22 @@ absl::Status CheckPrefillArgs(const char* what, int32_t num_queries, const GpuKv
   return absl::OkStatus();
 }
 
+// The fields both prefills' kernel parameters share (launch.h), from their arguments.
+template <typename Params, typename Args>
+void SetPrefillKeys(const Args& args, Params* p) {
+  p->num_queries = args.num_queries;
+  p->block_tokens = args.shape.block_tokens;
+  p->num_tiles = args.keys.num_tiles;
+  p->query_position0 = args.query_position0;
+  p->scale_log2 = args.shape.softmax_scale * kLog2e;
+  p->q = args.q;
+  p->tiles = args.keys.tiles;
+  p->tile_positions = args.keys.positions;
+  p->tile_tokens = args.keys.tokens;
+  p->o = args.o;
+  p->lse = args.lse;
+}
+
 }  // namespace
 
 absl::Status GqaGpuPrefill(const GqaGpuPrefillArgs& args, void* stream) {
@@ -244,24 +260,14 @@ absl::Status GqaGpuPrefill(const GqaGpuPrefillArgs& args, void* stream) {
                                                  " (compiled: 64, 128)"));
   }
   internal::GqaPrefillParams p;
-  p.num_queries = args.num_queries;
+  SetPrefillKeys(args, &p);
   p.num_q_heads = s.num_q_heads;
   p.num_kv_heads = s.num_kv_heads;
   p.head_dim = s.head_dim;
-  p.block_tokens = s.block_tokens;
-  p.num_tiles = args.keys.num_tiles;
-  p.query_position0 = args.query_position0;
-  p.scale_log2 = s.softmax_scale * kLog2e;
-  p.q = args.q;
-  p.tiles = args.keys.tiles;
-  p.tile_positions = args.keys.positions;
-  p.tile_tokens = args.keys.tokens;
-  p.o = args.o;
-  p.lse = args.lse;
   return FromCuda(internal::LaunchGqaPrefill(p, stream), "GPU GQA prefill");
 }
 
-absl::Status MlaGpuPrefill(const MlaGpuPrefillArgs& args, void* stream) {
+absl::Status MlaGpuPrefill(const MlaGpuPrefillArgs& args, void* stream, int ctas_per_sm) {
   const MlaShape& s = args.shape;
   WS_RETURN_IF_ERROR(s.Validate());
   WS_RETURN_IF_ERROR(
@@ -272,22 +278,16 @@ absl::Status MlaGpuPrefill(const MlaGpuPrefillArgs& args, void* stream) {
                                                  "<= 16 heads; got ", s.kv_lora_rank, "/",
                                                  s.rope_dim, "/", s.num_heads));
   }
+  if (ctas_per_sm < 0 || ctas_per_sm > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU MLA prefill: ctas_per_sm ", ctas_per_sm,
+                                                   " (0 the default, 1 or 2)"));
+  }
   internal::MlaPrefillParams p;
-  p.num_queries = args.num_queries;
+  SetPrefillKeys(args, &p);
   p.num_heads = s.num_heads;
   p.kv_lora_rank = s.kv_lora_rank;
   p.rope_dim = s.rope_dim;
-  p.block_tokens = s.block_tokens;
-  p.num_tiles = args.keys.num_tiles;
-  p.query_position0 = args.query_position0;
-  p.scale_log2 = s.softmax_scale * kLog2e;
-  p.q = args.q;
-  p.tiles = args.keys.tiles;
-  p.tile_positions = args.keys.positions;
-  p.tile_tokens = args.keys.tokens;
-  p.o = args.o;
-  p.lse = args.lse;
-  return FromCuda(internal::LaunchMlaPrefill(p, stream), "GPU MLA prefill");
+  return FromCuda(internal::LaunchMlaPrefill(p, stream, ctas_per_sm), "GPU MLA prefill");
 }
 
 absl::Status GpuMergeStates(const float* o_a, const float* lse_a, const float* o_b,

@@ -125,7 +125,8 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream);
 absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream);
 // Needs no workspace; one launch, asynchronous on `stream`.
 absl::Status GqaGpuPrefill(const GqaGpuPrefillArgs& args, void* stream);
-absl::Status MlaGpuPrefill(const MlaGpuPrefillArgs& args, void* stream);
+// ctas_per_sm: the kernel's launch bounds, 0 the default (2), or 1 (the benchmark's variant).
+absl::Status MlaGpuPrefill(const MlaGpuPrefillArgs& args, void* stream, int ctas_per_sm = 0);
 
 // out = merge(a, b) over `rows` rows of `head_dim` (device pointers). `out` may alias
 // `a` or `b` exactly: merging the CPU partial (copied to the GPU) into the GPU partial

@@ -492,6 +492,8 @@ TEST(MlaGpuPrefillEdgeTest, RejectsBadArgsAndUncompiledShapes) {
   args.num_queries = 1;
   args.q = nullptr;
   EXPECT_EQ(MlaGpuPrefill(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  args.q = scratch.as<const uint16_t>();
+  EXPECT_EQ(MlaGpuPrefill(args, nullptr, /*ctas_per_sm=*/3).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -5,16 +5,22 @@
 //
 // Tensor-core path (head_dim 64/128, group <= 8): 4 warps take 16-token steps in turn,
 // each warp with its own online-softmax state; mma.sync m16n8k16 bf16 -> fp32.
-//   S = Q K^T: A = Q (rows = the group's query heads, padded to 16 with zeros), B = K
-//     straight from global memory: each thread loads 16 bytes of a K row per 32-dim
-//     chunk, and the head dimension is permuted identically in Q and K (a dot product
-//     does not care), so one 16-byte load feeds two k-steps.
+//   S = Q K^T: A = Q (rows = the group's query heads, padded to 16 with zeros; read from
+//     shared memory each step), B = K straight from global memory: each thread loads 16
+//     bytes of a K row per 32-dim chunk, and the head dimension is permuted identically in
+//     Q and K (a dot product does not care), so one 16-byte load feeds two k-steps.
 //   O += P V: A = P split into bf16 hi (rows 0-7) + bf16 lo (rows 8-15), so P keeps
 //     ~16 mantissa bits (the contract compares to an fp64 reference at 2e-5) and the
 //     padding rows do useful work; rows r and r+8 are summed at the end. B = V, loaded
 //     like K and transposed in registers by movmatrix.
 //   All K and V loads of a step are issued before its first mma: 8 KB per warp-step
-//   in flight, 12 warps per SM (3 CTAs), keep HBM at ~90% on large batches.
+//     in flight, 12 warps per SM (3 CTAs).
+//   Few instructions per step (session 25, docs/notes/cuda_decode_tuning.md: 2290 per
+//     warp at Qwen3 32K x 1 where the kernel before, with an L2 prefetch added, issued
+//     4270; 1.04-1.21x faster than it): O is rescaled only when the running max rises by
+//     more than 2^8, a row's tile and offset advance without a division, only a split's
+//     last step checks its rows against the end, and the warps' states merge through one
+//     weight per (warp, head).
 // SIMT path (head_dim 256, larger groups are rejected by the host): lane = token for
 //   the scores, lane = dims for the output, as before.
 // Scores are kept in base 2 (scaled by scale*log2 e) and converted back to a natural-log
@@ -35,9 +41,12 @@ namespace {
 constexpr int kTcWarps = 4;
 constexpr int kTcStep = 16;  // tokens per warp step: the k of the P V mma
 constexpr int kTcMaxGroup = 8;
-// 3 CTAs per SM caps registers at 168 (no spills at head_dim 128). Measured on the H200
-// against 2 (176 registers) and 4 (128, spills): 3 was fastest on every shape at >= 32K.
-// The split rule plans its waves with the same number (launch.h).
+// 3 CTAs per SM cap the registers at 168 (168 used at head_dim 128, no spills: check
+// -Xptxas -v after any change; Q lives in shared memory to stay there). Measured on the H200
+// against 2 (176 registers) and 4 (128, spills): 3 was fastest on every shape at >= 32K; a
+// variant at 2 CTAs with the next step's K/V loading into a second register buffer (252
+// registers) ran within 2 % of it at every point (session 25). The split rule plans its
+// waves with the same number (launch.h).
 constexpr int kTcMinCtasPerSm = kGqaTensorCoreSplits.ctas_per_sm;
 
 // Transposes the 8x8 bf16 matrix whose row (lane / 4) holds columns 2 (lane % 4) + {0, 1}
@@ -52,10 +61,120 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// A warp's running state over its steps: the max m and this lane's share of the sum l for
+// head gid (base 2), and O's accumulators; n-tile (ch, j): [0..1] = P_hi V, [2..3] = P_lo V
+// for dims ch*32 + 8 tig + 2 j + {0, 1}.
+template <int kDim>
+struct TcState {
+  float m = kNegInf, l = 0;
+  float acc[kDim / 32 * 4][4] = {};
+};
+
+// The running max is raised only when a step's max passes it by more than this (base 2),
+// so that most steps skip rescaling O's 64 accumulators: until then P may reach 2^8, which
+// fp32 sums and the bf16 hi + lo split of P carry without loss.
+constexpr float kRescaleLog2 = 8.0f;
+
+// One warp step: tokens t0 .. t0 + 15 of this (seq, kv head), whose K rows start at
+// k_row[g] (rows t0 + gid + 8 g) with V v_off[g] values further. kTail: the last step of
+// the split, whose tokens from `end` on are not read (tile padding may hold anything, NaN
+// too) and count for nothing; every other step has all 16 tokens.
+template <int kDim, bool kTail>
+__device__ __forceinline__ void TcStep(const uint16_t (*q_s)[kDim + 8],
+                                       const uint16_t* const (&k_row)[2],
+                                       const int64_t (&v_off)[2], int32_t t0, int32_t end,
+                                       float scale_log2, TcState<kDim>& st) {
+  constexpr int kChunks = kDim / 32;
+  const int lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+  bool valid[2] = {true, true};
+  if constexpr (kTail) {
+    valid[0] = t0 + gid < end;
+    valid[1] = t0 + gid + 8 < end;
+  }
+  uint4 kr[2][kChunks], vr[2][kChunks];
+#pragma unroll
+  for (int g = 0; g < 2; ++g)
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch) {
+      kr[g][ch] = valid[g] ? __ldg(reinterpret_cast<const uint4*>(k_row[g] + ch * 32 + tig * 8))
+                           : make_uint4(0, 0, 0, 0);
+      vr[g][ch] = valid[g] ? __ldg(reinterpret_cast<const uint4*>(k_row[g] + v_off[g] + ch * 32 + tig * 8))
+                           : make_uint4(0, 0, 0, 0);
+    }
+
+  // S = Q K^T for tokens t0 + 8 g + 2 tig + {0, 1} of head gid. Q row gid, dims
+  // ch*32 + 8 tig + [0, 8) of each chunk: the A fragments of the two k-steps of that chunk
+  // (read from shared memory each step: registers are the kernel's limit).
+  uint4 qf[kChunks];
+#pragma unroll
+  for (int ch = 0; ch < kChunks; ++ch) {
+    qf[ch] = *reinterpret_cast<const uint4*>(&q_s[gid][ch * 32 + tig * 8]);
+  }
+  float s[2][4];
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[g][i] = 0;
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch) {
+      MmaBf16(s[g], qf[ch].x, 0u, qf[ch].y, 0u, kr[g][ch].x, kr[g][ch].y);
+      MmaBf16(s[g], qf[ch].z, 0u, qf[ch].w, 0u, kr[g][ch].z, kr[g][ch].w);
+    }
+  }
+
+  // Online softmax; a quad (same gid) holds the step's 16 tokens of one head.
+  float x[2][2];
+  float step_max = kNegInf;
+#pragma unroll
+  for (int g = 0; g < 2; ++g)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      x[g][i] = s[g][i] * scale_log2;
+      if constexpr (kTail) x[g][i] = t0 + 8 * g + 2 * tig + i < end ? x[g][i] : kNegInf;
+      step_max = fmaxf(step_max, x[g][i]);
+    }
+  step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 1));
+  step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 2));
+  // step_max is finite (token t0 is valid); m = -inf on the first step passes the test.
+  if (__any_sync(0xffffffffu, step_max > st.m + kRescaleLog2)) {
+    const float m_new = fmaxf(st.m, step_max);
+    const float alpha = exp2f(st.m - m_new);  // m = -inf: 0
+    st.m = m_new;
+    st.l *= alpha;
+#pragma unroll
+    for (int n = 0; n < kChunks * 4; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st.acc[n][i] *= alpha;
+  }
+  float pr[2][2];
+#pragma unroll
+  for (int g = 0; g < 2; ++g)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) pr[g][i] = exp2f(x[g][i] - st.m);  // masked: 0
+  st.l += (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
+
+  // A = [P_hi; P_lo]: a0a1 / a4a5 = hi of tokens 2 tig.. / 8 + 2 tig.., a2a3 / a6a7 = lo.
+  uint32_t p_hi0, p_lo0, p_hi1, p_lo1;
+  SplitBf16(pr[0][0], pr[0][1], p_hi0, p_lo0);
+  SplitBf16(pr[1][0], pr[1][1], p_hi1, p_lo1);
+#pragma unroll
+  for (int ch = 0; ch < kChunks; ++ch)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // Word j of a V row holds dims ch*32 + 8 tig + 2 j + {0, 1}; transposed, lane
+      // (gid, tig) gets tokens 2 tig + {0, 1} of dim ch*32 + 8 (gid / 2) + 2 j + gid % 2,
+      // the B fragment of n-tile (ch, j).
+      const uint32_t b0 = Transpose8x8(Word(vr[0][ch], j));
+      const uint32_t b1 = Transpose8x8(Word(vr[1][ch], j));
+      MmaBf16(st.acc[ch * 4 + j], p_hi0, p_lo0, p_hi1, p_lo1, b0, b1);
+    }
+}
+
 template <int kDim>
 __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
     GqaDecodeTcKernel(GqaParams p) {
   constexpr int kChunks = kDim / 32;  // 32-dim chunks: one 16-byte load per thread and row
+  constexpr int32_t kWarpStride = kTcWarps * kTcStep;  // from one step of a warp to its next
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gid = lane / 4, tig = lane % 4;  // mma fragment row / column pair
@@ -63,16 +182,17 @@ __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
   const int64_t row0 = int64_t{seq} * p.num_q_heads + int64_t{kvh} * group;
 
   __shared__ float m_s[kTcWarps][kTcMaxGroup], l_s[kTcWarps][kTcMaxGroup];
+  __shared__ float w_s[kTcWarps][kTcMaxGroup];  // each warp's weight in the CTA's partial
   __shared__ __align__(16) float acc_s[kTcWarps][kTcMaxGroup][kDim];
-
-  // Q rows (query head gid), dims ch*32 + 8 tig + [0, 8) of each chunk: the A fragments
-  // of the two k-steps of that chunk.
-  uint4 qf[kChunks];
-#pragma unroll
-  for (int ch = 0; ch < kChunks; ++ch) {
-    qf[ch] = gid < group ? *reinterpret_cast<const uint4*>(p.q + (row0 + gid) * kDim + ch * 32 + tig * 8)
-                         : make_uint4(0, 0, 0, 0);
+  // The group's Q rows, zero past the group (the padding rows of the S mma); rows 16 bytes
+  // longer than a row, so that the 8 rows a load instruction reads hit distinct banks.
+  __shared__ __align__(16) uint16_t q_s[kTcMaxGroup][kDim + 8];
+  for (int i = threadIdx.x; i < kTcMaxGroup * kDim / 8; i += blockDim.x) {
+    const int h = i / (kDim / 8), d = 8 * (i % (kDim / 8));
+    const uint4* q = reinterpret_cast<const uint4*>(p.q + (row0 + h) * kDim + d);
+    *reinterpret_cast<uint4*>(&q_s[h][d]) = h < group ? *q : make_uint4(0, 0, 0, 0);
   }
+  __syncthreads();
 
   const SeqKeys keys = LoadSeqKeys(p.kv, seq, p.block_tokens);
   const int32_t begin = split * p.tokens_per_split;
@@ -82,113 +202,62 @@ __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
   const int64_t head_window = int64_t{p.kv.window_capacity} * kDim;
   const int64_t v_in_window = int64_t{p.num_kv_heads} * head_window;
 
-  float m = kNegInf, l = 0;  // head gid; l is this lane's share
-  // n-tile (ch, j): [0..1] = P_hi V, [2..3] = P_lo V for dims ch*32 + 8 tig + 2 j + {0, 1}.
-  float acc[kChunks * 4][4];
-#pragma unroll
-  for (int n = 0; n < kChunks * 4; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[n][i] = 0;
+  // Row t0 + gid of this warp's steps: its tile and offset in it, advanced by kWarpStride
+  // each step (one division per split, not per step); row t0 + gid + 8 from there.
+  int32_t tile0, off0;
+  {
+    const int32_t t = begin + warp * kTcStep + gid;
+    tile0 = t / p.block_tokens;
+    off0 = t - tile0 * p.block_tokens;
+  }
+  auto step_on = [&](int32_t& tile, int32_t& off, int32_t by) {
+    off += by;
+    while (off >= p.block_tokens) {
+      off -= p.block_tokens;
+      ++tile;
+    }
+  };
 
-  for (int32_t t0 = begin + warp * kTcStep; t0 < end; t0 += kTcWarps * kTcStep) {
-    // Rows t0 + gid (g = 0) and t0 + gid + 8 (g = 1).
+  TcState<kDim> st;
+#pragma unroll 1
+  for (int32_t t0 = begin + warp * kTcStep; t0 < end; t0 += kWarpStride) {
     const uint16_t* k_row[2];
     int64_t v_off[2];
-    bool valid[2];
+    int32_t tile = tile0, off = off0;
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
       const int32_t t = t0 + gid + 8 * g;
-      valid[g] = t < end;
+      if (g == 1) step_on(tile, off, 8);
       if (t < keys.tile_tokens) {
-        k_row[g] = keys.Tile(t / p.block_tokens) + kvh * head_tile +
-                   int64_t{t % p.block_tokens} * kDim;
+        k_row[g] = keys.Tile(tile) + kvh * head_tile + int64_t{off} * kDim;
         v_off[g] = v_in_tile;
       } else {
         k_row[g] = keys.window + kvh * head_window + int64_t{t - keys.tile_tokens} * kDim;
         v_off[g] = v_in_window;
       }
     }
-    uint4 kr[2][kChunks], vr[2][kChunks];
-#pragma unroll
-    for (int g = 0; g < 2; ++g)
-#pragma unroll
-      for (int ch = 0; ch < kChunks; ++ch) {
-        // Invalid rows read nothing: tile padding may hold anything (NaN).
-        kr[g][ch] = valid[g] ? __ldg(reinterpret_cast<const uint4*>(k_row[g] + ch * 32 + tig * 8))
-                             : make_uint4(0, 0, 0, 0);
-        vr[g][ch] = valid[g] ? __ldg(reinterpret_cast<const uint4*>(k_row[g] + v_off[g] + ch * 32 + tig * 8))
-                             : make_uint4(0, 0, 0, 0);
-      }
-
-    // S = Q K^T for tokens t0 + 8 g + 2 tig + {0, 1} of head gid.
-    float s[2][4];
-#pragma unroll
-    for (int g = 0; g < 2; ++g) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[g][i] = 0;
-#pragma unroll
-      for (int ch = 0; ch < kChunks; ++ch) {
-        MmaBf16(s[g], qf[ch].x, 0u, qf[ch].y, 0u, kr[g][ch].x, kr[g][ch].y);
-        MmaBf16(s[g], qf[ch].z, 0u, qf[ch].w, 0u, kr[g][ch].z, kr[g][ch].w);
-      }
+    step_on(tile0, off0, kWarpStride);
+    if (t0 + kTcStep <= end) {
+      TcStep<kDim, false>(q_s, k_row, v_off, t0, end, p.scale_log2, st);
+    } else {
+      TcStep<kDim, true>(q_s, k_row, v_off, t0, end, p.scale_log2, st);
     }
-
-    // Online softmax; a quad (same gid) holds the step's 16 tokens of one head.
-    float x[2][2];
-    float step_max = kNegInf;
-#pragma unroll
-    for (int g = 0; g < 2; ++g)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        x[g][i] = t0 + 8 * g + 2 * tig + i < end ? s[g][i] * p.scale_log2 : kNegInf;
-        step_max = fmaxf(step_max, x[g][i]);
-      }
-    step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 1));
-    step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 2));
-    const float m_new = fmaxf(m, step_max);  // finite: token t0 is valid
-    const float alpha = exp2f(m - m_new);    // m = -inf: 0
-    m = m_new;
-    float pr[2][2];
-#pragma unroll
-    for (int g = 0; g < 2; ++g)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) pr[g][i] = exp2f(x[g][i] - m_new);  // masked: 0
-    l = l * alpha + ((pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
-#pragma unroll
-    for (int n = 0; n < kChunks * 4; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[n][i] *= alpha;
-
-    // A = [P_hi; P_lo]: a0a1 / a4a5 = hi of tokens 2 tig.. / 8 + 2 tig.., a2a3 / a6a7 = lo.
-    uint32_t p_hi0, p_lo0, p_hi1, p_lo1;
-    SplitBf16(pr[0][0], pr[0][1], p_hi0, p_lo0);
-    SplitBf16(pr[1][0], pr[1][1], p_hi1, p_lo1);
-#pragma unroll
-    for (int ch = 0; ch < kChunks; ++ch)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        // Word j of a V row holds dims ch*32 + 8 tig + 2 j + {0, 1}; transposed, lane
-        // (gid, tig) gets tokens 2 tig + {0, 1} of dim ch*32 + 8 (gid / 2) + 2 j + gid % 2,
-        // the B fragment of n-tile (ch, j).
-        const uint32_t b0 = Transpose8x8(Word(vr[0][ch], j));
-        const uint32_t b1 = Transpose8x8(Word(vr[1][ch], j));
-        MmaBf16(acc[ch * 4 + j], p_hi0, p_lo0, p_hi1, p_lo1, b0, b1);
-      }
   }
 
-  // Merge the warps' states.
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  // Merge the warps' states: each warp's (m, l) and unnormalized O per head, then one
+  // weight per (warp, head), then the CTA's normalized partial.
+  st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
+  st.l += __shfl_xor_sync(0xffffffffu, st.l, 2);
   if (gid < group) {
     if (tig == 0) {
-      m_s[warp][gid] = m;
-      l_s[warp][gid] = l;
+      m_s[warp][gid] = st.m;
+      l_s[warp][gid] = st.l;
     }
 #pragma unroll
     for (int ch = 0; ch < kChunks; ++ch)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float* a = acc[ch * 4 + j];
+        const float* a = st.acc[ch * 4 + j];
         *reinterpret_cast<float2*>(&acc_s[warp][gid][ch * 32 + 8 * tig + 2 * j]) =
             make_float2(a[0] + a[2], a[1] + a[3]);
       }
@@ -196,23 +265,38 @@ __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
   __syncthreads();
   const int64_t rows = int64_t{p.num_seqs} * p.num_q_heads;
   float* part_o = p.part_o + (int64_t{split} * rows + row0) * kDim;
-  float* part_lse = p.part_lse + int64_t{split} * rows + row0;
-  for (int i = threadIdx.x; i < group * kDim; i += blockDim.x) {
-    const int h = i / kDim, d = i % kDim;
+  if (threadIdx.x < group) {
+    const int h = threadIdx.x;
     float m_all = kNegInf;
 #pragma unroll
     for (int w = 0; w < kTcWarps; ++w) m_all = fmaxf(m_all, m_s[w][h]);
-    float l_all = 0, o = 0;
-    if (m_all != kNegInf) {
+    float scale[kTcWarps], l_all = 0;
 #pragma unroll
-      for (int w = 0; w < kTcWarps; ++w) {
-        const float scale = exp2f(m_s[w][h] - m_all);  // idle warp (-inf, 0): 0
-        l_all += scale * l_s[w][h];
-        o += scale * acc_s[w][h][d];
-      }
+    for (int w = 0; w < kTcWarps; ++w) {
+      scale[w] = m_all == kNegInf ? 0.0f : exp2f(m_s[w][h] - m_all);  // idle warp: 0
+      l_all += scale[w] * l_s[w][h];
     }
-    part_o[int64_t{h} * kDim + d] = l_all > 0 ? o / l_all : 0.0f;
-    if (d == 0) part_lse[h] = l_all > 0 ? (m_all + log2f(l_all)) * kLn2 : kNegInf;
+    const float inv = l_all > 0 ? 1.0f / l_all : 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) w_s[w][h] = scale[w] * inv;
+    p.part_lse[int64_t{split} * rows + row0 + h] =
+        l_all > 0 ? (m_all + log2f(l_all)) * kLn2 : kNegInf;
+  }
+  __syncthreads();
+  constexpr int kVecs = kDim / 4;
+  for (int i = threadIdx.x; i < group * kVecs; i += blockDim.x) {
+    const int h = i / kVecs, d = 4 * (i % kVecs);
+    float4 o = make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      const float wt = w_s[w][h];
+      const float4 a = *reinterpret_cast<const float4*>(&acc_s[w][h][d]);
+      o.x += wt * a.x;
+      o.y += wt * a.y;
+      o.z += wt * a.z;
+      o.w += wt * a.w;
+    }
+    *reinterpret_cast<float4*>(part_o + int64_t{h} * kDim + d) = o;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <random>
 #include <string>
@@ -182,7 +183,29 @@ struct DeviceKv {
     source.window_capacity = window_capacity;
     source.seq_window_tokens = window_tokens.as<const int32_t>();
     source.max_seq_tokens = max_tokens;
+    // The same tiles in reverse order, named by a pointer list (the gpu_worker's form:
+    // tiles wherever they lie).
+    const int64_t count = static_cast<int64_t>(packed.size()) / tile_values;
+    std::vector<uint16_t> reversed(packed.size());
+    for (int64_t i = 0; i < count; ++i) {
+      std::copy_n(packed.begin() + i * tile_values, tile_values,
+                  reversed.begin() + (count - 1 - i) * tile_values);
+    }
+    reversed_tiles = DeviceBuffer::From(reversed);
+    std::vector<const uint16_t*> ptrs(count);
+    for (int64_t i = 0; i < count; ++i) {
+      ptrs[i] = reversed_tiles.as<const uint16_t>() + (count - 1 - i) * tile_values;
+    }
+    tile_ptrs = DeviceBuffer::From(ptrs);
   }
+  // `source` with its tiles named by the pointer list instead of packed.
+  GpuKvSource PointerList() const {
+    GpuKvSource list = source;
+    list.tiles = nullptr;
+    list.tile_ptrs = tile_ptrs.as<const uint16_t* const>();
+    return list;
+  }
+  DeviceBuffer reversed_tiles, tile_ptrs;
 };
 
 void ExpectClose(const std::vector<float>& o, const std::vector<float>& lse,
@@ -277,15 +300,23 @@ constexpr GqaCase kGqaCases[] = {
     {"G2d256", 4, 2, 256, 64},    // head_dim 256: the SIMT path
 };
 
-TokenCodec GqaCodec(const GqaShape& s) {
+// Random K (scale 2) and V (scale 1). With `rising`, K's scale grows with the token's
+// position in its sequence (Place writes a sequence's tokens in order), from 0.25 by 1 every
+// 32 tokens: the scores' running max rises far past its last value again and again, so the
+// decode's lazy rescale of O (by more than 2^8 at once) runs mid-sequence, not only at its
+// first step.
+TokenCodec GqaCodec(const GqaShape& s, bool rising = false) {
   TokenCodec codec;
   codec.tile_values_per_token = int64_t{2} * s.num_kv_heads * s.head_dim;
   auto offset = [s](int32_t cap, int32_t kvh, int32_t t, bool v) {
     return (int64_t{v ? s.num_kv_heads + kvh : kvh} * cap + t) * s.head_dim;
   };
-  codec.write = [s, offset](uint16_t* tile, int32_t cap, int32_t t, std::mt19937_64& rng) {
+  auto position = std::make_shared<int64_t>(0);
+  codec.write = [s, offset, rising, position](uint16_t* tile, int32_t cap, int32_t t,
+                                               std::mt19937_64& rng) {
+    const float k_scale = rising ? 0.25f + static_cast<float>((*position)++) / 32.0f : 2.0f;
     for (int32_t h = 0; h < s.num_kv_heads; ++h) {
-      FillRandomBf16(tile + offset(cap, h, t, false), s.head_dim, rng, 2.0f);
+      FillRandomBf16(tile + offset(cap, h, t, false), s.head_dim, rng, k_scale);
       FillRandomBf16(tile + offset(cap, h, t, true), s.head_dim, rng, 1.0f);
     }
   };
@@ -300,17 +331,19 @@ TokenCodec GqaCodec(const GqaShape& s) {
   return codec;
 }
 
-class GqaGpuTest : public ::testing::TestWithParam<std::tuple<GqaCase, int64_t, Split>> {};
-
-TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
-  SKIP_WITHOUT_GPU();
-  const auto& [c, tokens, split] = GetParam();
+// CPU partial (CpuGqaDecode) + GPU partial (GqaGpuDecode at the planned and two fixed
+// split sizes) merged on the GPU equals the fp64 reference, for two sequences (tokens and
+// a shorter one) placed by `split`; `rising`: GqaCodec's rising scores.
+void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
   const GqaShape shape{c.q_heads, c.kv_heads, c.head_dim, c.block_tokens,
                        1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(split))));
-  const TokenCodec codec = GqaCodec(shape);
+  std::mt19937_64 rng(std::hash<std::string>{}(
+      absl::StrCat(c.name, tokens, static_cast<int>(split), rising ? "rising" : "")));
   std::vector<SeqPlacement> seqs;
-  for (int64_t n : {tokens, (tokens * 7) % 300 + 1}) seqs.push_back(Place(codec, n, shape.block_tokens, split, rng));
+  for (int64_t n : {tokens, (tokens * 7) % 300 + 1}) {
+    // A codec per sequence: the rising scale follows each one's positions.
+    seqs.push_back(Place(GqaCodec(shape, rising), n, shape.block_tokens, split, rng));
+  }
   const int32_t num_seqs = static_cast<int32_t>(seqs.size());
   std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_q_heads * shape.head_dim);
   FillRandomBf16(q.data(), q.size(), rng, 2.0f);
@@ -343,10 +376,15 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
   args.kv = kv.source;
   args.o = o;
   args.lse = lse;
-  for (int32_t tokens_per_split : {0, 32, 96}) {
+  // The planned splits and two fixed sizes over the packed tiles, and the planned splits
+  // over the pointer list.
+  const std::pair<int32_t, bool> variants[] = {{0, false}, {32, false}, {96, false}, {0, true}};
+  for (const auto& [tokens_per_split, pointer_list] : variants) {
     const std::string what =
-        absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split);
+        absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split,
+                     pointer_list ? " pointer list" : "", rising ? " rising" : "");
     args.split.tokens_per_split = tokens_per_split;
+    args.kv = pointer_list ? kv.PointerList() : kv.source;
     DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
     args.workspace = workspace.as<void>();
     args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);
@@ -360,6 +398,28 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
     ASSERT_NO_FATAL_FAILURE(out.AssertGuards(what));
     const std::vector<float> got_o = out.HostO(), got_lse = out.HostLse();
     ExpectClose(got_o, got_lse, ref_o, ref_lse, what);
+  }
+}
+
+class GqaGpuTest : public ::testing::TestWithParam<std::tuple<GqaCase, int64_t, Split>> {};
+
+TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
+  SKIP_WITHOUT_GPU();
+  const auto& [c, tokens, split] = GetParam();
+  CheckGqa(c, tokens, split, /*rising=*/false);
+}
+
+// Scores whose running max keeps rising (GqaCodec's `rising`): O is rescaled in the middle
+// of a warp's steps, many times per sequence.
+TEST(GqaGpuRisingTest, LateRescalesEqualReference) {
+  SKIP_WITHOUT_GPU();
+  for (const GqaCase& c : kGqaCases) {
+    for (int64_t tokens : {int64_t{257}, int64_t{1000}, int64_t{3000}}) {
+      for (Split split : {Split::kAllTiles, Split::kRandom}) {
+        CheckGqa(c, tokens, split, /*rising=*/true);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
   }
 }
 
@@ -378,7 +438,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GqaGpuTest,
 // CPU partial (CpuMlaDecode) + GPU partial (MlaGpuDecode, `tokens_per_split` 0 = the
 // planned splits) merged on the GPU equals the fp64 reference, for two sequences (tokens
 // and a shorter one) placed by `split`.
-void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per_split) {
+void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per_split,
+              bool pointer_list = false) {
   const MlaShape shape{num_heads, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
   std::mt19937_64 rng(std::hash<std::string>{}(
       absl::StrCat("mla", tokens, static_cast<int>(split), num_heads, tokens_per_split)));
@@ -417,7 +478,7 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   args.shape = shape;
   args.num_seqs = num_seqs;
   args.q = q_d.as<const uint16_t>();
-  args.kv = kv.source;
+  args.kv = pointer_list ? kv.PointerList() : kv.source;
   args.o = out.o();
   args.lse = out.lse();
   args.split.tokens_per_split = tokens_per_split;
@@ -426,7 +487,8 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   args.workspace_bytes = MlaGpuDecodeWorkspaceBytes(args);
   WS_ASSERT_OK(MlaGpuDecode(args, nullptr));
   const std::string what = absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ",
-                                        num_heads, " split ", tokens_per_split);
+                                        num_heads, " split ", tokens_per_split,
+                                        pointer_list ? " pointer list" : "");
   ExpectValidPartial(out.HostO(), out.HostLse(), shape.kv_lora_rank, what + " GPU partial");
   DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
   WS_ASSERT_OK(GpuMergeStates(cpu_o_d.as<float>(), cpu_lse_d.as<float>(), args.o, args.lse,
@@ -445,13 +507,14 @@ TEST_P(MlaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
 }
 
 // Fixed split sizes (one chunk of 32 rows, several, a partial last chunk, more splits
-// than tokens) and fewer heads than the 16 the kernel pads to.
+// than tokens) and fewer heads than the 16 the kernel pads to; the 64-token splits over a
+// tile pointer list.
 TEST(MlaGpuSplitsTest, EverySplitSizeAndFewerHeads) {
   SKIP_WITHOUT_GPU();
   for (int32_t heads : {16, 12, 1}) {
     for (int32_t per : {32, 64, 96, 256}) {
       for (int64_t tokens : {int64_t{77}, int64_t{1000}}) {
-        CheckMla(tokens, Split::kRandom, heads, per);
+        CheckMla(tokens, Split::kRandom, heads, per, /*pointer_list=*/per == 64);
         if (::testing::Test::HasFailure()) return;
       }
     }
@@ -468,46 +531,59 @@ INSTANTIATE_TEST_SUITE_P(DeepSeekV2Lite, MlaGpuTest,
 
 // The split merge (the decodes' second kernel) against MergeStatesN on the host, for dims
 // that fill one 128-dim CTA, several, a partial last one (200, 1000), fewer than a CTA's
-// width (4, 40), and no multiple of 4 (the generic kernel: 130); 1 to 77 parts, some of
-// them empty (o = 0, lse = -inf), and rows whose every part is empty.
+// width (4, 40), and no multiple of 4 (the generic kernel: 130); 1 to 300 parts (more than
+// a thread preloads at 128 dims: 16 x 8 groups), some of them empty (o = 0, lse = -inf),
+// and rows whose every part is empty; 5 rows (the preloading kernel) and 300 rows (the
+// other one, a grid of more than two CTAs per SM).
 TEST(GpuMergeTest, SplitMergeOverEveryDimShape) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(99);
   std::uniform_real_distribution<float> value(-2.0f, 2.0f), lse_value(-5.0f, 5.0f);
+  struct Shape {
+    int64_t rows;
+    int32_t dim, parts;
+  };
+  std::vector<Shape> shapes;
   for (int32_t dim : {4, 40, 128, 130, 200, 512, 1000}) {
-    for (int32_t parts : {1, 3, 77}) {
-      constexpr int64_t kRows = 5;
-      std::vector<float> part_o(int64_t{parts} * kRows * dim), part_lse(int64_t{parts} * kRows);
-      for (int32_t p = 0; p < parts; ++p) {
-        for (int64_t r = 0; r < kRows; ++r) {
-          // Row 4: every part empty; otherwise every third part empty.
-          const bool empty = r == 4 || (p % 3 == 1);
-          part_lse[p * kRows + r] = empty ? kEmptyLse : lse_value(rng);
-          for (int32_t d = 0; d < dim; ++d) {
-            part_o[(p * kRows + r) * dim + d] = empty ? 0.0f : value(rng);
-          }
+    for (int32_t parts : {1, 3, 77, 300}) shapes.push_back({5, dim, parts});
+  }
+  // Grids of more than two CTAs per SM: the merge without preloads (LaunchMergeSplits).
+  for (int32_t dim : {128, 512}) {
+    for (int32_t parts : {3, 77}) shapes.push_back({300, dim, parts});
+  }
+  for (const Shape& shape : shapes) {
+    const int64_t rows = shape.rows;
+    const int32_t dim = shape.dim, parts = shape.parts;
+    std::vector<float> part_o(int64_t{parts} * rows * dim), part_lse(int64_t{parts} * rows);
+    for (int32_t p = 0; p < parts; ++p) {
+      for (int64_t r = 0; r < rows; ++r) {
+        // Row 4: every part empty; otherwise every third part empty.
+        const bool empty = r == 4 || (p % 3 == 1);
+        part_lse[p * rows + r] = empty ? kEmptyLse : lse_value(rng);
+        for (int32_t d = 0; d < dim; ++d) {
+          part_o[(p * rows + r) * dim + d] = empty ? 0.0f : value(rng);
         }
       }
-      std::vector<ConstAttentionStateView> views;
-      for (int32_t p = 0; p < parts; ++p) {
-        views.push_back({part_o.data() + int64_t{p} * kRows * dim, part_lse.data() + p * kRows});
-      }
-      std::vector<float> ref_o(kRows * dim), ref_lse(kRows);
-      MergeStatesN(views, {ref_o.data(), ref_lse.data()}, kRows, dim);
-      DeviceBuffer part_o_d = DeviceBuffer::From(part_o), part_lse_d = DeviceBuffer::From(part_lse);
-      std::vector<float> nan_o(kRows * dim, NAN), nan_lse(kRows, NAN);
-      DeviceBuffer o_d = DeviceBuffer::From(nan_o), lse_d = DeviceBuffer::From(nan_lse);
-      ASSERT_EQ(internal::LaunchMergeSplits(part_o_d.as<float>(), part_lse_d.as<float>(), parts,
-                                            kRows, dim, o_d.as<float>(), lse_d.as<float>(),
-                                            nullptr),
-                cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::string what = absl::StrCat("dim ", dim, " parts ", parts);
-      const std::vector<float> o = o_d.ToHost<float>(), lse = lse_d.ToHost<float>();
-      for (int32_t d = 0; d < dim; ++d) ASSERT_EQ(o[4 * dim + d], 0.0f) << what;
-      ASSERT_EQ(lse[4], kEmptyLse) << what;
-      ExpectClose(o, lse, ref_o, ref_lse, what);
     }
+    std::vector<ConstAttentionStateView> views;
+    for (int32_t p = 0; p < parts; ++p) {
+      views.push_back({part_o.data() + int64_t{p} * rows * dim, part_lse.data() + p * rows});
+    }
+    std::vector<float> ref_o(rows * dim), ref_lse(rows);
+    MergeStatesN(views, {ref_o.data(), ref_lse.data()}, rows, dim);
+    DeviceBuffer part_o_d = DeviceBuffer::From(part_o), part_lse_d = DeviceBuffer::From(part_lse);
+    std::vector<float> nan_o(rows * dim, NAN), nan_lse(rows, NAN);
+    DeviceBuffer o_d = DeviceBuffer::From(nan_o), lse_d = DeviceBuffer::From(nan_lse);
+    ASSERT_EQ(internal::LaunchMergeSplits(part_o_d.as<float>(), part_lse_d.as<float>(), parts,
+                                          rows, dim, o_d.as<float>(), lse_d.as<float>(),
+                                          nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::string what = absl::StrCat("rows ", rows, " dim ", dim, " parts ", parts);
+    const std::vector<float> o = o_d.ToHost<float>(), lse = lse_d.ToHost<float>();
+    for (int32_t d = 0; d < dim; ++d) ASSERT_EQ(o[4 * dim + d], 0.0f) << what;
+    ASSERT_EQ(lse[4], kEmptyLse) << what;
+    ExpectClose(o, lse, ref_o, ref_lse, what);
   }
 }
 

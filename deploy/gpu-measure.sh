@@ -6,9 +6,20 @@
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
 #                                     e2e generate trio trio-generate trio-generate-mla
 #                                     prefill-long bench-grid contention prefill-placement
-#                                     fixtures
+#                                     fixtures decode decode-old ncu-decode
 #                                     (default: probe tests attention kv channel experts load
 #                                     e2e trio, in order)
+#
+# decode: the GPU decode tables alone (attention_bench --no-cpu --no-prefill --no-overlap:
+#   the batch-1 anatomy, GQA and MLA with their L2 prefetch sweeps, the merges) at
+#   WS_DECODE_TOKENS (8192,32768,131072) x WS_DECODE_BATCHES (1,4,8,32).
+# decode-old: the same tables from a second bundle, WS_OLD_BUNDLE (a tarball carried beside
+#   the first, e.g. dist/old.tar.gz built from another commit), unpacked to /tmp/ws-old: an
+#   A/B of two builds on one lease. WS_OLD_BUNDLE_TABLES=all for a build that predates
+#   --no-prefill and --no-overlap (it then runs those tables too).
+# ncu-decode: Nsight Compute (every section, clocks left alone) of the GQA (Qwen3) and MLA
+#   decode kernels and their split merges at 32K x 1, summarized (deploy/ncu_summary.py)
+#   into $OUT/ncu-gqa.txt, ncu-mla.txt; the decode kernels' SASS into $OUT/sass-decode.txt.
 #
 # Each step has its own time limit so that one slow step cannot eat the call.
 set -uo pipefail
@@ -165,6 +176,46 @@ for step in "${steps[@]}"; do
           for i in $(seq 600); do [[ -f $r ]] && break; sleep 0.2; done; source "$r"
           /tmp/ws/bin/wscope info --target=$WS_TARGET; /tmp/ws/bin/wscope selftest --target=$WS_TARGET
           kill -TERM $p; wait $p; grep -h "weights of\|KV cache on" $WS_LOG_DIR/*.log' ;;
+    decode|decode-old)
+      decode_args=(--no-prefill --no-overlap --iters=5
+                   --tokens="${WS_DECODE_TOKENS:-8192,32768,131072}"
+                   --batch="${WS_DECODE_BATCHES:-1,4,8,32}")
+      if [[ $step == decode ]]; then
+        run_step decode 300 deploy/gpu-run.sh attention_bench --no-cpu "${decode_args[@]}"
+      elif [[ -f ${WS_OLD_BUNDLE:-} ]]; then
+        # A build before --no-prefill and --no-overlap (session 25) refuses them: it runs
+        # those tables too.
+        [[ ${WS_OLD_BUNDLE_TABLES:-} == all ]] && decode_args=("${decode_args[@]:2}")
+        run_step decode-old 300 env WS_BUNDLE="$WS_OLD_BUNDLE" WS_BUNDLE_DIR=/tmp/ws-old \
+          deploy/gpu-run.sh attention_bench --no-cpu "${decode_args[@]}"
+      else
+        echo "decode-old: WS_OLD_BUNDLE names no file ('${WS_OLD_BUNDLE:-}'): skipped" | tee -a "$LOG"
+      fi ;;
+    ncu-decode)
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      if [[ -z $ncu ]]; then
+        echo "ncu-decode: no ncu on this machine: skipped" | tee -a "$LOG"
+      else
+        deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+        # The first decode call of each table is a warm-up; launches alternate decode,
+        # merge: skip two pairs, profile the third.
+        run_step ncu-gqa 180 "$ncu" --clock-control none --set full \
+          -k 'regex:GqaDecodeTc|MergeSplitsVec' --launch-skip 4 --launch-count 2 \
+          -o /tmp/ncu-gqa /tmp/ws/run.sh attention_bench --no-cpu --no-prefill --no-overlap \
+          --no-mla --no-merge --models=qwen3 --tokens=32768 --batch=1 --iters=1
+        "$ncu" --import /tmp/ncu-gqa.ncu-rep --print-details all >/tmp/ncu-gqa.txt 2>&1 || true
+        python3 deploy/ncu_summary.py /tmp/ncu-gqa.txt >"$OUT/ncu-gqa.txt" || true
+        run_step ncu-mla 180 "$ncu" --clock-control none --set full \
+          -k 'regex:MlaDecodeTc|MergeSplitsVec' --launch-skip 4 --launch-count 2 \
+          -o /tmp/ncu-mla /tmp/ws/run.sh attention_bench --no-cpu --no-prefill --no-overlap \
+          --no-gqa --no-merge --tokens=32768 --batch=1 --iters=1
+        "$ncu" --import /tmp/ncu-mla.ncu-rep --print-details all >/tmp/ncu-mla.txt 2>&1 || true
+        python3 deploy/ncu_summary.py /tmp/ncu-mla.txt >"$OUT/ncu-mla.txt" || true
+        # The decode kernels' machine code (cuobjdump ships with the toolkit there).
+        cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+        "$cuobjdump" -sass /tmp/ws/bin/attention_bench 2>/dev/null |
+          awk '/Function : /{keep = /DecodeTcKernel/} keep' >"$OUT/sass-decode.txt" || true
+      fi ;;
     fixtures)
       run_step fixtures 300 python3 deploy/make_fixtures.py --out /tmp/fixtures
       if [[ -d /tmp/fixtures ]]; then

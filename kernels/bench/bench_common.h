@@ -23,6 +23,7 @@ struct BenchOptions {
   double gpu_pool_gb = 16;   // same on the GPU
   bool cpu = true, mla = true, cuda = true, merge = true;
   bool gqa = true;  // the GQA tables (CPU and CUDA), the overlap and the prefill
+  bool prefill = true, overlap = true;  // the CUDA prefill tables, the CUDA overlap table
 };
 
 struct GqaModel {

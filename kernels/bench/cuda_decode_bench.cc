@@ -667,12 +667,12 @@ void RunCudaBenchmarks(const BenchOptions& options) {
   if (options.gqa) {
     RunGqaAnatomy(options);
     RunGqa(options);
-    RunOverlap(options);
-    RunPrefill(options);
+    if (options.overlap) RunOverlap(options);
+    if (options.prefill) RunPrefill(options);
   }
   if (options.mla) {
     RunMla(options);
-    RunMlaPrefill(options);
+    if (options.prefill) RunMlaPrefill(options);
   }
   if (options.merge) RunMerge(options);
   if (g_flush != nullptr) cudaFree(g_flush);

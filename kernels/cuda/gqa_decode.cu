@@ -124,19 +124,20 @@ __device__ __forceinline__ void TcStep(const uint16_t (*q_s)[kDim + 8],
 
   // Online softmax; a quad (same gid) holds the step's 16 tokens of one head.
   float x[2][2];
-  float step_max = kNegInf;
+  float lane_max = kNegInf;
 #pragma unroll
   for (int g = 0; g < 2; ++g)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       x[g][i] = s[g][i] * scale_log2;
       if constexpr (kTail) x[g][i] = t0 + 8 * g + 2 * tig + i < end ? x[g][i] : kNegInf;
-      step_max = fmaxf(step_max, x[g][i]);
+      lane_max = fmaxf(lane_max, x[g][i]);
     }
-  step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 1));
-  step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 2));
-  // step_max is finite (token t0 is valid); m = -inf on the first step passes the test.
-  if (__any_sync(0xffffffffu, step_max > st.m + kRescaleLog2)) {
+  // One vote decides; only then the quad's max (the step's max of head gid: finite, token t0
+  // is valid). m = -inf on the first step passes the test.
+  if (__any_sync(0xffffffffu, lane_max > st.m + kRescaleLog2)) {
+    float step_max = fmaxf(lane_max, __shfl_xor_sync(0xffffffffu, lane_max, 1));
+    step_max = fmaxf(step_max, __shfl_xor_sync(0xffffffffu, step_max, 2));
     const float m_new = fmaxf(st.m, step_max);
     const float alpha = exp2f(st.m - m_new);  // m = -inf: 0
     st.m = m_new;

@@ -439,20 +439,31 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GqaGpuTest,
 // planned splits) merged on the GPU equals the fp64 reference, for two sequences (tokens
 // and a shorter one) placed by `split`.
 void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per_split,
-              bool pointer_list = false) {
+              bool pointer_list = false, bool rising = false) {
   const MlaShape shape{num_heads, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
-  std::mt19937_64 rng(std::hash<std::string>{}(
-      absl::StrCat("mla", tokens, static_cast<int>(split), num_heads, tokens_per_split)));
+  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(
+      "mla", tokens, static_cast<int>(split), num_heads, tokens_per_split, rising ? "rising" : "")));
+  // `rising`: the rope part's scale grows with the token's position in its sequence (Place
+  // writes a sequence's tokens in order; `position` restarts with each sequence below), so
+  // the scores' running max rises far past its last value again and again; the latent
+  // part, which is V too, keeps scale 1 (the tolerance is absolute).
+  int64_t position = 0;
   TokenCodec codec;
   codec.tile_values_per_token = shape.row_dim();
   codec.write = [&](uint16_t* tile, int32_t, int32_t t, std::mt19937_64& r) {
-    FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), r, 1.0f);
+    uint16_t* row = tile + int64_t{t} * shape.row_dim();
+    const float rope_scale = rising ? 0.25f + static_cast<float>(position++) / 16.0f : 1.0f;
+    FillRandomBf16(row, shape.kv_lora_rank, r, 1.0f);
+    FillRandomBf16(row + shape.kv_lora_rank, shape.rope_dim, r, rope_scale);
   };
   codec.copy = [&](const uint16_t* src, int32_t, int32_t st, uint16_t* dst, int32_t, int32_t dt) {
     std::copy_n(src + int64_t{st} * shape.row_dim(), shape.row_dim(), dst + int64_t{dt} * shape.row_dim());
   };
   std::vector<SeqPlacement> seqs;
-  for (int64_t n : {tokens, (tokens * 5) % 200 + 1}) seqs.push_back(Place(codec, n, shape.block_tokens, split, rng));
+  for (int64_t n : {tokens, (tokens * 5) % 200 + 1}) {
+    position = 0;
+    seqs.push_back(Place(codec, n, shape.block_tokens, split, rng));
+  }
   const int32_t num_seqs = static_cast<int32_t>(seqs.size());
   std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_heads * shape.row_dim());
   FillRandomBf16(q.data(), q.size(), rng, 2.0f);
@@ -488,7 +499,8 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   WS_ASSERT_OK(MlaGpuDecode(args, nullptr));
   const std::string what = absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ",
                                         num_heads, " split ", tokens_per_split,
-                                        pointer_list ? " pointer list" : "");
+                                        pointer_list ? " pointer list" : "",
+                                        rising ? " rising" : "");
   ExpectValidPartial(out.HostO(), out.HostLse(), shape.kv_lora_rank, what + " GPU partial");
   DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
   WS_ASSERT_OK(GpuMergeStates(cpu_o_d.as<float>(), cpu_lse_d.as<float>(), args.o, args.lse,
@@ -515,6 +527,20 @@ TEST(MlaGpuSplitsTest, EverySplitSizeAndFewerHeads) {
     for (int32_t per : {32, 64, 96, 256}) {
       for (int64_t tokens : {int64_t{77}, int64_t{1000}}) {
         CheckMla(tokens, Split::kRandom, heads, per, /*pointer_list=*/per == 64);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Scores whose running max keeps rising: O is rescaled between chunks, many times per
+// sequence, and most chunks of a warp's heads skip it.
+TEST(MlaGpuRisingTest, LateRescalesEqualReference) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t tokens : {int64_t{257}, int64_t{1000}, int64_t{3000}}) {
+    for (Split split : {Split::kAllTiles, Split::kRandom}) {
+      for (int32_t per : {0, 64}) {
+        CheckMla(tokens, split, 16, per, /*pointer_list=*/false, /*rising=*/true);
         if (::testing::Test::HasFailure()) return;
       }
     }

@@ -17,7 +17,7 @@
 //     in flight, 12 warps per SM (3 CTAs).
 //   Few instructions per step (session 25, docs/notes/cuda_decode_tuning.md: 2290 per
 //     warp at Qwen3 32K x 1 where the kernel before, with an L2 prefetch added, issued
-//     4270; 1.04-1.21x faster than it): O is rescaled only when the running max rises by
+//     4270; 1.03-1.21x faster than it): O is rescaled only when the running max rises by
 //     more than 2^8, a row's tile and offset advance without a division, only a split's
 //     last step checks its rows against the end, and the warps' states merge through one
 //     weight per (warp, head).

@@ -27,15 +27,6 @@ absl::Status FromCuda(int error, absl::string_view what) {
                                           cudaGetErrorString(static_cast<cudaError_t>(error))));
 }
 
-int SmCount() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return 132;
-  }
-  return sms;
-}
-
 struct SplitPlan {
   int32_t num_splits;
   int32_t tokens_per_split;
@@ -55,11 +46,12 @@ absl::StatusOr<SplitPlan> PlanSplits(int32_t max_seq_tokens, int64_t ctas_per_sp
         absl::StrCat("tokens_per_split ", per, " must be a non-negative multiple of 32"));
   }
   if (per == 0 && tensor_cores != nullptr) {
-    per = internal::SplitTokens(*tensor_cores, max_seq_tokens, ctas_per_split, SmCount(),
-                                kMaxSplits);
+    per = internal::SplitTokens(*tensor_cores, max_seq_tokens, ctas_per_split,
+                                internal::SmCount(), kMaxSplits);
   } else if (per == 0) {
     const int64_t want_splits =
-        std::max<int64_t>(1, (4 * int64_t{SmCount()} + ctas_per_split - 1) / std::max<int64_t>(1, ctas_per_split));
+        std::max<int64_t>(1, (4 * int64_t{internal::SmCount()} + ctas_per_split - 1) /
+                                 std::max<int64_t>(1, ctas_per_split));
     per = static_cast<int32_t>((max_seq_tokens + want_splits - 1) / want_splits);
     per = std::max(kMinSplitTokens, (per + 127) / 128 * 128);
     per = std::max<int32_t>(per, (max_seq_tokens + kMaxSplits - 1) / kMaxSplits);
@@ -106,6 +98,19 @@ const internal::SplitRule* GqaSplitRule(const GqaShape& s) {
 }
 
 }  // namespace
+
+namespace internal {
+
+int SmCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 132;
+  }
+  return sms;
+}
+
+}  // namespace internal
 
 bool CudaDeviceAvailable() {
   int count = 0;

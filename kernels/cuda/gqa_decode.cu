@@ -205,39 +205,27 @@ __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
 
   // Row t0 + gid of this warp's steps: its tile and offset in it, advanced by kWarpStride
   // each step (one division per split, not per step); row t0 + gid + 8 from there.
-  int32_t tile0, off0;
-  {
-    const int32_t t = begin + warp * kTcStep + gid;
-    tile0 = t / p.block_tokens;
-    off0 = t - tile0 * p.block_tokens;
-  }
-  auto step_on = [&](int32_t& tile, int32_t& off, int32_t by) {
-    off += by;
-    while (off >= p.block_tokens) {
-      off -= p.block_tokens;
-      ++tile;
-    }
-  };
+  TilePos row0_pos = TilePos::Of(begin + warp * kTcStep + gid, p.block_tokens);
 
   TcState<kDim> st;
 #pragma unroll 1
   for (int32_t t0 = begin + warp * kTcStep; t0 < end; t0 += kWarpStride) {
     const uint16_t* k_row[2];
     int64_t v_off[2];
-    int32_t tile = tile0, off = off0;
+    TilePos pos = row0_pos;
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
       const int32_t t = t0 + gid + 8 * g;
-      if (g == 1) step_on(tile, off, 8);
+      if (g == 1) pos.Advance(8, p.block_tokens);
       if (t < keys.tile_tokens) {
-        k_row[g] = keys.Tile(tile) + kvh * head_tile + int64_t{off} * kDim;
+        k_row[g] = keys.Tile(pos.tile) + kvh * head_tile + int64_t{pos.off} * kDim;
         v_off[g] = v_in_tile;
       } else {
         k_row[g] = keys.window + kvh * head_window + int64_t{t - keys.tile_tokens} * kDim;
         v_off[g] = v_in_window;
       }
     }
-    step_on(tile0, off0, kWarpStride);
+    row0_pos.Advance(kWarpStride, p.block_tokens);
     if (t0 + kTcStep <= end) {
       TcStep<kDim, false>(q_s, k_row, v_off, t0, end, p.scale_log2, st);
     } else {

@@ -109,6 +109,10 @@ inline int32_t SplitTokens(const SplitRule& rule, int32_t max_seq_tokens, int64_
   return static_cast<int32_t>((per + rule.multiple - 1) / rule.multiple * rule.multiple);
 }
 
+// The current device's SM count (132, the H200's, where the query fails): the split rule
+// and the split merge's choice of kernel plan by it (cuda_attention.cc).
+int SmCount();
+
 int LaunchGqaDecode(const GqaParams& p, void* stream);
 int LaunchMlaDecode(const MlaParams& p, void* stream);
 // Returns cudaErrorNotSupported for a head_dim without a compiled kernel (64, 128).

@@ -209,12 +209,7 @@ int LaunchMergeSplits(const float* part_o, const float* part_lse, int32_t num_pa
   if (dim % 4 == 0 && num_parts <= kMaxVecParts) {
     const dim3 grid(static_cast<unsigned>(rows), (dim + kMergeDims - 1) / kMergeDims);
     // Preloads where the grid is one wave of the preloading kernel (2 CTAs per SM).
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      sms = 132;
-    }
-    const bool latency_bound = int64_t{grid.x} * grid.y <= 2 * int64_t{sms};
+    const bool latency_bound = int64_t{grid.x} * grid.y <= 2 * int64_t{SmCount()};
     auto* cuda_stream = static_cast<cudaStream_t>(stream);
     if (latency_bound) {
       MergeSplitsVecKernel<16><<<grid, kMergeThreads, 0, cuda_stream>>>(part_o, part_lse, num_parts,

@@ -67,12 +67,9 @@ struct __align__(16) MlaShared {
 // this thread's row of the chunk as a tile and an offset in it; it advances by the chunk.
 constexpr int kThreadsPerRow = kWarps * 32 / kChunk;  // 8
 static_assert(kVecsPerRow % kThreadsPerRow == 0, "whole pieces per thread");
-struct RowPos {
-  int32_t tile, off;
-};
 __device__ __forceinline__ void LoadChunk(uint16_t (*stage_rows)[kRowStride],
                                           const SeqKeys& keys, const MlaParams& p, int32_t t0,
-                                          int32_t end, RowPos& pos) {
+                                          int32_t end, TilePos& pos) {
   const int r = threadIdx.x / kThreadsPerRow, first = threadIdx.x % kThreadsPerRow;
   const int32_t t = t0 + r;
   const uint16_t* src = p.q;  // any valid address when nothing is read
@@ -86,11 +83,7 @@ __device__ __forceinline__ void LoadChunk(uint16_t (*stage_rows)[kRowStride],
   for (int v = first; v < kVecsPerRow; v += kThreadsPerRow) {
     CpAsync16(&stage_rows[r][8 * v], bytes != 0 ? src + 8 * v : src, bytes);
   }
-  pos.off += kChunk;
-  while (pos.off >= p.block_tokens) {
-    pos.off -= p.block_tokens;
-    ++pos.tile;
-  }
+  pos.Advance(kChunk, p.block_tokens);
 }
 
 // The running max of a head is raised only when a chunk's scores pass it by more than this
@@ -115,12 +108,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
   const SeqKeys keys = LoadSeqKeys(p.kv, seq, p.block_tokens);
   const int32_t begin = split * p.tokens_per_split;
   const int32_t end = min(keys.total(), begin + p.tokens_per_split);
-  RowPos pos;
-  {
-    const int32_t t = begin + static_cast<int32_t>(threadIdx.x) / kThreadsPerRow;
-    pos.tile = t / p.block_tokens;
-    pos.off = t - pos.tile * p.block_tokens;
-  }
+  TilePos pos = TilePos::Of(begin + static_cast<int32_t>(threadIdx.x) / kThreadsPerRow,
+                            p.block_tokens);
   if (threadIdx.x == 0) sh.rescaled = 0;  // published by the first chunk's barrier
   // Chunks 0 .. kStages - 2 in flight; one group per chunk, empty past the end, so that
   // waiting for all but kStages - 1 groups always means "this chunk has landed".

@@ -188,14 +188,17 @@ __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
   // The group's Q rows, zero past the group (the padding rows of the S mma); rows 16 bytes
   // longer than a row, so that the 8 rows a load instruction reads hit distinct banks.
   __shared__ __align__(16) uint16_t q_s[kTcMaxGroup][kDim + 8];
+  // The sequence's key range is read before the barrier, so that its loads and Q's are in
+  // flight together (after it, they were two trips to memory before the first K/V load).
+  const SeqKeys keys = LoadSeqKeys(p.kv, seq, p.block_tokens);
   for (int i = threadIdx.x; i < kTcMaxGroup * kDim / 8; i += blockDim.x) {
     const int h = i / (kDim / 8), d = 8 * (i % (kDim / 8));
-    const uint4* q = reinterpret_cast<const uint4*>(p.q + (row0 + h) * kDim + d);
-    *reinterpret_cast<uint4*>(&q_s[h][d]) = h < group ? *q : make_uint4(0, 0, 0, 0);
+    uint4 q = make_uint4(0, 0, 0, 0);
+    if (h < group) q = *reinterpret_cast<const uint4*>(p.q + (row0 + h) * kDim + d);
+    *reinterpret_cast<uint4*>(&q_s[h][d]) = q;
   }
   __syncthreads();
 
-  const SeqKeys keys = LoadSeqKeys(p.kv, seq, p.block_tokens);
   const int32_t begin = split * p.tokens_per_split;
   const int32_t end = min(keys.total(), begin + p.tokens_per_split);
   const int64_t head_tile = int64_t{p.block_tokens} * kDim;  // one head's rows in a tile

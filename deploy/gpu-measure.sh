@@ -177,17 +177,17 @@ for step in "${steps[@]}"; do
           /tmp/ws/bin/wscope info --target=$WS_TARGET; /tmp/ws/bin/wscope selftest --target=$WS_TARGET
           kill -TERM $p; wait $p; grep -h "weights of\|KV cache on" $WS_LOG_DIR/*.log' ;;
     decode|decode-old)
-      decode_args=(--no-prefill --no-overlap --iters=5
-                   --tokens="${WS_DECODE_TOKENS:-8192,32768,131072}"
+      decode_args=(--no-cpu --iters=5 --tokens="${WS_DECODE_TOKENS:-8192,32768,131072}"
                    --batch="${WS_DECODE_BATCHES:-1,4,8,32}")
+      decode_only=(--no-prefill --no-overlap)
       if [[ $step == decode ]]; then
-        run_step decode 300 deploy/gpu-run.sh attention_bench --no-cpu "${decode_args[@]}"
+        run_step decode 300 deploy/gpu-run.sh attention_bench "${decode_args[@]}" "${decode_only[@]}"
       elif [[ -f ${WS_OLD_BUNDLE:-} ]]; then
         # A build before --no-prefill and --no-overlap (session 25) refuses them: it runs
         # those tables too.
-        [[ ${WS_OLD_BUNDLE_TABLES:-} == all ]] && decode_args=("${decode_args[@]:2}")
+        [[ ${WS_OLD_BUNDLE_TABLES:-} == all ]] && decode_only=()
         run_step decode-old 300 env WS_BUNDLE="$WS_OLD_BUNDLE" WS_BUNDLE_DIR=/tmp/ws-old \
-          deploy/gpu-run.sh attention_bench --no-cpu "${decode_args[@]}"
+          deploy/gpu-run.sh attention_bench "${decode_args[@]}" ${decode_only[@]+"${decode_only[@]}"}
       else
         echo "decode-old: WS_OLD_BUNDLE names no file ('${WS_OLD_BUNDLE:-}'): skipped" | tee -a "$LOG"
       fi ;;

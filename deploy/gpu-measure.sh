@@ -16,7 +16,9 @@
 # decode-old: the same tables from a second bundle, WS_OLD_BUNDLE (a tarball carried beside
 #   the first, e.g. dist/old.tar.gz built from another commit), unpacked to /tmp/ws-old: an
 #   A/B of two builds on one lease. WS_OLD_BUNDLE_TABLES=all for a build that predates
-#   --no-prefill and --no-overlap (it then runs those tables too).
+#   --no-prefill and --no-overlap (it then runs those tables too). Or, smaller to carry,
+#   WS_OLD_BINARY: another build's attention_bench alone, gzipped (e.g. dist/old-bench.gz),
+#   run with the first bundle's libraries (for builds whose libraries are the same).
 # ncu-decode: Nsight Compute (every section, clocks left alone) of the GQA (Qwen3) and MLA
 #   decode kernels and their split merges at 32K x 1, summarized (deploy/ncu_summary.py)
 #   into $OUT/ncu-gqa.txt, ncu-mla.txt; the decode kernels' SASS into $OUT/sass-decode.txt.
@@ -182,6 +184,13 @@ for step in "${steps[@]}"; do
       decode_only=(--no-prefill --no-overlap)
       if [[ $step == decode ]]; then
         run_step decode 300 deploy/gpu-run.sh attention_bench "${decode_args[@]}" "${decode_only[@]}"
+      elif [[ -f ${WS_OLD_BINARY:-} ]]; then
+        deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+        mkdir -p /tmp/ws-old-bin
+        gunzip -c "$WS_OLD_BINARY" >/tmp/ws-old-bin/attention_bench
+        chmod +x /tmp/ws-old-bin/attention_bench
+        run_step decode-old 300 /tmp/ws/run.sh /tmp/ws-old-bin/attention_bench \
+          "${decode_args[@]}" "${decode_only[@]}"
       elif [[ -f ${WS_OLD_BUNDLE:-} ]]; then
         # A build before --no-prefill and --no-overlap (session 25) refuses them: it runs
         # those tables too.
@@ -189,7 +198,7 @@ for step in "${steps[@]}"; do
         run_step decode-old 300 env WS_BUNDLE="$WS_OLD_BUNDLE" WS_BUNDLE_DIR=/tmp/ws-old \
           deploy/gpu-run.sh attention_bench "${decode_args[@]}" ${decode_only[@]+"${decode_only[@]}"}
       else
-        echo "decode-old: WS_OLD_BUNDLE names no file ('${WS_OLD_BUNDLE:-}'): skipped" | tee -a "$LOG"
+        echo "decode-old: neither WS_OLD_BINARY nor WS_OLD_BUNDLE names a file: skipped" | tee -a "$LOG"
       fi ;;
     ncu-decode)
       ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)

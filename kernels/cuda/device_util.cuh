@@ -29,6 +29,22 @@ __device__ __forceinline__ float WarpSum(float x) {
   return x;
 }
 
+// Programmatic dependent launch (sm_90; no-ops elsewhere and where the kernels are launched
+// without the attribute). A split-KV decode lets its merge be launched as soon as every one of
+// its CTAs has started (the merge's CTAs then wait in WaitForPrimaryGrid until the decode has
+// finished and its writes are visible), so that the merge's launch overlaps the decode
+// instead of following it.
+__device__ __forceinline__ void LaunchDependentGrids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WaitForPrimaryGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // The keys of one sequence as a virtual token range: first its ping-pong tiles
 // (all full but the last), then its window tokens.
 struct SeqKeys {

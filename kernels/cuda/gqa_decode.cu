@@ -174,6 +174,7 @@ __device__ __forceinline__ void TcStep(const uint16_t (*q_s)[kDim + 8],
 template <int kDim>
 __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
     GqaDecodeTcKernel(GqaParams p) {
+  LaunchDependentGrids();  // the split merge may launch now (it waits for this grid's end)
   constexpr int kChunks = kDim / 32;  // 32-dim chunks: one 16-byte load per thread and row
   constexpr int32_t kWarpStride = kTcWarps * kTcStep;  // from one step of a warp to its next
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
@@ -299,6 +300,7 @@ constexpr int kWarps = 4;
 template <int kDim, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
     GqaDecodeSimtKernel(GqaParams p) {
+  LaunchDependentGrids();
   constexpr int kPerLane = kDim / 32;  // output dims owned by one lane
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -22,6 +22,7 @@ __global__ void MergeSplitsKernel(const float* __restrict__ part_o,
                                   const float* __restrict__ part_lse, int32_t num_parts,
                                   int64_t rows, int32_t dim, float* __restrict__ o,
                                   float* __restrict__ lse) {
+  WaitForPrimaryGrid();  // before any early return: the grid ends only after the decode's
   const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -101,6 +102,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     MergeSplitsVecKernel(const float* __restrict__ part_o, const float* __restrict__ part_lse,
                          int32_t num_parts, int64_t rows, int32_t dim, float* __restrict__ o,
                          float* __restrict__ lse) {
+  WaitForPrimaryGrid();
   __shared__ float w_s[kMaxVecParts];
   __shared__ float scratch[kMergeThreads / 32];
   __shared__ float4 acc_s[kMergeThreads];
@@ -206,25 +208,34 @@ __global__ void MergeTwoKernel(const float* o_a, const float* lse_a, const float
 int LaunchMergeSplits(const float* part_o, const float* part_lse, int32_t num_parts,
                       int64_t rows, int32_t dim, float* o, float* lse, void* stream) {
   if (rows == 0) return cudaSuccess;
+  // Launched as a programmatic dependent of the decode before it in the stream: its CTAs
+  // may start once all of the decode's have (LaunchDependentGrids) and wait in the kernel
+  // for the decode's end, so the launch gap between the two overlaps the decode. After any
+  // other work it waits as an ordinary launch would.
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.stream = static_cast<cudaStream_t>(stream);
+  config.attrs = &attribute;
+  config.numAttrs = 1;
   if (dim % 4 == 0 && num_parts <= kMaxVecParts) {
-    const dim3 grid(static_cast<unsigned>(rows), (dim + kMergeDims - 1) / kMergeDims);
+    config.gridDim = dim3(static_cast<unsigned>(rows), (dim + kMergeDims - 1) / kMergeDims);
+    config.blockDim = dim3(kMergeThreads);
     // Preloads where the grid is one wave of the preloading kernel (2 CTAs per SM).
-    const bool latency_bound = int64_t{grid.x} * grid.y <= 2 * int64_t{SmCount()};
-    auto* cuda_stream = static_cast<cudaStream_t>(stream);
-    if (latency_bound) {
-      MergeSplitsVecKernel<16><<<grid, kMergeThreads, 0, cuda_stream>>>(part_o, part_lse, num_parts,
-                                                                         rows, dim, o, lse);
-    } else {
-      MergeSplitsVecKernel<0><<<grid, kMergeThreads, 0, cuda_stream>>>(part_o, part_lse, num_parts,
-                                                                        rows, dim, o, lse);
-    }
-    return static_cast<int>(cudaGetLastError());
+    const bool latency_bound =
+        int64_t{config.gridDim.x} * config.gridDim.y <= 2 * int64_t{SmCount()};
+    return static_cast<int>(
+        latency_bound ? cudaLaunchKernelEx(&config, MergeSplitsVecKernel<16>, part_o, part_lse,
+                                           num_parts, rows, dim, o, lse)
+                      : cudaLaunchKernelEx(&config, MergeSplitsVecKernel<0>, part_o, part_lse,
+                                           num_parts, rows, dim, o, lse));
   }
   if (dim > 32 * kMaxPerLane) return cudaErrorNotSupported;
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  MergeSplitsKernel<<<blocks, kRowsPerBlock * 32, 0, static_cast<cudaStream_t>(stream)>>>(
-      part_o, part_lse, num_parts, rows, dim, o, lse);
-  return static_cast<int>(cudaGetLastError());
+  config.gridDim = dim3(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
+  config.blockDim = dim3(kRowsPerBlock * 32);
+  return static_cast<int>(
+      cudaLaunchKernelEx(&config, MergeSplitsKernel, part_o, part_lse, num_parts, rows, dim, o, lse));
 }
 
 int LaunchMergeTwo(const float* o_a, const float* lse_a, const float* o_b, const float* lse_b,

@@ -98,6 +98,7 @@ constexpr float kRescaleLog2 = 8.0f;
 template <int kStages>
 __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
     MlaDecodeTcKernel(MlaParams p) {
+  LaunchDependentGrids();  // the split merge may launch now (it waits for this grid's end)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   MlaShared<kStages>& sh = *reinterpret_cast<MlaShared<kStages>*>(smem_raw);
   const int split = blockIdx.x, seq = blockIdx.y;

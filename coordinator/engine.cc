@@ -68,6 +68,16 @@ bool RequestStream::Next(v1::GenerateResponse* out, absl::Duration timeout, bool
   return false;
 }
 
+CostSample AttentionSample(const internal::StepResult& result, uint32_t layers,
+                           bool steady_layers) {
+  const double tokens = static_cast<double>(result.attended_tokens());
+  if (steady_layers && layers > 1) {
+    const double rest_ms = std::max(0.0, result.attention_ms() - result.first_layer_attention_ms());
+    return {tokens, rest_ms * 1e6 / (layers - 1)};
+  }
+  return {tokens, result.attention_ms() * 1e6 / std::max<uint32_t>(1, layers)};
+}
+
 absl::Status RequestStream::final_status() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return status_;
@@ -971,10 +981,8 @@ absl::Status Engine::RunOneStep() {
   if (!any_prefill) {
     const double layers = std::max<uint32_t>(1, gpu_result->num_layers());
     StepSample sample;
-    sample.cpu = {static_cast<double>(cpu_result->attended_tokens()),
-                  cpu_result->attention_ms() * 1e6 / layers};
-    sample.gpu = {static_cast<double>(gpu_result->attended_tokens()),
-                  gpu_result->attention_ms() * 1e6 / layers};
+    sample.cpu = AttentionSample(*cpu_result, gpu_result->num_layers(), options_.steady_layer_samples);
+    sample.gpu = AttentionSample(*gpu_result, gpu_result->num_layers(), options_.steady_layer_samples);
     // Without the hot experts' one-off upload, which is not step work.
     sample.step_ns = (MillisSince(step_start) - gpu_result->hot_upload_ms()) * 1e6 / layers;
     sample.early_rounds_missed = gpu_result->early_rounds_missed() > 0;

@@ -86,7 +86,22 @@ struct EngineOptions {
   // chunk of q queries costs the CPU q times a decode token's attention per key, the GPU
   // one transfer), "split" always attends them on the CPU in place.
   std::string prefill_attention = "auto";
+  // The scheduler's per-layer attention samples come from the layers after a decode step's
+  // first (both paths; steps of more than one layer). The model balances the two paths per
+  // layer, while the step waits per layer for the later of the two, and the first layer is
+  // unlike the rest: its GPU side streams over the step boundary's serial work and the early
+  // rounds, its CPU side starts the step. Mixtral 32 x 32K on the H200 (4 layers, run 144):
+  // the first layer's GPU attention 13.6-24.6 ms against 25-33 for the others, its CPU
+  // attention 24.6-29.4 against 19-22; their means came out level while layers 1-3 waited
+  // 5-12 ms each for the GPU with the CPU idle. false: the means over all layers.
+  bool steady_layer_samples = true;
 };
+
+// A worker's attention time per layer, the scheduler's sample (StepSample): its attended
+// tokens per layer and its attention time over `layers` layers, or with `steady_layers` and
+// more than one layer over the layers after the first (EngineOptions::steady_layer_samples).
+CostSample AttentionSample(const internal::StepResult& result, uint32_t layers,
+                           bool steady_layers);
 
 // What one Generate call reads: responses in order, then the end.
 class RequestStream {

@@ -78,6 +78,11 @@ ABSL_FLAG(uint32_t, mode_switch_hold_steps,
           "other is predicted to save more than a change of mode costs over this many steps, "
           "or the held steps' predicted losses add up to that cost (0: no hold)");
 
+ABSL_FLAG(bool, steady_layer_samples,
+          writescope::coordinator::EngineOptions{}.steady_layer_samples,
+          "the scheduler learns each path's attention time per layer from the layers after a "
+          "decode step's first (false: the means over all layers)");
+
 int main(int argc, char** argv) {
   using writescope::coordinator::Coordinator;
   writescope::BlockTerminationSignals();
@@ -128,6 +133,7 @@ int main(int argc, char** argv) {
     return EXIT_FAILURE;
   }
   options.engine.prefill_attention = *prefill_attention;
+  options.engine.steady_layer_samples = absl::GetFlag(FLAGS_steady_layer_samples);
   options.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   options.engine.queue_capacity = absl::GetFlag(FLAGS_queue_capacity);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

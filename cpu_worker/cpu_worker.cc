@@ -240,6 +240,7 @@ absl::StatusOr<internal::StepResult> CpuWorker::RunStep(const internal::StepPlan
   internal::StepResult result;
   result.set_step_id(plan.step_id());
   result.set_attention_ms(state->attention_ms);
+  result.set_first_layer_attention_ms(state->first_layer_attention_ms);
   result.set_expert_ms(state->expert_ms);
   result.set_attended_tokens(state->layout.cpu_host_tokens);
   result.set_num_layers(kv_config_.geometry.num_layers);
@@ -331,7 +332,9 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
                     header.layer, header.step_id, reply_bytes};
   std::memcpy(reply->data(), &h, sizeof(h));
   out.Commit();
-  (attention ? state->attention_ms : state->expert_ms) += MillisSince(start);
+  const double ms = MillisSince(start);
+  (attention ? state->attention_ms : state->expert_ms) += ms;
+  if (attention && header.layer == 0) state->first_layer_attention_ms = ms;
 }
 
 internal::WorkerStats CpuWorker::Stats() {

@@ -80,6 +80,7 @@ class CpuWorker final : public WorkerBackend {
     bool done = false;
     absl::Status status;  // the first failure of the CPU side
     double attention_ms = 0;
+    double first_layer_attention_ms = 0;  // of attention_ms, layer 0's
     double expert_ms = 0;
   };
   // The step a data-plane message belongs to; waits briefly for its RunStep to arrive

@@ -107,6 +107,7 @@ struct GpuStep::Step {
   std::vector<KvCache::TokenAppend> appends;  // a layer's decode rows (kv_write)
   std::vector<uint16_t> host_staging;  // the host side of the copies, alive until the end
   double attention_ms = 0;
+  double first_layer_attention_ms = 0;  // of attention_ms, layer 0's
   double expert_ms = 0;
   bool experts_here = false;  // plan.experts_on_gpu: DeviceExperts, no kExperts
   uint64_t expert_bytes_streamed = 0;
@@ -409,6 +410,7 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
     WS_RETURN_IF_ERROR(Logits(step, &result));
   }
   result.set_attention_ms(step.attention_ms);
+  result.set_first_layer_attention_ms(step.first_layer_attention_ms);
   result.set_expert_ms(step.expert_ms);
   result.set_expert_bytes_streamed(step.expert_bytes_streamed);
   result.set_expert_stream_wait_ms(step.expert_stream_wait_ms);
@@ -873,7 +875,9 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
     }
   }
   if (any_prefill) WS_RETURN_IF_ERROR(attend(lists));
-  step.attention_ms += MillisSince(start);
+  const double attention_ms = MillisSince(start);
+  step.attention_ms += attention_ms;
+  if (layer == 0) step.first_layer_attention_ms = attention_ms;
   if (options_.spans != nullptr) {
     options_.spans->Record("gpu_attention", gpu_start_ns, MonotonicNanos(), layout.step_id,
                            static_cast<int32_t>(layer));

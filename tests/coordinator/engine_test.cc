@@ -74,6 +74,7 @@ class FakeWorker final : public StepWorker {
     std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(attention_ns)));
     result.set_attended_tokens(attended);
     result.set_attention_ms(attention_ns / 1e6);
+    result.set_first_layer_attention_ms(attention_ns / 2 / 1e6);  // its layers alike
     if (!gpu_) return result;
     for (const internal::SequenceStep& step : plan.sequences()) {
       internal::SequenceResult* out = result.add_sequences();
@@ -691,6 +692,34 @@ TEST_F(EngineTest, CalibratesTheCpuPathFromTheCpuWorkersProbe) {
   // A worker without the probe says so.
   EXPECT_EQ(gpu_->ProbeCpuPath({}, absl::Seconds(1)).status().code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// The scheduler's attention samples: per layer, over the layers after the first by
+// default, over all of them when asked or where a step has one layer.
+TEST(AttentionSampleTest, LeavesTheFirstLayerOutWhenAsked) {
+  internal::StepResult result;
+  result.set_attended_tokens(1000);
+  result.set_attention_ms(40.0);  // 4 layers: 13 ms in the first, 9 in each of the others
+  result.set_first_layer_attention_ms(13.0);
+  const CostSample steady = AttentionSample(result, 4, true);
+  EXPECT_DOUBLE_EQ(steady.tokens, 1000.0);
+  EXPECT_DOUBLE_EQ(steady.ns, 9e6);
+  const CostSample mean = AttentionSample(result, 4, false);
+  EXPECT_DOUBLE_EQ(mean.tokens, 1000.0);
+  EXPECT_DOUBLE_EQ(mean.ns, 10e6);
+  // One layer: its own time either way.
+  result.set_attention_ms(13.0);
+  EXPECT_DOUBLE_EQ(AttentionSample(result, 1, true).ns, 13e6);
+  // No layers reported: the sum, never a division by zero.
+  EXPECT_DOUBLE_EQ(AttentionSample(result, 0, true).ns, 13e6);
+  // A worker that attended nothing.
+  internal::StepResult idle;
+  EXPECT_DOUBLE_EQ(AttentionSample(idle, 4, true).ns, 0.0);
+  EXPECT_DOUBLE_EQ(AttentionSample(idle, 4, true).tokens, 0.0);
+  // A first layer reported above the sum (clock noise) never gives a negative sample.
+  result.set_attention_ms(10.0);
+  result.set_first_layer_attention_ms(10.5);
+  EXPECT_DOUBLE_EQ(AttentionSample(result, 2, true).ns, 0.0);
 }
 
 TEST_F(EngineTest, SwitchingTheSchedulerRunsTheNextBenchUnderItsPolicy) {

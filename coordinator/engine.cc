@@ -983,6 +983,7 @@ absl::Status Engine::RunOneStep() {
     StepSample sample;
     sample.cpu = AttentionSample(*cpu_result, gpu_result->num_layers(), options_.steady_layer_samples);
     sample.gpu = AttentionSample(*gpu_result, gpu_result->num_layers(), options_.steady_layer_samples);
+    sample.cpu_expert_ns = cpu_result->expert_ms() * 1e6 / layers;
     // Without the hot experts' one-off upload, which is not step work.
     sample.step_ns = (MillisSince(step_start) - gpu_result->hot_upload_ms()) * 1e6 / layers;
     sample.early_rounds_missed = gpu_result->early_rounds_missed() > 0;

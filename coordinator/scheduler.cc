@@ -386,6 +386,7 @@ Scheduler::Scheduler(const PolicySpec& policy, const SchedulerOptions& options)
       cpu_(options.cpu_estimator),
       gpu_(options.gpu_estimator),
       gpu_only_(options.gpu_estimator),
+      gpu_probe_(options.gpu_estimator),
       rest_split_(std::numeric_limits<double>::quiet_NaN()),
       rest_gpu_only_(std::numeric_limits<double>::quiet_NaN()),
       target_(policy.adaptive() ? options.initial_cpu_share : policy.fixed_cpu_share()),
@@ -397,6 +398,7 @@ absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
   // The probe runs the GPU path alone: it is the GPU-only line's measurement too. The next
   // samples count their steps from now (the calibration is not an old sample to decay).
   WS_CHECK(gpu_only_.Calibrate(points).ok());
+  WS_CHECK(gpu_probe_.Calibrate(points).ok());
   // The GPU-only rest was measured against the old line: measure that mode again soon (the
   // probe runs the layers back to back, with nothing for the next layer's transfer to
   // overlap, so its line sits above what steps report; the rest absorbs the difference).
@@ -433,8 +435,12 @@ StepPrediction Scheduler::PredictPaths(const StepSample& sample) const {
 
 double Scheduler::PredictedAttentionNs(const StepSample& sample) const {
   if (sample.cpu.tokens > 0.0) {
-    return estimates_ready() ? PredictPaths(sample).step_ns
-                             : std::numeric_limits<double>::quiet_NaN();
+    if (!estimates_ready()) return std::numeric_limits<double>::quiet_NaN();
+    // The split's model at this step's tokens (the lines' own predictions, or the overlap
+    // model's: the GPU probe against the CPU's attention and experts).
+    const RooflineParams p = estimates();
+    return std::max(p.cpu_ns_per_token * sample.cpu.tokens + p.cpu_fixed_ns,
+                    p.gpu_ns_per_token * sample.gpu.tokens + p.gpu_fixed_ns);
   }
   return gpu_only_.ready() ? PredictPaths(sample).gpu_ns
                            : std::numeric_limits<double>::quiet_NaN();
@@ -552,6 +558,12 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     return steps;
   };
   const bool gpu_ran = !(sample.gpu.tokens == 0.0 && sample.gpu.ns == 0.0);
+  // The experts run whatever the mode: every step that measured them teaches their time.
+  if (sample.cpu_expert_ns > 0.0 && std::isfinite(sample.cpu_expert_ns) && !new_batch) {
+    expert_ns_ = std::isnan(expert_ns_)
+                     ? sample.cpu_expert_ns
+                     : expert_ns_ + options_.rest_ema_weight * (sample.cpu_expert_ns - expert_ns_);
+  }
   if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0) && !new_batch) {
     cpu_.Observe(sample.cpu, elapsed(cpu_sample_step_));
   }
@@ -810,6 +822,12 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
 }
 
 RooflineParams Scheduler::estimates() const {
+  if (OverlapModel()) {
+    return RooflineParams{.cpu_ns_per_token = cpu_.slope(),
+                          .gpu_ns_per_token = gpu_probe_.slope(),
+                          .cpu_fixed_ns = cpu_.intercept() + (std::isnan(expert_ns_) ? 0.0 : expert_ns_),
+                          .gpu_fixed_ns = gpu_probe_.intercept()};
+  }
   return RooflineParams{.cpu_ns_per_token = cpu_.slope(),
                         .gpu_ns_per_token = gpu_.slope(),
                         .cpu_fixed_ns = cpu_.intercept(),

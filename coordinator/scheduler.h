@@ -195,6 +195,9 @@ struct StepSample {
   // The whole step (planning to results) divided by the layers; 0: not measured. It
   // teaches the scheduler what the model of the attention phase leaves out (ReadDecision).
   double step_ns = 0.0;
+  // The cpu_worker's routed-expert time per layer (its StepResult.expert_ms over the layers);
+  // 0: not measured. SchedulerOptions::overlap_experts.
+  double cpu_expert_ns = 0.0;
   // The gpu_worker could not use whole the KV rounds it queued early for this step
   // (StepResult.early_rounds_missed): the step read otherwise than queued and paid for it.
   bool early_rounds_missed = false;
@@ -361,6 +364,19 @@ struct SchedulerOptions {
   // the last one (and any steps that taught nothing); the chosen mode's step after an
   // exploration weighs one step's.
   double rest_ema_weight = 0.25;
+  // The split's lines as the roofline of ARCHITECTURE.md §3 with the transfers overlapping
+  // the expert work: the GPU path is the gpu_worker's probe of it (CalibrateGpu: transfer and
+  // GPU attention alone, re-measured every recalibration_period_steps), and the CPU path's
+  // fixed cost c_C carries the CPU's routed-expert time per layer (an EMA of
+  // StepSample::cpu_expert_ns, weight rest_ema_weight), under which the next layer's KV
+  // streams. So r* is where a layer's transfers take as long as its CPU attention and
+  // experts. The split's attention time of a step, as its GPU path measures it, nets out
+  // what its transfers did under the layer before's experts; lines fitted through such
+  // samples, one share per batch, put r* where the DMA ran all step and the CPU idled
+  // (Mixtral 32 x 32K on the H200, run 145: 0.44, 181.9 ms steps; 0.495 later in the same
+  // runtime, 163.8 ms). Before the first GPU probe, and false: the lines fitted through the
+  // split steps' attention times.
+  bool overlap_experts = false;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
   // KV bytes of one token in one layer and the layer count: the monolithic
@@ -475,8 +491,14 @@ class Scheduler {
   double optimal_cpu_share() const { return optimal_; }
   // The host tokens the latest UpdateTarget computed r* for.
   double target_tokens() const { return target_tokens_; }
-  bool estimates_ready() const { return cpu_.ready() && gpu_.ready(); }
+  bool estimates_ready() const { return cpu_.ready() && (gpu_.ready() || OverlapModel()); }
+  // The split's model: A and c_C from the CPU line, B and c_G from the split's GPU line, or
+  // under overlap_experts (once probed) from the GPU probe, with the CPU's expert time added
+  // to c_C.
   RooflineParams estimates() const;
+  // The CPU's routed-expert time per layer the overlap model adds to c_C, ns (NaN until a
+  // step reported it).
+  double expert_ns() const { return expert_ns_; }
   RooflineBound Bound(uint64_t host_tokens) const {
     return ComputeRooflineBound(estimates(), static_cast<double>(host_tokens));
   }
@@ -510,6 +532,8 @@ class Scheduler {
  private:
   Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
   void SetTarget(double target, uint64_t host_tokens);
+  // overlap_experts is on and the GPU path has been probed.
+  bool OverlapModel() const { return options_.overlap_experts && gpu_probe_.ready(); }
   // Both ChooseDecodeReads: `cpu_tokens` per sequence where the reads are whole sequences,
   // nullptr where the placed tokens divide at any share.
   // `queued_readers`: the public overload's (empty without `cpu_tokens`).
@@ -522,6 +546,8 @@ class Scheduler {
   LinearCostEstimator cpu_;
   LinearCostEstimator gpu_;       // the GPU path on split steps
   LinearCostEstimator gpu_only_;  // the GPU path when the CPU attends nothing
+  LinearCostEstimator gpu_probe_;  // the GPU path alone: its latest probe (CalibrateGpu)
+  double expert_ns_ = std::numeric_limits<double>::quiet_NaN();  // overlap_experts' EMA
   double rest_split_;
   double rest_gpu_only_;
   double switch_cost_ = std::numeric_limits<double>::quiet_NaN();

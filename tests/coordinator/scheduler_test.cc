@@ -520,6 +520,74 @@ TEST(SchedulerTest, TheGpuProbeSeedsTheGpuOnlyLineFullyAndTheSplitLineLightly) {
   EXPECT_LT(scheduler->gpu_only_estimator().Predict(3000), 3000 * 50 + 10000 + 0.1 * 30000);
 }
 
+// overlap_experts: the split's model is the GPU probe's line against the CPU line plus the
+// CPU's expert time per layer. A split step's GPU attention nets out what its transfers did
+// under the layer before's experts (here 20 ms of a 48 ms transfer), which the lines fitted
+// through such samples take as a cheap GPU path.
+TEST(SchedulerTest, TheOverlapModelPitsTheGpuProbeAgainstTheCpusAttentionAndExperts) {
+  const CostSample gpu_probe[] = {{.tokens = 100000, .ns = 100000 * 80.0 + 50000},
+                                  {.tokens = 400000, .ns = 400000 * 80.0 + 50000}};
+  const CostSample cpu_probe[] = {{.tokens = 100000, .ns = 100000 * 40.0 + 200000},
+                                  {.tokens = 400000, .ns = 400000 * 40.0 + 200000}};
+  const StepSample step{.cpu = {400000, 400000 * 40.0 + 200000},
+                        .gpu = {600000, 20e6},
+                        .step_ns = 35e6,
+                        .cpu_expert_ns = 13e6};
+  double share[2];
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap_experts" : "lines");
+    SchedulerOptions options;
+    options.overlap_experts = overlap;
+    auto s = *Scheduler::Create("writescope", options);
+    WS_ASSERT_OK(s->CalibrateGpu(gpu_probe));
+    WS_ASSERT_OK(s->CalibrateCpu(cpu_probe));
+    for (int i = 0; i < 40; ++i) s->ObserveStep(step);
+    const RooflineParams p = s->estimates();
+    EXPECT_NEAR(p.cpu_ns_per_token, 40.0, 0.5);
+    EXPECT_NEAR(s->expert_ns(), 13e6, 1.0);
+    if (overlap) {
+      // The probe's line, whatever the split steps measured; the experts in c_C.
+      EXPECT_NEAR(p.gpu_ns_per_token, 80.0, 1e-9);
+      EXPECT_NEAR(p.gpu_fixed_ns, 50000, 1e-3);
+      EXPECT_NEAR(p.cpu_fixed_ns, 200000 + 13e6, 0.01 * 200000);
+      // A split step's attention as the model has it: the later of the CPU's attention and
+      // experts (16.2 + 13 ms) and the GPU's transfers (48.05 ms).
+      EXPECT_NEAR(s->PredictedAttentionNs(step), 600000 * 80.0 + 50000, 1e3);
+    } else {
+      EXPECT_LT(p.gpu_ns_per_token, 40.0);  // 20 ms over 600K tokens and the probe's pull
+      EXPECT_NEAR(s->PredictedAttentionNs(step),
+                  std::max(s->cpu_estimator().Predict(400000), s->gpu_estimator().Predict(600000)),
+                  1e-6);
+    }
+    share[overlap] = OptimalCpuShare(p, 1e6);
+  }
+  // r*: a layer's transfers as long as its CPU attention and experts,
+  // 80 / 120 + (0.05 - 13.2) ms / (120 ns x 1M) = 0.557.
+  EXPECT_NEAR(share[1], 80.0 / 120 + (50000 - 200000 - 13e6) / (120 * 1e6), 0.01);
+  EXPECT_LT(share[0], share[1] - 0.05);  // the lines: 0.47
+}
+
+// Before the GPU path is probed the overlap model has no GPU line: the lines serve, and
+// expert samples that are not finite and positive are not learned.
+TEST(SchedulerTest, TheOverlapModelWaitsForTheGpuProbe) {
+  SchedulerOptions options;
+  options.overlap_experts = true;
+  auto s = *Scheduler::Create("writescope", options);
+  EXPECT_FALSE(s->estimates_ready());
+  for (int i = 0; i < 10; ++i) {
+    s->ObserveStep({.cpu = {1000 + 100.0 * i, 40000 + 4000.0 * i},
+                    .gpu = {3000 - 100.0 * i, 120000 - 4000.0 * i},
+                    .cpu_expert_ns = i % 2 == 0 ? kNaN : -5.0});
+  }
+  ASSERT_TRUE(s->estimates_ready());
+  EXPECT_TRUE(std::isnan(s->expert_ns()));
+  const RooflineParams p = s->estimates();
+  EXPECT_DOUBLE_EQ(p.gpu_ns_per_token, s->gpu_estimator().slope());
+  EXPECT_DOUBLE_EQ(p.cpu_fixed_ns, s->cpu_estimator().intercept());
+  s->ObserveStep({.cpu = {2000, 80000}, .gpu = {2000, 80000}, .cpu_expert_ns = kInf});
+  EXPECT_TRUE(std::isnan(s->expert_ns()));
+}
+
 // ---------------------------------------------------------------------------------------
 // Steering.
 

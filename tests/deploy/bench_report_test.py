@@ -167,6 +167,21 @@ checks += [
     ("bound     7.00 ms (step / bound 0.86)" in joint_high, "a joint ceiling above it does not"),
 ]
 
+# The serial rest is the smallest of the policies' at the point: transfer-all's 5 - 2.0 - 0.5
+# = 2.5 ms against writescope's own 4 (which holds its waits for the later path): bound 3 +
+# 2.5 = 5.5 ms, step / bound 6 / 5.5 = 1.09.
+least_rest = run_report(
+    HEADER + "writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3\n"
+    "transfer-all,4,1,1256,8,200.0,5.0,2.0,0.0,0.5,2.0,0,0,0.5,0,4.8,5.0,5.2\n",
+    "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
+    "--cpu-tflops", "1000").stdout
+text += least_rest
+checks += [
+    ("bound     5.50 ms (step / bound 1.09)" in least_rest
+     and "serial rest   2.50 ms (writescope's own   4.00)" in least_rest,
+     "the serial rest is the least of the policies' at the point"),
+]
+
 # A CSV that records the trio's D-window (window_tokens): W=756 leaves 500 host tokens of the
 # 1256, 0.5 ms per layer either way; the experts' 0.5 ms per layer then bound the layer
 # (e >= H b): 2 ms for 4 layers + the rest's 4 = 6 ms, whatever --window-tokens says.

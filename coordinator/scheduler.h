@@ -375,7 +375,10 @@ struct SchedulerOptions {
   // samples, one share per batch, put r* where the DMA ran all step and the CPU idled
   // (Mixtral 32 x 32K on the H200, run 145: 0.44, 181.9 ms steps; 0.495 later in the same
   // runtime, 163.8 ms). Before the first GPU probe, and false: the lines fitted through the
-  // split steps' attention times.
+  // split steps' attention times. Off: in an A/B (run 146) it placed 0.477 on Mixtral (the
+  // split's CPU attention runs at 51 ns/token, the probe's at 44), 0.99x; on Qwen3 and
+  // DeepSeek it placed larger shares at 10 of 12 points and was slower at 5 of 6 each (up
+  // to 1.13x and 1.29x): there the GPU path's attention time is the better measure.
   bool overlap_experts = false;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;

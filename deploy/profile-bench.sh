@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Where a bench point's step time goes: per policy, one trio on synthetic weights, one
 # `wscope bench` point, then `wscope profile` of its last steps: OUT/profile-POLICY.json (the
-# Chrome trace of the three processes) and the per-phase summary on stdout.
+# Chrome trace of the three processes) and the per-phase summary on stdout, then the trace
+# per layer (deploy/profile_layers.py: each path's attention, which ended later and by how
+# much, the waits per step).
 #
 #   deploy/profile-bench.sh [--arch qwen3_moe] [--layers 4] [--batch 32] [--context 32768]
 #       [--policies "writescope cpu-all"] [--steps 4] [--out DIR] [--bin DIR] [--device cuda|host]
@@ -26,7 +28,7 @@ while [[ $# -gt 0 ]]; do
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --grid-first) GRID_FIRST="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,7 +47,8 @@ for policy in $POLICIES; do
   echo "== $policy, batch $BATCH x $CONTEXT"
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
     --decode_steps=8 --warmup_steps=8 || true
-  "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" \
-    --out="$OUT_DIR/profile-${policy//[^a-z0-9.-]/_}.json" || true
+  trace="$OUT_DIR/profile-${policy//[^a-z0-9.-]/_}.json"
+  "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" --out="$trace" || true
+  [[ -f $trace ]] && { python3 "$ROOT/deploy/profile_layers.py" "$trace" || true; }
   stop_trio
 done

@@ -72,8 +72,9 @@ CostSample AttentionSample(const internal::StepResult& result, uint32_t layers,
                            bool steady_layers) {
   const double tokens = static_cast<double>(result.attended_tokens());
   if (steady_layers && layers > 1) {
-    const double rest_ms = std::max(0.0, result.attention_ms() - result.first_layer_attention_ms());
-    return {tokens, rest_ms * 1e6 / (layers - 1)};
+    const double after_first_ms =
+        std::max(0.0, result.attention_ms() - result.first_layer_attention_ms());
+    return {tokens, after_first_ms * 1e6 / (layers - 1)};
   }
   return {tokens, result.attention_ms() * 1e6 / std::max<uint32_t>(1, layers)};
 }
@@ -981,8 +982,9 @@ absl::Status Engine::RunOneStep() {
   if (!any_prefill) {
     const double layers = std::max<uint32_t>(1, gpu_result->num_layers());
     StepSample sample;
-    sample.cpu = AttentionSample(*cpu_result, gpu_result->num_layers(), options_.steady_layer_samples);
-    sample.gpu = AttentionSample(*gpu_result, gpu_result->num_layers(), options_.steady_layer_samples);
+    const bool steady = options_.steady_layer_samples;
+    sample.cpu = AttentionSample(*cpu_result, gpu_result->num_layers(), steady);
+    sample.gpu = AttentionSample(*gpu_result, gpu_result->num_layers(), steady);
     sample.cpu_expert_ns = cpu_result->expert_ms() * 1e6 / layers;
     // Without the hot experts' one-off upload, which is not step work.
     sample.step_ns = (MillisSince(step_start) - gpu_result->hot_upload_ms()) * 1e6 / layers;

@@ -93,7 +93,9 @@ struct EngineOptions {
   // rounds, its CPU side starts the step. Mixtral 32 x 32K on the H200 (4 layers, run 144):
   // the first layer's GPU attention 13.6-24.6 ms against 25-33 for the others, its CPU
   // attention 24.6-29.4 against 19-22; their means came out level while layers 1-3 waited
-  // 5-12 ms each for the GPU with the CPU idle. false: the means over all layers.
+  // 5-12 ms each for the GPU with the CPU idle. A/B (runs 145, 147): steps 1.01-1.08x faster
+  // at 11 of 12 Qwen3 and DeepSeek points (DeepSeek 4 x 8K 0.98x), 1.03x at Mixtral 32 x 32K.
+  // false: the means over all layers.
   bool steady_layer_samples = true;
 };
 

@@ -825,7 +825,8 @@ RooflineParams Scheduler::estimates() const {
   if (OverlapModel()) {
     return RooflineParams{.cpu_ns_per_token = cpu_.slope(),
                           .gpu_ns_per_token = gpu_probe_.slope(),
-                          .cpu_fixed_ns = cpu_.intercept() + (std::isnan(expert_ns_) ? 0.0 : expert_ns_),
+                          .cpu_fixed_ns =
+                              cpu_.intercept() + (std::isnan(expert_ns_) ? 0.0 : expert_ns_),
                           .gpu_fixed_ns = gpu_probe_.intercept()};
   }
   return RooflineParams{.cpu_ns_per_token = cpu_.slope(),

@@ -22,7 +22,7 @@ __global__ void MergeSplitsKernel(const float* __restrict__ part_o,
                                   const float* __restrict__ part_lse, int32_t num_parts,
                                   int64_t rows, int32_t dim, float* __restrict__ o,
                                   float* __restrict__ lse) {
-  WaitForPrimaryGrid();  // before any early return: the grid ends only after the decode's
+  WaitForPrimaryGrid();  // before any early return, so that no CTA ends before the decode has
   const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;

@@ -11,7 +11,7 @@
 #                                     e2e trio, in order)
 #
 # decode: the GPU decode tables alone (attention_bench --no-cpu --no-prefill --no-overlap:
-#   the batch-1 anatomy, GQA and MLA with their L2 prefetch sweeps, the merges) at
+#   the batch-1 anatomy, GQA and MLA with their split-size sweeps, the merges) at
 #   WS_DECODE_TOKENS (8192,32768,131072) x WS_DECODE_BATCHES (1,4,8,32).
 # decode-old: the same tables from a second bundle, WS_OLD_BUNDLE (a tarball carried beside
 #   the first, e.g. dist/old.tar.gz built from another commit), unpacked to /tmp/ws-old: an
@@ -206,20 +206,21 @@ for step in "${steps[@]}"; do
         echo "ncu-decode: no ncu on this machine: skipped" | tee -a "$LOG"
       else
         deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+        # ncu_decode NAME KERNEL BENCH_FLAGS...: one decode kernel and its merge at 32K x 1.
         # The first decode call of each table is a warm-up; launches alternate decode,
         # merge: skip two pairs, profile the third.
-        run_step ncu-gqa 180 "$ncu" --clock-control none --set full \
-          -k 'regex:GqaDecodeTc|MergeSplitsVec' --launch-skip 4 --launch-count 2 \
-          -o /tmp/ncu-gqa /tmp/ws/run.sh attention_bench --no-cpu --no-prefill --no-overlap \
-          --no-mla --no-merge --models=qwen3 --tokens=32768 --batch=1 --iters=1
-        "$ncu" --import /tmp/ncu-gqa.ncu-rep --print-details all >/tmp/ncu-gqa.txt 2>&1 || true
-        python3 deploy/ncu_summary.py /tmp/ncu-gqa.txt >"$OUT/ncu-gqa.txt" || true
-        run_step ncu-mla 180 "$ncu" --clock-control none --set full \
-          -k 'regex:MlaDecodeTc|MergeSplitsVec' --launch-skip 4 --launch-count 2 \
-          -o /tmp/ncu-mla /tmp/ws/run.sh attention_bench --no-cpu --no-prefill --no-overlap \
-          --no-gqa --no-merge --tokens=32768 --batch=1 --iters=1
-        "$ncu" --import /tmp/ncu-mla.ncu-rep --print-details all >/tmp/ncu-mla.txt 2>&1 || true
-        python3 deploy/ncu_summary.py /tmp/ncu-mla.txt >"$OUT/ncu-mla.txt" || true
+        ncu_decode() {
+          local name=$1 kernel=$2
+          shift 2
+          run_step "ncu-$name" 180 "$ncu" --clock-control none --set full \
+            -k "regex:$kernel|MergeSplitsVec" --launch-skip 4 --launch-count 2 \
+            -o "/tmp/ncu-$name" /tmp/ws/run.sh attention_bench --no-cpu --no-prefill \
+            --no-overlap --no-merge --tokens=32768 --batch=1 --iters=1 "$@"
+          "$ncu" --import "/tmp/ncu-$name.ncu-rep" --print-details all >"/tmp/ncu-$name.txt" 2>&1 || true
+          python3 deploy/ncu_summary.py "/tmp/ncu-$name.txt" >"$OUT/ncu-$name.txt" || true
+        }
+        ncu_decode gqa GqaDecodeTc --no-mla --models=qwen3
+        ncu_decode mla MlaDecodeTc --no-gqa
         # The decode kernels' machine code (cuobjdump ships with the toolkit there).
         cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
         "$cuobjdump" -sass /tmp/ws/bin/attention_bench 2>/dev/null |

@@ -60,6 +60,10 @@ def main():
     layers = sorted({k[3] for k in spans
                      if k[1] in ("gpu_attention", "cpu_attention") and k[3] is not None
                      and k[3] >= 0})
+    dma_us = defaultdict(float)  # per step
+    for (process, name, step, _), found in spans.items():
+        if process == "gpu_worker" and name == "dma":
+            dma_us[step] += sum(d for _, d in found)
     per_layer = defaultdict(lambda: defaultdict(list))
     print(f"{args.trace}: {len(steps)} steps, {len(layers)} layers")
     print("per step (ms): step, the GPU's waits for the CPU and the CPU's for the GPU summed "
@@ -85,11 +89,9 @@ def main():
                     cpu_waits += gap
                 else:
                     gpu_waits -= gap
-        dma = sum(d for (process, name, s, _), found in spans.items()
-                  if process == "gpu_worker" and name == "dma" and s == step for _, d in found)
         step_ms = step_span[1] / 1e3 if step_span else float("nan")
         print(f"  step {step}: {step_ms:8.2f}  GPU waited {gpu_waits:7.2f}  CPU waited "
-              f"{cpu_waits:7.2f}  DMA {dma / 1e3:8.2f}")
+              f"{cpu_waits:7.2f}  DMA {dma_us[step] / 1e3:8.2f}")
     print("per layer (ms, medians over the steps):")
     print("  layer  gpu attn  cpu attn   later by   experts")
     for layer in layers:

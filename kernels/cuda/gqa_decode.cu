@@ -41,7 +41,7 @@ namespace {
 constexpr int kTcWarps = 4;
 constexpr int kTcStep = 16;  // tokens per warp step: the k of the P V mma
 constexpr int kTcMaxGroup = 8;
-// 3 CTAs per SM cap the registers at 168 (168 used at head_dim 128, no spills: check
+// 3 CTAs per SM cap the registers at 168 (166 used at head_dim 128, no spills: check
 // -Xptxas -v after any change; Q lives in shared memory to stay there). Measured on the H200
 // against 2 (176 registers) and 4 (128, spills): 3 was fastest on every shape at >= 32K; a
 // variant at 2 CTAs with the next step's K/V loading into a second register buffer (252

@@ -359,6 +359,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_gpu_hot_expert_ms(r.gpu_hot_expert_ms);
       step->set_hot_pair_share(r.hot_pair_share);
       step->set_early_rounds_missed(r.early_rounds_missed);
+      step->set_transfer_ms(r.transfer_ms);
+      step->set_gpu_waited_cpu_ms(r.gpu_waited_cpu_ms);
     }
   }
   if (response.steps_size() == 0) {
@@ -1021,6 +1023,8 @@ absl::Status Engine::RunOneStep() {
   record.cpu_expert_ms = cpu_result->expert_ms();
   record.gpu_hot_expert_ms = gpu_result->hot_expert_ms();
   record.early_rounds_missed = gpu_result->early_rounds_missed();
+  record.transfer_ms = gpu_result->transfer_ms();
+  record.gpu_waited_cpu_ms = gpu_result->cpu_attention_wait_ms();
   if (gpu_result->routed_pairs() > 0) {
     record.hot_pair_share = static_cast<double>(gpu_result->hot_expert_pairs()) /
                             static_cast<double>(gpu_result->routed_pairs());

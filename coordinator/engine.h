@@ -255,6 +255,8 @@ class Engine {
     double rest_split_ms = 0, rest_gpu_only_ms = 0;  // the rests behind them
     double gpu_hot_expert_ms = 0, hot_pair_share = 0;
     uint32_t early_rounds_missed = 0;  // StepResult.early_rounds_missed
+    double transfer_ms = 0;            // StepResult.transfer_ms (0: not timed)
+    double gpu_waited_cpu_ms = 0;      // StepResult.cpu_attention_wait_ms
     uint64_t host_tokens = 0;   // per layer, both regions, this step's sequences
     double bound_ms = 0;        // the roofline bound of its attention, all layers (0: no estimates)
     double end_unix_s = 0;      // wall clock at the step's end, seconds since the Unix epoch

@@ -89,6 +89,11 @@ def load(path):
                     # and 0 (never a valid W) reads as unknown too.
                     "window_tokens": (int(row["window_tokens"]) or None)
                     if row.get("window_tokens") else None,
+                    # The copy engine's time on the step's KV rounds and the GPU's waits for
+                    # the CPU's attention (CSVs of later benches); None before.
+                    "transfer_ms": float(row["transfer_ms"]) if row.get("transfer_ms") else None,
+                    "gpu_waited_cpu_ms": float(row["gpu_waited_cpu_ms"])
+                    if row.get("gpu_waited_cpu_ms") else None,
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -113,8 +118,9 @@ def merge_repeats(rows):
         # Equal work per repeat: the throughput of all of it is the harmonic mean.
         if all(g["tokens_per_s"] > 0 for g in group):
             out["tokens_per_s"] = len(group) / sum(1 / g["tokens_per_s"] for g in group)
-        reads = [g["read_cpu_share"] for g in group if g["read_cpu_share"] is not None]
-        out["read_cpu_share"] = sum(reads) / len(reads) if reads else None
+        for field in ("read_cpu_share", "transfer_ms", "gpu_waited_cpu_ms"):
+            known = [g[field] for g in group if g[field] is not None]
+            out[field] = sum(known) / len(known) if known else None
         if all(g["p10"] is not None and g["p90"] is not None for g in group):
             out["p10"] = min(g["p10"] for g in group)
             out["p90"] = max(g["p90"] for g in group)
@@ -355,6 +361,19 @@ def main():
               "is the trios' or the CPU attention's before them; \"+ x GPU (y %)\": the hot "
               "experts' time on the GPU beside them and their share of the pairs), per point:",
               experts)
+
+    def copies(policy, r):
+        if r["transfer_ms"] is None:
+            return f"{policy} -"
+        busy = 100 * r["transfer_ms"] / r["step_ms"] if r["step_ms"] > 0 else float("nan")
+        waited = ("" if r["gpu_waited_cpu_ms"] is None
+                  else f", GPU waited {r['gpu_waited_cpu_ms']:.2f} for the CPU")
+        return f"{policy} {r['transfer_ms']:.2f} ({busy:.0f} %{waited})"
+
+    if any(r["transfer_ms"] is not None for points in by.values() for r in points.values()):
+        per_point("\nThe copy engine on the KV rounds (ms per step, and its share of the step: near "
+                  "100 % the transfers bound the step) and the GPU's waits for the CPU's attention "
+                  "(ms per step, all layers), per point:", copies)
 
     if args.ceilings:
         shape = SHAPES[args.ceilings]

@@ -94,7 +94,9 @@ struct GpuStep::Step {
   TransferPlan transfer;
   uint32_t chunks = 0;
   bool transfer_begun = false;  // round 0 queued (KvCache::BeginTransfer)
-  bool time_dma = false;        // the ping-pong copies are timed ("dma" spans)
+  // The ping-pong copies are timed: StepResult.transfer_ms, and with profiling the "dma" spans.
+  bool time_dma = false;
+  double transfer_ms = 0;  // StepResult.transfer_ms (TimeRounds)
   // The next step's early rounds go after the last layer's GPU attention
   // (GpuStepOptions::early_rounds_after_attention; off for the start-up probe's steps).
   bool early_rounds_in_last_layer = false;
@@ -108,6 +110,7 @@ struct GpuStep::Step {
   std::vector<uint16_t> host_staging;  // the host side of the copies, alive until the end
   double attention_ms = 0;
   double first_layer_attention_ms = 0;  // of attention_ms, layer 0's
+  double cpu_attention_wait_ms = 0;  // StepResult.cpu_attention_wait_ms
   double expert_ms = 0;
   bool experts_here = false;  // plan.experts_on_gpu: DeviceExperts, no kExperts
   uint64_t expert_bytes_streamed = 0;
@@ -346,8 +349,9 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   }
   WS_ASSIGN_OR_RETURN(step.transfer, BuildTransferPlan(config, batch));
   step.chunks = static_cast<uint32_t>(step.transfer.chunks.size());
-  // Time the ping-pong copies on the device (the profile's "dma" spans).
-  const bool time_dma = options_.spans != nullptr && step.transfer.num_rounds() > 0;
+  // Time the ping-pong copies on the device (StepResult.transfer_ms, the profile's "dma" spans).
+  const bool time_dma =
+      (options_.spans != nullptr || options_.time_transfers) && step.transfer.num_rounds() > 0;
   kv_cache_->set_time_rounds(time_dma);
   step.time_dma = time_dma;
   // Not in a step with prompt chunks either: their uploads past the SM copies' size go
@@ -419,6 +423,8 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   result.set_routed_pairs(static_cast<uint64_t>(step.routed_pairs));
   result.set_attended_tokens(layout.transfer_host_tokens);
   result.set_early_rounds_missed(step.early_rounds_missed);
+  result.set_transfer_ms(step.transfer_ms);
+  result.set_cpu_attention_wait_ms(step.cpu_attention_wait_ms);
   result.set_num_layers(g.num_layers);
   result.set_step_ms(MillisSince(start));
   if (hot_ != nullptr && hot_->EndStep(static_cast<int64_t>(layout.total_tokens))) {
@@ -498,8 +504,8 @@ absl::StatusOr<internal::PathProbeResponse> GpuStep::ProbeGpuPath(
 
 absl::Status GpuStep::QueueNextStepRounds(Step& step) {
   if (std::exchange(step.next_rounds_queued, true)) return absl::OkStatus();
-  // This step's rounds are all read: their spans are taken before the markers are reset.
-  if (step.time_dma) RecordDmaSpans(step);
+  // This step's rounds are all read: their times are taken before the markers are reset.
+  if (step.time_dma) TimeRounds(step);
   // Not where small uploads wait for the copy engine: the logits' and the next layer 0's
   // uploads would queue behind. After an exploration's last step, the next one most likely
   // reads as the step before the exploration did, so those rounds go (rounds the next step
@@ -511,7 +517,7 @@ absl::Status GpuStep::QueueNextStepRounds(Step& step) {
   const TransferPlan& next_rounds = back_from_exploring ? last_transfer_ : step.transfer;
   if (options_.prefetch_next_step && step.transfer_begun &&
       !device_->small_uploads_wait_for_transfers()) {
-    if (options_.spans != nullptr) {
+    if (options_.spans != nullptr || options_.time_transfers) {
       // The anchor is taken on the compute stream (the last attention is done, or the
       // streams are idle at the step's end).
       WS_RETURN_IF_ERROR(device_->ResetMarkers());
@@ -526,19 +532,24 @@ absl::Status GpuStep::QueueNextStepRounds(Step& step) {
   return absl::OkStatus();
 }
 
-void GpuStep::RecordDmaSpans(const Step& step) {
+void GpuStep::TimeRounds(Step& step) {
   const std::vector<std::pair<int, int>>& markers = kv_cache_->round_markers();
+  uint64_t total_ns = 0;
   for (uint32_t round = 0; round < markers.size(); ++round) {
     if (markers[round].first < 0) continue;
     absl::StatusOr<uint64_t> start = device_->MarkerNanos(markers[round].first);
     absl::StatusOr<uint64_t> end = device_->MarkerNanos(markers[round].second);
     if (!start.ok() || !end.ok()) {
       WS_LOG(WARNING) << "timing the transfer: " << (start.ok() ? end.status() : start.status());
-      return;
+      return;  // transfer_ms stays 0: not timed
     }
-    options_.spans->Record("dma", *start, *end, step.layout.step_id,
-                           static_cast<int32_t>(step.transfer.layer_of_round(round)));
+    total_ns += *end > *start ? *end - *start : 0;
+    if (options_.spans != nullptr) {
+      options_.spans->Record("dma", *start, *end, step.layout.step_id,
+                             static_cast<int32_t>(step.transfer.layer_of_round(round)));
+    }
   }
+  step.transfer_ms = static_cast<double>(total_ns) / 1e6;
 }
 
 absl::Status GpuStep::RunLayers(Step& step) {
@@ -894,9 +905,11 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
     {
       SpanRecorder::Scope span(options_.spans, "cpu_attention_wait", layout.step_id,
                                static_cast<int32_t>(layer));
+      const auto wait_start = Clock::now();
       WS_RETURN_IF_ERROR(Receive(DataPlaneMessage::kAttentionResult, layout.step_id, layer,
                                  absl::MakeSpan(reinterpret_cast<std::byte*>(cpu.data()),
                                                 cpu.size() * sizeof(float))));
+      step.cpu_attention_wait_ms += MillisSince(wait_start);
     }
     SpanRecorder::Scope span(options_.spans, "merge", layout.step_id, static_cast<int32_t>(layer));
     const float* cpu_lse = cpu.data() + layout.cpu_tokens * heads * o_dim;

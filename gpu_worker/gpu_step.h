@@ -87,6 +87,10 @@ struct GpuStepOptions {
   // (Mixtral 16 x 8K, 4 x 32K: 0.5 GB a layer, the ping-pong buffers 0.94 GiB each) the first
   // layer's whole transfer (9-10 ms at 55 GB/s) then lies in the next step.
   bool early_rounds_after_attention = true;
+  // Time every step's KV rounds on the device (two markers per round on the copy stream) and
+  // report the copy engine's time on them (StepResult.transfer_ms), which the scheduler's DMA
+  // line learns from. With profiling on they are timed whatever this says (the "dma" spans).
+  bool time_transfers = true;
 };
 
 class GpuStep {
@@ -136,11 +140,12 @@ class GpuStep {
   // The warm-up is over: choose the resident set and upload it (between steps). Returns
   // the time it took, ms.
   double ChooseHotExperts(uint64_t step_id);
-  // The ping-pong copies of the step as "dma" spans, from the device's markers.
-  void RecordDmaSpans(const Step& step);
+  // The copy engine's time on the step's ping-pong rounds, from the device's markers, into
+  // step.transfer_ms (0 when a marker cannot be read), and with profiling the "dma" spans.
+  void TimeRounds(Step& step);
   // The next step's first rounds, early (KvCache::QueueEarlyRounds; GpuStepOptions::
   // prefetch_next_step), once per step: after the last layer's GPU attention
-  // (early_rounds_after_attention) or at the step's end. Records the step's DMA spans first
+  // (early_rounds_after_attention) or at the step's end. Times the step's rounds first
   // when it times them (the markers are reset for the early rounds).
   absl::Status QueueNextStepRounds(Step& step);
   // Data plane.

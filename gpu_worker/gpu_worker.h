@@ -42,6 +42,8 @@ struct GpuWorkerOptions {
   // ... as soon as the last layer's GPU attention is done
   // (GpuStepOptions::early_rounds_after_attention).
   bool early_rounds_after_attention = true;
+  // Time every step's KV rounds on the device (GpuStepOptions::time_transfers).
+  bool time_transfers = true;
   // The SwiGLU MLPs (dense layers, shared experts) as one device chain where the matrix
   // products run on the device (DeviceLinear::SwiGlu); false: through its Linear, three
   // round trips with the activation on the host.

@@ -37,6 +37,11 @@ ABSL_FLAG(bool, early_rounds_after_attention, true,
           "attention done), so that they copy under that layer's experts; false: at the end "
           "of the step");
 
+ABSL_FLAG(bool, time_transfers, true,
+          "Time each step's KV rounds on the device (two events per round) and report the "
+          "copy engine's time on them, from which the coordinator's scheduler learns how "
+          "long the transfers take");
+
 ABSL_FLAG(bool, device_swiglu, true,
           "The dense MLPs' and shared experts' SwiGLU on the device as one chain (one upload, "
           "one download); false: three products with the activation on the host between them");
@@ -82,6 +87,7 @@ int main(int argc, char** argv) {
        .hot_experts_max_bytes = static_cast<uint64_t>(max_gib * 1073741824.0),
        .prefetch_next_step = absl::GetFlag(FLAGS_prefetch_next_step),
        .early_rounds_after_attention = absl::GetFlag(FLAGS_early_rounds_after_attention),
+       .time_transfers = absl::GetFlag(FLAGS_time_transfers),
        .device_swiglu = absl::GetFlag(FLAGS_device_swiglu)});
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});

@@ -633,6 +633,13 @@ def check_bench_policies(env, trio):
               "bench --policies: cpu-all's rows read on the CPU, transfer-all's place nothing there",
               "; ".join(f"{r['policy']} target {r['target_cpu_share']} placed "
                         f"{r['placed_cpu_share']} read {r['read_cpu_share']}" for r in rows))
+        # The gpu_worker times the KV rounds it streams: transfer-all streams every host token,
+        # cpu-all none.
+        check(all(float(r["transfer_ms"]) > 0 for r in transfer_all) and
+              all(float(r["transfer_ms"]) == 0 for r in cpu_all),
+              "bench --policies: the copy engine's time per step, > 0 where the GPU streamed KV, "
+              "0 where it streamed none",
+              "; ".join(f"{r['policy']} transfer_ms {r.get('transfer_ms')}" for r in rows))
     after = trio.info()
     check(after.get("policy") == "cpu-all",
           f"bench --policies: the last policy benched (cpu-all) is the server's now "

@@ -987,9 +987,19 @@ absl::Status Engine::RunOneStep() {
     const bool steady = options_.steady_layer_samples;
     sample.cpu = AttentionSample(*cpu_result, gpu_result->num_layers(), steady);
     sample.gpu = AttentionSample(*gpu_result, gpu_result->num_layers(), steady);
-    sample.cpu_expert_ns = cpu_result->expert_ms() * 1e6 / layers;
     // Without the hot experts' one-off upload, which is not step work.
     sample.step_ns = (MillisSince(step_start) - gpu_result->hot_upload_ms()) * 1e6 / layers;
+    // The DMA bound's measures (SchedulerOptions::dma_bound): the copy engine's time on the
+    // rounds; what the CPU's chain spends beyond sample.cpu: the step outside each layer's
+    // later path (the GPU's attention and its wait for the CPU's partial), and the CPU's
+    // attention over all layers beyond the sample's.
+    sample.dma_ns = gpu_result->transfer_ms() * 1e6 / layers;
+    if (sample.dma_ns > 0.0 && sample.cpu.tokens > 0.0) {
+      const double later_ms = gpu_result->attention_ms() + gpu_result->cpu_attention_wait_ms();
+      sample.cpu_chain_extra_ns =
+          std::max(0.0, sample.step_ns - later_ms * 1e6 / layers +
+                            cpu_result->attention_ms() * 1e6 / layers - sample.cpu.ns);
+    }
     sample.early_rounds_missed = gpu_result->early_rounds_missed() > 0;
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     if (scheduler_->estimates_ready()) {

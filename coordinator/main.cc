@@ -83,10 +83,10 @@ ABSL_FLAG(bool, steady_layer_samples,
           "the scheduler learns each path's attention time per layer from the layers after a "
           "decode step's first (false: the means over all layers)");
 
-ABSL_FLAG(bool, overlap_experts, writescope::coordinator::SchedulerOptions{}.overlap_experts,
-          "writescope: the split's model is the GPU path's probe against the CPU's attention "
-          "plus its expert time per layer, under which the next layer's KV streams (false: "
-          "lines fitted through the split steps' attention times)");
+ABSL_FLAG(bool, dma_bound, writescope::coordinator::SchedulerOptions{}.dma_bound,
+          "writescope: a split's GPU path takes at least its KV rounds' copy time (as the "
+          "gpu_worker times it) less what the CPU's chain spends beyond its attention (the "
+          "experts, serial work), under which they copy on; false: the attention lines alone");
 
 int main(int argc, char** argv) {
   using writescope::coordinator::Coordinator;
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   options.scheduler.settle_missed_rounds = absl::GetFlag(FLAGS_settle_missed_rounds);
   options.scheduler.mode_switch_hold_steps = absl::GetFlag(FLAGS_mode_switch_hold_steps);
   options.scheduler.hold_queued_readers = absl::GetFlag(FLAGS_hold_queued_readers);
-  options.scheduler.overlap_experts = absl::GetFlag(FLAGS_overlap_experts);
+  options.scheduler.dma_bound = absl::GetFlag(FLAGS_dma_bound);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -386,7 +386,7 @@ Scheduler::Scheduler(const PolicySpec& policy, const SchedulerOptions& options)
       cpu_(options.cpu_estimator),
       gpu_(options.gpu_estimator),
       gpu_only_(options.gpu_estimator),
-      gpu_probe_(options.gpu_estimator),
+      dma_(options.gpu_estimator),
       rest_split_(std::numeric_limits<double>::quiet_NaN()),
       rest_gpu_only_(std::numeric_limits<double>::quiet_NaN()),
       target_(policy.adaptive() ? options.initial_cpu_share : policy.fixed_cpu_share()),
@@ -398,7 +398,6 @@ absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
   // The probe runs the GPU path alone: it is the GPU-only line's measurement too. The next
   // samples count their steps from now (the calibration is not an old sample to decay).
   WS_CHECK(gpu_only_.Calibrate(points).ok());
-  WS_CHECK(gpu_probe_.Calibrate(points).ok());
   // The GPU-only rest was measured against the old line: measure that mode again soon (the
   // probe runs the layers back to back, with nothing for the next layer's transfer to
   // overlap, so its line sits above what steps report; the rest absorbs the difference).
@@ -436,11 +435,11 @@ StepPrediction Scheduler::PredictPaths(const StepSample& sample) const {
 double Scheduler::PredictedAttentionNs(const StepSample& sample) const {
   if (sample.cpu.tokens > 0.0) {
     if (!estimates_ready()) return std::numeric_limits<double>::quiet_NaN();
-    // The split's model at this step's tokens (the lines' own predictions, or the overlap
-    // model's: the GPU probe against the CPU's attention and experts).
+    // The split's model at this step's tokens (PredictSplit's).
     const RooflineParams p = estimates();
-    return std::max(p.cpu_ns_per_token * sample.cpu.tokens + p.cpu_fixed_ns,
-                    p.gpu_ns_per_token * sample.gpu.tokens + p.gpu_fixed_ns);
+    double gpu_ns = p.gpu_ns_per_token * sample.gpu.tokens + p.gpu_fixed_ns;
+    if (DmaBound()) gpu_ns = std::max(gpu_ns, dma_.Predict(sample.gpu.tokens) - chain_extra_ns_);
+    return std::max(p.cpu_ns_per_token * sample.cpu.tokens + p.cpu_fixed_ns, gpu_ns);
   }
   return gpu_only_.ready() ? PredictPaths(sample).gpu_ns
                            : std::numeric_limits<double>::quiet_NaN();
@@ -558,16 +557,21 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     return steps;
   };
   const bool gpu_ran = !(sample.gpu.tokens == 0.0 && sample.gpu.ns == 0.0);
-  // The experts run whatever the mode: every step that measured them teaches their time.
-  if (sample.cpu_expert_ns > 0.0 && std::isfinite(sample.cpu_expert_ns) && !new_batch) {
-    expert_ns_ = std::isnan(expert_ns_)
-                     ? sample.cpu_expert_ns
-                     : expert_ns_ + options_.rest_ema_weight * (sample.cpu_expert_ns - expert_ns_);
-  }
   if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0) && !new_batch) {
     cpu_.Observe(sample.cpu, elapsed(cpu_sample_step_));
   }
   if (settling) return;
+  // The DMA bound's two measures, from split steps that settled (one that reads otherwise
+  // than its queued rounds copies other bytes than its tokens').
+  if (split && sample.gpu.tokens > 0.0 && sample.dma_ns > 0.0 && std::isfinite(sample.dma_ns)) {
+    dma_.Observe({sample.gpu.tokens, sample.dma_ns}, elapsed(dma_sample_step_));
+  }
+  if (split && sample.cpu_chain_extra_ns > 0.0 && std::isfinite(sample.cpu_chain_extra_ns)) {
+    chain_extra_ns_ = std::isnan(chain_extra_ns_)
+                          ? sample.cpu_chain_extra_ns
+                          : chain_extra_ns_ + options_.rest_ema_weight *
+                                                  (sample.cpu_chain_extra_ns - chain_extra_ns_);
+  }
   if (gpu_ran && (split || policy_.kind != PolicyKind::kWriteScope)) {
     gpu_.Observe(sample.gpu, elapsed(gpu_sample_step_));
   }
@@ -658,10 +662,9 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   ++read_decisions_;
   // An exploration whose step never reported (it failed) is not judged.
   if (explore_steps_left_ == 0) explore_pending_ = false;
-  const RooflineParams params = estimates();
   // The split runs at the share whole sequences make (at least one): predicted at r* that
   // rounds to no sequence, it would run as GPU-only and never be measured.
-  const double split_wanted = std::min(OptimalCpuShare(params, tokens), placed);
+  const double split_wanted = std::min(SplitShare(tokens), placed);
   auto split_readers = readers(split_wanted, split_wanted > 0.0);
   // With no rest measured yet a mode counts as costing only its attention; the first
   // exploration measures it.
@@ -693,8 +696,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     if (queued_tokens > 0 && queued != split_readers.second) {
       const double queued_share =
           static_cast<double>(queued_tokens) / static_cast<double>(host_tokens);
-      const double held_ns = PredictStep(params, queued_share, tokens).step_ns;
-      const double new_ns = PredictStep(params, split_readers.first, tokens).step_ns;
+      const double held_ns = PredictSplit(queued_share, tokens).step_ns;
+      const double new_ns = PredictSplit(split_readers.first, tokens).step_ns;
       const double gain_ns = std::max(0.0, held_ns - new_ns);
       const bool held_loses_to_gpu_only =
           decision.gpu_only_ns < held_ns + rest(rest_split_) &&
@@ -708,7 +711,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     }
   }
   const double split_share = split_readers.first;
-  decision.split_ns = PredictStep(params, split_share, tokens).step_ns + rest(rest_split_);
+  decision.split_ns = PredictSplit(split_share, tokens).step_ns + rest(rest_split_);
   // r* = 0 makes the split the GPU-only mode under the split's (contended) line.
   bool split = split_share > 0.0 && !(decision.gpu_only_ns < decision.split_ns);
   // The mode whose rounds are queued is kept unless the other saves more than a change costs
@@ -802,8 +805,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     if (continues_exploration && explore_share_ > 0.0 && explore_share_ <= placed &&
         explore_share_ != share) {
       auto [held_share, held_chosen] = readers(explore_share_, true);
-      const double held_ns = PredictStep(params, held_share, tokens).step_ns;
-      const double new_ns = PredictStep(params, share, tokens).step_ns;
+      const double held_ns = PredictSplit(held_share, tokens).step_ns;
+      const double new_ns = PredictSplit(share, tokens).step_ns;
       if (held_ns - new_ns <= options_.exploration_share_hold * (new_ns + rest(rest_split_))) {
         share = held_share;
         chosen = std::move(held_chosen);
@@ -822,17 +825,34 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
 }
 
 RooflineParams Scheduler::estimates() const {
-  if (OverlapModel()) {
-    return RooflineParams{.cpu_ns_per_token = cpu_.slope(),
-                          .gpu_ns_per_token = gpu_probe_.slope(),
-                          .cpu_fixed_ns =
-                              cpu_.intercept() + (std::isnan(expert_ns_) ? 0.0 : expert_ns_),
-                          .gpu_fixed_ns = gpu_probe_.intercept()};
-  }
   return RooflineParams{.cpu_ns_per_token = cpu_.slope(),
                         .gpu_ns_per_token = gpu_.slope(),
                         .cpu_fixed_ns = cpu_.intercept(),
                         .gpu_fixed_ns = gpu_.intercept()};
+}
+
+double Scheduler::SplitShare(double host_tokens) const {
+  const RooflineParams lines = estimates();
+  const double share = OptimalCpuShare(lines, host_tokens);
+  if (!DmaBound()) return share;
+  // The GPU path is the larger of two falling lines, the CPU's a rising one: the larger of
+  // the two paths is least at the later of the CPU line's crossings with each (C = G, and
+  // C + Q = D).
+  const RooflineParams transfers{.cpu_ns_per_token = lines.cpu_ns_per_token,
+                                 .gpu_ns_per_token = dma_.slope(),
+                                 .cpu_fixed_ns = lines.cpu_fixed_ns + chain_extra_ns_,
+                                 .gpu_fixed_ns = dma_.intercept()};
+  return std::max(share, OptimalCpuShare(transfers, host_tokens));
+}
+
+StepPrediction Scheduler::PredictSplit(double cpu_share, double host_tokens) const {
+  StepPrediction p = PredictStep(estimates(), cpu_share, host_tokens);
+  if (!DmaBound() || std::isnan(p.gpu_ns)) return p;
+  const double r = std::isnan(cpu_share) ? 0.0 : std::clamp(cpu_share, 0.0, 1.0);
+  const double tokens = std::isnan(host_tokens) ? 0.0 : std::max(0.0, host_tokens);
+  p.gpu_ns = std::max(p.gpu_ns, dma_.Predict((1.0 - r) * tokens) - chain_extra_ns_);
+  p.step_ns = std::max(p.cpu_ns, p.gpu_ns);
+  return p;
 }
 
 double Scheduler::UpdateTarget(uint64_t host_tokens) {
@@ -840,7 +860,7 @@ double Scheduler::UpdateTarget(uint64_t host_tokens) {
   if (!estimates_ready()) return target_;
   target_tokens_ = std::max(static_cast<double>(host_tokens),
                             target_tokens_ * (1.0 - options_.target_tokens_decay));
-  optimal_ = OptimalCpuShare(estimates(), target_tokens_);
+  optimal_ = SplitShare(target_tokens_);
   const double wanted =
       std::clamp(optimal_, options_.probe_share, 1.0 - options_.probe_share);
   if (!target_from_estimates_) {
@@ -877,7 +897,7 @@ double Scheduler::PlacementShare(uint64_t host_tokens_after) const {
     return target_;
   }
   const double tokens = std::max(static_cast<double>(host_tokens_after), target_tokens_);
-  return std::clamp(OptimalCpuShare(estimates(), tokens), options_.probe_share,
+  return std::clamp(SplitShare(tokens), options_.probe_share,
                     1.0 - options_.probe_share);
 }
 

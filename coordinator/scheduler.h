@@ -195,9 +195,17 @@ struct StepSample {
   // The whole step (planning to results) divided by the layers; 0: not measured. It
   // teaches the scheduler what the model of the attention phase leaves out (ReadDecision).
   double step_ns = 0.0;
-  // The cpu_worker's routed-expert time per layer (its StepResult.expert_ms over the layers);
-  // 0: not measured. SchedulerOptions::overlap_experts.
-  double cpu_expert_ns = 0.0;
+  // The copy engine's time per layer on the KV rounds that streamed gpu.tokens (the
+  // gpu_worker's StepResult.transfer_ms over the layers); 0: not measured.
+  // SchedulerOptions::dma_bound.
+  double dma_ns = 0.0;
+  // What the CPU's chain spent per layer beyond cpu.ns, its waits for the GPU left out: the
+  // step less each layer's later path (the GPU's attention and its wait for the CPU's
+  // partial, StepResult.cpu_attention_wait_ms), over the layers (the experts and the serial
+  // work), plus the CPU's attention over all layers less cpu.ns (the first layer, which
+  // steady-layer samples leave out). The CPU's chain alone takes cpu.ns + this per layer. 0:
+  // not measured. SchedulerOptions::dma_bound.
+  double cpu_chain_extra_ns = 0.0;
   // The gpu_worker could not use whole the KV rounds it queued early for this step
   // (StepResult.early_rounds_missed): the step read otherwise than queued and paid for it.
   bool early_rounds_missed = false;
@@ -364,22 +372,23 @@ struct SchedulerOptions {
   // the last one (and any steps that taught nothing); the chosen mode's step after an
   // exploration weighs one step's.
   double rest_ema_weight = 0.25;
-  // The split's lines as the roofline of ARCHITECTURE.md §3 with the transfers overlapping
-  // the expert work: the GPU path is the gpu_worker's probe of it (CalibrateGpu: transfer and
-  // GPU attention alone, re-measured every recalibration_period_steps), and the CPU path's
-  // fixed cost c_C carries the CPU's routed-expert time per layer (an EMA of
-  // StepSample::cpu_expert_ns, weight rest_ema_weight), under which the next layer's KV
-  // streams. So r* is where a layer's transfers take as long as its CPU attention and
-  // experts. The split's attention time of a step, as its GPU path measures it, nets out
-  // what its transfers did under the layer before's experts; lines fitted through such
-  // samples, one share per batch, put r* where the DMA ran all step and the CPU idled
-  // (Mixtral 32 x 32K on the H200, run 145: 0.44, 181.9 ms steps; 0.495 later in the same
-  // runtime, 163.8 ms). Before the first GPU probe, and false: the lines fitted through the
-  // split steps' attention times. Off: in an A/B (run 146) it placed 0.477 on Mixtral (the
-  // split's CPU attention runs at 51 ns/token, the probe's at 44), 0.99x; on Qwen3 and
-  // DeepSeek it placed larger shares at 10 of 12 points and was slower at 5 of 6 each (up
-  // to 1.13x and 1.29x): there the GPU path's attention time is the better measure.
-  bool overlap_experts = false;
+  // The split's GPU path is bounded by its transfers too: D, the copy engine's time on a
+  // layer's KV rounds (StepSample::dma_ns, a line in the tokens streamed). Where the
+  // transfers run all step, the step takes D per layer while the CPU's chain, its attention
+  // and Q (an EMA of StepSample::cpu_chain_extra_ns, weight rest_ema_weight: the experts and
+  // serial work, under which the transfers run on), takes less and the CPU waits for the GPU.
+  // The attention lines (one share per batch) balance the paths' attention times there:
+  // Mixtral 32 x 32K on the H200 (run 150), 165-185 ms of DMA in steps of 166-192 ms at
+  // shares 0.41-0.48, the GPU's attention plus its waits 6-17 ms above the CPU's attention.
+  // With this on, the split's GPU time at a share is the larger of the GPU line and D − Q, so
+  // r* is at least where the CPU's attention and Q take as long as the transfers.
+  // Until both are measured on split steps that settled, and false: the attention lines
+  // alone. A/B on the H200 (run 151, fresh trios, 2 repeats each): Mixtral 32 x 32K 2.7 %
+  // faster with it (reads 0.47-0.48 against 0.45-0.47), Qwen3 faster at 6 of 6 points
+  // (1-9 %), DeepSeek level (3 of 6 points faster, the repeats' means 0.98-1.01x). (Session 26's overlap model set the GPU probe's line, the transfers run alone,
+  // against the CPU's attention and experts: it placed larger, slower shares on Qwen3 and
+  // DeepSeek, run 146, and was removed.)
+  bool dma_bound = true;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
   // KV bytes of one token in one layer and the layer count: the monolithic
@@ -494,14 +503,25 @@ class Scheduler {
   double optimal_cpu_share() const { return optimal_; }
   // The host tokens the latest UpdateTarget computed r* for.
   double target_tokens() const { return target_tokens_; }
-  bool estimates_ready() const { return cpu_.ready() && (gpu_.ready() || OverlapModel()); }
-  // The split's model: A and c_C from the CPU line, B and c_G from the split's GPU line, or
-  // under overlap_experts (once probed) from the GPU probe, with the CPU's expert time added
-  // to c_C.
+  bool estimates_ready() const { return cpu_.ready() && gpu_.ready(); }
+  // The split's attention lines: A and c_C from the CPU line, B and c_G from the split's GPU
+  // line.
   RooflineParams estimates() const;
-  // The CPU's routed-expert time per layer the overlap model adds to c_C, ns (NaN until a
-  // step reported it).
-  double expert_ns() const { return expert_ns_; }
+  // r* of the split for `host_tokens` (before the target's clamps and hysteresis): the
+  // crossing of the attention lines (OptimalCpuShare of estimates()), under the DMA bound at
+  // least the crossing of the CPU line plus Q with the DMA line (SchedulerOptions::
+  // dma_bound).
+  double SplitShare(double host_tokens) const;
+  // The split's attention time per layer at `cpu_share` of `host_tokens` (PredictStep of
+  // estimates(); under the DMA bound the GPU path at least the DMA line less Q).
+  StepPrediction PredictSplit(double cpu_share, double host_tokens) const;
+  // The DMA line and Q, learned whatever dma_bound says (Q NaN until measured).
+  const LinearCostEstimator& dma_estimator() const { return dma_; }
+  double cpu_chain_extra_ns() const { return chain_extra_ns_; }
+  // Whether the split's model includes the DMA bound now (dma_bound, both measured).
+  bool DmaBound() const {
+    return options_.dma_bound && dma_.ready() && !std::isnan(chain_extra_ns_);
+  }
   RooflineBound Bound(uint64_t host_tokens) const {
     return ComputeRooflineBound(estimates(), static_cast<double>(host_tokens));
   }
@@ -535,8 +555,6 @@ class Scheduler {
  private:
   Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
   void SetTarget(double target, uint64_t host_tokens);
-  // overlap_experts is on and the GPU path has been probed.
-  bool OverlapModel() const { return options_.overlap_experts && gpu_probe_.ready(); }
   // Both ChooseDecodeReads: `cpu_tokens` per sequence where the reads are whole sequences,
   // nullptr where the placed tokens divide at any share.
   // `queued_readers`: the public overload's (empty without `cpu_tokens`).
@@ -549,8 +567,8 @@ class Scheduler {
   LinearCostEstimator cpu_;
   LinearCostEstimator gpu_;       // the GPU path on split steps
   LinearCostEstimator gpu_only_;  // the GPU path when the CPU attends nothing
-  LinearCostEstimator gpu_probe_;  // the GPU path alone: its latest probe (CalibrateGpu)
-  double expert_ns_ = std::numeric_limits<double>::quiet_NaN();  // overlap_experts' EMA
+  LinearCostEstimator dma_;  // the copy engine's time on a split step's rounds (dma_bound)
+  double chain_extra_ns_ = std::numeric_limits<double>::quiet_NaN();  // Q (dma_bound)
   double rest_split_;
   double rest_gpu_only_;
   double switch_cost_ = std::numeric_limits<double>::quiet_NaN();
@@ -564,6 +582,7 @@ class Scheduler {
   uint64_t rest_clock_ = 0, rest_split_clock_ = 0, rest_gpu_only_clock_ = 0;
   // The step of each line's latest sample (Observe's `elapsed`).
   uint64_t cpu_sample_step_ = 0, gpu_sample_step_ = 0, gpu_only_sample_step_ = 0;
+  uint64_t dma_sample_step_ = 0;
   // The latest decision explored: its measurement, if cheaper than the prediction for the
   // mode picked, makes the next eligible decision explore again.
   bool explore_pending_ = false;

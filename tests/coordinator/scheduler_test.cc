@@ -520,74 +520,6 @@ TEST(SchedulerTest, TheGpuProbeSeedsTheGpuOnlyLineFullyAndTheSplitLineLightly) {
   EXPECT_LT(scheduler->gpu_only_estimator().Predict(3000), 3000 * 50 + 10000 + 0.1 * 30000);
 }
 
-// overlap_experts: the split's model is the GPU probe's line against the CPU line plus the
-// CPU's expert time per layer. A split step's GPU attention nets out what its transfers did
-// under the layer before's experts (here 20 ms of a 48 ms transfer), which the lines fitted
-// through such samples take as a cheap GPU path.
-TEST(SchedulerTest, TheOverlapModelPitsTheGpuProbeAgainstTheCpusAttentionAndExperts) {
-  const CostSample gpu_probe[] = {{.tokens = 100000, .ns = 100000 * 80.0 + 50000},
-                                  {.tokens = 400000, .ns = 400000 * 80.0 + 50000}};
-  const CostSample cpu_probe[] = {{.tokens = 100000, .ns = 100000 * 40.0 + 200000},
-                                  {.tokens = 400000, .ns = 400000 * 40.0 + 200000}};
-  const StepSample step{.cpu = {400000, 400000 * 40.0 + 200000},
-                        .gpu = {600000, 20e6},
-                        .step_ns = 35e6,
-                        .cpu_expert_ns = 13e6};
-  double share[2];
-  for (const bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "overlap_experts" : "lines");
-    SchedulerOptions options;
-    options.overlap_experts = overlap;
-    auto s = *Scheduler::Create("writescope", options);
-    WS_ASSERT_OK(s->CalibrateGpu(gpu_probe));
-    WS_ASSERT_OK(s->CalibrateCpu(cpu_probe));
-    for (int i = 0; i < 40; ++i) s->ObserveStep(step);
-    const RooflineParams p = s->estimates();
-    EXPECT_NEAR(p.cpu_ns_per_token, 40.0, 0.5);
-    EXPECT_NEAR(s->expert_ns(), 13e6, 1.0);
-    if (overlap) {
-      // The probe's line, whatever the split steps measured; the experts in c_C.
-      EXPECT_NEAR(p.gpu_ns_per_token, 80.0, 1e-9);
-      EXPECT_NEAR(p.gpu_fixed_ns, 50000, 1e-3);
-      EXPECT_NEAR(p.cpu_fixed_ns, 200000 + 13e6, 0.01 * 200000);
-      // A split step's attention as the model has it: the later of the CPU's attention and
-      // experts (16.2 + 13 ms) and the GPU's transfers (48.05 ms).
-      EXPECT_NEAR(s->PredictedAttentionNs(step), 600000 * 80.0 + 50000, 1e3);
-    } else {
-      EXPECT_LT(p.gpu_ns_per_token, 40.0);  // 20 ms over 600K tokens and the probe's pull
-      EXPECT_NEAR(s->PredictedAttentionNs(step),
-                  std::max(s->cpu_estimator().Predict(400000), s->gpu_estimator().Predict(600000)),
-                  1e-6);
-    }
-    share[overlap] = OptimalCpuShare(p, 1e6);
-  }
-  // r*: a layer's transfers as long as its CPU attention and experts,
-  // 80 / 120 + (0.05 - 13.2) ms / (120 ns x 1M) = 0.557.
-  EXPECT_NEAR(share[1], 80.0 / 120 + (50000 - 200000 - 13e6) / (120 * 1e6), 0.01);
-  EXPECT_LT(share[0], share[1] - 0.05);  // the lines: 0.47
-}
-
-// Before the GPU path is probed the overlap model has no GPU line: the lines serve, and
-// expert samples that are not finite and positive are not learned.
-TEST(SchedulerTest, TheOverlapModelWaitsForTheGpuProbe) {
-  SchedulerOptions options;
-  options.overlap_experts = true;
-  auto s = *Scheduler::Create("writescope", options);
-  EXPECT_FALSE(s->estimates_ready());
-  for (int i = 0; i < 10; ++i) {
-    s->ObserveStep({.cpu = {1000 + 100.0 * i, 40000 + 4000.0 * i},
-                    .gpu = {3000 - 100.0 * i, 120000 - 4000.0 * i},
-                    .cpu_expert_ns = i % 2 == 0 ? kNaN : -5.0});
-  }
-  ASSERT_TRUE(s->estimates_ready());
-  EXPECT_TRUE(std::isnan(s->expert_ns()));
-  const RooflineParams p = s->estimates();
-  EXPECT_DOUBLE_EQ(p.gpu_ns_per_token, s->gpu_estimator().slope());
-  EXPECT_DOUBLE_EQ(p.cpu_fixed_ns, s->cpu_estimator().intercept());
-  s->ObserveStep({.cpu = {2000, 80000}, .gpu = {2000, 80000}, .cpu_expert_ns = kInf});
-  EXPECT_TRUE(std::isnan(s->expert_ns()));
-}
-
 // ---------------------------------------------------------------------------------------
 // Steering.
 
@@ -1083,6 +1015,172 @@ ReadDecision ReadStep(Scheduler& scheduler, const ReadWorld& world, uint32_t seq
   const ReadDecision d = scheduler.ChooseDecodeReads(200000, 80000, sequences);
   scheduler.ObserveStep(world.Run(d.cpu_share, 200000));
   return d;
+}
+
+// A world whose split steps are bound by the copy engine (SchedulerOptions::dma_bound), per
+// layer: the transfers of the GPU's tokens take D = 85 ns/token and run all step; the CPU's
+// chain is its attention (its steady layers' C, the line's samples), its first layer's extra
+// P = 3 ms a layer and Q = 20 ms of experts and serial work, under which the transfers run
+// on. The GPU's steady attention nets out Q and X = 8 ms more that its rounds copied before
+// it (under the layer before's tail). The step is the later of the CPU's chain and the
+// transfers, so the attention lines balance where the CPU still waits for the copies.
+struct TransferWorld {
+  double cpu_ns_per_token = 60;  // A
+  double cpu_fixed_ns = 200000;  // c_C
+  double dma_ns_per_token = 85;  // the copy engine, per streamed token, in a split step
+  double gpu_only_dma_ns_per_token = 80;
+  double first_layer_ns = 3e6;   // P
+  double outside_ns = 20e6;      // Q
+  double early_ns = 8e6;         // X
+
+  StepSample Run(double cpu_share, double host_tokens) const {
+    StepSample sample;
+    const double cpu = std::round(cpu_share * host_tokens);
+    const double gpu = host_tokens - cpu;
+    const double dma = (cpu > 0 ? dma_ns_per_token : gpu_only_dma_ns_per_token) * gpu;
+    sample.gpu = {gpu, std::max(0.02 * dma, dma - outside_ns - early_ns)};
+    sample.dma_ns = dma;
+    if (cpu > 0) {
+      sample.cpu = {cpu, cpu_ns_per_token * cpu + cpu_fixed_ns};
+      // What the engine reports: the step less the layers' later paths (the step less Q),
+      // plus the first layer's extra.
+      sample.cpu_chain_extra_ns = outside_ns + first_layer_ns;
+    }
+    sample.step_ns = std::max(sample.cpu.ns + (cpu > 0 ? first_layer_ns : 0.0) + outside_ns, dma);
+    return sample;
+  }
+  // Where the CPU's chain takes as long as the transfers: the step's least.
+  double BestShare(double host_tokens) const {
+    return (dma_ns_per_token * host_tokens - cpu_fixed_ns - first_layer_ns - outside_ns) /
+           ((cpu_ns_per_token + dma_ns_per_token) * host_tokens);
+  }
+};
+
+struct TransferRun {
+  double last_share = 0;  // of the last split step that did not explore
+  double split_ns = 0;    // the last 100 split steps' time that did not explore, summed
+  int split_steps = 0;
+};
+
+TransferRun RunTransfers(Scheduler& scheduler, const TransferWorld& world, int steps,
+                         double host_tokens) {
+  TransferRun run;
+  for (int i = 0; i < steps; ++i) {
+    scheduler.UpdateTarget(static_cast<uint64_t>(host_tokens));
+    const ReadDecision d = scheduler.ChooseDecodeReads(
+        static_cast<uint64_t>(host_tokens), static_cast<uint64_t>(0.9 * host_tokens), kBatch);
+    const StepSample sample = world.Run(d.cpu_share, host_tokens);
+    scheduler.ObserveStep(sample);
+    if (d.cpu_share > 0 && !d.explore) {
+      run.last_share = d.cpu_share;
+      if (i >= steps - 100) {
+        run.split_ns += sample.step_ns;
+        ++run.split_steps;
+      }
+    }
+  }
+  return run;
+}
+
+TEST(SchedulerTest, TheTransfersBoundTheSplitWhereTheCopyEngineRunsAllStep) {
+  const TransferWorld world;
+  constexpr double kTokens = 1e6;
+  const double best = world.BestShare(kTokens);  // 61.8 / 145 = 0.426
+  ASSERT_NEAR(best, 0.426, 0.001);
+  TransferRun runs[2];
+  for (const bool dma_bound : {false, true}) {
+    SCOPED_TRACE(dma_bound ? "dma_bound" : "the attention lines");
+    SchedulerOptions options;
+    options.dma_bound = dma_bound;
+    auto s = *Scheduler::Create("writescope", options);
+    const CostSample cpu_probe[] = {{100000, 100000 * 60.0 + 200000},
+                                    {400000, 400000 * 60.0 + 200000}};
+    const CostSample gpu_probe[] = {{100000, 100000 * 80.0}, {400000, 400000 * 80.0}};
+    WS_ASSERT_OK(s->CalibrateCpu(cpu_probe));
+    WS_ASSERT_OK(s->CalibrateGpu(gpu_probe));
+    runs[dma_bound] = RunTransfers(*s, world, 300, kTokens);
+    ASSERT_GT(runs[dma_bound].split_steps, 90);
+    EXPECT_EQ(s->DmaBound(), dma_bound);
+    // Both measures are learned whatever the option says.
+    EXPECT_NEAR(s->dma_estimator().Predict(5e5), 85.0 * 5e5, 0.02 * 85.0 * 5e5);
+    EXPECT_NEAR(s->cpu_chain_extra_ns(), 23e6, 1.0);
+    if (dma_bound) {
+      EXPECT_NEAR(runs[1].last_share, best, 0.02);
+      EXPECT_NEAR(s->SplitShare(kTokens), best, 0.02);
+      // The split as predicted at a smaller share: the transfers less Q.
+      const StepPrediction p = s->PredictSplit(0.3, kTokens);
+      EXPECT_NEAR(p.gpu_ns, 0.7 * kTokens * 85 - 23e6, 0.03 * (0.7 * kTokens * 85 - 23e6));
+      EXPECT_DOUBLE_EQ(p.step_ns, std::max(p.cpu_ns, p.gpu_ns));
+    } else {
+      // The lines balance the attention times, which net out X: 56.8 / 145 = 0.392.
+      EXPECT_NEAR(runs[0].last_share, 0.392, 0.02);
+      EXPECT_DOUBLE_EQ(s->SplitShare(kTokens), OptimalCpuShare(s->estimates(), kTokens));
+    }
+  }
+  // The copy engine's steps are shorter at the share the bound finds (48.8 against 51.7 ms).
+  EXPECT_LT(runs[1].split_ns / runs[1].split_steps,
+            0.97 * runs[0].split_ns / runs[0].split_steps);
+}
+
+// Where the transfers do not bind (they copy under Q and more), the split's share is the
+// attention lines' with the bound on or off, decision for decision.
+TEST(SchedulerTest, TransfersThatDoNotBindLeaveTheSplitToTheAttentionLines) {
+  const ReadWorld lines;  // the GPU's attention at 150 ns/token; the transfers' 30 hide in it
+  std::vector<double> shares[2];
+  for (const bool dma_bound : {false, true}) {
+    SchedulerOptions options;
+    options.dma_bound = dma_bound;
+    auto s = *Scheduler::Create("writescope", options);
+    ProbeAndLearnLines(*s, lines);
+    for (int i = 0; i < 200; ++i) {
+      s->UpdateTarget(200000);
+      const ReadDecision d = s->ChooseDecodeReads(200000, 180000, kBatch);
+      StepSample sample = lines.Run(d.cpu_share, 200000);
+      sample.dma_ns = 30.0 * sample.gpu.tokens;
+      if (d.cpu_share > 0) sample.cpu_chain_extra_ns = lines.rest_split_ns;
+      s->ObserveStep(sample);
+      shares[dma_bound].push_back(d.cpu_share);
+    }
+    EXPECT_EQ(s->DmaBound(), dma_bound);
+  }
+  EXPECT_EQ(shares[0], shares[1]);
+}
+
+// The bound waits for both of its measures from split steps that settled; samples that are
+// not finite and positive teach nothing, nor do GPU-only steps.
+TEST(SchedulerTest, TheTransferBoundWaitsForItsMeasures) {
+  auto s = *Scheduler::Create("writescope", SchedulerOptions{});
+  const ReadWorld lines;
+  LearnLines(*s, lines);
+  ASSERT_TRUE(s->estimates_ready());
+  EXPECT_FALSE(s->DmaBound());
+  for (const double bad : {kNaN, kInf, -5.0, 0.0}) {
+    StepSample sample = lines.Run(0.4, 200000);
+    sample.dma_ns = bad;
+    sample.cpu_chain_extra_ns = bad;
+    s->ObserveStep(sample);
+  }
+  EXPECT_FALSE(s->dma_estimator().ready());
+  EXPECT_TRUE(std::isnan(s->cpu_chain_extra_ns()));
+  EXPECT_DOUBLE_EQ(s->SplitShare(200000), OptimalCpuShare(s->estimates(), 200000));
+  StepSample gpu_only = lines.Run(0.0, 200000);
+  gpu_only.dma_ns = 1e7;
+  gpu_only.cpu_chain_extra_ns = 1e6;
+  s->ObserveStep(gpu_only);
+  EXPECT_FALSE(s->dma_estimator().ready());
+  EXPECT_TRUE(std::isnan(s->cpu_chain_extra_ns()));
+  // The DMA line alone: not yet. (The first split step after the GPU-only one settles.)
+  StepSample split = lines.Run(0.4, 200000);
+  split.dma_ns = 1e7;
+  s->ObserveStep(split);
+  EXPECT_FALSE(s->dma_estimator().ready());
+  s->ObserveStep(split);
+  EXPECT_TRUE(s->dma_estimator().ready());
+  EXPECT_FALSE(s->DmaBound());
+  split.cpu_chain_extra_ns = 1e6;
+  s->ObserveStep(split);
+  EXPECT_TRUE(s->DmaBound());
+  EXPECT_NEAR(s->cpu_chain_extra_ns(), 1e6, 1e-6);
 }
 
 TEST(DecodeReadsTest, FixedPoliciesReadThePlacedShareInPlace) {

@@ -1044,7 +1044,9 @@ absl::Status Engine::RunOneStep() {
     if (scheduler_->estimates_ready()) {
       const RooflineBound bound = scheduler_->Bound(record.host_tokens);
       record.bound_ms = bound.step_ns * model_.num_layers / 1e6;
-      record.optimal_cpu_share = bound.cpu_share;
+      // The share the scheduler steers and reads toward (SplitShare: the lines' crossing, or
+      // the DMA bound's where it is later), not the bound's.
+      record.optimal_cpu_share = scheduler_->SplitShare(static_cast<double>(record.host_tokens));
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -636,6 +636,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     cpu_.RestartOutlierWindow();
     gpu_.RestartOutlierWindow();
     gpu_only_.RestartOutlierWindow();
+    dma_.RestartOutlierWindow();
     // Its step settles (SchedulerOptions::switch_settle_steps), unless the batch changed
     // within the minimum exploration period already: a batch that changes at every step
     // would have no step teach.

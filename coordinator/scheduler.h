@@ -385,9 +385,12 @@ struct SchedulerOptions {
   // Until both are measured on split steps that settled, and false: the attention lines
   // alone. A/B on the H200 (run 151, fresh trios, 2 repeats each): Mixtral 32 x 32K 2.7 %
   // faster with it (reads 0.47-0.48 against 0.45-0.47), Qwen3 faster at 6 of 6 points
-  // (1-9 %), DeepSeek level (3 of 6 points faster, the repeats' means 0.98-1.01x). (Session 26's overlap model set the GPU probe's line, the transfers run alone,
-  // against the CPU's attention and experts: it placed larger, slower shares on Qwen3 and
-  // DeepSeek, run 146, and was removed.)
+  // (1-9 %), DeepSeek level (3 of 6 points faster, the repeats' means 0.98-1.01x). Where the
+  // GPU's attention hides under the transfers it is nearly flat in the share and the lines'
+  // crossing collapses (Qwen3 16 x 32K, run 152: 0.057), while the bound held 0.42-0.44.
+  // (Session 26's overlap model set the GPU probe's line, the transfers run alone, against
+  // the CPU's attention and experts: it placed larger, slower shares on Qwen3 and DeepSeek,
+  // run 146, and was removed.)
   bool dma_bound = true;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;

@@ -226,18 +226,12 @@ checks += [
 # The copy engine: two repeats of writescope (5.4 and 6.0 ms of DMA in 6.0 ms steps: 5.70 ms,
 # 95 %; the GPU waited 0.2 and 0.4 ms for the CPU: 0.30), transfer-all's 3.0 of 5.0 (60 %,
 # no wait column value: it waited 0), and a policy from a CSV row without the columns: "-".
-with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-    f.write(W_HEADER.rstrip("\n") + ",transfer_ms,gpu_waited_cpu_ms\n")
-    f.write(W_ROW + "756,5.4,0.2\n" + W_ROW + "756,6.0,0.4\n")
-    f.write("transfer-all,4,1,1256,8,200.0,5.0,3.0,0.0,0.5,1.5,0,0,0,0,4.7,5.0,5.3,0,0,0,0,756,"
-            "3.0,0\n")
-    f.write("cpu-all,4,1,1256,8,200.0,5.0,0.0,3.0,0.5,1.5,1,1,1,0,4.7,5.0,5.3,1,0,0,0,756,,\n")
-    path = f.name
-try:
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path],
-                         capture_output=True, text=True, check=True).stdout
-finally:
-    os.unlink(path)
+out = run_report(W_HEADER.rstrip("\n") + ",transfer_ms,gpu_waited_cpu_ms\n"
+                 + W_ROW + "756,5.4,0.2\n" + W_ROW + "756,6.0,0.4\n"
+                 + "transfer-all,4,1,1256,8,200.0,5.0,3.0,0.0,0.5,1.5,0,0,0,0,4.7,5.0,5.3,0,0,0,0,"
+                 "756,3.0,0\n"
+                 + "cpu-all,4,1,1256,8,200.0,5.0,0.0,3.0,0.5,1.5,1,1,1,0,4.7,5.0,5.3,1,0,0,0,756,,\n"
+                 ).stdout
 text += out
 checks += [
     ("The copy engine on the KV rounds" in out

@@ -379,7 +379,7 @@ struct SchedulerOptions {
   // serial work, under which the transfers run on), takes less and the CPU waits for the GPU.
   // The attention lines (one share per batch) balance the paths' attention times there:
   // Mixtral 32 x 32K on the H200 (run 150), 165-185 ms of DMA in steps of 166-192 ms at
-  // shares 0.41-0.48, the GPU's attention plus its waits 6-17 ms above the CPU's attention.
+  // shares 0.41-0.48, the CPU's attention and Q 6-17 ms short of the DMA.
   // With this on, the split's GPU time at a share is the larger of the GPU line and D − Q, so
   // r* is at least where the CPU's attention and Q take as long as the transfers.
   // Until both are measured on split steps that settled, and false: the attention lines

@@ -24,6 +24,11 @@ bool ValidSample(const CostSample& sample) {
          sample.ns >= 0.0;
 }
 
+// An EMA that a first value seeds: `ema` NaN takes `value`, else moves `weight` of the way.
+void MixEma(double& ema, double value, double weight) {
+  ema = std::isnan(ema) ? value : ema + weight * (value - ema);
+}
+
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
   return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
                                                       : a + b;
@@ -434,12 +439,10 @@ StepPrediction Scheduler::PredictPaths(const StepSample& sample) const {
 
 double Scheduler::PredictedAttentionNs(const StepSample& sample) const {
   if (sample.cpu.tokens > 0.0) {
-    if (!estimates_ready()) return std::numeric_limits<double>::quiet_NaN();
     // The split's model at this step's tokens (PredictSplit's).
-    const RooflineParams p = estimates();
-    double gpu_ns = p.gpu_ns_per_token * sample.gpu.tokens + p.gpu_fixed_ns;
-    if (DmaBound()) gpu_ns = std::max(gpu_ns, dma_.Predict(sample.gpu.tokens) - chain_extra_ns_);
-    return std::max(p.cpu_ns_per_token * sample.cpu.tokens + p.cpu_fixed_ns, gpu_ns);
+    return estimates_ready()
+               ? std::max(PredictPaths(sample).step_ns, TransferBoundNs(sample.gpu.tokens))
+               : std::numeric_limits<double>::quiet_NaN();
   }
   return gpu_only_.ready() ? PredictPaths(sample).gpu_ns
                            : std::numeric_limits<double>::quiet_NaN();
@@ -476,10 +479,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     const double predicted =
         PredictedAttentionNs(sample) + (split ? rest_split_ : rest_gpu_only_);
     if (std::isfinite(predicted)) {
-      const double value = sample.step_ns - predicted;
-      switch_cost_ = std::isnan(switch_cost_)
-                         ? value
-                         : switch_cost_ + options_.rest_ema_weight * (value - switch_cost_);
+      MixEma(switch_cost_, sample.step_ns - predicted, options_.rest_ema_weight);
     }
   }
   decided_new_batch_ = false;
@@ -528,7 +528,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       } else {
         const double weight = 1.0 - std::pow(1.0 - options_.rest_ema_weight, elapsed);
         const double before = rest;
-        rest = std::isnan(rest) ? value : rest + weight * (value - rest);
+        MixEma(rest, value, weight);
         // A guess carried over at a re-level keeps its difference to this mode's level, not
         // to the one sample that re-levelled it, which is as noisy as any (Mixtral's steps
         // spread by +-10 % on the H200). That counts while the guess waits to be measured:
@@ -567,10 +567,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     dma_.Observe({sample.gpu.tokens, sample.dma_ns}, elapsed(dma_sample_step_));
   }
   if (split && sample.cpu_chain_extra_ns > 0.0 && std::isfinite(sample.cpu_chain_extra_ns)) {
-    chain_extra_ns_ = std::isnan(chain_extra_ns_)
-                          ? sample.cpu_chain_extra_ns
-                          : chain_extra_ns_ + options_.rest_ema_weight *
-                                                  (sample.cpu_chain_extra_ns - chain_extra_ns_);
+    MixEma(chain_extra_ns_, sample.cpu_chain_extra_ns, options_.rest_ema_weight);
   }
   if (gpu_ran && (split || policy_.kind != PolicyKind::kWriteScope)) {
     gpu_.Observe(sample.gpu, elapsed(gpu_sample_step_));
@@ -846,12 +843,17 @@ double Scheduler::SplitShare(double host_tokens) const {
   return std::max(share, OptimalCpuShare(transfers, host_tokens));
 }
 
+double Scheduler::TransferBoundNs(double gpu_tokens) const {
+  return DmaBound() ? dma_.Predict(gpu_tokens) - chain_extra_ns_
+                    : -std::numeric_limits<double>::infinity();
+}
+
 StepPrediction Scheduler::PredictSplit(double cpu_share, double host_tokens) const {
   StepPrediction p = PredictStep(estimates(), cpu_share, host_tokens);
   if (!DmaBound() || std::isnan(p.gpu_ns)) return p;
   const double r = std::isnan(cpu_share) ? 0.0 : std::clamp(cpu_share, 0.0, 1.0);
   const double tokens = std::isnan(host_tokens) ? 0.0 : std::max(0.0, host_tokens);
-  p.gpu_ns = std::max(p.gpu_ns, dma_.Predict((1.0 - r) * tokens) - chain_extra_ns_);
+  p.gpu_ns = std::max(p.gpu_ns, TransferBoundNs((1.0 - r) * tokens));
   p.step_ns = std::max(p.cpu_ns, p.gpu_ns);
   return p;
 }

@@ -558,6 +558,9 @@ class Scheduler {
  private:
   Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
   void SetTarget(double target, uint64_t host_tokens);
+  // The split's GPU path under the DMA bound with `gpu_tokens` streamed: the DMA line less
+  // Q; -inf while DmaBound() is false (it bounds nothing).
+  double TransferBoundNs(double gpu_tokens) const;
   // Both ChooseDecodeReads: `cpu_tokens` per sequence where the reads are whole sequences,
   // nullptr where the placed tokens divide at any share.
   // `queued_readers`: the public overload's (empty without `cpu_tokens`).

@@ -350,8 +350,7 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   WS_ASSIGN_OR_RETURN(step.transfer, BuildTransferPlan(config, batch));
   step.chunks = static_cast<uint32_t>(step.transfer.chunks.size());
   // Time the ping-pong copies on the device (StepResult.transfer_ms, the profile's "dma" spans).
-  const bool time_dma =
-      (options_.spans != nullptr || options_.time_transfers) && step.transfer.num_rounds() > 0;
+  const bool time_dma = TimesRounds() && step.transfer.num_rounds() > 0;
   kv_cache_->set_time_rounds(time_dma);
   step.time_dma = time_dma;
   // Not in a step with prompt chunks either: their uploads past the SM copies' size go
@@ -517,7 +516,7 @@ absl::Status GpuStep::QueueNextStepRounds(Step& step) {
   const TransferPlan& next_rounds = back_from_exploring ? last_transfer_ : step.transfer;
   if (options_.prefetch_next_step && step.transfer_begun &&
       !device_->small_uploads_wait_for_transfers()) {
-    if (options_.spans != nullptr || options_.time_transfers) {
+    if (TimesRounds()) {
       // The anchor is taken on the compute stream (the last attention is done, or the
       // streams are idle at the step's end).
       WS_RETURN_IF_ERROR(device_->ResetMarkers());

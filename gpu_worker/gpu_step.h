@@ -140,6 +140,8 @@ class GpuStep {
   // The warm-up is over: choose the resident set and upload it (between steps). Returns
   // the time it took, ms.
   double ChooseHotExperts(uint64_t step_id);
+  // The KV rounds are timed on the device: for StepResult.transfer_ms, or the profile's spans.
+  bool TimesRounds() const { return options_.spans != nullptr || options_.time_transfers; }
   // The copy engine's time on the step's ping-pong rounds, from the device's markers, into
   // step.transfer_ms (0 when a marker cannot be read), and with profiling the "dma" spans.
   void TimeRounds(Step& step);

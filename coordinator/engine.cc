@@ -79,6 +79,13 @@ CostSample AttentionSample(const internal::StepResult& result, uint32_t layers,
   return {tokens, result.attention_ms() * 1e6 / std::max<uint32_t>(1, layers)};
 }
 
+double CpuChainExtraNs(const internal::StepResult& gpu, const internal::StepResult& cpu,
+                       double layers, double step_ns, double cpu_sample_ns) {
+  const double later_ms = gpu.attention_ms() + gpu.cpu_attention_wait_ms();
+  return std::max(0.0, step_ns - later_ms * 1e6 / layers + cpu.attention_ms() * 1e6 / layers -
+                           cpu_sample_ns);
+}
+
 absl::Status RequestStream::final_status() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return status_;
@@ -995,10 +1002,8 @@ absl::Status Engine::RunOneStep() {
     // attention over all layers beyond the sample's.
     sample.dma_ns = gpu_result->transfer_ms() * 1e6 / layers;
     if (sample.dma_ns > 0.0 && sample.cpu.tokens > 0.0) {
-      const double later_ms = gpu_result->attention_ms() + gpu_result->cpu_attention_wait_ms();
       sample.cpu_chain_extra_ns =
-          std::max(0.0, sample.step_ns - later_ms * 1e6 / layers +
-                            cpu_result->attention_ms() * 1e6 / layers - sample.cpu.ns);
+          CpuChainExtraNs(*gpu_result, *cpu_result, layers, sample.step_ns, sample.cpu.ns);
     }
     sample.early_rounds_missed = gpu_result->early_rounds_missed() > 0;
     std::lock_guard<std::mutex> lock(*placement_mutex_);

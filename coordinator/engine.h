@@ -105,6 +105,13 @@ struct EngineOptions {
 CostSample AttentionSample(const internal::StepResult& result, uint32_t layers,
                            bool steady_layers);
 
+// What the CPU's chain spent per layer beyond its attention sample `cpu_sample_ns`
+// (StepSample::cpu_chain_extra_ns): the step (`step_ns` per layer) less each layer's later path
+// (the gpu_worker's attention and its wait for the CPU's partial), plus the cpu_worker's
+// attention over all `layers` layers beyond the sample. At least 0.
+double CpuChainExtraNs(const internal::StepResult& gpu, const internal::StepResult& cpu,
+                       double layers, double step_ns, double cpu_sample_ns);
+
 // What one Generate call reads: responses in order, then the end.
 class RequestStream {
  public:

@@ -722,6 +722,26 @@ TEST(AttentionSampleTest, LeavesTheFirstLayerOutWhenAsked) {
   EXPECT_DOUBLE_EQ(AttentionSample(result, 2, true).ns, 0.0);
 }
 
+// The CPU's chain beyond its sample: a 4-layer step of 100 ms (25 per layer) whose GPU
+// attended 40 ms and waited 8 for the CPU (later paths 12 per layer) leaves 13 ms per layer;
+// the CPU attended 36 ms, 12 of them in its first layer, so its steady sample (8 per layer)
+// misses 1 ms per layer of its own: 14 ms.
+TEST(CpuChainExtraTest, IsTheStepOutsideTheLaterPathsPlusTheCpusFirstLayer) {
+  internal::StepResult gpu, cpu;
+  gpu.set_attention_ms(40.0);
+  gpu.set_cpu_attention_wait_ms(8.0);
+  cpu.set_attention_ms(36.0);
+  cpu.set_first_layer_attention_ms(12.0);
+  const double sample_ns = AttentionSample(cpu, 4, true).ns;
+  EXPECT_DOUBLE_EQ(sample_ns, 8e6);
+  EXPECT_NEAR(CpuChainExtraNs(gpu, cpu, 4, 25e6, sample_ns), 14e6, 1e-3);
+  // Over all layers the sample is the CPU's mean: the step outside the later paths alone.
+  EXPECT_NEAR(CpuChainExtraNs(gpu, cpu, 4, 25e6, AttentionSample(cpu, 4, false).ns), 13e6, 1e-3);
+  // Later paths longer than the step (clock noise) give 0, never a negative.
+  gpu.set_attention_ms(120.0);
+  EXPECT_DOUBLE_EQ(CpuChainExtraNs(gpu, cpu, 4, 25e6, sample_ns), 0.0);
+}
+
 TEST_F(EngineTest, SwitchingTheSchedulerRunsTheNextBenchUnderItsPolicy) {
   const uint32_t bt = kv_.block_tokens();
   WS_ASSERT_OK(engine_->CalibrateGpuPath());

@@ -22,6 +22,10 @@
      With --host-read-gbps S (ws_probe's host_read_shared: a DRAM read stream and the pinned
      H2D copies at once, added), every host KV byte crosses the one host memory, whoever
      reads it: the layer's bound and the attention's are at least H x KV bytes / S.
+     With --probe JSON (ws_probe's file from the lease the CSV ran on), the bound once more
+     from that lease's ceilings: its pinned H2D and DRAM triad medians and its joint read
+     (leases differ: the split's copies ran at 43 GB/s beside the CPU's attention on one,
+     53 on another, runs 150 and 153).
      plus the point's serial rest: the smallest, over the policies measured at the point, of
      step - the larger attention time - the expert wait (projections, norms, merges, logits:
      the same work under every policy). A policy's own rest also holds its waits for the
@@ -48,12 +52,14 @@ Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
   python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps 55.4] [--dram-gbps 81.4]
       [--cpu-tflops 2.59] [--window-tokens 256] [--host-gib 128] [--host-read-gbps S]
+      [--probe probe.json]
   python3 deploy/bench_report.py CSV --pool-with OTHER.csv [OTHER.csv ...]
       the pooled geometric means also over the other grids' ratios (other shapes: the
       headline over all of them), each grid's repeats averaged on their own
 """
 import argparse
 import csv
+import json
 import math
 import sys
 from collections import defaultdict
@@ -265,6 +271,10 @@ def main():
                         help="host memory read by a CPU stream and the H2D copies at once "
                              "(ws_probe's host_read_shared): a joint ceiling of both paths; "
                              "default: none (the two ceilings apart)")
+    parser.add_argument("--probe", metavar="JSON", default=None,
+                        help="ws_probe --json of the lease the CSV ran on (gpu-grids.sh "
+                             "writes probe.json): with --ceilings, a second bound from its "
+                             "pinned H2D and DRAM triad medians and its host_read_shared")
     parser.add_argument("--host-gib", type=float, default=128.0,
                         help="host memory, GiB (the full-model projection's fit; --ceilings)")
     parser.add_argument("--pool-with", nargs="+", default=[], metavar="CSV",
@@ -376,31 +386,64 @@ def main():
                   "(ms per step, all layers), per point:", copies)
 
     if args.ceilings:
-        shape = SHAPES[args.ceilings]
-        shared = ("" if args.host_read_gbps is None else
-                  f", host memory read by both at once {args.host_read_gbps} GB/s")
-        print(f"\nRoofline bound from the ceilings ({args.ceilings}: H2D {args.h2d_gbps} GB/s, DRAM "
-              f"{args.dram_gbps} GB/s, CPU {args.cpu_tflops} TFLOP/s{shared}; the measured "
-              f"experts and serial rest included):")
-        within = total = 0
-        for batch in batches:
-            for context, r in sorted(by.get(("writescope", batch), {}).items()):
-                rests = [own_rest_ms(by[(policy, batch)][context]) for policy in policies
-                         if context in by.get((policy, batch), {})]
-                attention, bound, rest = step_bound_ms(r, shape, args.h2d_gbps, args.dram_gbps,
-                                                       args.cpu_tflops, args.window_tokens,
-                                                       args.host_read_gbps, min(rests))
-                measured_attention = max(r["gpu_attention_ms"], r["cpu_attention_ms"])
-                ratio = r["step_ms"] / bound if bound > 0 else float("nan")
-                total += 1
-                within += ratio <= 1.15
-                print(f"  batch {batch:3d} context {context:6d}: step {r['step_ms']:8.2f} ms, bound "
-                      f"{bound:8.2f} ms (step / bound {ratio:.2f}); attention {measured_attention:7.2f}"
-                      f" ms, its bound {attention:7.2f} ms; serial rest {rest:6.2f} ms"
-                      f" (writescope's own {own_rest_ms(r):6.2f})")
-        print(f"  within 1.15x of the bound: {within} of {total} points")
+        print_bound(by, batches, policies, args, "the ceilings", args.h2d_gbps, args.dram_gbps,
+                    args.host_read_gbps)
+        if args.probe:
+            print_bound(by, batches, policies, args, f"this lease's probe ({args.probe})",
+                        *lease_ceilings(args.probe))
         print_projection(by, batches, policies, args.ceilings, args.host_gib)
     return 0
+
+
+def lease_ceilings(path):
+    """(H2D, DRAM, joint host read) in GB/s from ws_probe's JSON: the pinned H2D copies' and
+    the DRAM triad's medians (the documented ceilings are medians too) and host_read_shared.
+    SystemExit naming the file and the key where one is missing or not a positive number."""
+    try:
+        with open(path) as f:
+            probe = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"bench_report.py: --probe {path}: {e}")
+    values = []
+    for key, field in (("h2d_pinned", "median_gbps"), ("dram_triad", "median_gbps"),
+                       ("host_read_shared", None)):
+        value = probe.get(key)
+        if field is not None and isinstance(value, dict):
+            value = value.get(field)
+        if not isinstance(value, (int, float)) or not value > 0:
+            sys.exit(f"bench_report.py: --probe {path}: no positive '{key}'"
+                     f"{'.' + field if field else ''} in it (a ws_probe --json file with the "
+                     "GPU probed)")
+        values.append(float(value))
+    return tuple(values)
+
+
+def print_bound(by, batches, policies, args, source, h2d_gbps, dram_gbps, host_read_gbps):
+    """The roofline bound of every writescope point from one set of ceilings, beside the
+    measured step, and how many points lie within 1.15x of it."""
+    shape = SHAPES[args.ceilings]
+    shared = ("" if host_read_gbps is None else
+              f", host memory read by both at once {host_read_gbps:g} GB/s")
+    print(f"\nRoofline bound from {source} ({args.ceilings}: H2D {h2d_gbps:g} GB/s, DRAM "
+          f"{dram_gbps:g} GB/s, CPU {args.cpu_tflops:g} TFLOP/s{shared}; the measured "
+          f"experts and serial rest included):")
+    within = total = 0
+    for batch in batches:
+        for context, r in sorted(by.get(("writescope", batch), {}).items()):
+            rests = [own_rest_ms(by[(policy, batch)][context]) for policy in policies
+                     if context in by.get((policy, batch), {})]
+            attention, bound, rest = step_bound_ms(r, shape, h2d_gbps, dram_gbps,
+                                                   args.cpu_tflops, args.window_tokens,
+                                                   host_read_gbps, min(rests))
+            measured_attention = max(r["gpu_attention_ms"], r["cpu_attention_ms"])
+            ratio = r["step_ms"] / bound if bound > 0 else float("nan")
+            total += 1
+            within += ratio <= 1.15
+            print(f"  batch {batch:3d} context {context:6d}: step {r['step_ms']:8.2f} ms, bound "
+                  f"{bound:8.2f} ms (step / bound {ratio:.2f}); attention {measured_attention:7.2f}"
+                  f" ms, its bound {attention:7.2f} ms; serial rest {rest:6.2f} ms"
+                  f" (writescope's own {own_rest_ms(r):6.2f})")
+    print(f"  within 1.15x of the bound: {within} of {total} points")
 
 
 def print_projection(by, batches, policies, arch, host_gib):

@@ -6,7 +6,7 @@
 #
 #   deploy/gpu-grids.sh --out DIR [--budget-s 570] [--archive FILE] [--dry-run]
 #       [--layers 4] [--batches 4,16,32] [--contexts 8192,32768] [--policies "..."]
-#       [--one-runtime] SPEC [SPEC...]
+#       [--one-runtime] [--no-probe] SPEC [SPEC...]
 #
 # SPEC is ARCH:REPEATS:STEPS[:SECONDS]: deepseek_v2, qwen3_moe or mixtral, bench-grid.sh's
 # --repeats and --steps (measured steps per point), and at most SECONDS for that grid (by
@@ -28,12 +28,17 @@
 # ~155 s, Mixtral x 16 ~240 s (runs 98-100: 2 repeats took 211, just over 305 and 469-489 s).
 # --one-runtime: bench-grid.sh's, one trio per grid for all its policies and repeats (the
 # policies interleaved per point). --dry-run prints the commands instead of running them.
+# Before the grids, ws_probe (in the bundle) measures this lease's ceilings into
+# DIR/probe.json and probe.log (at most 90 s, out of the budget: about 15 s with the channel
+# and the pageable copies left out), and every report prints the bound from them beside the
+# documented ceilings' (bench_report.py --probe): leases differ (the split's copies ran at
+# 43 GB/s on one and 53 on another, runs 153 and 150). --no-probe: no probe.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=deploy/device-grids-lib.sh
 source "$ROOT/deploy/device-grids-lib.sh"
 OUT_DIR="" BUDGET=570 DRY=0 ARCHIVE="" SPECS=() LAYERS=4 BATCHES=4,16,32 CONTEXTS=8192,32768
-POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" ONE_RUNTIME=()
+POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" ONE_RUNTIME=() PROBE=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT_DIR="$2"; shift 2 ;;
@@ -45,7 +50,8 @@ while [[ $# -gt 0 ]]; do
     --contexts) CONTEXTS="$2"; shift 2 ;;
     --policies) POLICIES="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    --no-probe) PROBE=0; shift ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -68,6 +74,17 @@ done
 
 unpack_bundle
 start=$(date +%s)
+probe=()
+if ((PROBE)); then
+  echo "gpu-grids: probing this lease's ceilings (ws_probe, at most 90 s)"
+  run_into "$OUT_DIR/probe.log" timeout 90 "${WS_BIN:-/tmp/ws/bin}/ws_probe" \
+    --json="$OUT_DIR/probe.json" --channel=false --pageable_mib=256 --repetitions=5 ||
+    echo "gpu-grids: the probe failed (probe.log); the reports use the documented ceilings" >&2
+  if ((DRY)) || [[ -s $OUT_DIR/probe.json ]]; then
+    probe=(--probe "$OUT_DIR/probe.json")
+    ((DRY)) || grep -E "H2D pinned|DRAM, OpenMP triad|both at once" "$OUT_DIR/probe.log" || true
+  fi
+fi
 left_specs=${#SPECS[@]}
 archs=()
 for spec in "${SPECS[@]}"; do
@@ -95,7 +112,7 @@ for spec in "${SPECS[@]}"; do
   if ((DRY)) || [[ -s $OUT_DIR/bench-$arch.csv ]]; then
     archs+=("$arch")
     run_into "$OUT_DIR/report-$arch.txt" python3 "$ROOT/deploy/bench_report.py" \
-      "$OUT_DIR/bench-$arch.csv" --ceilings "$arch" || true
+      "$OUT_DIR/bench-$arch.csv" --ceilings "$arch" ${probe[@]+"${probe[@]}"} || true
     if ((DRY)) || [[ -s $OUT_DIR/steps-$arch.csv ]]; then
       warmup=()
       [[ -s $OUT_DIR/warmup-$arch.csv ]] && warmup=(--warmup "$OUT_DIR/warmup-$arch.csv")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """deploy/bench_report.py on a CSV whose answers are known: the integration of step time over
 the context and the geometric mean of the speedups."""
+import json
 import os
 import subprocess
 import sys
@@ -144,6 +145,25 @@ try:
                                "--host-read-gbps", gbps],
                               capture_output=True, text=True, check=True).stdout
     joint_low, joint_high = joint("1.024"), joint("3.0")
+
+    # --probe: the lease's ceilings from ws_probe's JSON (the medians and the joint read),
+    # a second bound beside the one from the flags' ceilings.
+    def with_probe(probe):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as j:
+            json.dump(probe, j)
+        try:
+            return subprocess.run(
+                [sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path,
+                 "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
+                 "--cpu-tflops", "1000", "--probe", j.name],
+                capture_output=True, text=True)
+        finally:
+            os.unlink(j.name)
+    lease = with_probe({"h2d_pinned": {"best_gbps": 9.0, "median_gbps": 2.048},
+                        "dram_triad": {"best_gbps": 9.0, "median_gbps": 2.048},
+                        "host_read_shared": 1.024})
+    no_joint = with_probe({"h2d_pinned": {"median_gbps": 2.048},
+                           "dram_triad": {"median_gbps": 2.048}})
 finally:
     os.unlink(path)
 bound_text = out.stdout
@@ -165,6 +185,13 @@ checks += [
      and "host memory read by both at once 1.024 GB/s" in joint_low,
      "a joint host-memory ceiling below the split's raises the bound"),
     ("bound     7.00 ms (step / bound 0.86)" in joint_high, "a joint ceiling above it does not"),
+    (lease.returncode == 0
+     and lease.stdout.index("Roofline bound from the ceilings") < lease.stdout.index("bound     7.00 ms")
+     < lease.stdout.index("Roofline bound from this lease's probe") < lease.stdout.index("bound    12.00 ms")
+     and "host memory read by both at once 1.024 GB/s" in lease.stdout,
+     "--probe: the lease's bound (its medians, its joint read) after the ceilings' own"),
+    (no_joint.returncode != 0 and "no positive 'host_read_shared'" in no_joint.stderr,
+     "--probe: a probe without the joint read is refused, naming the key"),
 ]
 
 # The serial rest is the smallest of the policies' at the point: transfer-all's 5 - 2.0 - 0.5

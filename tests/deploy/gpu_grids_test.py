@@ -34,6 +34,11 @@ with tempfile.TemporaryDirectory() as out:
          in text, "the pooled report over the others"),
         (f"tar czf /tmp/g.tgz -C {out} ." in text, "the archive of the whole DIR"),
         (not os.listdir(out), "a dry run writes nothing"),
+        (f"ws_probe --json={out}/probe.json --channel=false" in text
+         and text.index("ws_probe") < text.index("bench-grid.sh"),
+         "the lease's ceilings probed before the grids"),
+        (f"--ceilings qwen3_moe --probe {out}/probe.json" in text,
+         "the reports take the lease's probe"),
     ]
     # One point of the full model, two policies; Mixtral's contexts above 32512 run at 32512.
     full = run("--dry-run", "--out", out, "--layers", "27", "--batches", "32", "--contexts",
@@ -55,6 +60,11 @@ with tempfile.TemporaryDirectory() as out:
         (one.returncode == 0, "a dry run with --one-runtime succeeds"),
         ("--repeats 2 --one-runtime --out" in one.stdout, "--one-runtime passed on"),
     ]
+    unprobed = run("--dry-run", "--out", out, "--no-probe", "qwen3_moe:1:16")
+    text += unprobed.stdout
+    checks.append((unprobed.returncode == 0 and "ws_probe" not in unprobed.stdout
+                   and "--probe" not in unprobed.stdout and "--ceilings qwen3_moe" in unprobed.stdout,
+                   "--no-probe: no probe, the documented ceilings only"))
     for bad, why in ((["--out", out, "llama:1:16"], "unknown arch"),
                      (["--out", out, "--layers", "0", "qwen3_moe:1:16"], "--layers"),
                      (["--out", out, "--batches", "4,,16", "qwen3_moe:1:16"], "--batches"),

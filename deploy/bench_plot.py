@@ -19,6 +19,7 @@ with a message.
 """
 import argparse
 import csv
+import gzip
 import math
 import os
 import struct
@@ -311,10 +312,19 @@ def order_policies(policies):
 # ---------------------------------------------------------------------------------------------
 # Input.
 
+def open_text(path, **kwargs):
+    """The file as text; gzipped where its name ends in .gz (docs/runs keeps the per-step CSVs
+    and the traces so)."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", **kwargs)
+    return open(path, **kwargs)
+
+
 def read_csv(path, columns):
-    """[(line number, row dict)], after checking the header holds every column."""
+    """[(line number, row dict)], after checking the header holds every column. path may be
+    gzipped (.gz)."""
     try:
-        with open(path, newline="") as f:
+        with open_text(path, newline="") as f:
             reader = csv.DictReader(f)
             if reader.fieldnames is None:
                 raise InputError(f"{path}: empty file (no header row)")
@@ -327,7 +337,7 @@ def read_csv(path, columns):
                     if any((v or "").strip() for v in r.values() if isinstance(v, str))]
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(f"{path}: cannot read: {e}") from None
     if not rows:
         raise InputError(f"{path}: no data rows")

@@ -2,7 +2,7 @@
 """Where a traced decode step waits, layer by layer: `wscope profile`'s Chrome trace (the
 three processes' spans) read per step and layer.
 
-    deploy/profile_layers.py profile-writescope.json
+    deploy/profile_layers.py profile-writescope.json   (or a gzipped one, .json.gz)
 
 For each layer index, medians over the traced steps (ms):
   gpu attn   the gpu_worker's attention span (its streamed KV rounds and GPU attention)
@@ -16,6 +16,7 @@ timed the copies). A path whose span is missing in a layer (a policy that runs o
 counts no wait there.
 """
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -23,7 +24,8 @@ from collections import defaultdict
 
 
 def load(path):
-    with open(path) as f:
+    # docs/runs keeps the traces gzipped (.gz).
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         data = json.load(f)
     events = data["traceEvents"] if isinstance(data, dict) else data
     names = {e["pid"]: e["args"]["name"] for e in events
@@ -50,7 +52,7 @@ def main():
     args = parser.parse_args()
     try:
         spans = load(args.trace)
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, EOFError, ValueError, KeyError) as error:
         print(f"profile_layers.py: cannot read {args.trace}: {error}", file=sys.stderr)
         return 2
     steps = sorted({k[2] for k in spans if k[0] == "gpu_worker" and k[1] == "step"})

@@ -5,6 +5,7 @@ the changes of mode outside explorations, the steps that missed their early KV r
 the first step's predictions and rests (NaN shown as '-'), a CSV from before the rests were
 recorded, the warm-ups beside their windows, output cut short by `head`, and bad input
 refused with exit status 2."""
+import gzip
 import os
 import subprocess
 import sys
@@ -51,8 +52,13 @@ with tempfile.TemporaryDirectory() as d:
     ])
     out = run(new)
     lines = out.stdout.splitlines()
+    # The same CSV gzipped, as docs/runs keeps the step CSVs.
+    with open(new, "rb") as f, gzip.open(new + ".gz", "wb") as g:
+        g.write(f.read())
+    zipped = run(new + ".gz")
     checks += [
         (out.returncode == 0, "runs"),
+        (zipped.returncode == 0 and zipped.stdout == out.stdout, "a gzipped CSV reads the same"),
         (len(lines) == 2, "a line per window, repeats apart, other policies left out"),
         (len(lines) > 0 and "round 0 batch 4 context 32768: 5 steps  ggEsEss  " in lines[0],
          "the modes spelled out"),

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """deploy/profile_layers.py on a trace whose waits are known."""
+import gzip
 import json
 import os
 import subprocess
@@ -39,6 +40,10 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(trace, "w") as f:
         json.dump({"traceEvents": events}, f)
     out = subprocess.run([sys.executable, SCRIPT, trace], capture_output=True, text=True)
+    # The same trace gzipped, as docs/runs keeps them.
+    with open(trace, "rb") as f, gzip.open(trace + ".gz", "wb") as g:
+        g.write(f.read())
+    zipped = subprocess.run([sys.executable, SCRIPT, trace + ".gz"], capture_output=True, text=True)
     one_path = os.path.join(tmp, "cpu-all.json")
     with open(one_path, "w") as f:
         json.dump({"traceEvents": [e for e in events if e["name"] != "gpu_attention"]}, f)
@@ -52,6 +57,8 @@ with tempfile.TemporaryDirectory() as tmp:
 text = out.stdout
 checks = [
     (out.returncode == 0, "exit 0"),
+    (zipped.returncode == 0 and zipped.stdout.replace(".json.gz", ".json") == text,
+     "a gzipped trace reads the same"),
     ("2 steps, 2 layers" in text, "counts steps and layers"),
     ("step 1:    60.00  GPU waited    2.00  CPU waited    3.00  DMA    35.00" in text,
      "step 1's waits and DMA"),

@@ -491,6 +491,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   queued_mode_ = decided_explore_ && !decided_continues_ ? chosen_mode_ : mode;
   // The rests' clock counts the steps that did not explore (below).
   if (!decided_explore_) ++rest_clock_;
+  const bool explored = decided_explore_;
   decided_explore_ = false;
   decided_continues_ = false;
   // What the step measured beyond the model's attention time, before the model learns
@@ -529,6 +530,17 @@ void Scheduler::ObserveStep(const StepSample& sample) {
         const double weight = 1.0 - std::pow(1.0 - options_.rest_ema_weight, elapsed);
         const double before = rest;
         MixEma(rest, value, weight);
+        // An explored mode's first sample is a guess: the runtime's first steps pay for
+        // one-time work (Qwen3 4 x 8K on the H200, run 154: the trio's second step, a
+        // GPU-only exploration's settled one, took 78.5 ms where GPU-only steps took ~10,
+        // and its 72.9 ms rest kept GPU-only out of the point's 42 steps, which then ran the
+        // split at 11.4 ms). It is measured once more at the first decision the minimum
+        // period allows (ChooseDecodeReads' guessed rest), and that sample replaces it. (A
+        // chosen mode's next samples mix in as usual.)
+        if (explored && std::isnan(before) && guessed_rest_mode_ == 0) {
+          guessed_rest_mode_ = mode;
+          guess_follows_ = false;
+        }
         // A guess carried over at a re-level keeps its difference to this mode's level, not
         // to the one sample that re-levelled it, which is as noisy as any (Mixtral's steps
         // spread by +-10 % on the H200). That counts while the guess waits to be measured:
@@ -763,8 +775,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
         split ? options_.max_gpu_only_explore_period_steps : options_.max_explore_period_steps;
     const bool due = may_explore && ((explore_credit_ns_ >= extra_ns && !held) ||
                                      decisions_since_explore_ >= max_period);
-    // After a batch change (or a GPU calibration) the other mode's rest is a guess: measure
-    // it once, at the first decision the minimum period allows, rather than at the next
+    // After a batch change (or a GPU calibration, or an explored mode's first sample) the
+    // other mode's rest is a guess: measure it once, at the first decision the minimum period allows, rather than at the next
     // credit, unless the gap is wider than all of the guessed rest or an earlier such
     // measurement is still being paid for.
     const bool guess_may_hide = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&

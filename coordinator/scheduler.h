@@ -456,7 +456,8 @@ class Scheduler {
   // exploring is on, and its predicted gap is at most its guessed rest: a guess wrong by all
   // of itself could turn no wider gap, and running a mode far worse costs its whole gap,
   // GPU-only at 32 x 32K on the H200 +60 %; wider gaps wait for the exploration credit), whose
-  // measurement then replaces its rest. Such a measurement runs on an advance of the credit
+  // measurement then replaces its rest. A mode's first sample taken on an exploration is such
+  // a guess too (the runtime's first steps pay for one-time work). Such a measurement runs on an advance of the credit
   // when the credit does not cover it (the credit goes negative), and no other runs until
   // later decisions have paid it back or the batch has held for max_explore_period_steps:
   // batches that change often (serving) cannot make these measurements cost more than the
@@ -595,7 +596,8 @@ class Scheduler {
   double explore_chosen_ns_ = 0.0;
   uint32_t rest_batch_ = 0;  // the decode sequences the rests were measured with
   bool rest_stale_ = false;  // the batch changed: the next rest sample replaces, not mixes
-  // After a re-level: the mode whose rest was only moved along (0: none, 1: split, 2:
+  // After a re-level: the mode whose rest was only moved along; after a GPU calibration
+  // GPU-only; after an explored mode's first sample that mode (0: none, 1: split, 2:
   // GPU-only). The next decision explores it, and its sample replaces that rest.
   int guessed_rest_mode_ = 0;
   // That guess was carried over from the other mode's rest at the re-level (not a GPU

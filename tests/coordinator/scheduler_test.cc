@@ -2298,6 +2298,54 @@ TEST(DecodeReadsTest, AModeLeftOnOneSampleIsMeasuredOnceMore) {
   }
 }
 
+// An explored mode's first sample is a guess: the runtime's first steps pay for one-time
+// work, and the first GPU-only exploration measured a rest of 72.9 ms where its steps took
+// ~10 (Qwen3 4 x 8K on the H200, run 154), which kept the better mode out of the point. Here,
+// from the start-up probes on, GPU-only is 2 ms per layer cheaper and its first explored
+// sample 60 ms high: it is measured once more after the minimum period, that sample replaces
+// the guess, and GPU-only runs. A mode that could not win with no rest at all (GPU-only far
+// slower per token) is not measured again before the credit allows.
+TEST(DecodeReadsTest, AnExploredModesFirstSampleIsMeasuredOnceMore) {
+  for (const bool gpu_only_cheaper : {true, false}) {
+    SCOPED_TRACE(gpu_only_cheaper ? "GPU-only cheaper" : "GPU-only far slower");
+    ReadWorld world;
+    world.rest_split_ns = 5e6;
+    world.rest_gpu_only_ns = 2e6;
+    // GPU-only 21.03 ms a layer, the split 23.03 (its GPU path, 120000 tokens at 150 ns,
+    // the later one); far slower: 162.03.
+    world.alone_gpu_ns_per_token = gpu_only_cheaper ? 95 : 800;
+    auto scheduler = *Scheduler::Create("writescope", {});
+    const double a = world.cpu_ns_per_token, b = world.alone_gpu_ns_per_token;
+    const CostSample gpu_probe[] = {{50000, b * 50000 + world.gpu_fixed_ns},
+                                    {200000, b * 200000 + world.gpu_fixed_ns}};
+    const CostSample cpu_probe[] = {{50000, a * 50000 + world.cpu_fixed_ns},
+                                    {200000, a * 200000 + world.cpu_fixed_ns}};
+    WS_ASSERT_OK(scheduler->CalibrateGpu(gpu_probe));
+    WS_ASSERT_OK(scheduler->CalibrateCpu(cpu_probe));
+    int gpu_only_chosen = 0, explorations = 0;
+    bool cold = true;
+    for (int i = 0; i < 40; ++i) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, kBatch);
+      StepSample sample = world.Run(d.cpu_share, 200000);
+      if (cold && d.cpu_share == 0.0 && d.explore && !d.exploration_continues) {
+        sample.step_ns += 60e6;  // the exploration's step that teaches, with one-time work
+        cold = false;
+      }
+      scheduler->ObserveStep(sample);
+      if (d.explore && !d.exploration_continues) ++explorations;
+      if (i >= 20 && d.cpu_share == 0.0 && !d.explore) ++gpu_only_chosen;
+    }
+    ASSERT_FALSE(cold);  // GPU-only was explored first (the lines put the split ahead)
+    if (gpu_only_cheaper) {
+      EXPECT_EQ(gpu_only_chosen, 20);
+      EXPECT_NEAR(scheduler->rest_gpu_only_ns(), world.rest_gpu_only_ns, 0.2e6);
+    } else {
+      EXPECT_EQ(gpu_only_chosen, 0);
+      EXPECT_EQ(explorations, 1);
+    }
+  }
+}
+
 // After a batch change the guessed rest keeps its difference to the measured mode's level,
 // not to the one sample that re-levelled it: here that sample (the split's, at 32 sequences)
 // is 6 ms per layer slow, and 20 steps later the split's rest is back at its level, and the

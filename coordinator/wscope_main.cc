@@ -20,7 +20,7 @@
 //                                           status code, tokens/s and latency percentiles
 //   wscope bench [--batches=4,16] [--contexts=2048,8192] [--decode_steps=N] [--warmup_steps=N]
 //          [--rounds=N] [--bench_for=60s] [--policies=writescope,cpu-all] [--csv=FILE]
-//          [--steps_csv=FILE] [--warmup_steps_csv=FILE]
+//          [--steps_csv=FILE] [--warmup_steps_csv=FILE] [--prewarm_steps=N]
 //                                           steady-state decode at fixed contexts (the KV
 //                                           placed, not computed: Bench RPC), one table row
 //                                           per point: tokens/s, step time, attention and
@@ -28,7 +28,9 @@
 //                                           --policies: every point under each policy in
 //                                           turn, in one runtime (reversed every second
 //                                           round); --steps_csv: every measured step, timestamped;
-//                                           --warmup_steps_csv: every warm-up step, alike
+//                                           --warmup_steps_csv: every warm-up step, alike;
+//                                           --prewarm_steps: unrecorded steps first (a
+//                                           runtime's first steps pay one-time costs)
 //   wscope profile [--steps=N] [--out=trace.json]
 //                                           the last N steps of the three processes: writes
 //                                           the Chrome trace (Perfetto, chrome://tracing)
@@ -112,6 +114,10 @@ ABSL_FLAG(std::string, policies, "",
           "bench: run every point under each of these policies in turn, comma separated, in one "
           "runtime (each policy's scheduler kept across its points; the order reversed in every "
           "second round); empty: the coordinator's current policy");
+ABSL_FLAG(uint32_t, prewarm_steps, 0,
+          "bench: before the first round, this many unrecorded decode steps at the first point "
+          "(under static:0.5 with --policies: both paths, and no measured policy's scheduler "
+          "learns from them), so that the runtime's one-time costs fall into no point (0: none)");
 ABSL_FLAG(absl::Duration, bench_for, absl::ZeroDuration(),
           "bench: start no round after this long (0: no limit; with --rounds)");
 ABSL_FLAG(std::string, steps_csv, "",
@@ -466,6 +472,34 @@ int Bench() {
   std::printf("%-12s %5s %8s %9s %9s %13s %9s %9s %9s %6s %6s %6s %6s %9s %9s\n", "policy",
               "batch", "context", "tok/s", "step ms", "p10-p90", "gpu attn", "cpu attn",
               "experts", "r tgt", "r plc", "r read", "r*", "bound", "hot exp");
+  // A runtime's first steps pay for one-time work (the first reads of the KV in place, the
+  // kernels' first launches, the hot experts' choice and upload): in one runtime they fell
+  // into the first policy's first point (the full DeepSeek-V2-Lite at 32 x 32K on the H200,
+  // run 157: writescope's first round stepped 465 ms after its 16 warm-up steps, its second
+  // 394). static:0.5 runs both paths, and no measured policy's scheduler learns from it.
+  if (const uint32_t prewarm = absl::GetFlag(FLAGS_prewarm_steps);
+      prewarm > 0 && !batches.empty() && !contexts.empty()) {
+    writescope::v1::BenchRequest request;
+    request.set_batch(static_cast<uint32_t>(batches[0]));
+    request.set_context_tokens(contexts[0]);
+    request.set_decode_steps(prewarm);
+    request.set_warmup_steps(0);
+    request.set_policy(policies.size() == 1 && policies[0].empty() ? "" : "static:0.5");
+    grpc::ClientContext call;
+    call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+    writescope::v1::BenchResponse response;
+    std::fprintf(stderr, "bench: prewarm, %u unrecorded steps at batch %llu, context %llu%s%s ...\n",
+                 prewarm, static_cast<unsigned long long>(batches[0]),
+                 static_cast<unsigned long long>(contexts[0]), request.policy().empty() ? "" : ", ",
+                 request.policy().c_str());
+    const grpc::Status status = stub->Bench(&call, request, &response);
+    if (status.ok()) {
+      std::fprintf(stderr, "bench: prewarm done, %.2f ms per step\n", response.mean_step_ms());
+    } else {
+      std::fprintf(stderr, "bench: the prewarm failed: %s (code %d); the points run anyway\n",
+                   status.error_message().c_str(), static_cast<int>(status.error_code()));
+    }
+  }
   int failures = 0;
   int failures_in_a_row = 0;
   constexpr int kMaxFailuresInARow = 3;  // the server is gone or refuses every point
@@ -1014,7 +1048,8 @@ int main(int argc, char** argv) {
       "      [--max_tokens=N] [--seed=N] [--json] |\n"
       "  wscope bench [--target=ADDRESS] [--batches=4,16] [--contexts=2048,8192]\n"
       "      [--decode_steps=N] [--warmup_steps=N] [--rounds=N] [--bench_for=D]\n"
-      "      [--policies=P,P] [--csv=FILE] [--steps_csv=FILE] [--warmup_steps_csv=FILE]");
+      "      [--policies=P,P] [--csv=FILE] [--steps_csv=FILE] [--warmup_steps_csv=FILE]\n"
+      "      [--prewarm_steps=N]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());

@@ -10,8 +10,8 @@
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
 #       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 16]
-#       [--repeats 1] [--one-runtime] [--hot-experts auto|on|off] [--out DIR] [--bin DIR]
-#       [--device cuda|host] [-- EXTRA_COORDINATOR_FLAGS...]
+#       [--repeats 1] [--one-runtime] [--prewarm N] [--hot-experts auto|on|off] [--out DIR]
+#       [--bin DIR] [--device cuda|host] [-- EXTRA_COORDINATOR_FLAGS...]
 #
 # --hot-experts: the gpu_worker's resident hot experts (auto: on with CUDA), sized as the
 # full model's share per MoE layer (bench-trio.sh); every policy gets the same.
@@ -26,6 +26,11 @@
 # memory, the hot experts and the start-up calibrations of the two paths), the order reversed
 # in every second repeat (--rounds). A slow phase of the host then falls on the policies of
 # the points it spans, not on one policy's whole trio, and no trio start-ups are paid.
+# --prewarm N (with --one-runtime; default warm-up + measured steps, 0: none): the trio's
+# first N decode steps, at the first point under static:0.5, recorded nowhere (wscope bench
+# --prewarm_steps): a runtime's first steps pay one-time costs, which fell into the first
+# policy's first point (run 157: writescope's first round of the full DeepSeek-V2-Lite at
+# 32 x 32K stepped 465 ms after 16 warm-up steps, its second 394).
 # --warmup: the measured round's KV is placed at the optimum of the scheduler's estimates
 # at that moment (Scheduler::PlacementShare), so the warm-up round must let them learn the
 # point: their EMA follows the steps with a time constant of ~20 (EstimatorOptions).
@@ -38,7 +43,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" REPEATS=1
 BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=16 OUT_DIR="${OUT:-.}"
-BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=() ONE_RUNTIME=0
+BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=() ONE_RUNTIME=0 PREWARM=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -50,12 +55,13 @@ while [[ $# -gt 0 ]]; do
     --warmup) WARMUP="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=1; shift ;;
+    --prewarm) PREWARM="$2"; shift 2 ;;
     --hot-experts) HOT_EXPERTS="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,13 +69,20 @@ if ! [[ $REPEATS =~ ^[1-9][0-9]*$ ]]; then
   echo "bench-grid.sh: --repeats must be a positive integer, not '$REPEATS'" >&2
   exit 2
 fi
+if [[ -n $PREWARM ]] && ! [[ $PREWARM =~ ^[0-9]+$ ]]; then
+  echo "bench-grid.sh: --prewarm must be a number of steps (0: none), not '$PREWARM'" >&2
+  exit 2
+fi
+PREWARM=${PREWARM:-$((WARMUP + STEPS))}
 # shellcheck source=deploy/bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 kv_bytes=$(kv_bytes_of "$ARCH")
 max_of() { tr ',' '\n' <<<"$1" | sort -n | tail -1; }
 max_batch=$(max_of "$BATCHES") max_context=$(max_of "$CONTEXTS")
-# Tokens per sequence: the context, the decode steps, the D-window's flushes (one block).
-tokens=$((max_batch * (max_context + STEPS + WARMUP + 512)))
+# Tokens per sequence: the context, the decode steps (or the prewarm's, at the first point),
+# the D-window's flushes (one block).
+steps_per_point=$((STEPS + WARMUP > PREWARM ? STEPS + WARMUP : PREWARM))
+tokens=$((max_batch * (max_context + steps_per_point + 512)))
 region_mib=$(((tokens * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/bench-$ARCH.csv"
@@ -81,7 +94,7 @@ if ((ONE_RUNTIME)); then
     ${EXTRA[@]+"${EXTRA[@]}"}
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
     --decode_steps="$STEPS" --warmup_steps="$WARMUP" --rounds="$REPEATS" \
-    --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
+    --prewarm_steps="$PREWARM" --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
     --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
     true
   stop_trio

@@ -21,7 +21,8 @@ failure):
   6. bad requests: INVALID_ARGUMENT naming the field, the server still serves;
   6b. wscope bench --policies: every point under each policy in turn in one runtime (each
      row under its policy: cpu-all reads the CPU-compute blocks, transfer-all places none),
-     the last policy stays the server's, a bad policy name is refused before any point;
+     the last policy stays the server's, a bad policy name is refused before any point, the
+     prewarm's steps (--prewarm_steps) run first and are recorded nowhere;
   7. KV exhaustion (small regions): RESOURCE_EXHAUSTED with the numbers;
   8. profile and metrics: spans of all three processes, nested and in order across them;
      /metrics counting what was served;
@@ -612,6 +613,7 @@ def check_bench_policies(env, trio):
         csv_path = os.path.join(work, "bench.csv")
         proc = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
                             "--decode_steps=3", "--warmup_steps=1", "--rounds=2",
+                            "--prewarm_steps=2",
                             "--policies=cpu-all,transfer-all,writescope", f"--csv={csv_path}"],
                            timeout=120)
         if not check(proc.returncode == 0, "bench --policies: 3 policies x 2 rounds in one trio",
@@ -623,7 +625,11 @@ def check_bench_policies(env, trio):
         order = [r["policy"] for r in rows]
         check(order == ["cpu-all", "transfer-all", "writescope", "writescope", "transfer-all",
                         "cpu-all"],
-              f"bench --policies: rows in order {order} (reversed in the second round)")
+              f"bench --policies: rows in order {order} (reversed in the second round; the "
+              "prewarm's steps recorded nowhere)")
+        check("bench: prewarm done" in proc.stderr and "static:0.5" in proc.stderr,
+              "bench --prewarm_steps: unrecorded steps under static:0.5 before the first round",
+              proc.stderr[-800:])
         cpu_all = [r for r in rows if r["policy"] == "cpu-all"]
         transfer_all = [r for r in rows if r["policy"] == "transfer-all"]
         check(all(float(r["read_cpu_share"]) > 0 and float(r["target_cpu_share"]) == 1.0

@@ -776,9 +776,9 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     const bool due = may_explore && ((explore_credit_ns_ >= extra_ns && !held) ||
                                      decisions_since_explore_ >= max_period);
     // After a batch change (or a GPU calibration, or an explored mode's first sample) the
-    // other mode's rest is a guess: measure it once, at the first decision the minimum period allows, rather than at the next
-    // credit, unless the gap is wider than all of the guessed rest or an earlier such
-    // measurement is still being paid for.
+    // other mode's rest is a guess: measure it once, at the first decision the minimum
+    // period allows, rather than at the next credit, unless the gap is wider than all of the
+    // guessed rest or an earlier such measurement is still being paid for.
     const bool guess_may_hide = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
                                 explore_credit_ns_ >= 0.0 && gap_ns <= std::abs(unmeasured);
     if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide) {

@@ -457,13 +457,13 @@ class Scheduler {
   // of itself could turn no wider gap, and running a mode far worse costs its whole gap,
   // GPU-only at 32 x 32K on the H200 +60 %; wider gaps wait for the exploration credit), whose
   // measurement then replaces its rest. A mode's first sample taken on an exploration is such
-  // a guess too (the runtime's first steps pay for one-time work). Such a measurement runs on an advance of the credit
-  // when the credit does not cover it (the credit goes negative), and no other runs until
-  // later decisions have paid it back or the batch has held for max_explore_period_steps:
-  // batches that change often (serving) cannot make these measurements cost more than the
-  // credit's share in the long run. What the
-  // split costs beyond its model changes with the batch, so a difference carried over from
-  // another batch would stand until the next exploration credit.
+  // a guess too (the runtime's first steps pay for one-time work). Such a measurement runs on
+  // an advance of the credit when the credit does not cover it (the credit goes negative),
+  // and no other runs until later decisions have paid it back or the batch has held for
+  // max_explore_period_steps: batches that change often (serving) cannot make these
+  // measurements cost more than the credit's share in the long run. What the split costs
+  // beyond its model changes with the batch, so a difference carried over from another batch
+  // would stand until the next exploration credit.
   ReadDecision ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
                                  uint32_t sequences);
   // The same for a step whose CPU reads whole sequences (the engine): `cpu_tokens` holds each

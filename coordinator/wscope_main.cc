@@ -488,10 +488,11 @@ int Bench() {
     grpc::ClientContext call;
     call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
     writescope::v1::BenchResponse response;
-    std::fprintf(stderr, "bench: prewarm, %u unrecorded steps at batch %llu, context %llu%s%s ...\n",
+    std::fprintf(stderr,
+                 "bench: prewarm, %u unrecorded steps at batch %llu, context %llu%s%s ...\n",
                  prewarm, static_cast<unsigned long long>(batches[0]),
-                 static_cast<unsigned long long>(contexts[0]), request.policy().empty() ? "" : ", ",
-                 request.policy().c_str());
+                 static_cast<unsigned long long>(contexts[0]),
+                 request.policy().empty() ? "" : ", ", request.policy().c_str());
     const grpc::Status status = stub->Bench(&call, request, &response);
     if (status.ok()) {
       std::fprintf(stderr, "bench: prewarm done, %.2f ms per step\n", response.mean_step_ms());

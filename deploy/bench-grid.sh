@@ -94,7 +94,8 @@ if ((ONE_RUNTIME)); then
     ${EXTRA[@]+"${EXTRA[@]}"}
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
     --decode_steps="$STEPS" --warmup_steps="$WARMUP" --rounds="$REPEATS" \
-    --prewarm_steps="$PREWARM" --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
+    --prewarm_steps="$PREWARM" \
+    --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
     --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
     true
   stop_trio

@@ -29,10 +29,11 @@
 # --one-runtime: bench-grid.sh's, one trio per grid for all its policies and repeats (the
 # policies interleaved per point). --dry-run prints the commands instead of running them.
 # Before the grids, ws_probe (in the bundle) measures this lease's ceilings into
-# DIR/probe.json and probe.log (at most 90 s, out of the budget: about 15 s with the channel
-# and the pageable copies left out), and every report prints the bound from them beside the
-# documented ceilings' (bench_report.py --probe): leases differ (the split's copies ran at
-# 43 GB/s on one and 53 on another, runs 153 and 150). --no-probe: no probe.
+# DIR/probe.json and probe.log (at most 90 s, out of the budget; with the channel and the
+# pageable copies left out it took a few seconds in runs 154-157), and every report prints
+# the bound from them beside the documented ceilings' (bench_report.py --probe): leases
+# differ (the split's copies ran at 43 GB/s on one and 53 on another, runs 153 and 150).
+# --no-probe: no probe.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=deploy/device-grids-lib.sh
@@ -51,7 +52,7 @@ while [[ $# -gt 0 ]]; do
     --policies) POLICIES="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
     --no-probe) PROBE=0; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac

@@ -30,10 +30,11 @@
 # policies interleaved per point). --dry-run prints the commands instead of running them.
 # Before the grids, ws_probe (in the bundle) measures this lease's ceilings into
 # DIR/probe.json and probe.log (at most 90 s, out of the budget; with the channel and the
-# pageable copies left out it took a few seconds in runs 154-157), and every report prints
-# the bound from them beside the documented ceilings' (bench_report.py --probe): leases
-# differ (the split's copies ran at 43 GB/s on one and 53 on another, runs 153 and 150).
-# --no-probe: no probe.
+# pageable copies left out it took a few seconds in runs 154-157, at 5 repetitions, whose
+# joint host read moved 17 % between two probes of one lease: now the probe's 10), and every
+# report prints the bound from them beside the documented ceilings' (bench_report.py
+# --probe): leases differ (the split's copies ran at 43 GB/s on one and 53 on another, runs
+# 153 and 150). --no-probe: no probe.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=deploy/device-grids-lib.sh
@@ -52,7 +53,7 @@ while [[ $# -gt 0 ]]; do
     --policies) POLICIES="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
     --no-probe) PROBE=0; shift ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -79,7 +80,7 @@ probe=()
 if ((PROBE)); then
   echo "gpu-grids: probing this lease's ceilings (ws_probe, at most 90 s)"
   run_into "$OUT_DIR/probe.log" timeout 90 "${WS_BIN:-/tmp/ws/bin}/ws_probe" \
-    --json="$OUT_DIR/probe.json" --channel=false --pageable_mib=256 --repetitions=5 ||
+    --json="$OUT_DIR/probe.json" --channel=false --pageable_mib=256 ||
     echo "gpu-grids: the probe failed (probe.log); the reports use the documented ceilings" >&2
   if ((DRY)) || [[ -s $OUT_DIR/probe.json ]]; then
     probe=(--probe "$OUT_DIR/probe.json")

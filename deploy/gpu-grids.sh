@@ -53,7 +53,7 @@ while [[ $# -gt 0 ]]; do
     --policies) POLICIES="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
     --no-probe) PROBE=0; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac

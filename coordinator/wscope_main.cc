@@ -393,6 +393,22 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
   }
 }
 
+// One Bench RPC: `decode_steps` measured steps after `warmup_steps` at (batch, context) under
+// `policy` (empty: the coordinator's current one), within an hour.
+grpc::Status BenchOnePoint(writescope::v1::WriteScope::Stub& stub, uint64_t batch,
+                           uint64_t context, uint32_t decode_steps, uint32_t warmup_steps,
+                           const std::string& policy, writescope::v1::BenchResponse* response) {
+  writescope::v1::BenchRequest request;
+  request.set_batch(static_cast<uint32_t>(batch));
+  request.set_context_tokens(context);
+  request.set_decode_steps(decode_steps);
+  request.set_warmup_steps(warmup_steps);
+  request.set_policy(policy);
+  grpc::ClientContext call;
+  call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+  return stub.Bench(&call, request, response);
+}
+
 int Bench() {
   std::vector<uint64_t> batches, contexts;
   for (const auto& [flag, out] : {std::pair{absl::GetFlag(FLAGS_batches), &batches},
@@ -479,21 +495,15 @@ int Bench() {
   // 394). static:0.5 runs both paths, and no measured policy's scheduler learns from it.
   if (const uint32_t prewarm = absl::GetFlag(FLAGS_prewarm_steps);
       prewarm > 0 && !batches.empty() && !contexts.empty()) {
-    writescope::v1::BenchRequest request;
-    request.set_batch(static_cast<uint32_t>(batches[0]));
-    request.set_context_tokens(contexts[0]);
-    request.set_decode_steps(prewarm);
-    request.set_warmup_steps(0);
-    request.set_policy(policies.size() == 1 && policies[0].empty() ? "" : "static:0.5");
-    grpc::ClientContext call;
-    call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
-    writescope::v1::BenchResponse response;
+    const std::string policy = policies.size() == 1 && policies[0].empty() ? "" : "static:0.5";
     std::fprintf(stderr,
                  "bench: prewarm, %u unrecorded steps at batch %llu, context %llu%s%s ...\n",
                  prewarm, static_cast<unsigned long long>(batches[0]),
-                 static_cast<unsigned long long>(contexts[0]),
-                 request.policy().empty() ? "" : ", ", request.policy().c_str());
-    const grpc::Status status = stub->Bench(&call, request, &response);
+                 static_cast<unsigned long long>(contexts[0]), policy.empty() ? "" : ", ",
+                 policy.c_str());
+    writescope::v1::BenchResponse response;
+    const grpc::Status status =
+        BenchOnePoint(*stub, batches[0], contexts[0], prewarm, 0, policy, &response);
     if (status.ok()) {
       std::fprintf(stderr, "bench: prewarm done, %.2f ms per step\n", response.mean_step_ms());
     } else {
@@ -521,20 +531,14 @@ int Bench() {
       for (uint64_t batch : batches) {
         for (const std::string& policy : order) {
           if (failures_in_a_row >= kMaxFailuresInARow) break;
-          writescope::v1::BenchRequest request;
-          request.set_batch(static_cast<uint32_t>(batch));
-          request.set_context_tokens(context);
-          request.set_decode_steps(absl::GetFlag(FLAGS_decode_steps));
-          request.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
-          request.set_policy(policy);
-          grpc::ClientContext call;
-          call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
           writescope::v1::BenchResponse response;
           std::fprintf(stderr, "bench: round %u/%u, batch %llu, context %llu%s%s ...\n", round + 1,
                        rounds, static_cast<unsigned long long>(batch),
                        static_cast<unsigned long long>(context), policy.empty() ? "" : ", ",
                        policy.c_str());
-          grpc::Status status = stub->Bench(&call, request, &response);
+          const grpc::Status status =
+              BenchOnePoint(*stub, batch, context, absl::GetFlag(FLAGS_decode_steps),
+                            absl::GetFlag(FLAGS_warmup_steps), policy, &response);
           if (!status.ok()) {
             std::printf("batch %llu context %llu%s%s: %s (code %d)\n",
                         static_cast<unsigned long long>(batch),

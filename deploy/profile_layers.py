@@ -16,16 +16,18 @@ timed the copies). A path whose span is missing in a layer (a policy that runs o
 counts no wait there.
 """
 import argparse
-import gzip
 import json
+import os
 import statistics
 import sys
 from collections import defaultdict
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_plot import open_text  # noqa: E402
+
 
 def load(path):
-    # docs/runs keeps the traces gzipped (.gz).
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+    with open_text(path) as f:  # docs/runs keeps the traces gzipped (.gz)
         data = json.load(f)
     events = data["traceEvents"] if isinstance(data, dict) else data
     names = {e["pid"]: e["args"]["name"] for e in events

@@ -77,7 +77,6 @@ PREWARM=${PREWARM:-$((WARMUP + STEPS))}
 # shellcheck source=deploy/bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 kv_bytes=$(kv_bytes_of "$ARCH")
-max_of() { tr ',' '\n' <<<"$1" | sort -n | tail -1; }
 max_batch=$(max_of "$BATCHES") max_context=$(max_of "$CONTEXTS")
 # Tokens per sequence: the context, the decode steps (or the prewarm's, at the first point),
 # the D-window's flushes (one block).

@@ -30,6 +30,9 @@ kv_bytes_of() {
   esac
 }
 
+# The largest of a comma-separated list of numbers.
+max_of() { tr ',' '\n' <<<"$1" | sort -n | tail -1; }
+
 launcher=""
 stop_trio() {
   if [[ -n $launcher ]]; then

@@ -7,15 +7,16 @@
 #
 #   deploy/profile-bench.sh [--arch qwen3_moe] [--layers 4] [--batch 32] [--context 32768]
 #       [--policies "writescope cpu-all"] [--steps 4] [--out DIR] [--bin DIR] [--device cuda|host]
-#       [--grid-first BATCHES:CONTEXTS]
+#       [--grid-first BATCHES:CONTEXTS] [--dry-run]
 #
 # --grid-first (e.g. 4,16:8192,32768): the trio first runs those points as bench-grid.sh does
 # (16 warm-up + 16 measured steps each), so that the profiled point comes after the same
-# history as in a grid's trio.
+# history as in a grid's trio; the trio's batch limit and KV regions are sized for the
+# largest of them and the profiled point. --dry-run prints the trio's sizes and the commands.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH=qwen3_moe LAYERS=4 BATCH=32 CONTEXT=32768 POLICIES="writescope cpu-all" STEPS=4
-OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda GRID_FIRST=
+OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda GRID_FIRST="" DRY=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -28,27 +29,46 @@ while [[ $# -gt 0 ]]; do
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --grid-first) GRID_FIRST="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --dry-run) DRY=1; shift ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+list='[1-9][0-9]*(,[1-9][0-9]*)*'
+if [[ -n $GRID_FIRST && ! $GRID_FIRST =~ ^$list:$list$ ]]; then
+  echo "profile-bench.sh: --grid-first must be BATCHES:CONTEXTS (e.g. 4,16:8192,32768), not" \
+    "'$GRID_FIRST'" >&2
+  exit 2
+fi
 # shellcheck source=deploy/bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 kv_bytes=$(kv_bytes_of "$ARCH")
-region_mib=$(((BATCH * (CONTEXT + 1024) * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
-mkdir -p "$OUT_DIR"
+# The trio serves the grid's points first: its batch limit and regions take the largest
+# (a grid point of 32 sequences in a trio sized for the profiled 4 was refused, run 158).
+max_batch=$(max_of "$BATCH${GRID_FIRST:+,${GRID_FIRST%%:*}}")
+max_context=$(max_of "$CONTEXT${GRID_FIRST:+,${GRID_FIRST#*:}}")
+region_mib=$(((max_batch * (max_context + 1024) * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
+if ((DRY)); then
+  echo "profile-bench: trio of $max_batch sequences at most, regions ${region_mib} MiB each"
+  start_trio() { echo "start_trio $*"; }
+  stop_trio() { echo "stop_trio"; }
+  trap - EXIT INT TERM
+  WS_TARGET=TARGET BIN=BIN
+fi
+run() { if ((DRY)); then echo "$*"; else "$@"; fi; }
+((DRY)) || mkdir -p "$OUT_DIR"
 for policy in $POLICIES; do
-  start_trio profile-bench "$policy" "$region_mib" --max_sequences="$BATCH"
+  start_trio profile-bench "$policy" "$region_mib" --max_sequences="$max_batch"
   if [[ -n $GRID_FIRST ]]; then
     echo "== $policy, the grid's points first: batches ${GRID_FIRST%%:*}, contexts ${GRID_FIRST#*:}"
-    "$BIN/wscope" bench --target="$WS_TARGET" --batches="${GRID_FIRST%%:*}" \
+    run "$BIN/wscope" bench --target="$WS_TARGET" --batches="${GRID_FIRST%%:*}" \
       --contexts="${GRID_FIRST#*:}" --decode_steps=16 --warmup_steps=16 || true
   fi
   echo "== $policy, batch $BATCH x $CONTEXT"
-  "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
+  run "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
     --decode_steps=8 --warmup_steps=8 || true
   trace="$OUT_DIR/profile-${policy//[^a-z0-9.-]/_}.json"
-  "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" --out="$trace" || true
+  run "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" --out="$trace" || true
   [[ -f $trace ]] && { python3 "$ROOT/deploy/profile_layers.py" "$trace" || true; }
   stop_trio
 done

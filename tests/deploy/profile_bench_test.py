@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""deploy/profile-bench.sh without a GPU: --dry-run prints the trio's sizes and the commands;
+a trio that runs the grid's points first (--grid-first) is sized for the largest of them and
+the profiled point, and a malformed --grid-first is refused with exit status 2."""
+import os
+import subprocess
+import sys
+
+from checks import finish
+
+ROOT = sys.argv[1]
+SCRIPT = os.path.join(ROOT, "deploy", "profile-bench.sh")
+
+
+def run(*args):
+    return subprocess.run(["bash", SCRIPT, "--dry-run", *args], capture_output=True, text=True)
+
+
+checks = []
+# A profiled point of 4 after grid points of up to 32 sequences: 32 admitted (run 158's trio
+# was sized for 4 and refused the grid's 32 x 32K).
+first = run("--arch", "deepseek_v2", "--layers", "4", "--batch", "4", "--context", "8192",
+            "--policies", "writescope transfer-all", "--grid-first", "16,32:8192,32768")
+text = first.stdout
+# 32 x (32768 + 1024) tokens x 1152 B x 4 layers = 4752 MiB, + 10 % + 64.
+checks += [
+    (first.returncode == 0, "dry run succeeds"),
+    ("start_trio profile-bench writescope 5291 --max_sequences=32" in text,
+     "the trio sized for the grid's largest batch and context"),
+    (text.count("start_trio") == 2 and text.count("stop_trio") == 2, "one trio per policy"),
+    ("--batches=16,32 --contexts=8192,32768 --decode_steps=16 --warmup_steps=16" in text,
+     "the grid's points first"),
+    (text.index("--batches=16,32") < text.index("--batches=4 --contexts=8192"),
+     "then the profiled point"),
+    ("profile --target=TARGET --steps=4 --out=./profile-transfer-all.json" in text,
+     "a trace per policy"),
+]
+# Without --grid-first the profiled point alone sizes the trio.
+alone = run("--arch", "qwen3_moe", "--batch", "8", "--context", "2048", "--policies", "cpu-all")
+text += alone.stdout
+checks.append((alone.returncode == 0 and "--max_sequences=8" in alone.stdout
+               and "--batches=8 --contexts=2048" in alone.stdout, "the profiled point alone"))
+for bad in ("32", "32:", ":8192", "4,,16:8192", "4:8K", "0:8192"):
+    refused = run("--grid-first", bad)
+    text += refused.stderr
+    checks.append((refused.returncode == 2 and "--grid-first must be BATCHES:CONTEXTS"
+                   in refused.stderr and "start_trio" not in refused.stdout,
+                   f"--grid-first '{bad}' refused"))
+finish(checks, text)

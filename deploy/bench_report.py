@@ -25,7 +25,9 @@
      With --probe JSON (ws_probe's file from the lease the CSV ran on), the bound once more
      from that lease's ceilings: its pinned H2D and DRAM triad medians and its joint read
      (leases differ: the split's copies ran at 43 GB/s beside the CPU's attention on one,
-     53 on another, runs 150 and 153).
+     53 on another, runs 150 and 153). --probe given more than once (gpu-grids.sh probes
+     before and after its grids): a bound per probe, in the order given (one lease's joint
+     read was 114.6 GB/s before a grid and 141.9 after it, runs 159 and 160).
      plus the point's serial rest: the smallest, over the policies measured at the point, of
      step - the larger attention time - the expert wait (projections, norms, merges, logits:
      the same work under every policy). A policy's own rest also holds its waits for the
@@ -52,7 +54,7 @@ Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
   python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps 55.4] [--dram-gbps 81.4]
       [--cpu-tflops 2.59] [--window-tokens 256] [--host-gib 128] [--host-read-gbps S]
-      [--probe probe.json]
+      [--probe probe.json [--probe probe-after.json]]
   python3 deploy/bench_report.py CSV --pool-with OTHER.csv [OTHER.csv ...]
       the pooled geometric means also over the other grids' ratios (other shapes: the
       headline over all of them), each grid's repeats averaged on their own
@@ -271,10 +273,11 @@ def main():
                         help="host memory read by a CPU stream and the H2D copies at once "
                              "(ws_probe's host_read_shared): a joint ceiling of both paths; "
                              "default: none (the two ceilings apart)")
-    parser.add_argument("--probe", metavar="JSON", default=None,
+    parser.add_argument("--probe", metavar="JSON", action="append", default=[],
                         help="ws_probe --json of the lease the CSV ran on (gpu-grids.sh "
-                             "writes probe.json): with --ceilings, a second bound from its "
-                             "pinned H2D and DRAM triad medians and its host_read_shared")
+                             "writes probe.json and probe-after.json): with --ceilings, one "
+                             "more bound from its pinned H2D and DRAM triad medians and its "
+                             "host_read_shared; repeatable")
     parser.add_argument("--host-gib", type=float, default=128.0,
                         help="host memory, GiB (the full-model projection's fit; --ceilings)")
     parser.add_argument("--pool-with", nargs="+", default=[], metavar="CSV",
@@ -388,9 +391,9 @@ def main():
     if args.ceilings:
         print_bound(by, batches, policies, args, "the ceilings", args.h2d_gbps, args.dram_gbps,
                     args.host_read_gbps)
-        if args.probe:
-            print_bound(by, batches, policies, args, f"this lease's probe ({args.probe})",
-                        *lease_ceilings(args.probe))
+        for path in args.probe:
+            print_bound(by, batches, policies, args, f"this lease's probe ({path})",
+                        *lease_ceilings(path))
         print_projection(by, batches, policies, args.ceilings, args.host_gib)
     return 0
 

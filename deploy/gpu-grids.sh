@@ -34,7 +34,10 @@
 # joint host read moved 17 % between two probes of one lease: now the probe's 10), and every
 # report prints the bound from them beside the documented ceilings' (bench_report.py
 # --probe): leases differ (the split's copies ran at 43 GB/s on one and 53 on another, runs
-# 153 and 150). --no-probe: no probe.
+# 153 and 150). After the grids it probes once more (probe-after.json, probe-after.log; 40 s
+# of the budget kept back for it) and each grid's report is written again with both bounds:
+# one lease's joint host read was 114.6 GB/s before a grid and 141.9 after it (runs 159 and
+# 160, one device call; its DRAM read stream alone 83 and 110 GB/s). --no-probe: no probe.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=deploy/device-grids-lib.sh
@@ -76,23 +79,32 @@ done
 
 unpack_bundle
 start=$(date +%s)
+# probe_lease NAME SECONDS: ws_probe into DIR/NAME.json and NAME.log; on success its file
+# joins the reports' --probe list.
 probe=()
-if ((PROBE)); then
-  echo "gpu-grids: probing this lease's ceilings (ws_probe, at most 90 s)"
-  run_into "$OUT_DIR/probe.log" timeout 90 "${WS_BIN:-/tmp/ws/bin}/ws_probe" \
-    --json="$OUT_DIR/probe.json" --channel=false --pageable_mib=256 ||
-    echo "gpu-grids: the probe failed (probe.log); the reports use the documented ceilings" >&2
-  if ((DRY)) || [[ -s $OUT_DIR/probe.json ]]; then
-    probe=(--probe "$OUT_DIR/probe.json")
-    ((DRY)) || grep -E "H2D pinned|DRAM, OpenMP triad|both at once" "$OUT_DIR/probe.log" || true
+probe_lease() {
+  echo "gpu-grids: probing this lease's ceilings into $1.json (ws_probe, at most $2 s)"
+  run_into "$OUT_DIR/$1.log" timeout "$2" "${WS_BIN:-/tmp/ws/bin}/ws_probe" \
+    --json="$OUT_DIR/$1.json" --channel=false --pageable_mib=256 ||
+    echo "gpu-grids: the probe failed ($1.log); the reports leave it out" >&2
+  if ((DRY)) || [[ -s $OUT_DIR/$1.json ]]; then
+    probe+=(--probe "$OUT_DIR/$1.json")
+    ((DRY)) || grep -E "H2D pinned|DRAM, OpenMP triad|both at once" "$OUT_DIR/$1.log" || true
   fi
-fi
+}
+# Kept back from the grids: the reports and the copy home, and the probe after them.
+reserve=$((20 + (PROBE ? 40 : 0)))
+((PROBE)) && probe_lease probe 90
+# report ARCH: the grid's report with the probes taken so far.
+report() {
+  run_into "$OUT_DIR/report-$1.txt" python3 "$ROOT/deploy/bench_report.py" \
+    "$OUT_DIR/bench-$1.csv" --ceilings "$1" ${probe[@]+"${probe[@]}"} || true
+}
 left_specs=${#SPECS[@]}
 archs=()
 for spec in "${SPECS[@]}"; do
   IFS=: read -r arch repeats steps seconds <<<"$spec"
-  # 20 s kept back for the reports and the copy home.
-  left=$((BUDGET - ($(date +%s) - start) - 20))
+  left=$((BUDGET - ($(date +%s) - start) - reserve))
   share=$((left / left_specs))
   limit=${seconds:-$share}
   ((limit <= left)) || limit=$left
@@ -113,8 +125,7 @@ for spec in "${SPECS[@]}"; do
   settle_trios gpu-grids
   if ((DRY)) || [[ -s $OUT_DIR/bench-$arch.csv ]]; then
     archs+=("$arch")
-    run_into "$OUT_DIR/report-$arch.txt" python3 "$ROOT/deploy/bench_report.py" \
-      "$OUT_DIR/bench-$arch.csv" --ceilings "$arch" ${probe[@]+"${probe[@]}"} || true
+    report "$arch"
     if ((DRY)) || [[ -s $OUT_DIR/steps-$arch.csv ]]; then
       warmup=()
       [[ -s $OUT_DIR/warmup-$arch.csv ]] && warmup=(--warmup "$OUT_DIR/warmup-$arch.csv")
@@ -123,6 +134,14 @@ for spec in "${SPECS[@]}"; do
     fi
   fi
 done
+# The lease once more after its grids, and their reports again with both bounds.
+if ((PROBE && ${#archs[@]} > 0)); then
+  probed=${#probe[@]}
+  probe_lease probe-after 40
+  if ((${#probe[@]} > probed)); then
+    for arch in "${archs[@]}"; do report "$arch"; done
+  fi
+fi
 if ((${#archs[@]} > 1)); then
   others=()
   for arch in "${archs[@]:1}"; do others+=("$OUT_DIR/bench-$arch.csv"); done

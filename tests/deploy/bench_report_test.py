@@ -148,20 +148,28 @@ try:
 
     # --probe: the lease's ceilings from ws_probe's JSON (the medians and the joint read),
     # a second bound beside the one from the flags' ceilings.
-    def with_probe(probe):
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as j:
-            json.dump(probe, j)
+    def with_probe(*probes):
+        names = []
+        for probe in probes:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as j:
+                json.dump(probe, j)
+            names.append(j.name)
         try:
             return subprocess.run(
                 [sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), path,
                  "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
-                 "--cpu-tflops", "1000", "--probe", j.name],
+                 "--cpu-tflops", "1000"] + [arg for name in names for arg in ("--probe", name)],
                 capture_output=True, text=True)
         finally:
-            os.unlink(j.name)
-    lease = with_probe({"h2d_pinned": {"best_gbps": 9.0, "median_gbps": 2.048},
-                        "dram_triad": {"best_gbps": 9.0, "median_gbps": 2.048},
-                        "host_read_shared": 1.024})
+            for name in names:
+                os.unlink(name)
+    def probe(joint):
+        return {"h2d_pinned": {"best_gbps": 9.0, "median_gbps": 2.048},
+                "dram_triad": {"best_gbps": 9.0, "median_gbps": 2.048},
+                "host_read_shared": joint}
+    lease = with_probe(probe(1.024))
+    # Probed before and after the grids: a bound per probe, in the order given.
+    before_after = with_probe(probe(1.024), probe(3.0))
     no_joint = with_probe({"h2d_pinned": {"median_gbps": 2.048},
                            "dram_triad": {"median_gbps": 2.048}})
 finally:
@@ -190,6 +198,12 @@ checks += [
      < lease.stdout.index("Roofline bound from this lease's probe") < lease.stdout.index("bound    12.00 ms")
      and "host memory read by both at once 1.024 GB/s" in lease.stdout,
      "--probe: the lease's bound (its medians, its joint read) after the ceilings' own"),
+    (before_after.returncode == 0
+     and before_after.stdout.count("Roofline bound from this lease's probe") == 2
+     and before_after.stdout.index("bound    12.00 ms")
+     < before_after.stdout.index("bound     7.00 ms (step / bound 0.86)",
+                                 before_after.stdout.index("bound    12.00 ms")),
+     "--probe twice: a bound per probe, in the order given"),
     (no_joint.returncode != 0 and "no positive 'host_read_shared'" in no_joint.stderr,
      "--probe: a probe without the joint read is refused, naming the key"),
 ]

@@ -24,8 +24,9 @@ with tempfile.TemporaryDirectory() as out:
     text = dry.stdout
     checks += [
         (dry.returncode == 0, "dry run succeeds"),
-        # 300 s after the 20 s kept back: a third each unless given.
-        ("timeout 100 " in text and "--arch deepseek_v2" in text, "an equal share of the budget"),
+        # 260 s after the 20 s kept back for the reports and the 40 for the probe after the
+        # grids: a third each unless given.
+        ("timeout 86 " in text and "--arch deepseek_v2" in text, "an equal share of the budget"),
         ("timeout 120 " in text and "--contexts 8192\\,32512" in text, "Mixtral: its own time, 32512"),
         ("--steps 48 --repeats 2" in text, "repeats and steps passed on"),
         ("--ceilings qwen3_moe" in text, "a report per grid"),
@@ -39,6 +40,12 @@ with tempfile.TemporaryDirectory() as out:
          "the lease's ceilings probed before the grids"),
         (f"--ceilings qwen3_moe --probe {out}/probe.json" in text,
          "the reports take the lease's probe"),
+        (f"ws_probe --json={out}/probe-after.json" in text
+         and text.index("probe-after.json") > text.rindex("bench-grid.sh"),
+         "the lease probed again after the grids"),
+        (f"--ceilings mixtral --probe {out}/probe.json --probe {out}/probe-after.json" in text
+         and text.index("--probe " + out + "/probe-after.json") > text.index("probe-after.log"),
+         "then each grid's report again with both probes"),
     ]
     # One point of the full model, two policies; Mixtral's contexts above 32512 run at 32512.
     full = run("--dry-run", "--out", out, "--layers", "27", "--batches", "32", "--contexts",
@@ -63,6 +70,7 @@ with tempfile.TemporaryDirectory() as out:
     unprobed = run("--dry-run", "--out", out, "--no-probe", "qwen3_moe:1:16")
     text += unprobed.stdout
     checks.append((unprobed.returncode == 0 and "ws_probe" not in unprobed.stdout
+                   and "timeout 550 " in unprobed.stdout
                    and "--probe" not in unprobed.stdout and "--ceilings qwen3_moe" in unprobed.stdout,
                    "--no-probe: no probe, the documented ceilings only"))
     for bad, why in ((["--out", out, "llama:1:16"], "unknown arch"),

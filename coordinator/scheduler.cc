@@ -406,7 +406,10 @@ absl::Status Scheduler::CalibrateGpu(absl::Span<const CostSample> points) {
   // The GPU-only rest was measured against the old line: measure that mode again soon (the
   // probe runs the layers back to back, with nothing for the next layer's transfer to
   // overlap, so its line sits above what steps report; the rest absorbs the difference).
-  if (!std::isnan(rest_gpu_only_) && guessed_rest_mode_ == 0) guessed_rest_mode_ = 2;
+  if (!std::isnan(rest_gpu_only_) && guessed_rest_mode_ == 0) {
+    guessed_rest_mode_ = 2;
+    guess_refunded_ = false;
+  }
   // A rest measured against the old line moves with it: a guess stops following it (and
   // GPU-only's, which no longer stands against the split's).
   guess_follows_ = false;
@@ -492,6 +495,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // The rests' clock counts the steps that did not explore (below).
   if (!decided_explore_) ++rest_clock_;
   const bool explored = decided_explore_;
+  const bool exploration_ends = decided_explore_ && !decided_continues_;
   decided_explore_ = false;
   decided_continues_ = false;
   // What the step measured beyond the model's attention time, before the model learns
@@ -519,6 +523,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
           guess_follows_ = guessed_rest_mode_ != mode;
           if (guess_follows_) other += value - rest;
           guessed_rest_mode_ = 3 - mode;
+          guess_refunded_ = false;
         } else {
           guessed_rest_mode_ = 0;
         }
@@ -540,6 +545,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
         if (explored && std::isnan(before) && guessed_rest_mode_ == 0) {
           guessed_rest_mode_ = mode;
           guess_follows_ = false;
+          guess_refunded_ = false;
         }
         // A guess carried over at a re-level keeps its difference to this mode's level, not
         // to the one sample that re-levelled it, which is as noisy as any (Mixtral's steps
@@ -551,6 +557,17 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       }
       rest_stale_ = false;
     }
+  }
+  // An exploration that measured a guess on an advance of the credit, all of whose steps
+  // settled (its last one too: it read another share than its first and missed its early
+  // rounds), measured nothing: its advance is given back, once per guess, so that the guess
+  // is measured at the next decision the minimum period allows (guess_advance_ns_).
+  if (exploration_ends) {
+    if (settling && guess_advance_ns_ > 0.0 && guessed_rest_mode_ == mode && !guess_refunded_) {
+      explore_credit_ns_ += guess_advance_ns_;
+      guess_refunded_ = true;
+    }
+    guess_advance_ns_ = 0.0;
   }
   // An exploration is judged on its settled step.
   if (!settling) {
@@ -786,6 +803,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       split = !split;
       // A measurement of a guess beyond the credit (not due: the credit is short of extra_ns)
       // runs on an advance of it, paid back by the later decisions' credit.
+      guess_advance_ns_ = !due && guess_may_hide ? extra_ns : 0.0;
       explore_credit_ns_ = !due && guess_may_hide ? explore_credit_ns_ - extra_ns : 0.0;
       decisions_since_explore_ = 0;
       explore_pending_ = std::isfinite(chosen_ns);

@@ -604,6 +604,13 @@ class Scheduler {
   // calibration's, nor an older value kept) and no GPU calibration came since: it moves as
   // that rest's EMA moves.
   bool guess_follows_ = false;
+  // The credit advanced for the exploration now measuring the guess (0: none, or it was due),
+  // and whether this guess had that advance given back once: an exploration all of whose
+  // steps settled measured nothing (Qwen3 16 x 8K on the H200, run 161: the split's second
+  // step read another share than its first and missed its early rounds), and paying its
+  // advance back kept the split, guessed 5.3 ms a step too slow, out of the point.
+  double guess_advance_ns_ = 0.0;
+  bool guess_refunded_ = false;
   double explore_credit_ns_ = 0.0;
   uint32_t decisions_since_explore_ = 0;
   // The exploration under way: decisions still to run it, and its mode.

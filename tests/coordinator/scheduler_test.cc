@@ -2298,6 +2298,57 @@ TEST(DecodeReadsTest, AModeLeftOnOneSampleIsMeasuredOnceMore) {
   }
 }
 
+// A guess measured on an advance of the credit by an exploration that taught nothing is
+// measured again. At 16 sequences GPU-only is the cheaper mode; at 32 its rest grows by 3 ms
+// a layer and the split is cheaper (23.0 against 24.9 ms), but the split's rest, carried over
+// as a guess, puts it at 26.0. The guess is measured at once, and the exploration's second
+// step, which would teach, missed its early rounds (it read another share than its first:
+// Qwen3 16 x 8K on the H200, run 161), so it settles too. Its advance is given back once:
+// the split is explored again after the minimum period, measured, and chosen from then on.
+// Without that, paying the advance back keeps the split out of the window (GPU-only ran the
+// 40 steps of that point at 20.2 ms where monolithic's split took 15.3). A second exploration
+// that teaches nothing gets no second refund.
+TEST(DecodeReadsTest, AGuessThatAnExplorationDidNotMeasureIsMeasuredAgain) {
+  for (const int missed_teaching_steps : {1, 2}) {
+    SCOPED_TRACE(missed_teaching_steps);
+    SchedulerOptions options;
+    // Neither the periods nor the credit explore within the window.
+    options.max_explore_period_steps = 1000;
+    options.max_gpu_only_explore_period_steps = 1000;
+    options.explore_cost_share = 0.001;
+    ReadWorld world = NearWorld();
+    world.rest_gpu_only_ns -= 3e6;  // GPU-only cheaper at 16 sequences: 21.9 against 23.0
+    auto scheduler = *Scheduler::Create("writescope", options);
+    ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
+    ASSERT_FALSE(std::isnan(scheduler->rest_split_ns()));
+    ASSERT_EQ(ReadStep(*scheduler, world, 16).cpu_share, 0.0);
+    ReadWorld bigger = world;
+    bigger.rest_gpu_only_ns += 3e6;
+    int teaching_steps = 0, split_chosen = 0, refused = 0;
+    for (int i = 0; i < 40; ++i) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 32);
+      StepSample sample = bigger.Run(d.cpu_share, 200000);
+      const bool teaches = d.cpu_share > 0.0 && d.explore && !d.exploration_continues;
+      if (teaches && ++teaching_steps <= missed_teaching_steps) {
+        sample.early_rounds_missed = true;
+        ++refused;
+      }
+      scheduler->ObserveStep(sample);
+      if (d.cpu_share > 0.0 && !d.explore) ++split_chosen;
+    }
+    if (missed_teaching_steps == 1) {
+      EXPECT_EQ(teaching_steps, 2);
+      EXPECT_GE(split_chosen, 25);
+      EXPECT_NEAR(scheduler->rest_split_ns(), bigger.rest_split_ns, 0.2e6);
+    } else {
+      // Refunded once: the second exploration's advance is paid back by the credit.
+      EXPECT_EQ(teaching_steps, 2);
+      EXPECT_EQ(split_chosen, 0);
+    }
+    EXPECT_EQ(refused, std::min(teaching_steps, missed_teaching_steps));
+  }
+}
+
 // An explored mode's first sample is a guess: the runtime's first steps pay for one-time
 // work, and the first GPU-only exploration measured a rest of 72.9 ms where its steps took
 // ~10 (Qwen3 4 x 8K on the H200, run 154), which kept the better mode out of the point. Here,

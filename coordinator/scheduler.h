@@ -608,7 +608,8 @@ class Scheduler {
   // and whether this guess had that advance given back once: an exploration all of whose
   // steps settled measured nothing (Qwen3 16 x 8K on the H200, run 161: the split's second
   // step read another share than its first and missed its early rounds), and paying its
-  // advance back kept the split, guessed 5.3 ms a step too slow, out of the point.
+  // advance back kept the split, predicted 5.3 ms a step behind GPU-only, out of the point
+  // where it would have been 3 ms a step ahead.
   double guess_advance_ns_ = 0.0;
   bool guess_refunded_ = false;
   double explore_credit_ns_ = 0.0;

@@ -9,7 +9,10 @@
   - the changes of mode outside explorations (a step that did not explore reading in another
     mode than the last such step before it: the flips a hold of the mode saves) and, where the
     CSV has `early_rounds_missed`, the steps whose early KV rounds the gpu_worker could not
-    use whole; and, where there are any, the steps that did not explore and read GPU-only
+    use whole, and the explorations whose last step missed them (it settled, as their first
+    step, a change of mode, did: they measured nothing; Qwen3 16 x 8K's warm-up in run 161
+    kept the split out of the point that way); and, where there are any, the steps that did
+    not explore and read GPU-only
     though their own prediction put the split shorter: a mode hold's few, or a split that
     read nothing (run 115's DeepSeek 4 x 32K: 47 of 48, the split's share rounding to no whole
     sequence before build L);
@@ -92,11 +95,24 @@ def counts(steps):
     return sum(1 for s in steps if s["explore"]), changes, missed
 
 
+def untaught(steps):
+    """The explorations (runs of exploring steps in one mode) whose last step missed its early
+    rounds; 0 where the CSV does not say."""
+    count = 0
+    for i, s in enumerate(steps):
+        ends = i + 1 == len(steps) or not steps[i + 1]["explore"] or steps[i + 1]["split"] != s["split"]
+        if s["explore"] and ends and s["missed"]:
+            count += 1
+    return count
+
+
 def describe(window, warmup=None):
     rnd, batch, context, steps = window
     parts = [f"round {rnd} batch {batch} context {context}: {len(steps)} steps"]
     if warmup is not None:
-        parts.append(f"warm-up {mode_letters(warmup[3])} (first: {rests(warmup[3][0])}) |")
+        nothing = untaught(warmup[3])
+        parts.append(f"warm-up {mode_letters(warmup[3])} (first: {rests(warmup[3][0])}"
+                     + (f"; {nothing} exploration(s) taught nothing" if nothing else "") + ") |")
     parts.append(mode_letters(steps))
     for name, split in (("split", True), ("GPU-only", False)):
         times = [s["step_ms"] for s in steps if s["split"] == split]
@@ -111,6 +127,9 @@ def describe(window, warmup=None):
     parts.append(f"mode changes {changes}")
     if missed is not None:
         parts.append(f"missed rounds on {missed} steps")
+    nothing = untaught(steps)
+    if nothing:
+        parts.append(f"{nothing} exploration(s) taught nothing (the last step missed its rounds)")
     against = sum(1 for s in steps if not s["explore"] and not s["split"]
                   and s["predicted_split_ms"] < s["predicted_gpu_only_ms"])  # False with NaN
     if against:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """deploy/modes_report.py on small step CSVs: a line per measured window (a repeat of a point is
 its own window), the modes spelled out, each mode's count and median, the first exploration,
-the changes of mode outside explorations, the steps that missed their early KV rounds,
+the changes of mode outside explorations, the steps that missed their early KV rounds, the
+explorations whose last step missed them (they taught nothing),
 the first step's predictions and rests (NaN shown as '-'), a CSV from before the rests were
 recorded, the warm-ups beside their windows, output cut short by `head`, and bad input
 refused with exit status 2."""
@@ -85,6 +86,27 @@ with tempfile.TemporaryDirectory() as d:
     checks.append((out_missed.returncode == 0 and "gsgEgEsg" in out_missed.stdout
                    and "mode changes 2  missed rounds on 2 steps  " in out_missed.stdout,
                    "the steps that missed their early rounds"))
+    checks.append(("taught nothing" not in out_missed.stdout,
+                   "explorations whose last step took its rounds taught"))
+    # Explorations whose last step missed its early rounds measured nothing: the split's
+    # second (steps 4-5) and the one-step GPU-only one (step 7); the first (steps 1-2) missed
+    # on its first step only.
+    untaught = os.path.join(d, "untaught.csv")
+    with open(untaught, "w") as f:
+        f.write(HEADER + ",early_rounds_missed\n")
+        for step, (share, explore, miss) in enumerate([(0, 0, 0), (0.3, 1, 2), (0.3, 1, 0),
+                                                      (0, 0, 0), (0.3, 1, 0), (0.3, 1, 2),
+                                                      (0, 0, 0), (0, 1, 1), (0.3, 0, 0)]):
+            f.write(row("writescope", step, 9.0, share, explore, "9.5", "11.0") + f",{miss}\n")
+    out_untaught = run(untaught)
+    checks.append((out_untaught.returncode == 0 and "gEsEsgEsEsgEgs" in out_untaught.stdout
+                   and "2 exploration(s) taught nothing (the last step missed its rounds)"
+                   in out_untaught.stdout, "the explorations that taught nothing"))
+    with_warmup = run(missed, "--warmup", untaught)
+    checks.append((with_warmup.returncode == 0
+                   and "warm-up gEsEsgEsEsgEgs (first: rests - / - ms; 2 exploration(s) "
+                   "taught nothing) |  gsgEgEsg" in with_warmup.stdout,
+                   "and those of the warm-up"))
     # Steps 0, 2 and 5 read GPU-only without exploring while the split was predicted 9.5
     # against 11.0; the first file's GPU-only steps had the split predicted longer.
     checks.append(("GPU-only though the split was predicted shorter on 3 steps"

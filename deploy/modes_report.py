@@ -9,10 +9,10 @@
   - the changes of mode outside explorations (a step that did not explore reading in another
     mode than the last such step before it: the flips a hold of the mode saves) and, where the
     CSV has `early_rounds_missed`, the steps whose early KV rounds the gpu_worker could not
-    use whole, and the explorations whose last step missed them (it settled, as their first
-    step, a change of mode, did: they measured nothing; Qwen3 16 x 8K's warm-up in run 161
-    kept the split out of the point that way); and, where there are any, the steps that did
-    not explore and read GPU-only
+    use whole, and the explorations whose last step missed them: that step settled, as
+    their first one (a change of mode) did, so they measured nothing (Qwen3 16 x 8K's
+    warm-up in run 161 kept the split out of the point that way); and, where there are any,
+    the steps that did not explore and read GPU-only
     though their own prediction put the split shorter: a mode hold's few, or a split that
     read nothing (run 115's DeepSeek 4 x 32K: 47 of 48, the split's share rounding to no whole
     sequence before build L);
@@ -100,7 +100,8 @@ def untaught(steps):
     rounds; 0 where the CSV does not say."""
     count = 0
     for i, s in enumerate(steps):
-        ends = i + 1 == len(steps) or not steps[i + 1]["explore"] or steps[i + 1]["split"] != s["split"]
+        after = steps[i + 1] if i + 1 < len(steps) else None
+        ends = after is None or not after["explore"] or after["split"] != s["split"]
         if s["explore"] and ends and s["missed"]:
             count += 1
     return count

@@ -77,6 +77,11 @@ ABSL_FLAG(uint32_t, mode_switch_hold_steps,
           "writescope: a decode step keeps the read mode whose KV rounds are queued unless the "
           "other is predicted to save more than a change of mode costs over this many steps, "
           "or the held steps' predicted losses add up to that cost (0: no hold)");
+ABSL_FLAG(double, rest_outlier_factor,
+          writescope::coordinator::SchedulerOptions{}.rest_outlier_factor,
+          "writescope: a decode step that took more than this factor times its mode's "
+          "prediction teaches the mode's rest only if the mode's next step does too (0: every "
+          "step teaches)");
 
 ABSL_FLAG(bool, steady_layer_samples,
           writescope::coordinator::EngineOptions{}.steady_layer_samples,
@@ -125,6 +130,7 @@ int main(int argc, char** argv) {
   options.scheduler.mode_switch_hold_steps = absl::GetFlag(FLAGS_mode_switch_hold_steps);
   options.scheduler.hold_queued_readers = absl::GetFlag(FLAGS_hold_queued_readers);
   options.scheduler.dma_bound = absl::GetFlag(FLAGS_dma_bound);
+  options.scheduler.rest_outlier_factor = absl::GetFlag(FLAGS_rest_outlier_factor);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -348,6 +348,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mode_switch_hold_steps = ", options.mode_switch_hold_steps, " must be at most 1000"));
   }
+  if (!(options.rest_outlier_factor == 0.0 || options.rest_outlier_factor > 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rest_outlier_factor = ", options.rest_outlier_factor, " must be 0 (off) or > 1"));
+  }
   if (!(options.rest_batch_tolerance >= 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rest_batch_tolerance = ", options.rest_batch_tolerance, " must be >= 0"));
@@ -513,8 +517,24 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       // step's. (The first sample sets the rest whatever its weight.)
       uint64_t& last = split ? rest_split_clock_ : rest_gpu_only_clock_;
       const double elapsed = std::max(1.0, static_cast<double>(rest_clock_ - last));
-      last = rest_clock_;
-      if (rest_stale_ && !std::isnan(rest)) {
+      // A step far above its mode's prediction from a measured rest waits for the mode's
+      // next sample: a lone spike teaches nothing, two in a row are a new level
+      // (SchedulerOptions::rest_outlier_factor). A held sample leaves the clock, so the next
+      // one weighs both.
+      bool& held = split ? rest_split_held_ : rest_gpu_only_held_;
+      const bool hold = options_.rest_outlier_factor > 0.0 && !held && !rest_stale_ &&
+                        guessed_rest_mode_ != mode && !std::isnan(rest) &&
+                        predicted + rest > 0.0 &&
+                        sample.step_ns > options_.rest_outlier_factor * (predicted + rest);
+      held = hold;
+      if (hold) {
+        ++rest_outliers_held_;
+      } else {
+        last = rest_clock_;
+      }
+      if (hold) {
+        // Nothing learnt: the rest stays, and so does a guess that follows it.
+      } else if (rest_stale_ && !std::isnan(rest)) {
         // A new batch size: the new level for this mode, the same difference to the other
         // until the other is measured at this batch too (the next decision explores it).
         // A rest that was itself a guess moves nothing: the other keeps its (older) value

@@ -392,6 +392,18 @@ struct SchedulerOptions {
   // the CPU's attention and experts: it placed larger, slower shares on Qwen3 and DeepSeek,
   // run 146, and was removed.)
   bool dma_bound = true;
+  // A step that took more than this factor times its mode's prediction (the attention lines
+  // and a measured rest) is held: its rest sample teaches only if the mode's next sample is
+  // above its prediction by the factor too (a level that changed), and is dropped otherwise
+  // (a lone spike). DeepSeek 4 x 32K on the H200 (run 162): one split step took 24.0 ms
+  // where its neighbours took 7.4-7.9 (the GPU waited 18.2 ms for the CPU, whose attention
+  // took 3.9), its rest sample of 20.1 ms took the split's rest from 3.8 to 7.9, and
+  // GPU-only, predicted at 11.5 ms against the split's 11.8, ran 7 of the next 12 steps at
+  // 11.3-14.5: writescope 0.88x of monolithic at the point. Over runs 130-162, of 5471
+  // writescope steps that settled 8 took more than 1.5x their prediction, 1 more than 2x.
+  // A guessed rest, or one a new batch re-levels, is not held. 0: off (every
+  // sample mixes in); else > 1.
+  double rest_outlier_factor = 1.5;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
   // KV bytes of one token in one layer and the layer count: the monolithic
@@ -551,6 +563,8 @@ class Scheduler {
   // The rest EMAs per layer, ns (NaN until a step of that mode was measured).
   double rest_split_ns() const { return rest_split_; }
   double rest_gpu_only_ns() const { return rest_gpu_only_; }
+  // Rest samples held as outliers so far (SchedulerOptions::rest_outlier_factor).
+  uint64_t rest_outliers_held() const { return rest_outliers_held_; }
   int64_t read_decisions() const { return read_decisions_; }
   // What a change of mode costs a step, per layer, ns (SchedulerOptions::
   // mode_switch_hold_steps; NaN until a step that paid for one was measured).
@@ -587,6 +601,9 @@ class Scheduler {
   // Steps that did not explore, and its value at each mode's latest rest sample: a rest
   // sample weighs as many steps as did not explore since then.
   uint64_t rest_clock_ = 0, rest_split_clock_ = 0, rest_gpu_only_clock_ = 0;
+  // Each mode's latest rest sample was held as an outlier (rest_outlier_factor).
+  bool rest_split_held_ = false, rest_gpu_only_held_ = false;
+  uint64_t rest_outliers_held_ = 0;
   // The step of each line's latest sample (Observe's `elapsed`).
   uint64_t cpu_sample_step_ = 0, gpu_sample_step_ = 0, gpu_only_sample_step_ = 0;
   uint64_t dma_sample_step_ = 0;

@@ -475,6 +475,21 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
 class HotUploadTest : public EngineTest, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(HotUploadTest, TheUploadIsNotLearnedAsStepTime) {
+  // The scheduler without its outlier hold, which would drop the one slow step too
+  // (SchedulerOptions::rest_outlier_factor): this tests the report alone.
+  engine_->Stop();
+  SchedulerOptions options;
+  options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
+  options.num_layers = kv_.geometry.num_layers;
+  options.rest_outlier_factor = 0;
+  scheduler_ = *Scheduler::Create("writescope", options);
+  EngineOptions engine_options;
+  engine_options.max_step_tokens = 64;
+  engine_options.queue_capacity = 8;
+  engine_ = std::make_unique<Engine>(engine_options, model_, kv_, &placement_mutex_,
+                                     placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get());
+  engine_->set_serving(true);
+  engine_->Start();
   gpu_->report_upload_ = GetParam();
   const v1::BenchRequest request = Bench(2, 4 * kv_.block_tokens(), 16, 0);
   gpu_->upload_at_step_ = gpu_->steps_.load() + 12;  // the lines are ready by then

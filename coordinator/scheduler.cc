@@ -527,13 +527,9 @@ void Scheduler::ObserveStep(const StepSample& sample) {
                         predicted + rest > 0.0 &&
                         sample.step_ns > options_.rest_outlier_factor * (predicted + rest);
       held = hold;
+      if (!hold) last = rest_clock_;
       if (hold) {
-        ++rest_outliers_held_;
-      } else {
-        last = rest_clock_;
-      }
-      if (hold) {
-        // Nothing learnt: the rest stays, and so does a guess that follows it.
+        ++rest_outliers_held_;  // nothing learnt: the rest stays, and a guess that follows it
       } else if (rest_stale_ && !std::isnan(rest)) {
         // A new batch size: the new level for this mode, the same difference to the other
         // until the other is measured at this batch too (the next decision explores it).

@@ -399,10 +399,10 @@ struct SchedulerOptions {
   // where its neighbours took 7.4-7.9 (the GPU waited 18.2 ms for the CPU, whose attention
   // took 3.9), its rest sample of 20.1 ms took the split's rest from 3.8 to 7.9, and
   // GPU-only, predicted at 11.5 ms against the split's 11.8, ran 7 of the next 12 steps at
-  // 11.3-14.5: writescope 0.88x of monolithic at the point. Over runs 130-162, of 5471
-  // writescope steps that settled 8 took more than 1.5x their prediction, 1 more than 2x.
-  // A guessed rest, or one a new batch re-levels, is not held. 0: off (every
-  // sample mixes in); else > 1.
+  // 11.3-14.5: writescope 0.88x of monolithic at the point. Over runs 130-163, of 6126
+  // measured writescope steps that settled and did not explore, 8 took more than 1.5x their
+  // prediction, 1 (that one) more than 2x. A guessed rest, or one a new batch re-levels, is
+  // not held. 0: off (every sample mixes in); else > 1.
   double rest_outlier_factor = 1.5;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;

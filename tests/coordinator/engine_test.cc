@@ -182,14 +182,19 @@ class EngineTest : public ::testing::Test {
     auto placement = KvPlacement::Create(kv_);
     WS_ASSERT_OK(placement.status());
     placement_ = *std::move(placement);
-    SchedulerOptions options;
+    gpu_ = std::make_unique<FakeWorker>(true, model_.vocab_size);
+    cpu_ = std::make_unique<FakeWorker>(false, model_.vocab_size);
+    ASSERT_NO_FATAL_FAILURE(StartEngine(SchedulerOptions{}));
+  }
+  // A writescope scheduler with `options` (the KV geometry filled in) and an engine over it,
+  // serving; the engine before it, if any, stopped.
+  void StartEngine(SchedulerOptions options) {
+    if (engine_ != nullptr) engine_->Stop();
     options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
     options.num_layers = kv_.geometry.num_layers;
     auto scheduler = Scheduler::Create("writescope", options);
     WS_ASSERT_OK(scheduler.status());
     scheduler_ = *std::move(scheduler);
-    gpu_ = std::make_unique<FakeWorker>(true, model_.vocab_size);
-    cpu_ = std::make_unique<FakeWorker>(false, model_.vocab_size);
     EngineOptions engine_options;
     engine_options.max_step_tokens = 64;
     engine_options.queue_capacity = 8;
@@ -477,19 +482,9 @@ class HotUploadTest : public EngineTest, public ::testing::WithParamInterface<bo
 TEST_P(HotUploadTest, TheUploadIsNotLearnedAsStepTime) {
   // The scheduler without its outlier hold, which would drop the one slow step too
   // (SchedulerOptions::rest_outlier_factor): this tests the report alone.
-  engine_->Stop();
   SchedulerOptions options;
-  options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
-  options.num_layers = kv_.geometry.num_layers;
   options.rest_outlier_factor = 0;
-  scheduler_ = *Scheduler::Create("writescope", options);
-  EngineOptions engine_options;
-  engine_options.max_step_tokens = 64;
-  engine_options.queue_capacity = 8;
-  engine_ = std::make_unique<Engine>(engine_options, model_, kv_, &placement_mutex_,
-                                     placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get());
-  engine_->set_serving(true);
-  engine_->Start();
+  ASSERT_NO_FATAL_FAILURE(StartEngine(options));
   gpu_->report_upload_ = GetParam();
   const v1::BenchRequest request = Bench(2, 4 * kv_.block_tokens(), 16, 0);
   gpu_->upload_at_step_ = gpu_->steps_.load() + 12;  // the lines are ready by then

@@ -5,7 +5,7 @@
 //                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda] [--no-gqa]
 //                   [--no-merge] [--no-prefill] [--no-overlap] [--clock=wall|cpu]
 //                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
-//                   [--gap-us=0]
+//                   [--gap-us=0] [--gpu-warmup-ms=50]
 //
 // KV bytes are counted once per step (K and V of every token and kv head read once);
 // achieved GB/s = bytes / time, compared with the DRAM (CPU) or HBM (GPU) ceiling.
@@ -25,6 +25,10 @@
 // the kernel forces it), memfd-thp (memfd_create with MADV_HUGEPAGE: the kernel's internal
 // shared-memory mount, which follows transparent_hugepage/shmem_enabled). Each table's header
 // says how many of the pool's bytes huge pages map.
+//
+// --gpu-warmup-ms: each CUDA timing first runs its call (behind the L2 flush) for at least
+// this long, untimed, so that the GPU's SM clock is back up from the idle gaps the host's
+// allocations leave between points (0: one untimed call, as before session 31).
 //
 // --gap-us sleeps that long before each timed call (not timed). Back to back, the OpenMP
 // threads are still spinning from the call before when the next one starts; in a decode
@@ -401,6 +405,9 @@ int Main(int argc, char** argv) {
     else if (const char* v = value("--hbm-gbps=")) ok = absl::SimpleAtod(v, &options.hbm_gbps);
     else if (const char* v = value("--pool-gb=")) ok = absl::SimpleAtod(v, &options.pool_gb);
     else if (const char* v = value("--gpu-pool-gb=")) ok = absl::SimpleAtod(v, &options.gpu_pool_gb);
+    else if (const char* v = value("--gpu-warmup-ms=")) {
+      ok = absl::SimpleAtod(v, &options.gpu_warmup_ms) && options.gpu_warmup_ms >= 0;
+    }
     else if (const char* v = value("--gap-us=")) ok = absl::SimpleAtoi(v, &g_gap_us) && g_gap_us >= 0;
     else if (const char* v = value("--host-memory=")) {
       g_host_memory = v;

@@ -24,6 +24,7 @@ struct BenchOptions {
   bool cpu = true, mla = true, cuda = true, merge = true;
   bool gqa = true;  // the GQA tables (CPU and CUDA), the overlap and the prefill
   bool prefill = true, overlap = true;  // the CUDA prefill tables, the CUDA overlap table
+  double gpu_warmup_ms = 50;  // CUDA timings: calls before the timed runs, at least this long
 };
 
 struct GqaModel {

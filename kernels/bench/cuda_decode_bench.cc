@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -64,13 +65,23 @@ void FlushL2() {
 // their layer's tiles). Kernel-to-kernel gaps inside `fn` are counted. With
 // `from_idle_stream` the stream is drained first: one call as a caller that waits for
 // each call sees it, the host's launch latency included.
+// Before the timed runs, `fn` runs (each behind a flush) for at least g_warmup_ms and at
+// least once: the GPU lowers its SM clock while the host allocates and fills a point's
+// buffers, and one call does not bring it back, so without this the first table column of
+// each row timed some runs at a lower clock (--gpu-warmup-ms=0: the old single call).
+double g_warmup_ms = 50;  // --gpu-warmup-ms
 template <typename Fn>
 double TimeGpu(int iters, Fn fn, bool from_idle_stream = false) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  fn();
-  cudaDeviceSynchronize();
+  const auto warmup_end =
+      std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(g_warmup_ms);
+  do {
+    if (g_warmup_ms > 0) FlushL2();
+    fn();
+    cudaDeviceSynchronize();
+  } while (std::chrono::steady_clock::now() < warmup_end);
   std::vector<double> times;
   for (int i = 0; i < std::max(iters, 5); ++i) {
     FlushL2();
@@ -657,6 +668,7 @@ void RunCudaBenchmarks(const BenchOptions& options) {
     std::printf("\n== CUDA: no device, skipped ==\n");
     return;
   }
+  g_warmup_ms = options.gpu_warmup_ms;
   if (cudaMalloc(&g_flush, kFlushBytes) != cudaSuccess ||
       cudaMemset(g_flush, 0x3c, kFlushBytes) != cudaSuccess ||
       cudaMalloc(reinterpret_cast<void**>(&g_sink), kReadBlocks * sizeof(unsigned)) != cudaSuccess) {

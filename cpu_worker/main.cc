@@ -24,6 +24,9 @@ ABSL_FLAG(std::string, mla_matmul, "auto",
           "our AMX tile kernel (a CPU with AMX-BF16); onednn (or on) = whole KV blocks through "
           "oneDNN bf16 matmuls; off = our vector kernels; auto = amx where AMX is usable (onednn "
           "for a shape the AMX kernel does not take), else off");
+ABSL_FLAG(int, mla_amx_prefetch_steps, 2,
+          "The AMX MLA kernel prefetches the latent rows this many 32-token steps ahead, spread "
+          "over each step (0 to 8; 0: only the next step's, during its P V)");
 ABSL_FLAG(bool, prefault_kv, true,
           "Map the CPU-compute KV region's pages into this process at load, so that no step "
           "takes a page fault on its first read of a block (false: to measure that cost)");
@@ -79,6 +82,12 @@ int main(int argc, char** argv) {
                                               {"on", MlaMatmulMode::kOneDnn},
                                               {"off", MlaMatmulMode::kOff}}),
               &options.attention.mla_matmul)) {
+    return EXIT_FAILURE;
+  }
+  options.attention.mla_amx_prefetch_steps = absl::GetFlag(FLAGS_mla_amx_prefetch_steps);
+  if (options.attention.mla_amx_prefetch_steps < 0 || options.attention.mla_amx_prefetch_steps > 8) {
+    WS_LOG(ERROR) << "--mla_amx_prefetch_steps=" << options.attention.mla_amx_prefetch_steps
+                  << ": 0 to 8";
     return EXIT_FAILURE;
   }
   if (absl::Status usable = writescope::kernels::CheckMlaMatmulMode(options.attention.mla_matmul);

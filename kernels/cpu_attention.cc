@@ -293,6 +293,10 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   if (options.mla_amx_emulated && DetectCpuIsa() != CpuIsa::kAvx512) {
     return absl::InvalidArgumentError("CPU MLA decode: the emulated AMX kernel needs AVX-512");
   }
+  if (options.mla_amx_prefetch_steps < 0 || options.mla_amx_prefetch_steps > 8) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU MLA decode: mla_amx_prefetch_steps ",
+                                                   options.mla_amx_prefetch_steps, " (0 to 8)"));
+  }
   const bool amx_usable = MlaAmxUsable();
   if (!options.mla_amx_emulated) WS_RETURN_IF_ERROR(CheckMlaMatmulMode(options.mla_matmul));
   const bool amx_wanted = options.mla_amx_emulated || options.mla_matmul == MlaMatmulMode::kAmx ||
@@ -413,6 +417,7 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
           a.next_rows = list.blocks[b + 1];
           a.next_tokens = list.BlockTokens(b + 1, s.block_tokens);
         }
+        a.prefetch_steps = options.mla_amx_prefetch_steps;
         a.m = m;
         a.l = l;
         a.acc = acc;

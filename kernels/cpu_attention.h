@@ -73,6 +73,9 @@ struct CpuAttentionOptions {
   // in plain code (AmxTiles::kEmulated), so that the kernel's steps are tested on CPUs
   // without AMX (any with AVX-512).
   bool mla_amx_emulated = false;
+  // How many 32-token steps ahead the AMX kernel prefetches its rows, 0 to 8
+  // (cpu::MlaAmxArgs::prefetch_steps; 0: the next step's during its P V only).
+  int mla_amx_prefetch_steps = 2;
 };
 
 absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options = {});

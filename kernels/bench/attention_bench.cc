@@ -5,7 +5,7 @@
 //                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda] [--no-gqa]
 //                   [--no-merge] [--no-prefill] [--no-overlap] [--clock=wall|cpu]
 //                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
-//                   [--gap-us=0] [--gpu-warmup-ms=50]
+//                   [--gap-us=0] [--gpu-warmup-ms=50] [--mla-prefetch=0,1,2]
 //
 // KV bytes are counted once per step (K and V of every token and kv head read once);
 // achieved GB/s = bytes / time, compared with the DRAM (CPU) or HBM (GPU) ceiling.
@@ -25,6 +25,9 @@
 // the kernel forces it), memfd-thp (memfd_create with MADV_HUGEPAGE: the kernel's internal
 // shared-memory mount, which follows transparent_hugepage/shmem_enabled). Each table's header
 // says how many of the pool's bytes huge pages map.
+//
+// --mla-prefetch lists the CPU MLA AMX kernel's prefetch distances (MlaAmxArgs::
+// prefetch_steps), an amx-pN row each.
 //
 // --gpu-warmup-ms: each CUDA timing first runs its call (behind the L2 flush) for at least
 // this long, untimed, so that the GPU's SM clock is back up from the idle gaps the host's
@@ -337,13 +340,26 @@ void RunCpuMla(const BenchOptions& options) {
       std::vector<float> o(int64_t{batch} * shape.num_heads * shape.kv_lora_rank),
           lse(int64_t{batch} * shape.num_heads);
       const MlaDecodeArgs args{shape, batch, q.data(), lists.data(), o.data(), lse.data()};
-      std::vector<std::pair<const char*, MlaMatmulMode>> paths = {
-          {"vector", MlaMatmulMode::kOff}, {"onednn", MlaMatmulMode::kOneDnn}};
-      if (MlaAmxUsable()) paths.push_back({"amx", MlaMatmulMode::kAmx});
-      for (const auto& [path, mode] : paths) {
+      struct Path {
+        std::string name;
+        MlaMatmulMode mode;
+        int32_t prefetch;
+      };
+      std::vector<Path> paths = {{"vector", MlaMatmulMode::kOff, 0},
+                                 {"onednn", MlaMatmulMode::kOneDnn, 0}};
+      if (MlaAmxUsable()) {
+        for (int32_t prefetch : options.mla_prefetch) {
+          paths.push_back({options.mla_prefetch.size() == 1 ? std::string("amx")
+                                                            : absl::StrCat("amx-p", prefetch),
+                           MlaMatmulMode::kAmx, prefetch});
+        }
+      }
+      for (const Path& path_entry : paths) {
+        const char* path = path_entry.name.c_str();
         CpuAttentionOptions cpu_options;
         cpu_options.num_threads = threads;
-        cpu_options.mla_matmul = mode;
+        cpu_options.mla_matmul = path_entry.mode;
+        cpu_options.mla_amx_prefetch_steps = path_entry.prefetch;
         const double seconds = TimeIt(options.iters, [&] {
           const absl::Status status = CpuMlaDecode(args, cpu_options);
           if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
@@ -408,6 +424,7 @@ int Main(int argc, char** argv) {
     else if (const char* v = value("--gpu-warmup-ms=")) {
       ok = absl::SimpleAtod(v, &options.gpu_warmup_ms) && options.gpu_warmup_ms >= 0;
     }
+    else if (const char* v = value("--mla-prefetch=")) ok = ParseList(v, &options.mla_prefetch);
     else if (const char* v = value("--gap-us=")) ok = absl::SimpleAtoi(v, &g_gap_us) && g_gap_us >= 0;
     else if (const char* v = value("--host-memory=")) {
       g_host_memory = v;

@@ -25,6 +25,9 @@ struct BenchOptions {
   bool gqa = true;  // the GQA tables (CPU and CUDA), the overlap and the prefill
   bool prefill = true, overlap = true;  // the CUDA prefill tables, the CUDA overlap table
   double gpu_warmup_ms = 50;  // CUDA timings: calls before the timed runs, at least this long
+  // The CPU MLA table's AMX rows: one per prefetch distance (CpuAttentionOptions::
+  // mla_amx_prefetch_steps).
+  std::vector<int32_t> mla_prefetch = {2};
 };
 
 struct GqaModel {

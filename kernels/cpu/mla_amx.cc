@@ -208,10 +208,36 @@ void RunRows(const MlaAmxArgs& args) {
     V l = Ops::Load(args.l + g * kHeads);
     for (int32_t t0 = 0; t0 < args.num_tokens; t0 += kTokens) {
       const uint16_t* rows = args.rows + t0 * row_dim;
+      // prefetch_steps >= 1: the rows that many steps ahead, a share of their lines in each
+      // of the step's chunks (S's and P V's).
+      const char* ahead = nullptr;
+      int64_t ahead_lines = 0, ahead_per_chunk = 0, ahead_done = 0;
+      if (args.prefetch_steps > 0) {
+        const int64_t t = t0 + int64_t{args.prefetch_steps} * kTokens;
+        int64_t n = 0;
+        if (t < args.num_tokens) {
+          ahead = reinterpret_cast<const char*>(args.rows + t * row_dim);
+          n = std::min<int64_t>(kTokens, args.num_tokens - t);
+        } else if (args.next_rows != nullptr && t - args.num_tokens < args.next_tokens) {
+          ahead = reinterpret_cast<const char*>(args.next_rows + (t - args.num_tokens) * row_dim);
+          n = std::min<int64_t>(kTokens, args.next_tokens - (t - args.num_tokens));
+        }
+        ahead_lines = (n * row_bytes + 63) / 64;
+        ahead_per_chunk = (ahead_lines + chunks + out_chunks - 1) / (chunks + out_chunks);
+      }
+      auto prefetch_ahead = [&] {
+        const int64_t end = std::min(ahead_lines, ahead_done + ahead_per_chunk);
+        if (args.prefetch_steps == 1) {
+          for (; ahead_done < end; ++ahead_done) _mm_prefetch(ahead + ahead_done * 64, _MM_HINT_T0);
+        } else {
+          for (; ahead_done < end; ++ahead_done) _mm_prefetch(ahead + ahead_done * 64, _MM_HINT_T1);
+        }
+      };
       // 1. S^T: tiles 0 (tokens 0-15), 1 (16-31) += rows (2, 3) . q pairs (4).
       Tiles::template Zero<0>();
       Tiles::template Zero<1>();
       for (int32_t c = 0; c < chunks; ++c) {
+        prefetch_ahead();
         Tiles::template Load<4>(q + int64_t{c} * kRows * args.padded_heads, q_stride);
         Tiles::template Load<2>(rows + c * 32, row_bytes);
         Tiles::template Load<3>(rows + kRows * row_dim + c * 32, row_bytes);
@@ -257,7 +283,9 @@ void RunRows(const MlaAmxArgs& args) {
       // Meanwhile the next step's rows are prefetched, lines_per_chunk cache lines per 32 dims.
       const char* next = nullptr;
       int64_t next_lines = 0;
-      if (t0 + kTokens < args.num_tokens) {
+      if (args.prefetch_steps > 0) {
+        // prefetched by prefetch_ahead
+      } else if (t0 + kTokens < args.num_tokens) {
         next = reinterpret_cast<const char*>(rows + kTokens * row_dim);
         next_lines = kTokens * row_bytes / 64;
       } else if (args.next_rows != nullptr && args.next_tokens > 0) {
@@ -266,6 +294,7 @@ void RunRows(const MlaAmxArgs& args) {
       }
       const int64_t lines_per_chunk = (next_lines + out_chunks - 1) / out_chunks;
       for (int32_t c = 0; c < out_chunks; ++c) {
+        prefetch_ahead();
         const int64_t end = std::min(next_lines, (c + 1) * lines_per_chunk);
         for (int64_t i = c * lines_per_chunk; i < end; ++i) _mm_prefetch(next + i * 64, _MM_HINT_T0);
         for (int j = 0; j < kRows; ++j) {

@@ -323,11 +323,14 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
     // same vector kernels); our AMX kernel, with its tiles emulated (on the AVX-512 ISA:
     // the emulation needs it) and on the CPU's AMX where this process can use it. The matrix
     // paths also with one work item per thread, so that their blocks follow each other on
-    // one running state (not only the first block of an item).
+    // one running state (not only the first block of an item). The AMX kernel also with its
+    // prefetch of the next step's rows only (0) and of the rows 1 step ahead (into the next
+    // block at a block's end): the same values, as a prefetch changes none.
     struct Path {
       MlaMatmulMode mode;
       bool emulated;
       int chunks;
+      int prefetch_steps = 2;  // CpuAttentionOptions' default
     };
     std::vector<Path> paths = {{MlaMatmulMode::kOff, false, 4},
                                {MlaMatmulMode::kOneDnn, false, 4},
@@ -335,10 +338,13 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
     if (isa == CpuIsa::kAvx512) {
       paths.push_back({MlaMatmulMode::kAmx, true, 4});
       paths.push_back({MlaMatmulMode::kAmx, true, 1});
+      paths.push_back({MlaMatmulMode::kAmx, true, 1, 0});
     }
     if (MlaAmxUsable()) {
       paths.push_back({MlaMatmulMode::kAmx, false, 4});
       paths.push_back({MlaMatmulMode::kAmx, false, 1});
+      paths.push_back({MlaMatmulMode::kAmx, false, 4, 1});
+      paths.push_back({MlaMatmulMode::kAmx, false, 1, 0});
     }
     // The AMX kernel takes this shape (its rows and V in whole 32-value chunks; any heads,
     // padded to 16), and some block has a 32-token step.
@@ -352,6 +358,7 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
       options.mla_matmul = path.mode;
       options.mla_amx_emulated = path.emulated;
       options.chunks_per_thread = path.chunks;
+      options.mla_amx_prefetch_steps = path.prefetch_steps;
       const uint64_t amx_steps = cpu::MlaAmxStepsRun();
       const char* label = path.mode == MlaMatmulMode::kOff      ? ""
                           : path.mode == MlaMatmulMode::kOneDnn ? " oneDNN"
@@ -360,7 +367,10 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
       const std::string what =
           path.mode == MlaMatmulMode::kOff
               ? name
-              : absl::StrCat(name, label, ", ", path.chunks, " chunks per thread");
+              : absl::StrCat(name, label, ", ", path.chunks, " chunks per thread",
+                             path.mode == MlaMatmulMode::kAmx
+                                 ? absl::StrCat(", prefetch ", path.prefetch_steps)
+                                 : "");
       auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); };
       const Partial part0 = run(split, 0, cpu);
       const Partial part1 = run(split, 1, cpu);
@@ -438,6 +448,13 @@ TEST(MlaAmxTest, RescalesAcrossStepsAndRefusesWithoutAmx) {
     Partial out(shape.num_heads, shape.kv_lora_rank);
     MlaDecodeArgs args{shape, 1, q.data(), &subset.list, out.o.data(), out.lse.data()};
     EXPECT_EQ(CpuMlaDecode(args, hardware).code(), absl::StatusCode::kInvalidArgument);
+  }
+  for (int bad : {-1, 9}) {  // a prefetch distance out of range, whatever the path
+    CpuAttentionOptions options = Options(CpuIsa::kAuto);
+    options.mla_amx_prefetch_steps = bad;
+    Partial out(shape.num_heads, shape.kv_lora_rank);
+    MlaDecodeArgs args{shape, 1, q.data(), &subset.list, out.o.data(), out.lse.data()};
+    EXPECT_EQ(CpuMlaDecode(args, options).code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   if (amx.empty()) GTEST_SKIP() << "neither AMX nor AVX-512 (for the emulation) on this CPU";
   for (const CpuAttentionOptions& options : amx) {

@@ -6,6 +6,7 @@
 //                   [--no-merge] [--no-prefill] [--no-overlap] [--clock=wall|cpu]
 //                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
 //                   [--gap-us=0] [--gpu-warmup-ms=50] [--mla-prefetch=0,1,2]
+//                   [--cpu-beside-h2d-gb=0]
 //
 // KV bytes are counted once per step (K and V of every token and kv head read once);
 // achieved GB/s = bytes / time, compared with the DRAM (CPU) or HBM (GPU) ceiling.
@@ -25,6 +26,11 @@
 // the kernel forces it), memfd-thp (memfd_create with MADV_HUGEPAGE: the kernel's internal
 // shared-memory mount, which follows transparent_hugepage/shmem_enabled). Each table's header
 // says how many of the pool's bytes huge pages map.
+//
+// --cpu-beside-h2d-gb=G (CUDA builds with a device): the CPU tables run while a thread keeps
+// the copy engine reading G GiB of pinned host memory into the GPU, copy after copy, as the
+// ping-pong transfers do beside the CPU's attention in a decode step; the copies' rate is
+// printed after the tables.
 //
 // --mla-prefetch lists the CPU MLA AMX kernel's prefetch distances (MlaAmxArgs::
 // prefetch_steps), an amx-pN row each.
@@ -405,6 +411,7 @@ bool ParseList(const char* text, std::vector<T>* out) {
 
 int Main(int argc, char** argv) {
   BenchOptions options;
+  double cpu_beside_h2d_gb = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* prefix) -> const char* {
@@ -433,6 +440,9 @@ int Main(int argc, char** argv) {
     }
     else if (arg == "--clock=cpu") g_cpu_clock = true;
     else if (arg == "--clock=wall") g_cpu_clock = false;
+    else if (const char* v = value("--cpu-beside-h2d-gb=")) {
+      ok = absl::SimpleAtod(v, &cpu_beside_h2d_gb) && cpu_beside_h2d_gb >= 0;
+    }
     else if (arg == "--no-cpu") options.cpu = false;
     else if (arg == "--no-mla") options.mla = false;
     else if (arg == "--no-cuda") options.cuda = false;
@@ -446,8 +456,18 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  if (options.cpu && options.gqa) RunCpuGqa(options);
-  if (options.cpu && options.mla) RunCpuMla(options);
+  {
+    // --cpu-beside-h2d: the CPU tables with the copy engine reading host memory meanwhile.
+    std::unique_ptr<HostCopyLoad> load;
+    if (options.cpu && cpu_beside_h2d_gb > 0) {
+      load = HostCopyLoad::Start(static_cast<size_t>(cpu_beside_h2d_gb * (1 << 30)));
+      std::printf("\n== the CPU tables beside pinned H2D copies of %.2f GiB back to back: %s ==\n",
+                  cpu_beside_h2d_gb, load ? "running" : "not available (no CUDA device)");
+    }
+    if (options.cpu && options.gqa) RunCpuGqa(options);
+    if (options.cpu && options.mla) RunCpuMla(options);
+    if (load) std::printf("\n(the copies beside the CPU tables ran at %.1f GB/s)\n", load->Stop());
+  }
   if (options.cpu && options.merge) RunCpuMerge(options);
   if (options.cuda) RunCudaBenchmarks(options);
   return 0;

@@ -3,7 +3,9 @@
 #define WRITESCOPE_KERNELS_BENCH_BENCH_COMMON_H_
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,18 @@ inline int64_t TileValues(const GqaShape& shape) {
 
 // CUDA part; a build without CUDA links a stub that prints one line.
 void RunCudaBenchmarks(const BenchOptions& options);
+
+// While it lives, a thread keeps the GPU's copy engine reading host memory: pinned
+// host-to-device copies of `bytes` back to back, as the ping-pong transfers run beside the
+// CPU's attention in a decode step. Null where there is no CUDA build or device, or no
+// pinned memory.
+class HostCopyLoad {
+ public:
+  static std::unique_ptr<HostCopyLoad> Start(size_t bytes);
+  virtual ~HostCopyLoad() = default;
+  // Stops the copies; the rate they ran at (GB/s) while they ran.
+  virtual double Stop() = 0;
+};
 
 }  // namespace writescope::kernels::bench
 

@@ -5,10 +5,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -662,6 +665,68 @@ void RunMlaPrefill(const BenchOptions& options) {
 }
 
 }  // namespace
+
+namespace {
+
+class CudaHostCopyLoad : public HostCopyLoad {
+ public:
+  CudaHostCopyLoad(void* host, void* device, size_t bytes, cudaStream_t stream)
+      : host_(host), device_(device), bytes_(bytes), stream_(stream) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~CudaHostCopyLoad() override {
+    Stop();
+    cudaStreamDestroy(stream_);
+    cudaFree(device_);
+    cudaFreeHost(host_);
+  }
+  double Stop() override {
+    if (thread_.joinable()) {
+      stop_.store(true);
+      thread_.join();
+    }
+    return seconds_ > 0 ? copied_ / seconds_ / 1e9 : 0.0;
+  }
+
+ private:
+  void Loop() {
+    const auto start = std::chrono::steady_clock::now();
+    while (!stop_.load()) {
+      if (cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream_) != cudaSuccess ||
+          cudaStreamSynchronize(stream_) != cudaSuccess) {
+        break;
+      }
+      copied_ += static_cast<double>(bytes_);
+    }
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  void* host_;
+  void* device_;
+  size_t bytes_;
+  cudaStream_t stream_;
+  std::atomic<bool> stop_{false};
+  double copied_ = 0, seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<HostCopyLoad> HostCopyLoad::Start(size_t bytes) {
+  if (!cuda::CudaDeviceAvailable() || bytes == 0) return nullptr;
+  void* host = nullptr;
+  void* device = nullptr;
+  cudaStream_t stream = nullptr;
+  if (cudaMallocHost(&host, bytes) != cudaSuccess) return nullptr;
+  std::memset(host, 0x3c, bytes);
+  if (cudaMalloc(&device, bytes) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    if (device != nullptr) cudaFree(device);
+    cudaFreeHost(host);
+    return nullptr;
+  }
+  return std::make_unique<CudaHostCopyLoad>(host, device, bytes, stream);
+}
 
 void RunCudaBenchmarks(const BenchOptions& options) {
   if (!cuda::CudaDeviceAvailable()) {

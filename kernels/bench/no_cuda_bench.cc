@@ -9,4 +9,6 @@ void RunCudaBenchmarks(const BenchOptions&) {
   std::printf("\n== CUDA: not built (WS_HAVE_CUDA off) ==\n");
 }
 
+std::unique_ptr<HostCopyLoad> HostCopyLoad::Start(size_t) { return nullptr; }
+
 }  // namespace writescope::kernels::bench

@@ -36,8 +36,8 @@
 // prefetch_steps), an amx-pN row each.
 //
 // --gpu-warmup-ms: each CUDA timing first runs its call (behind the L2 flush) for at least
-// this long, untimed, so that the GPU's SM clock is back up from the idle gaps the host's
-// allocations leave between points (0: one untimed call, as before session 31).
+// this long, untimed (0: one untimed call, as before session 31, which timed the first
+// column of some rows 5-13 % slow: docs/notes/cuda_decode_tuning.md, run 167).
 //
 // --gap-us sleeps that long before each timed call (not timed). Back to back, the OpenMP
 // threads are still spinning from the call before when the next one starts; in a decode
@@ -457,7 +457,7 @@ int Main(int argc, char** argv) {
     }
   }
   {
-    // --cpu-beside-h2d: the CPU tables with the copy engine reading host memory meanwhile.
+    // --cpu-beside-h2d-gb: the CPU tables with the copy engine reading host memory meanwhile.
     std::unique_ptr<HostCopyLoad> load;
     if (options.cpu && cpu_beside_h2d_gb > 0) {
       load = HostCopyLoad::Start(static_cast<size_t>(cpu_beside_h2d_gb * (1 << 30)));

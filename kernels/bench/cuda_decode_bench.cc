@@ -69,9 +69,9 @@ void FlushL2() {
 // `from_idle_stream` the stream is drained first: one call as a caller that waits for
 // each call sees it, the host's launch latency included.
 // Before the timed runs, `fn` runs (each behind a flush) for at least g_warmup_ms and at
-// least once: the GPU lowers its SM clock while the host allocates and fills a point's
-// buffers, and one call does not bring it back, so without this the first table column of
-// each row timed some runs at a lower clock (--gpu-warmup-ms=0: the old single call).
+// least once. With one untimed call only (--gpu-warmup-ms=0), the first column of a row,
+// timed right after the row's buffers were allocated and filled, read 5-13 % slow at 7 of
+// 24 GQA points (run 167; the SM clock read 1980 MHz throughout, the cause is not found).
 double g_warmup_ms = 50;  // --gpu-warmup-ms
 template <typename Fn>
 double TimeGpu(int iters, Fn fn, bool from_idle_stream = false) {

@@ -280,17 +280,18 @@ void RunRows(const MlaAmxArgs& args) {
       Tiles::template Load<6>(sc.a[1], kRowBytes);
 
       // 3. P V per 32 dims: tiles 0 (dims 0-15), 1 (16-31) += P hi (5), lo (6) . V (2, 3).
-      // Meanwhile the next step's rows are prefetched, lines_per_chunk cache lines per 32 dims.
+      // With prefetch_steps 0, the next step's rows are prefetched meanwhile, lines_per_chunk
+      // cache lines per 32 dims.
       const char* next = nullptr;
       int64_t next_lines = 0;
-      if (args.prefetch_steps > 0) {
-        // prefetched by prefetch_ahead
-      } else if (t0 + kTokens < args.num_tokens) {
-        next = reinterpret_cast<const char*>(rows + kTokens * row_dim);
-        next_lines = kTokens * row_bytes / 64;
-      } else if (args.next_rows != nullptr && args.next_tokens > 0) {
-        next = reinterpret_cast<const char*>(args.next_rows);
-        next_lines = (int64_t{std::min(args.next_tokens, kTokens)} * row_bytes + 63) / 64;
+      if (args.prefetch_steps == 0) {
+        if (t0 + kTokens < args.num_tokens) {
+          next = reinterpret_cast<const char*>(rows + kTokens * row_dim);
+          next_lines = kTokens * row_bytes / 64;
+        } else if (args.next_rows != nullptr && args.next_tokens > 0) {
+          next = reinterpret_cast<const char*>(args.next_rows);
+          next_lines = (int64_t{std::min(args.next_tokens, kTokens)} * row_bytes + 63) / 64;
+        }
       }
       const int64_t lines_per_chunk = (next_lines + out_chunks - 1) / out_chunks;
       for (int32_t c = 0; c < out_chunks; ++c) {

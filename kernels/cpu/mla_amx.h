@@ -53,8 +53,8 @@ struct MlaAmxArgs {
   int32_t out_dim = 0;
   const uint16_t* rows = nullptr;  // [num_tokens][row_dim] bf16; rows' first out_dim = V
   int32_t num_tokens = 0;          // a multiple of kMlaAmxTokens (0: nothing to do)
-  // The rows the caller reads next (nullable): the first kMlaAmxTokens of them (at most
-  // next_tokens) are prefetched during the last step, as each step prefetches the next.
+  // The rows the caller reads next (nullable): the last steps prefetch the first of them
+  // (at most next_tokens) as they prefetch the rows ahead of them (prefetch_steps).
   const uint16_t* next_rows = nullptr;
   int32_t next_tokens = 0;
   // Which rows each step prefetches: N >= 1, those N steps ahead (past num_tokens:

@@ -650,7 +650,8 @@ absl::StatusOr<v1::Profile> Coordinator::Profile(uint32_t steps) {
   std::vector<v1::PhaseSummary> phases = SummarizePhases(processes, &seen);
   result.set_steps(seen);
   // Busy and idle per worker: the gpu_worker's step span is the step; what it waits for the
-  // cpu_worker is idle time on its side, the cpu_worker is busy in its two phases.
+  // cpu_worker is idle time on its side, the cpu_worker is busy in its two phases (the
+  // cpu_attention_* spans are parts of cpu_attention, not counted again).
   double gpu_step = 0, gpu_wait = 0, cpu_busy = 0;
   for (const v1::PhaseSummary& phase : phases) {
     if (phase.process() == "gpu_worker" && phase.phase() == "step") gpu_step = phase.ms_per_step();
@@ -658,7 +659,10 @@ absl::StatusOr<v1::Profile> Coordinator::Profile(uint32_t steps) {
         (phase.phase() == "cpu_attention_wait" || phase.phase() == "experts_wait")) {
       gpu_wait += phase.ms_per_step();
     }
-    if (phase.process() == "cpu_worker") cpu_busy += phase.ms_per_step();
+    if (phase.process() == "cpu_worker" &&
+        (phase.phase() == "cpu_attention" || phase.phase() == "cpu_experts")) {
+      cpu_busy += phase.ms_per_step();
+    }
   }
   auto add = [&](const char* process, const char* phase, double ms) {
     v1::PhaseSummary summary;

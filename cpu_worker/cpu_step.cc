@@ -81,7 +81,8 @@ std::string CpuStep::experts_description() const {
 }
 
 absl::Status CpuStep::Attention(const StepLayout& layout, uint32_t layer,
-                                absl::Span<const std::byte> q, absl::Span<std::byte> out) {
+                                absl::Span<const std::byte> q, absl::Span<std::byte> out,
+                                kernels::CpuAttentionPhases* phases) {
   const uint64_t rows = layout.cpu_tokens;
   if (q.size() != dims_.attention_bytes(rows) || out.size() != dims_.attention_result_bytes(rows)) {
     return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": attention message of ",
@@ -96,6 +97,8 @@ absl::Status CpuStep::Attention(const StepLayout& layout, uint32_t layer,
   float* lse_all = o_all + rows * heads * dims_.o_dim;
   const uint32_t bt = kv_.geometry.block_tokens;
   const kernels::CpuAttentionOptions& options = options_.attention;
+  kernels::CpuAttentionOptions decode_options = options;  // the decode call's: its phases
+  decode_options.phases = phases;
 
   for (const StepSequenceLayout& s : layout.sequences) {
     for (const PlacedSlot& placed : s.cpu_blocks) WS_RETURN_IF_ERROR(region_.Check(placed.slot, layer));
@@ -134,7 +137,7 @@ absl::Status CpuStep::Attention(const StepLayout& layout, uint32_t layer,
       args.seqs = lists.data();
       args.o = o.data();
       args.lse = lse.data();
-      WS_RETURN_IF_ERROR(kernels::CpuGqaDecode(args, options));
+      WS_RETURN_IF_ERROR(kernels::CpuGqaDecode(args, decode_options));
       for (size_t i = 0; i < decode.size(); ++i) {
         const uint64_t r = decode[i]->cpu_offset;
         std::memcpy(o_all + r * heads * dims_.o_dim, o.data() + i * heads * dims_.o_dim,
@@ -179,7 +182,7 @@ absl::Status CpuStep::Attention(const StepLayout& layout, uint32_t layer,
   args.seqs = lists.data();
   args.o = o_all;
   args.lse = lse_all;
-  return kernels::CpuMlaDecode(args, options);
+  return kernels::CpuMlaDecode(args, decode_options);
 }
 
 absl::StatusOr<internal::PathProbeResponse> CpuStep::ProbeAttention(

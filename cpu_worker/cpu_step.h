@@ -55,8 +55,11 @@ class CpuStep {
   std::string experts_description() const;
 
   // q: the kAttention payload of `layer`; out: room for the kAttentionResult payload.
+  // `phases` (nullable): the decode call's phases (kernels/cpu_attention.h), left as they
+  // were where the layer had no decode rows on the CPU.
   absl::Status Attention(const StepLayout& layout, uint32_t layer, absl::Span<const std::byte> q,
-                         absl::Span<std::byte> out);
+                         absl::Span<std::byte> out,
+                         kernels::CpuAttentionPhases* phases = nullptr);
   // Times Attention alone (worker.proto's ProbeCpuPath): per point, `request.sequences()`
   // decode sequences (at most one per block) over n blocks of the CPU-compute region,
   // whatever they hold, each run the n after the last run's (around the region, so that a

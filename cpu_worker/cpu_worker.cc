@@ -309,11 +309,22 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
   }
   absl::Span<std::byte> body = reply->subspan(sizeof(DataPlaneHeader));
   absl::Status status;
+  kernels::CpuAttentionPhases phases;
   {
     SpanRecorder::Scope span(&spans_, attention ? "cpu_attention" : "cpu_experts", header.step_id,
                              static_cast<int32_t>(header.layer));
-    status = attention ? step_->Attention(layout, header.layer, payload, body)
+    status = attention ? step_->Attention(layout, header.layer, payload, body, &phases)
                        : step_->Experts(layout, header.layer, payload, body);
+  }
+  if (status.ok() && phases.end_ns != 0) {
+    // Inside cpu_attention: the decode call's parts (kernels/cpu_attention.h).
+    const int32_t layer = static_cast<int32_t>(header.layer);
+    spans_.Record("cpu_attention_prepare", phases.start_ns, phases.prepared_ns, header.step_id,
+                  layer);
+    spans_.Record("cpu_attention_blocks", phases.prepared_ns, phases.blocks_done_ns,
+                  header.step_id, layer);
+    spans_.Record("cpu_attention_merge", phases.blocks_done_ns, phases.end_ns, header.step_id,
+                  layer);
   }
   if (!status.ok()) {
     // Give the reservation back as an error message instead.

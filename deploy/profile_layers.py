@@ -10,6 +10,9 @@ For each layer index, medians over the traced steps (ms):
   later      which path ended later, and by how much (the other path's wait, which the step
              pays: the layer's merge and experts follow the later one)
   experts    the cpu_worker's routed experts after the layer's attention
+  cpu parts  the cpu_worker's attention call in three (traces since session 31): preparing
+             (q in the kernels' layout, the work plan), the blocks (the threads' work items),
+             the merge of the items' states; "-" where the trace has none
 Then per step: its time, the waits summed over its layers (the GPU's for the CPU, the CPU's
 for the GPU), and the ping-pong DMA's busy time (the "dma" spans, recorded when the trace
 timed the copies). A path whose span is missing in a layer (a policy that runs one path)
@@ -80,6 +83,10 @@ def main():
             cpu = first(spans, "cpu_worker", "cpu_attention", step, layer)
             experts = first(spans, "cpu_worker", "cpu_experts", step, layer)
             row = per_layer[layer]
+            for part in ("prepare", "blocks", "merge"):
+                found = first(spans, "cpu_worker", f"cpu_attention_{part}", step, layer)
+                if found:
+                    row[part].append(found[1] / 1e3)
             if gpu:
                 row["gpu"].append(gpu[1] / 1e3)
             if cpu:
@@ -97,15 +104,17 @@ def main():
         print(f"  step {step}: {step_ms:8.2f}  GPU waited {gpu_waits:7.2f}  CPU waited "
               f"{cpu_waits:7.2f}  DMA {dma_us[step] / 1e3:8.2f}")
     print("per layer (ms, medians over the steps):")
-    print("  layer  gpu attn  cpu attn   later by   experts")
+    print("  layer  gpu attn  cpu attn   later by   experts   cpu parts: prepare    blocks     merge")
     for layer in layers:
         row = per_layer[layer]
         med = {k: statistics.median(v) for k, v in row.items() if v}
         later = ""
         if "gap" in med:
             later = f"{'GPU' if med['gap'] > 0 else 'CPU'} {abs(med['gap']):6.2f}"
-        cells = [f"{med[k]:9.2f}" if k in med else f"{'-':>9}" for k in ("gpu", "cpu", "experts")]
-        print(f"  {layer:5d} {cells[0]} {cells[1]}  {later:>10} {cells[2]}")
+        cells = [f"{med[k]:9.2f}" if k in med else f"{'-':>9}"
+                 for k in ("gpu", "cpu", "experts", "prepare", "blocks", "merge")]
+        print(f"  {layer:5d} {cells[0]} {cells[1]}  {later:>10} {cells[2]}            "
+              f"{cells[3]} {cells[4]} {cells[5]}")
     return 0
 
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "kernels/attention_state.h"
 #include "kernels/bf16.h"
@@ -130,6 +131,7 @@ const char* CpuIsaName(CpuIsa isa) {
 }
 
 absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& options) {
+  const uint64_t start_ns = options.phases != nullptr ? MonotonicNanos() : 0;
   const GqaShape& s = args.shape;
   WS_RETURN_IF_ERROR(s.Validate());
   if (args.num_seqs < 0) return absl::InvalidArgumentError("num_seqs < 0");
@@ -160,6 +162,7 @@ absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& 
   const int64_t scratch_floats =
       fast ? cpu::GqaTilesScratchFloats(group, dim) : cpu::GqaScratchFloats(group, dim);
   const int64_t num_items = items.size();
+  const uint64_t prepared_ns = options.phases != nullptr ? MonotonicNanos() : 0;
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < num_items; ++i) {
@@ -199,6 +202,7 @@ absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& 
     }
   }
 
+  const uint64_t blocks_done_ns = options.phases != nullptr ? MonotonicNanos() : 0;
   const int64_t rows = int64_t{args.num_seqs} * s.num_q_heads;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t r = 0; r < rows; ++r) {
@@ -210,6 +214,9 @@ absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& 
     const float* base = states.data() + first * state_floats;
     MergeChunks(base + hg, base + group + hg, state_floats, base + 2 * group + int64_t{hg} * dim,
                 state_floats, count, dim, args.o + r * dim, args.lse + r);
+  }
+  if (options.phases != nullptr) {
+    *options.phases = {start_ns, prepared_ns, blocks_done_ns, MonotonicNanos()};
   }
   return absl::OkStatus();
 }
@@ -278,6 +285,7 @@ absl::Status CheckMlaMatmulMode(MlaMatmulMode mode) {
 }
 
 absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& options) {
+  const uint64_t start_ns = options.phases != nullptr ? MonotonicNanos() : 0;
   const MlaShape& s = args.shape;
   WS_RETURN_IF_ERROR(s.Validate());
   if (args.num_seqs < 0) return absl::InvalidArgumentError("num_seqs < 0");
@@ -371,6 +379,7 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   std::vector<float> states(items.size() * state_floats);
   const int64_t scratch_floats = cpu::MlaScratchFloats(hp, row_dim);
   const int64_t num_items = items.size();
+  const uint64_t prepared_ns = options.phases != nullptr ? MonotonicNanos() : 0;
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < num_items; ++i) {
@@ -437,6 +446,7 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   if (matmul_failed.load()) {
     return absl::InternalError("CPU MLA decode: a oneDNN matmul failed (see the log)");
   }
+  const uint64_t blocks_done_ns = options.phases != nullptr ? MonotonicNanos() : 0;
   const int64_t rows = int64_t{args.num_seqs} * s.num_heads;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t r = 0; r < rows; ++r) {
@@ -447,6 +457,9 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
     const float* base = states.data() + first * state_floats;
     MergeChunks(base + h, base + hp + h, state_floats, base + 2 * hp + int64_t{h} * out_dim,
                 state_floats, count, out_dim, args.o + r * out_dim, args.lse + r);
+  }
+  if (options.phases != nullptr) {
+    *options.phases = {start_ns, prepared_ns, blocks_done_ns, MonotonicNanos()};
   }
   return absl::OkStatus();
 }

@@ -62,6 +62,15 @@ bool MlaAmxUsable();
 // INVALID_ARGUMENT, saying why, for kAmx where it cannot run (MlaAmxUsable); OK otherwise.
 absl::Status CheckMlaMatmulMode(MlaMatmulMode mode);
 
+// Where a decode call's time went, for the caller's profile: the ends of its phases as
+// CLOCK_MONOTONIC nanoseconds (MonotonicNanos(), the clock of common/profile.h's spans).
+//   prepare: validation, q in the kernels' layout, the work plan and the item states;
+//   blocks:  the threads attending the blocks (the OpenMP region of work items);
+//   merge:   the items' states merged into each row's output (ends at the call's return).
+struct CpuAttentionPhases {
+  uint64_t start_ns = 0, prepared_ns = 0, blocks_done_ns = 0, end_ns = 0;
+};
+
 struct CpuAttentionOptions {
   int num_threads = 0;          // 0: OpenMP's default
   CpuIsa isa = CpuIsa::kAuto;   // forcing an ISA the CPU lacks is INVALID_ARGUMENT
@@ -73,6 +82,9 @@ struct CpuAttentionOptions {
   // in plain code (AmxTiles::kEmulated), so that the kernel's steps are tested on CPUs
   // without AMX (any with AVX-512).
   bool mla_amx_emulated = false;
+  // CpuGqaDecode and CpuMlaDecode record their phases here where set (a successful call
+  // writes all four times).
+  CpuAttentionPhases* phases = nullptr;
   // How many 32-token steps ahead the AMX kernel prefetches its rows, 0 to 8
   // (cpu::MlaAmxArgs::prefetch_steps; 0: the next step's during its P V only).
   int mla_amx_prefetch_steps = 2;

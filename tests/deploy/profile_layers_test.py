@@ -35,6 +35,10 @@ for step, base, gaps in ((1, 0.0, (3.0, -2.0)), (2, 100.0, (1.0, 1.0))):
         events.append(span(3, "cpu_attention", step, layer, start, 10.0))
         events.append(span(2, "gpu_attention", step, layer, start, 10.0 + gap))
         events.append(span(3, "cpu_experts", step, layer, start + 12, 4.0 + layer))
+        if layer == 0:  # the CPU call's parts, in layer 0 only (layer 1 shows "-")
+            events.append(span(3, "cpu_attention_prepare", step, 0, start, 1.0))
+            events.append(span(3, "cpu_attention_blocks", step, 0, start + 1, 7.0 + step))
+            events.append(span(3, "cpu_attention_merge", step, 0, start + 8 + step, 0.5))
 with tempfile.TemporaryDirectory() as tmp:
     trace = os.path.join(tmp, "profile.json")
     with open(trace, "w") as f:
@@ -66,6 +70,9 @@ checks = [
      "step 2's waits"),
     ("      0     12.00     10.00  GPU   2.00      4.00" in text, "layer 0's medians"),
     ("      1      9.50     10.00  CPU   0.50      5.00" in text, "layer 1's medians"),
+    ("4.00                 1.00      8.50      0.50" in text,
+     "layer 0's CPU parts (blocks: the median of 8 and 9)"),
+    ("5.00                    -         -         -" in text, "layer 1 has no CPU parts"),
     (one.returncode == 0 and "      0         -     10.00" in one.stdout,
      "a path without spans shows '-' and no wait"),
     (empty.returncode == 2 and "no gpu_worker step spans" in empty.stderr, "an empty trace"),

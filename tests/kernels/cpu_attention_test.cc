@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/process.h"
 #include "kernels/attention_reference.h"
 #include "kernels/attention_state.h"
 #include "kernels/cpu/mla_amx.h"
@@ -237,6 +238,58 @@ TEST(GqaDecodeEdgeTest, EmptyBatchAndEmptySequencesAreFinite) {
     WS_ASSERT_OK(CpuGqaDecode(args, Options(isa)));
   }
   EXPECT_TRUE(out.o.GuardsIntact() && out.lse.GuardsIntact());
+}
+
+// Both decodes report their phases, in order and inside the call, where asked; a failed call
+// leaves them as they were.
+TEST(DecodePhasesTest, RecordedInOrderInsideTheCall) {
+  std::mt19937_64 rng(11);
+  auto expect_ordered = [](const CpuAttentionPhases& p, uint64_t before, uint64_t after,
+                           const char* what) {
+    EXPECT_LE(before, p.start_ns) << what;
+    EXPECT_LE(p.start_ns, p.prepared_ns) << what;
+    EXPECT_LE(p.prepared_ns, p.blocks_done_ns) << what;
+    EXPECT_LE(p.blocks_done_ns, p.end_ns) << what;
+    EXPECT_LE(p.end_ns, after) << what;
+  };
+  {
+    GqaWorld world(ShapeOf(kGqaCases[0]), {300, 40}, 11);
+    CpuAttentionPhases phases;
+    CpuAttentionOptions options;
+    options.phases = &phases;
+    std::vector<std::vector<int>> all;  // every block of both sequences
+    for (const TiledSequence& seq : world.seqs) all.emplace_back(seq.blocks.size(), 0);
+    const uint64_t before = MonotonicNanos();
+    world.Run(all, 0, [&](const GqaDecodeArgs& args) { return CpuGqaDecode(args, options); });
+    expect_ordered(phases, before, MonotonicNanos(), "GQA");
+    const CpuAttentionPhases kept = phases;
+    world.shape.head_dim = 0;  // refused: the phases stay
+    std::vector<float> o(64), lse(64);
+    EXPECT_FALSE(CpuGqaDecode({world.shape, 0, world.q.data(), nullptr, o.data(), lse.data()},
+                              options)
+                     .ok());
+    EXPECT_EQ(phases.end_ns, kept.end_ns);
+  }
+  {
+    const MlaShape shape{16, 512, 64, 256, 1.0f / std::sqrt(192.0f)};
+    TileRegion region(4, int64_t{shape.block_tokens} * shape.row_dim());
+    const TiledSequence seq = testing::MakeSequence(
+        region, 300, shape.block_tokens, rng, [&](uint16_t* tile, int32_t t) {
+          testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
+        });
+    const BlockSubset subset =
+        testing::Subset(seq, std::vector<int>(seq.blocks.size(), 0), 0);
+    std::vector<uint16_t> q(shape.num_heads * shape.row_dim());
+    testing::FillRandomBf16(q.data(), q.size(), rng, 1.0f);
+    Partial out(shape.num_heads, shape.kv_lora_rank);
+    CpuAttentionPhases phases;
+    CpuAttentionOptions options;
+    options.phases = &phases;
+    const uint64_t before = MonotonicNanos();
+    WS_ASSERT_OK(CpuMlaDecode({shape, 1, q.data(), &subset.list, out.o.data(), out.lse.data()},
+                              options));
+    expect_ordered(phases, before, MonotonicNanos(), "MLA");
+  }
 }
 
 TEST(GqaDecodeEdgeTest, RejectsBadShapes) {

@@ -85,9 +85,10 @@ int main(int argc, char** argv) {
     return EXIT_FAILURE;
   }
   options.attention.mla_amx_prefetch_steps = absl::GetFlag(FLAGS_mla_amx_prefetch_steps);
-  if (options.attention.mla_amx_prefetch_steps < 0 || options.attention.mla_amx_prefetch_steps > 8) {
+  if (options.attention.mla_amx_prefetch_steps < 0 ||
+      options.attention.mla_amx_prefetch_steps > writescope::kernels::kMaxMlaAmxPrefetchSteps) {
     WS_LOG(ERROR) << "--mla_amx_prefetch_steps=" << options.attention.mla_amx_prefetch_steps
-                  << ": 0 to 8";
+                  << ": 0 to " << writescope::kernels::kMaxMlaAmxPrefetchSteps;
     return EXIT_FAILURE;
   }
   if (absl::Status usable = writescope::kernels::CheckMlaMatmulMode(options.attention.mla_matmul);

@@ -301,9 +301,11 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
   if (options.mla_amx_emulated && DetectCpuIsa() != CpuIsa::kAvx512) {
     return absl::InvalidArgumentError("CPU MLA decode: the emulated AMX kernel needs AVX-512");
   }
-  if (options.mla_amx_prefetch_steps < 0 || options.mla_amx_prefetch_steps > 8) {
+  if (options.mla_amx_prefetch_steps < 0 ||
+      options.mla_amx_prefetch_steps > kMaxMlaAmxPrefetchSteps) {
     return absl::InvalidArgumentError(absl::StrCat("CPU MLA decode: mla_amx_prefetch_steps ",
-                                                   options.mla_amx_prefetch_steps, " (0 to 8)"));
+                                                   options.mla_amx_prefetch_steps, " (0 to ",
+                                                   kMaxMlaAmxPrefetchSteps, ")"));
   }
   const bool amx_usable = MlaAmxUsable();
   if (!options.mla_amx_emulated) WS_RETURN_IF_ERROR(CheckMlaMatmulMode(options.mla_matmul));

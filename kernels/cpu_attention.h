@@ -71,6 +71,8 @@ struct CpuAttentionPhases {
   uint64_t start_ns = 0, prepared_ns = 0, blocks_done_ns = 0, end_ns = 0;
 };
 
+inline constexpr int kMaxMlaAmxPrefetchSteps = 8;
+
 struct CpuAttentionOptions {
   int num_threads = 0;          // 0: OpenMP's default
   CpuIsa isa = CpuIsa::kAuto;   // forcing an ISA the CPU lacks is INVALID_ARGUMENT
@@ -85,8 +87,9 @@ struct CpuAttentionOptions {
   // CpuGqaDecode and CpuMlaDecode record their phases here where set (a successful call
   // writes all four times).
   CpuAttentionPhases* phases = nullptr;
-  // How many 32-token steps ahead the AMX kernel prefetches its rows, 0 to 8
-  // (cpu::MlaAmxArgs::prefetch_steps; 0: the next step's during its P V only).
+  // How many 32-token steps ahead the AMX kernel prefetches its rows, 0 to
+  // kMaxMlaAmxPrefetchSteps (cpu::MlaAmxArgs::prefetch_steps; 0: the next step's during its
+  // P V only).
   int mla_amx_prefetch_steps = 2;
 };
 

@@ -664,10 +664,6 @@ void RunMlaPrefill(const BenchOptions& options) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 class CudaHostCopyLoad : public HostCopyLoad {
  public:
   CudaHostCopyLoad(void* host, void* device, size_t bytes, cudaStream_t stream)

@@ -208,12 +208,16 @@ void RunRows(const MlaAmxArgs& args) {
     V l = Ops::Load(args.l + g * kHeads);
     for (int32_t t0 = 0; t0 < args.num_tokens; t0 += kTokens) {
       const uint16_t* rows = args.rows + t0 * row_dim;
-      // prefetch_steps >= 1: the rows that many steps ahead, a share of their lines in each
-      // of the step's chunks (S's and P V's).
+      // The rows `distance` steps ahead (past num_tokens: next_rows'), a share of their lines
+      // in each chunk from `first_slot` on (S's chunks are slots 0 .., P V's follow them):
+      // prefetch_steps >= 1 spreads them over the whole step, into L1 at distance 1 and L2
+      // beyond; 0 prefetches the next step's during P V only, into L1.
+      const int64_t distance = std::max(1, args.prefetch_steps);
+      const int32_t first_slot = args.prefetch_steps == 0 ? chunks : 0;
       const char* ahead = nullptr;
-      int64_t ahead_lines = 0, ahead_per_chunk = 0, ahead_done = 0;
-      if (args.prefetch_steps > 0) {
-        const int64_t t = t0 + int64_t{args.prefetch_steps} * kTokens;
+      int64_t ahead_lines = 0, ahead_done = 0;
+      {
+        const int64_t t = t0 + distance * kTokens;
         int64_t n = 0;
         if (t < args.num_tokens) {
           ahead = reinterpret_cast<const char*>(args.rows + t * row_dim);
@@ -223,11 +227,13 @@ void RunRows(const MlaAmxArgs& args) {
           n = std::min<int64_t>(kTokens, args.next_tokens - (t - args.num_tokens));
         }
         ahead_lines = (n * row_bytes + 63) / 64;
-        ahead_per_chunk = (ahead_lines + chunks + out_chunks - 1) / (chunks + out_chunks);
       }
-      auto prefetch_ahead = [&] {
-        const int64_t end = std::min(ahead_lines, ahead_done + ahead_per_chunk);
-        if (args.prefetch_steps == 1) {
+      const int64_t slots = chunks + out_chunks - first_slot;
+      const int64_t ahead_per_slot = (ahead_lines + slots - 1) / slots;
+      auto prefetch_ahead = [&](int32_t slot) {
+        if (slot < first_slot) return;
+        const int64_t end = std::min(ahead_lines, ahead_done + ahead_per_slot);
+        if (distance == 1) {
           for (; ahead_done < end; ++ahead_done) _mm_prefetch(ahead + ahead_done * 64, _MM_HINT_T0);
         } else {
           for (; ahead_done < end; ++ahead_done) _mm_prefetch(ahead + ahead_done * 64, _MM_HINT_T1);
@@ -237,7 +243,7 @@ void RunRows(const MlaAmxArgs& args) {
       Tiles::template Zero<0>();
       Tiles::template Zero<1>();
       for (int32_t c = 0; c < chunks; ++c) {
-        prefetch_ahead();
+        prefetch_ahead(c);
         Tiles::template Load<4>(q + int64_t{c} * kRows * args.padded_heads, q_stride);
         Tiles::template Load<2>(rows + c * 32, row_bytes);
         Tiles::template Load<3>(rows + kRows * row_dim + c * 32, row_bytes);
@@ -280,24 +286,8 @@ void RunRows(const MlaAmxArgs& args) {
       Tiles::template Load<6>(sc.a[1], kRowBytes);
 
       // 3. P V per 32 dims: tiles 0 (dims 0-15), 1 (16-31) += P hi (5), lo (6) . V (2, 3).
-      // With prefetch_steps 0, the next step's rows are prefetched meanwhile, lines_per_chunk
-      // cache lines per 32 dims.
-      const char* next = nullptr;
-      int64_t next_lines = 0;
-      if (args.prefetch_steps == 0) {
-        if (t0 + kTokens < args.num_tokens) {
-          next = reinterpret_cast<const char*>(rows + kTokens * row_dim);
-          next_lines = kTokens * row_bytes / 64;
-        } else if (args.next_rows != nullptr && args.next_tokens > 0) {
-          next = reinterpret_cast<const char*>(args.next_rows);
-          next_lines = (int64_t{std::min(args.next_tokens, kTokens)} * row_bytes + 63) / 64;
-        }
-      }
-      const int64_t lines_per_chunk = (next_lines + out_chunks - 1) / out_chunks;
       for (int32_t c = 0; c < out_chunks; ++c) {
-        prefetch_ahead();
-        const int64_t end = std::min(next_lines, (c + 1) * lines_per_chunk);
-        for (int64_t i = c * lines_per_chunk; i < end; ++i) _mm_prefetch(next + i * 64, _MM_HINT_T0);
+        prefetch_ahead(chunks + c);
         for (int j = 0; j < kRows; ++j) {
           const __m512i x = _mm512_loadu_si512(rows + (2 * j) * row_dim + c * 32);
           const __m512i y = _mm512_loadu_si512(rows + (2 * j + 1) * row_dim + c * 32);

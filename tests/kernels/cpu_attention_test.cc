@@ -383,7 +383,7 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
       MlaMatmulMode mode;
       bool emulated;
       int chunks;
-      int prefetch_steps = 2;  // CpuAttentionOptions' default
+      int prefetch_steps = CpuAttentionOptions{}.mla_amx_prefetch_steps;
     };
     std::vector<Path> paths = {{MlaMatmulMode::kOff, false, 4},
                                {MlaMatmulMode::kOneDnn, false, 4},
@@ -502,7 +502,7 @@ TEST(MlaAmxTest, RescalesAcrossStepsAndRefusesWithoutAmx) {
     MlaDecodeArgs args{shape, 1, q.data(), &subset.list, out.o.data(), out.lse.data()};
     EXPECT_EQ(CpuMlaDecode(args, hardware).code(), absl::StatusCode::kInvalidArgument);
   }
-  for (int bad : {-1, 9}) {  // a prefetch distance out of range, whatever the path
+  for (int bad : {-1, kMaxMlaAmxPrefetchSteps + 1}) {  // out of range, whatever the path
     CpuAttentionOptions options = Options(CpuIsa::kAuto);
     options.mla_amx_prefetch_steps = bad;
     Partial out(shape.num_heads, shape.kv_lora_rank);

@@ -338,7 +338,8 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
   const auto& [c, tokens, mode] = GetParam();
   const MlaShape shape = ShapeOf(c);
   std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(mode))));
-  const std::vector<int64_t> lengths = {tokens, (tokens * 5) % 200 + 1};
+  // Four sequences or more: q's layout is built by the threads from there.
+  const std::vector<int64_t> lengths = {tokens, (tokens * 5) % 200 + 1, 1, (tokens * 3) % 97 + 1};
   TileRegion region(8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
                     int64_t{shape.block_tokens} * shape.row_dim());
   std::vector<TiledSequence> seqs;

@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/mla_amx.h"
 #include "kernels/cpu/mla_matmul.h"
+#include "kernels/cpu/work_plan.h"
 
 namespace writescope::kernels {
 namespace {
@@ -70,35 +71,12 @@ class CallBuffer {
   int64_t capacity_ = 0;
 };
 
-// A decode work item: tiles [first_block, end_block) of one sequence for `unit` (kv head
-// for GQA, unused for MLA).
-struct WorkItem {
-  int32_t seq;
-  int32_t unit;
-  int32_t first_block;
-  int32_t end_block;
-};
-
-// Splits each (seq, unit) into chunks of whole tiles so there are about
-// `target_items` items overall. item_begin[seq * units + unit] indexes `items`.
-void PlanChunks(const KvBlockList* seqs, int32_t num_seqs, int32_t units, int64_t target_items,
-                std::vector<WorkItem>* items, std::vector<int64_t>* item_begin) {
-  int64_t total_blocks = 0;
-  for (int32_t s = 0; s < num_seqs; ++s) total_blocks += seqs[s].num_blocks;
-  const int64_t chunk_blocks =
-      std::max<int64_t>(1, (total_blocks * units + target_items - 1) / std::max<int64_t>(1, target_items));
-  items->clear();
-  item_begin->assign(int64_t{num_seqs} * units + 1, 0);
-  for (int32_t s = 0; s < num_seqs; ++s) {
-    for (int32_t u = 0; u < units; ++u) {
-      (*item_begin)[int64_t{s} * units + u] = items->size();
-      for (int64_t b = 0; b < seqs[s].num_blocks; b += chunk_blocks) {
-        items->push_back({s, u, static_cast<int32_t>(b),
-                          static_cast<int32_t>(std::min<int64_t>(b + chunk_blocks, seqs[s].num_blocks))});
-      }
-    }
-  }
-  item_begin->back() = items->size();
+// The streams' block counts and the guided work plan (kernels/cpu/work_plan.h) of a decode call.
+void PlanDecode(const KvBlockList* seqs, int32_t num_seqs, int32_t units, int threads,
+                int divisor, cpu::WorkPlan* plan) {
+  std::vector<int32_t> num_blocks(num_seqs);
+  for (int32_t s = 0; s < num_seqs; ++s) num_blocks[s] = seqs[s].num_blocks;
+  cpu::PlanGuided(num_blocks.data(), num_seqs, units, threads, divisor, plan);
 }
 
 // Merges unnormalized chunk states (m, l, acc) into a normalized output row.
@@ -174,10 +152,10 @@ absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& 
     for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToFloat(args.q[i]) * s.softmax_scale;
   }
 
-  std::vector<WorkItem> items;
-  std::vector<int64_t> item_begin;
-  PlanChunks(args.seqs, args.num_seqs, s.num_kv_heads,
-             int64_t{threads} * std::max(1, options.chunks_per_thread), &items, &item_begin);
+  cpu::WorkPlan plan;
+  PlanDecode(args.seqs, args.num_seqs, s.num_kv_heads, threads, options.plan_divisor, &plan);
+  const std::vector<cpu::WorkItem>& items = plan.items;
+  const std::vector<int64_t>& item_begin = plan.item_begin;
   // Per item: m [group], l [group], acc [group][dim].
   const int64_t state_floats = int64_t{group} * (dim + 2);
   thread_local CallBuffer<float> gqa_states;  // every item's state is written by its kernel
@@ -189,7 +167,7 @@ absl::Status CpuGqaDecode(const GqaDecodeArgs& args, const CpuAttentionOptions& 
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < num_items; ++i) {
-    const WorkItem& item = items[i];
+    const cpu::WorkItem& item = items[i];
     float* m = states + i * state_floats;
     float* l = m + group;
     float* acc = l + group;
@@ -409,10 +387,10 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
     }
   }
 
-  std::vector<WorkItem> items;
-  std::vector<int64_t> item_begin;
-  PlanChunks(args.seqs, args.num_seqs, 1, int64_t{threads} * std::max(1, options.chunks_per_thread),
-             &items, &item_begin);
+  cpu::WorkPlan plan;
+  PlanDecode(args.seqs, args.num_seqs, 1, threads, options.plan_divisor, &plan);
+  const std::vector<cpu::WorkItem>& items = plan.items;
+  const std::vector<int64_t>& item_begin = plan.item_begin;
   const int64_t state_floats = int64_t{hp} * (out_dim + 2);
   thread_local CallBuffer<float> mla_states;  // every item fills its state first
   float* const states = mla_states.Get(int64_t(items.size()) * state_floats);
@@ -422,7 +400,7 @@ absl::Status CpuMlaDecode(const MlaDecodeArgs& args, const CpuAttentionOptions& 
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < num_items; ++i) {
-    const WorkItem& item = items[i];
+    const cpu::WorkItem& item = items[i];
     float* m = states + i * state_floats;
     float* l = m + hp;
     float* acc = l + hp;

@@ -76,7 +76,10 @@ inline constexpr int kMaxMlaAmxPrefetchSteps = 8;
 struct CpuAttentionOptions {
   int num_threads = 0;          // 0: OpenMP's default
   CpuIsa isa = CpuIsa::kAuto;   // forcing an ISA the CPU lacks is INVALID_ARGUMENT
-  int chunks_per_thread = 4;    // decode work items per thread (load balance vs merge work)
+  // The decode's guided work plan (kernels/cpu/work_plan.h): each item takes 1 / (threads *
+  // plan_divisor) of the blocks not yet planned. Larger: more, smaller items (balance
+  // against each item's state to fill and merge).
+  int plan_divisor = 1;
   // kOff here, so that the references (HostModel, ws_reference) stay on the vector kernels
   // wherever they run.
   MlaMatmulMode mla_matmul = MlaMatmulMode::kOff;

@@ -6,7 +6,7 @@
 //                   [--no-merge] [--no-prefill] [--no-overlap] [--clock=wall|cpu]
 //                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
 //                   [--gap-us=0] [--gpu-warmup-ms=50] [--mla-prefetch=0,1,2]
-//                   [--cpu-beside-h2d-gb=0]
+//                   [--cpu-beside-h2d-gb=0] [--cpu-plan-divisor=1,2]
 //
 // KV bytes are counted once per step (K and V of every token and kv head read once);
 // achieved GB/s = bytes / time, compared with the DRAM (CPU) or HBM (GPU) ceiling.
@@ -34,6 +34,10 @@
 //
 // --mla-prefetch lists the CPU MLA AMX kernel's prefetch distances (MlaAmxArgs::
 // prefetch_steps), an amx-pN row each.
+//
+// --cpu-plan-divisor lists the CPU decodes' work-plan divisors (CpuAttentionOptions::
+// plan_divisor, kernels/cpu/work_plan.h); with more than one, a row each, the GQA model
+// names and the MLA paths suffixed /dN.
 //
 // --gpu-warmup-ms: each CUDA timing first runs its call (behind the L2 flush) for at least
 // this long, untimed (0: one untimed call, as before session 31, which timed the first
@@ -306,17 +310,24 @@ void RunCpuGqa(const BenchOptions& options) {
         std::vector<uint16_t> q(int64_t{batch} * shape.num_q_heads * shape.head_dim, FloatToBf16(0.5f));
         std::vector<float> o(q.size()), lse(int64_t{batch} * shape.num_q_heads);
         const GqaDecodeArgs args{shape, batch, q.data(), lists.data(), o.data(), lse.data()};
-        CpuAttentionOptions cpu_options;
-        cpu_options.num_threads = threads;
-        const double seconds = TimeIt(options.iters, [&] {
-          const absl::Status status = CpuGqaDecode(args, cpu_options);
-          if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
-        });
-        const double bytes = double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
-        const double gbps = bytes / seconds / 1e9;
-        std::printf("%-8s %8lld %6d %10.3f %10.1f %7.0f%% %9.2f\n", model.name.c_str(),
-                    static_cast<long long>(tokens), batch, seconds * 1e3, gbps,
-                    100 * gbps / options.dram_gbps, gbps / threads);
+        for (int32_t divisor : options.plan_divisors) {
+          CpuAttentionOptions cpu_options;
+          cpu_options.num_threads = threads;
+          cpu_options.plan_divisor = divisor;
+          const double seconds = TimeIt(options.iters, [&] {
+            const absl::Status status = CpuGqaDecode(args, cpu_options);
+            if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
+          });
+          const double bytes =
+              double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
+          const double gbps = bytes / seconds / 1e9;
+          const std::string label = options.plan_divisors.size() == 1
+                                        ? model.name
+                                        : absl::StrCat(model.name, "/d", divisor);
+          std::printf("%-8s %8lld %6d %10.3f %10.1f %7.0f%% %9.2f\n", label.c_str(),
+                      static_cast<long long>(tokens), batch, seconds * 1e3, gbps,
+                      100 * gbps / options.dram_gbps, gbps / threads);
+        }
       }
     }
   }
@@ -350,14 +361,20 @@ void RunCpuMla(const BenchOptions& options) {
         std::string name;
         MlaMatmulMode mode;
         int32_t prefetch;
+        int32_t divisor;
       };
-      std::vector<Path> paths = {{"vector", MlaMatmulMode::kOff, 0},
-                                 {"onednn", MlaMatmulMode::kOneDnn, 0}};
-      if (MlaAmxUsable()) {
+      std::vector<Path> paths;
+      for (int32_t divisor : options.plan_divisors) {
+        const std::string suffix =
+            options.plan_divisors.size() == 1 ? "" : absl::StrCat("/d", divisor);
+        paths.push_back({"vector" + suffix, MlaMatmulMode::kOff, 0, divisor});
+        paths.push_back({"onednn" + suffix, MlaMatmulMode::kOneDnn, 0, divisor});
+        if (!MlaAmxUsable()) continue;
         for (int32_t prefetch : options.mla_prefetch) {
-          paths.push_back({options.mla_prefetch.size() == 1 ? std::string("amx")
-                                                            : absl::StrCat("amx-p", prefetch),
-                           MlaMatmulMode::kAmx, prefetch});
+          paths.push_back({(options.mla_prefetch.size() == 1 ? std::string("amx")
+                                                             : absl::StrCat("amx-p", prefetch)) +
+                               suffix,
+                           MlaMatmulMode::kAmx, prefetch, divisor});
         }
       }
       for (const Path& path_entry : paths) {
@@ -366,6 +383,7 @@ void RunCpuMla(const BenchOptions& options) {
         cpu_options.num_threads = threads;
         cpu_options.mla_matmul = path_entry.mode;
         cpu_options.mla_amx_prefetch_steps = path_entry.prefetch;
+        cpu_options.plan_divisor = path_entry.divisor;
         const double seconds = TimeIt(options.iters, [&] {
           const absl::Status status = CpuMlaDecode(args, cpu_options);
           if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
@@ -432,6 +450,11 @@ int Main(int argc, char** argv) {
       ok = absl::SimpleAtod(v, &options.gpu_warmup_ms) && options.gpu_warmup_ms >= 0;
     }
     else if (const char* v = value("--mla-prefetch=")) ok = ParseList(v, &options.mla_prefetch);
+    else if (const char* v = value("--cpu-plan-divisor=")) {
+      ok = ParseList(v, &options.plan_divisors) &&
+           std::all_of(options.plan_divisors.begin(), options.plan_divisors.end(),
+                       [](int32_t d) { return d >= 1; });
+    }
     else if (const char* v = value("--gap-us=")) ok = absl::SimpleAtoi(v, &g_gap_us) && g_gap_us >= 0;
     else if (const char* v = value("--host-memory=")) {
       g_host_memory = v;

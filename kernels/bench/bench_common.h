@@ -30,6 +30,8 @@ struct BenchOptions {
   // The CPU MLA table's AMX rows: one per prefetch distance (CpuAttentionOptions::
   // mla_amx_prefetch_steps).
   std::vector<int32_t> mla_prefetch = {2};
+  // The CPU decodes' work plans: rows per divisor (CpuAttentionOptions::plan_divisor).
+  std::vector<int32_t> plan_divisors = {1};
 };
 
 struct GqaModel {

@@ -46,12 +46,12 @@ std::vector<CpuIsa> AvailableIsas() {
   return isas;
 }
 
-// Several threads and many chunks, so the in-kernel chunk merge is exercised too.
+// Several threads and many work items, so the in-kernel merge of items is exercised too.
 CpuAttentionOptions Options(CpuIsa isa) {
   CpuAttentionOptions options;
   options.isa = isa;
   options.num_threads = 3;
-  options.chunks_per_thread = 16;
+  options.plan_divisor = 16;
   return options;
 }
 
@@ -97,8 +97,8 @@ void ExpectClose(const Partial& got, const Partial& want, const std::string& wha
   EXPECT_EQ(el.bad, 0) << what << ": NaN/inf mismatches in lse";
   EXPECT_LE(eo.max_abs, kOutputTol) << what << " o nmse=" << eo.nmse;
   EXPECT_LE(el.max_abs, kLseRelTol * lse_scale * 10) << what;
-  // Per backend: the label without its chunking and part ("avx512 AMX emulated, 4 chunks
-  // per thread part0" counts as "avx512 AMX emulated").
+  // Per backend: the label without its chunking and part ("avx512 AMX emulated, plan
+  // divisor 4 part0" counts as "avx512 AMX emulated").
   const size_t end = std::min({what.find(','), what.find(" part"), what.find(" merged")});
   WorstError& worst = Worst()[what.substr(0, end)];
   worst.o_max_abs = std::max(worst.o_max_abs, eo.max_abs);
@@ -376,14 +376,14 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
     // The vector kernels; whole blocks through oneDNN (where it has a bf16 matmul, else the
     // same vector kernels); our AMX kernel, with its tiles emulated (on the AVX-512 ISA:
     // the emulation needs it) and on the CPU's AMX where this process can use it. The matrix
-    // paths also with one work item per thread, so that their blocks follow each other on
-    // one running state (not only the first block of an item). The AMX kernel also with its
+    // paths also with the plan's largest items (divisor 1), so that their blocks follow each
+    // other on one running state (not only the first block of an item). The AMX kernel also with its
     // prefetch of the next step's rows only (0) and of the rows 1 step ahead (into the next
     // block at a block's end): the same values, as a prefetch changes none.
     struct Path {
       MlaMatmulMode mode;
       bool emulated;
-      int chunks;
+      int divisor;  // CpuAttentionOptions::plan_divisor
       int prefetch_steps = CpuAttentionOptions{}.mla_amx_prefetch_steps;
     };
     std::vector<Path> paths = {{MlaMatmulMode::kOff, false, 4},
@@ -411,7 +411,7 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
       CpuAttentionOptions options = Options(isa);
       options.mla_matmul = path.mode;
       options.mla_amx_emulated = path.emulated;
-      options.chunks_per_thread = path.chunks;
+      options.plan_divisor = path.divisor;
       options.mla_amx_prefetch_steps = path.prefetch_steps;
       const uint64_t amx_steps = cpu::MlaAmxStepsRun();
       const char* label = path.mode == MlaMatmulMode::kOff      ? ""
@@ -421,7 +421,7 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
       const std::string what =
           path.mode == MlaMatmulMode::kOff
               ? name
-              : absl::StrCat(name, label, ", ", path.chunks, " chunks per thread",
+              : absl::StrCat(name, label, ", plan divisor ", path.divisor,
                              path.mode == MlaMatmulMode::kAmx
                                  ? absl::StrCat(", prefetch ", path.prefetch_steps)
                                  : "");

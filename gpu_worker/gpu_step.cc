@@ -70,14 +70,17 @@ struct Partial {
 struct GpuStep::Scratch {
   explicit Scratch(Device* d)
       : h(d), y(d), q(d), kv(d), attn(d), routed(d), hot_routed(d), absorbed(d), final_x(d),
-        logits(d), kv_bf16(d), qk(d), acc(d), part(d) {}
+        logits(d), kv_bf16(d), qk(d), decode_q(d), acc(d), part(d), decode_out(d) {}
   PinnedArray<float> h, y, q, kv, attn, routed, hot_routed, absorbed;
   // A MoE layer's routing split between the resident experts and the cpu_worker.
   std::vector<int32_t> hot_ids, cold_ids;
   std::vector<float> hot_weights, cold_weights;
   PinnedArray<float> final_x, logits;  // Logits: rows of x, their [rows][vocab] logits
   PinnedArray<uint16_t> kv_bf16, qk;
-  Partial acc, part;
+  // Attention: acc the layer's merged state; part a prefill chunk's; decode_q / decode_out the
+  // decode sequences' queries and outputs of one call, gathered.
+  PinnedArray<uint16_t> decode_q;
+  Partial acc, part, decode_out;
 };
 
 template <typename T>
@@ -785,19 +788,23 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
   // Attends one part of the keys: `lists[i]` are sequence i's tiles (empty: none). A
   // prefill chunk's queries see the keys at positions up to their own (all of an earlier
   // chunk's, a prefix of the chunk's own blocks); decode sequences see all of theirs.
-  // Prefill chunks one by one, the decode sequences in one call (rows gathered).
+  // Prefill chunks one by one into `part`, merged into acc's rows of the chunks; the decode
+  // sequences in one call (rows gathered into pinned buffers), each merged straight into its
+  // acc rows. Nothing else is written: a layer attends 2-4 parts, and whole-batch fills and
+  // copies of `part` plus pageable transfers were most of each part's ~0.9 ms at DeepSeek 32 x
+  // 8K (run 174: the D-window's part alone took 0.9-1.1 ms a layer under cpu-all).
   auto attend = [&](const std::vector<TileList>& lists) -> absl::Status {
-    part.Reset(T * heads, o_dim);
-    bool any = false;
     std::vector<size_t> decode;
+    bool any_prefill = false;
     for (size_t i = 0; i < layout.sequences.size(); ++i) {
       if (lists[i].tiles.empty()) continue;
-      any = true;
       const StepSequenceLayout& s = layout.sequences[i];
       if (!s.prefill) {
         decode.push_back(i);
         continue;
       }
+      if (!any_prefill) part.Reset(T * heads, o_dim);
+      any_prefill = true;
       const int32_t queries = static_cast<int32_t>(s.num_tokens);
       const int64_t position = static_cast<int64_t>(s.position);
       const uint16_t* chunk_q = qk.data() + s.token_offset * heads * q_dim;
@@ -808,11 +815,20 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
                                                        chunk_o, chunk_lse})
                              : attention_->GqaPrefill({gqa, queries, position, chunk_q, keys,
                                                        chunk_o, chunk_lse}));
+      const int64_t rows = int64_t{queries} * heads;
+      kernels::MergeStates({acc.o.data() + s.token_offset * heads * o_dim,
+                            acc.lse.data() + s.token_offset * heads},
+                           {chunk_o, chunk_lse},
+                           {acc.o.data() + s.token_offset * heads * o_dim,
+                            acc.lse.data() + s.token_offset * heads},
+                           rows, static_cast<int32_t>(o_dim));
     }
     if (!decode.empty()) {
       const size_t n = decode.size();
-      std::vector<uint16_t> dq(n * heads * q_dim);
-      std::vector<float> dout(n * heads * o_dim), dlse(n * heads);
+      PinnedArray<uint16_t>& dq = Sized(scratch_->decode_q, n * heads * q_dim);
+      Partial& dout = scratch_->decode_out;
+      dout.o.Resize(n * heads * o_dim);
+      dout.lse.Resize(n * heads);
       std::vector<kernels::KvBlockList> dlists(n);
       for (size_t j = 0; j < n; ++j) {
         const StepSequenceLayout& s = layout.sequences[decode[j]];
@@ -821,19 +837,17 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
         dlists[j] = lists[decode[j]].List();
       }
       const int32_t seqs = static_cast<int32_t>(n);
-      WS_RETURN_IF_ERROR(
-          mla ? attention_->MlaDecode({mla_shape, seqs, dq.data(), dlists.data(), dout.data(), dlse.data()})
-              : attention_->GqaDecode({gqa, seqs, dq.data(), dlists.data(), dout.data(), dlse.data()}));
+      WS_RETURN_IF_ERROR(mla ? attention_->MlaDecode({mla_shape, seqs, dq.data(), dlists.data(),
+                                                      dout.o.data(), dout.lse.data()})
+                             : attention_->GqaDecode({gqa, seqs, dq.data(), dlists.data(),
+                                                      dout.o.data(), dout.lse.data()}));
       for (size_t j = 0; j < n; ++j) {
         const uint64_t r = layout.sequences[decode[j]].token_offset;
-        std::memcpy(part.o.data() + r * heads * o_dim, dout.data() + j * heads * o_dim,
-                    heads * o_dim * 4);
-        std::memcpy(part.lse.data() + r * heads, dlse.data() + j * heads, heads * 4);
+        float* o = acc.o.data() + r * heads * o_dim;
+        float* lse = acc.lse.data() + r * heads;
+        kernels::MergeStates({o, lse}, {dout.o.data() + j * heads * o_dim, dout.lse.data() + j * heads},
+                             {o, lse}, heads, static_cast<int32_t>(o_dim));
       }
-    }
-    if (any) {
-      kernels::MergeStates({acc.o.data(), acc.lse.data()}, {part.o.data(), part.lse.data()},
-                           {acc.o.data(), acc.lse.data()}, T * heads, static_cast<int32_t>(o_dim));
     }
     return absl::OkStatus();
   };

@@ -845,7 +845,8 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
         const uint64_t r = layout.sequences[decode[j]].token_offset;
         float* o = acc.o.data() + r * heads * o_dim;
         float* lse = acc.lse.data() + r * heads;
-        kernels::MergeStates({o, lse}, {dout.o.data() + j * heads * o_dim, dout.lse.data() + j * heads},
+        kernels::MergeStates({o, lse},
+                             {dout.o.data() + j * heads * o_dim, dout.lse.data() + j * heads},
                              {o, lse}, heads, static_cast<int32_t>(o_dim));
       }
     }

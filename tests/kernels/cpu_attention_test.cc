@@ -377,9 +377,9 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
     // same vector kernels); our AMX kernel, with its tiles emulated (on the AVX-512 ISA:
     // the emulation needs it) and on the CPU's AMX where this process can use it. The matrix
     // paths also with the plan's largest items (divisor 1), so that their blocks follow each
-    // other on one running state (not only the first block of an item). The AMX kernel also with its
-    // prefetch of the next step's rows only (0) and of the rows 1 step ahead (into the next
-    // block at a block's end): the same values, as a prefetch changes none.
+    // other on one running state (not only the first block of an item). The AMX kernel also
+    // with its prefetch of the next step's rows only (0) and of the rows 1 step ahead (into
+    // the next block at a block's end): the same values, as a prefetch changes none.
     struct Path {
       MlaMatmulMode mode;
       bool emulated;

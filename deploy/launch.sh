@@ -22,7 +22,7 @@
 # WS_CPU_WORKER_THREADS, spinning WS_CPU_WORKER_SPINCOUNT (default 20000) after a parallel
 # region and, with a GPU, from one of a step's messages to the next (WS_CPU_WORKER_HOLD_US,
 # default 20000 there, 0 elsewhere); the gpu_worker and the coordinator run with
-# OMP_WAIT_POLICY=passive.
+# OMP_WAIT_POLICY=passive, the gpu_worker with WS_GPU_WORKER_THREADS OpenMP threads if set.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
     --cpu-worker-flag) CPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --gpu-worker-flag) GPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --) shift; COORDINATOR_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -137,6 +137,10 @@ wait_for_file() {  # wait_for_file PATH WHAT
 # gpu_worker's host work right after the experts (the next layer's norms, the sampling)
 # would otherwise find 15 cores busy spinning.
 CORES="$(nproc)"
+if [[ -n ${WS_GPU_WORKER_THREADS:-} && ! $WS_GPU_WORKER_THREADS =~ ^[1-9][0-9]*$ ]]; then
+  echo "launch.sh: WS_GPU_WORKER_THREADS='$WS_GPU_WORKER_THREADS' is not a thread count (1 or more)" >&2
+  exit 2
+fi
 CPU_WORKER_SPINCOUNT="${WS_CPU_WORKER_SPINCOUNT:-20000}"
 CPU_WORKER_THREADS="${WS_CPU_WORKER_THREADS:-$((CORES - ${WS_RESERVED_CORES:-1}))}"
 [[ $CPU_WORKER_THREADS -ge 1 ]] || CPU_WORKER_THREADS=1
@@ -159,9 +163,16 @@ log "cores: $CORES; cpu_worker OpenMP threads: $CPU_WORKER_THREADS, held between
 start_worker() {  # start_worker NAME PORT: (re)starts a worker on PORT (0: a free one)
   local name="$1" port="$2"
   if [[ $name == gpu_worker ]]; then
-    OMP_WAIT_POLICY=passive start gpu_worker --port="$port" \
-      --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE" \
-      ${GPU_WORKER_ARGS[@]+"${GPU_WORKER_ARGS[@]}"}
+    local args=(--port="$port" --port_file="$RUN_DIR/gpu_worker.port" --device="$DEVICE"
+                ${GPU_WORKER_ARGS[@]+"${GPU_WORKER_ARGS[@]}"})
+    # WS_GPU_WORKER_THREADS: the gpu_worker's OpenMP threads (unset: OpenMP's default, every
+    # core). Its parallel loops in a decode step (the sampling) meet the cpu_worker's held
+    # team on every other core.
+    if [[ -n ${WS_GPU_WORKER_THREADS:-} ]]; then
+      OMP_NUM_THREADS="$WS_GPU_WORKER_THREADS" OMP_WAIT_POLICY=passive start gpu_worker "${args[@]}"
+    else
+      OMP_WAIT_POLICY=passive start gpu_worker "${args[@]}"
+    fi
   else
     OMP_NUM_THREADS="$CPU_WORKER_THREADS" GOMP_SPINCOUNT="$CPU_WORKER_SPINCOUNT" start cpu_worker --port="$port" \
       --port_file="$RUN_DIR/cpu_worker.port" ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"}

@@ -1,6 +1,7 @@
 // The CPU decode's work plan: each stream (a sequence, or a sequence's kv head for GQA) of
 // whole blocks cut into work items for an OpenMP dynamic schedule.
-#pragma once
+#ifndef WRITESCOPE_KERNELS_CPU_WORK_PLAN_H_
+#define WRITESCOPE_KERNELS_CPU_WORK_PLAN_H_
 
 #include <cstdint>
 #include <vector>
@@ -28,8 +29,11 @@ struct WorkPlan {
 // ends on small ones. Equal items, about 4 a thread (the plan before session 32), leave the
 // last round part-empty: 15 threads over a batch of 32 sequences got 64 items, 4.3 rounds,
 // and the last thread to finish ended ~15 % past an even share (work_plan_test simulates
-// it). threads and divisor below 1 count as 1.
+// it). On the H200 host the guided plan ran the CPU MLA decode 2-47 % faster (run 174,
+// docs/measurements.md "Session 32"). threads and divisor below 1 count as 1.
 void PlanGuided(const int32_t* num_blocks, int32_t num_seqs, int32_t units, int threads,
                 int divisor, WorkPlan* plan);
 
 }  // namespace writescope::kernels::cpu
+
+#endif  // WRITESCOPE_KERNELS_CPU_WORK_PLAN_H_

@@ -792,7 +792,8 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
   // sequences in one call (rows gathered into pinned buffers), each merged straight into its
   // acc rows. Nothing else is written: a layer attends 2-4 parts, and whole-batch fills and
   // copies of `part` plus pageable transfers were most of each part's ~0.9 ms at DeepSeek 32 x
-  // 8K (run 174: the D-window's part alone took 0.9-1.1 ms a layer under cpu-all).
+  // 8K (the D-window's part alone under cpu-all: 0.9-1.1 ms a layer in run 174, 0.37-0.44
+  // without them in run 175).
   auto attend = [&](const std::vector<TileList>& lists) -> absl::Status {
     std::vector<size_t> decode;
     bool any_prefill = false;

@@ -390,4 +390,49 @@ std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logprobs, uint32_t
   return TopOf(keys, n, &best, &heap);
 }
 
+LogitRowStats ComputeLogitRowStats(absl::Span<const float> logits) {
+  LogitRowStats stats;
+  if (logits.empty()) return stats;
+  stats.max_key = -kInf;
+  bool any_nan = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const bool nan = std::isnan(logits[i]);
+    any_nan |= nan;
+    const float key = nan ? -kInf : logits[i];
+    if (key > stats.max_key) {
+      stats.max_key = key;
+      stats.argmax = static_cast<int32_t>(i);
+    }
+    if (key == kInf) ++stats.num_pos_inf;
+  }
+  if (!std::isfinite(stats.max_key)) return stats;
+  if (!any_nan) {
+    stats.sum_exp = SumExpShifted(logits, stats.max_key);  // the keys are the logits
+  } else {
+    std::vector<float> keys(logits.begin(), logits.end());
+    for (float& key : keys) key = std::isnan(key) ? -kInf : key;
+    stats.sum_exp = SumExpShifted(keys, stats.max_key);
+  }
+  return stats;
+}
+
+SampledToken GreedyTokenFromStats(const LogitRowStats& stats, size_t vocab) {
+  SampledToken result;
+  if (vocab == 0) {
+    result.logprob = -kInf;
+    return result;
+  }
+  // SanitizeLogits' cases: +inf keys become 0 and the rest -inf, so the mass is shared by
+  // num_pos_inf equal keys; a row of -inf becomes all 0, uniform over the vocabulary.
+  double sum = stats.sum_exp;
+  if (stats.max_key == kInf) {
+    sum = stats.num_pos_inf;
+  } else if (stats.max_key == -kInf) {
+    sum = static_cast<double>(vocab);
+  }
+  result.token_id = stats.max_key == -kInf ? 0 : stats.argmax;
+  result.logprob = LogprobOf(0.0f, 0.0f, std::log(sum));
+  return result;
+}
+
 }  // namespace writescope

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "common/logit_row_stats.h"
 
 namespace writescope {
 
@@ -130,6 +131,16 @@ void LogSoftmaxInto(absl::Span<const float> logits, std::vector<float>* out);
 // The n largest of logprobs (n clamped to the size), descending, ties to the lower
 // index; NaN counts as -inf.
 std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logprobs, uint32_t n);
+
+// The stats of one row of logits (common/logit_row_stats.h), the host reference of the
+// device's reduction: its sum is Sampler's (SumExpShifted), so that GreedyTokenFromStats of
+// these stats is Sampler::Sample's greedy token to the bit.
+LogitRowStats ComputeLogitRowStats(absl::Span<const float> logits);
+
+// The token and raw log-probability that Sampler::Sample gives at temperature 0 with
+// num_top 0 for a row of `vocab` logits with these stats, degenerate rows included (+inf
+// keys share the mass, a row of -inf is uniform). An empty row gives token 0, logprob -inf.
+SampledToken GreedyTokenFromStats(const LogitRowStats& stats, size_t vocab);
 
 }  // namespace writescope
 

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/logit_row_stats.h"
 #include "common/model_weights.h"
 #include "gpu_worker/device.h"
 #include "kernels/model/decoder_ops.h"
@@ -25,6 +26,12 @@ class DeviceLinear {
   virtual ~DeviceLinear() = default;
   virtual absl::Status Linear(const float* x, int64_t tokens, const kernels::model::LinearWeight& w,
                               float* y) = 0;
+  // stats[t] = the LogitRowStats (common/logit_row_stats.h) of row t of x W^T: the product
+  // stays on the device, reduced there (kernels/cuda/cuda_logits.h), and only the stats come
+  // back, synchronized. For lm_head at a greedy step: 24 bytes a row instead of the vocabulary.
+  virtual absl::Status LinearRowStats(const float* x, int64_t tokens,
+                                      const kernels::model::LinearWeight& w,
+                                      LogitRowStats* stats) = 0;
   // MLA's per-head products with kv_b (kernels/model/mla.h MlaAbsorbQuery, MlaApplyUv): one
   // strided-batched product over the heads on the device's fp32 copy of kv_b.
   virtual absl::Status MlaAbsorb(const kernels::model::MlaDims& dims, const float* q, int64_t tokens,

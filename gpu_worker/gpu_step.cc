@@ -946,21 +946,52 @@ absl::Status GpuStep::Attention(Step& step, uint32_t layer, const PinnedArray<fl
   return absl::OkStatus();
 }
 
+const float* GpuStep::GatherRows(const Step& step, const std::vector<int64_t>& rows) {
+  const int64_t hidden = ops_->config().hidden_size;
+  PinnedArray<float>& xs = Sized(scratch_->final_x, static_cast<int64_t>(rows.size()) * hidden);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(xs.data() + i * hidden, step.x.data() + rows[i] * hidden, hidden * 4);
+  }
+  return xs.data();
+}
+
+absl::Status GpuStep::GreedyTokens(Step& step, const std::vector<int64_t>& rows,
+                                   std::vector<SampledToken>* tokens) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t hidden = ops_->config().hidden_size, vocab = ops_->config().vocab_size;
+  std::vector<LogitRowStats> stats(n);
+  {
+    SpanRecorder::Scope span(options_.spans, "lm_head", step.layout.step_id);
+    const float* xs = GatherRows(step, rows);
+    if (options_.logit_stats) {
+      std::vector<float> normed(n * hidden);
+      ops_->FinalNorm(xs, n, normed.data());
+      WS_RETURN_IF_ERROR(options_.logit_stats(normed.data(), n, ops_->LmHead(), stats.data()));
+    } else {
+      PinnedArray<float>& logits = Sized(scratch_->logits, n * vocab);
+      WS_RETURN_IF_ERROR(ops_->FinalLogits(xs, n, logits.data()));
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+      for (int64_t r = 0; r < n; ++r) {
+        stats[r] = ComputeLogitRowStats(absl::MakeConstSpan(logits.data() + r * vocab, vocab));
+      }
+    }
+  }
+  SpanRecorder::Scope span(options_.spans, "sample", step.layout.step_id);
+  for (int64_t r = 0; r < n; ++r) (*tokens)[r] = GreedyTokenFromStats(stats[r], vocab);
+  return absl::OkStatus();
+}
+
 absl::Status GpuStep::Logits(Step& step, internal::StepResult* result) {
   const StepLayout& layout = step.layout;
-  const int64_t hidden = ops_->config().hidden_size, vocab = ops_->config().vocab_size;
+  const int64_t vocab = ops_->config().vocab_size;
   // Rows in batches, so that a long chunk's prompt log-probs do not need [T, vocab] at once.
   constexpr int64_t kBatchRows = 64;
   PinnedArray<float>& logits = scratch_->logits;
   auto compute = [&](const std::vector<int64_t>& rows) -> absl::Status {
     SpanRecorder::Scope span(options_.spans, "lm_head", layout.step_id);
     const int64_t n = static_cast<int64_t>(rows.size());
-    PinnedArray<float>& xs = Sized(scratch_->final_x, n * hidden);
     Sized(logits, n * vocab);
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(xs.data() + i * hidden, step.x.data() + rows[i] * hidden, hidden * 4);
-    }
-    return ops_->FinalLogits(xs.data(), n, logits.data());
+    return ops_->FinalLogits(GatherRows(step, rows), n, logits.data());
   };
   std::vector<internal::SequenceResult*> outs(layout.sequences.size());
   for (size_t i = 0; i < layout.sequences.size(); ++i) {
@@ -983,19 +1014,31 @@ absl::Status GpuStep::Logits(Step& step, internal::StepResult* result) {
       const StepSequenceLayout& s = layout.sequences[sampled[begin + r]];
       rows[r] = static_cast<int64_t>(s.token_offset + s.num_tokens - 1);
     }
-    WS_RETURN_IF_ERROR(compute(rows));
+    auto sampling = [&](size_t r) -> const internal::TokenSampling& {
+      return step.plan->sequences(static_cast<int>(sampled[begin + r])).sample_next();
+    };
+    // Sampler's greedy rule (temperature not > 0) with no top list: the rows' stats suffice.
+    bool greedy = true;
+    for (size_t r = 0; r < n && greedy; ++r) {
+      greedy = !(sampling(r).temperature() > 0.0f) && sampling(r).num_top() == 0;
+    }
     std::vector<SampledToken> tokens(n);
-    SpanRecorder::Scope span(options_.spans, "sample", layout.step_id);
+    if (greedy) {
+      WS_RETURN_IF_ERROR(GreedyTokens(step, rows, &tokens));
+    } else {
+      WS_RETURN_IF_ERROR(compute(rows));
+      SpanRecorder::Scope span(options_.spans, "sample", layout.step_id);
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-    for (size_t r = 0; r < n; ++r) {
-      const internal::TokenSampling& in =
-          step.plan->sequences(static_cast<int>(sampled[begin + r])).sample_next();
-      Sampler& sampler = samplers_[omp_get_thread_num()];
-      sampler.Reset(SamplerOptions{.temperature = in.temperature(),
-                                   .top_k = in.top_k(),
-                                   .top_p = in.top_p(),
-                                   .num_top = in.num_top()});
-      tokens[r] = sampler.Sample(absl::MakeConstSpan(logits.data() + r * vocab, vocab), in.draw());
+      for (size_t r = 0; r < n; ++r) {
+        const internal::TokenSampling& in = sampling(r);
+        Sampler& sampler = samplers_[omp_get_thread_num()];
+        sampler.Reset(SamplerOptions{.temperature = in.temperature(),
+                                     .top_k = in.top_k(),
+                                     .top_p = in.top_p(),
+                                     .num_top = in.num_top()});
+        tokens[r] =
+            sampler.Sample(absl::MakeConstSpan(logits.data() + r * vocab, vocab), in.draw());
+      }
     }
     for (size_t r = 0; r < n; ++r) {
       internal::SampledToken* out = outs[sampled[begin + r]]->mutable_next_token();

@@ -21,7 +21,10 @@
 //     their weights: DeviceExperts; the cpu_worker then gets no kExperts)
 //   wait for the KV writes; kStepEnd -> cpu_worker
 //   logits of the rows that need them: the next tokens sampled (with the coordinator's
-//   draws, common/sampler.h), prompt log-probabilities
+//   draws, common/sampler.h), prompt log-probabilities. A batch of rows that all sample
+//   greedily with no top list needs only each row's stats (common/logit_row_stats.h):
+//   GpuStepOptions::logit_stats reduces the rows on the device, so the [rows, vocab]
+//   logits never come to the host
 //
 // The layer math runs through DecoderOps: its matrix products on the device where
 // GpuStepOptions::linear is set (cuBLAS on a GPU, gpu_worker/device_linear.h), norms, RoPE
@@ -30,6 +33,7 @@
 #ifndef WRITESCOPE_GPU_WORKER_GPU_STEP_H_
 #define WRITESCOPE_GPU_WORKER_GPU_STEP_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -64,6 +68,11 @@ struct GpuStepOptions {
   kernels::model::MlaBackend mla;
   // The SwiGLU MLPs (dense layers, shared experts) as one chain (empty: through `linear`).
   kernels::model::SwiGluBackend swiglu;
+  // stats[t] = the LogitRowStats of row t of x W^T, for lm_head at a greedy batch
+  // (DeviceLinear::LinearRowStats; empty: the logits on the host and ComputeLogitRowStats).
+  std::function<absl::Status(const float* x, int64_t tokens, const kernels::model::LinearWeight& w,
+                             LogitRowStats* stats)>
+      logit_stats;
   // Routed experts on this device, for steps whose plan says experts_on_gpu (null: such
   // plans are refused).
   DeviceExperts* experts = nullptr;
@@ -132,6 +141,12 @@ class GpuStep {
   absl::Status Attention(Step& step, uint32_t layer, const PinnedArray<float>& q,
                          PinnedArray<float>* attn);
   absl::Status Logits(Step& step, internal::StepResult* result);
+  // Rows `rows` of step.x gathered into scratch (final_x), returned.
+  const float* GatherRows(const Step& step, const std::vector<int64_t>& rows);
+  // The greedy tokens of rows `rows` of step.x (logits' batch that samples greedily with no
+  // top list) from the rows' stats: options_.logit_stats, else the host's logits.
+  absl::Status GreedyTokens(Step& step, const std::vector<int64_t>& rows,
+                            std::vector<SampledToken>* tokens);
   // The MoE layer's routed experts that are not experts_on_gpu: the resident pairs here,
   // the rest on the cpu_worker; y gets their sum.
   absl::Status RoutedOnWorkers(Step& step, uint32_t layer, const float* h,

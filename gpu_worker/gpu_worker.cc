@@ -186,6 +186,13 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
                                                    const kernels::model::LinearWeight& w, float* y) {
       return linear->Linear(x, tokens, w, y);
     };
+    if (options_.device_logit_stats) {
+      step_options.logit_stats = [linear = linear_.get()](const float* x, int64_t tokens,
+                                                          const kernels::model::LinearWeight& w,
+                                                          LogitRowStats* stats) {
+        return linear->LinearRowStats(x, tokens, w, stats);
+      };
+    }
     step_options.mla.absorb = [linear = linear_.get()](const kernels::model::MlaDims& d,
                                                        const float* q, int64_t tokens,
                                                        const kernels::model::LinearWeight& kv_b,

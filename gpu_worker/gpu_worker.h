@@ -48,6 +48,10 @@ struct GpuWorkerOptions {
   // products run on the device (DeviceLinear::SwiGlu); false: through its Linear, three
   // round trips with the activation on the host.
   bool device_swiglu = true;
+  // A greedy batch's tokens from lm_head's rows reduced on the device where the matrix
+  // products run there (DeviceLinear::LinearRowStats, GpuStepOptions::logit_stats); false:
+  // the logits copied to the host and sampled there.
+  bool device_logit_stats = true;
 };
 
 class GpuWorker final : public WorkerBackend {

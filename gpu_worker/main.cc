@@ -46,6 +46,11 @@ ABSL_FLAG(bool, device_swiglu, true,
           "The dense MLPs' and shared experts' SwiGLU on the device as one chain (one upload, "
           "one download); false: three products with the activation on the host between them");
 
+ABSL_FLAG(bool, device_logit_stats, true,
+          "A greedy step's tokens from lm_head's rows reduced on the device (max, first argmax, "
+          "sum of exps), so that the [rows, vocab] logits stay there; false: the logits copied "
+          "to the host and sampled there");
+
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
   writescope::SetLogProcessName("gpu_worker");
@@ -88,7 +93,8 @@ int main(int argc, char** argv) {
        .prefetch_next_step = absl::GetFlag(FLAGS_prefetch_next_step),
        .early_rounds_after_attention = absl::GetFlag(FLAGS_early_rounds_after_attention),
        .time_transfers = absl::GetFlag(FLAGS_time_transfers),
-       .device_swiglu = absl::GetFlag(FLAGS_device_swiglu)});
+       .device_swiglu = absl::GetFlag(FLAGS_device_swiglu),
+       .device_logit_stats = absl::GetFlag(FLAGS_device_logit_stats)});
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});
   if (!status.ok()) {

@@ -14,6 +14,7 @@
 #include "gpu_worker/device_linear.h"
 #include "kernels/model/layers.h"
 #include "kernels/cuda/cuda_convert.h"
+#include "kernels/cuda/cuda_logits.h"
 
 namespace writescope::gpu {
 namespace {
@@ -98,6 +99,26 @@ class CudaLinear final : public DeviceLinear {
     return Product(x, 4 * static_cast<uint64_t>(tokens * w.in_features), y,
                    4 * static_cast<uint64_t>(tokens * w.out_features), "cublasSgemm",
                    [&](const float* dx, float* dy) { return Sgemm(device_w, w, dx, tokens, dy); });
+  }
+
+  absl::Status LinearRowStats(const float* x, int64_t tokens, const kernels::model::LinearWeight& w,
+                              LogitRowStats* stats) override {
+    if (tokens == 0) return absl::OkStatus();
+    WS_ASSIGN_OR_RETURN(const float* device_w, DeviceWeight(w));
+    // The product in y_, where Linear would put it before its copy back; only the stats travel.
+    const uint64_t x_bytes = 4 * static_cast<uint64_t>(tokens * w.in_features);
+    const uint64_t stats_bytes = sizeof(LogitRowStats) * static_cast<uint64_t>(tokens);
+    WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
+    WS_RETURN_IF_ERROR(Grow(&y_, 4 * static_cast<uint64_t>(tokens * w.out_features)));
+    WS_RETURN_IF_ERROR(Grow(&stats_, stats_bytes));
+    WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), x, x_bytes, Stream::kCompute));
+    auto* rows = static_cast<float*>(y_.data());
+    WS_RETURN_IF_ERROR(Sgemm(device_w, w, static_cast<const float*>(x_.data()), tokens, rows));
+    WS_RETURN_IF_ERROR(kernels::cuda::LogitRowStatsOnDevice(
+        rows, tokens, w.out_features, static_cast<LogitRowStats*>(stats_.data()),
+        device_->native_stream(Stream::kCompute)));
+    WS_RETURN_IF_ERROR(device_->CopyToHost(stats, stats_.data(), stats_bytes, Stream::kCompute));
+    return device_->Synchronize(Stream::kCompute);
   }
 
   absl::Status SwiGlu(const float* x, int64_t tokens, const kernels::model::LinearWeight& gate,
@@ -226,6 +247,7 @@ class CudaLinear final : public DeviceLinear {
   DeviceBuffer buffer_;
   DeviceBuffer x_, y_;
   DeviceBuffer gate_, up_;  // SwiGlu's intermediate products [tokens, intermediate]
+  DeviceBuffer stats_;      // LinearRowStats' [tokens] stats
   absl::flat_hash_map<const uint16_t*, const float*> weights_;  // host bf16 -> device fp32
   uint64_t bytes_ = 0;
 };

@@ -229,9 +229,15 @@ absl::Status DecoderOps::FinalLogits(const float* x, int64_t tokens, float* logi
     own.resize(tokens * config_.hidden_size);
     normed = own.data();
   }
+  FinalNorm(x, tokens, normed);
+  return Matmul(normed, tokens, LmHead(), logits);
+}
+
+void DecoderOps::FinalNorm(const float* x, int64_t tokens, float* normed) const {
   RmsNorm(x, tokens, config_.hidden_size, weights_.At("model.norm.weight").data,
           config_.rms_norm_eps, normed);
-  return Matmul(normed, tokens, AsLinear(weights_.At("lm_head.weight")), logits);
 }
+
+LinearWeight DecoderOps::LmHead() const { return AsLinear(weights_.At("lm_head.weight")); }
 
 }  // namespace writescope::kernels::model

@@ -136,6 +136,10 @@ class DecoderOps {
   // logits [tokens, vocab] = lm_head(norm(x)); `normed` (optional, [tokens, hidden]) receives
   // norm(x).
   absl::Status FinalLogits(const float* x, int64_t tokens, float* logits, float* normed = nullptr);
+  // FinalLogits' two parts, for a caller that runs lm_head itself: normed [tokens, hidden] =
+  // norm(x), and the lm_head weight.
+  void FinalNorm(const float* x, int64_t tokens, float* normed) const;
+  LinearWeight LmHead() const;
 
  private:
   DecoderOps(const ModelConfig& config, const ModelWeights& weights,

@@ -1,6 +1,7 @@
 #include "common/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -321,6 +322,80 @@ TEST(SamplerLogprobTest, DegenerateRowsStayDefined) {
 
   // An empty row is a caller bug but defined.
   EXPECT_EQ(greedy.Sample({}).logprob, -kInf);
+}
+
+// The greedy token from a row's stats (what the gpu_worker's device sends back instead of the
+// row) against Sampler::Sample at temperature 0, to the bit: random rows of odd and real
+// vocabulary sizes, with ties at the max, NaN, -inf and +inf keys, and the degenerate rows.
+TEST(LogitRowStatsTest, GreedyTokenFromStatsIsTheSamplersToTheBit) {
+  std::mt19937_64 rng(41);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  Sampler greedy(SamplerOptions{});
+  int rows = 0;
+  for (size_t vocab : {size_t{1}, size_t{2}, size_t{5}, size_t{17}, size_t{77}, size_t{1000},
+                       size_t{32000}, size_t{151936}}) {
+    for (int variant = 0; variant < 6; ++variant) {
+      std::vector<float> row(vocab);
+      for (float& v : row) v = normal(rng);
+      auto at = [&](size_t i) -> float& { return row[(i * 7919) % vocab]; };
+      switch (variant) {
+        case 1:  // ties at the max: the lower id wins
+          at(3) = at(11) = 40.0f;
+          break;
+        case 2:  // NaN and -inf keys beside finite ones
+          at(0) = kNaN;
+          at(5) = -kInf;
+          at(9) = kNaN;
+          break;
+        case 3:  // +inf keys share the mass
+          at(4) = kInf;
+          at(8) = kInf;
+          break;
+        case 4:  // every key -inf or NaN: uniform
+          for (size_t i = 0; i < vocab; ++i) row[i] = i % 3 == 0 ? kNaN : -kInf;
+          break;
+        case 5:  // keys far below the max underflow float's exp
+          at(2) = 200.0f;
+          break;
+        default:
+          break;
+      }
+      const LogitRowStats stats = ComputeLogitRowStats(row);
+      const SampledToken want = greedy.Sample(row);
+      const SampledToken got = GreedyTokenFromStats(stats, vocab);
+      EXPECT_EQ(got.token_id, want.token_id) << "vocab " << vocab << " variant " << variant;
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.logprob), std::bit_cast<uint32_t>(want.logprob))
+          << "vocab " << vocab << " variant " << variant << ": " << got.logprob << " against "
+          << want.logprob;
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, 48);
+}
+
+TEST(LogitRowStatsTest, StatsOfAHandRow) {
+  const std::vector<float> row = {1.0f, kNaN, 3.0f, -kInf, 3.0f, 2.0f};
+  const LogitRowStats stats = ComputeLogitRowStats(row);
+  EXPECT_EQ(stats.max_key, 3.0f);
+  EXPECT_EQ(stats.argmax, 2);
+  EXPECT_EQ(stats.num_pos_inf, 0u);
+  const double want = std::exp(-2.0) + 1.0 + 1.0 + std::exp(-1.0);
+  EXPECT_NEAR(stats.sum_exp, want, 1e-6 * want);
+
+  const LogitRowStats hot = ComputeLogitRowStats(std::vector<float>{kInf, 0.0f, kInf});
+  EXPECT_EQ(hot.max_key, kInf);
+  EXPECT_EQ(hot.argmax, 0);
+  EXPECT_EQ(hot.num_pos_inf, 2u);
+  EXPECT_EQ(GreedyTokenFromStats(hot, 3).logprob, static_cast<float>(-std::log(2.0)));
+
+  const LogitRowStats dead = ComputeLogitRowStats(std::vector<float>{-kInf, kNaN});
+  EXPECT_EQ(dead.max_key, -kInf);
+  EXPECT_EQ(GreedyTokenFromStats(dead, 2).token_id, 0);
+  EXPECT_EQ(GreedyTokenFromStats(dead, 2).logprob, static_cast<float>(-std::log(2.0)));
+
+  const SampledToken empty = GreedyTokenFromStats(ComputeLogitRowStats({}), 0);
+  EXPECT_EQ(empty.token_id, 0);
+  EXPECT_EQ(empty.logprob, -kInf);
 }
 
 // About six standard deviations above the mean of a chi-square of `categories` - 1

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/model_tensors.h"
+#include "common/sampler.h"
 #include "gtest/gtest.h"
 #include "kernels/model/decoder_ops.h"
 #include "kernels/model/layers.h"
@@ -66,6 +67,51 @@ TEST_P(DeviceLinearArchTest, MatchesHostLinearForEveryWeight) {
   }
   EXPECT_GT(checked, 10);
   EXPECT_GT((*linear)->weight_bytes(), 0u);
+}
+
+// lm_head's product reduced on the device (LinearRowStats) against the stats of the same
+// product copied back (Linear, then the host's ComputeLogitRowStats): the same SGEMM, so the
+// max, its first index and the +inf count are exact and the sum within its order's rounding;
+// the greedy token and log-probability follow. Odd token counts, 0 included, and guards after
+// the output.
+TEST_P(DeviceLinearArchTest, LmHeadRowStatsMatchTheCopiedLogits) {
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
+  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  const ModelConfig config = kernels::model::testing::TinyConfig(GetParam());
+  auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 19});
+  WS_ASSERT_OK(weights.status());
+  auto linear = CreateDeviceLinear(device->get(), **weights, uint64_t{1} << 30);
+  WS_ASSERT_OK(linear.status());
+  ASSERT_NE(*linear, nullptr);
+  const LinearWeight w = AsLinear((*weights)->At("lm_head.weight"));
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> normal;
+  for (int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{65}}) {
+    std::vector<float> x(tokens * w.in_features);
+    for (float& v : x) v = normal(rng);
+    std::vector<float> logits(tokens * w.out_features);
+    WS_ASSERT_OK((*linear)->Linear(x.data(), tokens, w, logits.data()));
+    LogitRowStats guard;
+    guard.argmax = -3;
+    std::vector<LogitRowStats> stats(tokens + 2, guard);
+    WS_ASSERT_OK((*linear)->LinearRowStats(x.data(), tokens, w, stats.data()));
+    EXPECT_EQ(stats[tokens].argmax, -3);
+    EXPECT_EQ(stats[tokens + 1].argmax, -3);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const LogitRowStats want = ComputeLogitRowStats(
+          absl::MakeConstSpan(logits.data() + t * w.out_features, w.out_features));
+      EXPECT_EQ(stats[t].max_key, want.max_key) << "token " << t << " of " << tokens;
+      EXPECT_EQ(stats[t].argmax, want.argmax) << "token " << t << " of " << tokens;
+      EXPECT_EQ(stats[t].num_pos_inf, 0u);
+      EXPECT_NEAR(stats[t].sum_exp, want.sum_exp, 5e-7 * want.sum_exp);
+      const SampledToken got = GreedyTokenFromStats(stats[t], w.out_features);
+      Sampler greedy(SamplerOptions{});
+      const SampledToken expected = greedy.Sample(
+          absl::MakeConstSpan(logits.data() + t * w.out_features, w.out_features));
+      EXPECT_EQ(got.token_id, expected.token_id);
+      EXPECT_NEAR(got.logprob, expected.logprob, 1e-6);
+    }
+  }
 }
 
 // MLA's absorbed per-head products (one strided-batched SGEMM each) against mla.h's host loops

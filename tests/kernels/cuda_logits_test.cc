@@ -1,0 +1,136 @@
+// The device's per-row logit stats (kernels/cuda/cuda_logits.h) against the host reference
+// (common/sampler.h ComputeLogitRowStats): max, first argmax and +inf count exact, the sum
+// within double rounding of float exps, and the greedy token and log-probability that follow.
+// Needs a CUDA device (label gpu); skips without one.
+#include "kernels/cuda/cuda_logits.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/sampler.h"
+#include "gtest/gtest.h"
+#include "tests/kernels/cuda_test_util.h"
+
+namespace writescope::kernels::cuda {
+namespace {
+
+using testing::BasicDeviceBuffer;
+using Buffer = BasicDeviceBuffer<16>;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Shape {
+  int64_t rows;
+  int64_t vocab;
+};
+
+class LogitRowStatsOnDeviceTest : public ::testing::TestWithParam<Shape> {};
+
+// Rows of normal logits; row r gets case r % 7: plain, ties at the max (the lower id wins,
+// across threads of the block), NaN and -inf keys, +inf keys, all -inf or NaN, one key far
+// above the rest (the others' exps underflow), the max at the last index.
+std::vector<float> MakeRows(const Shape& shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(shape.rows * shape.vocab);
+  for (float& v : logits) v = normal(rng);
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    float* row = logits.data() + r * shape.vocab;
+    const int64_t v = shape.vocab;
+    auto at = [&](int64_t i) -> float& { return row[(i * 7919) % v]; };
+    switch (r % 7) {
+      case 1:
+        at(1030) = at(3) = at(2047) = 50.0f;
+        break;
+      case 2:
+        at(0) = kNaN;
+        at(5) = -kInf;
+        at(1500) = kNaN;
+        break;
+      case 3:
+        at(4) = kInf;
+        at(9) = kInf;
+        break;
+      case 4:
+        for (int64_t i = 0; i < v; ++i) row[i] = i % 2 == 0 ? -kInf : kNaN;
+        break;
+      case 5:
+        at(2) = 300.0f;
+        break;
+      case 6:
+        row[v - 1] = 60.0f;
+        break;
+      default:
+        break;
+    }
+  }
+  return logits;
+}
+
+TEST_P(LogitRowStatsOnDeviceTest, MatchesTheHostReference) {
+  SKIP_WITHOUT_GPU();
+  const Shape shape = GetParam();
+  const std::vector<float> logits = MakeRows(shape, 1000 + shape.rows * 31 + shape.vocab);
+  Buffer device_logits = Buffer::From(logits);
+  // Guard rows on both sides of the output: the kernel writes exactly `rows` stats.
+  constexpr int kGuard = 2;
+  LogitRowStats poison;
+  poison.max_key = 1234.5f;
+  poison.argmax = -7;
+  poison.num_pos_inf = 99;
+  poison.reserved = 0xdeadbeef;
+  poison.sum_exp = -1.0;
+  std::vector<LogitRowStats> init(shape.rows + 2 * kGuard, poison);
+  Buffer device_stats = Buffer::From(init);
+  ASSERT_TRUE(LogitRowStatsOnDevice(device_logits.as<float>(), shape.rows, shape.vocab,
+                                    device_stats.as<LogitRowStats>() + kGuard, nullptr)
+                  .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<LogitRowStats> got = device_stats.ToHost<LogitRowStats>();
+  for (int g = 0; g < kGuard; ++g) {
+    for (const LogitRowStats& guard : {got[g], got[kGuard + shape.rows + g]}) {
+      EXPECT_EQ(guard.argmax, -7);
+      EXPECT_EQ(guard.reserved, 0xdeadbeefu);
+      EXPECT_EQ(guard.sum_exp, -1.0);
+    }
+  }
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    const absl::Span<const float> row(logits.data() + r * shape.vocab, shape.vocab);
+    const LogitRowStats want = ComputeLogitRowStats(row);
+    const LogitRowStats& stats = got[kGuard + r];
+    SCOPED_TRACE(::testing::Message() << "row " << r << " (case " << r % 7 << ") of "
+                                      << shape.rows << " x " << shape.vocab);
+    EXPECT_EQ(stats.max_key, want.max_key);
+    EXPECT_EQ(stats.argmax, want.argmax);
+    EXPECT_EQ(stats.num_pos_inf, want.num_pos_inf);
+    EXPECT_EQ(stats.reserved, 0u);
+    EXPECT_NEAR(stats.sum_exp, want.sum_exp, 1e-12 + 5e-7 * want.sum_exp);
+    const SampledToken device_token = GreedyTokenFromStats(stats, shape.vocab);
+    const SampledToken host_token = GreedyTokenFromStats(want, shape.vocab);
+    EXPECT_EQ(device_token.token_id, host_token.token_id);
+    EXPECT_NEAR(device_token.logprob, host_token.logprob, 1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LogitRowStatsOnDeviceTest,
+    ::testing::Values(Shape{0, 1000}, Shape{1, 1}, Shape{7, 5}, Shape{7, 77}, Shape{14, 1023},
+                      Shape{7, 1025}, Shape{3, 32000}, Shape{64, 102400}, Shape{9, 151936}),
+    [](const ::testing::TestParamInfo<Shape>& info) {
+      return "rows" + std::to_string(info.param.rows) + "_vocab" +
+             std::to_string(info.param.vocab);
+    });
+
+TEST(LogitRowStatsOnDeviceArgsTest, RefusesShapesPastInt32) {
+  EXPECT_EQ(LogitRowStatsOnDevice(nullptr, 1, int64_t{1} << 31, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LogitRowStatsOnDevice(nullptr, -1, 10, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(LogitRowStatsOnDevice(nullptr, 0, 10, nullptr, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace writescope::kernels::cuda

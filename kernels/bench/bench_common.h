@@ -24,6 +24,7 @@ struct BenchOptions {
   double pool_gb = 2;        // unique KV bytes on the host (sequences reuse tiles beyond it)
   double gpu_pool_gb = 16;   // same on the GPU
   bool cpu = true, mla = true, cuda = true, merge = true;
+  bool logits = true;  // the CUDA table of lm_head's per-row stats (kernels/cuda/cuda_logits.h)
   bool gqa = true;  // the GQA tables (CPU and CUDA), the overlap and the prefill
   bool prefill = true, overlap = true;  // the CUDA prefill tables, the CUDA overlap table
   double gpu_warmup_ms = 50;  // CUDA timings: calls before the timed runs, at least this long

@@ -19,6 +19,7 @@
 #include "kernels/bench/bench_kernels.h"
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_attention.h"
+#include "kernels/cuda/cuda_logits.h"
 #include "kernels/cuda/launch.h"
 
 namespace writescope::kernels::bench {
@@ -491,6 +492,33 @@ void RunMerge(const BenchOptions& options) {
   }
 }
 
+// lm_head's per-row stats (the greedy step's reduction, kernels/cuda/cuda_logits.h) at the
+// three vocabularies and the grid's batches: the rows read twice from a cold L2 (the first
+// pass from HBM, the second mostly from L2 for rows that fit), GB/s counted once per row.
+void RunLogitStats(const BenchOptions& options) {
+  std::printf("\n== CUDA lm_head row stats (max, argmax, sum of exps; one block a row) ==\n");
+  std::printf("%-12s %6s %8s %10s %10s %8s\n", "vocab", "rows", "MB", "us", "GB/s", "%HBM");
+  for (auto [name, vocab] : {std::pair{"deepseek_v2", 102400}, std::pair{"qwen3_moe", 151936},
+                             std::pair{"mixtral", 32000}}) {
+    for (int32_t rows : {1, 4, 16, 32, 64}) {
+      const int64_t bytes = int64_t{rows} * vocab * 4;
+      DeviceMemory logits(bytes), stats(int64_t{rows} * sizeof(LogitRowStats));
+      if (!logits.ptr || !stats.ptr) {
+        std::printf("(no memory)\n");
+        return;
+      }
+      BENCH_CUDA(cudaMemset(logits.ptr, 0x3c, bytes));
+      const double seconds = TimeGpu(std::max(options.iters, 20), [&] {
+        (void)cuda::LogitRowStatsOnDevice(logits.as<float>(), rows, vocab,
+                                          stats.as<LogitRowStats>(), nullptr);
+      });
+      const double gbps = static_cast<double>(bytes) / seconds * 1e-9;
+      std::printf("%-12s %6d %8.1f %10.2f %10.1f %7.1f%%\n", name, rows, bytes / 1e6,
+                  seconds * 1e6, gbps, 100.0 * gbps / options.hbm_gbps);
+    }
+  }
+}
+
 // A prefill's keys on the device: `total` tokens in tiles of kBlockTokens (`tile_values`
 // bf16 each, every byte 0x3c), listed in position order; `ok` false when memory or a copy
 // failed.
@@ -748,6 +776,7 @@ void RunCudaBenchmarks(const BenchOptions& options) {
     if (options.prefill) RunMlaPrefill(options);
   }
   if (options.merge) RunMerge(options);
+  if (options.logits) RunLogitStats(options);
   if (g_flush != nullptr) cudaFree(g_flush);
   if (g_sink != nullptr) cudaFree(g_sink);
   g_flush = nullptr;

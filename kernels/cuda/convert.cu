@@ -25,6 +25,35 @@ __global__ void SiluMulKernel(float* __restrict__ gate, const float* __restrict_
   }
 }
 
+// fp32 -> bf16, round to nearest even (NaN kept a quiet NaN), as a bit pattern.
+__device__ __forceinline__ uint16_t RoundToBf16(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+__global__ void SplitToBf16x3Kernel(const float* __restrict__ x, int64_t n,
+                                    uint16_t* __restrict__ parts) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = x[i];
+    const uint16_t hi = RoundToBf16(v);
+    const float r1 = v - __uint_as_float(uint32_t{hi} << 16);  // exact
+    const uint16_t mid = RoundToBf16(r1);
+    const float r2 = r1 - __uint_as_float(uint32_t{mid} << 16);  // exact
+    parts[i] = hi;
+    parts[n + i] = mid;
+    parts[2 * n + i] = RoundToBf16(r2);
+  }
+}
+
+__global__ void SumThreePartsKernel(const float* parts, int64_t n, float* y) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+    y[i] = (parts[i] + parts[n + i]) + parts[2 * n + i];
+  }
+}
+
 // 16 bytes per thread per iteration where both ends allow it, then the tail byte by byte.
 __global__ void CopyBytesKernel(unsigned char* __restrict__ dst, const unsigned char* __restrict__ src,
                                 size_t vectors, size_t bytes) {
@@ -96,6 +125,22 @@ absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* strea
   const int blocks = CappedBlocks(n, threads, 65536);
   WidenBf16<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(src, dst, n);
   return LaunchStatus("Bf16ToFloat");
+}
+
+absl::Status SplitToBf16x3(const float* x, int64_t n, uint16_t* parts, void* stream) {
+  if (n <= 0) return absl::OkStatus();
+  const int threads = 256;
+  const int blocks = CappedBlocks(n, threads, 4096);
+  SplitToBf16x3Kernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(x, n, parts);
+  return LaunchStatus("SplitToBf16x3");
+}
+
+absl::Status SumThreeParts(const float* parts, int64_t n, float* y, void* stream) {
+  if (n <= 0) return absl::OkStatus();
+  const int threads = 256;
+  const int blocks = CappedBlocks(n, threads, 4096);
+  SumThreePartsKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(parts, n, y);
+  return LaunchStatus("SumThreeParts");
 }
 
 absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* stream) {

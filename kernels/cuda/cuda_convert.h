@@ -18,6 +18,20 @@ absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* strea
 // rounded to fp32, times up in fp32), so both paths agree to an ulp of the exponential.
 absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* stream);
 
+// The three-way bf16 split of fp32 values, for products whose weights are bf16 exactly: for
+// each x[i] (i < n), hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid), each rounded
+// to nearest even, so that hi + mid + lo == x for every finite x whose parts stay normal or
+// zero in bf16 (bf16 has fp32's exponent range: all but x within 2^16 of the smallest normal).
+// parts[i] = hi, parts[n + i] = mid, parts[2n + i] = lo (bf16 bit patterns). A product with a
+// bf16 matrix W then runs as one bf16 product over the 3n values with fp32 accumulation, W x
+// = W hi + W mid + W lo, and SumThreeParts adds the three results: fp32's value up to the
+// summation order, at bf16's bytes of W. Device pointers, asynchronous.
+absl::Status SplitToBf16x3(const float* x, int64_t n, uint16_t* parts, void* stream);
+
+// y[i] = (parts[i] + parts[n + i]) + parts[2n + i] for i < n: the three products of a split
+// (SplitToBf16x3) added, the largest first. Device pointers, asynchronous; y may be parts.
+absl::Status SumThreeParts(const float* parts, int64_t n, float* y, void* stream);
+
 // dst[0, bytes) = src[0, bytes), asynchronous, by the SMs (not a copy engine): `src` may be
 // host memory mapped into the device's address space (a registered or cudaHostAllocMapped
 // buffer's device view), so that a small upload does not queue behind a long DMA on the

@@ -1,16 +1,20 @@
-// The device's per-row logit stats (kernels/cuda/cuda_logits.h) against the host reference
-// (common/sampler.h ComputeLogitRowStats): max, first argmax and +inf count exact, the sum
-// within double rounding of float exps, and the greedy token and log-probability that follow.
-// Needs a CUDA device (label gpu); skips without one.
+// The device's lm_head kernels: the per-row logit stats (kernels/cuda/cuda_logits.h) against
+// the host reference (common/sampler.h ComputeLogitRowStats): max, first argmax and +inf count
+// exact, the sum within double rounding of float exps, and the greedy token and
+// log-probability that follow; the three-way bf16 split of x and the sum of the three
+// products (kernels/cuda/cuda_convert.h). Needs a CUDA device (label gpu); skips without one.
 #include "kernels/cuda/cuda_logits.h"
 
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "common/sampler.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_convert.h"
 #include "tests/kernels/cuda_test_util.h"
 
 namespace writescope::kernels::cuda {
@@ -130,6 +134,68 @@ TEST(LogitRowStatsOnDeviceArgsTest, RefusesShapesPastInt32) {
   EXPECT_EQ(LogitRowStatsOnDevice(nullptr, -1, 10, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(LogitRowStatsOnDevice(nullptr, 0, 10, nullptr, nullptr).ok());
+}
+
+// hi + mid + lo == x exactly, each part a bf16 value (its low 16 bits zero as fp32), for
+// values across fp32's normal range, zeros, and the odd counts around the grid's block size;
+// guards after the parts.
+TEST(SplitToBf16x3Test, ThePartsAddUpToXExactly) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-100, 100);
+  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{255}, int64_t{257}, int64_t{100003}}) {
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = std::ldexp(mantissa(rng), exponent(rng)) * (i % 2 == 0 ? 1.0f : -1.0f);
+    }
+    x[0] = 0.0f;
+    if (n > 2) x[2] = -0.0f;
+    Buffer device_x = Buffer::From(x);
+    std::vector<uint16_t> init(3 * n + 4, 0xabcd);
+    Buffer device_parts = Buffer::From(init);
+    ASSERT_TRUE(SplitToBf16x3(device_x.as<float>(), n, device_parts.as<uint16_t>(), nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> parts = device_parts.ToHost<uint16_t>();
+    auto value = [](uint16_t bits) { return std::bit_cast<float>(uint32_t{bits} << 16); };
+    int mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      // In double the sum of three bf16 values within fp32's range is exact.
+      const double sum = static_cast<double>(value(parts[i])) + value(parts[n + i]) +
+                         value(parts[2 * n + i]);
+      if (sum != static_cast<double>(x[i])) ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0) << "n " << n;
+    for (int g = 0; g < 4; ++g) EXPECT_EQ(parts[3 * n + g], 0xabcd) << "guard " << g;
+  }
+}
+
+// The three products' sum: (a + b) + c in fp32, in place too.
+TEST(SumThreePartsTest, AddsTheLargestFirst) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1001;
+  std::vector<float> parts(3 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    parts[i] = 1.0f + i;
+    parts[n + i] = std::ldexp(1.0f, -20) * (i % 7);
+    parts[2 * n + i] = -std::ldexp(1.0f, -30) * (i % 5);
+  }
+  Buffer device_parts = Buffer::From(parts);
+  std::vector<float> init(n + 2, 7.0f);
+  Buffer device_y = Buffer::From(init);
+  ASSERT_TRUE(SumThreeParts(device_parts.as<float>(), n, device_y.as<float>(), nullptr).ok());
+  ASSERT_TRUE(
+      SumThreeParts(device_parts.as<float>(), n, device_parts.as<float>(), nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> y = device_y.ToHost<float>();
+  const std::vector<float> in_place = device_parts.ToHost<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = (parts[i] + parts[n + i]) + parts[2 * n + i];
+    EXPECT_EQ(y[i], want) << i;
+    EXPECT_EQ(in_place[i], want) << i;
+  }
+  EXPECT_EQ(y[n], 7.0f);
+  EXPECT_EQ(y[n + 1], 7.0f);
 }
 
 }  // namespace

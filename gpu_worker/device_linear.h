@@ -1,9 +1,11 @@
 // The gpu_worker's matrix products on the device (kernels/model/decoder_ops.h LinearBackend):
-// every 2-D attention-side weight (projections, routers, shared experts, dense MLPs, lm_head)
-// widened once to fp32 in device memory, y = x W^T by cuBLAS SGEMM on the compute stream,
-// x and y copied through device staging buffers. fp32 weights and products keep the GPU's
-// numbers equal to the host path's (oneDNN fp32 on the widened bf16 weights) up to
-// summation order, at twice the bf16 bytes of VRAM (counted against the budget).
+// every 2-D attention-side weight (projections, routers, shared experts, dense MLPs) widened
+// once to fp32 in device memory, y = x W^T by cuBLAS SGEMM on the compute stream, x and y
+// copied through device staging buffers. fp32 weights and products keep the GPU's numbers
+// equal to the host path's (oneDNN fp32 on the widened bf16 weights) up to summation order,
+// at twice the bf16 bytes of VRAM (counted against the budget). lm_head, the largest, stays
+// bf16 and its products split x three ways into bf16 (kernels/cuda/cuda_convert.h
+// SplitToBf16x3): one tensor-core product with the same fp32 result up to summation order.
 //
 // Null on the host device (the host Linear runs there) and when the fp32 weights do not fit
 // `vram_bytes_available` (then a log line says so, and the host Linear runs).

@@ -50,7 +50,7 @@ struct GpuWorkerOptions {
   bool device_swiglu = true;
   // A greedy batch's tokens from lm_head's rows reduced on the device where the matrix
   // products run there (DeviceLinear::LinearRowStats, GpuStepOptions::logit_stats); false:
-  // the logits copied to the host and sampled there.
+  // the logits copied to the host and reduced there.
   bool device_logit_stats = true;
 };
 

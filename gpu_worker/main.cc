@@ -49,7 +49,7 @@ ABSL_FLAG(bool, device_swiglu, true,
 ABSL_FLAG(bool, device_logit_stats, true,
           "A greedy step's tokens from lm_head's rows reduced on the device (max, first argmax, "
           "sum of exps), so that the [rows, vocab] logits stay there; false: the logits copied "
-          "to the host and sampled there");
+          "to the host and reduced there");
 
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();

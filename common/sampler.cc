@@ -223,13 +223,13 @@ int32_t WalkTo(double u, size_t count, const std::vector<double>& weights, IdAt 
 
 Sampler::Sampler(const SamplerOptions& options)
     : options_(options),
-      greedy_(!(options.temperature > 0.0f)),
+      greedy_(IsGreedy(options.temperature)),
       top_p_active_(options.top_p > 0.0f && options.top_p < 1.0f),
       generator_(options.seed) {}
 
 void Sampler::Reset(const SamplerOptions& options) {
   options_ = options;
-  greedy_ = !(options.temperature > 0.0f);
+  greedy_ = IsGreedy(options.temperature);
   top_p_active_ = options.top_p > 0.0f && options.top_p < 1.0f;
   generator_.seed(options.seed);
 }

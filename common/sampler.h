@@ -132,13 +132,17 @@ void LogSoftmaxInto(absl::Span<const float> logits, std::vector<float>* out);
 // index; NaN counts as -inf.
 std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logprobs, uint32_t n);
 
+// Sampler's greedy rule: a temperature not above 0, or NaN, takes the argmax and draws
+// nothing.
+inline bool IsGreedy(float temperature) { return !(temperature > 0.0f); }
+
 // The stats of one row of logits (common/logit_row_stats.h), the host reference of the
 // device's reduction: its sum is Sampler's (SumExpShifted), so that GreedyTokenFromStats of
 // these stats is Sampler::Sample's greedy token to the bit.
 LogitRowStats ComputeLogitRowStats(absl::Span<const float> logits);
 
-// The token and raw log-probability that Sampler::Sample gives at temperature 0 with
-// num_top 0 for a row of `vocab` logits with these stats, degenerate rows included (+inf
+// The token and raw log-probability that Sampler::Sample gives when IsGreedy, with num_top
+// 0, for a row of `vocab` logits with these stats, degenerate rows included (+inf
 // keys share the mass, a row of -inf is uniform). An empty row gives token 0, logprob -inf.
 SampledToken GreedyTokenFromStats(const LogitRowStats& stats, size_t vocab);
 

@@ -1017,10 +1017,10 @@ absl::Status GpuStep::Logits(Step& step, internal::StepResult* result) {
     auto sampling = [&](size_t r) -> const internal::TokenSampling& {
       return step.plan->sequences(static_cast<int>(sampled[begin + r])).sample_next();
     };
-    // Sampler's greedy rule (temperature not > 0) with no top list: the rows' stats suffice.
+    // Greedy with no top list: the rows' stats suffice.
     bool greedy = true;
     for (size_t r = 0; r < n && greedy; ++r) {
-      greedy = !(sampling(r).temperature() > 0.0f) && sampling(r).num_top() == 0;
+      greedy = IsGreedy(sampling(r).temperature()) && sampling(r).num_top() == 0;
     }
     std::vector<SampledToken> tokens(n);
     if (greedy) {

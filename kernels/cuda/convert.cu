@@ -96,6 +96,18 @@ int CappedBlocks(int64_t units, int threads, int64_t cap) {
   return static_cast<int>(wanted < 1 ? 1 : (wanted < cap ? wanted : cap));
 }
 
+// The element-wise kernels' launch: `kernel`(args...) on blocks of 256 threads, one per 256
+// of the n elements, at most `cap` (the kernels grid-stride over the rest); nothing for n <= 0.
+template <typename... Params, typename... Args>
+absl::Status LaunchElementwise(void (*kernel)(Params...), int64_t n, int64_t cap, void* stream,
+                               const char* what, Args... args) {
+  if (n <= 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  kernel<<<CappedBlocks(n, kThreads, cap), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      args...);
+  return LaunchStatus(what);
+}
+
 }  // namespace
 
 absl::Status CopyDevicePieces(const DevicePiece* pieces, int count, void* stream) {
@@ -120,35 +132,19 @@ absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
 }
 
 absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* stream) {
-  if (n <= 0) return absl::OkStatus();
-  const int threads = 256;
-  const int blocks = CappedBlocks(n, threads, 65536);
-  WidenBf16<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(src, dst, n);
-  return LaunchStatus("Bf16ToFloat");
+  return LaunchElementwise(WidenBf16, n, 65536, stream, "Bf16ToFloat", src, dst, n);
 }
 
 absl::Status SplitToBf16x3(const float* x, int64_t n, uint16_t* parts, void* stream) {
-  if (n <= 0) return absl::OkStatus();
-  const int threads = 256;
-  const int blocks = CappedBlocks(n, threads, 4096);
-  SplitToBf16x3Kernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(x, n, parts);
-  return LaunchStatus("SplitToBf16x3");
+  return LaunchElementwise(SplitToBf16x3Kernel, n, 4096, stream, "SplitToBf16x3", x, n, parts);
 }
 
 absl::Status SumThreeParts(const float* parts, int64_t n, float* y, void* stream) {
-  if (n <= 0) return absl::OkStatus();
-  const int threads = 256;
-  const int blocks = CappedBlocks(n, threads, 4096);
-  SumThreePartsKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(parts, n, y);
-  return LaunchStatus("SumThreeParts");
+  return LaunchElementwise(SumThreePartsKernel, n, 4096, stream, "SumThreeParts", parts, n, y);
 }
 
 absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* stream) {
-  if (n <= 0) return absl::OkStatus();
-  const int threads = 256;
-  const int blocks = CappedBlocks(n, threads, 4096);
-  SiluMulKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, n);
-  return LaunchStatus("SiluMulInPlace");
+  return LaunchElementwise(SiluMulKernel, n, 4096, stream, "SiluMulInPlace", gate, up, n);
 }
 
 }  // namespace writescope::kernels::cuda

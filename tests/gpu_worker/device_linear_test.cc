@@ -9,6 +9,7 @@
 
 #include "common/model_tensors.h"
 #include "common/sampler.h"
+#include "gpu_worker/pinned_array.h"
 #include "gtest/gtest.h"
 #include "kernels/model/decoder_ops.h"
 #include "kernels/model/layers.h"
@@ -217,6 +218,118 @@ TEST(DeviceLinearTest, SwiGluChainMatchesTheHostMlp) {
   std::vector<float> x(gate.in_features), y(gate.out_features);
   EXPECT_EQ((*linear)->SwiGlu(x.data(), 1, gate, gate, gate, y.data()).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The products called again and again on new inputs, at the same rows and at more (the
+// device buffers then grow), into pageable outputs (which come back through the pinned
+// bounce buffer) and pinned ones in turn, each call against the host. (Session 34 ran these
+// calls through CUDA graphs, run 188, and kept the test when the graphs were removed.)
+TEST_P(DeviceLinearArchTest, RepeatedCallsMatchTheHostOnNewInputs) {
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
+  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  ModelConfig config = kernels::model::testing::TinyConfig(GetParam());
+  config.intermediate_size = 96;
+  config.moe_intermediate_size = 24;
+  auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 29});
+  WS_ASSERT_OK(weights.status());
+  auto linear = CreateDeviceLinear(device->get(), **weights, uint64_t{1} << 30);
+  WS_ASSERT_OK(linear.status());
+  ASSERT_NE(*linear, nullptr);
+  auto ops = kernels::model::DecoderOps::Create(config, **weights);
+  WS_ASSERT_OK(ops.status());
+  std::vector<LinearWeight> plain;
+  for (const TensorSpec& spec : (*weights)->specs()) {
+    if (spec.shape.size() == 2 && spec.name != "model.embed_tokens.weight") {
+      plain.push_back(AsLinear((*weights)->At(spec.name)));
+    }
+  }
+  const LinearWeight lm_head = AsLinear((*weights)->At("lm_head.weight"));
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> normal;
+  const auto relative = [](const float* want, const float* got, size_t n) {
+    double worst = 0, scale = 1e-30;
+    for (size_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+      scale = std::max(scale, std::fabs(double(want[i])));
+    }
+    return worst / scale;
+  };
+  PinnedArray<float> pinned(device->get());
+  int calls = 0;
+  for (int64_t tokens : {5, 5, 5, 300, 5, 5, 5, 1, 1, 1}) {
+    const bool into_pinned = calls++ % 2 == 1;
+    const auto output = [&](std::vector<float>& pageable, size_t n) -> float* {
+      if (!into_pinned) return pageable.data();
+      pinned.Resize(static_cast<int64_t>(n));
+      return pinned.data();
+    };
+    for (const LinearWeight& w : plain) {
+      std::vector<float> x(tokens * w.in_features);
+      for (float& v : x) v = normal(rng);
+      const size_t n = tokens * w.out_features;
+      std::vector<float> want(n), got(n);
+      WS_ASSERT_OK(kernels::model::Linear(x.data(), tokens, w, want.data()));
+      float* y = output(got, n);
+      WS_ASSERT_OK((*linear)->Linear(x.data(), tokens, w, y));
+      EXPECT_LT(relative(want.data(), y, n), 1e-5)
+          << "[" << w.out_features << ", " << w.in_features << "] tokens " << tokens;
+    }
+    {
+      std::vector<float> x(tokens * lm_head.in_features);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> logits(tokens * lm_head.out_features);
+      WS_ASSERT_OK(kernels::model::Linear(x.data(), tokens, lm_head, logits.data()));
+      std::vector<LogitRowStats> stats(tokens);
+      WS_ASSERT_OK((*linear)->LinearRowStats(x.data(), tokens, lm_head, stats.data()));
+      for (int64_t t = 0; t < tokens; ++t) {
+        const LogitRowStats want = ComputeLogitRowStats(absl::MakeConstSpan(
+            logits.data() + t * lm_head.out_features, lm_head.out_features));
+        EXPECT_EQ(stats[t].argmax, want.argmax) << "tokens " << tokens << " row " << t;
+        EXPECT_NEAR(stats[t].max_key, want.max_key, 1e-5 * std::fabs(want.max_key) + 1e-6);
+      }
+    }
+    for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+      const auto name = [&](MlpMatrix matrix) {
+        return config.IsMoeLayer(layer) ? SharedExpertTensorName(layer, matrix)
+                                        : DenseMlpTensorName(layer, matrix);
+      };
+      if (config.is_mla()) {
+        const kernels::model::MlaDims d = (*ops)->mla_dims();
+        const LinearWeight kv_b = (*ops)->KvB(layer);
+        std::vector<float> q(tokens * d.num_heads * d.q_head_dim());
+        for (float& v : q) v = normal(rng);
+        const size_t n = tokens * d.num_heads * d.latent_dim();
+        std::vector<float> want(n), got(n);
+        kernels::model::MlaAbsorbQuery(d, q.data(), tokens, kv_b, want.data());
+        float* y = output(got, n);
+        WS_ASSERT_OK((*linear)->MlaAbsorb(d, q.data(), tokens, kv_b, y));
+        EXPECT_LT(relative(want.data(), y, n), 1e-5) << "absorb, tokens " << tokens;
+        std::vector<float> o(tokens * d.num_heads * d.kv_lora_rank);
+        for (float& v : o) v = normal(rng);
+        const size_t nv = tokens * d.num_heads * d.v_dim;
+        std::vector<float> want_v(nv), got_v(nv);
+        kernels::model::MlaApplyUv(d, o.data(), tokens, kv_b, want_v.data());
+        float* yv = output(got_v, nv);
+        WS_ASSERT_OK((*linear)->MlaUv(d, o.data(), tokens, kv_b, yv));
+        EXPECT_LT(relative(want_v.data(), yv, nv), 1e-5) << "uv, tokens " << tokens;
+      }
+      if (config.is_mla() || config.n_shared_experts > 0) {
+        if (config.IsMoeLayer(layer) && config.n_shared_experts == 0) continue;
+        const LinearWeight gate = AsLinear((*weights)->At(name(MlpMatrix::kGate)));
+        const LinearWeight up = AsLinear((*weights)->At(name(MlpMatrix::kUp)));
+        const LinearWeight down = AsLinear((*weights)->At(name(MlpMatrix::kDown)));
+        std::vector<float> x(tokens * gate.in_features);
+        for (float& v : x) v = normal(rng);
+        const size_t n = tokens * down.out_features;
+        std::vector<float> want(n), got(n);
+        WS_ASSERT_OK(kernels::model::SwiGluMlp(x.data(), tokens, gate, up, down, want.data(),
+                                               static_cast<kernels::model::F32WeightCache*>(nullptr)));
+        float* y = output(got, n);
+        WS_ASSERT_OK((*linear)->SwiGlu(x.data(), tokens, gate, up, down, y));
+        EXPECT_LT(relative(want.data(), y, n), 1e-5) << "swiglu, layer " << layer << " tokens " << tokens;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, DeviceLinearArchTest,

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""WriteScope against the best baseline at each point, over many grids, and the same measure
+applied to every baseline: how often a policy reads below a threshold (issue 7: "never below
+0.98x of the best baseline") when it is compared with the best of several noisy means.
+
+    python3 deploy/best_baseline_report.py [--threshold 0.98] [--policy writescope]
+        [--from-context 0] CSV [CSV ...]
+
+Each CSV is one grid of `wscope bench` (deploy/bench-grid.sh or gpu-grids.sh): the adaptive
+policy (--policy) and baselines at the same points. Repeated rows of a point are merged as
+deploy/bench_report.py merges them (tokens/s: the harmonic mean). At every point of every CSV
+that has the adaptive policy and at least two baselines:
+  - the adaptive policy's tokens/s over the best baseline's;
+  - for each baseline B, B's tokens/s and the adaptive policy's over the best of the baselines
+    other than B (the same reference set for both).
+Printed: per point (the CSV's name without "bench-" and ".csv", batch, context) the adaptive
+policy's ratios' geometric mean, least and largest over the CSVs; over all point-runs its
+geometric mean and how many are below --threshold; then the same for each baseline B beside
+the adaptive policy, both against the baselines other than B.
+
+The best of several means is biased upwards by their noise: a baseline that is the best
+choice at a point still reads below 1 against the others where they tie it. A baseline's own
+count below the threshold is a floor the adaptive policy's count can be read against.
+"""
+import argparse
+import importlib.util
+import math
+import os
+import sys
+from collections import defaultdict
+
+sys.dont_write_bytecode = True  # no __pycache__ in deploy/
+_spec = importlib.util.spec_from_file_location(
+    "bench_report", os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_report.py"))
+bench_report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_report)
+
+
+def geometric_mean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def point_ratios(rows, policy, from_context):
+    """{(batch, context): {key: ratio}} for one grid: key `policy`, the adaptive policy over the
+    best baseline; for each baseline B, key (B, B) B over the best of the other baselines and
+    key (B, policy) the adaptive policy over that same best. Points lacking `policy` or two
+    baselines are left out."""
+    tokens = defaultdict(dict)
+    for r in bench_report.merge_repeats(rows):
+        if r["context"] >= from_context:
+            tokens[(r["batch"], r["context"])][r["policy"]] = r["tokens_per_s"]
+    ratios = {}
+    for point, by_policy in sorted(tokens.items()):
+        baselines = {p: t for p, t in by_policy.items() if p != policy}
+        if policy not in by_policy or len(baselines) < 2:
+            continue
+        if any(t <= 0 for t in by_policy.values()):
+            raise SystemExit(f"a point with no throughput: batch {point[0]}, context {point[1]}")
+        point_ratio = {policy: by_policy[policy] / max(baselines.values())}
+        for name, value in baselines.items():
+            best_other = max(t for p, t in baselines.items() if p != name)
+            point_ratio[(name, name)] = value / best_other
+            point_ratio[(name, policy)] = by_policy[policy] / best_other
+        ratios[point] = point_ratio
+    return ratios
+
+
+def label_of(path):
+    name = os.path.basename(path)
+    if name.startswith("bench-"):
+        name = name[len("bench-"):]
+    return name[:-len(".csv")] if name.endswith(".csv") else name
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", nargs="+")
+    parser.add_argument("--threshold", type=float, default=0.98)
+    parser.add_argument("--policy", default="writescope", help="the adaptive policy")
+    parser.add_argument("--from-context", type=int, default=0,
+                        help="only the points at contexts of at least this many tokens")
+    args = parser.parse_args()
+    if not args.threshold > 0:
+        parser.error(f"--threshold must be above 0, not {args.threshold}")
+
+    per_point = defaultdict(list)  # (label, batch, context) -> the adaptive policy's ratios
+    per_key = defaultdict(list)  # point_ratios' key -> every ratio of the point-runs
+    for path in args.csv:
+        if not os.path.isfile(path):
+            raise SystemExit(f"best_baseline_report.py: no file {path}")
+        ratios = point_ratios(bench_report.load(path), args.policy, args.from_context)
+        for (batch, context), by_name in ratios.items():
+            per_point[(label_of(path), batch, context)].append(by_name[args.policy])
+            for key, ratio in by_name.items():
+                per_key[key].append(ratio)
+    if not per_point:
+        raise SystemExit(f"best_baseline_report.py: no point with {args.policy} and two "
+                         "baselines in " + ", ".join(args.csv))
+
+    print(f"{args.policy} over the best baseline, per point (geometric mean over the grids, "
+          "least, largest):")
+    for (label, batch, context), values in sorted(per_point.items()):
+        print(f"  {label:<14} batch {batch:3d} context {context:6d}: {geometric_mean(values):.3f}"
+              f" over {len(values)} grid(s), {min(values):.3f}-{max(values):.3f}")
+    def summary(values):
+        below = sum(v < args.threshold for v in values)
+        return f"{geometric_mean(values):.3f}, {below:3d} of {len(values):3d} below {args.threshold:g}"
+
+    print(f"{args.policy} over the best baseline, every point-run: {summary(per_key[args.policy])}")
+    print(f"Each baseline B and {args.policy} over the best of the baselines other than B:")
+    for name in sorted(k[0] for k in per_key if isinstance(k, tuple) and k[1] == k[0]):
+        print(f"  B = {name:<14} B {summary(per_key[(name, name)])};  {args.policy} "
+              f"{summary(per_key[(name, args.policy)])}")
+
+
+if __name__ == "__main__":
+    main()

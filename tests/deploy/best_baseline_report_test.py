@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""deploy/best_baseline_report.py on two small grids whose answers are known: the ratios over
+the best baseline per point and pooled, the repeats merged as bench_report.py merges them
+(harmonic mean), --from-context, each baseline against the others beside writescope against
+the same, and the refusals (no file, no point to compare) without a traceback."""
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+from checks import finish
+
+ROOT = sys.argv[1]
+SCRIPT = os.path.join(ROOT, "deploy", "best_baseline_report.py")
+HEADER = "policy,layers,batch,context,steps,tokens_per_s,step_ms\n"
+
+
+def row(policy, batch, context, tokens_per_s):
+    return f"{policy},4,{batch},{context},8,{tokens_per_s},{batch * 1e3 / tokens_per_s}\n"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    os.makedirs(os.path.join(tmp, "one"))
+    os.makedirs(os.path.join(tmp, "two"))
+    first = os.path.join(tmp, "one", "bench-tiny.csv")
+    second = os.path.join(tmp, "two", "bench-tiny.csv")
+    with open(first, "w") as f:
+        f.write(HEADER)
+        # 4 x 8192: writescope 100 against monolithic 110 and static 50.
+        f.write(row("writescope", 4, 8192, 100))
+        f.write(row("monolithic", 4, 8192, 110))
+        f.write(row("static:0.5", 4, 8192, 50))
+        # 16 x 8192, writescope twice: 100 and 300 tokens/s are 150 (the harmonic mean).
+        f.write(row("writescope", 16, 8192, 100))
+        f.write(row("writescope", 16, 8192, 300))
+        f.write(row("monolithic", 16, 8192, 120))
+        f.write(row("static:0.5", 16, 8192, 100))
+        # 4 x 2048: left out by --from-context 8192.
+        f.write(row("writescope", 4, 2048, 1))
+        f.write(row("monolithic", 4, 2048, 100))
+        f.write(row("static:0.5", 4, 2048, 100))
+        # 32 x 8192 has one baseline only: left out.
+        f.write(row("writescope", 32, 8192, 10))
+        f.write(row("static:0.5", 32, 8192, 100))
+    with open(second, "w") as f:
+        f.write(HEADER)
+        f.write(row("writescope", 4, 8192, 100))
+        f.write(row("monolithic", 4, 8192, 98))
+        f.write(row("static:0.5", 4, 8192, 60))
+    out = run("--from-context", "8192", first, second)
+    text = out.stdout
+
+    ws = [100 / 110, 100 / 98, 150 / 120]
+    geo = math.exp(sum(math.log(v) for v in ws) / 3)
+    point_geo = math.sqrt(100 / 110 * 100 / 98)
+    # B = monolithic: the reference is static:0.5 alone. B = static:0.5: monolithic alone.
+    mono = [110 / 50, 98 / 60, 120 / 100]
+    ws_vs_static = [100 / 50, 100 / 60, 150 / 100]
+    static = [50 / 110, 60 / 98, 100 / 120]
+    ws_vs_mono = [100 / 110, 100 / 98, 150 / 120]
+    g = lambda v: math.exp(sum(math.log(x) for x in v) / len(v))
+    checks = [
+        (out.returncode == 0, "exit 0"),
+        (f"tiny           batch   4 context   8192: {point_geo:.3f} over 2 grid(s), "
+         f"{100 / 110:.3f}-{100 / 98:.3f}" in text, "the point over both grids"),
+        (f"tiny           batch  16 context   8192: {150 / 120:.3f} over 1 grid(s)" in text,
+         "repeats merged by the harmonic mean"),
+        ("context   2048" not in text, "--from-context leaves 2048 out"),
+        ("batch  32" not in text, "a point with one baseline is left out"),
+        (f"writescope over the best baseline, every point-run: {geo:.3f},   1 of   3 below 0.98"
+         in text, "pooled over the point-runs"),
+        (f"B = monolithic     B {g(mono):.3f},   0 of   3 below 0.98;  writescope "
+         f"{g(ws_vs_static):.3f},   0 of   3 below 0.98" in text, "monolithic against the others"),
+        (f"B = static:0.5     B {g(static):.3f},   3 of   3 below 0.98;  writescope "
+         f"{g(ws_vs_mono):.3f},   1 of   3 below 0.98" in text, "static:0.5 against the others"),
+    ]
+    lower = run("--from-context", "8192", "--threshold", "0.9", first, second)
+    checks.append((f"{geo:.3f},   0 of   3 below 0.9" in lower.stdout, "--threshold"))
+
+    missing = run(os.path.join(tmp, "nothing.csv"))
+    checks.append((missing.returncode != 0 and "no file" in missing.stderr
+                   and "Traceback" not in missing.stderr, "a missing file is refused"))
+    lonely = os.path.join(tmp, "bench-lonely.csv")
+    with open(lonely, "w") as f:
+        f.write(HEADER)
+        f.write(row("monolithic", 4, 8192, 98))
+        f.write(row("static:0.5", 4, 8192, 60))
+    nothing = run(lonely)
+    checks.append((nothing.returncode != 0 and "no point with writescope" in nothing.stderr
+                   and "Traceback" not in nothing.stderr, "a grid without writescope is refused"))
+    bad = run("--threshold", "0", first)
+    checks.append((bad.returncode == 2 and "Traceback" not in bad.stderr, "threshold 0 refused"))
+
+finish(checks, text, out.stderr)

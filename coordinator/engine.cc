@@ -189,9 +189,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(const v1::Generate
   return stream;
 }
 
-absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitBench(uint64_t context_tokens,
-                                                                   uint32_t decode_steps,
-                                                                   uint64_t round) {
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitBench(
+    uint64_t context_tokens, uint32_t decode_steps, uint64_t round,
+    const v1::SamplingParams& sampling) {
   const uint32_t bt = kv_.block_tokens();
   if (context_tokens == 0 || context_tokens % bt != 0) {
     return absl::InvalidArgumentError(absl::StrCat("bench context of ", context_tokens,
@@ -208,6 +208,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitBench(uint64_t cont
   v1::GenerateRequest proto;
   // Token ids do not matter (the context is not computed); the last one is fed first.
   proto.mutable_prompt_token_ids()->Resize(static_cast<int>(context_tokens), 1);
+  *proto.mutable_sampling() = sampling;
   proto.mutable_sampling()->set_max_tokens(decode_steps);
   proto.mutable_sampling()->set_ignore_eos(true);
   return Queue(proto, absl::InfiniteFuture(), round);
@@ -278,6 +279,18 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
                                                    " and warmup_steps ", request.warmup_steps(),
                                                    ": 1..", kMaxSteps, " and 0..", kMaxSteps));
   }
+  // The sampling fields that are the bench's own (SubmitBench sets them).
+  const v1::SamplingParams& sampling = request.sampling();
+  for (const auto& [set, field] : {std::pair{sampling.max_tokens() != 0, "max_tokens"},
+                                   std::pair{sampling.stop_token_ids_size() > 0, "stop_token_ids"},
+                                   std::pair{sampling.ignore_eos(), "ignore_eos"},
+                                   std::pair{sampling.prompt_logprobs(), "prompt_logprobs"}}) {
+    if (set) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sampling.", field, ": a bench decodes decode_steps tokens past a placed context; "
+          "leave it unset (temperature, top_k, top_p, seed and logprobs may be set)"));
+    }
+  }
   const uint32_t bt = kv_.block_tokens();
   const uint64_t longest = std::max(request.decode_steps(), request.warmup_steps());
   const uint64_t blocks = uint64_t{request.batch()} * ((request.context_tokens() + longest + bt - 1) / bt);
@@ -301,7 +314,7 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
     absl::Status status;
     for (uint32_t b = 0; b < request.batch() && status.ok(); ++b) {
       absl::StatusOr<std::shared_ptr<RequestStream>> stream =
-          SubmitBench(request.context_tokens(), steps, round);
+          SubmitBench(request.context_tokens(), steps, round, sampling);
       if (stream.ok()) {
         streams.push_back(*std::move(stream));
       } else {

@@ -278,12 +278,14 @@ class Engine {
   struct Request;
   // A benchmark request: `context_tokens` tokens (a multiple of the block size) are placed
   // in the KV regions at admission, as a prefill would place them but without computing
-  // them, then it decodes `decode_steps` tokens (greedy, no EOS). Steps that decode
-  // sequences of `round` (> 0) are tagged with it (StepRecord). Queued held: admitted only
-  // after ReleaseBenchRound(round).
+  // them, then it decodes `decode_steps` tokens (no EOS) sampled as `sampling` says
+  // (temperature, top_k, top_p, seed, logprobs; its other fields are the bench's own:
+  // RunBench refuses them). Steps that decode sequences of `round` (> 0) are tagged with it
+  // (StepRecord). Queued held: admitted only after ReleaseBenchRound(round).
   absl::StatusOr<std::shared_ptr<RequestStream>> SubmitBench(uint64_t context_tokens,
                                                              uint32_t decode_steps,
-                                                             uint64_t round);
+                                                             uint64_t round,
+                                                             const v1::SamplingParams& sampling);
   absl::StatusOr<std::shared_ptr<RequestStream>> Queue(const v1::GenerateRequest& request,
                                                        absl::Time deadline,
                                                        uint64_t bench_round = 0);

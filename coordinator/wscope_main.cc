@@ -21,6 +21,7 @@
 //   wscope bench [--batches=4,16] [--contexts=2048,8192] [--decode_steps=N] [--warmup_steps=N]
 //          [--rounds=N] [--bench_for=60s] [--policies=writescope,cpu-all] [--csv=FILE]
 //          [--steps_csv=FILE] [--warmup_steps_csv=FILE] [--prewarm_steps=N]
+//          [--temperature=F] [--top_k=N] [--top_p=F] [--seed=N] [--logprobs=N]
 //                                           steady-state decode at fixed contexts (the KV
 //                                           placed, not computed: Bench RPC), one table row
 //                                           per point: tokens/s, step time, attention and
@@ -30,7 +31,9 @@
 //                                           round); --steps_csv: every measured step, timestamped;
 //                                           --warmup_steps_csv: every warm-up step, alike;
 //                                           --prewarm_steps: unrecorded steps first (a
-//                                           runtime's first steps pay one-time costs)
+//                                           runtime's first steps pay one-time costs);
+//                                           --temperature etc.: the decoded tokens' sampling
+//                                           (default greedy; the CSV's sampling column)
 //   wscope profile [--steps=N] [--out=trace.json]
 //                                           the last N steps of the three processes: writes
 //                                           the Chrome trace (Perfetto, chrome://tracing)
@@ -85,15 +88,15 @@ ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma separa
 ABSL_FLAG(std::string, prompt_file, "",
           "generate: file of prompt token ids, separated by whitespace or commas ('-': stdin)");
 ABSL_FLAG(uint32_t, max_tokens, 0, "generate: tokens to generate (0: the rest of the context)");
-ABSL_FLAG(float, temperature, 0.0f, "generate: sampling temperature (0: greedy)");
-ABSL_FLAG(uint32_t, top_k, 0, "generate: top-k (0: off)");
-ABSL_FLAG(float, top_p, 1.0f, "generate: nucleus sampling p (1: off)");
+ABSL_FLAG(float, temperature, 0.0f, "generate, bench: sampling temperature (0: greedy)");
+ABSL_FLAG(uint32_t, top_k, 0, "generate, bench: top-k (0: off)");
+ABSL_FLAG(float, top_p, 1.0f, "generate, bench: nucleus sampling p (1: off)");
 ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
-          "generate: sampling seed (same seed, same prompt, same output)");
+          "generate, bench: sampling seed (same seed, same prompt, same output)");
 ABSL_FLAG(std::string, stop_ids, "", "generate: stop token ids, comma separated");
 ABSL_FLAG(bool, ignore_eos, false, "generate: keep generating past the end-of-sequence token");
 ABSL_FLAG(uint32_t, logprobs, 0,
-          "generate: top alternatives (with log-probabilities) per generated token");
+          "generate, bench: top alternatives (with log-probabilities) per generated token");
 ABSL_FLAG(bool, prompt_logprobs, false, "generate: log p(prompt[i] | prompt[:i]) as well");
 ABSL_FLAG(std::string, request_id, "",
           "generate: the request's id (empty: the server picks); abort: the request to end");
@@ -344,7 +347,7 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
 
 // One table row (and one CSV row) per benched point: means over its measured steps.
 void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, uint64_t context,
-                std::FILE* csv) {
+                const std::string& sampling, std::FILE* csv) {
   // Means over the measured steps.
   double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0,
          optimal = 0, bound = 0, read = 0, hot = 0, hot_share = 0, transfer = 0, waited = 0;
@@ -380,7 +383,7 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
   if (csv != nullptr) {
     std::fprintf(csv,
                  "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u,%.4f,%.4f\n",
+                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u,%.4f,%.4f,%s\n",
                  response.policy().c_str(), response.num_layers(),
                  static_cast<unsigned long long>(batch),
                  static_cast<unsigned long long>(context), response.steps_size(),
@@ -388,22 +391,46 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
                  expert_wait / n, experts / n, target / n, placed / n, optimal / n,
                  bound / n,
                  p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
-                 response.window_tokens(), transfer / n, waited / n);
+                 response.window_tokens(), transfer / n, waited / n, sampling.c_str());
     std::fflush(csv);
   }
 }
 
+// The bench's sampling from the generate flags it shares (--temperature, --top_k, --top_p,
+// --seed, --logprobs).
+writescope::v1::SamplingParams BenchSampling() {
+  writescope::v1::SamplingParams sampling;
+  sampling.set_temperature(absl::GetFlag(FLAGS_temperature));
+  sampling.set_top_k(absl::GetFlag(FLAGS_top_k));
+  sampling.set_top_p(absl::GetFlag(FLAGS_top_p));
+  if (const std::optional<uint64_t> seed = absl::GetFlag(FLAGS_seed)) sampling.set_seed(*seed);
+  sampling.set_logprobs(absl::GetFlag(FLAGS_logprobs));
+  return sampling;
+}
+
+// The CSV's and the progress lines' name of a bench's sampling: "greedy" (temperature 0, no
+// top lists: the GPU reduces the step's end to per-row stats), else its options, e.g.
+// "t0.7/k0/p0.9/lp0".
+std::string SamplingLabel(const writescope::v1::SamplingParams& sampling) {
+  if (!(sampling.temperature() > 0.0f) && sampling.logprobs() == 0) return "greedy";
+  return absl::StrFormat("t%g/k%u/p%g/lp%u", sampling.temperature(), sampling.top_k(),
+                         sampling.top_p(), sampling.logprobs());
+}
+
 // One Bench RPC: `decode_steps` measured steps after `warmup_steps` at (batch, context) under
-// `policy` (empty: the coordinator's current one), within an hour.
+// `policy` (empty: the coordinator's current one), sampled as `sampling` says, within an hour.
 grpc::Status BenchOnePoint(writescope::v1::WriteScope::Stub& stub, uint64_t batch,
                            uint64_t context, uint32_t decode_steps, uint32_t warmup_steps,
-                           const std::string& policy, writescope::v1::BenchResponse* response) {
+                           const std::string& policy,
+                           const writescope::v1::SamplingParams& sampling,
+                           writescope::v1::BenchResponse* response) {
   writescope::v1::BenchRequest request;
   request.set_batch(static_cast<uint32_t>(batch));
   request.set_context_tokens(context);
   request.set_decode_steps(decode_steps);
   request.set_warmup_steps(warmup_steps);
   request.set_policy(policy);
+  *request.mutable_sampling() = sampling;
   grpc::ClientContext call;
   call.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
   return stub.Bench(&call, request, response);
@@ -435,6 +462,23 @@ int Bench() {
     }
   }
   if (policies.empty()) policies.push_back("");  // the coordinator's current one
+  // generate's flags that a bench sets itself: refused rather than ignored.
+  for (const auto& [set, flag] :
+       {std::pair{absl::GetFlag(FLAGS_max_tokens) != 0, "--max_tokens"},
+        std::pair{!absl::GetFlag(FLAGS_stop_ids).empty(), "--stop_ids"},
+        std::pair{absl::GetFlag(FLAGS_ignore_eos), "--ignore_eos"},
+        std::pair{absl::GetFlag(FLAGS_prompt_logprobs), "--prompt_logprobs"}}) {
+    if (set) {
+      std::fprintf(stderr,
+                   "wscope bench: %s is generate's: a bench decodes --decode_steps tokens past "
+                   "a placed context (its sampling: --temperature, --top_k, --top_p, --seed, "
+                   "--logprobs)\n",
+                   flag);
+      return 2;
+    }
+  }
+  const writescope::v1::SamplingParams sampling = BenchSampling();
+  const std::string label = SamplingLabel(sampling);
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   std::FILE* csv = nullptr;
@@ -445,7 +489,7 @@ int Bench() {
         "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
         "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90,read_cpu_share,"
         "explore_steps,gpu_hot_expert_ms,hot_pair_share,window_tokens,transfer_ms,"
-        "gpu_waited_cpu_ms";
+        "gpu_waited_cpu_ms,sampling";
     std::ifstream existing(csv_path);
     std::string first_line;
     const bool fresh = !existing.good() || !std::getline(existing, first_line);
@@ -503,7 +547,7 @@ int Bench() {
                  policy.c_str());
     writescope::v1::BenchResponse response;
     const grpc::Status status =
-        BenchOnePoint(*stub, batches[0], contexts[0], prewarm, 0, policy, &response);
+        BenchOnePoint(*stub, batches[0], contexts[0], prewarm, 0, policy, sampling, &response);
     if (status.ok()) {
       std::fprintf(stderr, "bench: prewarm done, %.2f ms per step\n", response.mean_step_ms());
     } else {
@@ -532,13 +576,14 @@ int Bench() {
         for (const std::string& policy : order) {
           if (failures_in_a_row >= kMaxFailuresInARow) break;
           writescope::v1::BenchResponse response;
-          std::fprintf(stderr, "bench: round %u/%u, batch %llu, context %llu%s%s ...\n", round + 1,
-                       rounds, static_cast<unsigned long long>(batch),
+          std::fprintf(stderr, "bench: round %u/%u, batch %llu, context %llu%s%s%s%s ...\n",
+                       round + 1, rounds, static_cast<unsigned long long>(batch),
                        static_cast<unsigned long long>(context), policy.empty() ? "" : ", ",
-                       policy.c_str());
+                       policy.c_str(), label == "greedy" ? "" : ", sampling ",
+                       label == "greedy" ? "" : label.c_str());
           const grpc::Status status =
               BenchOnePoint(*stub, batch, context, absl::GetFlag(FLAGS_decode_steps),
-                            absl::GetFlag(FLAGS_warmup_steps), policy, &response);
+                            absl::GetFlag(FLAGS_warmup_steps), policy, sampling, &response);
           if (!status.ok()) {
             std::printf("batch %llu context %llu%s%s: %s (code %d)\n",
                         static_cast<unsigned long long>(batch),
@@ -550,7 +595,7 @@ int Bench() {
             continue;
           }
           failures_in_a_row = 0;
-          PrintPoint(response, batch, context, csv);
+          PrintPoint(response, batch, context, label, csv);
           WriteStepRows(steps_csv, response.policy(), round, batch, context, response.steps());
           WriteStepRows(warmup_csv, response.policy(), round, batch, context,
                         response.warmup_steps());
@@ -1054,7 +1099,8 @@ int main(int argc, char** argv) {
       "  wscope bench [--target=ADDRESS] [--batches=4,16] [--contexts=2048,8192]\n"
       "      [--decode_steps=N] [--warmup_steps=N] [--rounds=N] [--bench_for=D]\n"
       "      [--policies=P,P] [--csv=FILE] [--steps_csv=FILE] [--warmup_steps_csv=FILE]\n"
-      "      [--prewarm_steps=N]");
+      "      [--prewarm_steps=N] [--temperature=F] [--top_k=N] [--top_p=F] [--seed=N]\n"
+      "      [--logprobs=N]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());

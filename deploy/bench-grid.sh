@@ -11,7 +11,11 @@
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
 #       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 16]
 #       [--repeats 1] [--one-runtime] [--prewarm N] [--hot-experts auto|on|off] [--out DIR]
-#       [--bin DIR] [--device cuda|host] [-- EXTRA_COORDINATOR_FLAGS...]
+#       [--bin DIR] [--device cuda|host] [--sampling SPEC] [-- EXTRA_COORDINATOR_FLAGS...]
+#
+# --sampling (default greedy): how the decoded tokens are sampled, e.g.
+# temperature=0.7,top_p=0.9 (keys temperature, top_k, top_p, seed, logprobs: wscope bench's
+# flags of those names); the CSV's sampling column says which.
 #
 # --hot-experts: the gpu_worker's resident hot experts (auto: on with CUDA), sized as the
 # full model's share per MoE layer (bench-trio.sh); every policy gets the same.
@@ -43,7 +47,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" REPEATS=1
 BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=16 OUT_DIR="${OUT:-.}"
-BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=() ONE_RUNTIME=0 PREWARM=""
+BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=() ONE_RUNTIME=0 PREWARM="" SAMPLING=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -60,8 +64,9 @@ while [[ $# -gt 0 ]]; do
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
+    --sampling) SAMPLING="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -74,6 +79,19 @@ if [[ -n $PREWARM ]] && ! [[ $PREWARM =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 PREWARM=${PREWARM:-$((WARMUP + STEPS))}
+# --sampling's keys as wscope bench's flags.
+SAMPLING_FLAGS=()
+if [[ -n $SAMPLING ]]; then
+  IFS=',' read -r -a sampling_parts <<<"$SAMPLING"
+  for part in "${sampling_parts[@]}"; do
+    if ! [[ $part =~ ^(temperature|top_k|top_p|seed|logprobs)=[0-9]+(\.[0-9]+)?$ ]]; then
+      echo "bench-grid.sh: --sampling takes KEY=NUMBER,... with the keys temperature, top_k," \
+        "top_p, seed and logprobs, not '$part'" >&2
+      exit 2
+    fi
+    SAMPLING_FLAGS+=("--$part")
+  done
+fi
 # shellcheck source=deploy/bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 kv_bytes=$(kv_bytes_of "$ARCH")
@@ -93,7 +111,7 @@ if ((ONE_RUNTIME)); then
     ${EXTRA[@]+"${EXTRA[@]}"}
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
     --decode_steps="$STEPS" --warmup_steps="$WARMUP" --rounds="$REPEATS" \
-    --prewarm_steps="$PREWARM" \
+    --prewarm_steps="$PREWARM" ${SAMPLING_FLAGS[@]+"${SAMPLING_FLAGS[@]}"} \
     --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
     --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
     true
@@ -112,7 +130,8 @@ for repeat in $(seq "$REPEATS"); do
     start_trio bench-grid "$policy" "$region_mib" --max_sequences="$max_batch" ${EXTRA[@]+"${EXTRA[@]}"}
     "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
       --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" \
-      --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
+      ${SAMPLING_FLAGS[@]+"${SAMPLING_FLAGS[@]}"} --steps_csv="$OUT_DIR/steps-$ARCH.csv" \
+      --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
       true
     stop_trio
   done

@@ -6,7 +6,7 @@
 #
 #   deploy/gpu-grids.sh --out DIR [--budget-s 570] [--archive FILE] [--dry-run]
 #       [--layers 4] [--batches 4,16,32] [--contexts 8192,32768] [--policies "..."]
-#       [--one-runtime] [--no-probe] SPEC [SPEC...]
+#       [--one-runtime] [--no-probe] [--sampling SPEC] SPEC [SPEC...]
 #
 # SPEC is ARCH:REPEATS:STEPS[:SECONDS]: deepseek_v2, qwen3_moe or mixtral, bench-grid.sh's
 # --repeats and --steps (measured steps per point), and at most SECONDS for that grid (by
@@ -27,7 +27,8 @@
 # repeat with all five policies and trio start-ups: DeepSeek x 48 steps ~105 s, Qwen3 x 48
 # ~155 s, Mixtral x 16 ~240 s (runs 98-100: 2 repeats took 211, just over 305 and 469-489 s).
 # --one-runtime: bench-grid.sh's, one trio per grid for all its policies and repeats (the
-# policies interleaved per point). --dry-run prints the commands instead of running them.
+# policies interleaved per point). --sampling: bench-grid.sh's (e.g. temperature=0.7,top_p=0.9;
+# default greedy). --dry-run prints the commands instead of running them.
 # Before the grids, ws_probe (in the bundle) measures this lease's ceilings into
 # DIR/probe.json and probe.log (at most 90 s, out of the budget; with the channel and the
 # pageable copies left out it took a few seconds in runs 154-157, at 5 repetitions, whose
@@ -43,7 +44,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=deploy/device-grids-lib.sh
 source "$ROOT/deploy/device-grids-lib.sh"
 OUT_DIR="" BUDGET=570 DRY=0 ARCHIVE="" SPECS=() LAYERS=4 BATCHES=4,16,32 CONTEXTS=8192,32768
-POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" ONE_RUNTIME=() PROBE=1
+POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" ONE_RUNTIME=() PROBE=1 SAMPLING=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT_DIR="$2"; shift 2 ;;
@@ -56,7 +57,8 @@ while [[ $# -gt 0 ]]; do
     --policies) POLICIES="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
     --no-probe) PROBE=0; shift ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    --sampling) SAMPLING=(--sampling "$2"); shift 2 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -120,7 +122,7 @@ for spec in "${SPECS[@]}"; do
   run_into "$OUT_DIR/grid-$arch.log" timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" \
     --layers "$LAYERS" --batches "$BATCHES" --contexts "$contexts" --policies "$POLICIES" \
     --warmup 16 --steps "$steps" --repeats "$repeats" ${ONE_RUNTIME[@]+"${ONE_RUNTIME[@]}"} \
-    --out "$OUT_DIR" || rc=$?
+    ${SAMPLING[@]+"${SAMPLING[@]}"} --out "$OUT_DIR" || rc=$?
   echo "gpu-grids: $arch ended (exit $rc) after $(($(date +%s) - t0)) s"
   settle_trios gpu-grids
   if ((DRY)) || [[ -s $OUT_DIR/bench-$arch.csv ]]; then

@@ -5,6 +5,7 @@
 // runs these tests (the batching code's threads without gRPC's).
 #include "coordinator/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <mutex>
@@ -85,6 +86,10 @@ class FakeWorker final : public StepWorker {
         std::vector<float> logits(vocab_);
         for (int64_t v = 0; v < vocab_; ++v) logits[v] = v == (last + 1) % vocab_ ? 10.0f : 0.0f;
         const internal::TokenSampling& in = step.sample_next();
+        {
+          std::lock_guard<std::mutex> lock(sampling_mutex_);
+          samplings_.push_back(in);
+        }
         Sampler sampler(SamplerOptions{.temperature = in.temperature(), .top_k = in.top_k(),
                                        .top_p = in.top_p(), .num_top = in.num_top()});
         const SampledToken token = sampler.Sample(logits, in.draw());
@@ -157,6 +162,9 @@ class FakeWorker final : public StepWorker {
   std::vector<uint64_t> exploring_steps_;  // guarded by exploring_mutex_
   // Of those, the ones marked StepPlan.exploration_continues.
   std::vector<uint64_t> continuing_steps_;  // guarded by exploring_mutex_
+  // Every token's sampling options and draw, as the gpu side got them.
+  std::mutex sampling_mutex_;
+  std::vector<internal::TokenSampling> samplings_;  // guarded by sampling_mutex_
 
  private:
   bool gpu_;
@@ -559,6 +567,66 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   request.set_context_tokens(uint64_t{1} << 40);
   EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A bench samples its tokens as its request says (the gpu side gets the options and a draw
+// of each sequence's seeded generator), greedy when unset; the sampling fields that are the
+// bench's own are refused, and bad options as Generate refuses them, with nothing left behind.
+TEST_F(EngineTest, ABenchSamplesAsItsRequestSays) {
+  const uint32_t bt = kv_.block_tokens();
+  v1::BenchRequest request = Bench(2, 4 * bt, 4, 0);
+  WS_ASSERT_OK(engine_->RunBench(request, absl::Seconds(30)).status());
+  {
+    std::lock_guard<std::mutex> lock(gpu_->sampling_mutex_);
+    ASSERT_FALSE(gpu_->samplings_.empty());
+    for (const internal::TokenSampling& in : gpu_->samplings_) {
+      EXPECT_EQ(in.temperature(), 0.0f);
+      EXPECT_EQ(in.draw(), 0.0);  // greedy draws nothing
+    }
+    gpu_->samplings_.clear();
+  }
+  v1::SamplingParams* sampling = request.mutable_sampling();
+  sampling->set_temperature(0.7f);
+  sampling->set_top_k(5);
+  sampling->set_top_p(0.9f);
+  sampling->set_seed(11);
+  sampling->set_logprobs(2);
+  absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(request, absl::Seconds(30));
+  WS_ASSERT_OK(response.status());
+  EXPECT_GE(response->steps_size(), 1);
+  {
+    std::lock_guard<std::mutex> lock(gpu_->sampling_mutex_);
+    ASSERT_EQ(gpu_->samplings_.size(), 2u * 4);  // 2 sequences x 4 tokens
+    std::vector<double> draws;
+    for (const internal::TokenSampling& in : gpu_->samplings_) {
+      EXPECT_EQ(in.temperature(), 0.7f);
+      EXPECT_EQ(in.top_k(), 5u);
+      EXPECT_EQ(in.top_p(), 0.9f);
+      EXPECT_EQ(in.num_top(), 2u);
+      draws.push_back(in.draw());
+    }
+    // Both sequences draw from generators seeded alike: each draw comes twice.
+    std::sort(draws.begin(), draws.end());
+    for (size_t i = 0; i + 1 < draws.size(); i += 2) EXPECT_EQ(draws[i], draws[i + 1]);
+    EXPECT_GT(draws.back(), 0.0);
+  }
+  EXPECT_EQ(UsedBlocks(), 0u);
+
+  for (const std::string field : {"max_tokens", "stop_token_ids", "ignore_eos", "prompt_logprobs"}) {
+    v1::BenchRequest own = Bench(2, 4 * bt, 4, 0);
+    if (field == "max_tokens") own.mutable_sampling()->set_max_tokens(3);
+    if (field == "stop_token_ids") own.mutable_sampling()->add_stop_token_ids(1);
+    if (field == "ignore_eos") own.mutable_sampling()->set_ignore_eos(true);
+    if (field == "prompt_logprobs") own.mutable_sampling()->set_prompt_logprobs(true);
+    const absl::Status status = engine_->RunBench(own, absl::Seconds(5)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(status.message(), ::testing::HasSubstr("sampling." + field)) << field;
+  }
+  request.mutable_sampling()->set_temperature(-1.0f);
+  const absl::Status bad = engine_->RunBench(request, absl::Seconds(5)).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), ::testing::HasSubstr("sampling.temperature"));
+  EXPECT_EQ(UsedBlocks(), 0u);
 }
 
 // A bench round's requests are admitted together once the round is queued: every step of

@@ -47,6 +47,15 @@ with tempfile.TemporaryDirectory() as out:
          and text.index("--probe " + out + "/probe-after.json") > text.index("probe-after.log"),
          "then each grid's report again with both probes"),
     ]
+    # The decoded tokens' sampling, passed on to every grid (default: none, greedy).
+    sampled = run("--dry-run", "--out", out, "--sampling", "temperature=0.7,top_p=0.9",
+                  "qwen3_moe:1:8", "mixtral:1:8")
+    checks += [
+        (sampled.returncode == 0, "a dry run with --sampling succeeds"),
+        (sampled.stdout.count("--sampling temperature=0.7\\,top_p=0.9") == 2,
+         "--sampling passed on to each grid"),
+        ("--sampling" not in dry.stdout, "greedy unless --sampling"),
+    ]
     # One point of the full model, two policies; Mixtral's contexts above 32512 run at 32512.
     full = run("--dry-run", "--out", out, "--layers", "27", "--batches", "32", "--contexts",
                "8192,40000", "--policies", "writescope monolithic", "deepseek_v2:2:16",

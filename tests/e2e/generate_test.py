@@ -22,7 +22,9 @@ failure):
   6b. wscope bench --policies: every point under each policy in turn in one runtime (each
      row under its policy: cpu-all reads the CPU-compute blocks, transfer-all places none),
      the last policy stays the server's, a bad policy name is refused before any point, the
-     prewarm's steps (--prewarm_steps) run first and are recorded nowhere;
+     prewarm's steps (--prewarm_steps) run first and are recorded nowhere; a bench sampled at
+     a temperature (--temperature, --top_p, --logprobs: the CSV's sampling column), generate's
+     own flags (--max_tokens) refused;
   7. KV exhaustion (small regions): RESOURCE_EXHAUSTED with the numbers;
   8. profile and metrics: spans of all three processes, nested and in order across them;
      /metrics counting what was served;
@@ -646,6 +648,32 @@ def check_bench_policies(env, trio):
               "bench --policies: the copy engine's time per step, > 0 where the GPU streamed KV, "
               "0 where it streamed none",
               "; ".join(f"{r['policy']} transfer_ms {r.get('transfer_ms')}" for r in rows))
+        check(all(r.get("sampling") == "greedy" for r in rows),
+              "bench: greedy unless told (the CSV's sampling column)",
+              "; ".join(str(r.get("sampling")) for r in rows))
+        # The decoded tokens sampled at a temperature, with top-p and top lists.
+        sampled_csv = os.path.join(work, "sampled.csv")
+        sampled = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
+                               "--decode_steps=3", "--warmup_steps=1", "--policies=cpu-all",
+                               "--temperature=0.8", "--top_p=0.9", "--seed=3", "--logprobs=2",
+                               f"--csv={sampled_csv}"], timeout=120)
+        sampled_rows = []
+        if sampled.returncode == 0:
+            with open(sampled_csv) as f:
+                header = f.readline().strip().split(",")
+                sampled_rows = [dict(zip(header, line.strip().split(","))) for line in f
+                                if line.strip()]
+        check(len(sampled_rows) == 1 and sampled_rows[0]["sampling"] == "t0.8/k0/p0.9/lp2"
+              and float(sampled_rows[0]["tokens_per_s"]) > 0
+              and "sampling t0.8/k0/p0.9/lp2" in sampled.stderr,
+              "bench --temperature=0.8 --top_p=0.9 --logprobs=2: a point sampled so, named in "
+              "the CSV and the progress line", sampled.stdout[-600:] + sampled.stderr[-600:])
+    own = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
+                       "--decode_steps=2", "--max_tokens=5"], timeout=60)
+    check(own.returncode == 2 and "--max_tokens is generate's" in own.stderr
+          and not own.stdout.strip(),
+          "bench --max_tokens=5: refused before any point runs (exit 2)",
+          own.stdout[-400:] + own.stderr[-400:])
     after = trio.info()
     check(after.get("policy") == "cpu-all",
           f"bench --policies: the last policy benched (cpu-all) is the server's now "

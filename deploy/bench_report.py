@@ -102,6 +102,8 @@ def load(path):
                     "transfer_ms": float(row["transfer_ms"]) if row.get("transfer_ms") else None,
                     "gpu_waited_cpu_ms": float(row["gpu_waited_cpu_ms"])
                     if row.get("gpu_waited_cpu_ms") else None,
+                    # How the tokens were sampled (CSVs since session 34); greedy before.
+                    "sampling": row.get("sampling") or "greedy",
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -136,6 +138,10 @@ def merge_repeats(rows):
         if len(windows) > 1:
             raise SystemExit(f"{key}: repeats ran with different D-windows {sorted(windows, key=str)}"
                              "; report them apart")
+        samplings = {g["sampling"] for g in group}
+        if len(samplings) > 1:
+            raise SystemExit(f"{key}: repeats sampled differently {sorted(samplings)}; report "
+                             "them apart")
         out["repeats"] = len(group)
         merged.append(out)
     return merged
@@ -288,6 +294,9 @@ def main():
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     by = index_points(args.csv)  # (policy, batch) -> {context: row}
+    samplings = sorted({r["sampling"] for points in by.values() for r in points.values()})
+    if samplings != ["greedy"]:
+        print(f"Tokens sampled: {', '.join(samplings)} (the CSV's sampling column).\n")
     most = max(r["repeats"] for points in by.values() for r in points.values())
     if most > 1:
         print(f"Repeated points averaged (up to {most} rows each; the p10-p90 ranges cover "

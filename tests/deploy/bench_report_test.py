@@ -245,6 +245,20 @@ checks += [
     (mixed.returncode != 0 and "different D-windows" in mixed.stderr,
      "repeats at different D-windows are refused"),
 ]
+# Repeats of one point sampled differently (the CSV's sampling column, session 34) are refused
+# too; alike, they merge.
+S_HEADER = W_HEADER.rstrip("\n") + ",sampling\n"
+sampled = run_report(S_HEADER + W_ROW + "756,greedy\n" + W_ROW + "756,t0.7/k0/p0.9/lp0\n",
+                     check=False)
+same = run_report(S_HEADER + W_ROW + "756,t0.7/k0/p0.9/lp0\n" + W_ROW + "756,t0.7/k0/p0.9/lp0\n",
+                  check=False)
+checks += [
+    (sampled.returncode != 0 and "sampled differently" in sampled.stderr
+     and "Traceback" not in sampled.stderr, "repeats sampled differently are refused"),
+    (same.returncode == 0 and "Repeated points averaged (up to 2 rows" in same.stdout
+     and "Tokens sampled: t0.7/k0/p0.9/lp0" in same.stdout, "repeats sampled alike merge"),
+    ("Tokens sampled" not in own_window, "greedy CSVs say nothing of sampling"),
+]
 
 # Beyond attention and experts: step 6.0 - max(1.5, 1.0) - 2.0 = 2.50 ms; with a
 # read_cpu_share column, writescope's attended and placed shares.

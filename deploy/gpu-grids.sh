@@ -68,6 +68,11 @@ fail() { echo "gpu-grids.sh: $*" >&2; exit 2; }
 [[ $BUDGET =~ ^[1-9][0-9]*$ ]] || fail "--budget-s must be a positive number of seconds, not '$BUDGET'"
 ((${#SPECS[@]} > 0)) || fail "no grid to run: give at least one ARCH:REPEATS:STEPS"
 check_grid "$LAYERS" "$BATCHES" "$CONTEXTS" "$POLICIES"
+key_value='(temperature|top_k|top_p|seed|logprobs)=[0-9]+(\.[0-9]+)?'
+if ((${#SAMPLING[@]})) && ! [[ ${SAMPLING[1]} =~ ^$key_value(,$key_value)*$ ]]; then
+  fail "--sampling takes KEY=NUMBER,... with the keys temperature, top_k, top_p, seed and" \
+    "logprobs, not '${SAMPLING[1]}'"
+fi
 case "$ARCHIVE" in
   "$OUT_DIR"/*) fail "--archive '$ARCHIVE' lies inside --out '$OUT_DIR', which it packs" ;;
 esac

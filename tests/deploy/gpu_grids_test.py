@@ -56,6 +56,9 @@ with tempfile.TemporaryDirectory() as out:
          "--sampling passed on to each grid"),
         ("--sampling" not in dry.stdout, "greedy unless --sampling"),
     ]
+    bad_sampling = run("--dry-run", "--out", out, "--sampling", "temperature=hot", "qwen3_moe:1:8")
+    checks.append((bad_sampling.returncode == 2 and "--sampling takes" in bad_sampling.stderr
+                   and not bad_sampling.stdout.strip(), "a bad --sampling is refused at once"))
     # One point of the full model, two policies; Mixtral's contexts above 32512 run at 32512.
     full = run("--dry-run", "--out", out, "--layers", "27", "--batches", "32", "--contexts",
                "8192,40000", "--policies", "writescope monolithic", "deepseek_v2:2:16",

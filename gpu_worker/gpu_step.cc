@@ -1017,27 +1017,38 @@ absl::Status GpuStep::Logits(Step& step, internal::StepResult* result) {
     auto sampling = [&](size_t r) -> const internal::TokenSampling& {
       return step.plan->sequences(static_cast<int>(sampled[begin + r])).sample_next();
     };
-    // Greedy with no top list: the rows' stats suffice.
-    bool greedy = true;
-    for (size_t r = 0; r < n && greedy; ++r) {
-      greedy = IsGreedy(sampling(r).temperature()) && sampling(r).num_top() == 0;
+    // Greedy rows with no top list need only their stats (GreedyTokens); the others their
+    // whole logits, sampled here. A batch that mixes them takes each way for its own rows.
+    std::vector<size_t> by_stats, by_logits;  // indices into rows
+    for (size_t r = 0; r < n; ++r) {
+      const bool greedy = IsGreedy(sampling(r).temperature()) && sampling(r).num_top() == 0;
+      (greedy ? by_stats : by_logits).push_back(r);
     }
+    const auto rows_of = [&](const std::vector<size_t>& picked) {
+      std::vector<int64_t> out(picked.size());
+      for (size_t i = 0; i < picked.size(); ++i) out[i] = rows[picked[i]];
+      return out;
+    };
     std::vector<SampledToken> tokens(n);
-    if (greedy) {
-      WS_RETURN_IF_ERROR(GreedyTokens(step, rows, &tokens));
-    } else {
-      WS_RETURN_IF_ERROR(compute(rows));
+    if (!by_stats.empty()) {
+      std::vector<SampledToken> greedy_tokens(by_stats.size());
+      WS_RETURN_IF_ERROR(GreedyTokens(step, rows_of(by_stats), &greedy_tokens));
+      for (size_t i = 0; i < by_stats.size(); ++i) tokens[by_stats[i]] = greedy_tokens[i];
+    }
+    if (!by_logits.empty()) {
+      const int64_t m = static_cast<int64_t>(by_logits.size());
+      WS_RETURN_IF_ERROR(compute(rows_of(by_logits)));
       SpanRecorder::Scope span(options_.spans, "sample", layout.step_id);
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-      for (size_t r = 0; r < n; ++r) {
-        const internal::TokenSampling& in = sampling(r);
+#pragma omp parallel for schedule(dynamic, 1) if (m > 1)
+      for (int64_t i = 0; i < m; ++i) {
+        const internal::TokenSampling& in = sampling(by_logits[i]);
         Sampler& sampler = samplers_[omp_get_thread_num()];
         sampler.Reset(SamplerOptions{.temperature = in.temperature(),
                                      .top_k = in.top_k(),
                                      .top_p = in.top_p(),
                                      .num_top = in.num_top()});
-        tokens[r] =
-            sampler.Sample(absl::MakeConstSpan(logits.data() + r * vocab, vocab), in.draw());
+        tokens[by_logits[i]] =
+            sampler.Sample(absl::MakeConstSpan(logits.data() + i * vocab, vocab), in.draw());
       }
     }
     for (size_t r = 0; r < n; ++r) {

@@ -11,7 +11,7 @@ failure):
      tokens + prompt logprobs, against ws_reference (the single-process forward) and
      against transformers (expected.json); both paths calibrated once at start-up;
   2. batching invariance: 8 concurrent requests of different lengths give the tokens
-     each gives alone;
+     each gives alone; greedy and seeded sampled requests in one batch, too;
   3. policy invariance: transfer-all, cpu-all, static:0.5, writescope, monolithic give
      the same tokens and prompt logprobs; their placements (placed CPU share) differ; under
      transfer-all a profile finds the next step's early KV rounds begun before the last
@@ -499,6 +499,44 @@ def check_batching(env, trio):
           f"batching: 8 concurrent requests (prompts {', '.join(map(str, lengths))} tokens, 12 "
           f"greedy each) give the tokens of each alone ({alone_s:.2f} s sequential, "
           f"{together_s:.2f} s concurrent)", "; ".join(mismatches))
+    # A batch that mixes greedy rows (their tokens from per-row stats) with sampled ones (their
+    # whole logits): each request gets what it gets alone, the sampled ones by their seeds.
+    # 64 tokens each, so that the requests decode side by side although they start apart.
+    mixed_tokens = 64
+    greedy_cases = cases[:3]
+    sampled_cases = [(p0[:40], ["--temperature=0.8", "--top_p=0.95", "--seed=7"]),
+                     (p1[:90], ["--temperature=1.2", "--top_k=20", "--seed=8", "--logprobs=2"]),
+                     (p1[:20], ["--temperature=0.6", "--seed=9"])]
+    mixed = [(c, ["--ignore_eos"]) for c in greedy_cases] + [
+        (c, ["--ignore_eos"] + extra) for c, extra in sampled_cases]
+    expected = []
+    for c, extra in mixed:
+        r = trio.generate(c, max_tokens=mixed_tokens, extra=extra)
+        problem = well_formed(r, len(c), mixed_tokens, False)
+        if problem:
+            check(False, f"batching: alone run of {len(c)} prompt tokens {extra}", problem)
+            return
+        expected.append(r["tokens"])
+    procs = [subprocess.Popen([env.exe("wscope")] + trio.generate_args(c, max_tokens=mixed_tokens,
+                                                                       extra=extra),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c, extra in mixed]
+    mixed_results = []
+    for p in procs:
+        try:
+            out, errout = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, errout = p.communicate()
+        mixed_results.append(parse_generate(out, errout, p.returncode, 0.0))
+    mixed_bad = [f"request {i} ({'greedy' if i < len(greedy_cases) else 'sampled'}): concurrent "
+                 f"{r.get('tokens')} alone {want}"
+                 for i, (r, want) in enumerate(zip(mixed_results, expected))
+                 if r.get("tokens") != want]
+    check(not mixed_bad and len(set(map(tuple, expected))) == len(expected),
+          f"batching: {len(greedy_cases)} greedy and {len(sampled_cases)} sampled requests at once "
+          "(temperature, top-p, top-k, top lists, seeds; 64 tokens each) give the tokens of each "
+          "alone", "; ".join(mixed_bad))
     # The alone runs against the single-process forward, too.
     bad = []
     compared_total = 0

@@ -454,6 +454,24 @@ def small_request_ok(env, trio, arch, tag):
                  f"trio {got['tokens']} reference {ref['greedy']}")
 
 
+def generate_concurrently(env, trio, requests, max_tokens):
+    """One `wscope generate` per (prompt, extra flags), all started at once; their results
+    (parse_generate), in order."""
+    procs = [subprocess.Popen([env.exe("wscope")] + trio.generate_args(c, max_tokens=max_tokens,
+                                                                       extra=extra),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c, extra in requests]
+    results = []
+    for p in procs:
+        try:
+            out, errout = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, errout = p.communicate()
+        results.append(parse_generate(out, errout, p.returncode, 0.0))
+    return results
+
+
 def check_batching(env, trio):
     """2. 8 concurrent requests of different lengths = each alone."""
     prompts = env.expected("qwen3_moe")["prompts"]
@@ -471,18 +489,7 @@ def check_batching(env, trio):
         alone.append(r["tokens"])
     alone_s = time.monotonic() - started
     started = time.monotonic()
-    procs = [subprocess.Popen([env.exe("wscope")] + trio.generate_args(c, max_tokens=12,
-                                                                       extra=["--ignore_eos"]),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for c in cases]
-    results = []
-    for p in procs:
-        try:
-            out, errout = p.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, errout = p.communicate()
-        results.append(parse_generate(out, errout, p.returncode, 0.0))
+    results = generate_concurrently(env, trio, [(c, ["--ignore_eos"]) for c in cases], 12)
     together_s = time.monotonic() - started
     mismatches = []
     for c, a, r in zip(cases, alone, results):
@@ -517,18 +524,7 @@ def check_batching(env, trio):
             check(False, f"batching: alone run of {len(c)} prompt tokens {extra}", problem)
             return
         expected.append(r["tokens"])
-    procs = [subprocess.Popen([env.exe("wscope")] + trio.generate_args(c, max_tokens=mixed_tokens,
-                                                                       extra=extra),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for c, extra in mixed]
-    mixed_results = []
-    for p in procs:
-        try:
-            out, errout = p.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, errout = p.communicate()
-        mixed_results.append(parse_generate(out, errout, p.returncode, 0.0))
+    mixed_results = generate_concurrently(env, trio, mixed, mixed_tokens)
     mixed_bad = [f"request {i} ({'greedy' if i < len(greedy_cases) else 'sampled'}): concurrent "
                  f"{r.get('tokens')} alone {want}"
                  for i, (r, want) in enumerate(zip(mixed_results, expected))

@@ -279,6 +279,53 @@ TEST(RopeTest, RotationConventions) {
   }
 }
 
+// ApplyRope keeps its angles' cosines and sines for the next call with the same table and
+// positions (a step's layers, q then k). Calls that change the table, its scaling, the
+// positions or their count in between give, to the bit, the rotation computed the way the
+// function documents it.
+TEST(RopeTest, RepeatedCallsGiveTheSameBitsAsAFreshRotation) {
+  std::mt19937_64 rng(9);
+  RopeConfig rope;
+  rope.theta = 10000;
+  const int64_t dim = 16, heads = 3, stride = 20;
+  RopeTable a = MakeRopeTable(rope, dim, RopeStyle::kHalf);
+  rope.theta = 500000;
+  RopeTable b = MakeRopeTable(rope, dim, RopeStyle::kInterleaved);
+  RopeTable a_scaled = a;
+  a_scaled.attention_scaling = 1.5f;
+  const std::vector<int64_t> p1 = {5, 6, 7, 8}, p2 = {5, 6, 7, 9}, p3 = {5, 6, 7};
+  struct Call {
+    const RopeTable* table;
+    const std::vector<int64_t>* positions;
+  };
+  const Call calls[] = {{&a, &p1}, {&a, &p1}, {&b, &p1}, {&a, &p1},        {&a, &p2},
+                        {&a, &p3}, {&a, &p1}, {&a_scaled, &p1}, {&a, &p1}, {&a, &p1}};
+  for (size_t c = 0; c < std::size(calls); ++c) {
+    const RopeTable& table = *calls[c].table;
+    const std::vector<int64_t>& positions = *calls[c].positions;
+    const int64_t tokens = static_cast<int64_t>(positions.size()), half = dim / 2;
+    auto x = RandomFloats(tokens * heads * stride, rng, 1.0f);
+    auto want = x;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = table.inv_freq[i] * static_cast<float>(positions[t]);
+        const float cos_v = static_cast<float>(std::cos(double{angle})) * table.attention_scaling;
+        const float sin_v = static_cast<float>(std::sin(double{angle})) * table.attention_scaling;
+        for (int64_t h = 0; h < heads; ++h) {
+          float* v = want.data() + (t * heads + h) * stride;
+          const int64_t ia = table.style == RopeStyle::kHalf ? i : 2 * i;
+          const int64_t ib = table.style == RopeStyle::kHalf ? i + half : 2 * i + 1;
+          const float x0 = v[ia], x1 = v[ib];
+          v[ia] = x0 * cos_v - x1 * sin_v;
+          v[ib] = x1 * cos_v + x0 * sin_v;
+        }
+      }
+    }
+    ApplyRope(table, x.data(), tokens, heads, stride, positions.data());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], want[i]) << "call " << c << " value " << i;
+  }
+}
+
 // --- Routers -------------------------------------------------------------------------------------
 
 struct RefRoute {

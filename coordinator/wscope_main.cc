@@ -396,9 +396,10 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
   }
 }
 
-// The bench's sampling from the generate flags it shares (--temperature, --top_k, --top_p,
-// --seed, --logprobs).
-writescope::v1::SamplingParams BenchSampling() {
+// How tokens are sampled, from the flags generate and bench share (--temperature, --top_k,
+// --top_p, --seed, --logprobs); generate sets its own fields (max_tokens, stop ids, ...) on
+// top.
+writescope::v1::SamplingParams SamplingFromFlags() {
   writescope::v1::SamplingParams sampling;
   sampling.set_temperature(absl::GetFlag(FLAGS_temperature));
   sampling.set_top_k(absl::GetFlag(FLAGS_top_k));
@@ -477,7 +478,7 @@ int Bench() {
       return 2;
     }
   }
-  const writescope::v1::SamplingParams sampling = BenchSampling();
+  const writescope::v1::SamplingParams sampling = SamplingFromFlags();
   const std::string label = SamplingLabel(sampling);
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
   auto stub = writescope::v1::WriteScope::NewStub(channel);
@@ -930,14 +931,10 @@ int Generate() {
   request.mutable_prompt_token_ids()->Add(prompt->begin(), prompt->end());
   request.set_stream_interval(absl::GetFlag(FLAGS_stream_interval));
   writescope::v1::SamplingParams* sampling = request.mutable_sampling();
+  *sampling = SamplingFromFlags();
   sampling->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
-  sampling->set_temperature(absl::GetFlag(FLAGS_temperature));
-  sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
-  sampling->set_top_p(absl::GetFlag(FLAGS_top_p));
-  if (const std::optional<uint64_t> seed = absl::GetFlag(FLAGS_seed)) sampling->set_seed(*seed);
   sampling->mutable_stop_token_ids()->Add(stop_ids->begin(), stop_ids->end());
   sampling->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
-  sampling->set_logprobs(absl::GetFlag(FLAGS_logprobs));
   sampling->set_prompt_logprobs(absl::GetFlag(FLAGS_prompt_logprobs));
   const bool json = absl::GetFlag(FLAGS_json);
 

@@ -33,6 +33,7 @@
 #include "common/model_tensors.h"
 #include "common/process.h"
 #include "common/status.h"
+#include "gpu_worker/cuda/pinned_host.h"
 #include "gpu_worker/pinned_array.h"
 #include "kernels/cuda/cuda_experts.h"
 
@@ -626,16 +627,6 @@ class CudaExperts final : public DeviceExperts {
     WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
     if (!y_pinned) std::memcpy(y, y_stage, 4 * tokens * H);
     return absl::OkStatus();
-  }
-
-  // Host memory registered with CUDA (page-locked), which copies can use directly.
-  static bool IsPinnedHost(const void* p) {
-    cudaPointerAttributes attributes;
-    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
-      cudaGetLastError();  // clear it: a plain pointer is not an error here
-      return false;
-    }
-    return attributes.type == cudaMemoryTypeHost;
   }
 
   Device* device_;

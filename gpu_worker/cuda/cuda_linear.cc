@@ -1,7 +1,6 @@
 // DeviceLinear on the CUDA device: cuBLAS SGEMM over fp32 copies of the weights; SwiGLU
 // MLPs as one chain on the device.
 #include <cublas_v2.h>
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include "common/model_tensors.h"
 #include "common/status.h"
 #include "gpu_worker/device_linear.h"
+#include "gpu_worker/cuda/pinned_host.h"
 #include "gpu_worker/pinned_array.h"
 #include "kernels/model/layers.h"
 #include "kernels/cuda/cuda_convert.h"
@@ -292,9 +292,7 @@ class CudaLinear final : public DeviceLinear {
   // (session 34, run 186).
   absl::Status CopyBackAndWait(void* host_dst, const void* device_src, uint64_t bytes) {
     if (bytes == 0) return device_->Synchronize(Stream::kCompute);
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, host_dst) != cudaSuccess) cudaGetLastError();
-    if (attributes.type == cudaMemoryTypeHost) {  // registered or cudaHostAlloc'ed
+    if (IsPinnedHost(host_dst)) {
       WS_RETURN_IF_ERROR(device_->CopyToHost(host_dst, device_src, bytes, Stream::kCompute));
       return device_->Synchronize(Stream::kCompute);
     }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_convert.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace writescope::kernels::cuda {
 namespace {
@@ -13,7 +14,7 @@ namespace {
 __global__ void WidenBf16(const uint16_t* __restrict__ src, float* __restrict__ dst, int64_t n) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    dst[i] = __uint_as_float(static_cast<uint32_t>(src[i]) << 16);
+    dst[i] = internal::Bf16(src[i]);
   }
 }
 
@@ -25,25 +26,18 @@ __global__ void SiluMulKernel(float* __restrict__ gate, const float* __restrict_
   }
 }
 
-// fp32 -> bf16, round to nearest even (NaN kept a quiet NaN), as a bit pattern.
-__device__ __forceinline__ uint16_t RoundToBf16(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
 __global__ void SplitToBf16x3Kernel(const float* __restrict__ x, int64_t n,
                                     uint16_t* __restrict__ parts) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = x[i];
-    const uint16_t hi = RoundToBf16(v);
-    const float r1 = v - __uint_as_float(uint32_t{hi} << 16);  // exact
-    const uint16_t mid = RoundToBf16(r1);
-    const float r2 = r1 - __uint_as_float(uint32_t{mid} << 16);  // exact
+    const uint16_t hi = internal::ToBf16Bits(v);
+    const float r1 = v - internal::Bf16(hi);  // exact
+    const uint16_t mid = internal::ToBf16Bits(r1);
+    const float r2 = r1 - internal::Bf16(mid);  // exact
     parts[i] = hi;
     parts[n + i] = mid;
-    parts[2 * n + i] = RoundToBf16(r2);
+    parts[2 * n + i] = internal::ToBf16Bits(r2);
   }
 }
 

@@ -1,8 +1,9 @@
-// Device helpers shared by the attention kernels (CUDA only; never include from a
-// public header).
+// Device helpers shared by the CUDA kernels (CUDA only; never include from a public
+// header).
 #ifndef WRITESCOPE_KERNELS_CUDA_DEVICE_UTIL_CUH_
 #define WRITESCOPE_KERNELS_CUDA_DEVICE_UTIL_CUH_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,6 +18,10 @@ constexpr float kNegInf = -__builtin_huge_valf();
 __device__ __forceinline__ float Bf16Lo(uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ __forceinline__ float Bf16Hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
 __device__ __forceinline__ float Bf16(uint16_t x) { return __uint_as_float(uint32_t{x} << 16); }
+// fp32 -> bf16 bits, round to nearest even (the hardware conversion).
+__device__ __forceinline__ uint16_t ToBf16Bits(float value) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
 
 __device__ __forceinline__ float WarpMax(float x) {
 #pragma unroll

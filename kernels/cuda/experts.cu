@@ -8,16 +8,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_experts.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace writescope::kernels::cuda {
 namespace {
 
+using internal::ToBf16Bits;
+
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;
-
-__device__ __forceinline__ uint16_t ToBf16Bits(float value) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(value));
-}
 
 __global__ void GatherRowsKernel(const float* __restrict__ x, int64_t hidden,
                                  const int32_t* __restrict__ rows, int64_t n,

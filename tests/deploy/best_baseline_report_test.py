@@ -20,6 +20,14 @@ def row(policy, batch, context, tokens_per_s):
     return f"{policy},4,{batch},{context},8,{tokens_per_s},{batch * 1e3 / tokens_per_s}\n"
 
 
+def write_grid(path, *points):
+    """A grid CSV at path: HEADER, then a row per (policy, batch, context, tokens/s)."""
+    with open(path, "w") as f:
+        f.write(HEADER)
+        for point in points:
+            f.write(row(*point))
+
+
 def run(*args):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
 
@@ -29,29 +37,20 @@ with tempfile.TemporaryDirectory() as tmp:
     os.makedirs(os.path.join(tmp, "two"))
     first = os.path.join(tmp, "one", "bench-tiny.csv")
     second = os.path.join(tmp, "two", "bench-tiny.csv")
-    with open(first, "w") as f:
-        f.write(HEADER)
-        # 4 x 8192: writescope 100 against monolithic 110 and static 50.
-        f.write(row("writescope", 4, 8192, 100))
-        f.write(row("monolithic", 4, 8192, 110))
-        f.write(row("static:0.5", 4, 8192, 50))
-        # 16 x 8192, writescope twice: 100 and 300 tokens/s are 150 (the harmonic mean).
-        f.write(row("writescope", 16, 8192, 100))
-        f.write(row("writescope", 16, 8192, 300))
-        f.write(row("monolithic", 16, 8192, 120))
-        f.write(row("static:0.5", 16, 8192, 100))
-        # 4 x 2048: left out by --from-context 8192.
-        f.write(row("writescope", 4, 2048, 1))
-        f.write(row("monolithic", 4, 2048, 100))
-        f.write(row("static:0.5", 4, 2048, 100))
-        # 32 x 8192 has one baseline only: left out.
-        f.write(row("writescope", 32, 8192, 10))
-        f.write(row("static:0.5", 32, 8192, 100))
-    with open(second, "w") as f:
-        f.write(HEADER)
-        f.write(row("writescope", 4, 8192, 100))
-        f.write(row("monolithic", 4, 8192, 98))
-        f.write(row("static:0.5", 4, 8192, 60))
+    write_grid(first,
+               # 4 x 8192: writescope 100 against monolithic 110 and static 50.
+               ("writescope", 4, 8192, 100), ("monolithic", 4, 8192, 110),
+               ("static:0.5", 4, 8192, 50),
+               # 16 x 8192, writescope twice: 100 and 300 tokens/s are 150 (the harmonic mean).
+               ("writescope", 16, 8192, 100), ("writescope", 16, 8192, 300),
+               ("monolithic", 16, 8192, 120), ("static:0.5", 16, 8192, 100),
+               # 4 x 2048: left out by --from-context 8192.
+               ("writescope", 4, 2048, 1), ("monolithic", 4, 2048, 100),
+               ("static:0.5", 4, 2048, 100),
+               # 32 x 8192 has one baseline only: left out.
+               ("writescope", 32, 8192, 10), ("static:0.5", 32, 8192, 100))
+    write_grid(second, ("writescope", 4, 8192, 100), ("monolithic", 4, 8192, 98),
+               ("static:0.5", 4, 8192, 60))
     out = run("--from-context", "8192", first, second)
     text = out.stdout
 
@@ -86,10 +85,7 @@ with tempfile.TemporaryDirectory() as tmp:
     checks.append((missing.returncode != 0 and "no file" in missing.stderr
                    and "Traceback" not in missing.stderr, "a missing file is refused"))
     lonely = os.path.join(tmp, "bench-lonely.csv")
-    with open(lonely, "w") as f:
-        f.write(HEADER)
-        f.write(row("monolithic", 4, 8192, 98))
-        f.write(row("static:0.5", 4, 8192, 60))
+    write_grid(lonely, ("monolithic", 4, 8192, 98), ("static:0.5", 4, 8192, 60))
     nothing = run(lonely)
     checks.append((nothing.returncode != 0 and "no point with writescope" in nothing.stderr
                    and "Traceback" not in nothing.stderr, "a grid without writescope is refused"))

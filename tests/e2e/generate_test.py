@@ -643,6 +643,13 @@ def check_bad_requests(env, trio):
         small_request_ok(env, trio, "qwen3_moe", f"after {label}")
 
 
+def read_csv_rows(path):
+    """The rows of a CSV with a header line, each a dict of strings."""
+    with open(path) as f:
+        header = f.readline().strip().split(",")
+        return [dict(zip(header, line.strip().split(","))) for line in f if line.strip()]
+
+
 def check_bench_policies(env, trio):
     """6b. Several policies benched in one runtime (the Bench RPC's policy)."""
     with tempfile.TemporaryDirectory(prefix="ws-bench.") as work:
@@ -655,9 +662,7 @@ def check_bench_policies(env, trio):
         if not check(proc.returncode == 0, "bench --policies: 3 policies x 2 rounds in one trio",
                      proc.stdout[-800:] + proc.stderr[-800:]):
             return
-        with open(csv_path) as f:
-            header = f.readline().strip().split(",")
-            rows = [dict(zip(header, line.strip().split(","))) for line in f if line.strip()]
+        rows = read_csv_rows(csv_path)
         order = [r["policy"] for r in rows]
         check(order == ["cpu-all", "transfer-all", "writescope", "writescope", "transfer-all",
                         "cpu-all"],
@@ -691,12 +696,7 @@ def check_bench_policies(env, trio):
                                "--decode_steps=3", "--warmup_steps=1", "--policies=cpu-all",
                                "--temperature=0.8", "--top_p=0.9", "--seed=3", "--logprobs=2",
                                f"--csv={sampled_csv}"], timeout=120)
-        sampled_rows = []
-        if sampled.returncode == 0:
-            with open(sampled_csv) as f:
-                header = f.readline().strip().split(",")
-                sampled_rows = [dict(zip(header, line.strip().split(","))) for line in f
-                                if line.strip()]
+        sampled_rows = read_csv_rows(sampled_csv) if sampled.returncode == 0 else []
         check(len(sampled_rows) == 1 and sampled_rows[0]["sampling"] == "t0.8/k0/p0.9/lp2"
               and float(sampled_rows[0]["tokens_per_s"]) > 0
               and "sampling t0.8/k0/p0.9/lp2" in sampled.stderr,

@@ -111,7 +111,10 @@ left_specs=${#SPECS[@]}
 archs=()
 for spec in "${SPECS[@]}"; do
   IFS=: read -r arch repeats steps seconds <<<"$spec"
-  left=$((BUDGET - ($(date +%s) - start) - reserve))
+  # A dry run spends no budget: its shares do not depend on how long printing took.
+  elapsed=0
+  ((DRY)) || elapsed=$(($(date +%s) - start))
+  left=$((BUDGET - elapsed - reserve))
   share=$((left / left_specs))
   limit=${seconds:-$share}
   ((limit <= left)) || limit=$left

@@ -52,6 +52,12 @@
 
 namespace writescope::coordinator {
 
+// The first token a bench round feeds its sequence `index` of `batch` (index < batch, vocab
+// > 0): ids spread evenly over the vocabulary, (index + 1/2) * vocab / batch, so that the
+// rows differ (their routed experts follow their tokens) and each round and policy feeds
+// the same ones. Distinct while batch <= vocab.
+uint32_t BenchFirstToken(uint32_t index, uint32_t batch, uint32_t vocab);
+
 // What the engine needs of a worker: run one step, cancel one. WorkerClient (gRPC) in the
 // service, fakes in tests.
 class StepWorker {
@@ -261,6 +267,7 @@ class Engine {
     double predicted_split_ms = 0, predicted_gpu_only_ms = 0;
     double rest_split_ms = 0, rest_gpu_only_ms = 0;  // the rests behind them
     double gpu_hot_expert_ms = 0, hot_pair_share = 0;
+    double experts_per_layer = 0;      // StepResult.routed_experts / moe_layers (0: none)
     uint32_t early_rounds_missed = 0;  // StepResult.early_rounds_missed
     double transfer_ms = 0;            // StepResult.transfer_ms (0: not timed)
     double gpu_waited_cpu_ms = 0;      // StepResult.cpu_attention_wait_ms
@@ -281,11 +288,13 @@ class Engine {
   // them, then it decodes `decode_steps` tokens (no EOS) sampled as `sampling` says
   // (temperature, top_k, top_p, seed, logprobs; its other fields are the bench's own:
   // RunBench refuses them). Steps that decode sequences of `round` (> 0) are tagged with it
-  // (StepRecord). Queued held: admitted only after ReleaseBenchRound(round).
+  // (StepRecord). Queued held: admitted only after ReleaseBenchRound(round). It is sequence
+  // `index` of `batch`: its first fed token is BenchFirstToken(index, batch, vocab).
   absl::StatusOr<std::shared_ptr<RequestStream>> SubmitBench(uint64_t context_tokens,
                                                              uint32_t decode_steps,
                                                              uint64_t round,
-                                                             const v1::SamplingParams& sampling);
+                                                             const v1::SamplingParams& sampling,
+                                                             uint32_t index, uint32_t batch);
   absl::StatusOr<std::shared_ptr<RequestStream>> Queue(const v1::GenerateRequest& request,
                                                        absl::Time deadline,
                                                        uint64_t bench_round = 0);

@@ -319,7 +319,8 @@ std::FILE* OpenStepsCsv(const std::string& path) {
                        "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
                        "optimal_cpu_share,batch,context,read_cpu_share,explore,"
                        "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
-                       "rest_gpu_only_ms,early_rounds_missed,transfer_ms,gpu_waited_cpu_ms\n");
+                       "rest_gpu_only_ms,early_rounds_missed,transfer_ms,gpu_waited_cpu_ms,"
+                       "experts_per_layer\n");
   }
   return file;
 }
@@ -333,14 +334,15 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
     const auto& step = steps[i];
     std::fprintf(file,
                  "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
-                 "%.4f,%.4f,%.4f,%u,%.4f,%.4f\n",
+                 "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f\n",
                  policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
                  step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                  step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
                  static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
                  step.read_cpu_share(), step.explore() ? 1 : 0, step.predicted_split_ms(),
                  step.predicted_gpu_only_ms(), step.rest_split_ms(), step.rest_gpu_only_ms(),
-                 step.early_rounds_missed(), step.transfer_ms(), step.gpu_waited_cpu_ms());
+                 step.early_rounds_missed(), step.transfer_ms(), step.gpu_waited_cpu_ms(),
+                 step.experts_per_layer());
   }
   std::fflush(file);
 }
@@ -350,7 +352,8 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
                 const std::string& sampling, std::FILE* csv) {
   // Means over the measured steps.
   double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0,
-         optimal = 0, bound = 0, read = 0, hot = 0, hot_share = 0, transfer = 0, waited = 0;
+         optimal = 0, bound = 0, read = 0, hot = 0, hot_share = 0, transfer = 0, waited = 0,
+         experts_per_layer = 0;
   int explore_steps = 0;
   for (const auto& step : response.steps()) {
     gpu += step.gpu_attention_ms();
@@ -367,6 +370,7 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
     hot_share += step.hot_pair_share();
     transfer += step.transfer_ms();
     waited += step.gpu_waited_cpu_ms();
+    experts_per_layer += step.experts_per_layer();
   }
   const double n = std::max(1, response.steps_size());
   std::vector<double> times;
@@ -383,7 +387,7 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
   if (csv != nullptr) {
     std::fprintf(csv,
                  "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u,%.4f,%.4f,%s\n",
+                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u,%.4f,%.4f,%s,%.2f\n",
                  response.policy().c_str(), response.num_layers(),
                  static_cast<unsigned long long>(batch),
                  static_cast<unsigned long long>(context), response.steps_size(),
@@ -391,7 +395,8 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
                  expert_wait / n, experts / n, target / n, placed / n, optimal / n,
                  bound / n,
                  p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
-                 response.window_tokens(), transfer / n, waited / n, sampling.c_str());
+                 response.window_tokens(), transfer / n, waited / n, sampling.c_str(),
+                 experts_per_layer / n);
     std::fflush(csv);
   }
 }
@@ -490,7 +495,7 @@ int Bench() {
         "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
         "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90,read_cpu_share,"
         "explore_steps,gpu_hot_expert_ms,hot_pair_share,window_tokens,transfer_ms,"
-        "gpu_waited_cpu_ms,sampling";
+        "gpu_waited_cpu_ms,sampling,experts_per_layer";
     std::ifstream existing(csv_path);
     std::string first_line;
     const bool fresh = !existing.good() || !std::getline(existing, first_line);

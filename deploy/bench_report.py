@@ -104,6 +104,10 @@ def load(path):
                     if row.get("gpu_waited_cpu_ms") else None,
                     # How the tokens were sampled (CSVs since session 34); greedy before.
                     "sampling": row.get("sampling") or "greedy",
+                    # Distinct routed experts per MoE layer and step (CSVs since session 35);
+                    # None before.
+                    "experts_per_layer": float(row["experts_per_layer"])
+                    if row.get("experts_per_layer") else None,
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -128,7 +132,7 @@ def merge_repeats(rows):
         # Equal work per repeat: the throughput of all of it is the harmonic mean.
         if all(g["tokens_per_s"] > 0 for g in group):
             out["tokens_per_s"] = len(group) / sum(1 / g["tokens_per_s"] for g in group)
-        for field in ("read_cpu_share", "transfer_ms", "gpu_waited_cpu_ms"):
+        for field in ("read_cpu_share", "transfer_ms", "gpu_waited_cpu_ms", "experts_per_layer"):
             known = [g[field] for g in group if g[field] is not None]
             out[field] = sum(known) / len(known) if known else None
         if all(g["p10"] is not None and g["p90"] is not None for g in group):
@@ -377,11 +381,14 @@ def main():
         text = f"{policy} {r['cpu_expert_ms']:.2f}"
         if r["hot_pair_share"] > 0:
             text += f" + {r['hot_expert_ms']:.2f} GPU ({100 * r['hot_pair_share']:.0f} %)"
+        if r["experts_per_layer"] is not None:
+            text += f" [{r['experts_per_layer']:.1f}/layer]"
         return text
 
     per_point("\nThe CPU experts (ms per step; the same expert work under every policy: a spread "
               "is the trios' or the CPU attention's before them; \"+ x GPU (y %)\": the hot "
-              "experts' time on the GPU beside them and their share of the pairs), per point:",
+              "experts' time on the GPU beside them and their share of the pairs; \"[n/layer]\": "
+              "the distinct experts a MoE layer's tokens chose), per point:",
               experts)
 
     def copies(policy, r):

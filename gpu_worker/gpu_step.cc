@@ -121,6 +121,8 @@ struct GpuStep::Step {
   double hot_expert_ms = 0;   // ForwardResident, summed over layers
   int64_t hot_pairs = 0;      // (token, k) pairs of resident experts, over layers
   int64_t routed_pairs = 0;   // all (token, k) pairs of the steps not experts_on_gpu
+  int64_t routed_experts = 0;  // distinct experts chosen per MoE layer, summed over them
+  uint32_t moe_layers = 0;
 };
 
 absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& weights,
@@ -423,6 +425,8 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   result.set_hot_expert_ms(step.hot_expert_ms);
   result.set_hot_expert_pairs(static_cast<uint64_t>(step.hot_pairs));
   result.set_routed_pairs(static_cast<uint64_t>(step.routed_pairs));
+  result.set_routed_experts(static_cast<uint64_t>(step.routed_experts));
+  result.set_moe_layers(step.moe_layers);
   result.set_attended_tokens(layout.transfer_host_tokens);
   result.set_early_rounds_missed(step.early_rounds_missed);
   result.set_transfer_ms(step.transfer_ms);
@@ -651,6 +655,14 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
       WS_RETURN_IF_ERROR(ops_->RouterLogits(layer, h.data(), T, logits.data()));
       kernels::model::RouteTokens(logits.data(), T, router, ids.data(), weights.data());
       if (hot_ != nullptr) hot_->Count(layer, ids.data(), T, router.top_k);
+      std::vector<bool> chosen(router.num_experts, false);
+      for (const int32_t e : ids) {
+        if (e >= 0 && e < router.num_experts && !chosen[e]) {
+          chosen[e] = true;
+          ++step.routed_experts;
+        }
+      }
+      ++step.moe_layers;
     }
     PinnedArray<float>& routed = Sized(scratch_->routed, T * hidden);
     if (step.experts_here) {

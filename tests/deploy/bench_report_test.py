@@ -2,6 +2,7 @@
 """deploy/bench_report.py on a CSV whose answers are known: the integration of step time over
 the context and the geometric mean of the speedups."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -296,6 +297,19 @@ checks += [
 ]
 no_columns = run_report(W_HEADER + W_ROW + "756\n").stdout
 checks.append(("The copy engine" not in no_columns, "no copy-engine lines without the columns"))
+checks.append((re.search(r"\[[0-9.]+/layer\]", no_columns) is None,
+               "no experts per layer without the column"))
+
+# The distinct experts per MoE layer (since session 35): two repeats of writescope, 12.0 and
+# 13.0: 12.5; a transfer-all row without a value prints none.
+out = run_report(W_HEADER.rstrip("\n") + ",transfer_ms,gpu_waited_cpu_ms,sampling,"
+                 "experts_per_layer\n"
+                 + W_ROW + "756,5.4,0.2,greedy,12.0\n" + W_ROW + "756,6.0,0.4,greedy,13.0\n"
+                 + "transfer-all,4,1,1256,8,200.0,5.0,3.0,0.0,0.5,1.5,0,0,0,0,4.7,5.0,5.3,0,0,0,0,"
+                 "756,3.0,0,greedy,\n").stdout
+text += out
+checks.append(("writescope 2.00 [12.5/layer], transfer-all 1.50\n" in out,
+               "the experts per MoE layer beside the CPU experts, averaged over repeats"))
 
 # Pooled over grids of other shapes (--pool-with): the first grid's ratios at 8K are 2 over
 # transfer-all and 0.5 over monolithic; the second's (two repeats of writescope, 20 and 40 ms:

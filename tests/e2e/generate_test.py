@@ -690,6 +690,15 @@ def check_bench_policies(env, trio):
         check(all(r.get("sampling") == "greedy" for r in rows),
               "bench: greedy unless told (the CSV's sampling column)",
               "; ".join(str(r.get("sampling")) for r in rows))
+        # The distinct routed experts per MoE layer: of a batch of 2, more than one token's
+        # top_k (the rows start from distinct tokens; on this fixture rows fed alike tokens
+        # route apart too, engine_test checks the tokens) and at most 2 x top_k.
+        config = env.model_config(trio.arch)
+        top_k = config["num_experts_per_tok"]
+        most = min(config["num_local_experts"], 2 * top_k)
+        check(all(top_k < float(r.get("experts_per_layer") or 0) <= most for r in rows),
+              f"bench: the experts per MoE layer of a greedy batch of 2 in ({top_k}, {most}]",
+              "; ".join(f"{r['policy']} {r.get('experts_per_layer')}" for r in rows))
         # The decoded tokens sampled at a temperature, with top-p and top lists.
         sampled_csv = os.path.join(work, "sampled.csv")
         sampled = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",

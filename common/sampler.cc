@@ -24,6 +24,9 @@ constexpr size_t kNucleusLastScan = kNucleusFirst * kNucleusGrowth;
 // (O(V) compares, O(n log n) moves for logits in no particular order); larger ones
 // nth_element the ids, whose fixed O(V) cost with indirect compares is then cheaper.
 constexpr size_t kHeapFraction = 16;
+// Past that, a histogram of the exponents x = (key - max) / T over [-87, 0] (the float exp's
+// range: below it every weight is exp(-87)) finds the bucket where the nucleus ends.
+constexpr int kExponentBuckets = 4096;
 
 // Writes into keys [logits.size()] logits with NaN as -inf and returns their max,
 // which is always finite so that the row always has mass: if some logits are +inf
@@ -107,18 +110,69 @@ inline __attribute__((always_inline)) double SumLanes(const float* keys, size_t 
 WS_SAMPLER_AVX512 double SumLanesAvx512(const float* keys, size_t n, float max_key) {
   return SumLanes(keys, n, max_key);
 }
+#endif
+
+// TemperedWeight's formula in float, inlined into the loops below.
+inline __attribute__((always_inline)) float WeightOf(float key, float max_key,
+                                                     float temperature) {
+  // (key - max) / T is <= 0 (-0 at T = inf); a -inf key (NaN at T = inf) weighs exactly 0,
+  // its exponent clamped first so that no NaN reaches the exponent bits.
+  float x = (key - max_key) / temperature;
+  x = x > -87.0f ? x : -87.0f;
+  const float w = ExpNonPositive(x);
+  return key == -kInf ? 0.0f : w;
+}
+
+// weights[i] = WeightOf(keys[i]), kLanes at a time (float, then widened), so that it
+// vectorizes.
+inline __attribute__((always_inline)) void WeighAll(const float* keys, size_t n, float max_key,
+                                                    float temperature, double* weights) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    float w[kLanes];
+    for (int j = 0; j < kLanes; ++j) w[j] = WeightOf(keys[i + j], max_key, temperature);
+    for (int j = 0; j < kLanes; ++j) weights[i + j] = w[j];
+  }
+  for (; i < n; ++i) weights[i] = WeightOf(keys[i], max_key, temperature);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+WS_SAMPLER_AVX512 void WeighAllAvx512(const float* keys, size_t n, float max_key,
+                                      float temperature, double* weights) {
+  WeighAll(keys, n, max_key, temperature, weights);
+}
 #undef WS_SAMPLER_AVX512
 #endif
 
-}  // namespace
-
-double SumExpShifted(absl::Span<const float> keys, float max_key) {
+bool HasAvx512() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   static const bool avx512 = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") != 0;
   }();
-  if (avx512) return SumLanesAvx512(keys.data(), keys.size(), max_key);
+  return avx512;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+double TemperedWeight(float key, float max_key, float temperature) {
+  return WeightOf(key, max_key, temperature);
+}
+
+void TemperedWeights(absl::Span<const float> keys, float max_key, float temperature,
+                     double* weights) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (HasAvx512()) return WeighAllAvx512(keys.data(), keys.size(), max_key, temperature, weights);
+#endif
+  WeighAll(keys.data(), keys.size(), max_key, temperature, weights);
+}
+
+double SumExpShifted(absl::Span<const float> keys, float max_key) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (HasAvx512()) return SumLanesAvx512(keys.data(), keys.size(), max_key);
 #endif
   return SumExpShiftedPortable(keys, max_key);
 }
@@ -277,13 +331,10 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, double u) {
 
 int32_t Sampler::Draw(double u) {
   const size_t vocab = keys_.size();
-  const double temperature = options_.temperature;
-  const double max_key = max_key_;
+  const float temperature = options_.temperature;
   weights_.resize(vocab);
   auto weight_of = [&](int32_t id) {
-    const float key = keys_[id];
-    // An explicit 0 for -inf: (-inf - max) / T is NaN when T is infinite.
-    return key == -kInf ? 0.0 : std::exp((static_cast<double>(key) - max_key) / temperature);
+    return internal_sampler::TemperedWeight(keys_[id], max_key_, temperature);
   };
   const double top_p = options_.top_p;
   // Smallest prefix of candidates_[0..count) (already ordered) whose weight reaches
@@ -310,11 +361,9 @@ int32_t Sampler::Draw(double u) {
     return DrawAmong(top_p_active_ ? nucleus_of(k, total) : k, u);
   }
 
+  internal_sampler::TemperedWeights(keys_, max_key_, temperature, weights_.data());
   double total = 0.0;
-  for (size_t id = 0; id < vocab; ++id) {
-    weights_[id] = weight_of(static_cast<int32_t>(id));
-    total += weights_[id];
-  }
+  for (size_t id = 0; id < vocab; ++id) total += weights_[id];
   if (!top_p_active_) {
     return WalkTo(u, vocab, weights_, [](size_t i) { return static_cast<int32_t>(i); });
   }
@@ -329,14 +378,44 @@ int32_t Sampler::Draw(double u) {
     for (int32_t id : candidates_) mass += weights_[id];
     if (mass >= target) return DrawAmong(nucleus_of(count, total), u);
   }
-  // A flatter distribution: bisect for the nucleus size among the tokens of positive
-  // weight (the nucleus is among them), nth_element halving the range, so O(V) in
-  // all; only the last small range is sorted. The draw then walks in id order.
+  // A flatter distribution. Larger keys have larger exponents, so they lie in the same or
+  // earlier buckets, and equal keys in one: the nucleus is the buckets before the one
+  // where the mass reaches the target, whole, and a most-likely-first prefix of that one.
+  // Only its tokens are ordered. The draw then walks in id order.
+  const float bucket_scale = static_cast<float>(kExponentBuckets) / 87.0f;
+  auto bucket_of = [&](float key) {
+    float x = (key - max_key_) / temperature;
+    x = x > -87.0f ? x : -87.0f;
+    return std::min(static_cast<int>(-x * bucket_scale), kExponentBuckets - 1);
+  };
+  bucket_of_.resize(vocab);
+  bucket_mass_.assign(kExponentBuckets, 0.0);
+  for (size_t id = 0; id < vocab; ++id) {
+    if (weights_[id] > 0.0) {
+      const int b = bucket_of(keys_[id]);
+      bucket_of_[id] = static_cast<uint16_t>(b);
+      bucket_mass_[b] += weights_[id];
+    } else {
+      bucket_of_[id] = kExponentBuckets;  // no bucket: weight 0, never kept
+    }
+  }
+  // The bucket where the nucleus ends (the last with mass if rounding kept the sum short of
+  // the target), and the mass of the buckets before it.
+  int last = 0;
+  double before = 0.0;
+  for (int b = 0; b < kExponentBuckets; ++b) {
+    if (bucket_mass_[b] <= 0.0) continue;
+    last = b;
+    if (before + bucket_mass_[b] >= target) break;
+    before += bucket_mass_[b];
+  }
   std::vector<RankedToken>& ranked = heap_;
   ranked.clear();
   for (size_t id = 0; id < vocab; ++id) {
-    if (weights_[id] > 0.0) ranked.push_back(RankedToken{keys_[id], static_cast<int32_t>(id)});
+    if (bucket_of_[id] == last) ranked.push_back(RankedToken{keys_[id], static_cast<int32_t>(id)});
   }
+  // Within that bucket: bisect for the nucleus' end, nth_element halving the range (O(n)
+  // when many tokens share the bucket), and sort only the last small range.
   auto better = [](const RankedToken& a, const RankedToken& b) {
     return a.key > b.key || (a.key == b.key && a.id < b.id);
   };
@@ -344,7 +423,7 @@ int32_t Sampler::Draw(double u) {
   // `needed` is the mass still missing; the nucleus ends in (lo, hi].
   size_t lo = 0;
   size_t hi = ranked.size();
-  double needed = target;
+  double needed = target - before;
   while (hi - lo > kNucleusFirst) {
     const size_t mid = lo + (hi - lo) / 2;
     std::nth_element(ranked.begin() + lo, ranked.begin() + mid, ranked.begin() + hi, better);
@@ -368,6 +447,9 @@ int32_t Sampler::Draw(double u) {
     }
   }
   for (size_t i = nucleus; i < ranked.size(); ++i) weights_[ranked[i].id] = 0.0;
+  for (size_t id = 0; id < vocab; ++id) {
+    if (bucket_of_[id] > last) weights_[id] = 0.0;
+  }
   return WalkTo(u, vocab, weights_, [](size_t i) { return static_cast<int32_t>(i); });
 }
 

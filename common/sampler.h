@@ -80,6 +80,15 @@ struct RankedToken {
 double SumExpShifted(absl::Span<const float> keys, float max_key);
 // The same without AVX-512 (what SumExpShifted runs on other CPUs), for tests.
 double SumExpShiftedPortable(absl::Span<const float> keys, float max_key);
+// A token's unnormalized probability at `temperature` (> 0, may be +inf), for a key <=
+// max_key (finite): exp((key - max_key) / temperature) as a float exp (relative error
+// < 1e-7; below exp(-87) it gives exp(-87), never 0), and exactly 0 for a -inf key.
+double TemperedWeight(float key, float max_key, float temperature);
+// TemperedWeight of every key into weights[0..keys.size()), on AVX-512 where the CPU has it.
+// A row's weights cost one vectorized pass instead of a double exp each (1.4 ms a row of
+// 102400 on the build machine).
+void TemperedWeights(absl::Span<const float> keys, float max_key, float temperature,
+                     double* weights);
 }  // namespace internal_sampler
 
 class Sampler {
@@ -119,6 +128,9 @@ class Sampler {
   std::vector<float> keys_;  // sanitised logits (see SanitizeLogits in sampler.cc)
   float max_key_ = 0.0f;
   std::vector<double> weights_;  // unnormalised exp((key - max) / T), by token id
+  // A flat row's nucleus search (Draw): each token's bucket of exponents, and their masses.
+  std::vector<uint16_t> bucket_of_;
+  std::vector<double> bucket_mass_;  // [kExponentBuckets in sampler.cc]
   std::vector<int32_t> candidates_;                  // token ids, most likely first; [<= vocab]
   std::vector<float> logprobs_;                      // raw log-softmax, only when num_top > 0
   std::vector<internal_sampler::RankedToken> heap_;  // selection scratch, [< vocab / 16]

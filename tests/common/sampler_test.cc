@@ -514,6 +514,73 @@ TEST(SamplerFilterTest, NucleusOnLargerVocabs) {
   }
 }
 
+// The nucleus of a flat row of a large vocabulary ends inside one bucket of the exponents'
+// histogram: keys spread over [-120, 0] (past the float exp's -87 at T = 1), runs of equal
+// keys across bucket edges, and -inf. A sweep of draws over [0, 1) keeps to the reference
+// nucleus and reaches every kept token of probability above 3 / draws.
+TEST(SamplerFilterTest, NucleusEndsInsideAnExponentBucket) {
+  constexpr size_t kVocab = 12000;
+  std::vector<float> logits(kVocab);
+  for (size_t id = 0; id < kVocab; ++id) {
+    const size_t r = (id * 7919) % kVocab;  // the ids' order scrambled
+    logits[id] = id % 97 == 1 ? -kInf : -120.0f * static_cast<float>(r / 12) / 1000.0f;
+  }
+  for (const float temperature : {1.0f, 3.0f}) {
+    for (const float top_p : {0.05f, 0.9f, 0.999f}) {
+      const std::set<int32_t> kept = ReferenceKept(logits, temperature, 0, top_p);
+      const std::vector<double> p = ReferenceProbs(logits, temperature, kept);
+      Sampler sampler(SamplerOptions{.temperature = temperature, .top_p = top_p});
+      constexpr int kDraws = 4000;
+      std::set<int32_t> seen;
+      for (int i = 0; i < kDraws; ++i) {
+        const int32_t id = sampler.Sample(logits, (i + 0.5) / kDraws).token_id;
+        ASSERT_TRUE(kept.contains(id)) << "T=" << temperature << " top_p=" << top_p
+                                       << " drew " << id << " outside " << kept.size();
+        seen.insert(id);
+      }
+      for (const int32_t id : kept) {
+        if (p[id] > 3.0 / kDraws) {
+          EXPECT_TRUE(seen.contains(id)) << "T=" << temperature << " top_p=" << top_p << " id "
+                                         << id << " p " << p[id];
+        }
+      }
+    }
+  }
+}
+
+TEST(SamplerWeightTest, TemperedWeightsFollowTheDoubleExp) {
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> normal(0.0f, 6.0f);
+  for (const size_t n : {0u, 1u, 15u, 16u, 17u, 1000u, 4099u}) {
+    std::vector<float> keys(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = i % 7 == 2 ? -kInf : normal(rng);
+    float max_key = -kInf;
+    for (float key : keys) max_key = std::max(max_key, key);
+    for (const float temperature : {0.3f, 1.0f, 2.5f, kInf}) {
+      std::vector<double> weights(n + 1, -1.0);  // a guard after the row
+      internal_sampler::TemperedWeights(keys, max_key, temperature, weights.data());
+      EXPECT_EQ(weights[n], -1.0);
+      for (size_t i = 0; i < n; ++i) {
+        const double want =
+            keys[i] == -kInf ? 0.0 : std::exp((static_cast<double>(keys[i]) - max_key) / temperature);
+        // The one-token form (top_k's candidates) within rounding of the row's vector form.
+        const double one = internal_sampler::TemperedWeight(keys[i], max_key, temperature);
+        EXPECT_NEAR(weights[i], one, 1e-6 * one) << i;
+        if (keys[i] == -kInf) {
+          EXPECT_EQ(weights[i], 0.0) << i;
+        } else if (want >= std::exp(-87.0)) {
+          // The float exp's 1e-7, and the float exponent's rounding, 6e-8 of |x| relative.
+          const double x = -std::log(want);
+          EXPECT_NEAR(weights[i], want, (2e-7 + 1.2e-7 * x) * want) << i << " T=" << temperature;
+        } else {
+          // Below the float exp's range: exp(-87), not 0 (so that the token keeps a weight).
+          EXPECT_NEAR(weights[i], std::exp(-87.0), 1e-6 * std::exp(-87.0)) << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(SamplerFilterTest, FlatNucleusGrowsPastTheFirstSelection) {
   // Equal logits: the nucleus of top_p = 0.9 is the lowest 900 ids, found by the
   // bisection (1000 -> 500 -> 250 -> 125, then sorted).

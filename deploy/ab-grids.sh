@@ -63,9 +63,7 @@ for number in "$REPEATS" "$STEPS" "$BUDGET"; do
   [[ $number =~ ^[1-9][0-9]*$ ]] || fail "--repeats, --steps and --budget-s take positive numbers, not '$number'"
 done
 ((${#VARIANTS[@]} >= 2)) || fail "an A/B needs two variants or more"
-case "$ARCHIVE" in
-  "$OUT_DIR"/*) fail "--archive '$ARCHIVE' lies inside --out '$OUT_DIR', which it packs" ;;
-esac
+check_out_and_archive
 # Each variant's flags, checked before anything runs: the coordinator's (one per line) and
 # the workers' (space-separated, as bench-trio.sh takes them).
 declare -A seen=() coordinator_flags=() cpu_flags=() gpu_flags=() env_vars=()

@@ -18,6 +18,8 @@
 #   arch_contexts ARCH CONTEXTS
 #                          prints ARCH's contexts: Mixtral's above 32512 at 32512 (its
 #                          context is 32K), duplicates dropped
+#   check_out_and_archive  refuses (the runner's `fail`) an OUT_DIR that holds files, and an
+#                          ARCHIVE inside OUT_DIR (which it packs)
 
 run_into() {
   local file="$1"
@@ -92,5 +94,17 @@ arch_contexts() {
       paste -sd, -
   else
     echo "$2"
+  fi
+}
+
+check_out_and_archive() {
+  case "$ARCHIVE" in
+    "$OUT_DIR"/*) fail "--archive '$ARCHIVE' lies inside --out '$OUT_DIR', which it packs" ;;
+  esac
+  # A used folder would mix runs: the grids append to its CSVs (the reports would merge an
+  # earlier call's rows as repeats) and --archive packs whatever is there. A warm device
+  # keeps /tmp between calls (run 191's archive held run 190's grids).
+  if [[ -d $OUT_DIR && -n $(ls -A "$OUT_DIR" 2>/dev/null) ]]; then
+    fail "--out '$OUT_DIR' is not empty (an earlier call's grids?): give a new folder"
   fi
 }

@@ -73,9 +73,7 @@ if ((${#SAMPLING[@]})) && ! [[ ${SAMPLING[1]} =~ ^$key_value(,$key_value)*$ ]]; 
   fail "--sampling takes KEY=NUMBER,... with the keys temperature, top_k, top_p, seed and" \
     "logprobs, not '${SAMPLING[1]}'"
 fi
-case "$ARCHIVE" in
-  "$OUT_DIR"/*) fail "--archive '$ARCHIVE' lies inside --out '$OUT_DIR', which it packs" ;;
-esac
+check_out_and_archive
 for spec in "${SPECS[@]}"; do
   IFS=: read -r arch repeats steps seconds extra <<<"$spec"
   case "$arch" in deepseek_v2|qwen3_moe|mixtral) ;; *) fail "'$spec': unknown arch '$arch'" ;; esac

@@ -5,6 +5,7 @@ archive; the refusals of bad arguments), and deploy/ab_report.py's arithmetic on
 writescope reads tallied from step records where a variant has them."""
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,9 @@ with tempfile.TemporaryDirectory() as out:
     capped = run("--dry-run", "--out", out, "--arch", "mixtral", "--repeats", "1",
                  "--contexts", "8192,40000", "a", "b")
     checks.append(("--contexts 8192\\,32512 " in capped.stdout, "Mixtral's contexts capped"))
+    # A folder an earlier call wrote into (a warm device keeps /tmp).
+    used = tempfile.mkdtemp(prefix="ab-grids-used.")
+    open(os.path.join(used, "report.txt"), "w").close()
     for bad, why in ((["--out", out, "--arch", "llama", "a", "b"], "--arch must be"),
                      (["--out", out, "--arch", "mixtral", "--layers", "x", "a", "b"], "--layers"),
                      (["--out", out, "--arch", "mixtral", "--batches", "4,", "a", "b"],
@@ -90,7 +94,8 @@ with tempfile.TemporaryDirectory() as out:
                       "positive numbers"),
                      (["--arch", "mixtral", "a", "b"], "--out DIR is required"),
                      (["--out", out, "--arch", "mixtral", "--archive", out + "/x.tgz", "a", "b"],
-                      "lies inside --out")):
+                      "lies inside --out"),
+                     (["--out", used, "--arch", "mixtral", "a", "b"], "is not empty")):
         refused = run(*bad)
         checks.append((refused.returncode == 2 and why in refused.stderr, f"refused: {why}"))
 
@@ -155,4 +160,5 @@ with tempfile.TemporaryDirectory() as out:
     checks.append((missing.returncode == 2 and "no such file" in missing.stderr,
                    "refused: a missing CSV"))
 
+shutil.rmtree(used, ignore_errors=True)
 finish(checks, text, r)

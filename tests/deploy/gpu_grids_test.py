@@ -3,6 +3,7 @@
 shape, each grid's share of the time budget, the reports and the pooled report), and bad
 arguments are refused with exit status 2 before anything runs."""
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,9 @@ with tempfile.TemporaryDirectory() as out:
                    and "timeout 550 " in unprobed.stdout
                    and "--probe" not in unprobed.stdout and "--ceilings qwen3_moe" in unprobed.stdout,
                    "--no-probe: no probe, the documented ceilings only"))
+    # A folder an earlier call wrote into (a warm device keeps /tmp).
+    used = tempfile.mkdtemp(prefix="gpu-grids-used.")
+    open(os.path.join(used, "bench-qwen3_moe.csv"), "w").close()
     for bad, why in ((["--out", out, "llama:1:16"], "unknown arch"),
                      (["--out", out, "--layers", "0", "qwen3_moe:1:16"], "--layers"),
                      (["--out", out, "--batches", "4,,16", "qwen3_moe:1:16"], "--batches"),
@@ -100,8 +104,10 @@ with tempfile.TemporaryDirectory() as out:
                      (["qwen3_moe:1:16"], "--out DIR is required"),
                      (["--out", out], "no grid to run"),
                      (["--out", out, "--archive", out + "/g.tgz", "qwen3_moe:1:16"],
-                      "lies inside --out")):
+                      "lies inside --out"),
+                     (["--out", used, "qwen3_moe:1:16"], "is not empty")):
         refused = run(*bad)
         checks.append((refused.returncode == 2 and why in refused.stderr, f"refused: {why}"))
 
+shutil.rmtree(used, ignore_errors=True)
 finish(checks, text)

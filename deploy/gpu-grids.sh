@@ -18,7 +18,8 @@
 # policy and point there, the trio's start included). A grid that runs out of its time is
 # stopped (timeout) and keeps the points it finished.
 #
-# Writes into DIR: bench-ARCH.csv, steps-ARCH.csv, warmup-ARCH.csv, grid-ARCH.log,
+# DIR must be new or empty (a used one is refused: the grids append to its CSVs). Writes
+# into DIR: bench-ARCH.csv, steps-ARCH.csv, warmup-ARCH.csv, grid-ARCH.log,
 # report-ARCH.txt (bench_report.py --ceilings ARCH), modes-ARCH.txt (modes_report.py:
 # writescope's read modes per window, its warm-up's before them) and report-pooled.txt (the
 # first grid's report with the others' ratios pooled in, --pool-with). --archive FILE: all
@@ -58,7 +59,7 @@ while [[ $# -gt 0 ]]; do
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
     --no-probe) PROBE=0; shift ;;
     --sampling) SAMPLING=(--sampling "$2"); shift 2 ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac

@@ -2,10 +2,11 @@
 # Issue 7's decode grid on one model shape: for each policy, one trio on synthetic weights of
 # the real shape (fewer layers: the per-layer step time and the projection are what count),
 # then `wscope bench` over batches x contexts (the KV placed by the policy's steering, not
-# computed: decode speed does not depend on KV values). Appends to OUT/bench-ARCH.csv (a row
-# per point), OUT/steps-ARCH.csv (every measured step: the shares, the read choice, its two
-# predictions and the rests) and OUT/warmup-ARCH.csv (the warm-up steps, alike) and prints
-# the table as it goes.
+# computed: attention's speed does not depend on KV values; the routed experts' does depend
+# on the tokens, so each row starts from its own token, see Engine::SubmitBench). Appends to
+# OUT/bench-ARCH.csv (a row per point), OUT/steps-ARCH.csv (every measured step: the shares,
+# the read choice, its two predictions and the rests) and OUT/warmup-ARCH.csv (the warm-up
+# steps, alike) and prints the table as it goes.
 #
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
@@ -66,7 +67,7 @@ while [[ $# -gt 0 ]]; do
     --device) DEVICE="$2"; shift 2 ;;
     --sampling) SAMPLING="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -162,6 +162,24 @@ def cumulative_tokens_per_s(points, batch):
     return out
 
 
+def alike_rows(rows):
+    """Whether a CSV's greedy rows were alike: before session 35 a bench fed every sequence
+    one token over alike KV, so a greedy batch routed like one token (too little expert
+    work, the same under every policy). Such CSVs have no experts_per_layer column."""
+    return any(r["sampling"] == "greedy" for r in rows) and all(
+        r["experts_per_layer"] is None for r in rows)
+
+
+def alike_rows_note(paths):
+    """A line naming the CSVs among `paths` whose greedy rows were alike, or ""."""
+    old = [path for path in paths if alike_rows(load(path))]
+    if not old:
+        return ""
+    return (f"Note: {', '.join(old)} predate{'s' if len(old) == 1 else ''} session 35: "
+            "greedy rows were alike there (a batch routed like one token, so too little expert "
+            "work); their ratios are not comparable with later grids'.\n")
+
+
 def index_points(path):
     """The CSV's points, repeats averaged: {(policy, batch): {context: row}}."""
     rows = load(path)
@@ -298,6 +316,9 @@ def main():
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     by = index_points(args.csv)  # (policy, batch) -> {context: row}
+    note = alike_rows_note([args.csv] + args.pool_with)
+    if note:
+        print(note)
     samplings = sorted({r["sampling"] for points in by.values() for r in points.values()})
     if samplings != ["greedy"]:
         print(f"Tokens sampled: {', '.join(samplings)} (the CSV's sampling column).\n")

@@ -83,6 +83,12 @@ def main():
     if not args.threshold > 0:
         parser.error(f"--threshold must be above 0, not {args.threshold}")
 
+    for path in args.csv:
+        if not os.path.isfile(path):
+            raise SystemExit(f"best_baseline_report.py: no file {path}")
+    note = bench_report.alike_rows_note(args.csv)
+    if note:
+        print(note)
     per_point = defaultdict(list)  # (label, batch, context) -> the adaptive policy's ratios
     per_key = defaultdict(list)  # point_ratios' key -> every ratio of the point-runs
     for path in args.csv:

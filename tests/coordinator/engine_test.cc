@@ -637,7 +637,7 @@ TEST_F(EngineTest, ABenchSamplesAsItsRequestSays) {
 // A bench round's rows start from distinct tokens, the same in every round: fed one id
 // (before session 35), a greedy batch was one row repeated, whose routed experts were one
 // token's (run 189: DeepSeek's CPU experts 0.85 ms a step greedy, 4.69 sampled, 16 x 8K).
-TEST_F(EngineTest, ABenchsRowsStartFromDistinctTokensInEveryRound) {
+TEST_F(EngineTest, BenchRowsStartFromDistinctTokensInEveryRound) {
   const uint32_t batch = 4;
   const uint32_t vocab = static_cast<uint32_t>(model_.vocab_size);
   std::set<uint32_t> expected;

@@ -308,6 +308,8 @@ out = run_report(W_HEADER.rstrip("\n") + ",transfer_ms,gpu_waited_cpu_ms,samplin
                  + "transfer-all,4,1,1256,8,200.0,5.0,3.0,0.0,0.5,1.5,0,0,0,0,4.7,5.0,5.3,0,0,0,0,"
                  "756,3.0,0,greedy,\n").stdout
 text += out
+checks.append(("predates session 35" in no_columns and "predates session 35" not in out,
+               "CSVs without the experts per layer (greedy rows alike) are named as such"))
 checks.append(("writescope 2.00 [12.5/layer], transfer-all 1.50\n" in out,
                "the experts per MoE layer beside the CPU experts, averaged over repeats"))
 

@@ -77,6 +77,9 @@ with tempfile.TemporaryDirectory() as tmp:
          f"{g(ws_vs_static):.3f},   0 of   3 below 0.98" in text, "monolithic against the others"),
         (f"B = static:0.5     B {g(static):.3f},   3 of   3 below 0.98;  writescope "
          f"{g(ws_vs_mono):.3f},   1 of   3 below 0.98" in text, "static:0.5 against the others"),
+        # Greedy grids without experts_per_layer decoded alike rows (before session 35).
+        (f"Note: {first}, {second} predate session 35" in text,
+         "grids whose greedy rows were alike are named"),
     ]
     lower = run("--from-context", "8192", "--threshold", "0.9", first, second)
     checks.append((f"{geo:.3f},   0 of   3 below 0.9" in lower.stdout, "--threshold"))

@@ -112,14 +112,18 @@ WS_SAMPLER_AVX512 double SumLanesAvx512(const float* keys, size_t n, float max_k
 }
 #endif
 
-// TemperedWeight's formula in float, inlined into the loops below.
+// A key's exponent (key - max) / T, <= 0 (-0 at T = inf), clamped to the float exp's range
+// [-87, 0]; NaN (a -inf key at T = inf) clamps too, so that none reaches the exponent bits.
+inline __attribute__((always_inline)) float ClampedExponent(float key, float max_key,
+                                                            float temperature) {
+  const float x = (key - max_key) / temperature;
+  return x > -87.0f ? x : -87.0f;
+}
+
+// TemperedWeight's formula in float, inlined into the loops below: a -inf key weighs exactly 0.
 inline __attribute__((always_inline)) float WeightOf(float key, float max_key,
                                                      float temperature) {
-  // (key - max) / T is <= 0 (-0 at T = inf); a -inf key (NaN at T = inf) weighs exactly 0,
-  // its exponent clamped first so that no NaN reaches the exponent bits.
-  float x = (key - max_key) / temperature;
-  x = x > -87.0f ? x : -87.0f;
-  const float w = ExpNonPositive(x);
+  const float w = ExpNonPositive(ClampedExponent(key, max_key, temperature));
   return key == -kInf ? 0.0f : w;
 }
 
@@ -384,8 +388,7 @@ int32_t Sampler::Draw(double u) {
   // Only its tokens are ordered. The draw then walks in id order.
   const float bucket_scale = static_cast<float>(kExponentBuckets) / 87.0f;
   auto bucket_of = [&](float key) {
-    float x = (key - max_key_) / temperature;
-    x = x > -87.0f ? x : -87.0f;
+    const float x = internal_sampler::ClampedExponent(key, max_key_, temperature);
     return std::min(static_cast<int>(-x * bucket_scale), kExponentBuckets - 1);
   };
   bucket_of_.resize(vocab);

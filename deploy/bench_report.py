@@ -170,9 +170,9 @@ def alike_rows(rows):
         r["experts_per_layer"] is None for r in rows)
 
 
-def alike_rows_note(paths):
-    """A line naming the CSVs among `paths` whose greedy rows were alike, or ""."""
-    old = [path for path in paths if alike_rows(load(path))]
+def alike_rows_note(rows_by_path):
+    """A line naming the CSVs of {path: load(path)} whose greedy rows were alike, or ""."""
+    old = [path for path, rows in rows_by_path.items() if alike_rows(rows)]
     if not old:
         return ""
     return (f"Note: {', '.join(old)} predate{'s' if len(old) == 1 else ''} session 35: "
@@ -316,7 +316,7 @@ def main():
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     by = index_points(args.csv)  # (policy, batch) -> {context: row}
-    note = alike_rows_note([args.csv] + args.pool_with)
+    note = alike_rows_note({path: load(path) for path in [args.csv] + args.pool_with})
     if note:
         print(note)
     samplings = sorted({r["sampling"] for points in by.values() for r in points.values()})

@@ -83,18 +83,18 @@ def main():
     if not args.threshold > 0:
         parser.error(f"--threshold must be above 0, not {args.threshold}")
 
+    rows_by_path = {}
     for path in args.csv:
         if not os.path.isfile(path):
             raise SystemExit(f"best_baseline_report.py: no file {path}")
-    note = bench_report.alike_rows_note(args.csv)
+        rows_by_path[path] = bench_report.load(path)
+    note = bench_report.alike_rows_note(rows_by_path)
     if note:
         print(note)
     per_point = defaultdict(list)  # (label, batch, context) -> the adaptive policy's ratios
     per_key = defaultdict(list)  # point_ratios' key -> every ratio of the point-runs
-    for path in args.csv:
-        if not os.path.isfile(path):
-            raise SystemExit(f"best_baseline_report.py: no file {path}")
-        ratios = point_ratios(bench_report.load(path), args.policy, args.from_context)
+    for path, rows in rows_by_path.items():
+        ratios = point_ratios(rows, args.policy, args.from_context)
         for (batch, context), by_name in ratios.items():
             per_point[(label_of(path), batch, context)].append(by_name[args.policy])
             for key, ratio in by_name.items():

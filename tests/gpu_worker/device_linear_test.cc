@@ -3,8 +3,10 @@
 // device (label gpu); the host device has no backend (the host Linear runs).
 #include "gpu_worker/device_linear.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/model_tensors.h"
@@ -22,6 +24,23 @@ namespace {
 
 using kernels::model::AsLinear;
 using kernels::model::LinearWeight;
+
+// max |got - want| over max |want| (at least 1e-30), over n values: fp32 products of the same
+// fp32 values differ by their summation order only.
+double MaxRelativeError(const float* want, const float* got, size_t n) {
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return worst / scale;
+}
+
+// A layer's SwiGLU matrix: its shared expert's in a MoE layer, its dense MLP's otherwise.
+std::string MlpName(const ModelConfig& config, int64_t layer, MlpMatrix matrix) {
+  return config.IsMoeLayer(layer) ? SharedExpertTensorName(layer, matrix)
+                                  : DenseMlpTensorName(layer, matrix);
+}
 
 TEST(DeviceLinearTest, HostDeviceHasNoBackend) {
   std::unique_ptr<Device> host = CreateHostDevice();
@@ -56,13 +75,8 @@ TEST_P(DeviceLinearArchTest, MatchesHostLinearForEveryWeight) {
       std::vector<float> want(tokens * w.out_features), got(want.size());
       WS_ASSERT_OK(kernels::model::Linear(x.data(), tokens, w, want.data()));
       WS_ASSERT_OK((*linear)->Linear(x.data(), tokens, w, got.data()));
-      double worst = 0, scale = 1e-30;
-      for (size_t i = 0; i < want.size(); ++i) {
-        worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-        scale = std::max(scale, std::fabs(double(want[i])));
-      }
-      // fp32 products of the same fp32 values: summation order only.
-      EXPECT_LT(worst / scale, 1e-5) << spec.name << " tokens " << tokens;
+      EXPECT_LT(MaxRelativeError(want.data(), got.data(), want.size()), 1e-5)
+          << spec.name << " tokens " << tokens;
       ++checked;
     }
   }
@@ -134,14 +148,6 @@ TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
   ASSERT_NE(d.qk_nope, d.v_dim);
   std::mt19937_64 rng(11);
   std::normal_distribution<float> normal;
-  auto compare = [](const std::vector<float>& want, const std::vector<float>& got) {
-    double worst = 0, scale = 1e-30;
-    for (size_t i = 0; i < want.size(); ++i) {
-      worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-      scale = std::max(scale, std::fabs(double(want[i])));
-    }
-    return worst / scale;
-  };
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     const LinearWeight kv_b = (*ops)->KvB(layer);
     for (int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{130}}) {
@@ -150,13 +156,15 @@ TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
       std::vector<float> want(tokens * d.num_heads * d.latent_dim() + 8, 3.0f), got(want);
       kernels::model::MlaAbsorbQuery(d, q.data(), tokens, kv_b, want.data());
       WS_ASSERT_OK((*linear)->MlaAbsorb(d, q.data(), tokens, kv_b, got.data()));
-      EXPECT_LT(compare(want, got), 1e-5) << "absorb, layer " << layer << " tokens " << tokens;
+      EXPECT_LT(MaxRelativeError(want.data(), got.data(), want.size()), 1e-5)
+          << "absorb, layer " << layer << " tokens " << tokens;
       std::vector<float> o(tokens * d.num_heads * d.kv_lora_rank);
       for (float& v : o) v = normal(rng);
       std::vector<float> want_v(tokens * d.num_heads * d.v_dim + 8, 3.0f), got_v(want_v);
       kernels::model::MlaApplyUv(d, o.data(), tokens, kv_b, want_v.data());
       WS_ASSERT_OK((*linear)->MlaUv(d, o.data(), tokens, kv_b, got_v.data()));
-      EXPECT_LT(compare(want_v, got_v), 1e-5) << "uv, layer " << layer << " tokens " << tokens;
+      EXPECT_LT(MaxRelativeError(want_v.data(), got_v.data(), want_v.size()), 1e-5)
+          << "uv, layer " << layer << " tokens " << tokens;
       for (int i = 1; i <= 8; ++i) {  // guards
         EXPECT_EQ(got[got.size() - i], 3.0f);
         EXPECT_EQ(got_v[got_v.size() - i], 3.0f);
@@ -186,10 +194,7 @@ TEST(DeviceLinearTest, SwiGluChainMatchesTheHostMlp) {
   std::normal_distribution<float> normal;
   int checked = 0;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const auto name = [&](MlpMatrix matrix) {
-      return config.IsMoeLayer(layer) ? SharedExpertTensorName(layer, matrix)
-                                      : DenseMlpTensorName(layer, matrix);
-    };
+    const auto name = [&](MlpMatrix matrix) { return MlpName(config, layer, matrix); };
     const LinearWeight gate = AsLinear((*weights)->At(name(MlpMatrix::kGate)));
     const LinearWeight up = AsLinear((*weights)->At(name(MlpMatrix::kUp)));
     const LinearWeight down = AsLinear((*weights)->At(name(MlpMatrix::kDown)));
@@ -200,13 +205,11 @@ TEST(DeviceLinearTest, SwiGluChainMatchesTheHostMlp) {
       WS_ASSERT_OK(kernels::model::SwiGluMlp(x.data(), tokens, gate, up, down, want.data(),
                                              static_cast<kernels::model::F32WeightCache*>(nullptr)));
       WS_ASSERT_OK((*linear)->SwiGlu(x.data(), tokens, gate, up, down, got.data()));
-      double worst = 0, scale = 1e-30;
       for (size_t i = 0; i + 8 < want.size(); ++i) {
         ASSERT_TRUE(std::isfinite(got[i])) << "layer " << layer << " tokens " << tokens << " " << i;
-        worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-        scale = std::max(scale, std::fabs(double(want[i])));
       }
-      EXPECT_LT(worst / scale, 1e-5) << "layer " << layer << " tokens " << tokens;
+      EXPECT_LT(MaxRelativeError(want.data(), got.data(), want.size() - 8), 1e-5)
+          << "layer " << layer << " tokens " << tokens;
       for (int i = 1; i <= 8; ++i) EXPECT_EQ(got[got.size() - i], 3.0f) << "guard " << i;
       ++checked;
     }
@@ -246,14 +249,6 @@ TEST_P(DeviceLinearArchTest, RepeatedCallsMatchTheHostOnNewInputs) {
   const LinearWeight lm_head = AsLinear((*weights)->At("lm_head.weight"));
   std::mt19937_64 rng(31);
   std::normal_distribution<float> normal;
-  const auto relative = [](const float* want, const float* got, size_t n) {
-    double worst = 0, scale = 1e-30;
-    for (size_t i = 0; i < n; ++i) {
-      worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-      scale = std::max(scale, std::fabs(double(want[i])));
-    }
-    return worst / scale;
-  };
   PinnedArray<float> pinned(device->get());
   int calls = 0;
   for (int64_t tokens : {5, 5, 5, 300, 5, 5, 5, 1, 1, 1}) {
@@ -271,7 +266,7 @@ TEST_P(DeviceLinearArchTest, RepeatedCallsMatchTheHostOnNewInputs) {
       WS_ASSERT_OK(kernels::model::Linear(x.data(), tokens, w, want.data()));
       float* y = output(got, n);
       WS_ASSERT_OK((*linear)->Linear(x.data(), tokens, w, y));
-      EXPECT_LT(relative(want.data(), y, n), 1e-5)
+      EXPECT_LT(MaxRelativeError(want.data(), y, n), 1e-5)
           << "[" << w.out_features << ", " << w.in_features << "] tokens " << tokens;
     }
     {
@@ -289,10 +284,7 @@ TEST_P(DeviceLinearArchTest, RepeatedCallsMatchTheHostOnNewInputs) {
       }
     }
     for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-      const auto name = [&](MlpMatrix matrix) {
-        return config.IsMoeLayer(layer) ? SharedExpertTensorName(layer, matrix)
-                                        : DenseMlpTensorName(layer, matrix);
-      };
+      const auto name = [&](MlpMatrix matrix) { return MlpName(config, layer, matrix); };
       if (config.is_mla()) {
         const kernels::model::MlaDims d = (*ops)->mla_dims();
         const LinearWeight kv_b = (*ops)->KvB(layer);
@@ -303,7 +295,7 @@ TEST_P(DeviceLinearArchTest, RepeatedCallsMatchTheHostOnNewInputs) {
         kernels::model::MlaAbsorbQuery(d, q.data(), tokens, kv_b, want.data());
         float* y = output(got, n);
         WS_ASSERT_OK((*linear)->MlaAbsorb(d, q.data(), tokens, kv_b, y));
-        EXPECT_LT(relative(want.data(), y, n), 1e-5) << "absorb, tokens " << tokens;
+        EXPECT_LT(MaxRelativeError(want.data(), y, n), 1e-5) << "absorb, tokens " << tokens;
         std::vector<float> o(tokens * d.num_heads * d.kv_lora_rank);
         for (float& v : o) v = normal(rng);
         const size_t nv = tokens * d.num_heads * d.v_dim;
@@ -311,7 +303,7 @@ TEST_P(DeviceLinearArchTest, RepeatedCallsMatchTheHostOnNewInputs) {
         kernels::model::MlaApplyUv(d, o.data(), tokens, kv_b, want_v.data());
         float* yv = output(got_v, nv);
         WS_ASSERT_OK((*linear)->MlaUv(d, o.data(), tokens, kv_b, yv));
-        EXPECT_LT(relative(want_v.data(), yv, nv), 1e-5) << "uv, tokens " << tokens;
+        EXPECT_LT(MaxRelativeError(want_v.data(), yv, nv), 1e-5) << "uv, tokens " << tokens;
       }
       if (config.is_mla() || config.n_shared_experts > 0) {
         if (config.IsMoeLayer(layer) && config.n_shared_experts == 0) continue;
@@ -326,7 +318,8 @@ TEST_P(DeviceLinearArchTest, RepeatedCallsMatchTheHostOnNewInputs) {
                                                static_cast<kernels::model::F32WeightCache*>(nullptr)));
         float* y = output(got, n);
         WS_ASSERT_OK((*linear)->SwiGlu(x.data(), tokens, gate, up, down, y));
-        EXPECT_LT(relative(want.data(), y, n), 1e-5) << "swiglu, layer " << layer << " tokens " << tokens;
+        EXPECT_LT(MaxRelativeError(want.data(), y, n), 1e-5)
+            << "swiglu, layer " << layer << " tokens " << tokens;
       }
     }
   }

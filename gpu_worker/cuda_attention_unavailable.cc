@@ -9,7 +9,8 @@ absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(Devic
 }
 
 absl::StatusOr<std::unique_ptr<DeviceLinear>> CreateCudaDeviceLinear(Device*, const ModelWeights&,
-                                                                     uint64_t) {
+                                                                     const DeviceWeights&,
+                                                                     const DeviceLinearOptions&) {
   return absl::UnimplementedError("this build has no cuBLAS");
 }
 

@@ -1,14 +1,12 @@
 // The gpu_worker's matrix products on the device (kernels/model/decoder_ops.h LinearBackend):
-// every 2-D attention-side weight (projections, routers, shared experts, dense MLPs) widened
-// once to fp32 in device memory, y = x W^T by cuBLAS SGEMM on the compute stream, x and y
-// copied through device staging buffers. fp32 weights and products keep the GPU's numbers
-// equal to the host path's (oneDNN fp32 on the widened bf16 weights) up to summation order,
-// at twice the bf16 bytes of VRAM (counted against the budget). lm_head, the largest, stays
-// bf16 and its products split x three ways into bf16 (kernels/cuda/cuda_convert.h
-// SplitToBf16x3): one tensor-core product with the same fp32 result up to summation order.
+// y = x W^T for every 2-D attention-side weight (projections, routers, shared experts, dense
+// MLPs, lm_head) on the weight's bf16 copy in DeviceWeights, on the compute stream, x and y
+// copied through device staging buffers. x is split three ways into bf16 (kernels/cuda/
+// cuda_convert.h SplitToBf16x3: hi + mid + lo == x) and one tensor-core product with fp32
+// accumulation takes the three: the result is the host path's (oneDNN fp32 on the widened
+// bf16 weights) up to summation order, at the weights' bf16 bytes of VRAM, held once.
 //
-// Null on the host device (the host Linear runs there) and when the fp32 weights do not fit
-// `vram_bytes_available` (then a log line says so, and the host Linear runs).
+// Null on the host device (the host Linear runs there).
 #ifndef WRITESCOPE_GPU_WORKER_DEVICE_LINEAR_H_
 #define WRITESCOPE_GPU_WORKER_DEVICE_LINEAR_H_
 
@@ -19,6 +17,7 @@
 #include "common/logit_row_stats.h"
 #include "common/model_weights.h"
 #include "gpu_worker/device.h"
+#include "gpu_worker/device_weights.h"
 #include "kernels/model/decoder_ops.h"
 
 namespace writescope::gpu {
@@ -35,7 +34,7 @@ class DeviceLinear {
                                       const kernels::model::LinearWeight& w,
                                       LogitRowStats* stats) = 0;
   // MLA's per-head products with kv_b (kernels/model/mla.h MlaAbsorbQuery, MlaApplyUv): one
-  // strided-batched product over the heads on the device's fp32 copy of kv_b.
+  // strided-batched product over the heads on the device's copy of kv_b.
   virtual absl::Status MlaAbsorb(const kernels::model::MlaDims& dims, const float* q, int64_t tokens,
                                  const kernels::model::LinearWeight& kv_b, float* q_absorbed) = 0;
   virtual absl::Status MlaUv(const kernels::model::MlaDims& dims, const float* o_latent,
@@ -48,14 +47,26 @@ class DeviceLinear {
                               const kernels::model::LinearWeight& gate,
                               const kernels::model::LinearWeight& up,
                               const kernels::model::LinearWeight& down, float* y) = 0;
-  // Device bytes of the widened weights.
-  virtual uint64_t weight_bytes() const = 0;
+  // Device bytes of its staging buffers and split scratch (inside VramBudget's workspace):
+  // the weights are DeviceWeights'.
+  virtual uint64_t scratch_bytes() const = 0;
 };
 
-// The backend for `device` over the attention-side `weights` (both must outlive it).
-absl::StatusOr<std::unique_ptr<DeviceLinear>> CreateDeviceLinear(Device* device,
-                                                                 const ModelWeights& weights,
-                                                                 uint64_t vram_bytes_available);
+struct DeviceLinearOptions {
+  // At most this many bytes of split scratch a product: the tokens go in chunks that fit (a
+  // decode step's products are one chunk; a prefill's lm_head would need gigabytes at once).
+  uint64_t split_scratch_bytes = uint64_t{64} << 20;
+  // The inner dimension of a product in slices of this many (0: whole), each slice's result
+  // accumulated on the tensor cores and the slices added in fp32 (cuda_linear.cc says why).
+  // Not for the logits' product.
+  int64_t k_slice = 512;
+};
+
+// The backend for `device` over the attention-side `weights` and their device copies
+// `device_weights` (all must outlive it).
+absl::StatusOr<std::unique_ptr<DeviceLinear>> CreateDeviceLinear(
+    Device* device, const ModelWeights& weights, const DeviceWeights& device_weights,
+    const DeviceLinearOptions& options = {});
 
 }  // namespace writescope::gpu
 

@@ -23,27 +23,20 @@ constexpr absl::Duration kChannelTimeout = absl::Seconds(5);
 // Synthetic weights shrunk to fewer layers than the real model (the benchmarks) would leave
 // nearly all of the VRAM budget to hot experts. Their resident set is sized instead as the
 // full model's: the room the budget leaves at the real layer count (its attention-side bf16
-// weights and their fp32 copies, the KV budget, the workspace, the streaming buffers), over
-// the real model's MoE layers, times this model's. 0 when the model is not shrunk.
+// weights, which the matrix products use in place, the KV budget, the workspace, the
+// streaming buffers), over the real model's MoE layers, times this model's. 0 when the model
+// is not shrunk.
 absl::StatusOr<uint64_t> ShrunkModelHotBytes(const ModelSource& source, const ModelConfig& here,
                                              const VramBudget& budget, uint64_t kv_bytes,
                                              uint64_t streaming_bytes) {
   if (source.synthetic_arch.empty()) return 0;
   WS_ASSIGN_OR_RETURN(const ModelConfig full, ModelConfig::ForSyntheticArch(source.synthetic_arch));
   if (full.num_layers <= here.num_layers) return 0;
-  uint64_t bf16 = 0, fp32 = 0;
-  bool has_lm_head = false;
-  const std::vector<TensorSpec> specs = ExpectedTensors(full);
-  for (const TensorSpec& spec : specs) has_lm_head |= spec.name == "lm_head.weight";
-  for (const TensorSpec& spec : specs) {
-    if (spec.side != WorkerSide::kGpu) continue;
-    bf16 += spec.bf16_bytes();
-    // CudaLinear's rule: every 2-D tensor but an untied embedding table.
-    if (spec.shape.size() == 2 && !(spec.name == "model.embed_tokens.weight" && has_lm_head)) {
-      fp32 += 2 * spec.bf16_bytes();
-    }
+  uint64_t bf16 = 0;
+  for (const TensorSpec& spec : ExpectedTensors(full)) {
+    if (spec.side == WorkerSide::kGpu) bf16 += spec.bf16_bytes();
   }
-  const uint64_t used = bf16 + fp32 + kv_bytes + budget.workspace_bytes + streaming_bytes;
+  const uint64_t used = bf16 + kv_bytes + budget.workspace_bytes + streaming_bytes;
   if (used >= budget.total_bytes) return 1;  // no room: 1 byte holds no expert
   const uint64_t room = budget.total_bytes - used;
   const int64_t full_moe = full.num_moe_layers();
@@ -103,13 +96,11 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   if (request.vram_budget_bytes() > 0) budget.total_bytes = request.vram_budget_bytes();
   WS_ASSIGN_OR_RETURN(device_weights_,
                       DeviceWeights::Upload(*weights_, device_.get(), budget, config.gpu_bytes()));
-  // What is left of the budget after weights, KV and workspace.
+  // What is left of the budget after weights, KV and workspace (the matrix products' scratch
+  // is workspace: they run on the weights' copies above).
   const uint64_t used = device_weights_->bytes() + config.gpu_bytes() + budget.workspace_bytes;
-  WS_RETURN_IF_ERROR(check_cancelled("the fp32 weight copies"));
-  WS_ASSIGN_OR_RETURN(linear_, CreateDeviceLinear(device_.get(), *weights_,
-                                                  budget.total_bytes > used ? budget.total_bytes - used : 0));
-  const uint64_t linear_bytes = linear_ != nullptr ? linear_->weight_bytes() : 0;
-  const uint64_t left = budget.total_bytes > used + linear_bytes ? budget.total_bytes - used - linear_bytes : 0;
+  WS_ASSIGN_OR_RETURN(linear_, CreateDeviceLinear(device_.get(), *weights_, *device_weights_));
+  const uint64_t left = budget.total_bytes > used ? budget.total_bytes - used : 0;
   const bool stream_experts =
       options_.stream_experts == "on" || (options_.stream_experts == "auto" && device_->is_cuda());
   internal::LoadResponse response;
@@ -255,7 +246,7 @@ internal::WorkerStats GpuWorker::Stats() {
   stats.set_steps(steps_.load());
   if (loaded_.load()) {
     stats.set_device_bytes(device_weights_->bytes() + kv_cache_->device_bytes() +
-                           (linear_ != nullptr ? linear_->weight_bytes() : 0) +
+                           (linear_ != nullptr ? linear_->scratch_bytes() : 0) +
                            (experts_ != nullptr ? experts_->device_bytes() : 0));
     if (const HotExperts* hot = step_->hot_experts(); hot != nullptr) {
       internal::HotExpertsState* out = stats.mutable_hot_experts();

@@ -1,5 +1,6 @@
-// DeviceLinear on the CUDA device: cuBLAS SGEMM over fp32 copies of the weights; SwiGLU
-// MLPs as one chain on the device.
+// DeviceLinear on the CUDA device: bf16 tensor-core products (cuBLAS) over the weights'
+// bf16 copies in DeviceWeights, with x split three ways into bf16; SwiGLU MLPs as one chain
+// on the device.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/model_tensors.h"
@@ -26,51 +28,32 @@ absl::Status CublasStatus(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": cuBLAS status ", static_cast<int>(status)));
 }
-absl::Status AsStatus(cublasStatus_t status, const char* what) { return CublasStatus(status, what); }
-absl::Status AsStatus(absl::Status status, const char*) { return status; }
 
 class CudaLinear final : public DeviceLinear {
  public:
-  explicit CudaLinear(Device* device) : device_(device), bounce_(device) {}
+  CudaLinear(Device* device, const DeviceLinearOptions& options)
+      : device_(device), options_(options), bounce_(device) {}
   ~CudaLinear() override {
     if (handle_ != nullptr) cublasDestroy(handle_);
   }
 
-  absl::Status Init(const ModelWeights& weights, uint64_t vram_bytes_available) {
-    // Every 2-D attention-side tensor but the embedding table (a gather, not a product),
-    // unless it is also lm_head (tied).
-    // lm_head stays bf16 (SplitProduct): at decode its fp32 SGEMM was the largest product of
-    // a step (0.94 ms at DeepSeek batch 32 on the H200, against 0.11 for one bf16 product of
-    // that shape, run 181).
-    const Bf16Tensor* lm_head = weights.Find("lm_head.weight");
-    std::vector<const Bf16Tensor*> tensors;
-    uint64_t bytes = 0, split_bytes = 0;
+  // Every 2-D attention-side tensor is a product's weight where DeviceWeights holds it: no
+  // copy of its own (until session 36 every one but lm_head was widened to a second, fp32
+  // copy: twice its bf16 bytes of VRAM more, which now go to hot experts).
+  absl::Status Init(const ModelWeights& weights, const DeviceWeights& device_weights) {
     for (const TensorSpec& spec : weights.specs()) {
       if (spec.shape.size() != 2 || spec.side != WorkerSide::kGpu) continue;
       const Bf16Tensor* tensor = weights.Find(spec.name);
       if (tensor == nullptr) continue;
-      if (spec.name == "model.embed_tokens.weight" &&
-          (lm_head == nullptr || lm_head->data != tensor->data)) {
-        continue;
+      const uint16_t* device_copy = device_weights.Find(spec.name);
+      if (device_copy == nullptr) {
+        return absl::InternalError(absl::StrCat(spec.name, " has no copy in device memory"));
       }
-      if (weights_.contains(tensor->data) || split_weights_.contains(tensor->data)) continue;
-      if (lm_head != nullptr && tensor->data == lm_head->data) {
-        split_weights_[tensor->data] = nullptr;
-        split_bytes += 2 * static_cast<uint64_t>(tensor->numel());
-        continue;
+      weights_[tensor->data] = device_copy;
+      // The logits' product (lm_head, or a tied embedding table) goes unsliced.
+      if (spec.name == "lm_head.weight" || spec.name == "model.embed_tokens.weight") {
+        logits_weights_.insert(tensor->data);
       }
-      weights_[tensor->data] = nullptr;
-      tensors.push_back(tensor);
-      bytes += 4 * static_cast<uint64_t>(tensor->numel());
-    }
-    uint64_t largest = 0;
-    for (const Bf16Tensor* t : tensors) largest = std::max<uint64_t>(largest, t->numel());
-    // The widening goes through a bf16 staging buffer of the largest tensor (freed after).
-    if (bytes + split_bytes + 2 * largest > vram_bytes_available) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "weights for the GPU matrix products need ", bytes, " bytes in fp32 and ", split_bytes,
-          " in bf16 (+ ", 2 * largest, " of staging), ", vram_bytes_available,
-          " are left in the VRAM budget"));
     }
     if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) {
       handle_ = nullptr;
@@ -79,35 +62,10 @@ class CudaLinear final : public DeviceLinear {
     WS_RETURN_IF_ERROR(CublasStatus(
         cublasSetStream(handle_, static_cast<cudaStream_t>(device_->native_stream(Stream::kCompute))),
         "cublasSetStream"));
-    // Exact fp32 products, not TF32.
-    WS_RETURN_IF_ERROR(
-        CublasStatus(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
-    WS_ASSIGN_OR_RETURN(buffer_, DeviceBuffer::Allocate(device_, std::max<uint64_t>(bytes, 256)));
-    WS_ASSIGN_OR_RETURN(DeviceBuffer staging, DeviceBuffer::Allocate(device_, 2 * largest));
-    uint64_t offset = 0;
-    for (const Bf16Tensor* t : tensors) {
-      float* dst = reinterpret_cast<float*>(static_cast<std::byte*>(buffer_.data()) + offset);
-      WS_RETURN_IF_ERROR(
-          device_->CopyToDevice(staging.data(), t->data, 2 * t->numel(), Stream::kCompute));
-      WS_RETURN_IF_ERROR(kernels::cuda::Bf16ToFloat(static_cast<const uint16_t*>(staging.data()),
-                                                     dst, t->numel(),
-                                                     device_->native_stream(Stream::kCompute)));
-      // The staging buffer is reused: one tensor at a time.
-      WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
-      weights_[t->data] = dst;
-      offset += 4 * static_cast<uint64_t>(t->numel());
-    }
-    if (split_bytes > 0) {
-      WS_ASSIGN_OR_RETURN(split_buffer_, DeviceBuffer::Allocate(device_, split_bytes));
-      WS_RETURN_IF_ERROR(device_->CopyToDevice(split_buffer_.data(), lm_head->data, split_bytes,
-                                               Stream::kCompute));
-      WS_RETURN_IF_ERROR(device_->Synchronize(Stream::kCompute));
-      split_weights_[lm_head->data] = static_cast<const uint16_t*>(split_buffer_.data());
-    }
-    bytes_ = bytes + split_bytes;
-    WS_LOG(INFO) << "GPU matrix products: " << tensors.size() << " weights widened to fp32, "
-                 << bytes << " bytes of VRAM (cuBLAS SGEMM); lm_head in bf16, " << split_bytes
-                 << " bytes (three bf16 products a call)";
+    WS_LOG(INFO) << "GPU matrix products: " << weights_.size()
+                 << " bf16 weights in device memory, x split three ways into bf16, the inner "
+                 << "dimension in slices of " << options_.k_slice << ", at most "
+                 << options_.split_scratch_bytes << " bytes of split scratch a call";
     return absl::OkStatus();
   }
 
@@ -115,7 +73,7 @@ class CudaLinear final : public DeviceLinear {
                       float* y) override {
     if (tokens == 0) return absl::OkStatus();
     return Product(x, 4 * static_cast<uint64_t>(tokens * w.in_features), y,
-                   4 * static_cast<uint64_t>(tokens * w.out_features), "Linear",
+                   4 * static_cast<uint64_t>(tokens * w.out_features),
                    [&](const float* dx, float* dy) { return QueueProduct(w, dx, tokens, dy); });
   }
 
@@ -142,23 +100,20 @@ class CudaLinear final : public DeviceLinear {
                       const kernels::model::LinearWeight& down, float* y) override {
     WS_RETURN_IF_ERROR(kernels::model::ValidateSwiGluShapes(gate, up, down));
     if (tokens == 0) return absl::OkStatus();
-    WS_ASSIGN_OR_RETURN(const float* w_gate, DeviceWeight(gate));
-    WS_ASSIGN_OR_RETURN(const float* w_up, DeviceWeight(up));
-    WS_ASSIGN_OR_RETURN(const float* w_down, DeviceWeight(down));
     const uint64_t mid_bytes = 4 * static_cast<uint64_t>(tokens * gate.out_features);
     WS_RETURN_IF_ERROR(Grow(&gate_, mid_bytes));
     WS_RETURN_IF_ERROR(Grow(&up_, mid_bytes));
     auto* g = static_cast<float*>(gate_.data());
     auto* u = static_cast<float*>(up_.data());
     return Product(x, 4 * static_cast<uint64_t>(tokens * gate.in_features), y,
-                   4 * static_cast<uint64_t>(tokens * down.out_features), "SwiGlu",
+                   4 * static_cast<uint64_t>(tokens * down.out_features),
                    [&](const float* dx, float* dy) -> absl::Status {
-                     WS_RETURN_IF_ERROR(Sgemm(w_gate, gate, dx, tokens, g));
-                     WS_RETURN_IF_ERROR(Sgemm(w_up, up, dx, tokens, u));
+                     WS_RETURN_IF_ERROR(QueueProduct(gate, dx, tokens, g));
+                     WS_RETURN_IF_ERROR(QueueProduct(up, dx, tokens, u));
                      WS_RETURN_IF_ERROR(kernels::cuda::SiluMulInPlace(
                          g, u, tokens * gate.out_features,
                          device_->native_stream(Stream::kCompute)));
-                     return Sgemm(w_down, down, g, tokens, dy);
+                     return QueueProduct(down, g, tokens, dy);
                    });
   }
 
@@ -168,20 +123,24 @@ class CudaLinear final : public DeviceLinear {
   absl::Status MlaAbsorb(const kernels::model::MlaDims& d, const float* q, int64_t tokens,
                          const kernels::model::LinearWeight& kv_b, float* q_absorbed) override {
     if (tokens == 0) return absl::OkStatus();
-    WS_ASSIGN_OR_RETURN(const float* w, DeviceWeight(kv_b));
+    WS_ASSIGN_OR_RETURN(const uint16_t* w, DeviceWeight(kv_b));
     const int64_t qd = d.q_head_dim(), latent = d.latent_dim(), heads = d.num_heads;
-    const int64_t head_rows = d.kv_b_rows_per_head() * d.kv_lora_rank;
-    WS_RETURN_IF_ERROR(Product(
-        q, 4 * static_cast<uint64_t>(tokens * heads * qd), q_absorbed,
-        4 * static_cast<uint64_t>(tokens * heads * latent), "cublasSgemmStridedBatched (MLA absorb)",
-        [&](const float* dx, float* dy) {
-          const float alpha = 1.0f, beta = 0.0f;
-          return cublasSgemmStridedBatched(
-              handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d.kv_lora_rank),
-              static_cast<int>(tokens), static_cast<int>(d.qk_nope), &alpha, w,
-              static_cast<int>(d.kv_lora_rank), head_rows, dx, static_cast<int>(heads * qd), qd,
-              &beta, dy, static_cast<int>(heads * latent), latent, static_cast<int>(heads));
-        }));
+    const HeadProducts products = {.op_w = CUBLAS_OP_N,
+                                   .m = d.kv_lora_rank,
+                                   .k = d.qk_nope,
+                                   .w = w,
+                                   .ldw = d.kv_lora_rank,
+                                   .w_head_stride = d.kv_b_rows_per_head() * d.kv_lora_rank,
+                                   .x_row = heads * qd,
+                                   .x_head_stride = qd,
+                                   .y_row = heads * latent,
+                                   .y_head_stride = latent,
+                                   .heads = heads};
+    WS_RETURN_IF_ERROR(Product(q, 4 * static_cast<uint64_t>(tokens * heads * qd), q_absorbed,
+                               4 * static_cast<uint64_t>(tokens * heads * latent),
+                               [&](const float* dx, float* dy) {
+                                 return QueueHeadProducts(products, dx, tokens, dy);
+                               }));
     for (int64_t r = 0; r < tokens * heads; ++r) {
       std::copy_n(q + r * qd + d.qk_nope, d.qk_rope, q_absorbed + r * latent + d.kv_lora_rank);
     }
@@ -194,93 +153,156 @@ class CudaLinear final : public DeviceLinear {
   absl::Status MlaUv(const kernels::model::MlaDims& d, const float* o_latent, int64_t tokens,
                      const kernels::model::LinearWeight& kv_b, float* out) override {
     if (tokens == 0) return absl::OkStatus();
-    WS_ASSIGN_OR_RETURN(const float* w, DeviceWeight(kv_b));
+    WS_ASSIGN_OR_RETURN(const uint16_t* w, DeviceWeight(kv_b));
     const int64_t heads = d.num_heads, rank = d.kv_lora_rank;
-    const int64_t head_rows = d.kv_b_rows_per_head() * rank;
-    return Product(
-        o_latent, 4 * static_cast<uint64_t>(tokens * heads * rank), out,
-        4 * static_cast<uint64_t>(tokens * heads * d.v_dim), "cublasSgemmStridedBatched (MLA uv)",
-        [&](const float* dx, float* dy) {
-          const float alpha = 1.0f, beta = 0.0f;
-          return cublasSgemmStridedBatched(
-              handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d.v_dim),
-              static_cast<int>(tokens), static_cast<int>(rank), &alpha, w + d.qk_nope * rank,
-              static_cast<int>(rank), head_rows, dx, static_cast<int>(heads * rank), rank, &beta,
-              dy, static_cast<int>(heads * d.v_dim), d.v_dim, static_cast<int>(heads));
-        });
+    const HeadProducts products = {.op_w = CUBLAS_OP_T,
+                                   .m = d.v_dim,
+                                   .k = rank,
+                                   .w = w + d.qk_nope * rank,
+                                   .ldw = rank,
+                                   .w_head_stride = d.kv_b_rows_per_head() * rank,
+                                   .x_row = heads * rank,
+                                   .x_head_stride = rank,
+                                   .y_row = heads * d.v_dim,
+                                   .y_head_stride = d.v_dim,
+                                   .heads = heads};
+    return Product(o_latent, 4 * static_cast<uint64_t>(tokens * heads * rank), out,
+                   4 * static_cast<uint64_t>(tokens * heads * d.v_dim),
+                   [&](const float* dx, float* dy) {
+                     return QueueHeadProducts(products, dx, tokens, dy);
+                   });
   }
 
-  uint64_t weight_bytes() const override { return bytes_; }
+  uint64_t scratch_bytes() const override {
+    return x_.size() + y_.size() + gate_.size() + up_.size() + stats_.size() + split_x_.size() +
+           split_y_.size();
+  }
 
  private:
+  // One strided-batched product per head (column-major, cuBLAS's terms): for h < heads,
+  // Y_h[m, T] = op(W_h)[m, k] X_h[k, T], W_h at w + h w_head_stride (leading dimension ldw),
+  // X_h the k values at x + t x_row + h x_head_stride, Y_h the m values at
+  // y + t y_row + h y_head_stride. A plain product is the one-head case.
+  struct HeadProducts {
+    cublasOperation_t op_w;
+    int64_t m, k;
+    const uint16_t* w;
+    int64_t ldw, w_head_stride;
+    int64_t x_row, x_head_stride;
+    int64_t y_row, y_head_stride;
+    int64_t heads;
+    int64_t k_slice = 0;  // > 0 and < k: the inner dimension in slices (heads == 1 only)
+  };
+
   // Queues dy[tokens, out] = dx[tokens, in] W^T on the compute stream (device pointers).
   // Row-major y[T, out] = x[T, in] W^T is column-major Y[out, T] = W^T[out, in] X[in, T]
-  // with W row-major [out, in] = column-major [in, out].
-  absl::Status Sgemm(const float* device_w, const kernels::model::LinearWeight& w,
-                     const float* dx, int64_t tokens, float* dy) {
-    const float alpha = 1.0f, beta = 0.0f;
-    return CublasStatus(
-        cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out_features),
-                    static_cast<int>(tokens), static_cast<int>(w.in_features), &alpha, device_w,
-                    static_cast<int>(w.in_features), dx, static_cast<int>(w.in_features), &beta,
-                    dy, static_cast<int>(w.out_features)),
-        "cublasSgemm");
-  }
-
-  // Queues dy[tokens, out] = dx[tokens, in] W^T on the compute stream (device pointers): an
-  // SGEMM on W's fp32 copy, or for a weight kept in bf16 the split product (SplitProduct).
+  // with W row-major [out, in] = column-major [in, out]. The inner dimension goes in slices
+  // (DeviceLinearOptions::k_slice) but for the logits, whose error feeds no later layer and
+  // whose sliced products would outweigh their weight's bytes.
   absl::Status QueueProduct(const kernels::model::LinearWeight& w, const float* dx, int64_t tokens,
                             float* dy) {
-    if (auto it = split_weights_.find(w.data); it != split_weights_.end() && it->second != nullptr) {
-      return SplitProduct(it->second, w, dx, tokens, dy);
-    }
-    WS_ASSIGN_OR_RETURN(const float* device_w, DeviceWeight(w));
-    return Sgemm(device_w, w, dx, tokens, dy);
+    WS_ASSIGN_OR_RETURN(const uint16_t* device_w, DeviceWeight(w));
+    const bool sliced = !logits_weights_.contains(w.data);
+    return QueueHeadProducts({.op_w = CUBLAS_OP_T,
+                              .m = w.out_features,
+                              .k = w.in_features,
+                              .w = device_w,
+                              .ldw = w.in_features,
+                              .w_head_stride = 0,
+                              .x_row = w.in_features,
+                              .x_head_stride = 0,
+                              .y_row = w.out_features,
+                              .y_head_stride = 0,
+                              .heads = 1,
+                              .k_slice = sliced ? options_.k_slice : 0},
+                             dx, tokens, dy);
   }
 
-  // y = x W^T for W in bf16 (exact: the model's weights are bf16) with fp32's result up to the
-  // summation order: x split three ways into bf16 (hi + mid + lo == x, SplitToBf16x3), one
-  // bf16 product of the 3 * tokens rows on the tensor cores with fp32 accumulation (the
+  // The products with W in bf16 (exact: the model's weights are bf16) and fp32's result up
+  // to the summation order: x split three ways into bf16 (hi + mid + lo == x, SplitToBf16x3),
+  // one bf16 product of the 3 T columns on the tensor cores with fp32 accumulation (the
   // products of two bf16 values are exact in fp32), and the three results added. It reads
-  // W's bf16 bytes once: 0.11 ms for DeepSeek's lm_head at 96 rows against the SGEMM's 0.94
-  // at 32 (PyTorch on the H200, run 181).
-  absl::Status SplitProduct(const uint16_t* device_w, const kernels::model::LinearWeight& w,
-                            const float* dx, int64_t tokens, float* dy) {
-    const int64_t in = w.in_features, out = w.out_features;
-    WS_RETURN_IF_ERROR(Grow(&split_x_, 2 * 3 * static_cast<uint64_t>(tokens * in)));
-    WS_RETURN_IF_ERROR(Grow(&split_y_, 4 * 3 * static_cast<uint64_t>(tokens * out)));
+  // W's bf16 bytes once: 0.11 ms for DeepSeek's lm_head at 96 rows against an fp32 SGEMM's
+  // 0.94 at 32 (PyTorch on the H200, run 181).
+  //
+  // The tensor cores' fp32 accumulation is coarser than an FMA chain's: over a whole hidden
+  // size it moved the CUDA e2e's prompt log-probabilities up to 2.5e-3 from the reference
+  // (DeepSeek, 27 layers; 0.7e-3 with SGEMM, run 193). With k_slice, each slice of the inner
+  // dimension is its own product (one strided-batched call over the slices, and one for a
+  // shorter last slice) and SumSplitProducts adds the slices' results in fp32.
+  //
+  // The tokens go in chunks whose parts and products fit the split scratch (a prefill's
+  // lm_head would need gigabytes at once). The three parts of a chunk of n tokens lie one
+  // after the other, so part p of token t is token p n + t of a 3 n-token x with the same
+  // row and head strides.
+  absl::Status QueueHeadProducts(const HeadProducts& p, const float* dx, int64_t tokens,
+                                 float* dy) {
+    const int64_t slice = p.k_slice > 0 && p.k_slice < p.k ? p.k_slice : p.k;
+    const int64_t full_slices = p.k / slice, rest = p.k % slice;
+    const int64_t groups = full_slices + (rest > 0 ? 1 : 0);
+    if (groups > 1 && p.heads > 1) {
+      return absl::InternalError("a product batched over heads is not sliced");
+    }
+    const uint64_t row_bytes =
+        3 * (2 * static_cast<uint64_t>(p.x_row) + 4 * static_cast<uint64_t>(p.y_row * groups));
+    const int64_t chunk = std::clamp<int64_t>(
+        static_cast<int64_t>(options_.split_scratch_bytes / std::max<uint64_t>(row_bytes, 1)), 1,
+        tokens);
+    WS_RETURN_IF_ERROR(Grow(&split_x_, 2 * 3 * static_cast<uint64_t>(chunk * p.x_row)));
+    WS_RETURN_IF_ERROR(Grow(&split_y_, 4 * 3 * static_cast<uint64_t>(chunk * p.y_row * groups)));
     void* stream = device_->native_stream(Stream::kCompute);
     auto* parts = static_cast<uint16_t*>(split_x_.data());
     auto* products = static_cast<float*>(split_y_.data());
-    WS_RETURN_IF_ERROR(kernels::cuda::SplitToBf16x3(dx, tokens * in, parts, stream));
-    // Column-major: Y[out, 3T] = W^T[out, in] X[in, 3T]; bf16 inputs with CUBLAS_COMPUTE_32F
-    // run on the tensor cores with fp32 accumulation (no TF32: the inputs are bf16 already).
-    // The handle's pedantic mode is for the SGEMMs; it is lifted for this call.
-    WS_RETURN_IF_ERROR(
-        CublasStatus(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+    for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+      const int64_t n = std::min(chunk, tokens - t0);
+      WS_RETURN_IF_ERROR(kernels::cuda::SplitToBf16x3(dx + t0 * p.x_row, n * p.x_row, parts, stream));
+      const int64_t group_floats = 3 * n * p.y_row;
+      if (groups == 1) {
+        WS_RETURN_IF_ERROR(Gemm(p, n, p.k, p.w, p.w_head_stride, parts, p.x_head_stride, products,
+                                p.y_head_stride, p.heads));
+      } else {
+        // Slice s: W's rows' entries [s slice, (s + 1) slice) (op T: W^T's columns are its
+        // rows, contiguous in k) against the same entries of each part's rows.
+        WS_RETURN_IF_ERROR(Gemm(p, n, slice, p.w, slice, parts, slice, products, group_floats,
+                                full_slices));
+        if (rest > 0) {
+          const int64_t k0 = full_slices * slice;
+          WS_RETURN_IF_ERROR(Gemm(p, n, rest, p.w + k0, 0, parts + k0, 0,
+                                  products + full_slices * group_floats, 0, 1));
+        }
+      }
+      WS_RETURN_IF_ERROR(kernels::cuda::SumSplitProducts(products, n * p.y_row, groups,
+                                                         dy + t0 * p.y_row, stream));
+    }
+    return absl::OkStatus();
+  }
+
+  // One strided-batched bf16 product of `batch` (column-major, cuBLAS's terms):
+  // C_b[m, 3 n] = op(W_b)[m, k] X_b[k, 3 n] for W_b at w + b w_stride, X_b at x + b x_stride,
+  // C_b at c + b c_stride, with p's leading dimensions. bf16 inputs with CUBLAS_COMPUTE_32F
+  // run on the tensor cores with fp32 accumulation (no TF32: the inputs are bf16 already).
+  absl::Status Gemm(const HeadProducts& p, int64_t n, int64_t k, const uint16_t* w,
+                    int64_t w_stride, const uint16_t* x, int64_t x_stride, float* c,
+                    int64_t c_stride, int64_t batch) {
     const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t status = cublasGemmEx(
-        handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(3 * tokens),
-        static_cast<int>(in), &alpha, device_w, CUDA_R_16BF, static_cast<int>(in), parts,
-        CUDA_R_16BF, static_cast<int>(in), &beta, products, CUDA_R_32F, static_cast<int>(out),
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    WS_RETURN_IF_ERROR(
-        CublasStatus(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
-    WS_RETURN_IF_ERROR(CublasStatus(status, "cublasGemmEx (bf16 split)"));
-    return kernels::cuda::SumThreeParts(products, tokens * out, dy, stream);
+    return CublasStatus(
+        cublasGemmStridedBatchedEx(
+            handle_, p.op_w, CUBLAS_OP_N, static_cast<int>(p.m), static_cast<int>(3 * n),
+            static_cast<int>(k), &alpha, w, CUDA_R_16BF, static_cast<int>(p.ldw), w_stride, x,
+            CUDA_R_16BF, static_cast<int>(p.x_row), x_stride, &beta, c, CUDA_R_32F,
+            static_cast<int>(p.y_row), c_stride, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+            CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx (bf16 split)");
   }
 
   // One product on the compute stream: x (x_bytes, host) in, `gemm`(device x, device y)
-  // queued (a cuBLAS status, or an absl::Status for a chain), y (y_bytes) back to the host,
-  // synchronized.
+  // queued, y (y_bytes) back to the host, synchronized.
   template <typename Gemm>
-  absl::Status Product(const float* x, uint64_t x_bytes, float* y, uint64_t y_bytes,
-                       const char* what, Gemm gemm) {
+  absl::Status Product(const float* x, uint64_t x_bytes, float* y, uint64_t y_bytes, Gemm gemm) {
     WS_RETURN_IF_ERROR(Grow(&x_, x_bytes));
     WS_RETURN_IF_ERROR(Grow(&y_, y_bytes));
     WS_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), x, x_bytes, Stream::kCompute));
-    WS_RETURN_IF_ERROR(
-        AsStatus(gemm(static_cast<const float*>(x_.data()), static_cast<float*>(y_.data())), what));
+    WS_RETURN_IF_ERROR(gemm(static_cast<const float*>(x_.data()), static_cast<float*>(y_.data())));
     return CopyBackAndWait(y, y_.data(), y_bytes);
   }
 
@@ -303,9 +325,9 @@ class CudaLinear final : public DeviceLinear {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<const float*> DeviceWeight(const kernels::model::LinearWeight& w) const {
+  absl::StatusOr<const uint16_t*> DeviceWeight(const kernels::model::LinearWeight& w) const {
     auto it = weights_.find(w.data);
-    if (it == weights_.end() || it->second == nullptr) {
+    if (it == weights_.end()) {
       return absl::InternalError(absl::StrCat("no device copy of a [", w.out_features, ", ",
                                               w.in_features, "] weight"));
     }
@@ -320,26 +342,24 @@ class CudaLinear final : public DeviceLinear {
   }
 
   Device* device_;
+  const DeviceLinearOptions options_;
   cublasHandle_t handle_ = nullptr;
-  DeviceBuffer buffer_;
   DeviceBuffer x_, y_;
   DeviceBuffer gate_, up_;  // SwiGlu's intermediate products [tokens, intermediate]
   DeviceBuffer stats_;      // LinearRowStats' [tokens] stats
-  absl::flat_hash_map<const uint16_t*, const float*> weights_;  // host bf16 -> device fp32
-  DeviceBuffer split_buffer_;  // the weights kept in bf16 (lm_head)
-  absl::flat_hash_map<const uint16_t*, const uint16_t*> split_weights_;  // host -> device bf16
-  DeviceBuffer split_x_, split_y_;  // SplitProduct's [3 tokens, in] parts, [3 tokens, out]
+  absl::flat_hash_map<const uint16_t*, const uint16_t*> weights_;  // host bf16 -> device bf16
+  absl::flat_hash_set<const uint16_t*> logits_weights_;  // host bf16 of the unsliced products
+  DeviceBuffer split_x_, split_y_;  // a chunk's [3 n, x_row] bf16 parts, [3 n, y_row] products
   PinnedArray<std::byte> bounce_;   // CopyBackAndWait's way to a pageable destination
-  uint64_t bytes_ = 0;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceLinear>> CreateCudaDeviceLinear(Device* device,
-                                                                     const ModelWeights& weights,
-                                                                     uint64_t vram_bytes_available) {
-  auto linear = std::make_unique<CudaLinear>(device);
-  WS_RETURN_IF_ERROR(linear->Init(weights, vram_bytes_available));
+absl::StatusOr<std::unique_ptr<DeviceLinear>> CreateCudaDeviceLinear(
+    Device* device, const ModelWeights& weights, const DeviceWeights& device_weights,
+    const DeviceLinearOptions& options) {
+  auto linear = std::make_unique<CudaLinear>(device, options);
+  WS_RETURN_IF_ERROR(linear->Init(weights, device_weights));
   return std::unique_ptr<DeviceLinear>(std::move(linear));
 }
 

@@ -41,10 +41,15 @@ __global__ void SplitToBf16x3Kernel(const float* __restrict__ x, int64_t n,
   }
 }
 
-__global__ void SumThreePartsKernel(const float* parts, int64_t n, float* y) {
+__global__ void SumSplitProductsKernel(const float* parts, int64_t n, int64_t groups, float* y) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    y[i] = (parts[i] + parts[n + i]) + parts[2 * n + i];
+    float sum = 0.0f;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* group = parts + 3 * n * g;
+      sum += (group[i] + group[n + i]) + group[2 * n + i];
+    }
+    y[i] = sum;
   }
 }
 
@@ -133,8 +138,11 @@ absl::Status SplitToBf16x3(const float* x, int64_t n, uint16_t* parts, void* str
   return LaunchElementwise(SplitToBf16x3Kernel, n, 4096, stream, "SplitToBf16x3", x, n, parts);
 }
 
-absl::Status SumThreeParts(const float* parts, int64_t n, float* y, void* stream) {
-  return LaunchElementwise(SumThreePartsKernel, n, 4096, stream, "SumThreeParts", parts, n, y);
+absl::Status SumSplitProducts(const float* parts, int64_t n, int64_t groups, float* y,
+                              void* stream) {
+  if (groups < 1) return absl::InvalidArgumentError("SumSplitProducts needs a group at least");
+  return LaunchElementwise(SumSplitProductsKernel, n, 4096, stream, "SumSplitProducts", parts, n,
+                           groups, y);
 }
 
 absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* stream) {

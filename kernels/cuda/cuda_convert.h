@@ -24,13 +24,17 @@ absl::Status SiluMulInPlace(float* gate, const float* up, int64_t n, void* strea
 // zero in bf16 (bf16 has fp32's exponent range: all but x within 2^16 of the smallest normal).
 // parts[i] = hi, parts[n + i] = mid, parts[2n + i] = lo (bf16 bit patterns). A product with a
 // bf16 matrix W then runs as one bf16 product over the 3n values with fp32 accumulation, W x
-// = W hi + W mid + W lo, and SumThreeParts adds the three results: fp32's value up to the
-// summation order, at bf16's bytes of W. Device pointers, asynchronous.
+// = W hi + W mid + W lo, and SumSplitProducts adds the three results: fp32's value up to the
+// summation order and the tensor cores' accumulation, at bf16's bytes of W. Device
+// pointers, asynchronous.
 absl::Status SplitToBf16x3(const float* x, int64_t n, uint16_t* parts, void* stream);
 
-// y[i] = (parts[i] + parts[n + i]) + parts[2n + i] for i < n: the three products of a split
-// (SplitToBf16x3) added, the largest first. Device pointers, asynchronous; y may be parts.
-absl::Status SumThreeParts(const float* parts, int64_t n, float* y, void* stream);
+// The three products of a split (SplitToBf16x3) added, the largest first, for `groups`
+// slices of the inner dimension one after the other: parts is [groups][3][n] and
+// y[i] = sum over g in order of (parts[g][0][i] + parts[g][1][i]) + parts[g][2][i], in fp32,
+// for i < n. Device pointers, asynchronous; y may be parts. INVALID_ARGUMENT for groups < 1.
+absl::Status SumSplitProducts(const float* parts, int64_t n, int64_t groups, float* y,
+                              void* stream);
 
 // dst[0, bytes) = src[0, bytes), asynchronous, by the SMs (not a copy engine): `src` may be
 // host memory mapped into the device's address space (a registered or cudaHostAllocMapped

@@ -55,7 +55,15 @@ ARCHS = ("qwen3_moe", "mixtral", "deepseek_v2")
 POLICIES = ("transfer-all", "cpu-all", "static:0.5", "writescope", "monolithic")
 
 # Tolerances.
-REF_LOGPROB_TOL = 2e-3  # trio vs the single-process forward (same kernels, same math)
+# Trio vs the single-process forward: on the host device the same kernels, the same math.
+# On a CUDA device the GPU's kernels round differently (its attention; its matrix products,
+# bf16 tensor-core products of x split three ways into bf16, as accurate as the host's fp32
+# over an inner dimension of 4096 in device_linear_test), and the small synthetic models
+# amplify such roundings:
+# DeepSeek's periodic prompt moved 3.8e-5 from the reference on the host device, 7.3e-4 with
+# fp32 SGEMM products on the H200 (run 189), 2.5e-3 at one of 529 positions with the split
+# products (median 4.9e-5; runs 193-195).
+REF_LOGPROB_TOL = 4e-3 if os.environ.get("WS_E2E_DEVICE", "host") == "cuda" else 2e-3
 REF_MARGIN_MIN = 1e-3  # greedy compared up to the first reference near-tie
 HF_MARGIN_MIN = 0.05  # greedy compared up to the first transformers near-tie
 HF_MEDIAN_TOL = 0.02  # prompt logprobs vs transformers: median |diff|

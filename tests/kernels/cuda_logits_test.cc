@@ -170,33 +170,48 @@ TEST(SplitToBf16x3Test, ThePartsAddUpToXExactly) {
   }
 }
 
-// The three products' sum: (a + b) + c in fp32, in place too.
-TEST(SumThreePartsTest, AddsTheLargestFirst) {
+// The split products' sum: (a + b) + c in fp32 for each group, the groups added in order, in
+// place too; no group refused.
+class SumSplitProductsTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(SumSplitProductsTest, AddsTheLargestFirstAndTheGroupsInOrder) {
   SKIP_WITHOUT_GPU();
-  const int64_t n = 1001;
-  std::vector<float> parts(3 * n);
-  for (int64_t i = 0; i < n; ++i) {
-    parts[i] = 1.0f + i;
-    parts[n + i] = std::ldexp(1.0f, -20) * (i % 7);
-    parts[2 * n + i] = -std::ldexp(1.0f, -30) * (i % 5);
+  const int64_t n = 1001, groups = GetParam();
+  std::vector<float> parts(3 * n * groups);
+  for (int64_t g = 0; g < groups; ++g) {
+    float* group = parts.data() + 3 * n * g;
+    for (int64_t i = 0; i < n; ++i) {
+      group[i] = (g % 2 == 0 ? 1.0f : -0.75f) * (1.0f + i) + g;
+      group[n + i] = std::ldexp(1.0f, -20) * ((i + g) % 7);
+      group[2 * n + i] = -std::ldexp(1.0f, -30) * ((i * (g + 1)) % 5);
+    }
   }
   Buffer device_parts = Buffer::From(parts);
   std::vector<float> init(n + 2, 7.0f);
   Buffer device_y = Buffer::From(init);
-  ASSERT_TRUE(SumThreeParts(device_parts.as<float>(), n, device_y.as<float>(), nullptr).ok());
-  ASSERT_TRUE(
-      SumThreeParts(device_parts.as<float>(), n, device_parts.as<float>(), nullptr).ok());
+  ASSERT_TRUE(SumSplitProducts(device_parts.as<float>(), n, groups, device_y.as<float>(), nullptr).ok());
+  ASSERT_TRUE(SumSplitProducts(device_parts.as<float>(), n, groups, device_parts.as<float>(),
+                               nullptr)
+                  .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> y = device_y.ToHost<float>();
   const std::vector<float> in_place = device_parts.ToHost<float>();
   for (int64_t i = 0; i < n; ++i) {
-    const float want = (parts[i] + parts[n + i]) + parts[2 * n + i];
+    float want = 0.0f;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* group = parts.data() + 3 * n * g;
+      want += (group[i] + group[n + i]) + group[2 * n + i];
+    }
     EXPECT_EQ(y[i], want) << i;
     EXPECT_EQ(in_place[i], want) << i;
   }
   EXPECT_EQ(y[n], 7.0f);
   EXPECT_EQ(y[n + 1], 7.0f);
+  EXPECT_EQ(SumSplitProducts(device_parts.as<float>(), n, 0, device_y.as<float>(), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
 }
+
+INSTANTIATE_TEST_SUITE_P(Groups, SumSplitProductsTest, ::testing::Values(1, 2, 5));
 
 }  // namespace
 }  // namespace writescope::kernels::cuda

@@ -3,8 +3,9 @@
 // MLPs, lm_head) on the weight's bf16 copy in DeviceWeights, on the compute stream, x and y
 // copied through device staging buffers. x is split three ways into bf16 (kernels/cuda/
 // cuda_convert.h SplitToBf16x3: hi + mid + lo == x) and one tensor-core product with fp32
-// accumulation takes the three: the result is the host path's (oneDNN fp32 on the widened
-// bf16 weights) up to summation order, at the weights' bf16 bytes of VRAM, held once.
+// accumulation takes the three, the inner dimension in slices added in fp32: as accurate as
+// the host path's (oneDNN fp32 on the widened bf16 weights; device_linear_test), at the
+// weights' bf16 bytes of VRAM, held once.
 //
 // Null on the host device (the host Linear runs there).
 #ifndef WRITESCOPE_GPU_WORKER_DEVICE_LINEAR_H_

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <string>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"

@@ -11,13 +11,6 @@
 namespace writescope::kernels::cuda {
 namespace {
 
-__global__ void WidenBf16(const uint16_t* __restrict__ src, float* __restrict__ dst, int64_t n) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    dst[i] = internal::Bf16(src[i]);
-  }
-}
-
 __global__ void SiluMulKernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -128,10 +121,6 @@ absl::Status CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
   CopyBytesKernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), vectors, bytes);
   return LaunchStatus("CopyBytes");
-}
-
-absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* stream) {
-  return LaunchElementwise(WidenBf16, n, 65536, stream, "Bf16ToFloat", src, dst, n);
 }
 
 absl::Status SplitToBf16x3(const float* x, int64_t n, uint16_t* parts, void* stream) {

@@ -10,9 +10,6 @@
 
 namespace writescope::kernels::cuda {
 
-// dst[i] = float(src[i]) for bf16 bit patterns src (exact), device pointers, asynchronous.
-absl::Status Bf16ToFloat(const uint16_t* src, float* dst, int64_t n, void* stream);
-
 // gate[i] = silu(gate[i]) * up[i], the SwiGLU activation, for device pointers, asynchronous:
 // computed as the host's kernels/model SiluMul computes it (g / (1 + e^-g) in double,
 // rounded to fp32, times up in fp32), so both paths agree to an ulp of the exponential.

@@ -98,6 +98,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
       coordinator->placement_.get(), initial, &coordinator->gpu_worker_,
       &coordinator->cpu_worker_, &coordinator->metrics_);
   WS_LOG(INFO) << "steps of up to " << engine.max_step_tokens << " tokens";
+  coordinator->engine_->set_block_copier(
+      [c = coordinator.get()](KvBlockRef from, KvBlockRef to) {
+        return CopyKvBlock(*c->arena_, c->options_.kv, from, to);
+      });
   coordinator->engine_->set_on_step_failure(
       [c = coordinator.get()] { c->check_now_.store(true); });
   WS_RETURN_IF_ERROR(coordinator->StartMetrics());
@@ -422,6 +426,8 @@ absl::StatusOr<v1::ServerInfo> Coordinator::ServerInfo() {
   const EngineCounts counts = engine_->Counts();
   info.set_requests_running(counts.running);
   info.set_requests_waiting(counts.waiting);
+  info.set_resplit_blocks(counts.resplit_blocks);
+  info.set_resplit_ms(counts.resplit_ms);
   info.set_queue_capacity(options_.engine.queue_capacity);
   info.set_metrics_address(metrics_address_);
   auto set_calibration = [](const Engine::PathCalibration& calibration,

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/fixed_array.h"
@@ -397,6 +399,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_early_rounds_missed(r.early_rounds_missed);
       step->set_transfer_ms(r.transfer_ms);
       step->set_gpu_waited_cpu_ms(r.gpu_waited_cpu_ms);
+      step->set_resplit_ms(r.resplit_ms);
+      step->set_resplit_blocks(r.resplit_blocks);
     }
   }
   if (response.steps_size() == 0) {
@@ -613,6 +617,7 @@ absl::Status Engine::SwitchScheduler(Scheduler* scheduler) {
   WS_LOG(INFO) << "policy " << scheduler_->policy().ToString() << " -> "
                << scheduler->policy().ToString();
   scheduler_ = scheduler;
+  resplit_target_ = std::numeric_limits<double>::quiet_NaN();
   return absl::OkStatus();
 }
 
@@ -794,10 +799,40 @@ absl::Status Engine::RunOneStep() {
   uint32_t budget = max_step_tokens_;
   bool any_prefill = false;
   ReadDecision read;
+  double resplit_ms = 0;
+  uint64_t resplit_blocks = 0;
   {
     SpanRecorder::Scope span(&spans_, "planning", plan.step_id());
     std::lock_guard<std::mutex> lock(*placement_mutex_);
     plan.set_cpu_share(scheduler_->target_cpu_share());
+    // A monolithic cache has one physical state: a new target moves the placed blocks.
+    if (block_copier_ && scheduler_->policy().kind == PolicyKind::kMonolithic &&
+        scheduler_->target_cpu_share() != resplit_target_) {
+      SpanRecorder::Scope resplit_span(&spans_, "resplit", plan.step_id());
+      const auto resplit_start = std::chrono::steady_clock::now();
+      const double target = scheduler_->target_cpu_share();
+      absl::StatusOr<ResplitStats> moved =
+          ApplyResplit(*placement_, PlanResplit(*placement_, target), block_copier_);
+      resplit_target_ = target;
+      resplit_ms = MillisSince(resplit_start);
+      // The moves before a failure are done too: the gpu_worker must drop the rounds it
+      // queued early, at the next step it runs.
+      kv_moved_unsent_ = kv_moved_unsent_ || !moved.ok() || moved->blocks > 0;
+      if (!moved.ok()) {
+        return absl::InternalError(absl::StrCat("re-splitting the KV to a CPU share of ", target,
+                                                ": ", moved.status().ToString()));
+      }
+      resplit_blocks = moved->blocks;
+      {
+        std::lock_guard<std::mutex> counts_lock(mutex_);
+        counts_.resplit_blocks += moved->blocks;
+        counts_.resplit_ms += resplit_ms;
+      }
+      if (moved->skipped > 0) {
+        WS_LOG(WARNING) << "re-split to a CPU share of " << target << ": " << moved->skipped
+                        << " block moves skipped (their region is full)";
+      }
+    }
     // Decode tokens first: generating sequences never wait behind a long prompt.
     for (const auto& r : running_) {
       if (r->pending_token < 0 || budget == 0) continue;
@@ -892,6 +927,8 @@ absl::Status Engine::RunOneStep() {
   StepRecord record;
   record.step_id = plan.step_id();
   record.target_cpu_share = plan.cpu_share();
+  record.resplit_ms = resplit_ms;
+  record.resplit_blocks = resplit_blocks;
   record.explore = read.explore;
   record.predicted_split_ms = read.split_ns * model_.num_layers / 1e6;
   record.predicted_gpu_only_ms = read.gpu_only_ns * model_.num_layers / 1e6;
@@ -926,6 +963,7 @@ absl::Status Engine::RunOneStep() {
   absl::StatusOr<internal::StepResult> gpu_result = absl::UnknownError("not run");
   {
     SpanRecorder::Scope span(&spans_, "workers", plan.step_id());
+    plan.set_kv_moved(std::exchange(kv_moved_unsent_, false));
     std::thread cpu_call([&] { cpu_result = cpu_worker_->RunStep(plan, options_.step_timeout); });
     gpu_result = gpu_worker_->RunStep(plan, options_.step_timeout);
     if (!gpu_result.ok()) cpu_worker_->CancelStep(plan.step_id());

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,6 +46,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/placement.h"
 #include "coordinator/request_validation.h"
+#include "coordinator/resplit.h"
 #include "common/sampler.h"
 #include "coordinator/scheduler.h"
 #include "writescope/internal/worker.pb.h"
@@ -149,6 +151,8 @@ struct EngineCounts {
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;
   uint64_t generated_tokens = 0;
+  uint64_t resplit_blocks = 0;  // moved by the monolithic policy's re-splits
+  double resplit_ms = 0;        // their copies' time
 };
 
 class Engine {
@@ -231,6 +235,13 @@ class Engine {
   // carry the rates). Until set, always the cpu_worker.
   void set_expert_placement(const ExpertPlacement& placement);
 
+  // How the monolithic policy moves a block's bytes between the host regions (the
+  // coordinator's: CopyKvBlock in its arena). With it, a monolithic scheduler's target change
+  // re-splits the batch before the next step (coordinator/resplit.h): the step pays for the
+  // copies, its plan says so (StepPlan.kv_moved). Without it (tests of other policies),
+  // monolithic only steers where new blocks land. Set before Start.
+  void set_block_copier(BlockCopier copier) { block_copier_ = std::move(copier); }
+
   // Called (on the engine thread) when a step fails: the coordinator checks the workers'
   // health at once instead of at its next poll.
   void set_on_step_failure(std::function<void()> callback) {
@@ -271,6 +282,10 @@ class Engine {
     uint32_t early_rounds_missed = 0;  // StepResult.early_rounds_missed
     double transfer_ms = 0;            // StepResult.transfer_ms (0: not timed)
     double gpu_waited_cpu_ms = 0;      // StepResult.cpu_attention_wait_ms
+    // The monolithic policy's re-split before this step (set_block_copier): its copies' time
+    // (part of step_ms) and the blocks it moved.
+    double resplit_ms = 0;
+    uint64_t resplit_blocks = 0;
     uint64_t host_tokens = 0;   // per layer, both regions, this step's sequences
     double bound_ms = 0;        // the roofline bound of its attention, all layers (0: no estimates)
     double end_unix_s = 0;      // wall clock at the step's end, seconds since the Unix epoch
@@ -331,6 +346,12 @@ class Engine {
   std::mutex* placement_mutex_;
   KvPlacement* placement_;
   Scheduler* scheduler_;  // guarded by placement_mutex_ (SwitchScheduler changes it)
+  BlockCopier block_copier_;
+  // The target the placement was last re-split to (monolithic; NaN: none yet, or a new
+  // scheduler). Engine thread, under placement_mutex_.
+  double resplit_target_ = std::numeric_limits<double>::quiet_NaN();
+  // Blocks moved since the last plan sent (StepPlan.kv_moved). Engine thread.
+  bool kv_moved_unsent_ = false;
   StepWorker* gpu_worker_;
   StepWorker* cpu_worker_;
   Metrics* metrics_;

@@ -196,6 +196,30 @@ absl::Status KvPlacement::Free(SequenceId id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<KvBlockRef> KvPlacement::Relocate(SequenceId id, size_t index, KvRegion to) {
+  WS_ASSIGN_OR_RETURN(SequencePlacement * seq, Live(id));
+  if (index >= seq->blocks.size()) {
+    return absl::OutOfRangeError(absl::StrCat("sequence ", id, " has ", seq->blocks.size(),
+                                              " blocks; cannot move block ", index));
+  }
+  PlacedBlock& block = seq->blocks[index];
+  if (block.ref.region == to) {
+    return absl::FailedPreconditionError(absl::StrCat("block ", index, " of sequence ", id,
+                                                      " is in ", KvRegionName(to), " already"));
+  }
+  BlockAllocator& target = allocators_[KvRegionIndex(to)];
+  if (target.num_free() == 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no free ", KvRegionName(to), " slot to move block ", index,
+                     " of sequence ", id, " into (", target.num_slots(), " slots)"));
+  }
+  absl::StatusOr<std::vector<uint32_t>> slot = target.Allocate(1);
+  WS_CHECK(slot.ok()) << slot.status();  // checked above
+  allocators_[KvRegionIndex(block.ref.region)].Free(block.ref.slot);
+  block.ref = KvBlockRef{to, slot->front()};
+  return block.ref;
+}
+
 RegionUsage KvPlacement::Usage(KvRegion region) const {
   const BlockAllocator& a = allocators_[KvRegionIndex(region)];
   return RegionUsage{.used_blocks = a.num_used(), .total_blocks = a.num_slots()};

@@ -9,11 +9,12 @@
 //   attention. cpu-all       r = 1: every host block is attended on the CPU.
 //   static:R      r = R for a fixed R in [0, 1] (e.g. "static:0.3").
 //   monolithic    the same adaptive r*, but for a cache with ONE physical state
-//   for all
-//                 spilled KV: whenever its split changes, the KV of the whole
-//                 batch is re-split, and |r2 - r1| of it must be moved /
-//                 re-formatted. The bench charges MonolithicResplitBytes for
-//                 every change.
+//                 for all spilled KV: whenever its target changes, the engine
+//                 re-splits the batch's placed blocks to it, copying about
+//                 |r2 - r1| of them between the host regions before the next
+//                 step, which pays for it (coordinator/resplit.h,
+//                 Engine::set_block_copier). MonolithicResplitBytes is the
+//                 model's count of those bytes (Scheduler::TakeResplitBytes).
 #ifndef WRITESCOPE_COORDINATOR_POLICY_H_
 #define WRITESCOPE_COORDINATOR_POLICY_H_
 

@@ -220,6 +220,10 @@ int Info() {
   }
   std::printf("writescope %s  policy %s  cpu share %.3f (placed %.3f)\n", info.version().c_str(),
               info.policy().c_str(), info.cpu_share(), info.placed_cpu_share());
+  if (info.policy() == "monolithic") {
+    std::printf("re-splits: %llu blocks moved, %.1f ms of copies\n",
+                static_cast<unsigned long long>(info.resplit_blocks()), info.resplit_ms());
+  }
   std::printf("arena %s  %.1f MiB\n", info.arena_name().c_str(), info.arena_bytes() / 1048576.0);
   for (const auto& region : info.regions()) {
     std::printf("  region %-14s %10.1f MiB  blocks %llu/%llu\n", RegionName(region.region()),
@@ -320,7 +324,7 @@ std::FILE* OpenStepsCsv(const std::string& path) {
                        "optimal_cpu_share,batch,context,read_cpu_share,explore,"
                        "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
                        "rest_gpu_only_ms,early_rounds_missed,transfer_ms,gpu_waited_cpu_ms,"
-                       "experts_per_layer\n");
+                       "experts_per_layer,resplit_ms,resplit_blocks\n");
   }
   return file;
 }
@@ -334,7 +338,7 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
     const auto& step = steps[i];
     std::fprintf(file,
                  "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
-                 "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f\n",
+                 "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu\n",
                  policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
                  step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                  step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
@@ -342,7 +346,8 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
                  step.read_cpu_share(), step.explore() ? 1 : 0, step.predicted_split_ms(),
                  step.predicted_gpu_only_ms(), step.rest_split_ms(), step.rest_gpu_only_ms(),
                  step.early_rounds_missed(), step.transfer_ms(), step.gpu_waited_cpu_ms(),
-                 step.experts_per_layer());
+                 step.experts_per_layer(), step.resplit_ms(),
+                 static_cast<unsigned long long>(step.resplit_blocks()));
   }
   std::fflush(file);
 }

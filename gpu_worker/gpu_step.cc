@@ -347,6 +347,10 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
     if (flushed) WS_RETURN_IF_ERROR(kv_cache_->WaitForWrites());
   }
 
+  // The coordinator moved blocks since the last step (the monolithic policy's re-split): the
+  // rounds queued early may have copied slots it wrote.
+  if (plan.kv_moved()) kv_cache_->DiscardEarlyRounds();
+
   // The GPU-transfer blocks of every sequence, streamed layer by layer.
   std::vector<StepSequence> batch;
   for (const StepSequenceLayout& s : layout.sequences) {

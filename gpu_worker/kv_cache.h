@@ -184,6 +184,11 @@ class KvCache {
     DropEarlyRounds();
   }
 
+  // Forgets the rounds queued early (QueueEarlyRounds), counted as wasted: their slots may
+  // have been written by another process since (StepPlan.kv_moved). The next BeginTransfer
+  // copies every round anew, behind them on the same stream.
+  void DiscardEarlyRounds() { DropEarlyRounds(); }
+
   // With timing on, every round's copies are bracketed by device markers
   // (Device::RecordMarker): round_markers()[round] = {before, after}, -1 when the round
   // copied nothing. The caller resets the device's markers between steps, before early

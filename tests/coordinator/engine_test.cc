@@ -32,6 +32,7 @@ class FakeWorker final : public StepWorker {
                                                absl::Duration) override {
     std::this_thread::sleep_for(std::chrono::microseconds(200));  // a step takes time
     if (fail_next_.exchange(false)) return absl::InternalError("injected step failure");
+    if (plan.kv_moved()) kv_moved_plans_.fetch_add(1);
     if (plan.exploring()) {
       std::lock_guard<std::mutex> lock(exploring_mutex_);
       exploring_steps_.push_back(plan.step_id());
@@ -158,6 +159,8 @@ class FakeWorker final : public StepWorker {
   std::atomic<uint64_t> steps_{0};
   // The attention time it reports per host token it attends and layer.
   std::atomic<double> ns_per_token_{1.0};
+  // Plans marked StepPlan.kv_moved (blocks moved since the step before).
+  std::atomic<uint64_t> kv_moved_plans_{0};
   // Decode sequences planned with their CPU-compute blocks on the GPU.
   std::atomic<uint64_t> gpu_read_decode_steps_{0};
   // The step ids of the plans marked exploring (StepPlan.exploring).
@@ -201,11 +204,12 @@ class EngineTest : public ::testing::Test {
   }
   // A writescope scheduler with `options` (the KV geometry filled in) and an engine over it,
   // serving; the engine before it, if any, stopped.
-  void StartEngine(SchedulerOptions options) {
+  void StartEngine(SchedulerOptions options, const std::string& policy = "writescope",
+                   BlockCopier copier = nullptr) {
     if (engine_ != nullptr) engine_->Stop();
     options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
     options.num_layers = kv_.geometry.num_layers;
-    auto scheduler = Scheduler::Create("writescope", options);
+    auto scheduler = Scheduler::Create(policy, options);
     WS_ASSERT_OK(scheduler.status());
     scheduler_ = *std::move(scheduler);
     EngineOptions engine_options;
@@ -213,6 +217,7 @@ class EngineTest : public ::testing::Test {
     engine_options.queue_capacity = 8;
     engine_ = std::make_unique<Engine>(engine_options, model_, kv_, &placement_mutex_,
                                        placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get());
+    if (copier) engine_->set_block_copier(std::move(copier));
     engine_->set_serving(true);
     engine_->Start();
   }
@@ -484,6 +489,70 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   WS_ASSERT_OK(stream.status());
   EXPECT_EQ(Drain(**stream).tokens, Expected(7, 2 * kv_.window_tokens + 5));
   EXPECT_EQ(UsedBlocks(), 0u);
+}
+
+// Monolithic: when its target moves (the CPU path is slow, so r* falls to the probe share),
+// the placed blocks move to it before the next step, which pays for the copies and tells
+// the workers; writescope's stay where they were placed.
+TEST_F(EngineTest, MonolithicReSplitsThePlacedBlocksWhenItsTargetMoves) {
+  const uint32_t bt = kv_.block_tokens();
+  struct Copies {
+    std::mutex mutex;
+    std::vector<std::pair<KvBlockRef, KvBlockRef>> moves;
+  };
+  auto copies = std::make_shared<Copies>();
+  const auto copier = [copies](KvBlockRef from, KvBlockRef to) {
+    std::lock_guard<std::mutex> lock(copies->mutex);
+    copies->moves.push_back({from, to});
+    std::this_thread::sleep_for(std::chrono::microseconds(100));  // a copy takes time
+    return absl::OkStatus();
+  };
+  for (const std::string policy : {"monolithic", "writescope"}) {
+    SCOPED_TRACE(policy);
+    ASSERT_NO_FATAL_FAILURE(StartEngine(SchedulerOptions{}, policy, copier));
+    cpu_->ns_per_token_ = 20000;  // the split loses: r* goes to the probe share
+    gpu_->ns_per_token_ = 1.0;
+    const uint64_t moved_plans_before = gpu_->kv_moved_plans_.load();
+    absl::StatusOr<v1::BenchResponse> response =
+        engine_->RunBench(Bench(3, 8 * bt, 24, 0), absl::Seconds(30));
+    WS_ASSERT_OK(response.status());
+    uint64_t moved = 0;
+    int resplit_steps = 0;
+    double first_placed = response->steps(0).placed_cpu_share();
+    double last_placed = first_placed;
+    for (const v1::BenchStep& step : response->steps()) {
+      moved += step.resplit_blocks();
+      if (step.resplit_blocks() > 0) {
+        ++resplit_steps;
+        EXPECT_GT(step.resplit_ms(), 0.0);
+        // The step's wall time includes the copies.
+        EXPECT_GE(step.step_ms(), step.resplit_ms());
+        // The placement it read is the target's, within a block of each sequence.
+        EXPECT_NEAR(step.placed_cpu_share(), step.target_cpu_share(), 1.0 / 8 + 1e-9);
+      }
+      if (policy != "monolithic") EXPECT_EQ(step.resplit_ms(), 0.0);
+      last_placed = step.placed_cpu_share();
+    }
+    std::lock_guard<std::mutex> lock(copies->mutex);
+    if (policy == "monolithic") {
+      EXPECT_GT(resplit_steps, 0);
+      EXPECT_EQ(copies->moves.size(), moved);
+      EXPECT_LT(last_placed, first_placed);
+      EXPECT_LT(last_placed, 0.25);
+      for (const auto& [from, to] : copies->moves) {
+        EXPECT_EQ(from.region, KvRegion::kCpuCompute);
+        EXPECT_EQ(to.region, KvRegion::kGpuTransfer);
+      }
+      EXPECT_EQ(gpu_->kv_moved_plans_.load() - moved_plans_before,
+                static_cast<uint64_t>(resplit_steps));
+    } else {
+      EXPECT_EQ(moved, 0u);
+      EXPECT_EQ(gpu_->kv_moved_plans_.load(), moved_plans_before);
+      EXPECT_DOUBLE_EQ(last_placed, first_placed);
+    }
+    copies->moves.clear();
+    EXPECT_EQ(UsedBlocks(), 0u);
+  }
 }
 
 // The hot experts' one-off upload lengthens one step's wall time; the gpu_worker reports

@@ -174,5 +174,48 @@ TEST_F(PlacementTest, ExhaustedFlushKeepsTheWindow) {
   EXPECT_EQ(placement_->Usage(KvRegion::kCpuCompute).used_blocks, 4u);
 }
 
+TEST_F(PlacementTest, RelocateMovesOneBlocksMetadataAndFreesItsSlot) {
+  WS_ASSERT_OK(placement_->Admit(1));
+  WS_ASSERT_OK(placement_->PlanPrefill(1, 12, ChooseCpuCompute).status());  // CPU slots 0-2
+  absl::StatusOr<KvBlockRef> moved = placement_->Relocate(1, 1, KvRegion::kGpuTransfer);
+  WS_ASSERT_OK(moved.status());
+  EXPECT_EQ(*moved, (KvBlockRef{KvRegion::kGpuTransfer, 0}));
+  const SequencePlacement& seq = *placement_->Find(1);
+  EXPECT_EQ(seq.blocks[0].ref, (KvBlockRef{KvRegion::kCpuCompute, 0}));
+  EXPECT_EQ(seq.blocks[1].ref, (KvBlockRef{KvRegion::kGpuTransfer, 0}));
+  EXPECT_EQ(seq.blocks[1].first_token, 4u);  // its tokens do not change
+  EXPECT_EQ(seq.blocks[2].ref, (KvBlockRef{KvRegion::kCpuCompute, 2}));
+  EXPECT_TRUE(placement_->allocator(KvRegion::kCpuCompute).IsFree(1));
+  EXPECT_EQ(placement_->Usage(KvRegion::kCpuCompute).used_blocks, 2u);
+  EXPECT_EQ(placement_->Usage(KvRegion::kGpuTransfer).used_blocks, 1u);
+  EXPECT_DOUBLE_EQ(placement_->PlacedCpuShare(), 2.0 / 3.0);
+  // And back, into the lowest free CPU slot.
+  moved = placement_->Relocate(1, 1, KvRegion::kCpuCompute);
+  WS_ASSERT_OK(moved.status());
+  EXPECT_EQ(*moved, (KvBlockRef{KvRegion::kCpuCompute, 1}));
+  EXPECT_EQ(placement_->Usage(KvRegion::kGpuTransfer).used_blocks, 0u);
+  WS_ASSERT_OK(placement_->Free(1));
+  EXPECT_EQ(placement_->Usage(KvRegion::kCpuCompute).used_blocks, 0u);
+}
+
+TEST_F(PlacementTest, RelocateRefusesWithoutChangingAnything) {
+  WS_ASSERT_OK(placement_->Admit(1));
+  WS_ASSERT_OK(placement_->PlanPrefill(1, 20, ChooseCpuCompute).status());  // 5 CPU blocks
+  EXPECT_EQ(placement_->Relocate(2, 0, KvRegion::kGpuTransfer).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(placement_->Relocate(1, 5, KvRegion::kGpuTransfer).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(placement_->Relocate(1, 0, KvRegion::kCpuCompute).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (size_t i = 0; i < 3; ++i) {
+    WS_ASSERT_OK(placement_->Relocate(1, i, KvRegion::kGpuTransfer).status());
+  }
+  const absl::Status full = placement_->Relocate(1, 3, KvRegion::kGpuTransfer).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("no free gpu_transfer slot"));
+  EXPECT_EQ(placement_->Find(1)->blocks[3].ref, (KvBlockRef{KvRegion::kCpuCompute, 3}));
+  EXPECT_EQ(placement_->Usage(KvRegion::kCpuCompute).used_blocks, 2u);
+}
+
 }  // namespace
 }  // namespace writescope::coordinator

@@ -1,0 +1,66 @@
+// The monolithic policy's re-split (coordinator/policy.h): a cache with ONE physical state
+// for all spilled KV changes its CPU share only by moving data, so when the scheduler's
+// target moves, the batch's host blocks are moved between the two regions until each
+// sequence's placed CPU share is the target again. The engine runs it between steps and the
+// step pays for the copies (StepRecord::resplit_ms). WriteScope never calls it: nothing it
+// placed moves.
+#ifndef WRITESCOPE_COORDINATOR_RESPLIT_H_
+#define WRITESCOPE_COORDINATOR_RESPLIT_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/kv_config.h"
+#include "common/shm_arena.h"
+#include "coordinator/placement.h"
+
+namespace writescope::coordinator {
+
+// One block to move: block `index` of `sequence` into region `to`.
+struct BlockMove {
+  SequenceId sequence = 0;
+  size_t index = 0;
+  KvRegion to = KvRegion::kCpuCompute;
+  friend bool operator==(const BlockMove&, const BlockMove&) = default;
+};
+
+// The moves that bring the live sequences' placed CPU share to `target` (clamped to [0, 1];
+// NaN: none). Each sequence (in id order) gets the CPU blocks that a running sum of
+// target x its blocks rounds to, so the batch's CPU blocks are round(target x all its
+// blocks) and every sequence is within a block of the target. A sequence with too many CPU
+// blocks moves its last ones to the transfer region, one with too few its last transfer
+// blocks to the CPU region (the newest tokens: the moves follow the flushes). Placed blocks
+// that already match stay where they are.
+std::vector<BlockMove> PlanResplit(const KvPlacement& placement, double target);
+
+// Copies one block's bytes, every layer, from one slot to another.
+using BlockCopier = std::function<absl::Status(KvBlockRef from, KvBlockRef to)>;
+
+struct ResplitStats {
+  uint64_t blocks = 0;  // moved
+  uint64_t bytes = 0;   // copied (blocks x the block's bytes over all layers)
+  // Moves left undone because their region had no free slot (RESOURCE_EXHAUSTED).
+  uint64_t skipped = 0;
+};
+
+// Runs `moves` in order: KvPlacement::Relocate, then `copy` from the old slot to the new one
+// (before the next move can allocate the old slot). A move into a full region is skipped
+// (counted); any other error stops the re-split and is returned (the moves before it are
+// done, their copies made).
+absl::StatusOr<ResplitStats> ApplyResplit(KvPlacement& placement, absl::Span<const BlockMove> moves,
+                                          const BlockCopier& copy);
+
+// Copies block `from` to `to` within the arena's two KV regions (named KvRegionName), layer
+// by layer (RegionBlockOffset, with each region's slots from its size, as the workers read
+// it). INVALID_ARGUMENT for a slot outside its region or from == to; the arena's error for a
+// missing region.
+absl::Status CopyKvBlock(const ShmArena& arena, const KvCacheConfig& config, KvBlockRef from,
+                         KvBlockRef to);
+
+}  // namespace writescope::coordinator
+
+#endif  // WRITESCOPE_COORDINATOR_RESPLIT_H_

@@ -99,8 +99,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
       &coordinator->cpu_worker_, &coordinator->metrics_);
   WS_LOG(INFO) << "steps of up to " << engine.max_step_tokens << " tokens";
   coordinator->engine_->set_block_copier(
-      [c = coordinator.get()](KvBlockRef from, KvBlockRef to) {
-        return CopyKvBlock(*c->arena_, c->options_.kv, from, to);
+      [c = coordinator.get(), threads = ResplitCopyThreads()](absl::Span<const BlockCopy> copies) {
+        return CopyKvBlocks(*c->arena_, c->options_.kv, copies, threads);
       });
   coordinator->engine_->set_on_step_failure(
       [c = coordinator.get()] { c->check_now_.store(true); });

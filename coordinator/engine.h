@@ -236,7 +236,7 @@ class Engine {
   void set_expert_placement(const ExpertPlacement& placement);
 
   // How the monolithic policy moves a block's bytes between the host regions (the
-  // coordinator's: CopyKvBlock in its arena). With it, a monolithic scheduler's target change
+  // coordinator's: CopyKvBlocks in its arena). With it, a monolithic scheduler's target change
   // re-splits the batch before the next step (coordinator/resplit.h): the step pays for the
   // copies, its plan says so (StepPlan.kv_moved). Without it (tests of other policies),
   // monolithic only steers where new blocks land. Set before Start.

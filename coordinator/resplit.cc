@@ -1,8 +1,10 @@
 #include "coordinator/resplit.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/kv_layout.h"
@@ -43,53 +45,80 @@ absl::StatusOr<ResplitStats> ApplyResplit(KvPlacement& placement, absl::Span<con
                                           const BlockCopier& copy) {
   ResplitStats stats;
   const uint64_t block_bytes = placement.config().geometry.block_bytes();
-  for (const BlockMove& move : moves) {
-    const SequencePlacement* seq = placement.Find(move.sequence);
-    if (seq == nullptr || move.index >= seq->blocks.size()) {
-      return absl::NotFoundError(absl::StrCat("re-split: no block ", move.index, " of sequence ",
-                                              move.sequence));
+  for (const KvRegion to : {KvRegion::kGpuTransfer, KvRegion::kCpuCompute}) {
+    std::vector<BlockCopy> copies;
+    for (const BlockMove& move : moves) {
+      if (move.to != to) continue;
+      const SequencePlacement* seq = placement.Find(move.sequence);
+      if (seq == nullptr || move.index >= seq->blocks.size()) {
+        return absl::NotFoundError(absl::StrCat("re-split: no block ", move.index,
+                                                " of sequence ", move.sequence));
+      }
+      const KvBlockRef from = seq->blocks[move.index].ref;
+      absl::StatusOr<KvBlockRef> moved = placement.Relocate(move.sequence, move.index, to);
+      if (absl::IsResourceExhausted(moved.status())) {
+        ++stats.skipped;
+        continue;
+      }
+      WS_RETURN_IF_ERROR(moved.status());
+      copies.push_back({from, *moved});
     }
-    const KvBlockRef from = seq->blocks[move.index].ref;
-    absl::StatusOr<KvBlockRef> to = placement.Relocate(move.sequence, move.index, move.to);
-    if (absl::IsResourceExhausted(to.status())) {
-      ++stats.skipped;
-      continue;
-    }
-    WS_RETURN_IF_ERROR(to.status());
-    WS_RETURN_IF_ERROR(copy(from, *to));
-    ++stats.blocks;
-    stats.bytes += block_bytes;
+    if (copies.empty()) continue;
+    WS_RETURN_IF_ERROR(copy(copies));
+    stats.blocks += copies.size();
+    stats.bytes += copies.size() * block_bytes;
   }
   return stats;
 }
 
-absl::Status CopyKvBlock(const ShmArena& arena, const KvCacheConfig& config, KvBlockRef from,
-                         KvBlockRef to) {
-  if (from == to) return absl::InvalidArgumentError("copying a KV block onto itself");
+absl::Status CopyKvBlocks(const ShmArena& arena, const KvCacheConfig& config,
+                          absl::Span<const BlockCopy> copies, int threads) {
   const KvGeometry& g = config.geometry;
   struct Region {
-    absl::Span<std::byte> bytes;
+    std::byte* base = nullptr;
     uint64_t slots = 0;
   };
-  const auto region = [&](KvBlockRef ref) -> absl::StatusOr<Region> {
-    WS_ASSIGN_OR_RETURN(absl::Span<std::byte> bytes, arena.Region(KvRegionName(ref.region)));
+  std::array<Region, kNumKvRegions> regions;
+  for (const KvRegion region : {KvRegion::kCpuCompute, KvRegion::kGpuTransfer}) {
+    WS_ASSIGN_OR_RETURN(absl::Span<std::byte> bytes, arena.Region(KvRegionName(region)));
     // The workers' view of the region (KvRegionView, KvCache): its slots from its size.
-    const uint64_t slots = RegionSlots(g, bytes.size());
-    if (ref.slot >= slots) {
-      return absl::InvalidArgumentError(absl::StrCat("KV block slot ", ref.slot, " outside the ",
-                                                     KvRegionName(ref.region), " region's ",
-                                                     slots, " slots"));
-    }
-    return Region{bytes, slots};
-  };
-  WS_ASSIGN_OR_RETURN(const Region src, region(from));
-  WS_ASSIGN_OR_RETURN(const Region dst, region(to));
-  const uint64_t bytes = g.layer_block_bytes();
-  for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
-    std::memcpy(dst.bytes.data() + RegionBlockOffset(g, dst.slots, to.slot, layer),
-                src.bytes.data() + RegionBlockOffset(g, src.slots, from.slot, layer), bytes);
+    regions[KvRegionIndex(region)] = {bytes.data(), RegionSlots(g, bytes.size())};
   }
+  for (const BlockCopy& c : copies) {
+    if (c.from == c.to) return absl::InvalidArgumentError("copying a KV block onto itself");
+    for (const KvBlockRef ref : {c.from, c.to}) {
+      const uint64_t slots = regions[KvRegionIndex(ref.region)].slots;
+      if (ref.slot >= slots) {
+        return absl::InvalidArgumentError(absl::StrCat("KV block slot ", ref.slot, " outside the ",
+                                                       KvRegionName(ref.region), " region's ",
+                                                       slots, " slots"));
+      }
+    }
+  }
+  const uint64_t bytes = g.layer_block_bytes();
+  const uint64_t pieces = copies.size() * uint64_t{g.num_layers};
+  const auto copy_pieces = [&](uint64_t first, uint64_t step) {
+    for (uint64_t piece = first; piece < pieces; piece += step) {
+      const BlockCopy& c = copies[piece / g.num_layers];
+      const uint32_t layer = static_cast<uint32_t>(piece % g.num_layers);
+      const Region& src = regions[KvRegionIndex(c.from.region)];
+      const Region& dst = regions[KvRegionIndex(c.to.region)];
+      std::memcpy(dst.base + RegionBlockOffset(g, dst.slots, c.to.slot, layer),
+                  src.base + RegionBlockOffset(g, src.slots, c.from.slot, layer), bytes);
+    }
+  };
+  const uint64_t workers = std::clamp<uint64_t>(static_cast<uint64_t>(std::max(threads, 1)), 1,
+                                                std::max<uint64_t>(pieces, 1));
+  std::vector<std::thread> helpers;
+  for (uint64_t t = 1; t < workers; ++t) helpers.emplace_back(copy_pieces, t, workers);
+  copy_pieces(0, workers);
+  for (std::thread& helper : helpers) helper.join();
   return absl::OkStatus();
+}
+
+int ResplitCopyThreads() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::clamp(static_cast<int>(cores / 2), 1, 8);
 }
 
 }  // namespace writescope::coordinator

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,8 +38,14 @@ struct BlockMove {
 // that already match stay where they are.
 std::vector<BlockMove> PlanResplit(const KvPlacement& placement, double target);
 
-// Copies one block's bytes, every layer, from one slot to another.
-using BlockCopier = std::function<absl::Status(KvBlockRef from, KvBlockRef to)>;
+// One block's copy: its bytes, every layer, from one slot to another.
+struct BlockCopy {
+  KvBlockRef from;
+  KvBlockRef to;
+  friend bool operator==(const BlockCopy&, const BlockCopy&) = default;
+};
+// Makes a batch of copies (none of whose slots another of the batch writes).
+using BlockCopier = std::function<absl::Status(absl::Span<const BlockCopy> copies)>;
 
 struct ResplitStats {
   uint64_t blocks = 0;  // moved
@@ -47,19 +54,26 @@ struct ResplitStats {
   uint64_t skipped = 0;
 };
 
-// Runs `moves` in order: KvPlacement::Relocate, then `copy` from the old slot to the new one
-// (before the next move can allocate the old slot). A move into a full region is skipped
-// (counted); any other error stops the re-split and is returned (the moves before it are
-// done, their copies made).
+// Runs `moves`: those into the transfer region first, then those into the CPU region. Each
+// group is moved in the metadata (KvPlacement::Relocate) and then copied in one `copy`
+// call, before the next group can allocate the slots this one freed. A move into a full
+// region is skipped (counted); any other error stops the re-split and is returned (the
+// groups before it are done and copied; the failing group is moved in the metadata, its
+// copies not all made).
 absl::StatusOr<ResplitStats> ApplyResplit(KvPlacement& placement, absl::Span<const BlockMove> moves,
                                           const BlockCopier& copy);
 
-// Copies block `from` to `to` within the arena's two KV regions (named KvRegionName), layer
-// by layer (RegionBlockOffset, with each region's slots from its size, as the workers read
-// it). INVALID_ARGUMENT for a slot outside its region or from == to; the arena's error for a
-// missing region.
-absl::Status CopyKvBlock(const ShmArena& arena, const KvCacheConfig& config, KvBlockRef from,
-                         KvBlockRef to);
+// Copies blocks within the arena's two KV regions (named KvRegionName), layer by layer
+// (RegionBlockOffset, with each region's slots from its size, as the workers read it), on
+// `threads` threads (at least 1) that share the (block, layer) pieces. Every copy is
+// checked before any is made: INVALID_ARGUMENT for a slot outside its region or from == to;
+// the arena's error for a missing region.
+absl::Status CopyKvBlocks(const ShmArena& arena, const KvCacheConfig& config,
+                          absl::Span<const BlockCopy> copies, int threads);
+
+// The threads a re-split copies with: half the cores, 1 to 8 (the cpu_worker's threads are
+// idle between steps, when the engine re-splits).
+int ResplitCopyThreads();
 
 }  // namespace writescope::coordinator
 

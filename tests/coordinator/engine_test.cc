@@ -501,9 +501,9 @@ TEST_F(EngineTest, MonolithicReSplitsThePlacedBlocksWhenItsTargetMoves) {
     std::vector<std::pair<KvBlockRef, KvBlockRef>> moves;
   };
   auto copies = std::make_shared<Copies>();
-  const auto copier = [copies](KvBlockRef from, KvBlockRef to) {
+  const auto copier = [copies](absl::Span<const BlockCopy> batch) {
     std::lock_guard<std::mutex> lock(copies->mutex);
-    copies->moves.push_back({from, to});
+    for (const BlockCopy& c : batch) copies->moves.push_back({c.from, c.to});
     std::this_thread::sleep_for(std::chrono::microseconds(100));  // a copy takes time
     return absl::OkStatus();
   };

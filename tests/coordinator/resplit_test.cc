@@ -1,5 +1,6 @@
 #include "coordinator/resplit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -56,8 +57,10 @@ ResplitStats Apply(KvPlacement& placement, double target,
                    std::vector<std::pair<KvBlockRef, KvBlockRef>>* copies = nullptr) {
   const std::vector<BlockMove> moves = PlanResplit(placement, target);
   absl::StatusOr<ResplitStats> stats =
-      ApplyResplit(placement, moves, [&](KvBlockRef from, KvBlockRef to) {
-        if (copies != nullptr) copies->push_back({from, to});
+      ApplyResplit(placement, moves, [&](absl::Span<const BlockCopy> batch) {
+        for (const BlockCopy& c : batch) {
+          if (copies != nullptr) copies->push_back({c.from, c.to});
+        }
         return absl::OkStatus();
       });
   WS_CHECK(stats.ok()) << stats.status();
@@ -141,24 +144,52 @@ TEST(ResplitTest, AFullRegionSkipsMovesAndAFailedCopyStops) {
   EXPECT_EQ(stats.blocks, 2u);
   EXPECT_EQ(stats.skipped, 2u);
   EXPECT_EQ(CpuBlocks(*placement, 1), 2u);
-  // A copier's error ends the re-split: the move it failed on is made in the metadata (its
-  // old slot is free), the ones after it are not.
+  // A copier's error ends the re-split: the group it failed on is moved in the metadata, the
+  // group after it is not.
   std::unique_ptr<KvPlacement> other = *KvPlacement::Create(Config(8, 8));
-  ASSERT_NO_FATAL_FAILURE(Place(*other, 1, 4, 4));
+  ASSERT_NO_FATAL_FAILURE(Place(*other, 1, 4, 2));   // 2 CPU blocks of 4: 0.75 moves 1 up
+  ASSERT_NO_FATAL_FAILURE(Place(*other, 2, 4, 4));   // 4 of 4: 0.75 moves 1 down
   int calls = 0;
   const absl::StatusOr<ResplitStats> failed =
-      ApplyResplit(*other, PlanResplit(*other, 0.0), [&](KvBlockRef, KvBlockRef) {
-        return ++calls == 2 ? absl::DataLossError("injected") : absl::OkStatus();
+      ApplyResplit(*other, PlanResplit(*other, 0.75), [&](absl::Span<const BlockCopy> batch) {
+        ++calls;
+        EXPECT_EQ(batch.size(), 1u);
+        return absl::DataLossError("injected");
       });
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(calls, 2);
-  EXPECT_EQ(CpuBlocks(*other, 1), 2u);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(CpuBlocks(*other, 2), 3u);  // the group to the transfer region goes first
+  EXPECT_EQ(CpuBlocks(*other, 1), 2u);  // the group to the CPU region did not run
   // A move naming no block is refused.
   const std::vector<BlockMove> bad = {{.sequence = 9, .index = 0, .to = KvRegion::kCpuCompute}};
-  EXPECT_EQ(ApplyResplit(*other, bad, [](KvBlockRef, KvBlockRef) { return absl::OkStatus(); })
+  EXPECT_EQ(ApplyResplit(*other, bad, [](absl::Span<const BlockCopy>) { return absl::OkStatus(); })
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+// Moves both ways in one re-split: the slots the first group frees may be the second's
+// destinations, and each group's copies are made before the next group allocates.
+TEST(ResplitTest, GroupsAreCopiedBeforeTheNextAllocates) {
+  std::unique_ptr<KvPlacement> placement = *KvPlacement::Create(Config(4, 4));
+  ASSERT_NO_FATAL_FAILURE(Place(*placement, 1, 2, 0));  // transfer 0-1
+  ASSERT_NO_FATAL_FAILURE(Place(*placement, 2, 4, 4));  // CPU 0-3: the CPU region is full
+  std::vector<std::vector<BlockCopy>> batches;
+  const absl::StatusOr<ResplitStats> stats = ApplyResplit(
+      *placement, PlanResplit(*placement, 0.5), [&](absl::Span<const BlockCopy> batch) {
+        batches.emplace_back(batch.begin(), batch.end());
+        return absl::OkStatus();
+      });
+  WS_ASSERT_OK(stats.status());
+  // Sequence 2 sends two CPU blocks down, which frees the CPU slots sequence 1's one block
+  // up takes.
+  EXPECT_EQ(stats->blocks, 3u);
+  EXPECT_EQ(stats->skipped, 0u);
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].size(), 2u);
+  ASSERT_EQ(batches[1].size(), 1u);
+  EXPECT_EQ(batches[1][0].to.region, KvRegion::kCpuCompute);
+  EXPECT_TRUE(batches[1][0].to == batches[0][0].from || batches[1][0].to == batches[0][1].from);
 }
 
 TEST(CopyKvBlockTest, CopiesEveryLayerAndNothingElse) {
@@ -173,7 +204,8 @@ TEST(CopyKvBlockTest, CopiesEveryLayerAndNothingElse) {
   for (size_t i = 0; i < transfer.size(); ++i) transfer[i] = std::byte{0};
   const std::vector<std::byte> cpu_before(cpu.begin(), cpu.end());
   const KvGeometry& g = config.geometry;
-  WS_ASSERT_OK(CopyKvBlock(**arena, config, {KvRegion::kCpuCompute, 4}, {KvRegion::kGpuTransfer, 1}));
+  const BlockCopy first[] = {{{KvRegion::kCpuCompute, 4}, {KvRegion::kGpuTransfer, 1}}};
+  WS_ASSERT_OK(CopyKvBlocks(**arena, config, first, 3));
   const uint64_t lbb = g.layer_block_bytes();
   uint64_t copied = 0;
   for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
@@ -189,7 +221,8 @@ TEST(CopyKvBlockTest, CopiesEveryLayerAndNothingElse) {
   EXPECT_GT(nonzero, copied / 2);
   EXPECT_TRUE(std::equal(cpu.begin(), cpu.end(), cpu_before.begin()));
   // The other way, within one region's neighbours.
-  WS_ASSERT_OK(CopyKvBlock(**arena, config, {KvRegion::kGpuTransfer, 1}, {KvRegion::kCpuCompute, 0}));
+  const BlockCopy back[] = {{{KvRegion::kGpuTransfer, 1}, {KvRegion::kCpuCompute, 0}}};
+  WS_ASSERT_OK(CopyKvBlocks(**arena, config, back, 1));
   for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
     EXPECT_EQ(std::memcmp(cpu.data() + RegionBlockOffset(g, 5, 0, layer),
                           cpu.data() + RegionBlockOffset(g, 5, 4, layer), lbb),
@@ -198,16 +231,69 @@ TEST(CopyKvBlockTest, CopiesEveryLayerAndNothingElse) {
                           cpu_before.data() + RegionBlockOffset(g, 5, 1, layer), lbb),
               0);
   }
-  const absl::Status outside =
-      CopyKvBlock(**arena, config, {KvRegion::kCpuCompute, 5}, {KvRegion::kGpuTransfer, 0});
+  const auto copy = [&](KvBlockRef from, KvBlockRef to) {
+    const BlockCopy one[] = {{from, to}};
+    return CopyKvBlocks(**arena, config, one, 2);
+  };
+  const absl::Status outside = copy({KvRegion::kCpuCompute, 5}, {KvRegion::kGpuTransfer, 0});
   EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(outside.message(), HasSubstr("slot 5 outside the cpu_compute region's 5 slots"));
-  EXPECT_EQ(CopyKvBlock(**arena, config, {KvRegion::kGpuTransfer, 3}, {KvRegion::kCpuCompute, 0})
-                .code(),
+  EXPECT_EQ(copy({KvRegion::kGpuTransfer, 3}, {KvRegion::kCpuCompute, 0}).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CopyKvBlock(**arena, config, {KvRegion::kCpuCompute, 1}, {KvRegion::kCpuCompute, 1})
-                .code(),
+  EXPECT_EQ(copy({KvRegion::kCpuCompute, 1}, {KvRegion::kCpuCompute, 1}).code(),
             absl::StatusCode::kInvalidArgument);
+  // A batch with one bad copy makes none.
+  const std::vector<std::byte> cpu_now(cpu.begin(), cpu.end());
+  const BlockCopy mixed[] = {{{KvRegion::kCpuCompute, 2}, {KvRegion::kCpuCompute, 3}},
+                             {{KvRegion::kCpuCompute, 0}, {KvRegion::kGpuTransfer, 9}}};
+  EXPECT_EQ(CopyKvBlocks(**arena, config, mixed, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::equal(cpu.begin(), cpu.end(), cpu_now.begin()));
+  WS_EXPECT_OK(CopyKvBlocks(**arena, config, {}, 4));  // nothing to copy
+}
+
+class CopyKvBlocksThreadsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CopyKvBlocksThreadsTest, EveryPieceLandsWhateverTheThreads) {
+  const KvCacheConfig config = Config(12, 12);
+  const std::string name = testing::UniqueArenaName("resplit-threads");
+  absl::StatusOr<std::unique_ptr<ShmArena>> arena =
+      ShmArena::Create(name, ArenaRegions(config.arena_sizes()));
+  WS_ASSERT_OK(arena.status());
+  absl::Span<std::byte> cpu = *(*arena)->Region(kCpuComputeRegion);
+  absl::Span<std::byte> transfer = *(*arena)->Region(kGpuTransferRegion);
+  for (size_t i = 0; i < cpu.size(); ++i) cpu[i] = static_cast<std::byte>((i * 131) >> 3);
+  std::fill(transfer.begin(), transfer.end(), std::byte{0});
+  // 10 CPU blocks to transfer slots in another order (slot i -> 11 - i).
+  std::vector<BlockCopy> copies;
+  for (uint32_t i = 0; i < 10; ++i) {
+    copies.push_back({{KvRegion::kCpuCompute, i}, {KvRegion::kGpuTransfer, 11 - i}});
+  }
+  WS_ASSERT_OK(CopyKvBlocks(**arena, config, copies, GetParam()));
+  const KvGeometry& g = config.geometry;
+  for (const BlockCopy& c : copies) {
+    for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
+      EXPECT_EQ(std::memcmp(transfer.data() + RegionBlockOffset(g, 12, c.to.slot, layer),
+                            cpu.data() + RegionBlockOffset(g, 12, c.from.slot, layer),
+                            g.layer_block_bytes()),
+                0)
+          << "block " << c.from.slot << " layer " << layer;
+    }
+  }
+  // The two transfer slots nobody copied to stay zero.
+  for (const uint32_t slot : {0u, 1u}) {
+    for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
+      const std::byte* p = transfer.data() + RegionBlockOffset(g, 12, slot, layer);
+      EXPECT_TRUE(std::all_of(p, p + g.layer_block_bytes(), [](std::byte b) { return b == std::byte{0}; }));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CopyKvBlocksThreadsTest, ::testing::Values(0, 1, 2, 3, 7, 64));
+
+TEST(ResplitCopyThreadsTest, HalfTheCoresOneToEight) {
+  const int threads = ResplitCopyThreads();
+  EXPECT_GE(threads, 1);
+  EXPECT_LE(threads, 8);
 }
 
 }  // namespace

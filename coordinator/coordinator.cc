@@ -57,8 +57,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   const KvCacheConfig& kv = coordinator->options_.kv;
   WS_ASSIGN_OR_RETURN(coordinator->placement_, KvPlacement::Create(kv));
   SchedulerOptions scheduler_options = coordinator->options_.scheduler;
-  scheduler_options.kv_bytes_per_token_layer = kv.geometry.bytes_per_token_layer();
-  scheduler_options.num_layers = kv.geometry.num_layers;
   WS_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                       Scheduler::Create(coordinator->options_.policy, scheduler_options));
   Scheduler* const initial = scheduler.get();

@@ -97,22 +97,4 @@ absl::StatusOr<PolicySpec> ParsePolicy(absl::string_view text) {
   return PolicySpec{.kind = PolicyKind::kStatic, .static_cpu_share = share};
 }
 
-uint64_t MonolithicResplitBytes(double from_cpu_share, double to_cpu_share, uint64_t host_tokens,
-                                uint64_t bytes_per_token_layer, uint32_t num_layers) {
-  if (std::isnan(from_cpu_share) || std::isnan(to_cpu_share)) return 0;
-  const double from = std::clamp(from_cpu_share, 0.0, 1.0);
-  const double to = std::clamp(to_cpu_share, 0.0, 1.0);
-  // Tokens whose side changes: a whole number, at most host_tokens.
-  const double moved = std::round(std::abs(to - from) * static_cast<double>(host_tokens));
-  const uint64_t moved_tokens =
-      moved >= static_cast<double>(host_tokens) ? host_tokens : static_cast<uint64_t>(moved);
-  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
-  uint64_t bytes = moved_tokens;
-  for (const uint64_t factor : {bytes_per_token_layer, uint64_t{num_layers}}) {
-    if (factor != 0 && bytes > kMax / factor) return kMax;
-    bytes *= factor;
-  }
-  return bytes;
-}
-
 }  // namespace writescope::coordinator

@@ -13,8 +13,7 @@
 //                 re-splits the batch's placed blocks to it, copying about
 //                 |r2 - r1| of them between the host regions before the next
 //                 step, which pays for it (coordinator/resplit.h,
-//                 Engine::set_block_copier). MonolithicResplitBytes is the
-//                 model's count of those bytes (Scheduler::TakeResplitBytes).
+//                 Engine::set_block_copier).
 #ifndef WRITESCOPE_COORDINATOR_POLICY_H_
 #define WRITESCOPE_COORDINATOR_POLICY_H_
 
@@ -54,18 +53,6 @@ struct PolicySpec {
 // text and the accepted forms, for an unknown name, "static" without ":R", an R
 // that is not a number, or an R outside [0, 1] (NaN and infinities included).
 absl::StatusOr<PolicySpec> ParsePolicy(absl::string_view text);
-
-// The bytes a monolithic cache moves / re-formats when its split changes from
-// `from_cpu_share` to `to_cpu_share` with `host_tokens` tokens spilled to host
-// memory:
-//
-//   round(|to - from| * host_tokens) * bytes_per_token_layer * num_layers
-//
-// (every layer of every token whose side changes). Shares are clamped to [0,
-// 1]; a NaN share counts as no change (0 bytes). Saturates at UINT64_MAX
-// instead of overflowing.
-uint64_t MonolithicResplitBytes(double from_cpu_share, double to_cpu_share, uint64_t host_tokens,
-                                uint64_t bytes_per_token_layer, uint32_t num_layers);
 
 }  // namespace writescope::coordinator
 

@@ -29,11 +29,6 @@ void MixEma(double& ema, double value, double weight) {
   ema = std::isnan(ema) ? value : ema + weight * (value - ema);
 }
 
-uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
-                                                      : a + b;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -378,13 +373,6 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const PolicySpec& p
       !(policy.static_cpu_share >= 0.0 && policy.static_cpu_share <= 1.0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("static policy CPU share ", policy.static_cpu_share, " must be in [0, 1]"));
-  }
-  if (policy.kind == PolicyKind::kMonolithic &&
-      (options.kv_bytes_per_token_layer == 0 || options.num_layers == 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the monolithic policy charges re-split bytes and needs "
-        "kv_bytes_per_token_layer (",
-        options.kv_bytes_per_token_layer, ") and num_layers (", options.num_layers, ") > 0"));
   }
   return std::unique_ptr<Scheduler>(new Scheduler(policy, options));
 }
@@ -917,7 +905,7 @@ double Scheduler::UpdateTarget(uint64_t host_tokens) {
     target_from_estimates_ = true;
     pending_side_ = 0;
     pending_count_ = 0;
-    SetTarget(wanted, host_tokens);
+    SetTarget(wanted);
     return target_;
   }
   const double delta = wanted - target_;
@@ -936,7 +924,7 @@ double Scheduler::UpdateTarget(uint64_t host_tokens) {
   if (pending_count_ >= options_.hold_updates) {
     pending_side_ = 0;
     pending_count_ = 0;
-    SetTarget(wanted, host_tokens);
+    SetTarget(wanted);
   }
   return target_;
 }
@@ -950,22 +938,10 @@ double Scheduler::PlacementShare(uint64_t host_tokens_after) const {
                     1.0 - options_.probe_share);
 }
 
-void Scheduler::SetTarget(double target, uint64_t host_tokens) {
+void Scheduler::SetTarget(double target) {
   if (target == target_) return;
   ++target_changes_;
-  if (policy_.kind == PolicyKind::kMonolithic) {
-    const uint64_t bytes = MonolithicResplitBytes(
-        target_, target, host_tokens, options_.kv_bytes_per_token_layer, options_.num_layers);
-    pending_resplit_bytes_ = SaturatingAdd(pending_resplit_bytes_, bytes);
-    total_resplit_bytes_ = SaturatingAdd(total_resplit_bytes_, bytes);
-  }
   target_ = target;
-}
-
-uint64_t Scheduler::TakeResplitBytes() {
-  const uint64_t bytes = pending_resplit_bytes_;
-  pending_resplit_bytes_ = 0;
-  return bytes;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -406,10 +406,6 @@ struct SchedulerOptions {
   double rest_outlier_factor = 1.5;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
-  // KV bytes of one token in one layer and the layer count: the monolithic
-  // re-split cost.
-  uint64_t kv_bytes_per_token_layer = 0;
-  uint32_t num_layers = 0;
 };
 
 absl::Status ValidateSchedulerOptions(const SchedulerOptions& options);
@@ -503,8 +499,8 @@ class Scheduler {
   // returns it: the fixed share of a fixed policy; for an adaptive one r* (at the larger of
   // `host_tokens` and their decaying peak: target_tokens_decay), kept
   // within [probe_share, 1 − probe_share], through the hysteresis (the first r*
-  // after the estimators become ready is taken at once). A monolithic policy charges MonolithicResplitBytes for
-  // every change (TakeResplitBytes).
+  // after the estimators become ready is taken at once). A monolithic policy's engine moves
+  // the placed blocks to every new target (coordinator/resplit.h).
   double UpdateTarget(uint64_t host_tokens);
 
   double target_cpu_share() const { return target_; }
@@ -542,11 +538,6 @@ class Scheduler {
     return ComputeRooflineBound(estimates(), static_cast<double>(host_tokens));
   }
 
-  // Monolithic only (0 otherwise): the bytes to move / re-format for the split
-  // changes since the last call, and over the whole run.
-  uint64_t TakeResplitBytes();
-  uint64_t total_resplit_bytes() const { return total_resplit_bytes_; }
-
   uint64_t steps() const { return steps_; }
   int64_t target_changes() const { return target_changes_; }
   const LinearCostEstimator& cpu_estimator() const { return cpu_; }
@@ -572,7 +563,7 @@ class Scheduler {
 
  private:
   Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
-  void SetTarget(double target, uint64_t host_tokens);
+  void SetTarget(double target);
   // The split's GPU path under the DMA bound with `gpu_tokens` streamed: the DMA line less
   // Q; -inf while DmaBound() is false (it bounds nothing).
   double TransferBoundNs(double gpu_tokens) const;
@@ -656,8 +647,6 @@ class Scheduler {
   uint64_t steps_ = 0;
   uint64_t last_gpu_calibration_step_ = 0;
   int64_t target_changes_ = 0;
-  uint64_t pending_resplit_bytes_ = 0;
-  uint64_t total_resplit_bytes_ = 0;
 };
 
 // Whether the gpu_worker reads a prefill chunk's earlier CPU-compute blocks (over PCIe,

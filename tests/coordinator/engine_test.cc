@@ -202,13 +202,11 @@ class EngineTest : public ::testing::Test {
     cpu_ = std::make_unique<FakeWorker>(false, model_.vocab_size);
     ASSERT_NO_FATAL_FAILURE(StartEngine(SchedulerOptions{}));
   }
-  // A writescope scheduler with `options` (the KV geometry filled in) and an engine over it,
+  // A `policy` scheduler with `options` and an engine over it (with `copier`, if any),
   // serving; the engine before it, if any, stopped.
   void StartEngine(SchedulerOptions options, const std::string& policy = "writescope",
                    BlockCopier copier = nullptr) {
     if (engine_ != nullptr) engine_->Stop();
-    options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
-    options.num_layers = kv_.geometry.num_layers;
     auto scheduler = Scheduler::Create(policy, options);
     WS_ASSERT_OK(scheduler.status());
     scheduler_ = *std::move(scheduler);
@@ -530,7 +528,9 @@ TEST_F(EngineTest, MonolithicReSplitsThePlacedBlocksWhenItsTargetMoves) {
         // The placement it read is the target's, within a block of each sequence.
         EXPECT_NEAR(step.placed_cpu_share(), step.target_cpu_share(), 1.0 / 8 + 1e-9);
       }
-      if (policy != "monolithic") EXPECT_EQ(step.resplit_ms(), 0.0);
+      if (policy != "monolithic") {
+        EXPECT_EQ(step.resplit_ms(), 0.0);
+      }
       last_placed = step.placed_cpu_share();
     }
     std::lock_guard<std::mutex> lock(copies->mutex);
@@ -798,8 +798,6 @@ TEST_F(EngineTest, ABenchRoundDecodesItsWholeBatchFromItsFirstStep) {
 TEST_F(EngineTest, CalibratesTheGpuPathAtStartAndPeriodically) {
   engine_->Stop();
   SchedulerOptions options;
-  options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
-  options.num_layers = kv_.geometry.num_layers;
   options.recalibration_period_steps = 5;
   scheduler_ = *Scheduler::Create("writescope", options);
   engine_ = std::make_unique<Engine>(EngineOptions{}, model_, kv_, &placement_mutex_,
@@ -950,8 +948,6 @@ TEST_F(EngineTest, SwitchingTheSchedulerRunsTheNextBenchUnderItsPolicy) {
   cpu_->probe_ns_per_token_ = 7.0;
   WS_ASSERT_OK(engine_->CalibrateCpuPath());
   SchedulerOptions options;
-  options.kv_bytes_per_token_layer = kv_.geometry.bytes_per_token_layer();
-  options.num_layers = kv_.geometry.num_layers;
   std::unique_ptr<Scheduler> cpu_all = *Scheduler::Create("cpu-all", options);
   std::unique_ptr<Scheduler> transfer_all = *Scheduler::Create("transfer-all", options);
   const v1::BenchRequest request = Bench(2, 4 * bt, 4, 1);

@@ -395,7 +395,6 @@ TEST(PolicyTest, FixedPoliciesIgnoreMeasurementsButStillEstimate) {
     }
     EXPECT_TRUE((*scheduler)->estimates_ready());  // the bench reports the bound for all
     EXPECT_LT((*scheduler)->Bound(1000).cpu_share, 0.05);
-    EXPECT_EQ((*scheduler)->TakeResplitBytes(), 0u);
   }
 }
 
@@ -415,57 +414,31 @@ TEST(PolicyTest, AdaptiveTargetWaitsForBothEstimatesThenJumps) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Monolithic cost accounting.
+// Monolithic: the same adaptive target as writescope (the engine moves its placed blocks to
+// each new one, coordinator/resplit.h).
 
-TEST(MonolithicTest, ResplitBytesAreTheTokensThatChangeSideTimesTheirBytes) {
-  // |0.5 − 0.2| · 1000 = 300 tokens, 64 B per token and layer, 3 layers.
-  EXPECT_EQ(MonolithicResplitBytes(0.2, 0.5, 1000, 64, 3), 300u * 64 * 3);
-  EXPECT_EQ(MonolithicResplitBytes(0.5, 0.2, 1000, 64, 3), 300u * 64 * 3);
-  EXPECT_EQ(MonolithicResplitBytes(0.4, 0.4, 1000, 64, 3), 0u);
-  EXPECT_EQ(MonolithicResplitBytes(-1, 2, 1000, 64, 3),
-            1000u * 64 * 3);  // clamped: everything
-  EXPECT_EQ(MonolithicResplitBytes(kNaN, 0.5, 1000, 64, 3), 0u);
-  EXPECT_EQ(MonolithicResplitBytes(0, 1, 0, 64, 3), 0u);
-  EXPECT_EQ(MonolithicResplitBytes(0, 1, uint64_t{1} << 40, uint64_t{1} << 30, 60),
-            std::numeric_limits<uint64_t>::max());
-}
-
-TEST(MonolithicTest, SchedulerChargesEveryTargetChange) {
+TEST(MonolithicTest, TargetMovesAsWritescopesDoes) {
   SchedulerOptions options;
-  options.kv_bytes_per_token_layer = 128;
-  options.num_layers = 4;
   options.hold_updates = 1;
   options.deadband = 0.01;
   options.cpu_estimator.ema_weight = 1.0;  // each sample replaces the estimate
   options.gpu_estimator.ema_weight = 1.0;
-  EXPECT_THAT(Scheduler::Create("monolithic", {}).status().message(),
-              HasSubstr("kv_bytes_per_token_layer"));
   auto mono = Scheduler::Create("monolithic", options);
   auto writescope = Scheduler::Create("writescope", options);
   WS_ASSERT_OK(mono.status());
   WS_ASSERT_OK(writescope.status());
-  // r* = B / (A + B) with zero intercepts: 0.5, then 0.25, then 0.25 again (no
-  // change).
+  // r* = B / (A + B) with zero intercepts: 0.5, then 0.25, then 0.25 again (no change).
   const double cpu_costs[] = {100, 300, 300};
-  uint64_t expected_total = 0;
-  double previous = options.initial_cpu_share;
   for (const double a : cpu_costs) {
     for (Scheduler* s : {mono->get(), writescope->get()}) {
       s->ObserveStep(
           {.cpu = {.tokens = 1000, .ns = a * 1000}, .gpu = {.tokens = 1000, .ns = 100000}});
       s->UpdateTarget(2000);
     }
-    const double target = (*mono)->target_cpu_share();
-    EXPECT_NEAR(target, 100 / (a + 100), 1e-9);
-    const uint64_t expected = MonolithicResplitBytes(previous, target, 2000, 128, 4);
-    EXPECT_EQ((*mono)->TakeResplitBytes(), expected);
-    EXPECT_EQ((*writescope)->TakeResplitBytes(), 0u);  // nothing placed moves
-    expected_total += expected;
-    previous = target;
+    EXPECT_NEAR((*mono)->target_cpu_share(), 100 / (a + 100), 1e-9);
+    EXPECT_EQ((*mono)->target_cpu_share(), (*writescope)->target_cpu_share());
   }
-  EXPECT_EQ((*mono)->total_resplit_bytes(), expected_total);
-  EXPECT_EQ(expected_total,
-            0u + 500 * 128 * 4);  // 0.5 → 0.5 free, 0.5 → 0.25: 500 tokens
+  EXPECT_EQ((*mono)->target_changes(), 1);  // 0.5 -> 0.5 is none, then 0.25
 }
 
 TEST(SchedulerTest, RecalibrationIsDuePeriodically) {
@@ -1187,8 +1160,6 @@ TEST(DecodeReadsTest, FixedPoliciesReadThePlacedShareInPlace) {
   for (const char* policy : {"transfer-all", "cpu-all", "static:0.3", "monolithic"}) {
     SCOPED_TRACE(policy);
     SchedulerOptions options;
-    options.kv_bytes_per_token_layer = 64;
-    options.num_layers = 2;
     auto scheduler = *Scheduler::Create(policy, options);
     ReadWorld world;
     world.rest_split_ns = 5e6;  // the split never pays: a fixed policy splits anyway
@@ -2545,8 +2516,6 @@ TEST(PlacementShareTest, WriteScopeSteersAPromptForTheBatchItMakes) {
   for (const char* policy : {"static:0.3", "transfer-all", "cpu-all", "monolithic"}) {
     SCOPED_TRACE(policy);
     SchedulerOptions options;
-    options.kv_bytes_per_token_layer = 64;
-    options.num_layers = 2;
     auto fixed = *Scheduler::Create(policy, options);
     LearnLines(*fixed, world);
     fixed->UpdateTarget(20000);

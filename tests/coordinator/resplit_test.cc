@@ -192,20 +192,37 @@ TEST(ResplitTest, GroupsAreCopiedBeforeTheNextAllocates) {
   EXPECT_TRUE(batches[1][0].to == batches[0][0].from || batches[1][0].to == batches[0][1].from);
 }
 
+// An arena laid out for `config`: its CPU region filled with `byte_of(i)`, its transfer
+// region with zeros.
+struct FilledArena {
+  std::unique_ptr<ShmArena> arena;
+  absl::Span<std::byte> cpu, transfer;
+};
+FilledArena MakeArena(const KvCacheConfig& config, const std::string& tag,
+                      std::byte (*byte_of)(size_t)) {
+  absl::StatusOr<std::unique_ptr<ShmArena>> arena =
+      ShmArena::Create(testing::UniqueArenaName(tag), ArenaRegions(config.arena_sizes()));
+  WS_CHECK(arena.ok()) << arena.status();
+  FilledArena out;
+  out.arena = *std::move(arena);
+  out.cpu = *out.arena->Region(kCpuComputeRegion);
+  out.transfer = *out.arena->Region(kGpuTransferRegion);
+  for (size_t i = 0; i < out.cpu.size(); ++i) out.cpu[i] = byte_of(i);
+  std::fill(out.transfer.begin(), out.transfer.end(), std::byte{0});
+  return out;
+}
+
 TEST(CopyKvBlockTest, CopiesEveryLayerAndNothingElse) {
   const KvCacheConfig config = Config(5, 3);
-  const std::string name = testing::UniqueArenaName("resplit");
-  absl::StatusOr<std::unique_ptr<ShmArena>> arena =
-      ShmArena::Create(name, ArenaRegions(config.arena_sizes()));
-  WS_ASSERT_OK(arena.status());
-  absl::Span<std::byte> cpu = *(*arena)->Region(kCpuComputeRegion);
-  absl::Span<std::byte> transfer = *(*arena)->Region(kGpuTransferRegion);
-  for (size_t i = 0; i < cpu.size(); ++i) cpu[i] = static_cast<std::byte>(i * 7 + 1);
-  for (size_t i = 0; i < transfer.size(); ++i) transfer[i] = std::byte{0};
+  FilledArena filled =
+      MakeArena(config, "resplit", [](size_t i) { return static_cast<std::byte>(i * 7 + 1); });
+  std::unique_ptr<ShmArena>& arena = filled.arena;
+  absl::Span<std::byte> cpu = filled.cpu;
+  absl::Span<std::byte> transfer = filled.transfer;
   const std::vector<std::byte> cpu_before(cpu.begin(), cpu.end());
   const KvGeometry& g = config.geometry;
   const BlockCopy first[] = {{{KvRegion::kCpuCompute, 4}, {KvRegion::kGpuTransfer, 1}}};
-  WS_ASSERT_OK(CopyKvBlocks(**arena, config, first, 3));
+  WS_ASSERT_OK(CopyKvBlocks(*arena, config, first, 3));
   const uint64_t lbb = g.layer_block_bytes();
   uint64_t copied = 0;
   for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
@@ -222,7 +239,7 @@ TEST(CopyKvBlockTest, CopiesEveryLayerAndNothingElse) {
   EXPECT_TRUE(std::equal(cpu.begin(), cpu.end(), cpu_before.begin()));
   // The other way, within one region's neighbours.
   const BlockCopy back[] = {{{KvRegion::kGpuTransfer, 1}, {KvRegion::kCpuCompute, 0}}};
-  WS_ASSERT_OK(CopyKvBlocks(**arena, config, back, 1));
+  WS_ASSERT_OK(CopyKvBlocks(*arena, config, back, 1));
   for (uint32_t layer = 0; layer < g.num_layers; ++layer) {
     EXPECT_EQ(std::memcmp(cpu.data() + RegionBlockOffset(g, 5, 0, layer),
                           cpu.data() + RegionBlockOffset(g, 5, 4, layer), lbb),
@@ -233,7 +250,7 @@ TEST(CopyKvBlockTest, CopiesEveryLayerAndNothingElse) {
   }
   const auto copy = [&](KvBlockRef from, KvBlockRef to) {
     const BlockCopy one[] = {{from, to}};
-    return CopyKvBlocks(**arena, config, one, 2);
+    return CopyKvBlocks(*arena, config, one, 2);
   };
   const absl::Status outside = copy({KvRegion::kCpuCompute, 5}, {KvRegion::kGpuTransfer, 0});
   EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
@@ -246,29 +263,26 @@ TEST(CopyKvBlockTest, CopiesEveryLayerAndNothingElse) {
   const std::vector<std::byte> cpu_now(cpu.begin(), cpu.end());
   const BlockCopy mixed[] = {{{KvRegion::kCpuCompute, 2}, {KvRegion::kCpuCompute, 3}},
                              {{KvRegion::kCpuCompute, 0}, {KvRegion::kGpuTransfer, 9}}};
-  EXPECT_EQ(CopyKvBlocks(**arena, config, mixed, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CopyKvBlocks(*arena, config, mixed, 2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(std::equal(cpu.begin(), cpu.end(), cpu_now.begin()));
-  WS_EXPECT_OK(CopyKvBlocks(**arena, config, {}, 4));  // nothing to copy
+  WS_EXPECT_OK(CopyKvBlocks(*arena, config, {}, 4));  // nothing to copy
 }
 
 class CopyKvBlocksThreadsTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(CopyKvBlocksThreadsTest, EveryPieceLandsWhateverTheThreads) {
   const KvCacheConfig config = Config(12, 12);
-  const std::string name = testing::UniqueArenaName("resplit-threads");
-  absl::StatusOr<std::unique_ptr<ShmArena>> arena =
-      ShmArena::Create(name, ArenaRegions(config.arena_sizes()));
-  WS_ASSERT_OK(arena.status());
-  absl::Span<std::byte> cpu = *(*arena)->Region(kCpuComputeRegion);
-  absl::Span<std::byte> transfer = *(*arena)->Region(kGpuTransferRegion);
-  for (size_t i = 0; i < cpu.size(); ++i) cpu[i] = static_cast<std::byte>((i * 131) >> 3);
-  std::fill(transfer.begin(), transfer.end(), std::byte{0});
+  FilledArena filled = MakeArena(config, "resplit-threads",
+                                 [](size_t i) { return static_cast<std::byte>((i * 131) >> 3); });
+  std::unique_ptr<ShmArena>& arena = filled.arena;
+  absl::Span<std::byte> cpu = filled.cpu;
+  absl::Span<std::byte> transfer = filled.transfer;
   // 10 CPU blocks to transfer slots in another order (slot i -> 11 - i).
   std::vector<BlockCopy> copies;
   for (uint32_t i = 0; i < 10; ++i) {
     copies.push_back({{KvRegion::kCpuCompute, i}, {KvRegion::kGpuTransfer, 11 - i}});
   }
-  WS_ASSERT_OK(CopyKvBlocks(**arena, config, copies, GetParam()));
+  WS_ASSERT_OK(CopyKvBlocks(*arena, config, copies, GetParam()));
   const KvGeometry& g = config.geometry;
   for (const BlockCopy& c : copies) {
     for (uint32_t layer = 0; layer < g.num_layers; ++layer) {

@@ -9,8 +9,11 @@ exploration, and the step after an exploration.
 The first `--settle` seconds (default 3) after the load starts and after it ends count in no
 phase: the shares move there. Step kinds compare steps of one bench round only (each round
 places its context anew, so its first step has no step before it). A mode is "split" when
-the CPU attended some of the host tokens (read_cpu_share > 0), else "GPU-only". Standard
-library only.
+the CPU attended some of the host tokens (read_cpu_share > 0), else "GPU-only". Where the
+CSV has the re-split columns (resplit_ms, resplit_blocks: the monolithic policy moving its
+placed blocks to a new target), the policies that moved blocks get a line with their copies'
+steps, blocks and time against all their steps' time, every step counted. Standard library
+only.
 """
 import argparse
 import os
@@ -26,6 +29,7 @@ KINDS = ("switch", "same", "explore", "after explore")
 
 
 STEP_COLUMNS = ("policy", "round", "unix_s", "step_ms", "read_cpu_share", "explore")
+RESPLIT_COLUMNS = ("resplit_ms", "resplit_blocks")  # optional (CSVs from session 37 on)
 
 
 def load_events(path):
@@ -42,6 +46,8 @@ def load_steps(path):
         step = {"policy": (row.get("policy") or "").strip()}
         for name in STEP_COLUMNS[1:]:
             step[name] = field(path, line, row, name)
+        for name in RESPLIT_COLUMNS:
+            step[name] = field(path, line, row, name) if (row.get(name) or "").strip() else 0.0
         steps.append(step)
     return steps
 
@@ -66,7 +72,8 @@ def cell(values):
 
 def summarize(steps, events, settle):
     """Returns {policy: {"phase": {phase: [ms]}, "explore": {phase: count},
-    "kind": {phase: {kind: [ms]}}}}."""
+    "kind": {phase: {kind: [ms]}}, "resplit": {"steps", "blocks", "ms", "step_ms"}}}, the
+    re-splits over every step (settling ones too) with all the steps' time."""
     out = {}
     by_policy = {}
     for row in steps:
@@ -77,9 +84,16 @@ def summarize(steps, events, settle):
             raise ValueError(f"no load start and end for {policy} in the events")
         start, end = events[policy]["load start"], events[policy]["load end"]
         summary = {"phase": {p: [] for p in PHASES}, "explore": {p: 0 for p in PHASES},
-                   "kind": {p: {k: [] for k in KINDS} for p in PHASES}}
+                   "kind": {p: {k: [] for k in KINDS} for p in PHASES},
+                   "resplit": {"steps": 0, "blocks": 0, "ms": 0.0, "step_ms": 0.0}}
         previous = None
         for row in rows:
+            resplit = summary["resplit"]
+            resplit["step_ms"] += row["step_ms"]
+            if row["resplit_blocks"] > 0:
+                resplit["steps"] += 1
+                resplit["blocks"] += int(row["resplit_blocks"])
+                resplit["ms"] += row["resplit_ms"]
             phase = phase_of(row["unix_s"], start, end, settle)
             ms = row["step_ms"]
             explore = row["explore"] != 0
@@ -121,6 +135,13 @@ def main():
             cells.append(f"{p} " + (f"{statistics.median(v):6.1f} {statistics.mean(v):6.1f} "
                                     f"n {len(v):3d} expl {s['explore'][p]:2d}" if v else "none"))
         print(f"  {policy:14s} " + " | ".join(cells))
+    for policy, s in summary.items():
+        r = s["resplit"]
+        if r["steps"] == 0:
+            continue
+        share = 100.0 * r["ms"] / r["step_ms"] if r["step_ms"] > 0 else 0.0
+        print(f"  {policy:14s} re-splits: {r['steps']} steps, {r['blocks']} blocks moved, "
+              f"{r['ms']:.1f} ms of copies ({share:.1f} % of its {r['step_ms']:.0f} ms of steps)")
     for policy, s in summary.items():
         if not any(s["explore"].values()):
             continue

@@ -74,4 +74,38 @@ bad = run(steps, ["static:0.5,100,load start\n"])
 checks.append((bad.returncode == 2 and "no load start and end" in bad.stderr,
                f"missing events: exit 2 (got {bad.returncode}, {bad.stderr!r})"))
 
-finish(checks, text, text0)
+checks.append(("re-splits" not in text, "no re-split line without the columns"))
+
+# With the re-split columns: monolithic moved blocks at two steps (one settling: counted, as
+# every step is); static moved none and gets no line.
+RESPLIT_HEADER = HEADER.rstrip("\n") + ",resplit_ms,resplit_blocks\n"
+
+
+def with_resplit(row, ms, blocks):
+    return row.rstrip("\n") + f",{ms},{blocks}\n"
+
+
+resplit_steps = [
+    with_resplit(step("monolithic", 0, 0, 90, 50, 0.4), 0, 0),
+    with_resplit(step("monolithic", 0, 1, 101, 80, 0.1), 30.5, 300),
+    with_resplit(step("monolithic", 0, 2, 150, 60, 0.1), 0, 0),
+    with_resplit(step("monolithic", 1, 0, 210, 60, 0.4), 9.5, 100),
+    with_resplit(step("static:0.5", 0, 0, 90, 50, 0.5), 0, 0),
+]
+resplit_events = events + ["monolithic,100,load start\n", "monolithic,200,load end\n"]
+with tempfile.TemporaryDirectory() as d:
+    s_path, e_path = os.path.join(d, "steps.csv"), os.path.join(d, "events.csv")
+    with open(s_path, "w") as f:
+        f.write(RESPLIT_HEADER + "".join(resplit_steps))
+    with open(e_path, "w") as f:
+        f.write("policy,unix_s,event\n" + "".join(resplit_events))
+    out_r = subprocess.run([sys.executable, SCRIPT, s_path, e_path], capture_output=True,
+                           text=True)
+text_r = out_r.stdout
+checks.append((out_r.returncode == 0 and
+               "monolithic     re-splits: 2 steps, 400 blocks moved, 40.0 ms of copies "
+               "(16.0 % of its 250 ms of steps)" in text_r,
+               f"monolithic's re-splits over all its steps (stderr: {out_r.stderr})"))
+checks.append(("static:0.5     re-splits" not in text_r, "no line for a policy that moved none"))
+
+finish(checks, text, text0, text_r)

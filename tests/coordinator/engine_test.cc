@@ -533,13 +533,19 @@ TEST_F(EngineTest, MonolithicReSplitsThePlacedBlocksWhenItsTargetMoves) {
       }
       last_placed = step.placed_cpu_share();
     }
-    std::lock_guard<std::mutex> lock(copies->mutex);
+    // Taken out under the copier's lock alone: the engine calls the copier holding the
+    // placement mutex, which UsedBlocks below takes.
+    std::vector<std::pair<KvBlockRef, KvBlockRef>> copied;
+    {
+      std::lock_guard<std::mutex> lock(copies->mutex);
+      copied.swap(copies->moves);
+    }
     if (policy == "monolithic") {
       EXPECT_GT(resplit_steps, 0);
-      EXPECT_EQ(copies->moves.size(), moved);
+      EXPECT_EQ(copied.size(), moved);
       EXPECT_LT(last_placed, first_placed);
       EXPECT_LT(last_placed, 0.25);
-      for (const auto& [from, to] : copies->moves) {
+      for (const auto& [from, to] : copied) {
         EXPECT_EQ(from.region, KvRegion::kCpuCompute);
         EXPECT_EQ(to.region, KvRegion::kGpuTransfer);
       }
@@ -550,7 +556,6 @@ TEST_F(EngineTest, MonolithicReSplitsThePlacedBlocksWhenItsTargetMoves) {
       EXPECT_EQ(gpu_->kv_moved_plans_.load(), moved_plans_before);
       EXPECT_DOUBLE_EQ(last_placed, first_placed);
     }
-    copies->moves.clear();
     EXPECT_EQ(UsedBlocks(), 0u);
   }
 }

@@ -196,7 +196,7 @@ absl::Status KvPlacement::Free(SequenceId id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<KvBlockRef> KvPlacement::Relocate(SequenceId id, size_t index, KvRegion to) {
+absl::StatusOr<Relocation> KvPlacement::Relocate(SequenceId id, size_t index, KvRegion to) {
   WS_ASSIGN_OR_RETURN(SequencePlacement * seq, Live(id));
   if (index >= seq->blocks.size()) {
     return absl::OutOfRangeError(absl::StrCat("sequence ", id, " has ", seq->blocks.size(),
@@ -215,9 +215,10 @@ absl::StatusOr<KvBlockRef> KvPlacement::Relocate(SequenceId id, size_t index, Kv
   }
   absl::StatusOr<std::vector<uint32_t>> slot = target.Allocate(1);
   WS_CHECK(slot.ok()) << slot.status();  // checked above
-  allocators_[KvRegionIndex(block.ref.region)].Free(block.ref.slot);
+  const KvBlockRef from = block.ref;
+  allocators_[KvRegionIndex(from.region)].Free(from.slot);
   block.ref = KvBlockRef{to, slot->front()};
-  return block.ref;
+  return Relocation{.from = from, .to = block.ref};
 }
 
 RegionUsage KvPlacement::Usage(KvRegion region) const {

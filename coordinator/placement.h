@@ -83,6 +83,12 @@ struct PlacementRequest {
   std::array<uint32_t, kNumKvRegions> free_slots{};
 };
 
+// One block's move between the regions (KvPlacement::Relocate): its old ref and its new one.
+struct Relocation {
+  KvBlockRef from;
+  KvBlockRef to;
+};
+
 // Picks the region of one new block. The scheduler steers the CPU share through it.
 using RegionChooser = absl::FunctionRef<KvRegion(const PlacementRequest&)>;
 
@@ -137,14 +143,14 @@ class KvPlacement {
   // Finish or abort: returns the blocks and the window slot. NOT_FOUND if not live.
   absl::Status Free(SequenceId id);
 
-  // Moves block `index` of sequence `id` to a free slot of region `to` and returns its new
-  // ref; the old slot is free again. The metadata only: the caller copies the block's bytes
+  // Moves block `index` of sequence `id` to a free slot of region `to` and returns its old
+  // and new refs; the old slot is free again. The metadata only: the caller copies the block's bytes
   // (every layer) from the old ref to the new one before anything allocates again or any
   // worker reads it (the monolithic policy's re-split, coordinator/resplit.h). NOT_FOUND
   // for an id not live, OUT_OF_RANGE for an index past its blocks, FAILED_PRECONDITION for a
   // block in `to` already, RESOURCE_EXHAUSTED when `to` has no free slot; nothing changes
   // then.
-  absl::StatusOr<KvBlockRef> Relocate(SequenceId id, size_t index, KvRegion to);
+  absl::StatusOr<Relocation> Relocate(SequenceId id, size_t index, KvRegion to);
 
   // nullptr if not live.
   const SequencePlacement* Find(SequenceId id) const;

@@ -49,19 +49,13 @@ absl::StatusOr<ResplitStats> ApplyResplit(KvPlacement& placement, absl::Span<con
     std::vector<BlockCopy> copies;
     for (const BlockMove& move : moves) {
       if (move.to != to) continue;
-      const SequencePlacement* seq = placement.Find(move.sequence);
-      if (seq == nullptr || move.index >= seq->blocks.size()) {
-        return absl::NotFoundError(absl::StrCat("re-split: no block ", move.index,
-                                                " of sequence ", move.sequence));
-      }
-      const KvBlockRef from = seq->blocks[move.index].ref;
-      absl::StatusOr<KvBlockRef> moved = placement.Relocate(move.sequence, move.index, to);
+      absl::StatusOr<Relocation> moved = placement.Relocate(move.sequence, move.index, to);
       if (absl::IsResourceExhausted(moved.status())) {
         ++stats.skipped;
         continue;
       }
       WS_RETURN_IF_ERROR(moved.status());
-      copies.push_back({from, *moved});
+      copies.push_back({moved->from, moved->to});
     }
     if (copies.empty()) continue;
     WS_RETURN_IF_ERROR(copy(copies));

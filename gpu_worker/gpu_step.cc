@@ -349,7 +349,7 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
 
   // The coordinator moved blocks since the last step (the monolithic policy's re-split): the
   // rounds queued early may have copied slots it wrote.
-  if (plan.kv_moved()) kv_cache_->DiscardEarlyRounds();
+  if (plan.kv_moved()) kv_cache_->DropEarlyRounds();
 
   // The GPU-transfer blocks of every sequence, streamed layer by layer.
   std::vector<StepSequence> batch;

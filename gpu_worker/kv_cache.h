@@ -184,10 +184,10 @@ class KvCache {
     DropEarlyRounds();
   }
 
-  // Forgets the rounds queued early (QueueEarlyRounds), counted as wasted: their slots may
-  // have been written by another process since (StepPlan.kv_moved). The next BeginTransfer
-  // copies every round anew, behind them on the same stream.
-  void DiscardEarlyRounds() { DropEarlyRounds(); }
+  // Forgets the pending early rounds (QueueEarlyRounds), counted as wasted: also when their
+  // slots may have been written by another process since (StepPlan.kv_moved). The next
+  // BeginTransfer copies every round anew, behind them on the same stream.
+  void DropEarlyRounds();
 
   // With timing on, every round's copies are bracketed by device markers
   // (Device::RecordMarker): round_markers()[round] = {before, after}, -1 when the round
@@ -206,8 +206,6 @@ class KvCache {
   // time_rounds_; returns the fence after them.
   absl::StatusOr<int> IssueRuns(absl::Span<const TransferRun> runs, uint32_t layer,
                                 int buffer_index, std::pair<int, int>* markers);
-  // Forgets the pending early rounds, counted as wasted.
-  void DropEarlyRounds();
   absl::Status ValidateWindowSlot(uint32_t window_slot) const;
   // Orders kCompute after the flushes of `window_slot` before touching its window.
   absl::Status WaitForFlushOf(uint32_t window_slot);

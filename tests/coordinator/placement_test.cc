@@ -177,9 +177,10 @@ TEST_F(PlacementTest, ExhaustedFlushKeepsTheWindow) {
 TEST_F(PlacementTest, RelocateMovesOneBlocksMetadataAndFreesItsSlot) {
   WS_ASSERT_OK(placement_->Admit(1));
   WS_ASSERT_OK(placement_->PlanPrefill(1, 12, ChooseCpuCompute).status());  // CPU slots 0-2
-  absl::StatusOr<KvBlockRef> moved = placement_->Relocate(1, 1, KvRegion::kGpuTransfer);
+  absl::StatusOr<Relocation> moved = placement_->Relocate(1, 1, KvRegion::kGpuTransfer);
   WS_ASSERT_OK(moved.status());
-  EXPECT_EQ(*moved, (KvBlockRef{KvRegion::kGpuTransfer, 0}));
+  EXPECT_EQ(moved->from, (KvBlockRef{KvRegion::kCpuCompute, 1}));
+  EXPECT_EQ(moved->to, (KvBlockRef{KvRegion::kGpuTransfer, 0}));
   const SequencePlacement& seq = *placement_->Find(1);
   EXPECT_EQ(seq.blocks[0].ref, (KvBlockRef{KvRegion::kCpuCompute, 0}));
   EXPECT_EQ(seq.blocks[1].ref, (KvBlockRef{KvRegion::kGpuTransfer, 0}));
@@ -192,7 +193,7 @@ TEST_F(PlacementTest, RelocateMovesOneBlocksMetadataAndFreesItsSlot) {
   // And back, into the lowest free CPU slot.
   moved = placement_->Relocate(1, 1, KvRegion::kCpuCompute);
   WS_ASSERT_OK(moved.status());
-  EXPECT_EQ(*moved, (KvBlockRef{KvRegion::kCpuCompute, 1}));
+  EXPECT_EQ(moved->to, (KvBlockRef{KvRegion::kCpuCompute, 1}));
   EXPECT_EQ(placement_->Usage(KvRegion::kGpuTransfer).used_blocks, 0u);
   WS_ASSERT_OK(placement_->Free(1));
   EXPECT_EQ(placement_->Usage(KvRegion::kCpuCompute).used_blocks, 0u);

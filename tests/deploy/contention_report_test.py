@@ -20,11 +20,11 @@ def step(policy, rnd, i, t, ms, read, explore=0):
             f"0,0\n")
 
 
-def run(steps, events, *extra):
+def run(steps, events, *extra, header=HEADER):
     with tempfile.TemporaryDirectory() as d:
         s, e = os.path.join(d, "steps.csv"), os.path.join(d, "events.csv")
         with open(s, "w") as f:
-            f.write(HEADER + "".join(steps))
+            f.write(header + "".join(steps))
         with open(e, "w") as f:
             f.write("policy,unix_s,event\n" + "".join(events))
         return subprocess.run([sys.executable, SCRIPT, s, e, *extra], capture_output=True,
@@ -93,14 +93,7 @@ resplit_steps = [
     with_resplit(step("static:0.5", 0, 0, 90, 50, 0.5), 0, 0),
 ]
 resplit_events = events + ["monolithic,100,load start\n", "monolithic,200,load end\n"]
-with tempfile.TemporaryDirectory() as d:
-    s_path, e_path = os.path.join(d, "steps.csv"), os.path.join(d, "events.csv")
-    with open(s_path, "w") as f:
-        f.write(RESPLIT_HEADER + "".join(resplit_steps))
-    with open(e_path, "w") as f:
-        f.write("policy,unix_s,event\n" + "".join(resplit_events))
-    out_r = subprocess.run([sys.executable, SCRIPT, s_path, e_path], capture_output=True,
-                           text=True)
+out_r = run(resplit_steps, resplit_events, header=RESPLIT_HEADER)
 text_r = out_r.stdout
 checks.append((out_r.returncode == 0 and
                "monolithic     re-splits: 2 steps, 400 blocks moved, 40.0 ms of copies "

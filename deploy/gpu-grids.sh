@@ -20,7 +20,8 @@
 #
 # DIR must be new or empty (a used one is refused: the grids append to its CSVs). Writes
 # into DIR: bench-ARCH.csv, steps-ARCH.csv, warmup-ARCH.csv, grid-ARCH.log,
-# report-ARCH.txt (bench_report.py --ceilings ARCH), modes-ARCH.txt (modes_report.py:
+# report-ARCH.txt (bench_report.py --ceilings ARCH), sweep-ARCH.txt where --policies has two
+# static:R or more (share_sweep_report.py), modes-ARCH.txt (modes_report.py:
 # writescope's read modes per window, its warm-up's before them) and report-pooled.txt (the
 # first grid's report with the others' ratios pooled in, --pool-with). --archive FILE: all
 # of DIR packed into one .tgz at the end (the device returns at most 8 files of $OUT per
@@ -59,7 +60,7 @@ while [[ $# -gt 0 ]]; do
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
     --no-probe) PROBE=0; shift ;;
     --sampling) SAMPLING=(--sampling "$2"); shift 2 ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -106,6 +107,10 @@ report() {
   run_into "$OUT_DIR/report-$1.txt" python3 "$ROOT/deploy/bench_report.py" \
     "$OUT_DIR/bench-$1.csv" --ceilings "$1" ${probe[@]+"${probe[@]}"} || true
 }
+# A sweep of static shares (two or more static:R policies): the adaptive policy's share and step
+# against it (share_sweep_report.py) into sweep-ARCH.txt.
+statics=0
+for policy in $POLICIES; do [[ $policy == static:* ]] && statics=$((statics + 1)); done
 left_specs=${#SPECS[@]}
 archs=()
 for spec in "${SPECS[@]}"; do
@@ -135,6 +140,10 @@ for spec in "${SPECS[@]}"; do
   if ((DRY)) || [[ -s $OUT_DIR/bench-$arch.csv ]]; then
     archs+=("$arch")
     report "$arch"
+    if ((statics >= 2)); then
+      run_into "$OUT_DIR/sweep-$arch.txt" python3 "$ROOT/deploy/share_sweep_report.py" \
+        "$OUT_DIR/bench-$arch.csv" || true
+    fi
     if ((DRY)) || [[ -s $OUT_DIR/steps-$arch.csv ]]; then
       warmup=()
       [[ -s $OUT_DIR/warmup-$arch.csv ]] && warmup=(--warmup "$OUT_DIR/warmup-$arch.csv")

@@ -842,7 +842,7 @@ absl::Status Engine::RunOneStep() {
       if (placement_->NeedsFlush(r->sequence)) {
         // The chooser snapshots every live sequence's placement: built only when a block
         // is placed, once per W decoded tokens, not for every token.
-        SteeringChooser chooser(*placement_, scheduler_->target_cpu_share());
+        SteeringChooser chooser(*placement_, scheduler_->FlushShare());
         absl::StatusOr<FlushPlan> flush = placement_->Flush(r->sequence, chooser);
         if (!flush.ok()) {
           plan.mutable_sequences()->RemoveLast();

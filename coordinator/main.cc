@@ -67,6 +67,12 @@ ABSL_FLAG(double, exploration_share_hold,
           "writescope: a split exploration's later steps keep its first step's CPU share while "
           "that is predicted to cost at most this fraction of the step (0: never kept)");
 
+ABSL_FLAG(double, placement_headroom,
+          writescope::coordinator::SchedulerOptions{}.placement_headroom,
+          "writescope: new KV (prompts, D-window flushes) is written this far above the CPU "
+          "share, so that later steps may read up to it (a step reads at most what is placed "
+          "in the CPU-compute region); 0: at the share");
+
 ABSL_FLAG(bool, hold_queued_readers,
           writescope::coordinator::SchedulerOptions{}.hold_queued_readers,
           "writescope: a split keeps the sequences the CPU attended in the last step that did not "
@@ -130,6 +136,7 @@ int main(int argc, char** argv) {
   options.scheduler.mode_switch_hold_steps = absl::GetFlag(FLAGS_mode_switch_hold_steps);
   options.scheduler.hold_queued_readers = absl::GetFlag(FLAGS_hold_queued_readers);
   options.scheduler.dma_bound = absl::GetFlag(FLAGS_dma_bound);
+  options.scheduler.placement_headroom = absl::GetFlag(FLAGS_placement_headroom);
   options.scheduler.rest_outlier_factor = absl::GetFlag(FLAGS_rest_outlier_factor);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();

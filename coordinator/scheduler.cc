@@ -314,6 +314,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("probe_share = ", options.probe_share, " must be in [0, 0.25]"));
   }
+  if (!(options.placement_headroom >= 0.0 && options.placement_headroom < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement_headroom = ", options.placement_headroom, " must be in [0, 1)"));
+  }
   if (!(options.rest_ema_weight > 0.0 && options.rest_ema_weight <= 1.0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rest_ema_weight = ", options.rest_ema_weight, " must be in (0, 1]"));
@@ -934,7 +938,13 @@ double Scheduler::PlacementShare(uint64_t host_tokens_after) const {
     return target_;
   }
   const double tokens = std::max(static_cast<double>(host_tokens_after), target_tokens_);
-  return std::clamp(SplitShare(tokens), options_.probe_share,
+  return std::clamp(SplitShare(tokens) + options_.placement_headroom, options_.probe_share,
+                    1.0 - options_.probe_share);
+}
+
+double Scheduler::FlushShare() const {
+  if (policy_.kind != PolicyKind::kWriteScope || !target_from_estimates_) return target_;
+  return std::clamp(target_ + options_.placement_headroom, options_.probe_share,
                     1.0 - options_.probe_share);
 }
 

@@ -289,6 +289,15 @@ struct SchedulerOptions {
   // no tokens is never measured, so a share of 0 chosen while the CPU was loaded would
   // stay 0 after the load ends. This small share keeps both estimates current. In [0, 0.25].
   double probe_share = 0.03;
+  // Writescope writes new KV this far above its share (PlacementShare for prompts, FlushShare
+  // for D-window flushes), within [probe_share, 1 − probe_share]. A step may read less of the
+  // CPU-compute region than is placed there (the GPU streams the rest), never more, so a
+  // placement at the estimate of the moment caps every later read at it: DeepSeek 32 x 32K on
+  // the H200 (run 203) placed 0.497 at its fill, its target rose to 0.507, and it stepped 4.6 %
+  // slower than static:0.5, with its copies binding the step (2 % of the step per 0.01 of
+  // share there). With the headroom the reads follow r* up as far as it. In [0, 1); 0: write at
+  // the share itself.
+  double placement_headroom = 0.03;
   // Steps between re-measurements of B under contention (RecalibrationDue); 0:
   // never.
   uint64_t recalibration_period_steps = 2000;
@@ -506,11 +515,15 @@ class Scheduler {
   double target_cpu_share() const { return target_; }
   // The share a prompt's blocks are steered towards: for writescope, r* at the host tokens
   // the batch will hold once the prompt has landed (`host_tokens_after`, or the decaying
-  // peak when larger), clamped as the target is, so that a long prompt lands for the batch
-  // it makes rather than the one before it (r* grows with the tokens: the fixed costs
-  // weigh less). The state is unchanged. Other policies, and writescope before its
-  // estimators are ready: the target.
+  // peak when larger), plus placement_headroom, clamped as the target is, so that a long
+  // prompt lands for the batch it makes rather than the one before it (r* grows with the
+  // tokens: the fixed costs weigh less). The state is unchanged. Other policies, and
+  // writescope before its estimators are ready: the target.
   double PlacementShare(uint64_t host_tokens_after) const;
+  // The share a D-window flush's block is steered towards: for writescope once its target
+  // comes from the estimates, the target plus placement_headroom, clamped as the target is;
+  // other policies (and writescope before): the target.
+  double FlushShare() const;
   // The latest unfiltered r* (NaN before the estimators are ready), at target_tokens().
   double optimal_cpu_share() const { return optimal_; }
   // The host tokens the latest UpdateTarget computed r* for.

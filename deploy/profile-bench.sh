@@ -7,7 +7,13 @@
 #
 #   deploy/profile-bench.sh [--arch qwen3_moe] [--layers 4] [--batch 32] [--context 32768]
 #       [--policies "writescope cpu-all"] [--steps 4] [--out DIR] [--bin DIR] [--device cuda|host]
-#       [--grid-first BATCHES:CONTEXTS] [--dry-run]
+#       [--grid-first BATCHES:CONTEXTS] [--one-trio] [--dry-run]
+#
+# --one-trio: one trio for all the policies, each point run under its policy (wscope bench
+# --policies, the Bench RPC's policy) and profiled in turn, so that a policy may be listed
+# more than once (writescope static:0.5 writescope ...) and the policies share the processes,
+# their memory and calibrations: trios of one build differ by more than a few per cent. The
+# traces are then profile-N-POLICY.json, N counting from 1.
 #
 # --grid-first (e.g. 4,16:8192,32768): the trio first runs those points as bench-grid.sh does
 # (16 warm-up + 16 measured steps each), so that the profiled point comes after the same
@@ -16,7 +22,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH=qwen3_moe LAYERS=4 BATCH=32 CONTEXT=32768 POLICIES="writescope cpu-all" STEPS=4
-OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda GRID_FIRST="" DRY=0
+OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda GRID_FIRST="" DRY=0 ONE_TRIO=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -29,8 +35,9 @@ while [[ $# -gt 0 ]]; do
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --grid-first) GRID_FIRST="$2"; shift 2 ;;
+    --one-trio) ONE_TRIO=1; shift ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,18 +64,37 @@ if ((DRY)); then
 fi
 run() { if ((DRY)); then echo "$*"; else "$@"; fi; }
 ((DRY)) || mkdir -p "$OUT_DIR"
-for policy in $POLICIES; do
-  start_trio profile-bench "$policy" "$region_mib" --max_sequences="$max_batch"
-  if [[ -n $GRID_FIRST ]]; then
-    echo "== $policy, the grid's points first: batches ${GRID_FIRST%%:*}, contexts ${GRID_FIRST#*:}"
-    run "$BIN/wscope" bench --target="$WS_TARGET" --batches="${GRID_FIRST%%:*}" \
-      --contexts="${GRID_FIRST#*:}" --decode_steps=16 --warmup_steps=16 || true
-  fi
+# profile_point POLICY TRACE [BENCH_FLAG...]: the point under POLICY, then its trace.
+profile_point() {
+  local policy="$1" trace="$2"
+  shift 2
   echo "== $policy, batch $BATCH x $CONTEXT"
   run "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
-    --decode_steps=8 --warmup_steps=8 || true
-  trace="$OUT_DIR/profile-${policy//[^a-z0-9.-]/_}.json"
+    --decode_steps=8 --warmup_steps=8 "$@" || true
   run "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" --out="$trace" || true
-  [[ -f $trace ]] && { python3 "$ROOT/deploy/profile_layers.py" "$trace" || true; }
+  if [[ -f $trace ]]; then python3 "$ROOT/deploy/profile_layers.py" "$trace" || true; fi
+}
+grid_first() {
+  echo "== $1, the grid's points first: batches ${GRID_FIRST%%:*}, contexts ${GRID_FIRST#*:}"
+  run "$BIN/wscope" bench --target="$WS_TARGET" --batches="${GRID_FIRST%%:*}" \
+    --contexts="${GRID_FIRST#*:}" --decode_steps=16 --warmup_steps=16 || true
+}
+if ((ONE_TRIO)); then
+  read -r first_policy _ <<<"$POLICIES"
+  start_trio profile-bench "$first_policy" "$region_mib" --max_sequences="$max_batch"
+  [[ -n $GRID_FIRST ]] && grid_first "$first_policy"
+  n=0
+  for policy in $POLICIES; do
+    n=$((n + 1))
+    profile_point "$policy" "$OUT_DIR/profile-$n-${policy//[^a-z0-9.-]/_}.json" \
+      --policies="$policy"
+  done
+  stop_trio
+  exit 0
+fi
+for policy in $POLICIES; do
+  start_trio profile-bench "$policy" "$region_mib" --max_sequences="$max_batch"
+  [[ -n $GRID_FIRST ]] && grid_first "$policy"
+  profile_point "$policy" "$OUT_DIR/profile-${policy//[^a-z0-9.-]/_}.json"
   stop_trio
 done

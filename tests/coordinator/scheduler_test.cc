@@ -2490,37 +2490,113 @@ TEST(DecodeReadsTest, AdvancesForGuessedModesArePaidBack) {
 }
 
 // A prompt is steered for the batch it makes: PlacementShare is r* at the tokens after it
-// lands (or the decaying peak when larger), clamped as the target, and changes nothing.
-// Fixed policies and monolithic steer to their target.
+// lands (or the decaying peak when larger), plus the headroom, clamped as the target, and
+// changes nothing. Fixed policies and monolithic steer to their target.
 TEST(PlacementShareTest, WriteScopeSteersAPromptForTheBatchItMakes) {
   auto scheduler = *Scheduler::Create("writescope", {});
   EXPECT_EQ(scheduler->PlacementShare(1000000), scheduler->target_cpu_share());  // not ready
+  EXPECT_EQ(scheduler->FlushShare(), scheduler->target_cpu_share());
   ReadWorld world;
   world.cpu_fixed_ns = 300000;  // the CPU's fixed cost the larger, as on the H200
   LearnLines(*scheduler, world);
   scheduler->UpdateTarget(20000);
   const double target = scheduler->target_cpu_share();
   const double peak = scheduler->target_tokens();
+  const SchedulerOptions& options = scheduler->options();
+  ASSERT_GT(options.placement_headroom, 0.0);
+  const auto placed = [&](double share) {
+    return std::clamp(share + options.placement_headroom, options.probe_share,
+                      1.0 - options.probe_share);
+  };
   const double at_large = scheduler->PlacementShare(2000000);
-  EXPECT_DOUBLE_EQ(at_large, std::clamp(OptimalCpuShare(scheduler->estimates(), 2000000),
-                                        scheduler->options().probe_share,
-                                        1.0 - scheduler->options().probe_share));
-  EXPECT_GT(at_large, target);  // the fixed costs weigh less at more tokens
+  EXPECT_DOUBLE_EQ(at_large, placed(OptimalCpuShare(scheduler->estimates(), 2000000)));
+  EXPECT_GT(at_large, target + options.placement_headroom);  // the fixed costs weigh less
   // Fewer tokens than the peak: r* at the peak.
   EXPECT_DOUBLE_EQ(scheduler->PlacementShare(10),
-                   std::clamp(OptimalCpuShare(scheduler->estimates(), peak),
-                              scheduler->options().probe_share,
-                              1.0 - scheduler->options().probe_share));
+                   placed(OptimalCpuShare(scheduler->estimates(), peak)));
+  // A flush: the target plus the headroom.
+  EXPECT_DOUBLE_EQ(scheduler->FlushShare(), placed(target));
   EXPECT_EQ(scheduler->target_cpu_share(), target);
   EXPECT_EQ(scheduler->target_tokens(), peak);
   for (const char* policy : {"static:0.3", "transfer-all", "cpu-all", "monolithic"}) {
     SCOPED_TRACE(policy);
-    SchedulerOptions options;
-    auto fixed = *Scheduler::Create(policy, options);
+    auto fixed = *Scheduler::Create(policy, {});
     LearnLines(*fixed, world);
     fixed->UpdateTarget(20000);
     EXPECT_EQ(fixed->PlacementShare(2000000), fixed->target_cpu_share());
+    EXPECT_EQ(fixed->FlushShare(), fixed->target_cpu_share());
   }
+}
+
+// The headroom is clamped with the share (never past 1 - probe_share), 0 writes at the share
+// itself, and a headroom outside [0, 1) is refused.
+TEST(PlacementShareTest, HeadroomIsClampedAndZeroWritesAtTheShare) {
+  ReadWorld world;
+  world.cpu_ns_per_token = 1;  // a CPU so cheap that r* is 1: the clamp
+  SchedulerOptions options;
+  auto scheduler = *Scheduler::Create("writescope", options);
+  LearnLines(*scheduler, world);
+  scheduler->UpdateTarget(200000);
+  EXPECT_DOUBLE_EQ(scheduler->target_cpu_share(), 1.0 - options.probe_share);
+  EXPECT_DOUBLE_EQ(scheduler->PlacementShare(200000), 1.0 - options.probe_share);
+  EXPECT_DOUBLE_EQ(scheduler->FlushShare(), 1.0 - options.probe_share);
+
+  options.placement_headroom = 0.0;
+  auto at_share = *Scheduler::Create("writescope", options);
+  LearnLines(*at_share, ReadWorld{});
+  at_share->UpdateTarget(200000);
+  EXPECT_DOUBLE_EQ(at_share->PlacementShare(200000),
+                   std::clamp(OptimalCpuShare(at_share->estimates(), 200000), options.probe_share,
+                              1.0 - options.probe_share));
+  EXPECT_EQ(at_share->FlushShare(), at_share->target_cpu_share());
+
+  for (double bad : {-0.01, 1.0, std::nan("")}) {
+    SCOPED_TRACE(bad);
+    options.placement_headroom = bad;
+    EXPECT_EQ(Scheduler::Create("writescope", options).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// What the headroom is for: a step reads at most what is placed, so KV placed at the estimate
+// of its moment caps the reads when r* rises; placed with the headroom, the reads follow r*.
+TEST(PlacementShareTest, ReadsFollowAHigherEstimateUpToTheHeadroom) {
+  ReadWorld world;
+  world.alone_gpu_ns_per_token = 400;  // GPU-only far slower: the split is chosen
+  auto scheduler = *Scheduler::Create("writescope", {});
+  ProbeAndLearnLines(*scheduler, world);
+  const double host_tokens = 200000;
+  scheduler->UpdateTarget(static_cast<uint64_t>(host_tokens));
+  const double placed = scheduler->PlacementShare(static_cast<uint64_t>(host_tokens));
+  const double first_estimate = OptimalCpuShare(scheduler->estimates(), host_tokens);
+  ASSERT_GT(first_estimate, 0.1);
+  ASSERT_LT(placed, 0.9);
+  EXPECT_NEAR(placed, first_estimate + scheduler->options().placement_headroom, 1e-9);
+  // Decisions with `placed_share` placed, each step observed; the CPU gets 10 % cheaper, so
+  // r* rises. Every split that does not explore reads r* at its decision, or all that is
+  // placed; returns the largest share read.
+  world.cpu_ns_per_token *= 0.9;
+  const auto largest_read = [&](const Scheduler& before, double placed_share) {
+    auto s = std::make_unique<Scheduler>(before);
+    double largest = 0.0;
+    for (int i = 0; i < 300; ++i) {
+      const double wanted = std::min(OptimalCpuShare(s->estimates(), host_tokens), placed_share);
+      const ReadDecision d = s->ChooseDecodeReads(
+          static_cast<uint64_t>(host_tokens), static_cast<uint64_t>(placed_share * host_tokens),
+          8);
+      if (!d.explore && d.cpu_share > 0.0) {
+        EXPECT_NEAR(d.cpu_share, wanted, 1e-5) << "decision " << i;  // whole tokens placed
+        largest = std::max(largest, d.cpu_share);
+      }
+      s->ObserveStep(world.Run(d.cpu_share, host_tokens));
+    }
+    return largest;
+  };
+  // Placed at the first estimate: held there. With the headroom: the reads rise past it.
+  EXPECT_NEAR(largest_read(*scheduler, first_estimate), first_estimate, 1e-5);
+  const double with_headroom = largest_read(*scheduler, placed);
+  EXPECT_GT(with_headroom, first_estimate + 0.005);
+  EXPECT_LE(with_headroom, placed);
 }
 
 // A batch that changes at every step (1 <-> 2 sequences: past the tolerance each time) does

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """deploy/profile-bench.sh without a GPU: --dry-run prints the trio's sizes and the commands;
 a trio that runs the grid's points first (--grid-first) is sized for the largest of them and
-the profiled point, and a malformed --grid-first is refused with exit status 2."""
+the profiled point, --one-trio profiles every listed policy in one trio, and a malformed
+--grid-first is refused with exit status 2."""
 import os
 import subprocess
 import sys
@@ -40,6 +41,21 @@ alone = run("--arch", "qwen3_moe", "--batch", "8", "--context", "2048", "--polic
 text += alone.stdout
 checks.append((alone.returncode == 0 and "--max_sequences=8" in alone.stdout
                and "--batches=8 --contexts=2048" in alone.stdout, "the profiled point alone"))
+# --one-trio: one trio, each point under its policy (listed twice here), a trace each.
+one = run("--arch", "deepseek_v2", "--batch", "32", "--context", "32768", "--one-trio",
+          "--policies", "writescope static:0.5 writescope", "--grid-first", "16:8192")
+text += one.stdout
+out = one.stdout
+checks += [
+    (one.returncode == 0, "--one-trio: dry run succeeds"),
+    (out.count("start_trio") == 1 and out.count("stop_trio") == 1, "--one-trio: one trio"),
+    ("start_trio profile-bench writescope" in out, "--one-trio: started under the first policy"),
+    (out.count("--decode_steps=16 --warmup_steps=16") == 1, "--one-trio: the grid's points once"),
+    ("--decode_steps=8 --warmup_steps=8 --policies=static:0.5" in out,
+     "--one-trio: a point under each policy"),
+    ("--out=./profile-1-writescope.json" in out and "--out=./profile-2-static_0.5.json" in out
+     and "--out=./profile-3-writescope.json" in out, "--one-trio: a numbered trace each"),
+]
 for bad in ("32", "32:", ":8192", "4,,16:8192", "4:8K", "0:8192"):
     refused = run("--grid-first", bad)
     text += refused.stderr

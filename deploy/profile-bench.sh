@@ -13,7 +13,8 @@
 # --policies, the Bench RPC's policy) and profiled in turn, so that a policy may be listed
 # more than once (writescope static:0.5 writescope ...) and the policies share the processes,
 # their memory and calibrations: trios of one build differ by more than a few per cent. The
-# traces are then profile-N-POLICY.json, N counting from 1.
+# traces are then profile-N-POLICY.json, N counting from 1; --grid-first runs once, first,
+# under the first policy.
 #
 # --grid-first (e.g. 4,16:8192,32768): the trio first runs those points as bench-grid.sh does
 # (16 warm-up + 16 measured steps each), so that the profiled point comes after the same
@@ -37,7 +38,7 @@ while [[ $# -gt 0 ]]; do
     --grid-first) GRID_FIRST="$2"; shift 2 ;;
     --one-trio) ONE_TRIO=1; shift ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

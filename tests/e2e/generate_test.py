@@ -390,9 +390,9 @@ def generate_12(trio, label, prompt, how=""):
 def check_fixture(env, trio, arch):
     """1. Every prompt of expected.json against ws_reference and transformers."""
     # Both paths were probed at start-up (the scheduler's calibrations; `wscope info`): a line
-    # that measured something. Its slope may fit to 0 (clamped: the fixtures' KV is 256-1152
-    # bytes a token, so their probes are mostly fixed cost; a fresh H200 lease's CPU probe
-    # read A 0.000, c_C 2099.2 us in run 205), so either part counts.
+    # that measured something. Its slope may fit to 0 (clamped: the fixtures' KV is a few
+    # hundred bytes a token, mixtral's 256, so their probes are mostly fixed cost; a fresh
+    # H200 lease's CPU probe read A 0.000, c_C 2099.2 us in run 205), so either part counts.
     text = trio.info()["text"]
     for path, line in (("GPU", r"GPU path \(probe 1, [0-9.]+ ms\): B ([0-9.]+) ns/token, "
                                r"c_G ([0-9.]+) us"),

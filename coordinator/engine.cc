@@ -398,6 +398,13 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_experts_per_layer(r.experts_per_layer);
       step->set_early_rounds_missed(r.early_rounds_missed);
       step->set_transfer_ms(r.transfer_ms);
+      step->set_cpu_ns_per_token(r.cpu_ns_per_token);
+      step->set_cpu_fixed_us(r.cpu_fixed_us);
+      step->set_gpu_ns_per_token(r.gpu_ns_per_token);
+      step->set_gpu_fixed_us(r.gpu_fixed_us);
+      step->set_dma_ns_per_token(r.dma_ns_per_token);
+      step->set_dma_fixed_us(r.dma_fixed_us);
+      step->set_chain_extra_us(r.chain_extra_us);
       step->set_gpu_waited_cpu_ms(r.gpu_waited_cpu_ms);
       step->set_resplit_ms(r.resplit_ms);
       step->set_resplit_blocks(r.resplit_blocks);
@@ -1123,7 +1130,17 @@ absl::Status Engine::RunOneStep() {
       // The share the scheduler steers and reads toward (SplitShare: the lines' crossing, or
       // the DMA bound's where it is later), not the bound's.
       record.optimal_cpu_share = scheduler_->SplitShare(static_cast<double>(record.host_tokens));
+      const RooflineParams lines = scheduler_->estimates();
+      record.cpu_ns_per_token = lines.cpu_ns_per_token;
+      record.cpu_fixed_us = lines.cpu_fixed_ns / 1e3;
+      record.gpu_ns_per_token = lines.gpu_ns_per_token;
+      record.gpu_fixed_us = lines.gpu_fixed_ns / 1e3;
     }
+    if (const LinearCostEstimator& dma = scheduler_->dma_estimator(); dma.ready()) {
+      record.dma_ns_per_token = dma.slope();
+      record.dma_fixed_us = dma.intercept() / 1e3;
+    }
+    record.chain_extra_us = scheduler_->cpu_chain_extra_ns() / 1e3;  // NaN until measured
   }
   std::lock_guard<std::mutex> lock(mutex_);
   records_.push_back(record);

@@ -258,6 +258,7 @@ class Engine {
   };
   SchedulerCheck scheduler_check() const;
   // What each step cost (the last kMaxStepRecords).
+  static constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
   struct StepRecord {
     uint64_t step_id = 0;
     uint32_t decode_sequences = 0;
@@ -288,6 +289,12 @@ class Engine {
     uint64_t resplit_blocks = 0;
     uint64_t host_tokens = 0;   // per layer, both regions, this step's sequences
     double bound_ms = 0;        // the roofline bound of its attention, all layers (0: no estimates)
+    // The scheduler's lines after the step, per layer (BenchStep's fields of these names;
+    // NaN: not ready).
+    double cpu_ns_per_token = kNan, cpu_fixed_us = kNan;
+    double gpu_ns_per_token = kNan, gpu_fixed_us = kNan;
+    double dma_ns_per_token = kNan, dma_fixed_us = kNan;
+    double chain_extra_us = kNan;
     double end_unix_s = 0;      // wall clock at the step's end, seconds since the Unix epoch
   };
   static constexpr size_t kMaxStepRecords = 8192;

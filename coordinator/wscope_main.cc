@@ -28,7 +28,8 @@
 //                                           expert time, the CPU share, the roofline bound;
 //                                           --policies: every point under each policy in
 //                                           turn, in one runtime (reversed every second
-//                                           round); --steps_csv: every measured step, timestamped;
+//                                           round); --steps_csv: every measured step, timestamped,
+//                                           with the scheduler's lines after it;
 //                                           --warmup_steps_csv: every warm-up step, alike;
 //                                           --prewarm_steps: unrecorded steps first (a
 //                                           runtime's first steps pay one-time costs);
@@ -324,7 +325,9 @@ std::FILE* OpenStepsCsv(const std::string& path) {
                        "optimal_cpu_share,batch,context,read_cpu_share,explore,"
                        "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
                        "rest_gpu_only_ms,early_rounds_missed,transfer_ms,gpu_waited_cpu_ms,"
-                       "experts_per_layer,resplit_ms,resplit_blocks\n");
+                       "experts_per_layer,resplit_ms,resplit_blocks,cpu_ns_per_token,"
+                       "cpu_fixed_us,gpu_ns_per_token,gpu_fixed_us,dma_ns_per_token,"
+                       "dma_fixed_us,chain_extra_us\n");
   }
   return file;
 }
@@ -338,7 +341,8 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
     const auto& step = steps[i];
     std::fprintf(file,
                  "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
-                 "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu\n",
+                 "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu,%.4f,%.2f,%.4f,%.2f,%.4f,%.2f,"
+                 "%.2f\n",
                  policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
                  step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                  step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
@@ -347,7 +351,10 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
                  step.predicted_gpu_only_ms(), step.rest_split_ms(), step.rest_gpu_only_ms(),
                  step.early_rounds_missed(), step.transfer_ms(), step.gpu_waited_cpu_ms(),
                  step.experts_per_layer(), step.resplit_ms(),
-                 static_cast<unsigned long long>(step.resplit_blocks()));
+                 static_cast<unsigned long long>(step.resplit_blocks()),
+                 step.cpu_ns_per_token(), step.cpu_fixed_us(), step.gpu_ns_per_token(),
+                 step.gpu_fixed_us(), step.dma_ns_per_token(), step.dma_fixed_us(),
+                 step.chain_extra_us());
   }
   std::fflush(file);
 }

@@ -5,8 +5,8 @@
 # computed: attention's speed does not depend on KV values; the routed experts' does depend
 # on the tokens, so each row starts from its own token, see Engine::SubmitBench). Appends to
 # OUT/bench-ARCH.csv (a row per point), OUT/steps-ARCH.csv (every measured step: the shares,
-# the read choice, its two predictions and the rests) and OUT/warmup-ARCH.csv (the warm-up
-# steps, alike) and prints the table as it goes.
+# the read choice, its two predictions and the rests, the scheduler's lines after it) and
+# OUT/warmup-ARCH.csv (the warm-up steps, alike) and prints the table as it goes.
 #
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]

@@ -648,6 +648,39 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Each bench step carries the scheduler's lines after it, and they are the model behind the
+// step's r*: without the copy engine's line (this fake GPU times no transfers) r* is the
+// attention lines' crossing at the step's host tokens. Before the lines are ready, NaN.
+TEST_F(EngineTest, BenchStepsCarryTheLinesBehindTheirShare) {
+  const uint32_t bt = kv_.block_tokens();
+  absl::StatusOr<v1::BenchResponse> response =
+      engine_->RunBench(Bench(3, 8 * bt, 8, 4), absl::Seconds(30));
+  WS_ASSERT_OK(response.status());
+  int with_lines = 0;
+  for (const auto* steps : {&response->warmup_steps(), &response->steps()}) {
+    for (const v1::BenchStep& step : *steps) {
+      SCOPED_TRACE(step.step_id());
+      EXPECT_TRUE(std::isnan(step.dma_ns_per_token()));
+      EXPECT_TRUE(std::isnan(step.dma_fixed_us()));
+      EXPECT_TRUE(std::isnan(step.chain_extra_us()));
+      if (step.bound_ms() == 0.0) {  // the lines were not ready
+        EXPECT_TRUE(std::isnan(step.cpu_ns_per_token()));
+        EXPECT_TRUE(std::isnan(step.gpu_fixed_us()));
+        continue;
+      }
+      ++with_lines;
+      const RooflineParams lines{.cpu_ns_per_token = step.cpu_ns_per_token(),
+                                 .gpu_ns_per_token = step.gpu_ns_per_token(),
+                                 .cpu_fixed_ns = step.cpu_fixed_us() * 1e3,
+                                 .gpu_fixed_ns = step.gpu_fixed_us() * 1e3};
+      WS_EXPECT_OK(ValidateRooflineParams(lines));
+      EXPECT_NEAR(step.optimal_cpu_share(),
+                  OptimalCpuShare(lines, static_cast<double>(step.host_tokens())), 1e-9);
+    }
+  }
+  EXPECT_GT(with_lines, 0);
+}
+
 // A bench samples its tokens as its request says (the gpu side gets the options and a draw
 // of each sequence's seeded generator), greedy when unset; the sampling fields that are the
 // bench's own are refused, and bad options as Generate refuses them, with nothing left behind.

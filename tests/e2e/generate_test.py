@@ -671,10 +671,12 @@ def check_bench_policies(env, trio):
     """6b. Several policies benched in one runtime (the Bench RPC's policy)."""
     with tempfile.TemporaryDirectory(prefix="ws-bench.") as work:
         csv_path = os.path.join(work, "bench.csv")
+        steps_path = os.path.join(work, "steps.csv")
         proc = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
                             "--decode_steps=3", "--warmup_steps=1", "--rounds=2",
                             "--prewarm_steps=2",
-                            "--policies=cpu-all,transfer-all,writescope", f"--csv={csv_path}"],
+                            "--policies=cpu-all,transfer-all,writescope", f"--csv={csv_path}",
+                            f"--steps_csv={steps_path}"],
                            timeout=120)
         if not check(proc.returncode == 0, "bench --policies: 3 policies x 2 rounds in one trio",
                      proc.stdout[-800:] + proc.stderr[-800:]):
@@ -704,6 +706,23 @@ def check_bench_policies(env, trio):
               "bench --policies: the copy engine's time per step, > 0 where the GPU streamed KV, "
               "0 where it streamed none",
               "; ".join(f"{r['policy']} transfer_ms {r.get('transfer_ms')}" for r in rows))
+        # The steps CSV carries the scheduler's lines after each step: writescope's CPU and
+        # GPU lines are calibrated at start-up, so its rows have them (the copy engine's line
+        # and Q may still be nan).
+        steps = [r for r in read_csv_rows(steps_path) if r["policy"] == "writescope"]
+        def line_value(row, column):
+            try:
+                return float(row.get(column, "nan"))
+            except ValueError:
+                return float("nan")
+        check(len(steps) >= 2 and all(
+                  line_value(r, c) >= 0 and line_value(r, c) != float("inf")
+                  for r in steps for c in ("cpu_ns_per_token", "cpu_fixed_us",
+                                           "gpu_ns_per_token", "gpu_fixed_us")),
+              f"bench --steps_csv: writescope's {len(steps)} measured steps (2 rounds), each with "
+              "the scheduler's CPU and GPU lines after it",
+              "; ".join(f"{r.get('cpu_ns_per_token')} {r.get('cpu_fixed_us')} "
+                        f"{r.get('gpu_ns_per_token')} {r.get('gpu_fixed_us')}" for r in steps))
         check(all(r.get("sampling") == "greedy" for r in rows),
               "bench: greedy unless told (the CSV's sampling column)",
               "; ".join(str(r.get("sampling")) for r in rows))

@@ -257,8 +257,8 @@ class Engine {
     double predicted_gpu_ms = 0, measured_gpu_ms = 0;
   };
   SchedulerCheck scheduler_check() const;
-  // What each step cost (the last kMaxStepRecords).
   static constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+  // What each step cost (the last kMaxStepRecords).
   struct StepRecord {
     uint64_t step_id = 0;
     uint32_t decode_sequences = 0;

@@ -20,11 +20,24 @@ batch over it). For every point with at least two static shares, printed:
   - the same ratio per repeat: the i-th row of the policy against the best static share among
     the i-th rows (the policies of a repeat ran minutes apart at most, the repeats further),
     and their geometric mean.
+
+With the grid's steps CSV (--steps, or steps-ARCH.csv[.gz] beside bench-ARCH.csv; from session
+38 on it carries the scheduler's lines after each step and its host tokens), each point also
+gets the adaptive policy's lines (the median of each over its steps that did not explore) and,
+for every policy at the point, what its steps measured per layer (medians over the steps that
+did not explore) against what those lines predict at the tokens it read: the CPU's attention
+against the CPU line, the copy engine's time against the DMA line, and Q (the step beyond the
+GPU's attention and its wait for the CPU) against the line's Q. The CPU time is the mean over
+all layers, where the line learns from the layers after the first. A line that is off across
+the swept shares is the one that moves r* off the curve's least.
 """
 import argparse
+import csv
+import gzip
 import importlib.util
 import math
 import os
+import statistics
 import sys
 from collections import defaultdict
 
@@ -113,15 +126,108 @@ def report_point(batch, context, merged, repeats, policy):
     return lines
 
 
+LINE_COLUMNS = ("cpu_ns_per_token", "cpu_fixed_us", "dma_ns_per_token", "dma_fixed_us",
+                "chain_extra_us")
+STEP_COLUMNS = ("policy", "batch", "context", "step_ms", "gpu_attention_ms", "cpu_attention_ms",
+                "transfer_ms", "gpu_waited_cpu_ms", "read_cpu_share", "explore",
+                "optimal_cpu_share", "host_tokens") + LINE_COLUMNS
+
+
+def steps_path_beside(bench_path):
+    """steps-ARCH.csv or steps-ARCH.csv.gz beside bench-ARCH.csv, or None."""
+    folder, name = os.path.split(bench_path)
+    if not name.startswith("bench-"):
+        return None
+    for candidate in ("steps-" + name[len("bench-"):], "steps-" + name[len("bench-"):] + ".gz"):
+        path = os.path.join(folder, candidate)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def load_steps(path):
+    """{(batch, context): {policy: [step dicts]}} of the steps that did not explore, or None
+    when the CSV predates the lines' columns."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        reader = csv.DictReader(f)
+        if any(c not in (reader.fieldnames or []) for c in STEP_COLUMNS):
+            return None
+        steps = defaultdict(lambda: defaultdict(list))
+        for line, row in enumerate(reader, start=2):
+            try:
+                if int(row["explore"]) != 0:
+                    continue
+                step = {c: float(row[c]) for c in STEP_COLUMNS[3:]}
+                steps[(int(row["batch"]), int(row["context"]))][row["policy"]].append(step)
+            except ValueError as e:
+                raise SystemExit(f"share_sweep_report.py: {path}:{line}: {e}")
+    return steps
+
+
+def median_of(steps, key):
+    """The median of key over the steps where it is finite, NaN where it is nowhere."""
+    values = [key(s) for s in steps]
+    values = [v for v in values if math.isfinite(v)]
+    return statistics.median(values) if values else float("nan")
+
+
+def report_lines(steps_by_policy, layers, policy):
+    """Lines for one point: the adaptive policy's lines and every policy's steps against them."""
+    own = steps_by_policy.get(policy)
+    if not own:
+        return [f"  lines: no {policy} step that did not explore"]
+    line = {c: median_of(own, lambda s, c=c: s[c]) for c in LINE_COLUMNS}
+    r_star = median_of(own, lambda s: s["optimal_cpu_share"])
+    out = [f"  {policy}'s lines (medians over its steps): CPU A {line['cpu_ns_per_token']:.2f} "
+           f"ns/token, c_C {line['cpu_fixed_us']:.0f} us; DMA D {line['dma_ns_per_token']:.2f} "
+           f"ns/token, fixed {line['dma_fixed_us']:.0f} us; Q {line['chain_extra_us']:.0f} us; "
+           f"its r* {r_star:.3f}",
+           "  per layer, ms, measured / the lines at the tokens read (medians over the steps "
+           "that did not explore):"]
+
+    def ratio(measured, predicted):
+        if not (math.isfinite(measured) and math.isfinite(predicted)) or predicted <= 0:
+            return f"{measured:.2f} / {predicted:.2f}"
+        return f"{measured:.2f} / {predicted:.2f} ({measured / predicted:.2f})"
+
+    def order(name):
+        share = static_share(name)
+        return (0, share) if share is not None else (1, name)
+
+    for name in sorted(steps_by_policy, key=order):
+        rows = steps_by_policy[name]
+        read = median_of(rows, lambda s: s["read_cpu_share"])
+        cpu = median_of(rows, lambda s: s["cpu_attention_ms"] / layers)
+        dma = median_of(rows, lambda s: s["transfer_ms"] / layers)
+        q = median_of(rows, lambda s: (s["step_ms"] - s["gpu_attention_ms"] -
+                                       s["gpu_waited_cpu_ms"]) / layers)
+        tokens = median_of(rows, lambda s: s["host_tokens"])
+        cpu_line = (line["cpu_ns_per_token"] * read * tokens + line["cpu_fixed_us"] * 1e3) / 1e6
+        dma_line = (line["dma_ns_per_token"] * (1 - read) * tokens +
+                    line["dma_fixed_us"] * 1e3) / 1e6
+        out.append(f"    {name:<12} read {read:.3f}: CPU {ratio(cpu, cpu_line)}, DMA "
+                   f"{ratio(dma, dma_line)}, Q {ratio(q, line['chain_extra_us'] / 1e3)}")
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("csv", nargs="+")
     parser.add_argument("--policy", default="writescope", help="the adaptive policy")
+    parser.add_argument("--steps", help="the grid's steps CSV (with one CSV only; default: "
+                        "steps-ARCH.csv[.gz] beside bench-ARCH.csv)")
     args = parser.parse_args()
+    if args.steps and len(args.csv) > 1:
+        parser.error("--steps goes with one bench CSV")
     printed = 0
     for path in args.csv:
         if not os.path.isfile(path):
             raise SystemExit(f"share_sweep_report.py: no file {path}")
+        steps_path = args.steps or steps_path_beside(path)
+        if args.steps and not os.path.isfile(args.steps):
+            raise SystemExit(f"share_sweep_report.py: no file {args.steps}")
+        steps = load_steps(steps_path) if steps_path else None
         rows = bench_report.load(path)
         if any(r["tokens_per_s"] <= 0 for r in rows):
             raise SystemExit(f"share_sweep_report.py: {path} has a row with no throughput")
@@ -137,7 +243,14 @@ def main():
                 continue
             for line in report_point(*point, merged[point], repeats[point], args.policy):
                 print(line)
+            if steps is not None and point in steps:
+                layers = max(r["layers"] for r in merged[point].values())
+                if layers > 0:
+                    for line in report_lines(steps[point], layers, args.policy):
+                        print(line)
             printed += 1
+        if steps_path and steps is None:
+            print(f"  ({steps_path} predates the lines' columns: no lines)")
     if not printed:
         raise SystemExit("share_sweep_report.py: no point with two static shares in " +
                          ", ".join(args.csv))

@@ -2,7 +2,8 @@
 """deploy/share_sweep_report.py on a small sweep whose answers are known: the static shares'
 steps, the best share and the parabola's least between its neighbours, a best share at the
 swept range's end, the other policies against the best static share (merged and per repeat),
-and the refusals (no file, no point with two static shares) without a traceback."""
+the steps CSV's lines against each policy's steps, and the refusals (no file, no point with two
+static shares) without a traceback."""
 import os
 import subprocess
 import sys
@@ -67,6 +68,41 @@ with tempfile.TemporaryDirectory() as tmp:
          "lie beyond it" in text, "a best share at the end of the range"),
         ("batch   4" not in text, "a point with one static share is left out"),
     ]
+    # The steps CSV beside it: writescope's lines and each policy's steps against them, at
+    # 16 x 32768 (4 layers, 100000 host tokens). Lines: A 10 ns/token, c_C 100 us, D 20,
+    # fixed 200 us, Q 3000 us. static:0.4 reads 0.4: the CPU line says 0.5 ms a layer, it took
+    # 0.55; the DMA line 1.4 ms, it took 1.4; Q (20 - 6 - 2) / 4 = 3.0 ms. An exploring step
+    # of writescope is left out.
+    columns = ("policy,round,step,batch,context,step_ms,gpu_attention_ms,cpu_attention_ms,"
+               "transfer_ms,gpu_waited_cpu_ms,read_cpu_share,explore,optimal_cpu_share,"
+               "host_tokens,cpu_ns_per_token,cpu_fixed_us,dma_ns_per_token,dma_fixed_us,"
+               "chain_extra_us\n")
+    lines = "10,100,20,200,3000"
+    with open(os.path.join(tmp, "steps-tiny.csv"), "w") as f:
+        f.write(columns)
+        f.write(f"writescope,0,0,16,32768,20,6,2.0,5.6,2,0.4,0,0.42,100000,{lines}\n")
+        f.write(f"writescope,0,1,16,32768,20,6,2.0,5.6,2,0.4,0,0.42,100000,{lines}\n")
+        f.write(f"writescope,0,2,16,32768,90,60,0,99,0,0,1,0.99,100000,1,1,1,1,1\n")
+        f.write("static:0.4,0,0,16,32768,20,6,2.2,5.6,2,0.4,0,0.4,100000,nan,nan,nan,nan,nan\n")
+    with_steps = run(grid)
+    lines_text = with_steps.stdout
+    checks += [
+        (with_steps.returncode == 0, "with the steps CSV: exit 0"),
+        ("  writescope's lines (medians over its steps): CPU A 10.00 ns/token, c_C 100 us; DMA "
+         "D 20.00 ns/token, fixed 200 us; Q 3000 us; its r* 0.420" in lines_text,
+         "the adaptive policy's lines, its exploring step left out"),
+        ("    static:0.4   read 0.400: CPU 0.55 / 0.50 (1.10), DMA 1.40 / 1.40 (1.00), "
+         "Q 3.00 / 3.00 (1.00)" in lines_text, "a static share's steps against the lines"),
+        ("    writescope   read 0.400: CPU 0.50 / 0.50 (1.00)" in lines_text,
+         "the adaptive policy's own steps against its lines"),
+        (lines_text.index("    static:0.4") < lines_text.index("    writescope   read"),
+         "static shares first"),
+    ]
+    with open(os.path.join(tmp, "steps-tiny.csv"), "w") as f:
+        f.write("policy,round,step,batch,context,step_ms\n")
+    old_steps = run(grid)
+    checks.append((old_steps.returncode == 0 and "predates the lines' columns" in old_steps.stdout,
+                   "a steps CSV without the lines: said so"))
     missing = run(os.path.join(tmp, "none.csv"))
     checks.append((missing.returncode != 0 and "no file" in missing.stderr
                    and "Traceback" not in missing.stderr, "a missing file is refused"))
@@ -76,4 +112,5 @@ with tempfile.TemporaryDirectory() as tmp:
     refused = run(lone)
     checks.append((refused.returncode != 0 and "no point with two static shares" in refused.stderr
                    and "Traceback" not in refused.stderr, "a grid without a sweep is refused"))
-    finish(checks, text, out.stderr, missing.stderr, refused.stderr)
+    finish(checks, text, out.stderr, lines_text, with_steps.stderr, old_steps.stdout,
+           missing.stderr, refused.stderr)

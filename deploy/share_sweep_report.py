@@ -26,7 +26,8 @@ With the grid's steps CSV (--steps, or steps-ARCH.csv[.gz] beside bench-ARCH.csv
 gets the adaptive policy's lines (the median of each over its steps that did not explore) and,
 for every policy at the point, what its steps measured per layer (medians over the steps that
 did not explore) against what those lines predict at the tokens it read: the CPU's attention
-against the CPU line, the copy engine's time against the DMA line, and Q (the step beyond the
+against the CPU line, the GPU's against the split's GPU line, the copy engine's time against
+the DMA line, and Q (the step beyond the
 GPU's attention and its wait for the CPU) against the line's Q. The CPU time is the mean over
 all layers, where the line learns from the layers after the first. A line that is off across
 the swept shares is the one that moves r* off the curve's least.
@@ -126,8 +127,8 @@ def report_point(batch, context, merged, repeats, policy):
     return lines
 
 
-LINE_COLUMNS = ("cpu_ns_per_token", "cpu_fixed_us", "dma_ns_per_token", "dma_fixed_us",
-                "chain_extra_us")
+LINE_COLUMNS = ("cpu_ns_per_token", "cpu_fixed_us", "gpu_ns_per_token", "gpu_fixed_us",
+                "dma_ns_per_token", "dma_fixed_us", "chain_extra_us")
 STEP_COLUMNS = ("policy", "batch", "context", "step_ms", "gpu_attention_ms", "cpu_attention_ms",
                 "transfer_ms", "gpu_waited_cpu_ms", "read_cpu_share", "explore",
                 "optimal_cpu_share", "host_tokens") + LINE_COLUMNS
@@ -180,7 +181,8 @@ def report_lines(steps_by_policy, layers, policy):
     line = {c: median_of(own, lambda s, c=c: s[c]) for c in LINE_COLUMNS}
     r_star = median_of(own, lambda s: s["optimal_cpu_share"])
     out = [f"  {policy}'s lines (medians over its steps): CPU A {line['cpu_ns_per_token']:.2f} "
-           f"ns/token, c_C {line['cpu_fixed_us']:.0f} us; DMA D {line['dma_ns_per_token']:.2f} "
+           f"ns/token, c_C {line['cpu_fixed_us']:.0f} us; GPU B {line['gpu_ns_per_token']:.2f} "
+           f"ns/token, c_G {line['gpu_fixed_us']:.0f} us; DMA D {line['dma_ns_per_token']:.2f} "
            f"ns/token, fixed {line['dma_fixed_us']:.0f} us; Q {line['chain_extra_us']:.0f} us; "
            f"its r* {r_star:.3f}",
            "  per layer, ms, measured / the lines at the tokens read (medians over the steps "
@@ -199,15 +201,19 @@ def report_lines(steps_by_policy, layers, policy):
         rows = steps_by_policy[name]
         read = median_of(rows, lambda s: s["read_cpu_share"])
         cpu = median_of(rows, lambda s: s["cpu_attention_ms"] / layers)
+        gpu = median_of(rows, lambda s: s["gpu_attention_ms"] / layers)
         dma = median_of(rows, lambda s: s["transfer_ms"] / layers)
         q = median_of(rows, lambda s: (s["step_ms"] - s["gpu_attention_ms"] -
                                        s["gpu_waited_cpu_ms"]) / layers)
         tokens = median_of(rows, lambda s: s["host_tokens"])
         cpu_line = (line["cpu_ns_per_token"] * read * tokens + line["cpu_fixed_us"] * 1e3) / 1e6
+        gpu_line = (line["gpu_ns_per_token"] * (1 - read) * tokens +
+                    line["gpu_fixed_us"] * 1e3) / 1e6
         dma_line = (line["dma_ns_per_token"] * (1 - read) * tokens +
                     line["dma_fixed_us"] * 1e3) / 1e6
-        out.append(f"    {name:<12} read {read:.3f}: CPU {ratio(cpu, cpu_line)}, DMA "
-                   f"{ratio(dma, dma_line)}, Q {ratio(q, line['chain_extra_us'] / 1e3)}")
+        out.append(f"    {name:<12} read {read:.3f}: CPU {ratio(cpu, cpu_line)}, GPU "
+                   f"{ratio(gpu, gpu_line)}, DMA {ratio(dma, dma_line)}, Q "
+                   f"{ratio(q, line['chain_extra_us'] / 1e3)}")
     return out
 
 

@@ -69,30 +69,33 @@ with tempfile.TemporaryDirectory() as tmp:
         ("batch   4" not in text, "a point with one static share is left out"),
     ]
     # The steps CSV beside it: writescope's lines and each policy's steps against them, at
-    # 16 x 32768 (4 layers, 100000 host tokens). Lines: A 10 ns/token, c_C 100 us, D 20,
-    # fixed 200 us, Q 3000 us. static:0.4 reads 0.4: the CPU line says 0.5 ms a layer, it took
-    # 0.55; the DMA line 1.4 ms, it took 1.4; Q (20 - 6 - 2) / 4 = 3.0 ms. An exploring step
-    # of writescope is left out.
+    # 16 x 32768 (4 layers, 100000 host tokens). Lines: A 10 ns/token, c_C 100 us, B 25, c_G
+    # 0, D 20, fixed 200 us, Q 3000 us. static:0.4 reads 0.4: the CPU line says 0.5 ms a layer,
+    # it took 0.55; the GPU line 1.5 ms, it took 1.5; the DMA line 1.4 ms, it took 1.4; Q
+    # (20 - 6 - 2) / 4 = 3.0 ms. An exploring step of writescope is left out.
     columns = ("policy,round,step,batch,context,step_ms,gpu_attention_ms,cpu_attention_ms,"
                "transfer_ms,gpu_waited_cpu_ms,read_cpu_share,explore,optimal_cpu_share,"
-               "host_tokens,cpu_ns_per_token,cpu_fixed_us,dma_ns_per_token,dma_fixed_us,"
-               "chain_extra_us\n")
-    lines = "10,100,20,200,3000"
+               "host_tokens,cpu_ns_per_token,cpu_fixed_us,gpu_ns_per_token,gpu_fixed_us,"
+               "dma_ns_per_token,dma_fixed_us,chain_extra_us\n")
+    lines = "10,100,25,0,20,200,3000"
     with open(os.path.join(tmp, "steps-tiny.csv"), "w") as f:
         f.write(columns)
         f.write(f"writescope,0,0,16,32768,20,6,2.0,5.6,2,0.4,0,0.42,100000,{lines}\n")
         f.write(f"writescope,0,1,16,32768,20,6,2.0,5.6,2,0.4,0,0.42,100000,{lines}\n")
-        f.write(f"writescope,0,2,16,32768,90,60,0,99,0,0,1,0.99,100000,1,1,1,1,1\n")
-        f.write("static:0.4,0,0,16,32768,20,6,2.2,5.6,2,0.4,0,0.4,100000,nan,nan,nan,nan,nan\n")
+        f.write(f"writescope,0,2,16,32768,90,60,0,99,0,0,1,0.99,100000,1,1,1,1,1,1,1\n")
+        f.write("static:0.4,0,0,16,32768,20,6,2.2,5.6,2,0.4,0,0.4,100000,nan,nan,nan,nan,nan,"
+                "nan,nan\n")
     with_steps = run(grid)
     lines_text = with_steps.stdout
     checks += [
         (with_steps.returncode == 0, "with the steps CSV: exit 0"),
-        ("  writescope's lines (medians over its steps): CPU A 10.00 ns/token, c_C 100 us; DMA "
-         "D 20.00 ns/token, fixed 200 us; Q 3000 us; its r* 0.420" in lines_text,
+        ("  writescope's lines (medians over its steps): CPU A 10.00 ns/token, c_C 100 us; GPU "
+         "B 25.00 ns/token, c_G 0 us; DMA D 20.00 ns/token, fixed 200 us; Q 3000 us; its r* "
+         "0.420" in lines_text,
          "the adaptive policy's lines, its exploring step left out"),
-        ("    static:0.4   read 0.400: CPU 0.55 / 0.50 (1.10), DMA 1.40 / 1.40 (1.00), "
-         "Q 3.00 / 3.00 (1.00)" in lines_text, "a static share's steps against the lines"),
+        ("    static:0.4   read 0.400: CPU 0.55 / 0.50 (1.10), GPU 1.50 / 1.50 (1.00), DMA "
+         "1.40 / 1.40 (1.00), Q 3.00 / 3.00 (1.00)" in lines_text,
+         "a static share's steps against the lines"),
         ("    writescope   read 0.400: CPU 0.50 / 0.50 (1.00)" in lines_text,
          "the adaptive policy's own steps against its lines"),
         (lines_text.index("    static:0.4") < lines_text.index("    writescope   read"),

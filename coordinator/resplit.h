@@ -58,9 +58,8 @@ struct ResplitStats {
 // group is moved in the metadata (KvPlacement::Relocate) and then copied in one `copy`
 // call, before the next group can allocate the slots this one freed. A move into a full
 // region is skipped (counted); any other error (Relocate's, the copier's) stops the re-split
-// and is returned (the
-// groups before it are done and copied; the failing group is moved in the metadata, its
-// copies not all made).
+// and is returned (the groups before it are done and copied; the failing group is moved in
+// the metadata, its copies not all made).
 absl::StatusOr<ResplitStats> ApplyResplit(KvPlacement& placement, absl::Span<const BlockMove> moves,
                                           const BlockCopier& copy);
 

@@ -938,13 +938,16 @@ double Scheduler::PlacementShare(uint64_t host_tokens_after) const {
     return target_;
   }
   const double tokens = std::max(static_cast<double>(host_tokens_after), target_tokens_);
-  return std::clamp(SplitShare(tokens) + options_.placement_headroom, options_.probe_share,
-                    1.0 - options_.probe_share);
+  return WithHeadroom(SplitShare(tokens));
 }
 
 double Scheduler::FlushShare() const {
   if (policy_.kind != PolicyKind::kWriteScope || !target_from_estimates_) return target_;
-  return std::clamp(target_ + options_.placement_headroom, options_.probe_share,
+  return WithHeadroom(target_);
+}
+
+double Scheduler::WithHeadroom(double share) const {
+  return std::clamp(share + options_.placement_headroom, options_.probe_share,
                     1.0 - options_.probe_share);
 }
 

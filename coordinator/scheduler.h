@@ -580,6 +580,9 @@ class Scheduler {
   // The split's GPU path under the DMA bound with `gpu_tokens` streamed: the DMA line less
   // Q; -inf while DmaBound() is false (it bounds nothing).
   double TransferBoundNs(double gpu_tokens) const;
+  // `share` + placement_headroom within [probe_share, 1 - probe_share]: where writescope
+  // writes new KV (PlacementShare, FlushShare).
+  double WithHeadroom(double share) const;
   // Both ChooseDecodeReads: `cpu_tokens` per sequence where the reads are whole sequences,
   // nullptr where the placed tokens divide at any share.
   // `queued_readers`: the public overload's (empty without `cpu_tokens`).

@@ -27,10 +27,10 @@ gets the adaptive policy's lines (the median of each over its steps that did not
 for every policy at the point, what its steps measured per layer (medians over the steps that
 did not explore) against what those lines predict at the tokens it read: the CPU's attention
 against the CPU line, the GPU's against the split's GPU line, the copy engine's time against
-the DMA line, and Q (the step beyond the
-GPU's attention and its wait for the CPU) against the line's Q. The CPU time is the mean over
-all layers, where the line learns from the layers after the first. A line that is off across
-the swept shares is the one that moves r* off the curve's least.
+the DMA line, and Q (the step beyond the GPU's attention and its wait for the CPU) against the
+line's Q. The CPU time is the mean over all layers, where the line learns from the layers after
+the first. A line that is off across the swept shares is the one that moves r* off the curve's
+least.
 """
 import argparse
 import csv
@@ -80,10 +80,6 @@ def parabola_vertex(points):
     return -b / (2 * a)
 
 
-def geometric_mean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def report_point(batch, context, merged, repeats, policy):
     """Lines for one point. merged: {policy: merged row}; repeats: {policy: [rows in order]}."""
     statics = sorted((static_share(p), p) for p in merged if static_share(p) is not None)
@@ -120,7 +116,7 @@ def report_point(batch, context, merged, repeats, policy):
         repeat_text = ""
         if per_repeat:
             repeat_text = (f"; per repeat {' '.join(f'{v:.3f}' for v in per_repeat)}, "
-                           f"geometric mean {geometric_mean(per_repeat):.3f}")
+                           f"geometric mean {bench_report.geometric_mean(per_repeat):.3f}")
         lines.append(f"  {name}: {step_ms(row):8.2f} ms ({read_text}placed "
                      f"{row['placed_cpu_share']:.3f}); best static / it {best_step / step_ms(row):.3f}"
                      f"{repeat_text}")

@@ -710,13 +710,8 @@ def check_bench_policies(env, trio):
         # GPU lines are calibrated at start-up, so its rows have them (the copy engine's line
         # and Q may still be nan).
         steps = [r for r in read_csv_rows(steps_path) if r["policy"] == "writescope"]
-        def line_value(row, column):
-            try:
-                return float(row.get(column, "nan"))
-            except ValueError:
-                return float("nan")
         check(len(steps) >= 2 and all(
-                  line_value(r, c) >= 0 and line_value(r, c) != float("inf")
+                  re.fullmatch(r"[0-9]+(\.[0-9]+)?", r.get(c, ""))  # finite, >= 0
                   for r in steps for c in ("cpu_ns_per_token", "cpu_fixed_us",
                                            "gpu_ns_per_token", "gpu_fixed_us")),
               f"bench --steps_csv: writescope's {len(steps)} measured steps (2 rounds), each with "

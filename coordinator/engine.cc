@@ -1073,9 +1073,10 @@ absl::Status Engine::RunOneStep() {
     // The DMA bound's measures (SchedulerOptions::dma_bound): the copy engine's time on the
     // rounds; what the CPU's chain spends beyond sample.cpu: the step outside each layer's
     // later path (the GPU's attention and its wait for the CPU's partial), and the CPU's
-    // attention over all layers beyond the sample's.
+    // attention over all layers beyond the sample's (on a GPU-only step: the step less the
+    // GPU's attention).
     sample.dma_ns = gpu_result->transfer_ms() * 1e6 / layers;
-    if (sample.dma_ns > 0.0 && sample.cpu.tokens > 0.0) {
+    if (sample.dma_ns > 0.0) {
       sample.cpu_chain_extra_ns =
           CpuChainExtraNs(*gpu_result, *cpu_result, layers, sample.step_ns, sample.cpu.ns);
     }

@@ -603,13 +603,35 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   if (split && sample.gpu.tokens > 0.0 && sample.dma_ns > 0.0 && std::isfinite(sample.dma_ns)) {
     dma_.Observe({sample.gpu.tokens, sample.dma_ns}, elapsed(dma_sample_step_));
   }
-  if (split && sample.cpu_chain_extra_ns > 0.0 && std::isfinite(sample.cpu_chain_extra_ns)) {
-    MixEma(chain_extra_ns_, sample.cpu_chain_extra_ns, options_.rest_ema_weight);
+  if (sample.cpu_chain_extra_ns > 0.0 && std::isfinite(sample.cpu_chain_extra_ns)) {
+    ObserveChainExtra(split, sample.cpu_chain_extra_ns);
   }
   if (gpu_ran && (split || policy_.kind != PolicyKind::kWriteScope)) {
     gpu_.Observe(sample.gpu, elapsed(gpu_sample_step_));
   }
   if (gpu_ran && !split) gpu_only_.Observe(sample.gpu, elapsed(gpu_only_sample_step_));
+}
+
+void Scheduler::ObserveChainExtra(bool split, double sample_ns) {
+  if (split) {
+    // Split steps measure Q where the bound applies: the first since the batch changed (or
+    // since GPU-only steps stood in for it) replaces, the next mix in.
+    if (chain_extra_source_ == ChainExtraSource::kSplit) {
+      MixEma(chain_extra_ns_, sample_ns, options_.rest_ema_weight);
+    } else {
+      chain_extra_ns_ = sample_ns;
+      chain_extra_source_ = ChainExtraSource::kSplit;
+    }
+    return;
+  }
+  // A GPU-only step's Q (the step less the GPU's attention) stands in only for a Q the
+  // split measured at another batch, until the split measures it at this one.
+  if (chain_extra_source_ == ChainExtraSource::kStale) {
+    chain_extra_ns_ = sample_ns;
+    chain_extra_source_ = ChainExtraSource::kGpuOnly;
+  } else if (chain_extra_source_ == ChainExtraSource::kGpuOnly) {
+    MixEma(chain_extra_ns_, sample_ns, options_.rest_ema_weight);
+  }
 }
 
 ReadDecision Scheduler::ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
@@ -663,6 +685,10 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     const bool first_batch = rest_batch_ == 0;
     rest_stale_ = true;
     rest_batch_ = sequences;
+    // Q grows with the batch as the rests do (the experts, the serial work).
+    if (chain_extra_source_ != ChainExtraSource::kNone) {
+      chain_extra_source_ = ChainExtraSource::kStale;
+    }
     // The lines were fitted at the old batch: their predictions at this one are
     // extrapolations, and the outlier windows' ratios say nothing of this batch's samples
     // (a line off by more than the outlier factor here would reject them until half a window

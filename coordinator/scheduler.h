@@ -203,8 +203,9 @@ struct StepSample {
   // step less each layer's later path (the GPU's attention and its wait for the CPU's
   // partial, StepResult.cpu_attention_wait_ms), over the layers (the experts and the serial
   // work), plus the CPU's attention over all layers less cpu.ns (the first layer, which
-  // steady-layer samples leave out). The CPU's chain alone takes cpu.ns + this per layer. 0:
-  // not measured. SchedulerOptions::dma_bound.
+  // steady-layer samples leave out). The CPU's chain alone takes cpu.ns + this per layer. On
+  // a GPU-only step (cpu.tokens 0): the step less the GPU's attention, per layer. 0: not
+  // measured. SchedulerOptions::dma_bound.
   double cpu_chain_extra_ns = 0.0;
   // The gpu_worker could not use whole the KV rounds it queued early for this step
   // (StepResult.early_rounds_missed): the step read otherwise than queued and paid for it.
@@ -397,6 +398,16 @@ struct SchedulerOptions {
   // (1-9 %), DeepSeek level (3 of 6 points faster, the repeats' means 0.98-1.01x). Where the
   // GPU's attention hides under the transfers it is nearly flat in the share and the lines'
   // crossing collapses (Qwen3 16 x 32K, run 152: 0.057), while the bound held 0.42-0.44.
+  // Q grows with the batch (the experts, the serial work): at a batch more than
+  // rest_batch_tolerance away from the one it was measured at, writescope's Q is stale, and
+  // GPU-only steps' (the step less the GPU's attention) stand in for it until a split step
+  // that settled measures it at the new batch; that sample replaces it. A Q kept from
+  // another batch had placed and explored the split far from the step's least: in one
+  // runtime on the H200 (run 207), Qwen3 32 x 8K ran GPU-only with Q still batch 16's, 6.2
+  // ms a layer against the 10.6 its steps took beyond their attention, so r* sat at 0.23
+  // (the transfers bound nothing there: the swept least was 0.05-0.10, run 209), and
+  // writescope took 0.94x of monolithic's tokens/s, Mixtral 16 x 8K (20.3 against 29.5 ms)
+  // 0.93x.
   // (Session 26's overlap model set the GPU probe's line, the transfers run alone, against
   // the CPU's attention and experts: it placed larger, slower shares on Qwen3 and DeepSeek,
   // run 146, and was removed.)
@@ -589,6 +600,8 @@ class Scheduler {
   ReadDecision DecideReads(uint64_t host_tokens, uint64_t placed_cpu_tokens, uint32_t sequences,
                            const absl::Span<const uint64_t>* cpu_tokens,
                            absl::Span<const bool> queued_readers);
+  // Learns Q from a settled step's sample: `split` or GPU-only (SchedulerOptions::dma_bound).
+  void ObserveChainExtra(bool split, double sample_ns);
 
   PolicySpec policy_;
   SchedulerOptions options_;
@@ -597,6 +610,10 @@ class Scheduler {
   LinearCostEstimator gpu_only_;  // the GPU path when the CPU attends nothing
   LinearCostEstimator dma_;  // the copy engine's time on a split step's rounds (dma_bound)
   double chain_extra_ns_ = std::numeric_limits<double>::quiet_NaN();  // Q (dma_bound)
+  // Where Q comes from: nothing yet; split steps at the current batch; split steps at another
+  // batch (stale); GPU-only steps standing in for a stale one.
+  enum class ChainExtraSource { kNone, kSplit, kStale, kGpuOnly };
+  ChainExtraSource chain_extra_source_ = ChainExtraSource::kNone;
   double rest_split_;
   double rest_gpu_only_;
   double switch_cost_ = std::numeric_limits<double>::quiet_NaN();

@@ -1156,6 +1156,57 @@ TEST(SchedulerTest, TheTransferBoundWaitsForItsMeasures) {
   EXPECT_NEAR(s->cpu_chain_extra_ns(), 1e6, 1e-6);
 }
 
+// Q is measured at a batch: at one more than rest_batch_tolerance away it is stale, and
+// GPU-only steps stand in for it (the step less the GPU's attention) until a split step that
+// settled measures it again, which replaces it. Before that, GPU-only steps teach it nothing.
+TEST(SchedulerTest, GpuOnlyStepsStandInForAQMeasuredAtAnotherBatch) {
+  auto s = *Scheduler::Create("writescope", SchedulerOptions{});
+  const ReadWorld lines;
+  constexpr double kDmaNsPerToken = 400;
+  const auto step = [&](double share, double tokens, double q) {
+    StepSample sample = lines.Run(share, tokens);
+    sample.dma_ns = kDmaNsPerToken * sample.gpu.tokens;
+    sample.cpu_chain_extra_ns = q;
+    s->ObserveStep(sample);
+  };
+  s->ChooseDecodeReads(200000, 80000, kBatch);  // the batch the rests and Q are measured at
+  for (double tokens : {50000.0, 100000.0, 200000.0, 150000.0, 120000.0, 180000.0}) {
+    step(0.4, tokens, 1e6);
+  }
+  ASSERT_TRUE(s->DmaBound());
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 1e6);
+  const double lines_share = OptimalCpuShare(s->estimates(), 200000);  // ~0.6
+  // The CPU's attention and Q meet the transfers at (80 - 1.02) / 100.
+  EXPECT_NEAR(s->SplitShare(200000), 0.79, 0.01);
+  ASSERT_LT(lines_share, 0.7);
+  // GPU-only steps at the same batch leave the split's Q alone (the first settles).
+  step(0.0, 200000, 60e6);
+  step(0.0, 200000, 60e6);
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 1e6);
+  // Twice the batch: the next settled GPU-only step's Q replaces it, the ones after mix in.
+  s->ChooseDecodeReads(200000, 80000, 2 * kBatch);
+  step(0.0, 200000, 60e6);  // the new batch's first step settles
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 1e6);
+  step(0.0, 200000, 60e6);
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 60e6);
+  // The transfers hide under Q now: the attention lines alone set the share.
+  EXPECT_DOUBLE_EQ(s->SplitShare(200000), lines_share);
+  step(0.0, 200000, 64e6);
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 61e6);
+  // The split's first settled step replaces the stand-in (the change of mode settles).
+  step(0.4, 200000, 2e6);
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 61e6);
+  step(0.4, 200000, 2e6);
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 2e6);
+  EXPECT_NEAR(s->SplitShare(200000), 0.78, 0.01);
+  step(0.4, 200000, 6e6);
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 3e6);
+  // GPU-only steps no longer teach it.
+  step(0.0, 200000, 60e6);
+  step(0.0, 200000, 60e6);
+  EXPECT_DOUBLE_EQ(s->cpu_chain_extra_ns(), 3e6);
+}
+
 TEST(DecodeReadsTest, FixedPoliciesReadThePlacedShareInPlace) {
   for (const char* policy : {"transfer-all", "cpu-all", "static:0.3", "monolithic"}) {
     SCOPED_TRACE(policy);

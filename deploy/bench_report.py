@@ -63,8 +63,21 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
 from collections import defaultdict
+
+
+def steps_path_beside(bench_path):
+    """steps-ARCH.csv or steps-ARCH.csv.gz beside bench-ARCH.csv, or None."""
+    folder, name = os.path.split(bench_path)
+    if not name.startswith("bench-"):
+        return None
+    for candidate in ("steps-" + name[len("bench-"):], "steps-" + name[len("bench-"):] + ".gz"):
+        path = os.path.join(folder, candidate)
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def load(path):

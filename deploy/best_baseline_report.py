@@ -18,11 +18,21 @@ policy's ratios' geometric mean, least and largest over the CSVs; over all point
 geometric mean and how many are below --threshold; then the same for each baseline B beside
 the adaptive policy, both against the baselines other than B.
 
+Where a grid's steps CSV lies beside it (steps-ARCH.csv[.gz], gpu-grids.sh writes it), the same
+ratios once more per round, paired step by step: within a round every policy decodes the same
+step indices, and the i-th step routes its tokens to the same experts under each, so each
+policy's throughput there is taken over its geometric-mean step over the steps every policy
+ran. Printed: the adaptive policy over the best baseline per point, round by round, how many
+of its rounds are below --threshold, the points below it in every round, and the pooled lines
+as above over the point-rounds.
+
 The best of several means is biased upwards by their noise: a baseline that is the best
 choice at a point still reads below 1 against the others where they tie it. A baseline's own
 count below the threshold is a floor the adaptive policy's count can be read against.
 """
 import argparse
+import csv
+import gzip
 import importlib.util
 import math
 import os
@@ -40,29 +50,73 @@ def geometric_mean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def keyed_ratios(by_policy, policy):
+    """The ratios of one point from {policy name: throughput} (higher is faster): key `policy`,
+    the adaptive policy over the best baseline; for each baseline B, key (B, B) B over the best
+    of the other baselines and key (B, policy) the adaptive policy over that same best. None
+    where `policy` or two baselines are missing."""
+    baselines = {p: t for p, t in by_policy.items() if p != policy}
+    if policy not in by_policy or len(baselines) < 2:
+        return None
+    ratios = {policy: by_policy[policy] / max(baselines.values())}
+    for name, value in baselines.items():
+        best_other = max(t for p, t in baselines.items() if p != name)
+        ratios[(name, name)] = value / best_other
+        ratios[(name, policy)] = by_policy[policy] / best_other
+    return ratios
+
+
 def point_ratios(rows, policy, from_context):
-    """{(batch, context): {key: ratio}} for one grid: key `policy`, the adaptive policy over the
-    best baseline; for each baseline B, key (B, B) B over the best of the other baselines and
-    key (B, policy) the adaptive policy over that same best. Points lacking `policy` or two
-    baselines are left out."""
+    """{(batch, context): keyed_ratios of the point's tokens/s} for one grid, its repeats merged;
+    points lacking `policy` or two baselines are left out."""
     tokens = defaultdict(dict)
     for r in bench_report.merge_repeats(rows):
         if r["context"] >= from_context:
             tokens[(r["batch"], r["context"])][r["policy"]] = r["tokens_per_s"]
     ratios = {}
     for point, by_policy in sorted(tokens.items()):
-        baselines = {p: t for p, t in by_policy.items() if p != policy}
-        if policy not in by_policy or len(baselines) < 2:
-            continue
         if any(t <= 0 for t in by_policy.values()):
             raise SystemExit(f"a point with no throughput: batch {point[0]}, context {point[1]}")
-        point_ratio = {policy: by_policy[policy] / max(baselines.values())}
-        for name, value in baselines.items():
-            best_other = max(t for p, t in baselines.items() if p != name)
-            point_ratio[(name, name)] = value / best_other
-            point_ratio[(name, policy)] = by_policy[policy] / best_other
-        ratios[point] = point_ratio
+        keyed = keyed_ratios(by_policy, policy)
+        if keyed is not None:
+            ratios[point] = keyed
     return ratios
+
+
+def paired_round_ratios(steps_path, policy, from_context):
+    """{(batch, context): [(round, keyed_ratios)]} from a grid's steps CSV, or None where it has
+    no round column. Within a round every policy decodes the same step indices, and the i-th
+    step routes its tokens to the same experts under each; each policy's throughput is the
+    batch over its geometric-mean step over the step indices every policy of the round ran,
+    so a ratio is the geometric mean of the step-by-step ratios, the routing's spread left
+    out. Steps whose time is not finite and positive are left out."""
+    opener = gzip.open if steps_path.endswith(".gz") else open
+    steps = defaultdict(lambda: defaultdict(dict))  # (point, round) -> policy -> step -> ms
+    with opener(steps_path, "rt") as f:
+        reader = csv.DictReader(f)
+        needed = ("policy", "round", "step", "step_ms", "batch", "context")
+        if any(c not in (reader.fieldnames or []) for c in needed):
+            return None
+        for line, row in enumerate(reader, start=2):
+            try:
+                point = (int(row["batch"]), int(row["context"]))
+                ms = float(row["step_ms"])
+                key = (point, int(row["round"]))
+                step = int(row["step"])
+            except ValueError as e:
+                raise SystemExit(f"best_baseline_report.py: {steps_path}:{line}: {e}")
+            if point[1] >= from_context and math.isfinite(ms) and ms > 0:
+                steps[key][row["policy"]][step] = ms
+    paired = defaultdict(list)
+    for (point, rnd), by_policy in sorted(steps.items()):
+        common = set.intersection(*(set(s) for s in by_policy.values()))
+        if not common:
+            continue
+        speed = {p: 1.0 / geometric_mean([s[i] for i in common]) for p, s in by_policy.items()}
+        keyed = keyed_ratios(speed, policy)
+        if keyed is not None:
+            paired[point].append((rnd, keyed))
+    return paired
 
 
 def label_of(path):
@@ -113,10 +167,51 @@ def main():
         return f"{geometric_mean(values):.3f}, {below:3d} of {len(values):3d} below {args.threshold:g}"
 
     print(f"{args.policy} over the best baseline, every point-run: {summary(per_key[args.policy])}")
-    print(f"Each baseline B and {args.policy} over the best of the baselines other than B:")
-    for name in sorted(k[0] for k in per_key if isinstance(k, tuple) and k[1] == k[0]):
-        print(f"  B = {name:<14} B {summary(per_key[(name, name)])};  {args.policy} "
-              f"{summary(per_key[(name, args.policy)])}")
+    def against_each_baseline(keyed_values):
+        print(f"Each baseline B and {args.policy} over the best of the baselines other than B:")
+        for name in sorted(k[0] for k in keyed_values if isinstance(k, tuple) and k[1] == k[0]):
+            print(f"  B = {name:<14} B {summary(keyed_values[(name, name)])};  {args.policy} "
+                  f"{summary(keyed_values[(name, args.policy)])}")
+    against_each_baseline(per_key)
+
+    # The same, step by step within each round, from the steps CSV beside each grid.
+    paired_point = defaultdict(list)  # (label, batch, context) -> the rounds' ratios
+    paired_key = defaultdict(list)
+    unpaired = []
+    for path in args.csv:
+        steps_path = bench_report.steps_path_beside(path)
+        paired = paired_round_ratios(steps_path, args.policy, args.from_context) \
+            if steps_path else None
+        if paired is None:
+            unpaired.append(path)
+            continue
+        for (batch, context), rounds in paired.items():
+            for _, keyed in rounds:
+                paired_point[(label_of(path), batch, context)].append(keyed[args.policy])
+                for key, ratio in keyed.items():
+                    paired_key[key].append(ratio)
+    if not paired_point:
+        return
+    print(f"\nPaired step by step within each round (the steps CSV beside each grid: the i-th "
+          "step of a round routes alike under every policy, so each policy's geometric-mean "
+          f"step over the same steps leaves the routing's spread out). {args.policy} over the "
+          "best baseline, per point, round by round:")
+    every_round = []
+    for (label, batch, context), values in sorted(paired_point.items()):
+        below = sum(v < args.threshold for v in values)
+        if below == len(values):
+            every_round.append(f"{label} {batch} x {context}")
+        print(f"  {label:<14} batch {batch:3d} context {context:6d}: "
+              + " ".join(f"{v:.3f}" for v in values)
+              + f"; geometric mean {geometric_mean(values):.3f}, below {args.threshold:g} in "
+              f"{below} of {len(values)} rounds")
+    print(f"{args.policy} over the best baseline, paired, every point-round: "
+          f"{summary(paired_key[args.policy])}")
+    print(f"Points below {args.threshold:g} in every round: {len(every_round)} of "
+          f"{len(paired_point)}" + (": " + ", ".join(every_round) if every_round else ""))
+    against_each_baseline(paired_key)
+    if unpaired:
+        print("No steps CSV with rounds beside " + ", ".join(unpaired) + ": not paired")
 
 
 if __name__ == "__main__":

@@ -130,18 +130,6 @@ STEP_COLUMNS = ("policy", "batch", "context", "step_ms", "gpu_attention_ms", "cp
                 "optimal_cpu_share", "host_tokens") + LINE_COLUMNS
 
 
-def steps_path_beside(bench_path):
-    """steps-ARCH.csv or steps-ARCH.csv.gz beside bench-ARCH.csv, or None."""
-    folder, name = os.path.split(bench_path)
-    if not name.startswith("bench-"):
-        return None
-    for candidate in ("steps-" + name[len("bench-"):], "steps-" + name[len("bench-"):] + ".gz"):
-        path = os.path.join(folder, candidate)
-        if os.path.isfile(path):
-            return path
-    return None
-
-
 def load_steps(path):
     """{(batch, context): {policy: [step dicts]}} of the steps that did not explore, or None
     when the CSV predates the lines' columns."""
@@ -226,7 +214,7 @@ def main():
     for path in args.csv:
         if not os.path.isfile(path):
             raise SystemExit(f"share_sweep_report.py: no file {path}")
-        steps_path = args.steps or steps_path_beside(path)
+        steps_path = args.steps or bench_report.steps_path_beside(path)
         if args.steps and not os.path.isfile(args.steps):
             raise SystemExit(f"share_sweep_report.py: no file {args.steps}")
         steps = load_steps(steps_path) if steps_path else None

@@ -2,7 +2,8 @@
 """deploy/best_baseline_report.py on two small grids whose answers are known: the ratios over
 the best baseline per point and pooled, the repeats merged as bench_report.py merges them
 (harmonic mean), --from-context, each baseline against the others beside writescope against
-the same, and the refusals (no file, no point to compare) without a traceback."""
+the same, the same again per round paired step by step from the steps CSV beside a grid, and
+the refusals (no file, no point to compare) without a traceback."""
 import math
 import os
 import subprocess
@@ -51,8 +52,30 @@ with tempfile.TemporaryDirectory() as tmp:
                ("writescope", 32, 8192, 10), ("static:0.5", 32, 8192, 100))
     write_grid(second, ("writescope", 4, 8192, 100), ("monolithic", 4, 8192, 98),
                ("static:0.5", 4, 8192, 60))
+    # The steps beside the first grid: two rounds, the step indices' costs 10 and 30 ms (the
+    # routing's spread); writescope's third step of round 0 (1000 ms) ran under it alone, and
+    # static:0.5's second step of that round is not finite: both left out of the pairing.
+    with open(os.path.join(tmp, "one", "steps-tiny.csv"), "w") as f:
+        f.write("policy,round,step,unix_s,step_ms,batch,context\n")
+        def steps(policy, rnd, batch, context, *ms):
+            for i, value in enumerate(ms):
+                f.write(f"{policy},{rnd},{i},0,{value},{batch},{context}\n")
+        steps("writescope", 0, 4, 8192, 10, 30, 1000)
+        steps("monolithic", 0, 4, 8192, 9.5, 28.5)
+        steps("static:0.5", 0, 4, 8192, 20, "nan")
+        steps("writescope", 1, 4, 8192, 10, 30)
+        steps("monolithic", 1, 4, 8192, 10.2, 30.6)
+        steps("static:0.5", 1, 4, 8192, 20, 60)
+        for rnd, faster in ((0, 0.9), (1, 0.95)):
+            steps("writescope", rnd, 16, 8192, 10, 30)
+            steps("monolithic", rnd, 16, 8192, 10 * faster, 30 * faster)
+            steps("static:0.5", rnd, 16, 8192, 20, 60)
+        steps("writescope", 0, 4, 2048, 10, 30)  # left out by --from-context 8192
+        steps("monolithic", 0, 4, 2048, 1, 3)
+        steps("static:0.5", 0, 4, 2048, 1, 3)
     out = run("--from-context", "8192", first, second)
     text = out.stdout
+    paired = [0.95, 1.02, 0.9, 0.95]
 
     ws = [100 / 110, 100 / 98, 150 / 120]
     geo = math.exp(sum(math.log(v) for v in ws) / 3)
@@ -80,6 +103,24 @@ with tempfile.TemporaryDirectory() as tmp:
         # Greedy grids without experts_per_layer decoded alike rows (before session 35).
         (f"Note: {first}, {second} predate session 35" in text,
          "grids whose greedy rows were alike are named"),
+    ]
+    paired_text = text[text.find("Paired step by step"):]
+    checks += [
+        ("tiny           batch   4 context   8192: 0.950 1.020; geometric mean 0.984, below 0.98 "
+         "in 1 of 2 rounds" in paired_text, "paired per round, the unpaired steps left out"),
+        ("tiny           batch  16 context   8192: 0.900 0.950; geometric mean 0.925, below 0.98 "
+         "in 2 of 2 rounds" in paired_text, "a point below in both rounds"),
+        ("context   2048" not in paired_text, "--from-context in the pairing"),
+        (f"writescope over the best baseline, paired, every point-round: {g(paired):.3f},   3 of"
+         "   4 below 0.98" in paired_text, "the point-rounds pooled"),
+        ("Points below 0.98 in every round: 1 of 2: tiny 16 x 8192" in paired_text,
+         "the points below in every round"),
+        # B = monolithic against static:0.5 alone (round 0 at 4 x 8192 over its first step only).
+        (f"B = monolithic     B {g([20 / 9.5, 1 / 0.51, 2 / 0.9, 2 / 0.95]):.3f},   0 of   4 "
+         "below 0.98"
+         in paired_text, "a baseline against the others, paired"),
+        (f"No steps CSV with rounds beside {second}: not paired" in paired_text,
+         "a grid without steps is named"),
     ]
     lower = run("--from-context", "8192", "--threshold", "0.9", first, second)
     checks.append((f"{geo:.3f},   0 of   3 below 0.9" in lower.stdout, "--threshold"))

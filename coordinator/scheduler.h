@@ -399,15 +399,15 @@ struct SchedulerOptions {
   // GPU's attention hides under the transfers it is nearly flat in the share and the lines'
   // crossing collapses (Qwen3 16 x 32K, run 152: 0.057), while the bound held 0.42-0.44.
   // Q grows with the batch (the experts, the serial work): at a batch more than
-  // rest_batch_tolerance away from the one it was measured at, writescope's Q is stale, and
-  // GPU-only steps' (the step less the GPU's attention) stand in for it until a split step
-  // that settled measures it at the new batch; that sample replaces it. A Q kept from
-  // another batch had placed and explored the split far from the step's least: in one
-  // runtime on the H200 (run 207), Qwen3 32 x 8K ran GPU-only with Q still batch 16's, 6.2
-  // ms a layer against the 10.6 its steps took beyond their attention, so r* sat at 0.23
-  // (the transfers bound nothing there: the swept least was 0.05-0.10, run 209), and
-  // writescope took 0.94x of monolithic's tokens/s, Mixtral 16 x 8K (20.3 against 29.5 ms)
-  // 0.93x.
+  // rest_batch_tolerance away from the one the rests were measured at, writescope's Q is
+  // stale, and what GPU-only steps measure (the step less the GPU's attention) stands in for
+  // it until a split step that settled measures it at the new batch; that sample replaces it.
+  // A Q kept from another batch had placed and explored the split far from the step's
+  // least: in one runtime on the H200 (run 207), Qwen3 32 x 8K ran GPU-only with Q still
+  // batch 16's, 6.2 ms a layer against the 10.6 its steps took beyond their attention, so r*
+  // sat at 0.23 (the transfers bound nothing there: the swept least was 0.05-0.10, run 209),
+  // and writescope took 0.94x of monolithic's tokens/s; Mixtral 16 x 8K (Q 20.3 against 29.5
+  // ms) 0.93x.
   // (Session 26's overlap model set the GPU probe's line, the transfers run alone, against
   // the CPU's attention and experts: it placed larger, slower shares on Qwen3 and DeepSeek,
   // run 146, and was removed.)

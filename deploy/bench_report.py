@@ -61,6 +61,7 @@ Only the standard library. Usage:
 """
 import argparse
 import csv
+import gzip
 import json
 import math
 import os
@@ -78,6 +79,11 @@ def steps_path_beside(bench_path):
         if os.path.isfile(path):
             return path
     return None
+
+
+def open_text(path):
+    """A CSV for reading as text, gzip-compressed where its name ends in .gz."""
+    return gzip.open(path, "rt") if path.endswith(".gz") else open(path)
 
 
 def load(path):

@@ -32,7 +32,6 @@ count below the threshold is a floor the adaptive policy's count can be read aga
 """
 import argparse
 import csv
-import gzip
 import importlib.util
 import math
 import os
@@ -44,10 +43,7 @@ _spec = importlib.util.spec_from_file_location(
     "bench_report", os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_report.py"))
 bench_report = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_report)
-
-
-def geometric_mean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+geometric_mean = bench_report.geometric_mean
 
 
 def keyed_ratios(by_policy, policy):
@@ -90,9 +86,8 @@ def paired_round_ratios(steps_path, policy, from_context):
     batch over its geometric-mean step over the step indices every policy of the round ran,
     so a ratio is the geometric mean of the step-by-step ratios, the routing's spread left
     out. Steps whose time is not finite and positive are left out."""
-    opener = gzip.open if steps_path.endswith(".gz") else open
     steps = defaultdict(lambda: defaultdict(dict))  # (point, round) -> policy -> step -> ms
-    with opener(steps_path, "rt") as f:
+    with bench_report.open_text(steps_path) as f:
         reader = csv.DictReader(f)
         needed = ("policy", "round", "step", "step_ms", "batch", "context")
         if any(c not in (reader.fieldnames or []) for c in needed):

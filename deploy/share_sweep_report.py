@@ -34,7 +34,6 @@ least.
 """
 import argparse
 import csv
-import gzip
 import importlib.util
 import math
 import os
@@ -133,8 +132,7 @@ STEP_COLUMNS = ("policy", "batch", "context", "step_ms", "gpu_attention_ms", "cp
 def load_steps(path):
     """{(batch, context): {policy: [step dicts]}} of the steps that did not explore, or None
     when the CSV predates the lines' columns."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
+    with bench_report.open_text(path) as f:
         reader = csv.DictReader(f)
         if any(c not in (reader.fieldnames or []) for c in STEP_COLUMNS):
             return None

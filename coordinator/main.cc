@@ -83,6 +83,11 @@ ABSL_FLAG(uint32_t, mode_switch_hold_steps,
           "writescope: a decode step keeps the read mode whose KV rounds are queued unless the "
           "other is predicted to save more than a change of mode costs over this many steps, "
           "or the held steps' predicted losses add up to that cost (0: no hold)");
+ABSL_FLAG(double, explore_cost_share,
+          writescope::coordinator::SchedulerOptions{}.explore_cost_share,
+          "writescope: the share of the step time spent, on average, running the read mode "
+          "the prediction did not pick, to keep it measured (0: a mode measured once is not "
+          "re-measured by the credit)");
 ABSL_FLAG(double, rest_outlier_factor,
           writescope::coordinator::SchedulerOptions{}.rest_outlier_factor,
           "writescope: a decode step that took more than this factor times its mode's "
@@ -138,6 +143,7 @@ int main(int argc, char** argv) {
   options.scheduler.dma_bound = absl::GetFlag(FLAGS_dma_bound);
   options.scheduler.placement_headroom = absl::GetFlag(FLAGS_placement_headroom);
   options.scheduler.rest_outlier_factor = absl::GetFlag(FLAGS_rest_outlier_factor);
+  options.scheduler.explore_cost_share = absl::GetFlag(FLAGS_explore_cost_share);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -308,13 +308,14 @@ struct SchedulerOptions {
   double split_calibration_samples = 2.0;
   // ChooseDecodeReads (writescope): the share of the predicted step time spent, on average,
   // running the mode the prediction did not pick (ReadDecision). In [0, 1]; 0: a mode is
-  // run by choice only once it has been measured (it is then not re-measured). It was 0.01:
-  // at DeepSeek 4 x 8K on the H200 (run 212, 6 rounds of 32 steps), where the split gains
-  // nothing, writescope's exploring steps took 1.2 % of the time beyond transfer-all's, and
-  // writescope 0.981x of it in all. Halved, the simulated steps take 0.3-0.5 % less at every
-  // gap between the modes (DecodeReadsTest.ExploringCostsAboutItsShareWhereverTheModesLie);
-  // how soon a changed CPU is noticed is the maximum periods' (below), not the credit's.
-  double explore_cost_share = 0.005;
+  // run by choice only once it has been measured (it is then not re-measured). At DeepSeek
+  // 4 x 8K on the H200 (run 212, 6 rounds of 32 steps), where the split gains nothing,
+  // writescope's exploring steps took 1.2 % of the time beyond transfer-all's. Halved (0.005,
+  // run 213), the simulated steps took 0.3-0.5 % less at every gap between the modes
+  // (DecodeReadsTest.ExploringCostsAboutItsShareWhereverTheModesLie), but on the H200 a split
+  // chosen there ran on between the explorations that would have left it: 84 of 192 steps
+  // split, 6-9 % slower than transfer-all's (38 at 0.01), writescope 0.948x of transfer-all.
+  double explore_cost_share = 0.01;
   // Explorations are at least min_explore_period_steps decisions apart, and the split's at
   // most max_explore_period_steps while GPU-only is chosen (it bounds how long a CPU that was
   // loaded goes unnoticed once it is free). GPU-only, whose line the gpu_worker's probe

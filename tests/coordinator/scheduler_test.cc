@@ -1673,7 +1673,6 @@ TEST(DecodeReadsTest, ASplitExplorationKeepsItsShareUnlessTheCpuMovedFar) {
   // `cpu_factor` times as long as the world's.
   auto exploration_shares = [&](double hold, double cpu_factor) {
     SchedulerOptions options;
-    options.explore_cost_share = 0.01;  // the timing this test's shares were built on
     options.exploration_share_hold = hold;
     auto scheduler = *Scheduler::Create("writescope", options);
     ProbeAndLearnLines(*scheduler, world);
@@ -1826,9 +1825,7 @@ TEST(DecodeReadsTest, ModesWithinNoiseOfEachOtherAreNotFlippedEveryFewSteps) {
 TEST(DecodeReadsTest, AHeldModeIsLeftOnceItsLossAddsUpToTheSwitchCost) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
-  SchedulerOptions options;
-  options.explore_cost_share = 0.01;  // the credit's timing of the decision counts below
-  auto scheduler = *Scheduler::Create("writescope", options);
+  auto scheduler = *Scheduler::Create("writescope", {});
   ReadWorld world;
   world.rest_split_ns = 6.7e6;  // the split at 0.4: 24.73 ms per layer, GPU-only 24.43
   ProbeAndLearnLines(*scheduler, world);
@@ -2769,11 +2766,11 @@ TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
 
 // Exploring costs about the credit's share of the time wherever the two modes lie: in worlds
 // where the split gains -5 % to +20 % over GPU-only, the steps noisy by +-8 % and a change of
-// mode costing 5 % of a step, writescope's steps over 1000 decisions take at most 1.3 % more
-// than the better mode's would alone (8 seeds each), the most at a split 2 % worse. With
-// the credit's earlier share, 0.01, it took up to 1.5 % more (at a split 2 % better; run 212's
-// DeepSeek 4 x 8K on the H200: its explorations' steps 1.2 % of the time beyond
-// transfer-all's). A split 2 % better runs most of the steps.
+// mode costing 5 % of a step, writescope's steps over 1000 decisions take at most 1.5 % more
+// than the better mode's would alone (8 seeds each; the credit 1 %), the most at a split 2 %
+// better or worse. A split 2 % better runs most of the steps, one 5 % worse few. (Halving
+// the credit took 0.3-0.5 % off here at every gap, but not on the H200: SchedulerOptions::
+// explore_cost_share.)
 TEST(DecodeReadsTest, ExploringCostsAboutItsShareWhereverTheModesLie) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
@@ -2803,19 +2800,13 @@ TEST(DecodeReadsTest, ExploringCostsAboutItsShareWhereverTheModesLie) {
     return std::pair{ratio / kSeeds, split_steps / (kSeeds * kSteps)};
   };
   const double share = SchedulerOptions{}.explore_cost_share;
-  double worst = 0.0, worst_before = 0.0;
   for (const double gain : {-0.05, -0.02, 0.0, 0.02, 0.05, 0.2}) {
     SCOPED_TRACE(gain);
     const auto [ratio, split] = run(gain, share);
-    const double before = run(gain, 0.01).first;
-    worst = std::max(worst, ratio);
-    worst_before = std::max(worst_before, before);
-    EXPECT_LT(ratio, 1.0 + 2.6 * share);
-    EXPECT_LE(ratio, before + 1e-3);
-    if (gain >= 0.02) EXPECT_GT(split, 0.7);
-    if (gain <= -0.05) EXPECT_LT(split, 0.15);
+    EXPECT_LT(ratio, 1.0 + 2.0 * share);
+    if (gain >= 0.02) EXPECT_GT(split, 0.6);
+    if (gain <= -0.05) EXPECT_LT(split, 0.2);
   }
-  EXPECT_LT(worst, worst_before - 0.001);
 }
 
 }  // namespace

@@ -61,12 +61,14 @@ Only the standard library. Usage:
 """
 import argparse
 import csv
-import gzip
 import json
 import math
 import os
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_plot import open_text  # noqa: E402,F401  (gzip or plain; share_sweep_report's too)
 
 
 def steps_path_beside(bench_path):
@@ -79,11 +81,6 @@ def steps_path_beside(bench_path):
         if os.path.isfile(path):
             return path
     return None
-
-
-def open_text(path):
-    """A CSV for reading as text, gzip-compressed where its name ends in .gz."""
-    return gzip.open(path, "rt") if path.endswith(".gz") else open(path)
 
 
 def load(path):

@@ -22,7 +22,9 @@
 # into DIR: bench-ARCH.csv, steps-ARCH.csv, warmup-ARCH.csv, grid-ARCH.log,
 # report-ARCH.txt (bench_report.py --ceilings ARCH), sweep-ARCH.txt where --policies has two
 # static:R or more (share_sweep_report.py), modes-ARCH.txt (modes_report.py:
-# writescope's read modes per window, its warm-up's before them) and report-pooled.txt (the
+# writescope's read modes per window, its warm-up's before them), mode-cost-ARCH.txt where
+# --policies has writescope and transfer-all (mode_cost_report.py: writescope's steps by mode
+# against transfer-all's) and report-pooled.txt (the
 # first grid's report with the others' ratios pooled in, --pool-with). --archive FILE: all
 # of DIR packed into one .tgz at the end (the device returns at most 8 files of $OUT per
 # call: run with --out outside $OUT and --archive $OUT/grids.tgz). Measured times, one
@@ -60,7 +62,7 @@ while [[ $# -gt 0 ]]; do
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
     --no-probe) PROBE=0; shift ;;
     --sampling) SAMPLING=(--sampling "$2"); shift 2 ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -149,6 +151,10 @@ for spec in "${SPECS[@]}"; do
       [[ -s $OUT_DIR/warmup-$arch.csv ]] && warmup=(--warmup "$OUT_DIR/warmup-$arch.csv")
       run_into "$OUT_DIR/modes-$arch.txt" python3 "$ROOT/deploy/modes_report.py" \
         "$OUT_DIR/steps-$arch.csv" ${warmup[@]+"${warmup[@]}"} || true
+      if [[ " $POLICIES " == *" writescope "* && " $POLICIES " == *" transfer-all "* ]]; then
+        run_into "$OUT_DIR/mode-cost-$arch.txt" python3 "$ROOT/deploy/mode_cost_report.py" \
+          "$OUT_DIR/steps-$arch.csv" || true
+      fi
     fi
   fi
 done

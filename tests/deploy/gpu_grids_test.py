@@ -32,6 +32,8 @@ with tempfile.TemporaryDirectory() as out:
         ("--steps 48 --repeats 2" in text, "repeats and steps passed on"),
         ("--ceilings qwen3_moe" in text, "a report per grid"),
         (f"modes_report.py {out}/steps-mixtral.csv" in text, "the modes per grid"),
+        (f"mode_cost_report.py {out}/steps-qwen3_moe.csv > {out}/mode-cost-qwen3_moe.txt"
+         in text, "writescope's steps against transfer-all's per grid"),
         (f"bench-deepseek_v2.csv --pool-with {out}/bench-mixtral.csv {out}/bench-qwen3_moe.csv"
          in text, "the pooled report over the others"),
         (f"tar czf /tmp/g.tgz -C {out} ." in text, "the archive of the whole DIR"),
@@ -72,6 +74,8 @@ with tempfile.TemporaryDirectory() as out:
         ("--arch mixtral --layers 27 --batches 32 --contexts 8192\\,32512 " in full.stdout,
          "Mixtral's context capped at 32512"),
         ("--one-runtime" not in full.stdout, "one trio per policy unless --one-runtime"),
+        ("mode_cost_report.py" not in full.stdout and "modes_report.py" in full.stdout,
+         "no steps against transfer-all where it does not run"),
     ]
     # --one-runtime: passed on to bench-grid.sh (one trio for all the policies).
     one = run("--dry-run", "--out", out, "--one-runtime", "qwen3_moe:2:16")

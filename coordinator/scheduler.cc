@@ -494,78 +494,19 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   const bool exploration_ends = decided_explore_ && !decided_continues_;
   decided_explore_ = false;
   decided_continues_ = false;
-  // What the step measured beyond the model's attention time, before the model learns
-  // from it (the prediction the mode choice would have made).
-  if (!settling && sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
-    const double predicted = PredictedAttentionNs(sample);
-    if (std::isfinite(predicted)) {
-      double& rest = split ? rest_split_ : rest_gpu_only_;
-      double& other = split ? rest_gpu_only_ : rest_split_;
-      const double value = sample.step_ns - predicted;
-      // A sample stands for the steps that did not explore since this mode's previous sample,
-      // as the lines' do: a mode measured only on explorations follows them (a quarter of the
-      // way per exploration, its rest lagged a change of several explorations: DeepSeek
-      // 16 x 8K, run 89), while the chosen mode's sample after an exploration weighs one
-      // step's. (The first sample sets the rest whatever its weight.)
-      uint64_t& last = split ? rest_split_clock_ : rest_gpu_only_clock_;
-      const double elapsed = std::max(1.0, static_cast<double>(rest_clock_ - last));
-      // A step far above its mode's prediction from a measured rest waits for the mode's
-      // next sample: a lone spike teaches nothing, two in a row are a new level
-      // (SchedulerOptions::rest_outlier_factor). A held sample leaves the clock, so the next
-      // one weighs both.
-      bool& held = split ? rest_split_held_ : rest_gpu_only_held_;
-      const bool hold = options_.rest_outlier_factor > 0.0 && !held && !rest_stale_ &&
-                        guessed_rest_mode_ != mode && !std::isnan(rest) &&
-                        predicted + rest > 0.0 &&
-                        sample.step_ns > options_.rest_outlier_factor * (predicted + rest);
-      held = hold;
-      if (!hold) last = rest_clock_;
-      if (hold) {
-        ++rest_outliers_held_;  // nothing learnt: the rest stays, and a guess that follows it
-      } else if (rest_stale_ && !std::isnan(rest)) {
-        // A new batch size: the new level for this mode, the same difference to the other
-        // until the other is measured at this batch too (the next decision explores it).
-        // A rest that was itself a guess moves nothing: the other keeps its (older) value
-        // and becomes the guess.
-        if (!std::isnan(other)) {
-          guess_follows_ = guessed_rest_mode_ != mode;
-          if (guess_follows_) other += value - rest;
-          guessed_rest_mode_ = 3 - mode;
-          guess_refunded_ = false;
-        } else {
-          guessed_rest_mode_ = 0;
-        }
-        rest = value;
-      } else if (guessed_rest_mode_ == mode) {
-        rest = value;  // the first measurement of this mode at the new batch
-        guessed_rest_mode_ = 0;
-      } else {
-        const double weight = 1.0 - std::pow(1.0 - options_.rest_ema_weight, elapsed);
-        const double before = rest;
-        MixEma(rest, value, weight);
-        // An explored mode's first sample is a guess: the runtime's first steps pay for
-        // one-time work (Qwen3 4 x 8K on the H200, run 154: the trio's second step, a
-        // GPU-only exploration's settled one, took 78.5 ms where GPU-only steps took ~10,
-        // and its 72.9 ms rest kept GPU-only out of the point's 42 steps, which then ran the
-        // split at 11.4 ms). It is measured once more at the first decision the minimum
-        // period allows (ChooseDecodeReads' guessed rest), and that sample replaces it. (A
-        // chosen mode's next samples mix in as usual.)
-        if (explored && std::isnan(before) && guessed_rest_mode_ == 0) {
-          guessed_rest_mode_ = mode;
-          guess_follows_ = false;
-          guess_refunded_ = false;
-        }
-        // A guess carried over at a re-level keeps its difference to this mode's level, not
-        // to the one sample that re-levelled it, which is as noisy as any (Mixtral's steps
-        // spread by +-10 % on the H200). That counts while the guess waits to be measured:
-        // for an advance still being paid back, or behind a gap wider than the guess.
-        if (guess_follows_ && guessed_rest_mode_ == 3 - mode && !std::isnan(before)) {
-          other += rest - before;
-        }
-      }
-      rest_stale_ = false;
-    }
-  }
+  // What the step measured beyond the model's attention time (a mode's rest), learnt once the
+  // lines have learnt from the step: the rest and the lines then add up to what the step
+  // measured at its share. (Taken against the lines before they learnt, a sample that moved
+  // them left the mode's prediction off by the move: DeepSeek 4 x 8K on the H200, run 212,
+  // a split exploration's step took the split's GPU line from 12.5 to 1.8 ns a token, its
+  // rest was taken against the old line's 342 us a layer where the new one gives 205, and the
+  // split was predicted at 4.75 ms a step where its steps took 4.7-5.6, GPU-only's 4.4-5.0.)
+  // Whether the step is far above its mode's prediction is judged against the prediction
+  // the choice was made by.
+  const double predicted_before =
+      settling || !(sample.step_ns > 0.0 && std::isfinite(sample.step_ns))
+          ? std::numeric_limits<double>::quiet_NaN()
+          : PredictedAttentionNs(sample);
   // An exploration that measured a guess on an advance of the credit, all of whose steps
   // settled (its last one too: it read another share than its first and missed its early
   // rounds), measured nothing: its advance is given back, once per guess, so that the guess
@@ -617,6 +558,76 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     gpu_.Observe(sample.gpu, elapsed(gpu_sample_step_));
   }
   if (gpu_ran && !split) gpu_only_.Observe(sample.gpu, elapsed(gpu_only_sample_step_));
+  if (std::isfinite(predicted_before)) {
+    const double predicted = PredictedAttentionNs(sample);
+    if (std::isfinite(predicted)) {
+      double& rest = split ? rest_split_ : rest_gpu_only_;
+      double& other = split ? rest_gpu_only_ : rest_split_;
+      const double value = sample.step_ns - predicted;
+      // A sample stands for the steps that did not explore since this mode's previous sample,
+      // as the lines' do: a mode measured only on explorations follows them (a quarter of the
+      // way per exploration, its rest lagged a change of several explorations: DeepSeek
+      // 16 x 8K, run 89), while the chosen mode's sample after an exploration weighs one
+      // step's. (The first sample sets the rest whatever its weight.)
+      uint64_t& last = split ? rest_split_clock_ : rest_gpu_only_clock_;
+      const double since = std::max(1.0, static_cast<double>(rest_clock_ - last));
+      // A step far above its mode's prediction from a measured rest waits for the mode's
+      // next sample: a lone spike teaches nothing, two in a row are a new level
+      // (SchedulerOptions::rest_outlier_factor). A held sample leaves the clock, so the next
+      // one weighs both.
+      bool& held = split ? rest_split_held_ : rest_gpu_only_held_;
+      const bool hold = options_.rest_outlier_factor > 0.0 && !held && !rest_stale_ &&
+                        guessed_rest_mode_ != mode && !std::isnan(rest) &&
+                        predicted_before + rest > 0.0 &&
+                        sample.step_ns > options_.rest_outlier_factor * (predicted_before + rest);
+      held = hold;
+      if (!hold) last = rest_clock_;
+      if (hold) {
+        ++rest_outliers_held_;  // nothing learnt: the rest stays, and a guess that follows it
+      } else if (rest_stale_ && !std::isnan(rest)) {
+        // A new batch size: the new level for this mode, the same difference to the other
+        // until the other is measured at this batch too (the next decision explores it).
+        // A rest that was itself a guess moves nothing: the other keeps its (older) value
+        // and becomes the guess.
+        if (!std::isnan(other)) {
+          guess_follows_ = guessed_rest_mode_ != mode;
+          if (guess_follows_) other += value - rest;
+          guessed_rest_mode_ = 3 - mode;
+          guess_refunded_ = false;
+        } else {
+          guessed_rest_mode_ = 0;
+        }
+        rest = value;
+      } else if (guessed_rest_mode_ == mode) {
+        rest = value;  // the first measurement of this mode at the new batch
+        guessed_rest_mode_ = 0;
+      } else {
+        const double weight = 1.0 - std::pow(1.0 - options_.rest_ema_weight, since);
+        const double before = rest;
+        MixEma(rest, value, weight);
+        // An explored mode's first sample is a guess: the runtime's first steps pay for
+        // one-time work (Qwen3 4 x 8K on the H200, run 154: the trio's second step, a
+        // GPU-only exploration's settled one, took 78.5 ms where GPU-only steps took ~10,
+        // and its 72.9 ms rest kept GPU-only out of the point's 42 steps, which then ran the
+        // split at 11.4 ms). It is measured once more at the first decision the minimum
+        // period allows (ChooseDecodeReads' guessed rest), and that sample replaces it. (A
+        // chosen mode's next samples mix in as usual.)
+        if (explored && std::isnan(before) && guessed_rest_mode_ == 0) {
+          guessed_rest_mode_ = mode;
+          guess_follows_ = false;
+          guess_refunded_ = false;
+        }
+        // A guess carried over at a re-level keeps its difference to this mode's level, not
+        // to the one sample that re-levelled it, which is as noisy as any (Mixtral's steps
+        // spread by +-10 % on the H200). That counts while the guess waits to be measured:
+        // for an advance still being paid back, or behind a gap wider than the guess.
+        if (guess_follows_ && guessed_rest_mode_ == 3 - mode && !std::isnan(before)) {
+          other += rest - before;
+        }
+      }
+      rest_stale_ = false;
+    }
+  }
 }
 
 void Scheduler::ObserveChainExtra(bool split, double sample_ns) {

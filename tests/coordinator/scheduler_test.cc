@@ -1315,9 +1315,10 @@ TEST(DecodeReadsTest, TheRestOfEachModeIsWhatTheStepMeasuredBeyondTheModel) {
   scheduler->ObserveStep({.cpu = {1000, 100000}, .gpu = {1000, 160000}, .step_ns = 700000});
   EXPECT_TRUE(std::isnan(scheduler->rest_split_ns()));
   ASSERT_TRUE(scheduler->estimates_ready());
+  // Against the lines once they have learnt from the step.
+  scheduler->ObserveStep({.cpu = {1000, 100000}, .gpu = {1000, 160000}, .step_ns = 700000});
   const double predicted = std::max(scheduler->cpu_estimator().Predict(1000),
                                     scheduler->gpu_estimator().Predict(1000));
-  scheduler->ObserveStep({.cpu = {1000, 100000}, .gpu = {1000, 160000}, .step_ns = 700000});
   EXPECT_NEAR(scheduler->rest_split_ns(), 700000 - predicted, 1e-3);
   // The split's GPU samples did not move the GPU-only line.
   EXPECT_NEAR(scheduler->gpu_only_estimator().Predict(2000), 250000, 1.0);
@@ -1327,6 +1328,31 @@ TEST(DecodeReadsTest, TheRestOfEachModeIsWhatTheStepMeasuredBeyondTheModel) {
 // CPU-compute blocks on the GPU; when the split pays, it splits. It runs the other mode now
 // and then to keep it measured, spending about explore_cost_share of the time on it: rarely
 // when the modes are far apart, often when they are close.
+// A split step measured after a long gap moves the split's lines far (its sample weighs the
+// steps since the last; the first split step after GPU-only ones settles), and its rest is
+// what the step measured beyond the lines as they now are: the split predicted at that share
+// is the step just measured. Taken against the lines before the step, the prediction was
+// off by the lines' move (here the GPU's attention at 0.7 of its line, which moved by 3.3 ms
+// a layer: the prediction 3.3 ms, 17 %, too low).
+TEST(DecodeReadsTest, ARestAndTheLinesItMovedAddUpToItsStep) {
+  constexpr double kTokens = 200000;
+  ReadWorld world;
+  auto scheduler = *Scheduler::Create("writescope", {});
+  ProbeAndLearnLines(*scheduler, world);
+  ASSERT_FALSE(std::isnan(scheduler->rest_split_ns()));
+  for (int i = 0; i < 40; ++i) scheduler->ObserveStep(world.Run(0.0, kTokens));
+  StepSample sample = world.Run(0.4, kTokens);
+  const double gpu_before = scheduler->gpu_estimator().Predict(sample.gpu.tokens);
+  sample.gpu.ns *= 0.7;
+  sample.step_ns = 20e6;
+  scheduler->ObserveStep(sample);  // a change of mode: it settles
+  scheduler->ObserveStep(sample);
+  const double gpu_after = scheduler->gpu_estimator().Predict(sample.gpu.tokens);
+  ASSERT_LT(gpu_after, gpu_before - 3e6);  // the line moved (16.0 to 12.7 ms a layer)
+  EXPECT_NEAR(scheduler->PredictSplit(0.4, kTokens).step_ns + scheduler->rest_split_ns(),
+              sample.step_ns, 0.01 * sample.step_ns);
+}
+
 TEST(DecodeReadsTest, PicksTheCheaperModeAndKeepsTheOtherMeasuredAtASmallCost) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;  // 0.4 placed

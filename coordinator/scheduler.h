@@ -573,13 +573,14 @@ class Scheduler {
   const LinearCostEstimator& cpu_estimator() const { return cpu_; }
   const LinearCostEstimator& gpu_estimator() const { return gpu_; }
   const LinearCostEstimator& gpu_only_estimator() const { return gpu_only_; }
-  // What the lines predict for the paths of a step with `sample`'s tokens, before they learn
-  // from it: the CPU line, and the GPU-only line for a step the CPU sat out (once it is
-  // ready), else the split's GPU line. step_ns: the larger of the two.
+  // What the lines predict, as they are now, for the paths of a step with `sample`'s tokens:
+  // the CPU line, and the GPU-only line for a step the CPU sat out (once it is ready), else
+  // the split's GPU line. step_ns: the larger of the two.
   StepPrediction PredictPaths(const StepSample& sample) const;
-  // The attention time the lines predict for `sample`'s mode (a split step: the larger path;
-  // a GPU-only step: the GPU-only line), before they learn from it; NaN until that mode's
-  // lines are ready. What a step measured beyond it is its rest (and a change's cost).
+  // The attention time the lines, as they are now, predict for `sample`'s mode (a split step:
+  // the larger path; a GPU-only step: the GPU-only line); NaN until that mode's lines are
+  // ready. What a step measured beyond it once the lines have learnt from the step is its
+  // rest; beyond it before, a change's cost, and whether the step is an outlier.
   double PredictedAttentionNs(const StepSample& sample) const;
   // The rest EMAs per layer, ns (NaN until a step of that mode was measured).
   double rest_split_ns() const { return rest_split_; }

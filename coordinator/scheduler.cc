@@ -517,13 +517,27 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // guesses on advances never paid back (DecodeReadsTest.AdvancesForGuessedModesArePaidBack:
   // the batch changing every five steps, GPU-only explored two steps in five, 3.1 % of the
   // time, once the credit's share was 0.005 and the explorations fell across the changes).
+  // Any other exploration that measured nothing gets back what it took of the credit and of
+  // the periods, so that it runs again at the next decision, once in a row: on the H200 (run
+  // 216, Qwen3 16 x 32K) the first split exploration after a CPU load ended had its second
+  // step on a new round of sequences, which missed its early rounds, and the split, whose
+  // rest was still the loaded one, came back 43 steps later, at the maximum period
+  // (DecodeReadsTest.AnExplorationThatMeasuredNothingIsRunAgainOnce).
   if (exploration_ends) {
-    if (settling && !new_batch && guess_advance_ns_ > 0.0 && guessed_rest_mode_ == mode &&
+    const bool measured_nothing = settling && !new_batch;
+    if (measured_nothing && guess_advance_ns_ > 0.0 && guessed_rest_mode_ == mode &&
         !guess_refunded_) {
       explore_credit_ns_ += guess_advance_ns_;
       guess_refunded_ = true;
+    } else if (measured_nothing && explore_refundable_ && !explore_is_retry_) {
+      explore_credit_ns_ = std::max(explore_credit_ns_, explore_credit_taken_ns_);
+      decisions_since_explore_ = std::max(decisions_since_explore_, explore_decisions_taken_);
+      explore_is_retry_ = true;
+    } else {
+      explore_is_retry_ = false;
     }
     guess_advance_ns_ = 0.0;
+    explore_refundable_ = false;
   }
   // An exploration is judged on its settled step.
   if (!settling) {
@@ -856,6 +870,9 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       // A measurement of a guess beyond the credit (not due: the credit is short of extra_ns)
       // runs on an advance of it, paid back by the later decisions' credit.
       guess_advance_ns_ = !due && guess_may_hide ? extra_ns : 0.0;
+      explore_refundable_ = guess_advance_ns_ == 0.0;
+      explore_credit_taken_ns_ = explore_credit_ns_;
+      explore_decisions_taken_ = decisions_since_explore_;
       explore_credit_ns_ = !due && guess_may_hide ? explore_credit_ns_ - extra_ns : 0.0;
       decisions_since_explore_ = 0;
       explore_pending_ = std::isfinite(chosen_ns);

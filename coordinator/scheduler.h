@@ -662,6 +662,13 @@ class Scheduler {
   bool guess_refunded_ = false;
   double explore_credit_ns_ = 0.0;
   uint32_t decisions_since_explore_ = 0;
+  // What the exploration under way took of the credit and of the periods (their values when
+  // it began; none for a guess's, which has its advance): given back when it measures
+  // nothing, so that it runs again at the next decision, unless it was itself such a retry.
+  bool explore_refundable_ = false;
+  double explore_credit_taken_ns_ = 0.0;
+  uint32_t explore_decisions_taken_ = 0;
+  bool explore_is_retry_ = false;
   // The exploration under way: decisions still to run it, and its mode.
   uint32_t explore_steps_left_ = 0;
   bool explore_split_ = false;

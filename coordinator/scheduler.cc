@@ -343,6 +343,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "exploration_share_hold = ", options.exploration_share_hold, " must be >= 0"));
   }
+  if (!(options.rest_shift_explore >= 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rest_shift_explore = ", options.rest_shift_explore, " must be >= 0"));
+  }
   if (options.mode_switch_hold_steps > 1000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mode_switch_hold_steps = ", options.mode_switch_hold_steps, " must be at most 1000"));
@@ -640,6 +644,11 @@ void Scheduler::ObserveStep(const StepSample& sample) {
         }
       }
       rest_stale_ = false;
+      if (!hold) {
+        // The other mode's rest at this sample (rest_shift_explore), and this mode measured.
+        (split ? gpu_only_rest_at_split_sample_ : split_rest_at_gpu_only_sample_) = other;
+        if (explored) shift_explores_ = 0;
+      }
     }
   }
 }
@@ -740,6 +749,9 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       explore_credit_ns_ = std::max(0.0, explore_credit_ns_);
     }
     relevel_step_ = steps_;
+    split_rest_at_gpu_only_sample_ = std::numeric_limits<double>::quiet_NaN();
+    gpu_only_rest_at_split_sample_ = std::numeric_limits<double>::quiet_NaN();
+    shift_explores_ = 0;
   }
   // Monolithic models a cache of one physical state, which changes its split only by
   // moving data (charged in SetTarget): it reads what it placed, as the fixed policies do.
@@ -864,16 +876,27 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     // guessed rest or an earlier such measurement is still being paid for.
     const bool guess_may_hide = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
                                 explore_credit_ns_ >= 0.0 && gap_ns <= std::abs(unmeasured);
-    if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide) {
+    // The chosen mode's rest fell since the other's latest sample by more than the gap
+    // (SchedulerOptions::rest_shift_explore): the other's is likely stale.
+    const double fall_ns =
+        (split ? split_rest_at_gpu_only_sample_ : gpu_only_rest_at_split_sample_) -
+        (split ? rest_split_ : rest_gpu_only_);
+    const bool shifted = may_explore && options_.rest_shift_explore > 0.0 &&
+                         shift_explores_ < options_.rest_shift_explores &&
+                         std::isfinite(fall_ns) && std::isfinite(chosen_ns) &&
+                         fall_ns > options_.rest_shift_explore * chosen_ns && fall_ns > gap_ns;
+    if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide || shifted) {
       decision.explore = true;
       split = !split;
       // A measurement of a guess beyond the credit (not due: the credit is short of extra_ns)
       // runs on an advance of it, paid back by the later decisions' credit.
-      guess_advance_ns_ = !due && guess_may_hide ? extra_ns : 0.0;
+      const bool advance = !due && !shifted && guess_may_hide;
+      if (shifted && !due && !guess_may_hide) ++shift_explores_;
+      guess_advance_ns_ = advance ? extra_ns : 0.0;
       explore_refundable_ = guess_advance_ns_ == 0.0;
       explore_credit_taken_ns_ = explore_credit_ns_;
       explore_decisions_taken_ = decisions_since_explore_;
-      explore_credit_ns_ = !due && guess_may_hide ? explore_credit_ns_ - extra_ns : 0.0;
+      explore_credit_ns_ = advance ? explore_credit_ns_ - extra_ns : 0.0;
       decisions_since_explore_ = 0;
       explore_pending_ = std::isfinite(chosen_ns);
       explore_chosen_ns_ = chosen_ns;

@@ -328,6 +328,20 @@ struct SchedulerOptions {
   uint32_t min_explore_period_steps = 4;
   uint32_t max_explore_period_steps = 40;
   uint32_t max_gpu_only_explore_period_steps = 400;
+  // Where the chosen mode's rest fell, since the other mode's latest rest sample, by more
+  // than this share of the chosen mode's predicted step and by more than the other is
+  // predicted behind it, the other's rest is likely stale by as much (most of a rest, the
+  // experts and the serial work, is the same work in both modes): it is explored at the
+  // first decision the minimum period allows, and again while its explorations measure
+  // nothing, up to rest_shift_explores in a row. On the H200 (run 217, Qwen3 16 x 32K)
+  // GPU-only's rest fell from 65 to 33 ms within 2 s of a CPU load ending, while the split's
+  // stayed at the 101 ms measured under the load; the split came back 5.6 s after the load,
+  // at the exploration the maximum period forced (its first exploration after the load and
+  // the repeat of it measured nothing). A rise is not acted on: the other mode then looks
+  // better than it is and is chosen, which measures it. Moves within the steps' noise stay
+  // below the share (the rests are EMAs). ≥ 0; 0: off.
+  double rest_shift_explore = 0.1;
+  uint32_t rest_shift_explores = 3;
   // Steps whose measurements carry a change of read mode: a step that reads otherwise than
   // the KV rounds the gpu_worker queued early for it (GpuStep: the step's before it, or
   // after an exploration's last step the rounds of the last step that did not explore)
@@ -669,6 +683,12 @@ class Scheduler {
   double explore_credit_taken_ns_ = 0.0;
   uint32_t explore_decisions_taken_ = 0;
   bool explore_is_retry_ = false;
+  // Each mode's rest at the other mode's latest rest sample (NaN: none since the rests were
+  // re-levelled), and the explorations in a row that rest_shift_explore ran without a sample
+  // of the mode they explored.
+  double split_rest_at_gpu_only_sample_ = std::numeric_limits<double>::quiet_NaN();
+  double gpu_only_rest_at_split_sample_ = std::numeric_limits<double>::quiet_NaN();
+  uint32_t shift_explores_ = 0;
   // The exploration under way: decisions still to run it, and its mode.
   uint32_t explore_steps_left_ = 0;
   bool explore_split_ = false;

@@ -4,7 +4,9 @@
 # of that moment: how a changed r reaches the KV without moving any) and records every
 # measured step with its time; after --before seconds a competing CPU + DRAM load
 # (ws_cpu_load, --load-threads threads) runs for --during seconds. Writes
-# OUT/contention-steps.csv (one row per step) and OUT/contention-events.csv (load start/end).
+# OUT/contention-steps.csv (one row per measured step), OUT/contention-warmup.csv (one per
+# warm-up step: its decisions, explorations among them, are not in the first) and
+# OUT/contention-events.csv (load start/end).
 #
 #   deploy/contention.sh [--arch qwen3_moe] [--layers 4] [--batch 16] [--context 32768]
 #       [--policies "writescope static:0.5 transfer-all"] [--load-threads 8]
@@ -40,6 +42,8 @@ kv_bytes=$(kv_bytes_of "$ARCH")
 region_mib=$(((2 * BATCH * (CONTEXT + 1024) * kv_bytes * LAYERS >> 20) + 64))
 mkdir -p "$OUT_DIR"
 steps_csv="$OUT_DIR/contention-steps.csv" events="$OUT_DIR/contention-events.csv"
+# Each round's warm-up steps too (decisions and explorations run through them).
+warmup_csv="$OUT_DIR/contention-warmup.csv"
 [[ -f $events ]] || echo "policy,unix_s,event" >"$events"
 now() { date +%s.%N; }
 for policy in $POLICIES; do
@@ -48,7 +52,8 @@ for policy in $POLICIES; do
   echo "contention: $policy, batch $BATCH x $CONTEXT, load of $LOAD_THREADS threads from ${BEFORE}s for ${DURING}s"
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
     --decode_steps=8 --warmup_steps=2 --rounds=100000 --bench_for="${total}s" \
-    --steps_csv="$steps_csv" >"$OUT_DIR/contention-$policy.log" 2>&1 &
+    --steps_csv="$steps_csv" --warmup_steps_csv="$warmup_csv" \
+    >"$OUT_DIR/contention-$policy.log" 2>&1 &
   bench=$!
   sleep "$BEFORE"
   echo "$policy,$(now),load start" >>"$events"

@@ -1692,8 +1692,11 @@ TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
 // maximum period forced, 43 steps later). It is run again at the next decision, once: the
 // split is back 2 decisions after the first exploration would have brought it back (42
 // decisions after the load, at the maximum period; 76 without the repeat). A repeat that
-// measures nothing is not repeated, so that steps that always miss do not explore step after
-// step.
+// measures nothing is not repeated for that, so that steps that always miss do not explore
+// step after step; here GPU-only's rest fell by the load's 8 ms since the split's latest
+// sample, more than the split is then predicted behind, which has the split explored again
+// at the minimum period (SchedulerOptions::rest_shift_explore, at most rest_shift_explores
+// in a row): 49 decisions to the split, 63 without.
 TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
@@ -1706,8 +1709,10 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   loaded.rest_gpu_only_ns += 8e6;
   // Decisions from the load's end until the split is chosen (not exploring), the first
   // `lost` split explorations after it measuring nothing.
-  auto steps_to_return = [&](int lost) {
-    auto scheduler = *Scheduler::Create("writescope", {});
+  auto steps_to_return = [&](int lost, double shift = SchedulerOptions{}.rest_shift_explore) {
+    SchedulerOptions options;
+    options.rest_shift_explore = shift;
+    auto scheduler = *Scheduler::Create("writescope", options);
     LearnLines(*scheduler, world);
     RunReads(*scheduler, world, 40, kTokens, kPlaced);
     RunReads(*scheduler, loaded, 200, kTokens, kPlaced);
@@ -1733,14 +1738,21 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   const int taught = steps_to_return(0);
   const int lost_once = steps_to_return(1);
   const int lost_twice = steps_to_return(2);
-  SCOPED_TRACE(::testing::Message() << "decisions to the split: " << taught << " when the first "
-                                    << "exploration teaches, " << lost_once << " when it "
-                                    << "does not, " << lost_twice << " when two in a row do not");
+  const int lost_twice_no_shift = steps_to_return(2, 0.0);
+  SCOPED_TRACE(::testing::Message()
+               << "decisions to the split: " << taught << " when the first exploration "
+               << "teaches, " << lost_once << " when it does not, " << lost_twice
+               << " when two in a row do not, " << lost_twice_no_shift
+               << " so without rest_shift_explore");
   ASSERT_GT(taught, 0);
   EXPECT_LE(lost_once, taught + 3);
-  // The repeat measured nothing too: the next exploration waits for the credit (its CPU line,
-  // learnt on the lost steps, has the split 2 ms a layer behind now: 19 decisions here).
-  EXPECT_GT(lost_twice, lost_once + 10);
+  // The repeat measured nothing too. Without rest_shift_explore the next exploration waits
+  // for the credit (its CPU line, learnt on the lost steps, has the split 2 ms a layer behind
+  // now: 19 decisions here). With it, GPU-only's rest fell by the load's 8 ms since the
+  // split's latest sample, more than the split is predicted behind: explored again at the
+  // minimum period.
+  EXPECT_GT(lost_twice_no_shift, lost_once + 10);
+  EXPECT_LE(lost_twice, lost_once + 2 * static_cast<int>(SchedulerOptions{}.min_explore_period_steps) + 2);
 }
 
 // A split exploration's first step settles but teaches the CPU line. Where its CPU time
@@ -2824,6 +2836,12 @@ TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
   options.rest_outlier_factor = 1.5;
   options.exploration_share_hold = -0.01;
   expect_refused(options, "exploration_share_hold");
+  options.exploration_share_hold = 0.05;
+  options.rest_shift_explore = -0.1;
+  expect_refused(options, "rest_shift_explore");
+  options.rest_shift_explore = kNaN;
+  expect_refused(options, "rest_shift_explore");
+  options.rest_shift_explore = 0.1;
   options.exploration_share_hold = kNaN;
   expect_refused(options, "exploration_share_hold");
   options.exploration_share_hold = 0.05;

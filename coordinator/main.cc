@@ -88,6 +88,11 @@ ABSL_FLAG(double, explore_cost_share,
           "writescope: the share of the step time spent, on average, running the read mode "
           "the prediction did not pick, to keep it measured (0: a mode measured once is not "
           "re-measured by the credit)");
+ABSL_FLAG(double, rest_shift_explore,
+          writescope::coordinator::SchedulerOptions{}.rest_shift_explore,
+          "writescope: where the chosen read mode's rest fell, since the other mode was last "
+          "measured, by more than this share of its step and more than the other is predicted "
+          "behind, the other is explored at once (0: off)");
 ABSL_FLAG(double, rest_outlier_factor,
           writescope::coordinator::SchedulerOptions{}.rest_outlier_factor,
           "writescope: a decode step that took more than this factor times its mode's "
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
   options.scheduler.placement_headroom = absl::GetFlag(FLAGS_placement_headroom);
   options.scheduler.rest_outlier_factor = absl::GetFlag(FLAGS_rest_outlier_factor);
   options.scheduler.explore_cost_share = absl::GetFlag(FLAGS_explore_cost_share);
+  options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -59,11 +59,15 @@ start_trio() {
   local worker_flags=() flag
   for flag in ${WS_CPU_WORKER_FLAGS:-}; do worker_flags+=(--cpu-worker-flag "$flag"); done
   for flag in ${WS_GPU_WORKER_FLAGS:-}; do worker_flags+=(--gpu-worker-flag "$flag"); done
+  # WS_COORDINATOR_FLAGS: extra coordinator flags, space-separated (e.g. --rest_shift_explore=0).
+  local coordinator_flags=()
+  for flag in ${WS_COORDINATOR_FLAGS:-}; do coordinator_flags+=("$flag"); done
   WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --bin "$BIN" --ready-file "$ready" \
     --device "$DEVICE" ${worker_flags[@]+"${worker_flags[@]}"} --gpu-worker-flag --hot_experts="$HOT_EXPERTS" \
     --gpu-worker-flag --hot_experts_warmup_tokens="$HOT_WARMUP_TOKENS" \
     -- --synthetic="$ARCH" --num_layers="$LAYERS" \
-    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" --policy="$policy" "$@" &
+    --cpu_region_mib="$region_mib" --transfer_region_mib="$region_mib" --policy="$policy" "$@" \
+    ${coordinator_flags[@]+"${coordinator_flags[@]}"} &
   launcher=$!
   for _ in $(seq 1500); do
     [[ -f $ready ]] && break

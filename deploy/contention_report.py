@@ -4,7 +4,7 @@ the competing load, and for writescope (the policy that chooses its reads step b
 steps by kind: a mode switch (it read otherwise than the step before), the same mode, an
 exploration, and the step after an exploration.
 
-    deploy/contention_report.py STEPS_CSV EVENTS_CSV [--settle SECONDS]
+    deploy/contention_report.py STEPS_CSV EVENTS_CSV [--settle SECONDS] [--warmup CSV]
 
 The first `--settle` seconds (default 3) after the load starts and after it ends count in no
 phase: the shares move there. Step kinds compare steps of one bench round only (each round
@@ -12,8 +12,11 @@ places its context anew, so its first step has no step before it). A mode is "sp
 the CPU attended some of the host tokens (read_cpu_share > 0), else "GPU-only". Where the
 CSV has the re-split columns (resplit_ms, resplit_blocks: the monolithic policy moving its
 placed blocks to a new target), the policies that moved blocks get a line with their copies'
-steps, blocks and time against all their steps' time, every step counted. Standard library
-only.
+steps, blocks and time against all their steps' time, every step counted. For the policies
+that explore, the reaction: when, after the load started, the first step read GPU-only by
+choice (not exploring), and when, after it ended, the first step read split by choice again,
+with the warm-up steps (--warmup: contention.sh's contention-warmup.csv) in the timeline
+where given, as they run decisions too. Standard library only.
 """
 import argparse
 import os
@@ -115,14 +118,45 @@ def summarize(steps, events, settle):
     return out
 
 
+def reaction(steps, events):
+    """{policy: (seconds from the load's start to its first GPU-only step by choice, or None;
+    seconds from the load's end to its first split step by choice after it, or None)} for the
+    policies with explorations, over `steps` in time order. A policy that read split by choice
+    at the load's end's last step before it gets 0.0 for the second."""
+    out = {}
+    by_policy = {}
+    for row in sorted(steps, key=lambda r: r["unix_s"]):
+        by_policy.setdefault(row["policy"], []).append(row)
+    for policy, rows in by_policy.items():
+        if not any(r["explore"] != 0 for r in rows) or policy not in events:
+            continue
+        start, end = events[policy].get("load start"), events[policy].get("load end")
+        if start is None or end is None:
+            continue
+        chosen = [r for r in rows if r["explore"] == 0]
+        to_gpu = next((r["unix_s"] - start for r in chosen
+                       if start <= r["unix_s"] < end and r["read_cpu_share"] == 0), None)
+        last = [r for r in chosen if r["unix_s"] < end]
+        if last and last[-1]["read_cpu_share"] > 0:
+            back = 0.0
+        else:
+            back = next((r["unix_s"] - end for r in chosen
+                         if r["unix_s"] >= end and r["read_cpu_share"] > 0), None)
+        out[policy] = (to_gpu, back)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("steps")
     parser.add_argument("events")
     parser.add_argument("--settle", type=float, default=3.0)
+    parser.add_argument("--warmup", help="the warm-up steps' CSV (contention-warmup.csv)")
     args = parser.parse_args()
     try:
-        summary = summarize(load_steps(args.steps), load_events(args.events), args.settle)
+        steps, events = load_steps(args.steps), load_events(args.events)
+        summary = summarize(steps, events, args.settle)
+        reactions = reaction(steps + (load_steps(args.warmup) if args.warmup else []), events)
     except (InputError, ValueError) as e:
         print(f"contention_report.py: {e}", file=sys.stderr)
         return 2
@@ -148,6 +182,15 @@ def main():
         print(f"\n{policy}: steps by kind (median ms), step after step within a round:")
         for p in PHASES:
             print(f"  {p:6s} " + " | ".join(f"{k} {cell(s['kind'][p][k])}" for k in KINDS))
+    if reactions:
+        steps_note = "measured and warm-up steps" if args.warmup else "measured steps only"
+        print(f"\nReaction ({steps_note}; by choice: not exploring):")
+    for policy, (to_gpu, back) in reactions.items():
+        first = (f"GPU-only {to_gpu:.2f} s into the load" if to_gpu is not None
+                 else "not GPU-only during the load")
+        second = (f"split again {back:.2f} s after it" if back is not None
+                  else "not split again after it")
+        print(f"  {policy:14s} {first}; {second}")
     return 0
 
 

@@ -101,4 +101,40 @@ checks.append((out_r.returncode == 0 and
                f"monolithic's re-splits over all its steps (stderr: {out_r.stderr})"))
 checks.append(("static:0.5     re-splits" not in text_r, "no line for a policy that moved none"))
 
-finish(checks, text, text0, text_r)
+# The reaction: writescope above never read GPU-only by choice during the load (its steps
+# there read split), and its last step before the load's end read split by choice.
+checks.append(("writescope     not GPU-only during the load; split again 0.00 s after it" in text,
+               "writescope's reaction without GPU-only steps"))
+checks.append(("static:0.5     GPU-only" not in text and "static:0.5     not" not in text,
+               "no reaction for a policy that never explores"))
+# GPU-only by choice 2.5 s into the load (an exploration at 101 and a split step at 101.5
+# before it do not count), split again by choice 1.5 s after it: the exploration at 200.5
+# does not count, the warm-up step at 201.5 does where --warmup gives it, the measured one
+# at 203 otherwise.
+reaction_steps = [
+    step("writescope", 0, 0, 99, 40, 0.3), step("writescope", 0, 1, 101, 90, 0.0, 1),
+    step("writescope", 0, 2, 101.5, 45, 0.3), step("writescope", 1, 0, 102.5, 70, 0.0),
+    step("writescope", 1, 1, 150, 71, 0.0), step("writescope", 2, 0, 200.5, 60, 0.3, 1),
+    step("writescope", 3, 0, 203, 40, 0.3),
+]
+warmup_steps = [step("writescope", 3, 0, 201.5, 42, 0.3)]
+with tempfile.TemporaryDirectory() as d:
+    w = os.path.join(d, "warmup.csv")
+    with open(w, "w") as f:
+        f.write(HEADER + "".join(warmup_steps))
+    out_w = run(reaction_steps, events[2:], "--warmup", w)
+out_m = run(reaction_steps, events[2:])
+checks.append((out_w.returncode == 0 and
+               "Reaction (measured and warm-up steps; by choice: not exploring):" in out_w.stdout
+               and "writescope     GPU-only 2.50 s into the load; split again 1.50 s after it"
+               in out_w.stdout, f"the reaction with the warm-ups (stderr: {out_w.stderr})"))
+checks.append(("Reaction (measured steps only" in out_m.stdout and
+               "GPU-only 2.50 s into the load; split again 3.00 s after it" in out_m.stdout,
+               "the reaction from the measured steps alone"))
+# Split by choice at the load's end: back at once.
+held = run([step("writescope", 0, 0, 150, 40, 0.3), step("writescope", 0, 1, 151, 90, 0.0, 1),
+            step("writescope", 0, 2, 199, 45, 0.2)], events[2:])
+checks.append(("not GPU-only during the load; split again 0.00 s after it" in held.stdout,
+               "a split held through the load is split again at once"))
+
+finish(checks, text, text0, text_r, out_w.stdout, out_m.stdout, held.stdout)

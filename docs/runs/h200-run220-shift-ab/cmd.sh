@@ -6,6 +6,5 @@ for run in on1 off1 on2 off2; do
   flags=""; [[ $run == off* ]] && flags="--rest_shift_explore=0"
   mkdir -p /tmp/c/$run; WS_COORDINATOR_FLAGS="$flags" timeout 100 deploy/contention.sh --policies writescope --before 10 --during 20 --after 10 --load-threads 8 --out /tmp/c/$run > /tmp/c/$run/contention.log 2>&1; echo "$run rc=$?"
   python3 deploy/contention_report.py /tmp/c/$run/contention-steps.csv /tmp/c/$run/contention-events.csv --warmup /tmp/c/$run/contention-warmup.csv > /tmp/c/$run/contention-report.txt 2>&1; sed -n 2p /tmp/c/$run/contention-report.txt; tail -1 /tmp/c/$run/contention-report.txt
-  gzip /tmp/c/$run/*.csv
+  gzip /tmp/c/$run/*.csv; tar czf $OUT/c.tgz -C /tmp c
 done
-tar czf $OUT/c.tgz -C /tmp c

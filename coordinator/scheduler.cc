@@ -903,6 +903,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       // An exploration of the mode whose rounds are queued has nothing to settle.
       explore_steps_left_ = queued_mode_ == (split ? 1 : 2) ? 0 : options_.switch_settle_steps;
       explore_split_ = split;
+      explore_extended_ = false;
       decision.exploration_continues = explore_steps_left_ > 0;
     }
   }
@@ -930,6 +931,16 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       if (held_ns - new_ns <= options_.exploration_share_hold * (new_ns + rest(rest_split_))) {
         share = held_share;
         chosen = std::move(held_chosen);
+      }
+      // A step that reads another share than the exploration's step before it misses the
+      // rounds queued for that one and settles: the exploration then runs one step more, at
+      // this share, once (its last step would otherwise measure nothing: Qwen3 16 x 32K on
+      // the H200, run 218, a split exploration after a CPU load read 0.561 and then 0.118).
+      if (share != explore_share_ && !explore_extended_ && options_.switch_settle_steps > 0) {
+        explore_extended_ = true;
+        ++explore_steps_left_;
+        decision.exploration_continues = true;
+        decided_continues_ = true;
       }
     }
     decision.cpu_share = share;

@@ -693,6 +693,8 @@ class Scheduler {
   uint32_t explore_steps_left_ = 0;
   bool explore_split_ = false;
   double explore_share_ = 0.0;  // the CPU share its latest split step read
+  // It ran a step more because a step read another share than the one before it.
+  bool explore_extended_ = false;
   // Read modes (0: none, 1: split, 2: GPU-only): of the KV rounds the gpu_worker queued
   // early for the next step, and of the last observed step that did not explore. The latest
   // decision's marks, for the step ObserveStep sees next. Steps still settling.

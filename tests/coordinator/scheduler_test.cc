@@ -1723,6 +1723,7 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
       scheduler->ObserveStep(loaded.Run(d.cpu_share, kTokens));
       if (d.explore && !d.exploration_continues && d.cpu_share > 0) break;
     }
+    double previous_share = 0.0;
     for (int i = 1; i <= 200; ++i) {
       const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
       StepSample sample = world.Run(d.cpu_share, kTokens);
@@ -1730,6 +1731,11 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
         sample.early_rounds_missed = true;
         --lost;
       }
+      // A split step after one that read another share misses the rounds queued for it.
+      if (d.cpu_share > 0 && previous_share > 0 && d.cpu_share != previous_share) {
+        sample.early_rounds_missed = true;
+      }
+      previous_share = d.cpu_share;
       scheduler->ObserveStep(sample);
       if (d.cpu_share > 0 && !d.explore) return i;
     }
@@ -1758,14 +1764,19 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
 // A split exploration's first step settles but teaches the CPU line. Where its CPU time
 // runs a little high (a cold step), the move of r* costs less than the rounds queued for
 // that share, and the measured step reads the same share; a CPU found loaded moves r* far
-// enough that it does not.
+// enough that it does not. A step that reads another share than the one before misses the
+// rounds queued for it and settles too: the exploration then runs one step more, at that
+// share (once), so that its last step measures the split.
 TEST(DecodeReadsTest, ASplitExplorationKeepsItsShareUnlessTheCpuMovedFar) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 160000;  // r* (0.6) is below the placed share
   ReadWorld world;
   world.rest_split_ns = 13e6;  // the split at r* 25.0 ms per layer, GPU-only 24.4: explored
-  // The shares of the first split exploration's two steps, its first step's CPU running
-  // `cpu_factor` times as long as the world's.
+  // The shares of the first split exploration's steps (0 for a third step that did not run),
+  // its first step's CPU running `cpu_factor` times as long as the world's.
+  struct Shares {
+    double first = 0, second = 0, third = 0;
+  };
   auto exploration_shares = [&](double hold, double cpu_factor) {
     SchedulerOptions options;
     options.exploration_share_hold = hold;
@@ -1777,27 +1788,41 @@ TEST(DecodeReadsTest, ASplitExplorationKeepsItsShareUnlessTheCpuMovedFar) {
         ReadWorld cold = world;
         cold.cpu_ns_per_token *= cpu_factor;
         scheduler->ObserveStep(cold.Run(d.cpu_share, kTokens));
+        Shares shares{.first = d.cpu_share};
         const ReadDecision next = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
         EXPECT_TRUE(next.explore);
-        EXPECT_FALSE(next.exploration_continues);
-        return std::pair{d.cpu_share, next.cpu_share};
+        shares.second = next.cpu_share;
+        // One step more exactly where the share moved.
+        EXPECT_EQ(next.exploration_continues, shares.second != shares.first);
+        if (!next.exploration_continues) return shares;
+        StepSample missed = world.Run(next.cpu_share, kTokens);
+        missed.early_rounds_missed = true;
+        scheduler->ObserveStep(missed);
+        const ReadDecision last = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+        EXPECT_TRUE(last.explore);
+        EXPECT_FALSE(last.exploration_continues);
+        shares.third = last.cpu_share;
+        return shares;
       }
       scheduler->ObserveStep(world.Run(d.cpu_share, kTokens));
     }
     ADD_FAILURE() << "no split exploration";
-    return std::pair{0.0, 0.0};
+    return Shares{};
   };
-  const auto [first, held] = exploration_shares(0.05, 1.1);
-  EXPECT_NEAR(first, 0.6, 0.01);
-  EXPECT_EQ(held, first);
-  // Not held: r* follows the CPU line.
-  const auto [first_unheld, moved] = exploration_shares(0.0, 1.1);
-  EXPECT_NEAR(first_unheld, first, 1e-3);
-  EXPECT_LT(moved, first - 0.01);
+  const Shares held = exploration_shares(0.05, 1.1);
+  EXPECT_NEAR(held.first, 0.6, 0.01);
+  EXPECT_EQ(held.second, held.first);
+  EXPECT_EQ(held.third, 0.0);
+  // Not held: r* follows the CPU line, and the step after reads that share again.
+  const Shares unheld = exploration_shares(0.0, 1.1);
+  EXPECT_NEAR(unheld.first, held.first, 1e-3);
+  EXPECT_LT(unheld.second, held.first - 0.01);
+  EXPECT_NEAR(unheld.third, unheld.second, 0.01);
   // A loaded CPU (8x) moves it whatever the hold.
-  const auto [first_loaded, loaded] = exploration_shares(0.05, 8.0);
-  EXPECT_NEAR(first_loaded, first, 1e-3);
-  EXPECT_LT(loaded, 0.3);
+  const Shares loaded = exploration_shares(0.05, 8.0);
+  EXPECT_NEAR(loaded.first, held.first, 1e-3);
+  EXPECT_LT(loaded.second, 0.3);
+  EXPECT_GT(loaded.third, 0.0);
 }
 
 // A step the gpu_worker reports reading otherwise than the rounds it queued early for it

@@ -645,9 +645,11 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       }
       rest_stale_ = false;
       if (!hold) {
-        // The other mode's rest at this sample (rest_shift_explore), and this mode measured.
+        // The other mode's rest at this sample (rest_shift_explore); a sample of the mode
+        // not sampled before it ends a row of explorations that measured nothing.
         (split ? gpu_only_rest_at_split_sample_ : split_rest_at_gpu_only_sample_) = other;
-        if (explored) shift_explores_ = 0;
+        if (mode != last_rest_sample_mode_) shift_explores_ = 0;
+        last_rest_sample_mode_ = mode;
       }
     }
   }

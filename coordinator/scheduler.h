@@ -341,7 +341,7 @@ struct SchedulerOptions {
   // better than it is and is chosen, which measures it. Moves within the steps' noise stay
   // below the share (the rests are EMAs). ≥ 0; 0: off.
   double rest_shift_explore = 0.1;
-  uint32_t rest_shift_explores = 3;
+  uint32_t rest_shift_explores = 3;  // 0: off too
   // Steps whose measurements carry a change of read mode: a step that reads otherwise than
   // the KV rounds the gpu_worker queued early for it (GpuStep: the step's before it, or
   // after an exploration's last step the rounds of the last step that did not explore)
@@ -689,6 +689,7 @@ class Scheduler {
   double split_rest_at_gpu_only_sample_ = std::numeric_limits<double>::quiet_NaN();
   double gpu_only_rest_at_split_sample_ = std::numeric_limits<double>::quiet_NaN();
   uint32_t shift_explores_ = 0;
+  int last_rest_sample_mode_ = 0;  // of the latest rest sample (1: split, 2: GPU-only)
   // The exploration under way: decisions still to run it, and its mode.
   uint32_t explore_steps_left_ = 0;
   bool explore_split_ = false;

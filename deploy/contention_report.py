@@ -121,8 +121,8 @@ def summarize(steps, events, settle):
 def reaction(steps, events):
     """{policy: (seconds from the load's start to its first GPU-only step by choice, or None;
     seconds from the load's end to its first split step by choice after it, or None)} for the
-    policies with explorations, over `steps` in time order. A policy that read split by choice
-    at the load's end's last step before it gets 0.0 for the second."""
+    policies with explorations, over `steps` in time order. A policy whose last step by
+    choice before the load ended read split gets 0.0 for the second."""
     out = {}
     by_policy = {}
     for row in sorted(steps, key=lambda r: r["unix_s"]):

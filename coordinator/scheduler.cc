@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -536,9 +537,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     } else if (measured_nothing && explore_refundable_ && !explore_is_retry_) {
       explore_credit_ns_ = std::max(explore_credit_ns_, explore_credit_taken_ns_);
       decisions_since_explore_ = std::max(decisions_since_explore_, explore_decisions_taken_);
-      explore_is_retry_ = true;
-    } else {
-      explore_is_retry_ = false;
+      retry_pending_ = true;
     }
     guess_advance_ns_ = 0.0;
     explore_refundable_ = false;
@@ -883,22 +882,31 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     const double fall_ns =
         (split ? split_rest_at_gpu_only_sample_ : gpu_only_rest_at_split_sample_) -
         (split ? rest_split_ : rest_gpu_only_);
-    const bool shifted = may_explore && options_.rest_shift_explore > 0.0 &&
+    // Not while a mode hold keeps the other out (its gap reads 0 there), nor while an advance
+    // of the credit is being paid back.
+    const bool shifted = may_explore && !held && options_.rest_shift_explore > 0.0 &&
                          shift_explores_ < options_.rest_shift_explores &&
-                         std::isfinite(fall_ns) && std::isfinite(chosen_ns) &&
+                         explore_credit_ns_ >= 0.0 && std::isfinite(fall_ns) &&
+                         std::isfinite(chosen_ns) &&
                          fall_ns > options_.rest_shift_explore * chosen_ns && fall_ns > gap_ns;
-    if (std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide || shifted) {
+    const bool measure = std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide;
+    // A repeat of an exploration that measured nothing is due at this decision or not at all.
+    const bool retry = std::exchange(retry_pending_, false);
+    if (measure || shifted) {
       decision.explore = true;
       split = !split;
+      explore_is_retry_ = retry;
       // A measurement of a guess beyond the credit (not due: the credit is short of extra_ns)
-      // runs on an advance of it, paid back by the later decisions' credit.
-      const bool advance = !due && !shifted && guess_may_hide;
-      if (shifted && !due && !guess_may_hide) ++shift_explores_;
+      // runs on an advance of it, paid back by the later decisions' credit. One for a fallen
+      // rest alone leaves the credit as it is (rest_shift_explores bounds them) and is not
+      // repeated when it measures nothing (its own rule repeats it).
+      const bool advance = !due && guess_may_hide;
+      if (!measure) ++shift_explores_;
       guess_advance_ns_ = advance ? extra_ns : 0.0;
-      explore_refundable_ = guess_advance_ns_ == 0.0;
+      explore_refundable_ = measure && guess_advance_ns_ == 0.0;
       explore_credit_taken_ns_ = explore_credit_ns_;
       explore_decisions_taken_ = decisions_since_explore_;
-      explore_credit_ns_ = advance ? explore_credit_ns_ - extra_ns : 0.0;
+      if (measure) explore_credit_ns_ = advance ? explore_credit_ns_ - extra_ns : 0.0;
       decisions_since_explore_ = 0;
       explore_pending_ = std::isfinite(chosen_ns);
       explore_chosen_ns_ = chosen_ns;
@@ -906,6 +914,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       explore_steps_left_ = queued_mode_ == (split ? 1 : 2) ? 0 : options_.switch_settle_steps;
       explore_split_ = split;
       explore_extended_ = false;
+      explore_hold_readers_ = false;
       decision.exploration_continues = explore_steps_left_ > 0;
     }
   }
@@ -922,11 +931,27 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
         decision.explore
             ? readers(std::min(placed, std::max(split_wanted, options_.probe_share)), true)
             : std::move(split_readers);
-    // A split exploration's later steps keep its share while that costs little
-    // (SchedulerOptions::exploration_share_hold), judged at the share that would run for it
-    // (whole sequences: the subset closest to the held share may make another share).
-    if (continues_exploration && explore_share_ > 0.0 && explore_share_ <= placed &&
-        explore_share_ != share) {
+    // The step an exploration was extended by (below) reads the sequences the step before it
+    // read, whatever the CPU line says now: it is the step that measures.
+    const bool extension_step = continues_exploration && std::exchange(explore_hold_readers_, false);
+    if (extension_step) {
+      uint64_t attended = 0;
+      if (cpu_tokens != nullptr && explore_readers_.size() == cpu_tokens->size()) {
+        for (size_t i = 0; i < explore_readers_.size(); ++i) {
+          attended += explore_readers_[i] ? (*cpu_tokens)[i] : 0;
+        }
+      }
+      if (attended > 0) {
+        share = static_cast<double>(attended) / tokens;
+        chosen = explore_readers_;
+      } else if (explore_share_ > 0.0 && explore_share_ <= placed) {
+        std::tie(share, chosen) = readers(explore_share_, true);
+      }
+    } else if (continues_exploration && explore_share_ > 0.0 && explore_share_ <= placed &&
+               explore_share_ != share) {
+      // A split exploration's later steps keep its share while that costs little
+      // (SchedulerOptions::exploration_share_hold), judged at the share that would run for
+      // it (whole sequences: the subset closest to the held share may make another share).
       auto [held_share, held_chosen] = readers(explore_share_, true);
       const double held_ns = PredictSplit(held_share, tokens).step_ns;
       const double new_ns = PredictSplit(share, tokens).step_ns;
@@ -934,20 +959,31 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
         share = held_share;
         chosen = std::move(held_chosen);
       }
-      // A step that reads another share than the exploration's step before it misses the
-      // rounds queued for that one and settles: the exploration then runs one step more, at
-      // this share, once (its last step would otherwise measure nothing: Qwen3 16 x 32K on
-      // the H200, run 218, a split exploration after a CPU load read 0.561 and then 0.118).
-      if (share != explore_share_ && !explore_extended_ && options_.switch_settle_steps > 0) {
+    }
+    // A step that reads other sequences than the exploration's step before it misses the
+    // rounds queued for that one and settles (settle_missed_rounds): the exploration then runs
+    // one step more, on these sequences, once (its last step would otherwise measure nothing:
+    // Qwen3 16 x 32K on the H200, run 218, a split exploration after a CPU load read 0.561 and
+    // then 0.118).
+    if (continues_exploration && !extension_step && !explore_extended_ &&
+        options_.switch_settle_steps > 0 && options_.settle_missed_rounds) {
+      const bool moved = cpu_tokens != nullptr && explore_readers_.size() == chosen.size()
+                             ? chosen != explore_readers_
+                             : share != explore_share_;
+      if (moved) {
         explore_extended_ = true;
+        explore_hold_readers_ = true;
         ++explore_steps_left_;
         decision.exploration_continues = true;
         decided_continues_ = true;
       }
     }
     decision.cpu_share = share;
+    if (decision.explore) {
+      explore_share_ = share;
+      explore_readers_ = chosen;
+    }
     decision.cpu_readers = std::move(chosen);
-    if (decision.explore) explore_share_ = decision.cpu_share;
     // The held readers ran: what they gave up adds to the regret.
     if (readers_held && !decision.explore) readers_regret_ns_ += readers_gain_ns;
   } else {

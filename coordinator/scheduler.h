@@ -333,7 +333,9 @@ struct SchedulerOptions {
   // predicted behind it, the other's rest is likely stale by as much (most of a rest, the
   // experts and the serial work, is the same work in both modes): it is explored at the
   // first decision the minimum period allows, and again while its explorations measure
-  // nothing, up to rest_shift_explores in a row. On the H200 (run 217, Qwen3 16 x 32K)
+  // nothing, up to rest_shift_explores in a row (a sample of the other mode ends the row).
+  // These explorations neither pay from the exploration credit nor reset it, and none runs
+  // during a mode hold or while an advance of the credit is paid back. On the H200 (run 217, Qwen3 16 x 32K)
   // GPU-only's rest fell from 65 to 33 ms within 2 s of a CPU load ending, while the split's
   // stayed at the 101 ms measured under the load; the split came back 5.6 s after the load,
   // at the exploration the maximum period forced (its first exploration after the load and
@@ -682,7 +684,8 @@ class Scheduler {
   bool explore_refundable_ = false;
   double explore_credit_taken_ns_ = 0.0;
   uint32_t explore_decisions_taken_ = 0;
-  bool explore_is_retry_ = false;
+  bool explore_is_retry_ = false;  // the exploration under way repeats one that measured nothing
+  bool retry_pending_ = false;     // the next decision repeats one (explore_is_retry_)
   // Each mode's rest at the other mode's latest rest sample (NaN: none since the rests were
   // re-levelled), and the explorations in a row that rest_shift_explore ran without a sample
   // of the mode they explored.
@@ -694,8 +697,11 @@ class Scheduler {
   uint32_t explore_steps_left_ = 0;
   bool explore_split_ = false;
   double explore_share_ = 0.0;  // the CPU share its latest split step read
-  // It ran a step more because a step read another share than the one before it.
+  // It ran a step more because a step read other sequences than the one before it, and the
+  // next continuing decision is that step (it reads the readers of the step before).
   bool explore_extended_ = false;
+  bool explore_hold_readers_ = false;
+  std::vector<bool> explore_readers_;  // the sequences its latest split step read
   // Read modes (0: none, 1: split, 2: GPU-only): of the KV rounds the gpu_worker queued
   // early for the next step, and of the last observed step that did not explore. The latest
   // decision's marks, for the step ObserveStep sees next. Steps still settling.

@@ -1690,13 +1690,13 @@ TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
 // early rounds: a new round of sequences came in under it, as on the H200 in run 216, where the
 // CPU's load had ended 0.1 s before and the split came back only at the next exploration the
 // maximum period forced, 43 steps later). It is run again at the next decision, once: the
-// split is back 2 decisions after the first exploration would have brought it back (42
-// decisions after the load, at the maximum period; 76 without the repeat). A repeat that
+// split is back 2 decisions after the first exploration would have brought it back (43
+// decisions after the load, at the maximum period; 48 without the repeat). A repeat that
 // measures nothing is not repeated for that, so that steps that always miss do not explore
 // step after step; here GPU-only's rest fell by the load's 8 ms since the split's latest
 // sample, more than the split is then predicted behind, which has the split explored again
 // at the minimum period (SchedulerOptions::rest_shift_explore, at most rest_shift_explores
-// in a row): 49 decisions to the split, 63 without.
+// in a row): 50 decisions to the split, 64 without.
 TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
@@ -1751,6 +1751,10 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
                << " when two in a row do not, " << lost_twice_no_shift
                << " so without rest_shift_explore");
   ASSERT_GT(taught, 0);
+  ASSERT_GT(lost_once, 0);
+  ASSERT_GT(lost_twice, 0);
+  ASSERT_GT(lost_twice_no_shift, 0);
+  // 45 against 43 here; 48 without the repeat.
   EXPECT_LE(lost_once, taught + 3);
   // The repeat measured nothing too. Without rest_shift_explore the next exploration waits
   // for the credit (its CPU line, learnt on the lost steps, has the split 2 ms a layer behind
@@ -1759,6 +1763,62 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   // minimum period.
   EXPECT_GT(lost_twice_no_shift, lost_once + 10);
   EXPECT_LE(lost_twice, lost_once + 2 * static_cast<int>(SchedulerOptions{}.min_explore_period_steps) + 2);
+}
+
+// rest_shift_explore's explorations stop after rest_shift_explores in a row that measured
+// nothing. After a load (both rests 8 ms a layer higher, the CPU 20x slower) every split
+// exploration's steps miss their early rounds, so none teaches the split's rest; the CPU
+// line learns from them, and GPU-only's rest has fallen by more than the split is predicted
+// behind. A minimum period of 8 keeps an exploration and its repeat (4 missed steps in a row)
+// from being taken as what the split costs (settle_missed_rounds). Counted: the split's
+// explorations in the 80 decisions after the first one after the load (the credit's and
+// their repeats among them).
+TEST(DecodeReadsTest, ExplorationsForAFallenRestStopWhileTheyMeasureNothing) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;
+  ReadWorld world;
+  ReadWorld loaded = world;
+  loaded.cpu_ns_per_token *= 20;
+  loaded.rest_split_ns += 8e6;
+  loaded.rest_gpu_only_ns += 8e6;
+  auto explorations_after = [&](uint32_t row) {
+    SchedulerOptions options;
+    options.min_explore_period_steps = 8;
+    options.rest_shift_explores = row;
+    auto scheduler = *Scheduler::Create("writescope", options);
+    LearnLines(*scheduler, world);
+    RunReads(*scheduler, world, 40, kTokens, kPlaced);
+    RunReads(*scheduler, loaded, 200, kTokens, kPlaced);
+    for (int i = 0; i < 100; ++i) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+      scheduler->ObserveStep(loaded.Run(d.cpu_share, kTokens));
+      if (d.explore && !d.exploration_continues && d.cpu_share > 0) break;
+    }
+    int explorations = 0, after = -1;
+    for (int i = 0; i < 200 && after < 80; ++i) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+      StepSample sample = world.Run(d.cpu_share, kTokens);
+      if (d.explore && d.cpu_share > 0) sample.early_rounds_missed = true;
+      scheduler->ObserveStep(sample);
+      const bool ends = d.explore && !d.exploration_continues && d.cpu_share > 0;
+      if (after >= 0) {
+        ++after;
+        if (ends) ++explorations;
+      } else if (ends) {
+        after = 0;
+      }
+    }
+    EXPECT_EQ(after, 80);
+    return explorations;
+  };
+  const int without = explorations_after(0);
+  const int capped = explorations_after(SchedulerOptions{}.rest_shift_explores);
+  const int uncapped = explorations_after(100);
+  SCOPED_TRACE(::testing::Message() << "split explorations: " << without << " without the rule, "
+                                    << capped << " with it, " << uncapped << " uncapped");
+  EXPECT_GT(capped, without);
+  EXPECT_LE(capped, without + static_cast<int>(SchedulerOptions{}.rest_shift_explores));
+  EXPECT_GT(uncapped, capped);
 }
 
 // A split exploration's first step settles but teaches the CPU line. Where its CPU time
@@ -1802,6 +1862,10 @@ TEST(DecodeReadsTest, ASplitExplorationKeepsItsShareUnlessTheCpuMovedFar) {
         EXPECT_TRUE(last.explore);
         EXPECT_FALSE(last.exploration_continues);
         shares.third = last.cpu_share;
+        // The third step, on the second's sequences, measures the split's rest.
+        const double rest_before = scheduler->rest_split_ns();
+        scheduler->ObserveStep(world.Run(last.cpu_share, kTokens));
+        EXPECT_NE(scheduler->rest_split_ns(), rest_before);
         return shares;
       }
       scheduler->ObserveStep(world.Run(d.cpu_share, kTokens));
@@ -1813,16 +1877,16 @@ TEST(DecodeReadsTest, ASplitExplorationKeepsItsShareUnlessTheCpuMovedFar) {
   EXPECT_NEAR(held.first, 0.6, 0.01);
   EXPECT_EQ(held.second, held.first);
   EXPECT_EQ(held.third, 0.0);
-  // Not held: r* follows the CPU line, and the step after reads that share again.
+  // Not held: r* follows the CPU line, and the step after reads that share's sequences again.
   const Shares unheld = exploration_shares(0.0, 1.1);
   EXPECT_NEAR(unheld.first, held.first, 1e-3);
   EXPECT_LT(unheld.second, held.first - 0.01);
-  EXPECT_NEAR(unheld.third, unheld.second, 0.01);
+  EXPECT_EQ(unheld.third, unheld.second);
   // A loaded CPU (8x) moves it whatever the hold.
   const Shares loaded = exploration_shares(0.05, 8.0);
   EXPECT_NEAR(loaded.first, held.first, 1e-3);
   EXPECT_LT(loaded.second, 0.3);
-  EXPECT_GT(loaded.third, 0.0);
+  EXPECT_EQ(loaded.third, loaded.second);
 }
 
 // A step the gpu_worker reports reading otherwise than the rounds it queued early for it

@@ -933,7 +933,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
             : std::move(split_readers);
     // The step an exploration was extended by (below) reads the sequences the step before it
     // read, whatever the CPU line says now: it is the step that measures.
-    const bool extension_step = continues_exploration && std::exchange(explore_hold_readers_, false);
+    const bool extension_step =
+        continues_exploration && std::exchange(explore_hold_readers_, false);
     if (extension_step) {
       uint64_t attended = 0;
       if (cpu_tokens != nullptr && explore_readers_.size() == cpu_tokens->size()) {

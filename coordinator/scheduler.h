@@ -335,13 +335,13 @@ struct SchedulerOptions {
   // first decision the minimum period allows, and again while its explorations measure
   // nothing, up to rest_shift_explores in a row (a sample of the other mode ends the row).
   // These explorations neither pay from the exploration credit nor reset it, and none runs
-  // during a mode hold or while an advance of the credit is paid back. On the H200 (run 217, Qwen3 16 x 32K)
-  // GPU-only's rest fell from 65 to 33 ms within 2 s of a CPU load ending, while the split's
-  // stayed at the 101 ms measured under the load; the split came back 5.6 s after the load,
-  // at the exploration the maximum period forced (its first exploration after the load and
-  // the repeat of it measured nothing). A rise is not acted on: the other mode then looks
-  // better than it is and is chosen, which measures it. Moves within the steps' noise stay
-  // below the share (the rests are EMAs). ≥ 0; 0: off.
+  // during a mode hold or while an advance of the credit is paid back. On the H200 (run
+  // 217, Qwen3 16 x 32K) GPU-only's rest fell from 65 to 33 ms within 2 s of a CPU load
+  // ending, while the split's stayed at the 101 ms measured under the load; the split came
+  // back 5.6 s after the load, at the exploration the maximum period forced (its first
+  // exploration after the load and the repeat of it measured nothing). A rise is not acted
+  // on: the other mode then looks better than it is and is chosen, which measures it. Moves
+  // within the steps' noise stay below the share (the rests are EMAs). ≥ 0; 0: off.
   double rest_shift_explore = 0.1;
   uint32_t rest_shift_explores = 3;  // 0: off too
   // Steps whose measurements carry a change of read mode: a step that reads otherwise than

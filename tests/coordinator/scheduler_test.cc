@@ -1762,7 +1762,8 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   // split's latest sample, more than the split is predicted behind: explored again at the
   // minimum period.
   EXPECT_GT(lost_twice_no_shift, lost_once + 10);
-  EXPECT_LE(lost_twice, lost_once + 2 * static_cast<int>(SchedulerOptions{}.min_explore_period_steps) + 2);
+  const int min_period = static_cast<int>(SchedulerOptions{}.min_explore_period_steps);
+  EXPECT_LE(lost_twice, lost_once + 2 * min_period + 2);
 }
 
 // rest_shift_explore's explorations stop after rest_shift_explores in a row that measured

@@ -1686,6 +1686,34 @@ TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
   EXPECT_LE(steps_to_return, 5 * 13 + 5);
 }
 
+// A CPU load that slows the CPU's attention 20x (the split far behind: explored at the
+// maximum period only) and the CPU's experts, by 8 ms a layer in both modes' rests.
+ReadWorld UnderALoad(const ReadWorld& world) {
+  ReadWorld loaded = world;
+  loaded.cpu_ns_per_token *= 20;
+  loaded.rest_split_ns += 8e6;
+  loaded.rest_gpu_only_ns += 8e6;
+  return loaded;
+}
+
+// The lines learnt on `world`, 40 steps on it and 200 under `loaded`, then on under `loaded`
+// until a split exploration has ended: the load ends just after it, GPU-only's next steps
+// measure its rest without the load, the split's stays the loaded one until it is explored
+// again.
+void RunALoadToASplitExploration(Scheduler& scheduler, const ReadWorld& world,
+                                 const ReadWorld& loaded, double tokens, double placed) {
+  LearnLines(scheduler, world);
+  RunReads(scheduler, world, 40, tokens, placed);
+  RunReads(scheduler, loaded, 200, tokens, placed);
+  for (int i = 0; i < 100; ++i) {
+    const ReadDecision d = scheduler.ChooseDecodeReads(static_cast<uint64_t>(tokens),
+                                                       static_cast<uint64_t>(placed), kBatch);
+    scheduler.ObserveStep(loaded.Run(d.cpu_share, tokens));
+    if (d.explore && !d.exploration_continues && d.cpu_share > 0) return;
+  }
+  ADD_FAILURE() << "no split exploration under the load";
+}
+
 // An exploration all of whose steps settled measured nothing (here its second step missed its
 // early rounds: a new round of sequences came in under it, as on the H200 in run 216, where the
 // CPU's load had ended 0.1 s before and the split came back only at the next exploration the
@@ -1700,29 +1728,15 @@ TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
 TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
-  ReadWorld world;
-  // The load slows the CPU's attention (the split far behind: explored at the maximum period
-  // only) and the CPU's experts, in both modes' rests.
-  ReadWorld loaded = world;
-  loaded.cpu_ns_per_token *= 20;
-  loaded.rest_split_ns += 8e6;
-  loaded.rest_gpu_only_ns += 8e6;
+  const ReadWorld world;
+  const ReadWorld loaded = UnderALoad(world);
   // Decisions from the load's end until the split is chosen (not exploring), the first
   // `lost` split explorations after it measuring nothing.
   auto steps_to_return = [&](int lost, double shift = SchedulerOptions{}.rest_shift_explore) {
     SchedulerOptions options;
     options.rest_shift_explore = shift;
     auto scheduler = *Scheduler::Create("writescope", options);
-    LearnLines(*scheduler, world);
-    RunReads(*scheduler, world, 40, kTokens, kPlaced);
-    RunReads(*scheduler, loaded, 200, kTokens, kPlaced);
-    // The load ends just after a split exploration: GPU-only's next steps measure its rest
-    // without the load, the split's stays the loaded one until it is explored again.
-    for (int i = 0; i < 100; ++i) {
-      const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
-      scheduler->ObserveStep(loaded.Run(d.cpu_share, kTokens));
-      if (d.explore && !d.exploration_continues && d.cpu_share > 0) break;
-    }
+    RunALoadToASplitExploration(*scheduler, world, loaded, kTokens, kPlaced);
     double previous_share = 0.0;
     for (int i = 1; i <= 200; ++i) {
       const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
@@ -1777,24 +1791,14 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
 TEST(DecodeReadsTest, ExplorationsForAFallenRestStopWhileTheyMeasureNothing) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
-  ReadWorld world;
-  ReadWorld loaded = world;
-  loaded.cpu_ns_per_token *= 20;
-  loaded.rest_split_ns += 8e6;
-  loaded.rest_gpu_only_ns += 8e6;
+  const ReadWorld world;
+  const ReadWorld loaded = UnderALoad(world);
   auto explorations_after = [&](uint32_t row) {
     SchedulerOptions options;
     options.min_explore_period_steps = 8;
     options.rest_shift_explores = row;
     auto scheduler = *Scheduler::Create("writescope", options);
-    LearnLines(*scheduler, world);
-    RunReads(*scheduler, world, 40, kTokens, kPlaced);
-    RunReads(*scheduler, loaded, 200, kTokens, kPlaced);
-    for (int i = 0; i < 100; ++i) {
-      const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
-      scheduler->ObserveStep(loaded.Run(d.cpu_share, kTokens));
-      if (d.explore && !d.exploration_continues && d.cpu_share > 0) break;
-    }
+    RunALoadToASplitExploration(*scheduler, world, loaded, kTokens, kPlaced);
     int explorations = 0, after = -1;
     for (int i = 0; i < 200 && after < 80; ++i) {
       const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);

@@ -92,7 +92,8 @@ ABSL_FLAG(double, rest_shift_explore,
           writescope::coordinator::SchedulerOptions{}.rest_shift_explore,
           "writescope: where the chosen read mode's rest fell, since the other mode was last "
           "measured, by more than this share of its step and more than the other is predicted "
-          "behind, the other is explored at once (0: off)");
+          "behind, the other is explored as soon as the minimum exploration period allows "
+          "(0: off)");
 ABSL_FLAG(double, rest_outlier_factor,
           writescope::coordinator::SchedulerOptions{}.rest_outlier_factor,
           "writescope: a decode step that took more than this factor times its mode's "

@@ -703,18 +703,22 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   decided_explore_ = false;
   decided_continues_ = false;
   decided_new_batch_ = false;
+  // The share of the host tokens that the CPU attends reading `chosen` (one per sequence of
+  // cpu_tokens, which must be given).
+  const auto share_of = [&](const std::vector<bool>& chosen) {
+    uint64_t attended = 0;
+    for (size_t i = 0; i < chosen.size(); ++i) attended += chosen[i] ? (*cpu_tokens)[i] : 0;
+    return host_tokens == 0 ? 0.0
+                            : static_cast<double>(attended) / static_cast<double>(host_tokens);
+  };
   // The sequences the CPU attends for a wanted share, and the share they make (the wanted
   // one itself where the placed tokens divide at any share).
   const auto readers = [&](double wanted_share, bool at_least_one) {
     if (cpu_tokens == nullptr) return std::pair{wanted_share, std::vector<bool>()};
     std::vector<bool> chosen = ChooseCpuReaders(
         *cpu_tokens, wanted_share * static_cast<double>(host_tokens), at_least_one);
-    uint64_t attended = 0;
-    for (size_t i = 0; i < chosen.size(); ++i) attended += chosen[i] ? (*cpu_tokens)[i] : 0;
-    return std::pair{host_tokens == 0 ? 0.0
-                                      : static_cast<double>(attended) /
-                                            static_cast<double>(host_tokens),
-                     std::move(chosen)};
+    const double share = share_of(chosen);
+    return std::pair{share, std::move(chosen)};
   };
   // Also before the lines are ready: the runtime's first decode step pays for more than any
   // (the first reads of the KV in place, the workers' first calls; Qwen3 4 x 8K on the H200,
@@ -936,14 +940,12 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     const bool extension_step =
         continues_exploration && std::exchange(explore_hold_readers_, false);
     if (extension_step) {
-      uint64_t attended = 0;
-      if (cpu_tokens != nullptr && explore_readers_.size() == cpu_tokens->size()) {
-        for (size_t i = 0; i < explore_readers_.size(); ++i) {
-          attended += explore_readers_[i] ? (*cpu_tokens)[i] : 0;
-        }
-      }
-      if (attended > 0) {
-        share = static_cast<double>(attended) / tokens;
+      const double held_share =
+          cpu_tokens != nullptr && explore_readers_.size() == cpu_tokens->size()
+              ? share_of(explore_readers_)
+              : 0.0;
+      if (held_share > 0.0) {
+        share = held_share;
         chosen = explore_readers_;
       } else if (explore_share_ > 0.0 && explore_share_ <= placed) {
         std::tie(share, chosen) = readers(explore_share_, true);

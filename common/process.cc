@@ -64,6 +64,12 @@ absl::Status WritePortFile(const std::string& path, int port) {
   return absl::OkStatus();
 }
 
+double ProcessCpuMillis() {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
 uint64_t MonotonicNanos() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

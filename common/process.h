@@ -29,6 +29,10 @@ absl::Status WritePortFile(const std::string& path, int port);
 // Nanoseconds of CLOCK_MONOTONIC: the clock shared by the three processes' profiles.
 uint64_t MonotonicNanos();
 
+// Milliseconds of CPU time this process has used, all its threads (CLOCK_PROCESS_CPUTIME_ID):
+// the difference over a span is the CPU the process took from the host's cores meanwhile.
+double ProcessCpuMillis();
+
 // One spin-wait pause (PAUSE on x86: it lets a sibling hyperthread run and saves power).
 inline void CpuRelax() {
 #if defined(__x86_64__)

@@ -408,6 +408,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_gpu_waited_cpu_ms(r.gpu_waited_cpu_ms);
       step->set_resplit_ms(r.resplit_ms);
       step->set_resplit_blocks(r.resplit_blocks);
+      step->set_gpu_transfer_copies(r.gpu_transfer_copies);
+      step->set_gpu_worker_cpu_ms(r.gpu_worker_cpu_ms);
     }
   }
   if (response.steps_size() == 0) {
@@ -1115,6 +1117,8 @@ absl::Status Engine::RunOneStep() {
   record.early_rounds_missed = gpu_result->early_rounds_missed();
   record.transfer_ms = gpu_result->transfer_ms();
   record.gpu_waited_cpu_ms = gpu_result->cpu_attention_wait_ms();
+  record.gpu_transfer_copies = gpu_result->transfer_copies();
+  record.gpu_worker_cpu_ms = gpu_result->process_cpu_ms();
   if (gpu_result->moe_layers() > 0) {
     record.experts_per_layer = static_cast<double>(gpu_result->routed_experts()) /
                                static_cast<double>(gpu_result->moe_layers());

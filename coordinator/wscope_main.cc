@@ -327,7 +327,8 @@ std::FILE* OpenStepsCsv(const std::string& path) {
                        "rest_gpu_only_ms,early_rounds_missed,transfer_ms,gpu_waited_cpu_ms,"
                        "experts_per_layer,resplit_ms,resplit_blocks,cpu_ns_per_token,"
                        "cpu_fixed_us,gpu_ns_per_token,gpu_fixed_us,dma_ns_per_token,"
-                       "dma_fixed_us,chain_extra_us,host_tokens\n");
+                       "dma_fixed_us,chain_extra_us,host_tokens,gpu_transfer_copies,"
+                       "gpu_worker_cpu_ms\n");
   }
   return file;
 }
@@ -342,7 +343,7 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
     std::fprintf(file,
                  "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
                  "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu,%.4f,%.2f,%.4f,%.2f,%.4f,%.2f,"
-                 "%.2f,%llu\n",
+                 "%.2f,%llu,%llu,%.3f\n",
                  policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
                  step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                  step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
@@ -354,7 +355,9 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
                  static_cast<unsigned long long>(step.resplit_blocks()),
                  step.cpu_ns_per_token(), step.cpu_fixed_us(), step.gpu_ns_per_token(),
                  step.gpu_fixed_us(), step.dma_ns_per_token(), step.dma_fixed_us(),
-                 step.chain_extra_us(), static_cast<unsigned long long>(step.host_tokens()));
+                 step.chain_extra_us(), static_cast<unsigned long long>(step.host_tokens()),
+                 static_cast<unsigned long long>(step.gpu_transfer_copies()),
+                 step.gpu_worker_cpu_ms());
   }
   std::fflush(file);
 }

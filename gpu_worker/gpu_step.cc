@@ -280,6 +280,8 @@ double GpuStep::ChooseHotExperts(uint64_t step_id) {
 absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepPlan& plan,
                                                           StepLayout validated) {
   const auto start = Clock::now();
+  const double cpu_start_ms = ProcessCpuMillis();
+  const uint64_t copies_before = kv_cache_->stats().transfer_copies;
   const KvCacheConfig& config = kv_cache_->config();
   const KvGeometry& g = config.geometry;
   Step step;
@@ -436,6 +438,8 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   result.set_transfer_ms(step.transfer_ms);
   result.set_cpu_attention_wait_ms(step.cpu_attention_wait_ms);
   result.set_num_layers(g.num_layers);
+  result.set_transfer_copies(kv_cache_->stats().transfer_copies - copies_before);
+  result.set_process_cpu_ms(ProcessCpuMillis() - cpu_start_ms);
   result.set_step_ms(MillisSince(start));
   if (hot_ != nullptr && hot_->EndStep(static_cast<int64_t>(layout.total_tokens))) {
     hot_choice_due_ = true;

@@ -508,5 +508,24 @@ TEST(SummarizePhasesTest, HandMadeExample) {
   EXPECT_DOUBLE_EQ(stepless_phases[0].ms_per_step(), 3.0);
 }
 
+// ProcessCpuMillis counts the CPU the process uses, not the time that passes: a thread busy
+// for 30 ms of wall time adds most of that, one asleep as long adds next to nothing.
+TEST(ProcessCpuMillisTest, CountsWorkNotSleep) {
+  const double before_sleep = ProcessCpuMillis();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const double slept = ProcessCpuMillis() - before_sleep;
+  EXPECT_GE(slept, 0.0);
+  EXPECT_LT(slept, 10.0);
+  const double before_work = ProcessCpuMillis();
+  const auto start = std::chrono::steady_clock::now();
+  volatile uint64_t sink = 0;
+  while (MillisSince(start) < 30.0) sink = sink + 1;
+  const double worked = ProcessCpuMillis() - before_work;
+  // Descheduled now and then on a loaded machine, so a margin; the bound above is the clock's.
+  EXPECT_GT(worked, 10.0);
+  EXPECT_LT(worked, MillisSince(start) + 5.0);
+}
+
 }  // namespace
 }  // namespace writescope
+

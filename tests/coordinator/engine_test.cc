@@ -44,15 +44,22 @@ class FakeWorker final : public StepWorker {
     result.set_num_layers(2);
     // Attention reports as the workers make them: the CPU side's tokens are the CPU-compute
     // blocks it attends in place, the GPU side's the rest of the host tokens.
-    uint64_t cpu_tokens = 0, host_tokens = 0;
+    uint64_t cpu_tokens = 0, host_tokens = 0, gpu_runs = 0;
     for (const internal::SequenceStep& step : plan.sequences()) {
       if (!step.prefill() && step.gpu_reads_cpu_blocks()) gpu_read_decode_steps_.fetch_add(1);
       for (const internal::BlockRun& run : step.blocks()) {
         host_tokens += run.num_tokens();
         if (run.region() == internal::REGION_CPU_COMPUTE && !step.gpu_reads_cpu_blocks()) {
           cpu_tokens += run.num_tokens();
+        } else {
+          ++gpu_runs;
         }
       }
+    }
+    if (gpu_) {
+      // One copy per streamed run of every layer, and a fixed CPU time of the process.
+      result.set_transfer_copies(gpu_runs * 2);
+      result.set_process_cpu_ms(0.25);
     }
     const uint64_t attended = gpu_ ? host_tokens - cpu_tokens : cpu_tokens;
     const bool split = cpu_tokens > 0;
@@ -431,6 +438,9 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
     EXPECT_GT(step.placed_cpu_share(), 0) << "step " << i;
     EXPECT_LE(step.read_cpu_share(), step.placed_cpu_share() + 1e-9) << "step " << i;
     below_placed += step.read_cpu_share() < step.placed_cpu_share() ? 1 : 0;
+    // The gpu_worker's copies and CPU time reach the bench's steps.
+    EXPECT_GT(step.gpu_transfer_copies(), 0u) << "step " << i;
+    EXPECT_EQ(step.gpu_worker_cpu_ms(), 0.25) << "step " << i;
     // A change of the CPU's reads makes the (fake) gpu_worker miss its early rounds; the
     // bench's steps carry that.
     if (i > 0 && step.read_cpu_share() != response->steps(i - 1).read_cpu_share()) {

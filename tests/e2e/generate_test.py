@@ -706,6 +706,17 @@ def check_bench_policies(env, trio):
               "bench --policies: the copy engine's time per step, > 0 where the GPU streamed KV, "
               "0 where it streamed none",
               "; ".join(f"{r['policy']} transfer_ms {r.get('transfer_ms')}" for r in rows))
+        # The steps CSV carries the gpu_worker's KV copies per step (one per run of slots; none
+        # where it streamed nothing) and its process's CPU time.
+        all_steps = read_csv_rows(steps_path)
+        check(all(int(r["gpu_transfer_copies"]) > 0 and float(r["gpu_worker_cpu_ms"]) > 0
+                  for r in all_steps if r["policy"] == "transfer-all") and
+              all(int(r["gpu_transfer_copies"]) == 0
+                  for r in all_steps if r["policy"] == "cpu-all"),
+              "bench --steps_csv: the gpu_worker's copies (> 0 where it streamed KV, 0 where "
+              "not) and its CPU time per step",
+              "; ".join(f"{r['policy']} {r.get('gpu_transfer_copies')} "
+                        f"{r.get('gpu_worker_cpu_ms')}" for r in all_steps))
         # The steps CSV carries the scheduler's lines after each step: writescope's CPU and
         # GPU lines are calibrated at start-up, so its rows have them (the copy engine's line
         # and Q may still be nan).

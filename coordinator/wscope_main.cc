@@ -29,7 +29,8 @@
 //                                           --policies: every point under each policy in
 //                                           turn, in one runtime (reversed every second
 //                                           round); --steps_csv: every measured step, timestamped,
-//                                           with the scheduler's lines after it;
+//                                           with the scheduler's lines after it and the
+//                                           gpu_worker's KV copies and CPU time;
 //                                           --warmup_steps_csv: every warm-up step, alike;
 //                                           --prewarm_steps: unrecorded steps first (a
 //                                           runtime's first steps pay one-time costs);

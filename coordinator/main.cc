@@ -94,6 +94,10 @@ ABSL_FLAG(double, rest_shift_explore,
           "measured, by more than this share of its step and more than the other is predicted "
           "behind, the other is explored as soon as the minimum exploration period allows "
           "(0: off)");
+ABSL_FLAG(bool, rest_shift_scaled,
+          writescope::coordinator::SchedulerOptions{}.rest_shift_scaled,
+          "writescope: --rest_shift_explore compares with the gap the chosen mode's fall "
+          "scaled to the other mode's rest where that is larger (false: the fall alone)");
 ABSL_FLAG(double, rest_outlier_factor,
           writescope::coordinator::SchedulerOptions{}.rest_outlier_factor,
           "writescope: a decode step that took more than this factor times its mode's "
@@ -151,6 +155,7 @@ int main(int argc, char** argv) {
   options.scheduler.rest_outlier_factor = absl::GetFlag(FLAGS_rest_outlier_factor);
   options.scheduler.explore_cost_share = absl::GetFlag(FLAGS_explore_cost_share);
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
+  options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -882,17 +882,23 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     const bool guess_may_hide = may_explore && guessed_rest_mode_ == (split ? 2 : 1) &&
                                 explore_credit_ns_ >= 0.0 && gap_ns <= std::abs(unmeasured);
     // The chosen mode's rest fell since the other's latest sample by more than the gap
-    // (SchedulerOptions::rest_shift_explore): the other's is likely stale.
-    const double fall_ns =
-        (split ? split_rest_at_gpu_only_sample_ : gpu_only_rest_at_split_sample_) -
-        (split ? rest_split_ : rest_gpu_only_);
+    // (SchedulerOptions::rest_shift_explore): the other's is likely stale, by as much or (a
+    // load that ended, rest_shift_scaled) by as large a part of itself.
+    const double chosen_rest_then =
+        split ? split_rest_at_gpu_only_sample_ : gpu_only_rest_at_split_sample_;
+    const double fall_ns = chosen_rest_then - (split ? rest_split_ : rest_gpu_only_);
+    const double other_rest = split ? rest_gpu_only_ : rest_split_;
+    const double stale_ns = options_.rest_shift_scaled && chosen_rest_then > 0.0 &&
+                                    std::isfinite(other_rest) && other_rest > 0.0
+                                ? std::max(fall_ns, other_rest * fall_ns / chosen_rest_then)
+                                : fall_ns;
     // Not while a mode hold keeps the other out (its gap reads 0 there), nor while an advance
     // of the credit is being paid back.
     const bool shifted = may_explore && !held && options_.rest_shift_explore > 0.0 &&
                          shift_explores_ < options_.rest_shift_explores &&
                          explore_credit_ns_ >= 0.0 && std::isfinite(fall_ns) &&
                          std::isfinite(chosen_ns) &&
-                         fall_ns > options_.rest_shift_explore * chosen_ns && fall_ns > gap_ns;
+                         fall_ns > options_.rest_shift_explore * chosen_ns && stale_ns > gap_ns;
     const bool measure = std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide;
     // A repeat of an exploration that measured nothing is due at this decision or not at all.
     const bool retry = std::exchange(retry_pending_, false);

@@ -344,6 +344,17 @@ struct SchedulerOptions {
   // within the steps' noise stay below the share (the rests are EMAs). ≥ 0; 0: off.
   double rest_shift_explore = 0.1;
   uint32_t rest_shift_explores = 3;  // 0: off too
+  // rest_shift_explore compares with the gap the larger of the chosen mode's fall and that
+  // fall scaled to the other mode's rest (the other's rest times the chosen's fall over the
+  // chosen's rest at the other's latest sample): a CPU load that ended had slowed the work
+  // both rests hold (the experts; in the split's also the CPU's attention and the waits for
+  // it), and where the other's rest was the larger under the load, more of it was that work.
+  // On the H200 (run 221, Qwen3 16 x 32K) the split's rest stood at 117.6 ms after a load,
+  // GPU-only's fell from 78.3 ms (at the split's latest sample) to 34.4: the fall passed
+  // the gap the split was predicted behind 1.2 s after the load (43.8 ms), the scaled fall
+  // 0.08 s after it (28.6 ms against a gap of 25.6; the minimum period permitting); the
+  // split's next samples put its rest at 37.4 ms. false: the fall alone.
+  bool rest_shift_scaled = true;
   // Steps whose measurements carry a change of read mode: a step that reads otherwise than
   // the KV rounds the gpu_worker queued early for it (GpuStep: the step's before it, or
   // after an exploration's last step the rounds of the last step that did not explore)

@@ -6,15 +6,18 @@
 # (ws_cpu_load, --load-threads threads) runs for --during seconds. Writes
 # OUT/contention-steps.csv (one row per measured step), OUT/contention-warmup.csv (one per
 # warm-up step: its decisions, explorations among them, are not in the first) and
-# OUT/contention-events.csv (load start/end).
+# OUT/contention-events.csv (load start/end). --cycles N runs the load N times, each for
+# --during seconds followed by --after seconds without it (more returns after a load per
+# trio: deploy/contention_report.py reports each).
 #
 #   deploy/contention.sh [--arch qwen3_moe] [--layers 4] [--batch 16] [--context 32768]
 #       [--policies "writescope static:0.5 transfer-all"] [--load-threads 8]
-#       [--before 20] [--during 40] [--after 0] [--out DIR] [--bin DIR] [--device cuda|host]
+#       [--before 20] [--during 40] [--after 0] [--cycles 1] [--out DIR] [--bin DIR]
+#       [--device cuda|host]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH=qwen3_moe LAYERS=4 BATCH=16 CONTEXT=32768 POLICIES="writescope static:0.5 transfer-all"
-LOAD_THREADS=8 BEFORE=20 DURING=40 AFTER=0 OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}"
+LOAD_THREADS=8 BEFORE=20 DURING=40 AFTER=0 CYCLES=1 OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}"
 DEVICE=cuda
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -27,13 +30,15 @@ while [[ $# -gt 0 ]]; do
     --before) BEFORE="$2"; shift 2 ;;
     --during) DURING="$2"; shift 2 ;;
     --after) AFTER="$2"; shift 2 ;;
+    --cycles) CYCLES="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "contention.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ $CYCLES =~ ^[1-9][0-9]*$ ]] || { echo "contention.sh: --cycles must be a positive integer, got '$CYCLES'" >&2; exit 2; }
 # shellcheck source=deploy/bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 kv_bytes=$(kv_bytes_of "$ARCH")
@@ -48,17 +53,20 @@ warmup_csv="$OUT_DIR/contention-warmup.csv"
 now() { date +%s.%N; }
 for policy in $POLICIES; do
   start_trio contention "$policy" "$region_mib" --max_sequences="$((2 * BATCH))"
-  total=$((BEFORE + DURING + AFTER))
-  echo "contention: $policy, batch $BATCH x $CONTEXT, load of $LOAD_THREADS threads from ${BEFORE}s for ${DURING}s"
+  total=$((BEFORE + CYCLES * (DURING + AFTER)))
+  echo "contention: $policy, batch $BATCH x $CONTEXT, load of $LOAD_THREADS threads from ${BEFORE}s for ${DURING}s, $CYCLES time(s) ${AFTER}s apart"
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
     --decode_steps=8 --warmup_steps=2 --rounds=100000 --bench_for="${total}s" \
     --steps_csv="$steps_csv" --warmup_steps_csv="$warmup_csv" \
     >"$OUT_DIR/contention-$policy.log" 2>&1 &
   bench=$!
   sleep "$BEFORE"
-  echo "$policy,$(now),load start" >>"$events"
-  "$BIN/ws_cpu_load" --threads="$LOAD_THREADS" --seconds="$DURING" >>"$OUT_DIR/contention-load.log" 2>&1 || true
-  echo "$policy,$(now),load end" >>"$events"
+  for ((cycle = 1; cycle <= CYCLES; ++cycle)); do
+    ((cycle == 1)) || sleep "$AFTER"
+    echo "$policy,$(now),load start" >>"$events"
+    "$BIN/ws_cpu_load" --threads="$LOAD_THREADS" --seconds="$DURING" >>"$OUT_DIR/contention-load.log" 2>&1 || true
+    echo "$policy,$(now),load end" >>"$events"
+  done
   wait $bench || true
   stop_trio
 done

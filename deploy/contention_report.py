@@ -1,21 +1,22 @@
 #!/usr/bin/env python3
 """Summarizes deploy/contention.sh's CSVs: per policy, the step times before, during and after
-the competing load, and for writescope (the policy that chooses its reads step by step) the
+the competing load (contention.sh --cycles: every load of the trio), and for writescope (the policy that chooses its reads step by step) the
 steps by kind: a mode switch (it read otherwise than the step before), the same mode, an
 exploration, and the step after an exploration.
 
     deploy/contention_report.py STEPS_CSV EVENTS_CSV [--settle SECONDS] [--warmup CSV]
 
-The first `--settle` seconds (default 3) after the load starts and after it ends count in no
-phase: the shares move there. Step kinds compare steps of one bench round only (each round
+The first `--settle` seconds (default 3) after a load starts and after it ends count in no
+phase: the shares move there. With several loads (contention.sh --cycles), "during" is any
+load's time and "after" any time after a load's end before the next load starts. Step kinds compare steps of one bench round only (each round
 places its context anew, so its first step has no step before it). A mode is "split" when
 the CPU attended some of the host tokens (read_cpu_share > 0), else "GPU-only". Where the
 CSV has the re-split columns (resplit_ms, resplit_blocks: the monolithic policy moving its
 placed blocks to a new target), the policies that moved blocks get a line with their copies'
 steps, blocks and time against all their steps' time, every step counted. For the policies
-that explore, the reaction: when, after the load started, the first step read GPU-only by
-choice (not exploring), and when, after it ended, the first step read split by choice again,
-with the warm-up steps (--warmup: contention.sh's contention-warmup.csv) in the timeline
+that explore, the reaction to each load: when, after it started, the first step read GPU-only
+by choice (not exploring), and when, after it ended, the first step read split by choice again
+(before the next load started), with the warm-up steps (--warmup: contention.sh's contention-warmup.csv) in the timeline
 where given, as they run decisions too. Standard library only.
 """
 import argparse
@@ -36,11 +37,31 @@ RESPLIT_COLUMNS = ("resplit_ms", "resplit_blocks")  # optional (CSVs from sessio
 
 
 def load_events(path):
-    """{policy: {event: unix seconds}}."""
+    """{policy: {event: [unix seconds, in time order]}}."""
     events = {}
     for e in read_events(path):
-        events.setdefault(e["policy"], {})[e["event"]] = e["unix_s"]
+        events.setdefault(e["policy"], {}).setdefault(e["event"], []).append(e["unix_s"])
+    for by_event in events.values():
+        for times in by_event.values():
+            times.sort()
     return events
+
+
+def load_windows(events, policy):
+    """[(start, end)] of the policy's loads in time order; ValueError unless every load start
+    has its end after it and before the next start."""
+    by_event = events.get(policy, {})
+    starts, ends = by_event.get("load start", []), by_event.get("load end", [])
+    if not starts or len(starts) != len(ends):
+        raise ValueError(f"no load start and end for {policy} in the events" if not starts or
+                         not ends else
+                         f"{policy}: {len(starts)} load starts against {len(ends)} ends")
+    windows = list(zip(starts, ends))
+    for i, (start, end) in enumerate(windows):
+        if end < start or (i + 1 < len(windows) and windows[i + 1][0] < end):
+            raise ValueError(f"{policy}: load {i + 1} ends at {end} before it starts or after "
+                             "the next starts")
+    return windows
 
 
 def load_steps(path):
@@ -55,16 +76,22 @@ def load_steps(path):
     return steps
 
 
-def phase_of(t, start, end, settle):
-    if t < start:
+def phase_of(t, windows, settle):
+    """The phase of time t among the loads' (start, end) windows, None while settling."""
+    if t < windows[0][0]:
         return "before"
-    if t < start + settle:
-        return None
-    if t < end:
-        return "during"
-    if t < end + settle:
-        return None
-    return "after"
+    for i, (start, end) in enumerate(windows):
+        following = windows[i + 1][0] if i + 1 < len(windows) else float("inf")
+        if t >= following:
+            continue
+        if t < start + settle:
+            return None
+        if t < end:
+            return "during"
+        if t < end + settle:
+            return None
+        return "after"
+    return None  # not reached: t >= the first start lies in some window's span
 
 
 def cell(values):
@@ -82,10 +109,7 @@ def summarize(steps, events, settle):
     for row in steps:
         by_policy.setdefault(row["policy"], []).append(row)
     for policy, rows in by_policy.items():
-        if policy not in events or "load start" not in events[policy] or \
-                "load end" not in events[policy]:
-            raise ValueError(f"no load start and end for {policy} in the events")
-        start, end = events[policy]["load start"], events[policy]["load end"]
+        windows = load_windows(events, policy)
         summary = {"phase": {p: [] for p in PHASES}, "explore": {p: 0 for p in PHASES},
                    "kind": {p: {k: [] for k in KINDS} for p in PHASES},
                    "resplit": {"steps": 0, "blocks": 0, "ms": 0.0, "step_ms": 0.0}}
@@ -97,7 +121,7 @@ def summarize(steps, events, settle):
                 resplit["steps"] += 1
                 resplit["blocks"] += int(row["resplit_blocks"])
                 resplit["ms"] += row["resplit_ms"]
-            phase = phase_of(row["unix_s"], start, end, settle)
+            phase = phase_of(row["unix_s"], windows, settle)
             ms = row["step_ms"]
             explore = row["explore"] != 0
             if phase is not None:
@@ -119,10 +143,11 @@ def summarize(steps, events, settle):
 
 
 def reaction(steps, events):
-    """{policy: (seconds from the load's start to its first GPU-only step by choice, or None;
-    seconds from the load's end to its first split step by choice after it, or None)} for the
-    policies with explorations, over `steps` in time order. A policy whose last step by
-    choice before the load ended read split gets 0.0 for the second."""
+    """{policy: [(seconds from a load's start to its first GPU-only step by choice within the
+    load, or None; seconds from the load's end to the first split step by choice after it and
+    before the next load starts, or None)] per load} for the policies with explorations, over
+    `steps` in time order. A load whose last step by choice before its end read split gets 0.0
+    for the second."""
     out = {}
     by_policy = {}
     for row in sorted(steps, key=lambda r: r["unix_s"]):
@@ -130,19 +155,21 @@ def reaction(steps, events):
     for policy, rows in by_policy.items():
         if not any(r["explore"] != 0 for r in rows) or policy not in events:
             continue
-        start, end = events[policy].get("load start"), events[policy].get("load end")
-        if start is None or end is None:
-            continue
+        windows = load_windows(events, policy)
         chosen = [r for r in rows if r["explore"] == 0]
-        to_gpu = next((r["unix_s"] - start for r in chosen
-                       if start <= r["unix_s"] < end and r["read_cpu_share"] == 0), None)
-        last = [r for r in chosen if r["unix_s"] < end]
-        if last and last[-1]["read_cpu_share"] > 0:
-            back = 0.0
-        else:
-            back = next((r["unix_s"] - end for r in chosen
-                         if r["unix_s"] >= end and r["read_cpu_share"] > 0), None)
-        out[policy] = (to_gpu, back)
+        out[policy] = []
+        for i, (start, end) in enumerate(windows):
+            following = windows[i + 1][0] if i + 1 < len(windows) else float("inf")
+            to_gpu = next((r["unix_s"] - start for r in chosen
+                           if start <= r["unix_s"] < end and r["read_cpu_share"] == 0), None)
+            last = [r for r in chosen if r["unix_s"] < end]
+            if last and last[-1]["read_cpu_share"] > 0:
+                back = 0.0
+            else:
+                back = next((r["unix_s"] - end for r in chosen
+                             if end <= r["unix_s"] < following and r["read_cpu_share"] > 0),
+                            None)
+            out[policy].append((to_gpu, back))
     return out
 
 
@@ -185,12 +212,18 @@ def main():
     if reactions:
         steps_note = "measured and warm-up steps" if args.warmup else "measured steps only"
         print(f"\nReaction ({steps_note}; by choice: not exploring):")
-    for policy, (to_gpu, back) in reactions.items():
-        first = (f"GPU-only {to_gpu:.2f} s into the load" if to_gpu is not None
-                 else "not GPU-only during the load")
-        second = (f"split again {back:.2f} s after it" if back is not None
-                  else "not split again after it")
-        print(f"  {policy:14s} {first}; {second}")
+    for policy, loads in reactions.items():
+        for i, (to_gpu, back) in enumerate(loads):
+            first = (f"GPU-only {to_gpu:.2f} s into the load" if to_gpu is not None
+                     else "not GPU-only during the load")
+            second = (f"split again {back:.2f} s after it" if back is not None
+                      else "not split again after it")
+            which = f" load {i + 1}:" if len(loads) > 1 else ""
+            print(f"  {policy:14s}{which} {first}; {second}")
+        backs = [back for _, back in loads if back is not None]
+        if len(loads) > 1 and backs:
+            print(f"  {policy:14s} split again after {len(backs)} of {len(loads)} loads, "
+                  f"median {statistics.median(backs):.2f} s, most {max(backs):.2f} s")
     return 0
 
 

@@ -1826,6 +1826,51 @@ TEST(DecodeReadsTest, ExplorationsForAFallenRestStopWhileTheyMeasureNothing) {
   EXPECT_GT(uncapped, capped);
 }
 
+// A load that slows the CPU's attention 3x and adds 16 ms a layer to the split's rest, 8 to
+// GPU-only's (as on the H200, run 221: under the load the split's rest stood at 117.6 ms,
+// GPU-only's at 78.3; after it 37.4 and 34.4). After the load GPU-only's rest falls by 8 ms,
+// less than the split is then predicted behind (its stale rest and CPU line: ~12 ms a
+// layer); scaled to the split's rest (16.5 ms) the fall passes that gap, and the split is
+// explored at the minimum period instead of at the maximum one.
+TEST(DecodeReadsTest, AFallScaledToTheOtherRestExploresItSooner) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;
+  const ReadWorld world;
+  ReadWorld loaded = world;
+  loaded.cpu_ns_per_token *= 3;
+  loaded.rest_split_ns += 16e6;
+  loaded.rest_gpu_only_ns += 8e6;
+  // Decisions from the load's end until the split is chosen (not exploring).
+  auto steps_to_return = [&](bool scaled, double shift = SchedulerOptions{}.rest_shift_explore) {
+    SchedulerOptions options;
+    options.rest_shift_scaled = scaled;
+    options.rest_shift_explore = shift;
+    auto scheduler = *Scheduler::Create("writescope", options);
+    RunALoadToASplitExploration(*scheduler, world, loaded, kTokens, kPlaced);
+    for (int i = 1; i <= 200; ++i) {
+      const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
+      scheduler->ObserveStep(world.Run(d.cpu_share, kTokens));
+      if (d.cpu_share > 0 && !d.explore) return i;
+    }
+    return -1;
+  };
+  const int scaled = steps_to_return(true);
+  const int fall_only = steps_to_return(false);
+  const int no_rule = steps_to_return(true, 0.0);
+  SCOPED_TRACE(::testing::Message() << "decisions to the split: " << scaled << " scaled, "
+                                    << fall_only << " with the fall alone, " << no_rule
+                                    << " without the rule");
+  ASSERT_GT(scaled, 0);
+  ASSERT_GT(fall_only, 0);
+  // The fall alone does not pass the gap: as without the rule.
+  EXPECT_EQ(fall_only, no_rule);
+  // Scaled: the first decision the minimum period allows once the fall is a tenth of the
+  // step, then the exploration's two steps.
+  const int min_period = static_cast<int>(SchedulerOptions{}.min_explore_period_steps);
+  EXPECT_LE(scaled, min_period + 6);
+  EXPECT_GT(fall_only, scaled + 10);
+}
+
 // A split exploration's first step settles but teaches the CPU line. Where its CPU time
 // runs a little high (a cold step), the move of r* costs less than the rounds queued for
 // that share, and the measured step reads the same share; a CPU found loaded moves r* far

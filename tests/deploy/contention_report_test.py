@@ -137,4 +137,40 @@ held = run([step("writescope", 0, 0, 150, 40, 0.3), step("writescope", 0, 1, 151
 checks.append(("not GPU-only during the load; split again 0.00 s after it" in held.stdout,
                "a split held through the load is split again at once"))
 
-finish(checks, text, text0, text_r, out_w.stdout, out_m.stdout, held.stdout)
+# Two loads (contention.sh --cycles 2): 100-120 s and 140-160 s, settle 3 s. "during" is
+# either load's time, "after" the time after a load's end before the next starts (122, an
+# exploration, and 141.5 settle). The reaction per load: GPU-only 1.0 s into the first and
+# not split again after it (the split at 141.5 lies in the second load: not the first's
+# return); GPU-only 15.0 s into the second (150 read split), split again 4.0 s after it.
+cycle_steps = [
+    step("writescope", 0, 0, 90, 40, 0.3), step("writescope", 0, 1, 101, 999, 0.0),
+    step("writescope", 0, 2, 110, 80, 0.0), step("writescope", 0, 3, 122, 60, 0.0, 1),
+    step("writescope", 1, 0, 125, 50, 0.0), step("writescope", 1, 1, 141.5, 999, 0.3),
+    step("writescope", 1, 2, 150, 90, 0.3), step("writescope", 2, 0, 155, 85, 0.0),
+    step("writescope", 2, 1, 164, 42, 0.3), step("writescope", 2, 2, 170, 40, 0.3),
+]
+cycle_events = ["writescope,140,load start\n", "writescope,100,load start\n",
+                "writescope,120,load end\n", "writescope,160,load end\n"]
+out_c = run(cycle_steps, cycle_events)
+checks.append((out_c.returncode == 0 and
+               "writescope     before   40.0   40.0 n   1 expl  0 | during   85.0   85.0 n   3 "
+               "expl  0 | after   42.0   44.0 n   3 expl  0" in out_c.stdout,
+               f"two loads: the phases span both (stderr: {out_c.stderr})"))
+checks.append(("writescope     load 1: GPU-only 1.00 s into the load; split again 21.50 s after it"
+               not in out_c.stdout and
+               "writescope     load 1: GPU-only 1.00 s into the load; not split again after it"
+               in out_c.stdout and
+               "writescope     load 2: GPU-only 15.00 s into the load; split again 4.00 s after it"
+               in out_c.stdout and
+               "writescope     split again after 1 of 2 loads, median 4.00 s, most 4.00 s"
+               in out_c.stdout, "two loads: a reaction per load, none across loads"))
+# Starts and ends that do not pair: exit 2.
+unpaired = run(cycle_steps, cycle_events[:3])
+checks.append((unpaired.returncode == 2 and "2 load starts against 1 ends" in unpaired.stderr,
+               f"unpaired loads: exit 2 (got {unpaired.returncode}, {unpaired.stderr!r})"))
+overlapping = run(cycle_steps, ["writescope,100,load start\n", "writescope,130,load end\n",
+                                "writescope,120,load start\n", "writescope,160,load end\n"])
+checks.append((overlapping.returncode == 2 and "load 1 ends at 130" in overlapping.stderr,
+               f"overlapping loads: exit 2 ({overlapping.stderr!r})"))
+
+finish(checks, text, text0, text_r, out_w.stdout, out_m.stdout, held.stdout, out_c.stdout)

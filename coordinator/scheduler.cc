@@ -288,6 +288,26 @@ void LinearCostEstimator::Refit() {
 // ---------------------------------------------------------------------------------------
 // Scheduler.
 
+absl::string_view ExploreReasonName(ExploreReason reason) {
+  switch (reason) {
+    case ExploreReason::kNone:
+      return "";
+    case ExploreReason::kUnmeasured:
+      return "unmeasured";
+    case ExploreReason::kRepeat:
+      return "repeat";
+    case ExploreReason::kMaxPeriod:
+      return "max_period";
+    case ExploreReason::kCredit:
+      return "credit";
+    case ExploreReason::kGuess:
+      return "guess";
+    case ExploreReason::kRestShift:
+      return "rest_shift";
+  }
+  return "";
+}
+
 absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
   absl::Status status = ValidateEstimatorOptions(options.cpu_estimator);
   if (!status.ok())
@@ -849,6 +869,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     // may be either; its step is what the exploration measures).
     --explore_steps_left_;
     decision.explore = true;
+    decision.explore_reason = explore_reason_;
     decision.exploration_continues = explore_steps_left_ > 0;
     split = explore_split_;
   } else {
@@ -906,6 +927,14 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       decision.explore = true;
       split = !split;
       explore_is_retry_ = retry;
+      const bool by_credit = explore_credit_ns_ >= extra_ns && !held;
+      explore_reason_ = std::isnan(unmeasured) || std::isnan(other_ns) ? ExploreReason::kUnmeasured
+                        : retry && due                                 ? ExploreReason::kRepeat
+                        : due && by_credit                             ? ExploreReason::kCredit
+                        : due                                          ? ExploreReason::kMaxPeriod
+                        : guess_may_hide                               ? ExploreReason::kGuess
+                                                                       : ExploreReason::kRestShift;
+      decision.explore_reason = explore_reason_;
       // A measurement of a guess beyond the credit (not due: the credit is short of extra_ns)
       // runs on an advance of it, paid back by the later decisions' credit. One for a fallen
       // rest alone leaves the credit as it is (rest_shift_explores bounds them) and is not

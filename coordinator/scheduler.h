@@ -250,9 +250,20 @@ struct StepSample {
 // Only the writescope policy chooses its reads; the others read what they placed
 // (monolithic models a cache of one physical state, whose split changes only by moving
 // data).
+// Why an exploration ran (ReadDecision::explore_reason), in the order checked: the other
+// mode was never measured (or its prediction is unknown); it repeats one that measured
+// nothing; the maximum period forced it; the credit covered its predicted extra cost; the
+// other mode's rest was a guess after a re-level (measured at the first chance); the chosen
+// mode's rest fell (SchedulerOptions::rest_shift_explore).
+enum class ExploreReason { kNone, kUnmeasured, kRepeat, kMaxPeriod, kCredit, kGuess, kRestShift };
+// "" for kNone, else one word: unmeasured, repeat, max_period, credit, guess, rest_shift.
+absl::string_view ExploreReasonName(ExploreReason reason);
+
 struct ReadDecision {
   double cpu_share = 0.0;  // of the batch's host tokens, for the CPU to attend in place
   bool explore = false;    // the mode the prediction did not pick, to keep it measured
+  // What started the exploration this decision is a step of (kNone when not exploring).
+  ExploreReason explore_reason = ExploreReason::kNone;
   // An exploring decision that is not its exploration's last step: the next decision most
   // likely continues it in the same mode (SchedulerOptions::switch_settle_steps).
   bool exploration_continues = false;
@@ -696,6 +707,7 @@ class Scheduler {
   double explore_credit_taken_ns_ = 0.0;
   uint32_t explore_decisions_taken_ = 0;
   bool explore_is_retry_ = false;  // the exploration under way repeats one that measured nothing
+  ExploreReason explore_reason_ = ExploreReason::kNone;  // of the exploration under way
   bool retry_pending_ = false;     // the next decision repeats one (explore_is_retry_)
   // Each mode's rest at the other mode's latest rest sample (NaN: none since the rests were
   // re-levelled), and the explorations in a row that rest_shift_explore ran without a sample

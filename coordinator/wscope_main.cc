@@ -29,8 +29,9 @@
 //                                           --policies: every point under each policy in
 //                                           turn, in one runtime (reversed every second
 //                                           round); --steps_csv: every measured step, timestamped,
-//                                           with the scheduler's lines after it and the
-//                                           gpu_worker's KV copies and CPU time;
+//                                           with the scheduler's lines after it, what started
+//                                           an exploration, and the gpu_worker's KV copies
+//                                           and CPU time;
 //                                           --warmup_steps_csv: every warm-up step, alike;
 //                                           --prewarm_steps: unrecorded steps first (a
 //                                           runtime's first steps pay one-time costs);
@@ -329,7 +330,7 @@ std::FILE* OpenStepsCsv(const std::string& path) {
                        "experts_per_layer,resplit_ms,resplit_blocks,cpu_ns_per_token,"
                        "cpu_fixed_us,gpu_ns_per_token,gpu_fixed_us,dma_ns_per_token,"
                        "dma_fixed_us,chain_extra_us,host_tokens,gpu_transfer_copies,"
-                       "gpu_worker_cpu_ms\n");
+                       "gpu_worker_cpu_ms,explore_reason\n");
   }
   return file;
 }
@@ -344,7 +345,7 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
     std::fprintf(file,
                  "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
                  "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu,%.4f,%.2f,%.4f,%.2f,%.4f,%.2f,"
-                 "%.2f,%llu,%llu,%.3f\n",
+                 "%.2f,%llu,%llu,%.3f,%s\n",
                  policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
                  step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                  step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
@@ -358,7 +359,7 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
                  step.gpu_fixed_us(), step.dma_ns_per_token(), step.dma_fixed_us(),
                  step.chain_extra_us(), static_cast<unsigned long long>(step.host_tokens()),
                  static_cast<unsigned long long>(step.gpu_transfer_copies()),
-                 step.gpu_worker_cpu_ms());
+                 step.gpu_worker_cpu_ms(), step.explore_reason().c_str());
   }
   std::fflush(file);
 }

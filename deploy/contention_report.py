@@ -16,7 +16,8 @@ placed blocks to a new target), the policies that moved blocks get a line with t
 steps, blocks and time against all their steps' time, every step counted. For the policies
 that explore, the reaction to each load: when, after it started, the first step read GPU-only
 by choice (not exploring), and when, after it ended, the first step read split by choice again
-(before the next load started), with the warm-up steps (--warmup: contention.sh's contention-warmup.csv) in the timeline
+(before the next load started), and when the split was first explored after it and, where
+the CSV says (explore_reason), what started that exploration, with the warm-up steps (--warmup: contention.sh's contention-warmup.csv) in the timeline
 where given, as they run decisions too. Standard library only.
 """
 import argparse
@@ -34,6 +35,7 @@ KINDS = ("switch", "same", "explore", "after explore")
 
 STEP_COLUMNS = ("policy", "round", "unix_s", "step_ms", "read_cpu_share", "explore")
 RESPLIT_COLUMNS = ("resplit_ms", "resplit_blocks")  # optional (CSVs from session 37 on)
+REASON_COLUMN = "explore_reason"  # optional (CSVs from session 42 on): what started one
 
 
 def load_events(path):
@@ -72,6 +74,7 @@ def load_steps(path):
             step[name] = field(path, line, row, name)
         for name in RESPLIT_COLUMNS:
             step[name] = field(path, line, row, name) if (row.get(name) or "").strip() else 0.0
+        step[REASON_COLUMN] = (row.get(REASON_COLUMN) or "").strip()
         steps.append(step)
     return steps
 
@@ -145,9 +148,10 @@ def summarize(steps, events, settle):
 def reaction(steps, events):
     """{policy: [(seconds from a load's start to its first GPU-only step by choice within the
     load, or None; seconds from the load's end to the first split step by choice after it and
-    before the next load starts, or None)] per load} for the policies with explorations, over
-    `steps` in time order. A load whose last step by choice before its end read split gets 0.0
-    for the second."""
+    before the next load starts, or None; (seconds from the load's end to the first split
+    exploration after it, before the next load, what started it: "" where the CSV does not
+    say) or None)] per load} for the policies with explorations, over `steps` in time order.
+    A load whose last step by choice before its end read split gets 0.0 for the second."""
     out = {}
     by_policy = {}
     for row in sorted(steps, key=lambda r: r["unix_s"]):
@@ -169,7 +173,10 @@ def reaction(steps, events):
                 back = next((r["unix_s"] - end for r in chosen
                              if end <= r["unix_s"] < following and r["read_cpu_share"] > 0),
                             None)
-            out[policy].append((to_gpu, back))
+            explored = next(((r["unix_s"] - end, r[REASON_COLUMN]) for r in rows
+                             if end <= r["unix_s"] < following and r["explore"] != 0 and
+                             r["read_cpu_share"] > 0), None)
+            out[policy].append((to_gpu, back, explored))
     return out
 
 
@@ -213,14 +220,18 @@ def main():
         steps_note = "measured and warm-up steps" if args.warmup else "measured steps only"
         print(f"\nReaction ({steps_note}; by choice: not exploring):")
     for policy, loads in reactions.items():
-        for i, (to_gpu, back) in enumerate(loads):
+        for i, (to_gpu, back, explored) in enumerate(loads):
             first = (f"GPU-only {to_gpu:.2f} s into the load" if to_gpu is not None
                      else "not GPU-only during the load")
             second = (f"split again {back:.2f} s after it" if back is not None
                       else "not split again after it")
+            third = ""
+            if explored is not None:
+                third = f" (the split explored {explored[0]:.2f} s after it"
+                third += f": {explored[1]})" if explored[1] else ")"
             which = f" load {i + 1}:" if len(loads) > 1 else ""
-            print(f"  {policy:14s}{which} {first}; {second}")
-        backs = [back for _, back in loads if back is not None]
+            print(f"  {policy:14s}{which} {first}; {second}{third}")
+        backs = [back for _, back, _ in loads if back is not None]
         if len(loads) > 1 and backs:
             print(f"  {policy:14s} split again after {len(backs)} of {len(loads)} loads, "
                   f"median {statistics.median(backs):.2f} s, most {max(backs):.2f} s")

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -944,6 +945,8 @@ struct ReadRun {
   double last_share = 0;
   double last_split_share = 0;  // of the last split step that was not an exploration
   double total_ns = 0;
+  // Exploring steps by what started their exploration (ExploreReason).
+  std::map<ExploreReason, int> reasons;
 };
 
 // `steps` decode steps of a batch with `host_tokens` host tokens, `placed` of them on the
@@ -959,6 +962,8 @@ ReadRun RunReads(Scheduler& scheduler, const ReadWorld& world, int steps, double
     const StepSample sample = world.Run(d.cpu_share, host_tokens);
     scheduler.ObserveStep(sample);
     run.explorations += d.explore ? 1 : 0;
+    EXPECT_EQ(d.explore, d.explore_reason != ExploreReason::kNone);
+    if (d.explore) ++run.reasons[d.explore_reason];
     (d.cpu_share > 0 ? run.split_steps : run.gpu_only_steps) += 1;
     run.last_share = d.cpu_share;
     if (d.cpu_share > 0 && !d.explore) run.last_split_share = d.cpu_share;
@@ -1629,6 +1634,10 @@ TEST(DecodeReadsTest, TheStepAfterAnExplorationSettlesWhenItsQueuedRoundsDiffer)
   }
   // GPU-only explored: its first step pays the split's rounds and teaches nothing.
   ASSERT_TRUE(decisions[0].explore && decisions[0].exploration_continues);
+  // Both steps say why: GPU-only had never been measured.
+  EXPECT_EQ(decisions[0].explore_reason, ExploreReason::kUnmeasured);
+  EXPECT_EQ(decisions[1].explore_reason, ExploreReason::kUnmeasured);
+  EXPECT_EQ(decisions[2].explore_reason, ExploreReason::kNone);
   EXPECT_EQ(decisions[0].cpu_share, 0.0);
   EXPECT_TRUE(std::isnan(rests[0]));
   ASSERT_TRUE(decisions[1].explore && !decisions[1].exploration_continues);
@@ -1670,6 +1679,17 @@ TEST(DecodeReadsTest, ALoadedCpuHandsItsBlocksToTheGpuAndGetsThemBack) {
   // (0.16) is ~6 % behind GPU-only, and the 1 % credit pays a two-step exploration (the first
   // settles, switch_settle_steps) every ~13 decisions: 12 in 200 steps here.
   EXPECT_GE(during.gpu_only_steps, 170);
+  // Those explorations are the credit's and the maximum period's (13 exploring steps here: 8
+  // and 5); none for a fall of a rest (the rests rose).
+  auto steps_for = [&](ExploreReason reason) {
+    const auto it = during.reasons.find(reason);
+    return it == during.reasons.end() ? 0 : it->second;
+  };
+  for (const auto& [reason, steps] : during.reasons) {
+    EXPECT_TRUE(reason == ExploreReason::kCredit || reason == ExploreReason::kMaxPeriod)
+        << ExploreReasonName(reason) << ": " << steps << " steps";
+  }
+  EXPECT_GT(steps_for(ExploreReason::kCredit), steps_for(ExploreReason::kMaxPeriod));
   // At most about 3.5 % of the time lost against GPU-only: those, and the first exploration
   // after the load began, at the unloaded share (64.5 ms against 24.4).
   EXPECT_LE(during.total_ns / 200, loaded.SplitStepNs(0.0, kTokens) * 1.035);
@@ -1731,8 +1751,10 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   const ReadWorld world;
   const ReadWorld loaded = UnderALoad(world);
   // Decisions from the load's end until the split is chosen (not exploring), the first
-  // `lost` split explorations after it measuring nothing.
-  auto steps_to_return = [&](int lost, double shift = SchedulerOptions{}.rest_shift_explore) {
+  // `lost` split explorations after it measuring nothing; `reasons`: what started each split
+  // exploration meanwhile.
+  auto steps_to_return = [&](int lost, double shift = SchedulerOptions{}.rest_shift_explore,
+                             std::vector<ExploreReason>* reasons = nullptr) {
     SchedulerOptions options;
     options.rest_shift_explore = shift;
     auto scheduler = *Scheduler::Create("writescope", options);
@@ -1741,6 +1763,9 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
     for (int i = 1; i <= 200; ++i) {
       const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
       StepSample sample = world.Run(d.cpu_share, kTokens);
+      if (d.explore && !d.exploration_continues && d.cpu_share > 0 && reasons != nullptr) {
+        reasons->push_back(d.explore_reason);
+      }
       if (d.explore && !d.exploration_continues && d.cpu_share > 0 && lost > 0) {
         sample.early_rounds_missed = true;
         --lost;
@@ -1755,9 +1780,11 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
     }
     return -1;
   };
-  const int taught = steps_to_return(0);
-  const int lost_once = steps_to_return(1);
-  const int lost_twice = steps_to_return(2);
+  const double shift = SchedulerOptions{}.rest_shift_explore;
+  std::vector<ExploreReason> taught_reasons, once_reasons, twice_reasons;
+  const int taught = steps_to_return(0, shift, &taught_reasons);
+  const int lost_once = steps_to_return(1, shift, &once_reasons);
+  const int lost_twice = steps_to_return(2, shift, &twice_reasons);
   const int lost_twice_no_shift = steps_to_return(2, 0.0);
   SCOPED_TRACE(::testing::Message()
                << "decisions to the split: " << taught << " when the first exploration "
@@ -1778,6 +1805,15 @@ TEST(DecodeReadsTest, AnExplorationThatMeasuredNothingIsRunAgainOnce) {
   EXPECT_GT(lost_twice_no_shift, lost_once + 10);
   const int min_period = static_cast<int>(SchedulerOptions{}.min_explore_period_steps);
   EXPECT_LE(lost_twice, lost_once + 2 * min_period + 2);
+  // What started each split exploration: the maximum period after the load; then the repeat
+  // of the one that measured nothing; then (the repeat lost too) the fall of GPU-only's rest.
+  const std::vector<ExploreReason> forced = {ExploreReason::kMaxPeriod};
+  EXPECT_EQ(taught_reasons, forced);
+  const std::vector<ExploreReason> repeated = {ExploreReason::kMaxPeriod, ExploreReason::kRepeat};
+  EXPECT_EQ(once_reasons, repeated);
+  const std::vector<ExploreReason> shifted = {ExploreReason::kMaxPeriod, ExploreReason::kRepeat,
+                                              ExploreReason::kRestShift};
+  EXPECT_EQ(twice_reasons, shifted);
 }
 
 // rest_shift_explore's explorations stop after rest_shift_explores in a row that measured
@@ -1840,8 +1876,10 @@ TEST(DecodeReadsTest, AFallScaledToTheOtherRestExploresItSooner) {
   loaded.cpu_ns_per_token *= 3;
   loaded.rest_split_ns += 16e6;
   loaded.rest_gpu_only_ns += 8e6;
-  // Decisions from the load's end until the split is chosen (not exploring).
-  auto steps_to_return = [&](bool scaled, double shift = SchedulerOptions{}.rest_shift_explore) {
+  // Decisions from the load's end until the split is chosen (not exploring), and what started
+  // the split exploration before it.
+  auto steps_to_return = [&](bool scaled, double shift = SchedulerOptions{}.rest_shift_explore,
+                             ExploreReason* reason = nullptr) {
     SchedulerOptions options;
     options.rest_shift_scaled = scaled;
     options.rest_shift_explore = shift;
@@ -1850,12 +1888,14 @@ TEST(DecodeReadsTest, AFallScaledToTheOtherRestExploresItSooner) {
     for (int i = 1; i <= 200; ++i) {
       const ReadDecision d = scheduler->ChooseDecodeReads(kTokens, kPlaced, kBatch);
       scheduler->ObserveStep(world.Run(d.cpu_share, kTokens));
+      if (d.explore && d.cpu_share > 0 && reason != nullptr) *reason = d.explore_reason;
       if (d.cpu_share > 0 && !d.explore) return i;
     }
     return -1;
   };
-  const int scaled = steps_to_return(true);
-  const int fall_only = steps_to_return(false);
+  ExploreReason scaled_reason = ExploreReason::kNone, fall_reason = ExploreReason::kNone;
+  const int scaled = steps_to_return(true, SchedulerOptions{}.rest_shift_explore, &scaled_reason);
+  const int fall_only = steps_to_return(false, SchedulerOptions{}.rest_shift_explore, &fall_reason);
   const int no_rule = steps_to_return(true, 0.0);
   SCOPED_TRACE(::testing::Message() << "decisions to the split: " << scaled << " scaled, "
                                     << fall_only << " with the fall alone, " << no_rule
@@ -1869,6 +1909,10 @@ TEST(DecodeReadsTest, AFallScaledToTheOtherRestExploresItSooner) {
   const int min_period = static_cast<int>(SchedulerOptions{}.min_explore_period_steps);
   EXPECT_LE(scaled, min_period + 6);
   EXPECT_GT(fall_only, scaled + 10);
+  // The split's exploration says what started it: the fall, scaled; the maximum period where
+  // the fall alone is counted.
+  EXPECT_EQ(scaled_reason, ExploreReason::kRestShift);
+  EXPECT_EQ(fall_reason, ExploreReason::kMaxPeriod);
 }
 
 // A split exploration's first step settles but teaches the CPU line. Where its CPU time

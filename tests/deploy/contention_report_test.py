@@ -131,6 +131,16 @@ checks.append((out_w.returncode == 0 and
 checks.append(("Reaction (measured steps only" in out_m.stdout and
                "GPU-only 2.50 s into the load; split again 3.00 s after it" in out_m.stdout,
                "the reaction from the measured steps alone"))
+# The first split exploration after the load (200.5 s), and what started it where the CSV
+# has the explore_reason column.
+checks.append(("split again 3.00 s after it (the split explored 0.50 s after it)" in out_m.stdout,
+               "the first split exploration after the load"))
+REASON_HEADER = HEADER.rstrip("\n") + ",explore_reason\n"
+reason_steps = [row.rstrip("\n") + (",rest_shift\n" if row.split(",")[14] == "1" else ",\n")
+                for row in reaction_steps]
+out_reason = run(reason_steps, events[2:], header=REASON_HEADER)
+checks.append(("split again 3.00 s after it (the split explored 0.50 s after it: rest_shift)"
+               in out_reason.stdout, f"what started it (stderr: {out_reason.stderr})"))
 # Split by choice at the load's end: back at once.
 held = run([step("writescope", 0, 0, 150, 40, 0.3), step("writescope", 0, 1, 151, 90, 0.0, 1),
             step("writescope", 0, 2, 199, 45, 0.2)], events[2:])
@@ -173,4 +183,5 @@ overlapping = run(cycle_steps, ["writescope,100,load start\n", "writescope,130,l
 checks.append((overlapping.returncode == 2 and "load 1 ends at 130" in overlapping.stderr,
                f"overlapping loads: exit 2 ({overlapping.stderr!r})"))
 
-finish(checks, text, text0, text_r, out_w.stdout, out_m.stdout, held.stdout, out_c.stdout)
+finish(checks, text, text0, text_r, out_w.stdout, out_m.stdout, held.stdout, out_c.stdout,
+       out_reason.stdout)

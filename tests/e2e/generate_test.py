@@ -717,6 +717,12 @@ def check_bench_policies(env, trio):
               "not) and its CPU time per step",
               "; ".join(f"{r['policy']} {r.get('gpu_transfer_copies')} "
                         f"{r.get('gpu_worker_cpu_ms')}" for r in all_steps))
+        # What started an exploration: named on its steps, on no other.
+        check(all((r["explore"] == "1") == (r.get("explore_reason", "") != "")
+                  for r in all_steps),
+              "bench --steps_csv: an exploration's steps say what started it, no other does",
+              "; ".join(f"{r['policy']} explore {r['explore']} {r.get('explore_reason')!r}"
+                        for r in all_steps))
         # The steps CSV carries the scheduler's lines after each step: writescope's CPU and
         # GPU lines are calibrated at start-up, so its rows have them (the copy engine's line
         # and Q may still be nan).

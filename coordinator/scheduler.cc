@@ -289,23 +289,11 @@ void LinearCostEstimator::Refit() {
 // Scheduler.
 
 absl::string_view ExploreReasonName(ExploreReason reason) {
-  switch (reason) {
-    case ExploreReason::kNone:
-      return "";
-    case ExploreReason::kUnmeasured:
-      return "unmeasured";
-    case ExploreReason::kRepeat:
-      return "repeat";
-    case ExploreReason::kMaxPeriod:
-      return "max_period";
-    case ExploreReason::kCredit:
-      return "credit";
-    case ExploreReason::kGuess:
-      return "guess";
-    case ExploreReason::kRestShift:
-      return "rest_shift";
-  }
-  return "";
+  // In the enum's order.
+  constexpr std::array<absl::string_view, 7> kNames = {
+      "", "unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift"};
+  const auto i = static_cast<size_t>(reason);
+  return i < kNames.size() ? kNames[i] : "";
 }
 
 absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {

@@ -212,6 +212,15 @@ struct StepSample {
   bool early_rounds_missed = false;
 };
 
+// Why an exploration ran (ReadDecision::explore_reason), in the order checked: the other
+// mode was never measured (or its prediction is unknown); it repeats one that measured
+// nothing; the credit covered its predicted extra cost; the maximum period forced it (the
+// credit short of it); the other mode's rest was a guess after a re-level (measured at the
+// first chance); the chosen mode's rest fell (SchedulerOptions::rest_shift_explore).
+enum class ExploreReason { kNone, kUnmeasured, kRepeat, kCredit, kMaxPeriod, kGuess, kRestShift };
+// "" for kNone, else one word: unmeasured, repeat, credit, max_period, guess, rest_shift.
+absl::string_view ExploreReasonName(ExploreReason reason);
+
 // How a decode step reads the KV placed in the CPU-compute region. The placement fixes
 // where each block lies, not who reads it: the blocks of both host regions have one layout
 // and the gpu_worker pins both (the CPU-compute one where the device allows; else its
@@ -250,15 +259,6 @@ struct StepSample {
 // Only the writescope policy chooses its reads; the others read what they placed
 // (monolithic models a cache of one physical state, whose split changes only by moving
 // data).
-// Why an exploration ran (ReadDecision::explore_reason), in the order checked: the other
-// mode was never measured (or its prediction is unknown); it repeats one that measured
-// nothing; the maximum period forced it; the credit covered its predicted extra cost; the
-// other mode's rest was a guess after a re-level (measured at the first chance); the chosen
-// mode's rest fell (SchedulerOptions::rest_shift_explore).
-enum class ExploreReason { kNone, kUnmeasured, kRepeat, kMaxPeriod, kCredit, kGuess, kRestShift };
-// "" for kNone, else one word: unmeasured, repeat, max_period, credit, guess, rest_shift.
-absl::string_view ExploreReasonName(ExploreReason reason);
-
 struct ReadDecision {
   double cpu_share = 0.0;  // of the batch's host tokens, for the CPU to attend in place
   bool explore = false;    // the mode the prediction did not pick, to keep it measured

@@ -38,7 +38,10 @@ while [[ $# -gt 0 ]]; do
     *) echo "contention.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ $CYCLES =~ ^[1-9][0-9]*$ ]] || { echo "contention.sh: --cycles must be a positive integer, got '$CYCLES'" >&2; exit 2; }
+if ! [[ $CYCLES =~ ^[1-9][0-9]*$ ]]; then
+  echo "contention.sh: --cycles must be a positive integer, got '$CYCLES'" >&2
+  exit 2
+fi
 # shellcheck source=deploy/bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 kv_bytes=$(kv_bytes_of "$ARCH")
@@ -54,7 +57,8 @@ now() { date +%s.%N; }
 for policy in $POLICIES; do
   start_trio contention "$policy" "$region_mib" --max_sequences="$((2 * BATCH))"
   total=$((BEFORE + CYCLES * (DURING + AFTER)))
-  echo "contention: $policy, batch $BATCH x $CONTEXT, load of $LOAD_THREADS threads from ${BEFORE}s for ${DURING}s, $CYCLES time(s) ${AFTER}s apart"
+  echo "contention: $policy, batch $BATCH x $CONTEXT, load of $LOAD_THREADS threads from" \
+    "${BEFORE}s for ${DURING}s, $CYCLES time(s) ${AFTER}s apart"
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
     --decode_steps=8 --warmup_steps=2 --rounds=100000 --bench_for="${total}s" \
     --steps_csv="$steps_csv" --warmup_steps_csv="$warmup_csv" \
@@ -64,7 +68,8 @@ for policy in $POLICIES; do
   for ((cycle = 1; cycle <= CYCLES; ++cycle)); do
     ((cycle == 1)) || sleep "$AFTER"
     echo "$policy,$(now),load start" >>"$events"
-    "$BIN/ws_cpu_load" --threads="$LOAD_THREADS" --seconds="$DURING" >>"$OUT_DIR/contention-load.log" 2>&1 || true
+    "$BIN/ws_cpu_load" --threads="$LOAD_THREADS" --seconds="$DURING" \
+      >>"$OUT_DIR/contention-load.log" 2>&1 || true
     echo "$policy,$(now),load end" >>"$events"
   done
   wait $bench || true

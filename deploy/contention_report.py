@@ -1,24 +1,26 @@
 #!/usr/bin/env python3
 """Summarizes deploy/contention.sh's CSVs: per policy, the step times before, during and after
-the competing load (contention.sh --cycles: every load of the trio), and for writescope (the policy that chooses its reads step by step) the
-steps by kind: a mode switch (it read otherwise than the step before), the same mode, an
-exploration, and the step after an exploration.
+the competing load (contention.sh --cycles: every load of the trio), and for writescope (the
+policy that chooses its reads step by step) the steps by kind: a mode switch (it read
+otherwise than the step before), the same mode, an exploration, and the step after an
+exploration.
 
     deploy/contention_report.py STEPS_CSV EVENTS_CSV [--settle SECONDS] [--warmup CSV]
 
 The first `--settle` seconds (default 3) after a load starts and after it ends count in no
 phase: the shares move there. With several loads (contention.sh --cycles), "during" is any
-load's time and "after" any time after a load's end before the next load starts. Step kinds compare steps of one bench round only (each round
-places its context anew, so its first step has no step before it). A mode is "split" when
-the CPU attended some of the host tokens (read_cpu_share > 0), else "GPU-only". Where the
-CSV has the re-split columns (resplit_ms, resplit_blocks: the monolithic policy moving its
-placed blocks to a new target), the policies that moved blocks get a line with their copies'
-steps, blocks and time against all their steps' time, every step counted. For the policies
-that explore, the reaction to each load: when, after it started, the first step read GPU-only
-by choice (not exploring), and when, after it ended, the first step read split by choice again
-(before the next load started), and when the split was first explored after it and, where
-the CSV says (explore_reason), what started that exploration, with the warm-up steps (--warmup: contention.sh's contention-warmup.csv) in the timeline
-where given, as they run decisions too. Standard library only.
+load's time and "after" any time after a load's end before the next load starts. Step kinds
+compare steps of one bench round only (each round places its context anew, so its first step
+has no step before it). A mode is "split" when the CPU attended some of the host tokens
+(read_cpu_share > 0), else "GPU-only". Where the CSV has the re-split columns (resplit_ms,
+resplit_blocks: the monolithic policy moving its placed blocks to a new target), the policies
+that moved blocks get a line with their copies' steps, blocks and time against all their steps'
+time, every step counted. For the policies that explore, the reaction to each load: when, after
+it started, the first step read GPU-only by choice (not exploring), when, after it ended, the
+first step read split by choice again (before the next load started), and when the split was
+first explored after it and, where the CSV says (explore_reason), what started that
+exploration; with the warm-up steps (--warmup: contention.sh's contention-warmup.csv) in the
+timeline where given, as they run decisions too. Standard library only.
 """
 import argparse
 import os

@@ -1004,6 +1004,10 @@ absl::Status Engine::RunOneStep() {
   if (metrics_ != nullptr) {
     metrics_->ObserveStepTime("gpu_worker", gpu_result->step_ms() / 1e3);
     metrics_->ObserveStepTime("cpu_worker", cpu_result->step_ms() / 1e3);
+    if (!any_prefill) {
+      metrics_->AddDecodeStep(cpu_result->attended_tokens() > 0 ? "split" : "gpu_only",
+                              ExploreReasonName(read.explore_reason));
+    }
   }
   {
     std::lock_guard<std::mutex> lock(*placement_mutex_);

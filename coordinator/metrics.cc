@@ -45,6 +45,16 @@ const std::vector<double>& StepBounds() {
 
 constexpr const char* kOutcomes[] = {"complete", "abort", "error", "rejected"};
 constexpr const char* kWorkers[] = {"gpu_worker", "cpu_worker"};
+constexpr const char* kReads[] = {"split", "gpu_only"};
+constexpr const char* kExploreReasons[] = {"unmeasured", "repeat",     "credit",
+                                           "max_period", "guess",      "rest_shift"};
+
+// Adds one to `key`'s count, making its series where it has none.
+void Increment(std::map<std::string, uint64_t, std::less<>>& counts, absl::string_view key) {
+  auto it = counts.find(key);
+  if (it == counts.end()) it = counts.emplace(std::string(key), 0).first;
+  ++it->second;
+}
 
 // Prometheus's float syntax: NaN, +Inf, -Inf, else the shortest text that reads back
 // to the same double (so 0.1 stays "0.1" and large counts keep every digit).
@@ -177,6 +187,8 @@ Metrics::Metrics()
   // the first request of each kind.
   std::lock_guard lock(mutex_);
   for (const char* outcome : kOutcomes) requests_by_outcome_.emplace(outcome, 0);
+  for (const char* read : kReads) decode_steps_by_read_.emplace(read, 0);
+  for (const char* reason : kExploreReasons) exploring_steps_by_reason_.emplace(reason, 0);
   for (const char* worker : kWorkers) {
     step_time_by_worker_.emplace(worker, std::make_unique<Histogram>(StepBounds()));
   }
@@ -192,11 +204,13 @@ void Metrics::AddGeneratedTokens(uint64_t n) {
 
 void Metrics::AddRequest(absl::string_view outcome) {
   std::lock_guard lock(mutex_);
-  auto it = requests_by_outcome_.find(outcome);
-  if (it == requests_by_outcome_.end()) {
-    it = requests_by_outcome_.emplace(std::string(outcome), 0).first;
-  }
-  ++it->second;
+  Increment(requests_by_outcome_, outcome);
+}
+
+void Metrics::AddDecodeStep(absl::string_view read, absl::string_view explore_reason) {
+  std::lock_guard lock(mutex_);
+  Increment(decode_steps_by_read_, read);
+  if (!explore_reason.empty()) Increment(exploring_steps_by_reason_, explore_reason);
 }
 
 void Metrics::ObserveTimeToFirstToken(double seconds) { time_to_first_token_.Observe(seconds); }
@@ -245,7 +259,8 @@ void Metrics::SetScheduler(double target_cpu_share, double optimal_cpu_share, do
 std::string Metrics::Render() const {
   // Copy under the lock, format outside it: a scrape holds the step loop up only for
   // the copy.
-  std::map<std::string, uint64_t> requests_by_outcome;
+  std::map<std::string, uint64_t> requests_by_outcome, decode_steps_by_read,
+      exploring_steps_by_reason;
   std::map<std::string, HistogramSnapshot> step_time_by_worker;
   std::map<std::string, KvBlocks> kv_blocks_by_region;
   uint32_t requests_running, requests_waiting;
@@ -253,6 +268,9 @@ std::string Metrics::Render() const {
   {
     std::lock_guard lock(mutex_);
     requests_by_outcome.insert(requests_by_outcome_.begin(), requests_by_outcome_.end());
+    decode_steps_by_read.insert(decode_steps_by_read_.begin(), decode_steps_by_read_.end());
+    exploring_steps_by_reason.insert(exploring_steps_by_reason_.begin(),
+                                     exploring_steps_by_reason_.end());
     for (const auto& [worker, histogram] : step_time_by_worker_) {
       step_time_by_worker.emplace(worker, histogram->Snapshot());
     }
@@ -277,6 +295,19 @@ std::string Metrics::Render() const {
              "Finished requests by outcome: complete, abort, error or rejected.");
   for (const auto& [outcome, count] : requests_by_outcome) {
     out.Sample("writescope_requests_total", Label("outcome", outcome), count);
+  }
+  out.Family("writescope_decode_steps_total", "counter",
+             "Decode steps by how they read the host KV: split (the CPU attended some in "
+             "place) or gpu_only.");
+  for (const auto& [read, count] : decode_steps_by_read) {
+    out.Sample("writescope_decode_steps_total", Label("read", read), count);
+  }
+  out.Family("writescope_exploring_steps_total", "counter",
+             "Decode steps that ran the read mode the scheduler's prediction did not pick, by "
+             "what started the exploration: unmeasured, repeat, credit, max_period, guess or "
+             "rest_shift.");
+  for (const auto& [reason, count] : exploring_steps_by_reason) {
+    out.Sample("writescope_exploring_steps_total", Label("reason", reason), count);
   }
   out.Family("writescope_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
   out.Sample("writescope_prompt_tokens_total", "", prompt_tokens_.load(std::memory_order_relaxed));

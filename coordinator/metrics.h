@@ -78,6 +78,12 @@ class Metrics {
   // `outcome`: "complete", "abort", "error" or "rejected" (these four are exported from
   // the start, at 0); any other value gets a series of its own.
   void AddRequest(absl::string_view outcome);
+  // One decode step (no prompt chunk in it): `read` "split" (the CPU attended some of its
+  // host tokens) or "gpu_only" (both exported from the start); `explore_reason` what started
+  // the exploration it is a step of (coordinator/scheduler.h ExploreReasonName: unmeasured,
+  // repeat, credit, max_period, guess, rest_shift, exported from the start), "" when it is
+  // not exploring. Other values get series of their own.
+  void AddDecodeStep(absl::string_view read, absl::string_view explore_reason);
 
   // Histograms.
   void ObserveTimeToFirstToken(double seconds);
@@ -113,6 +119,8 @@ class Metrics {
   // Guarded by mutex_. std::map: the exposition lists series in label order, the same
   // on every scrape.
   std::map<std::string, uint64_t, std::less<>> requests_by_outcome_;
+  std::map<std::string, uint64_t, std::less<>> decode_steps_by_read_;
+  std::map<std::string, uint64_t, std::less<>> exploring_steps_by_reason_;
   // unique_ptr: a Histogram is not movable; the pointers stay valid for our lifetime.
   std::map<std::string, std::unique_ptr<Histogram>, std::less<>> step_time_by_worker_;
   std::map<std::string, KvBlocks, std::less<>> kv_blocks_by_region_;

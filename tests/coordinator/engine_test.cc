@@ -221,7 +221,8 @@ class EngineTest : public ::testing::Test {
     engine_options.max_step_tokens = 64;
     engine_options.queue_capacity = 8;
     engine_ = std::make_unique<Engine>(engine_options, model_, kv_, &placement_mutex_,
-                                       placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get());
+                                       placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get(),
+                                       &metrics_);
     if (copier) engine_->set_block_copier(std::move(copier));
     engine_->set_serving(true);
     engine_->Start();
@@ -294,6 +295,7 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<KvPlacement> placement_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<FakeWorker> gpu_, cpu_;
+  Metrics metrics_;  // outlives engine_ (declared before it)
   std::unique_ptr<Engine> engine_;
 };
 
@@ -449,6 +451,31 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
     }
   }
   EXPECT_GT(read_changes, 0);
+  // The metrics count the decode steps by how they read and the exploring ones by what
+  // started them (the bench's warm-up steps too, so at least the measured ones).
+  const std::string rendered = metrics_.Render();
+  const auto counter = [&](const std::string& series) {
+    const size_t at = rendered.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(rendered.substr(at + series.size() + 2));
+  };
+  int gpu_only_steps = 0, exploring_steps = 0;
+  for (const v1::BenchStep& step : response->steps()) {
+    gpu_only_steps += step.read_cpu_share() == 0 ? 1 : 0;
+    exploring_steps += step.explore() ? 1 : 0;
+    EXPECT_EQ(step.explore(), !step.explore_reason().empty());
+  }
+  EXPECT_GE(counter("writescope_decode_steps_total{read=\"gpu_only\"}"), gpu_only_steps);
+  EXPECT_GE(counter("writescope_decode_steps_total{read=\"split\"}"), 0);
+  double counted = 0;
+  for (const char* reason :
+       {"unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift"}) {
+    const double n = counter(std::string("writescope_exploring_steps_total{reason=\"") + reason +
+                             "\"}");
+    EXPECT_GE(n, 0) << reason;
+    counted += n;
+  }
+  EXPECT_GE(counted, exploring_steps);
+  EXPECT_EQ(rendered.find("writescope_exploring_steps_total{reason=\"\"}"), std::string::npos);
   // The steps report the predictions they were chosen by (the lines are ready by the end).
   ASSERT_GE(response->steps_size(), 1);
   const v1::BenchStep& last = response->steps(response->steps_size() - 1);

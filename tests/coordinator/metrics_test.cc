@@ -282,6 +282,8 @@ TEST(MetricsTest, FreshRenderIsValidAndHasEveryFamily) {
       {"writescope_requests_running", "gauge"},
       {"writescope_requests_waiting", "gauge"},
       {"writescope_requests_total", "counter"},
+      {"writescope_decode_steps_total", "counter"},
+      {"writescope_exploring_steps_total", "counter"},
       {"writescope_prompt_tokens_total", "counter"},
       {"writescope_generated_tokens_total", "counter"},
       {"writescope_time_to_first_token_seconds", "histogram"},
@@ -307,6 +309,17 @@ TEST(MetricsTest, FreshRenderIsValidAndHasEveryFamily) {
     EXPECT_THAT(Value(exposition, "writescope_step_seconds_count", {{"worker", worker}}),
                 Optional(0.0))
         << worker;
+  }
+  for (const char* read : {"split", "gpu_only"}) {
+    EXPECT_THAT(Value(exposition, "writescope_decode_steps_total", {{"read", read}}),
+                Optional(0.0))
+        << read;
+  }
+  for (const char* reason :
+       {"unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift"}) {
+    EXPECT_THAT(Value(exposition, "writescope_exploring_steps_total", {{"reason", reason}}),
+                Optional(0.0))
+        << reason;
   }
   EXPECT_THAT(Value(exposition, "writescope_requests_running"), Optional(0.0));
   EXPECT_THAT(Value(exposition, "writescope_time_to_first_token_seconds_count"), Optional(0.0));
@@ -353,6 +366,11 @@ TEST(MetricsTest, CountersCount) {
   metrics.AddRequest("abort");
   metrics.AddRequest("rejected");
   metrics.AddRequest("timeout");  // not one of the four: a series of its own
+  metrics.AddDecodeStep("split", "");
+  metrics.AddDecodeStep("split", "credit");
+  metrics.AddDecodeStep("gpu_only", "rest_shift");
+  metrics.AddDecodeStep("gpu_only", "rest_shift");
+  metrics.AddDecodeStep("cpu_only", "later");  // unknown values: series of their own
   const Exposition exposition = MustParse(metrics);
   EXPECT_THAT(Value(exposition, "writescope_prompt_tokens_total"), Optional(12.0));
   EXPECT_THAT(Value(exposition, "writescope_generated_tokens_total"),
@@ -368,6 +386,23 @@ TEST(MetricsTest, CountersCount) {
               Optional(1.0));
   EXPECT_THAT(Value(exposition, "writescope_requests_total", {{"outcome", "timeout"}}),
               Optional(1.0));
+  EXPECT_THAT(Value(exposition, "writescope_decode_steps_total", {{"read", "split"}}),
+              Optional(2.0));
+  EXPECT_THAT(Value(exposition, "writescope_decode_steps_total", {{"read", "gpu_only"}}),
+              Optional(2.0));
+  EXPECT_THAT(Value(exposition, "writescope_decode_steps_total", {{"read", "cpu_only"}}),
+              Optional(1.0));
+  EXPECT_THAT(Value(exposition, "writescope_exploring_steps_total", {{"reason", "credit"}}),
+              Optional(1.0));
+  EXPECT_THAT(Value(exposition, "writescope_exploring_steps_total", {{"reason", "rest_shift"}}),
+              Optional(2.0));
+  EXPECT_THAT(Value(exposition, "writescope_exploring_steps_total", {{"reason", "later"}}),
+              Optional(1.0));
+  EXPECT_THAT(Value(exposition, "writescope_exploring_steps_total", {{"reason", "repeat"}}),
+              Optional(0.0));
+  // A step that does not explore adds to no reason: no series for "".
+  EXPECT_EQ(Value(exposition, "writescope_exploring_steps_total", {{"reason", ""}}),
+            std::nullopt);
 }
 
 TEST(MetricsTest, HistogramsRenderCumulativeBucketsSumAndCount) {

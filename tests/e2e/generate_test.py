@@ -1172,6 +1172,15 @@ def check_observability(env):
         cpu_steps = value("writescope_step_seconds_count", worker="cpu_worker")
         check(gpu_steps is not None and gpu_steps > 0 and gpu_steps == cpu_steps,
               f"observability: step time histograms count {gpu_steps} gpu / {cpu_steps} cpu steps")
+        decode_steps = [value("writescope_decode_steps_total", read=r)
+                        for r in ("split", "gpu_only")]
+        exploring = [value("writescope_exploring_steps_total", reason=r)
+                     for r in ("unmeasured", "repeat", "credit", "max_period", "guess",
+                               "rest_shift")]
+        check(None not in decode_steps and None not in exploring and
+              0 < sum(decode_steps) <= (gpu_steps or 0) and sum(exploring) <= sum(decode_steps),
+              f"observability: decode steps by read {decode_steps} (of {gpu_steps} steps), "
+              f"exploring steps by reason {exploring}")
 
         # Profile.
         trace_path = os.path.join(env.work, "trace.json")

@@ -410,7 +410,7 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_resplit_blocks(r.resplit_blocks);
       step->set_gpu_transfer_copies(r.gpu_transfer_copies);
       step->set_gpu_worker_cpu_ms(r.gpu_worker_cpu_ms);
-      step->set_explore_reason(r.explore_reason);
+      step->set_explore_reason(std::string(ExploreReasonName(r.explore_reason)));
     }
   }
   if (response.steps_size() == 0) {
@@ -940,7 +940,7 @@ absl::Status Engine::RunOneStep() {
   record.resplit_ms = resplit_ms;
   record.resplit_blocks = resplit_blocks;
   record.explore = read.explore;
-  record.explore_reason = std::string(ExploreReasonName(read.explore_reason));
+  record.explore_reason = read.explore_reason;
   record.predicted_split_ms = read.split_ns * model_.num_layers / 1e6;
   record.predicted_gpu_only_ms = read.gpu_only_ns * model_.num_layers / 1e6;
   record.rest_split_ms = read.rest_split_ns * model_.num_layers / 1e6;

@@ -283,8 +283,7 @@ class Engine {
     uint32_t early_rounds_missed = 0;  // StepResult.early_rounds_missed
     double transfer_ms = 0;            // StepResult.transfer_ms (0: not timed)
     double gpu_waited_cpu_ms = 0;      // StepResult.cpu_attention_wait_ms
-    // What started the exploration this step is part of (ExploreReasonName; "" when none).
-    std::string explore_reason;
+    ExploreReason explore_reason = ExploreReason::kNone;  // of the exploration it is part of
     uint64_t gpu_transfer_copies = 0;  // StepResult.transfer_copies
     double gpu_worker_cpu_ms = 0;      // StepResult.process_cpu_ms
     // The monolithic policy's re-split before this step (set_block_copier): its copies' time

@@ -882,8 +882,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     // seen to be free), GPU-only every max_gpu_only_explore_period_steps (SchedulerOptions).
     const uint32_t max_period =
         split ? options_.max_gpu_only_explore_period_steps : options_.max_explore_period_steps;
-    const bool due = may_explore && ((explore_credit_ns_ >= extra_ns && !held) ||
-                                     decisions_since_explore_ >= max_period);
+    const bool by_credit = explore_credit_ns_ >= extra_ns && !held;
+    const bool due = may_explore && (by_credit || decisions_since_explore_ >= max_period);
     // After a batch change (or a GPU calibration, or an explored mode's first sample) the
     // other mode's rest is a guess: measure it once, at the first decision the minimum
     // period allows, rather than at the next credit, unless the gap is wider than all of the
@@ -915,7 +915,6 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       decision.explore = true;
       split = !split;
       explore_is_retry_ = retry;
-      const bool by_credit = explore_credit_ns_ >= extra_ns && !held;
       explore_reason_ = std::isnan(unmeasured) || std::isnan(other_ns) ? ExploreReason::kUnmeasured
                         : retry && due                                 ? ExploreReason::kRepeat
                         : due && by_credit                             ? ExploreReason::kCredit

@@ -52,17 +52,17 @@ def load_events(path):
 
 
 def load_windows(events, policy):
-    """[(start, end)] of the policy's loads in time order; ValueError unless every load start
-    has its end after it and before the next start."""
+    """[(start, end, the next load's start or +inf)] of the policy's loads in time order;
+    ValueError unless every load start has its end after it and before the next start."""
     by_event = events.get(policy, {})
     starts, ends = by_event.get("load start", []), by_event.get("load end", [])
-    if not starts or len(starts) != len(ends):
-        raise ValueError(f"no load start and end for {policy} in the events" if not starts or
-                         not ends else
-                         f"{policy}: {len(starts)} load starts against {len(ends)} ends")
-    windows = list(zip(starts, ends))
-    for i, (start, end) in enumerate(windows):
-        if end < start or (i + 1 < len(windows) and windows[i + 1][0] < end):
+    if not starts or not ends:
+        raise ValueError(f"no load start and end for {policy} in the events")
+    if len(starts) != len(ends):
+        raise ValueError(f"{policy}: {len(starts)} load starts against {len(ends)} ends")
+    windows = list(zip(starts, ends, starts[1:] + [float("inf")]))
+    for i, (start, end, following) in enumerate(windows):
+        if end < start or following < end:
             raise ValueError(f"{policy}: load {i + 1} ends at {end} before it starts or after "
                              "the next starts")
     return windows
@@ -82,11 +82,10 @@ def load_steps(path):
 
 
 def phase_of(t, windows, settle):
-    """The phase of time t among the loads' (start, end) windows, None while settling."""
+    """The phase of time t among the loads' windows (load_windows), None while settling."""
     if t < windows[0][0]:
         return "before"
-    for i, (start, end) in enumerate(windows):
-        following = windows[i + 1][0] if i + 1 < len(windows) else float("inf")
+    for start, end, following in windows:
         if t >= following:
             continue
         if t < start + settle:
@@ -164,8 +163,7 @@ def reaction(steps, events):
         windows = load_windows(events, policy)
         chosen = [r for r in rows if r["explore"] == 0]
         out[policy] = []
-        for i, (start, end) in enumerate(windows):
-            following = windows[i + 1][0] if i + 1 < len(windows) else float("inf")
+        for start, end, following in windows:
             to_gpu = next((r["unix_s"] - start for r in chosen
                            if start <= r["unix_s"] < end and r["read_cpu_share"] == 0), None)
             last = [r for r in chosen if r["unix_s"] < end]

@@ -1,0 +1,4 @@
+# Run 228 (3e414eb, the build of runs 226-227): Mixtral's whole grid (2 rounds of 16 steps, as
+# run 222) in one runtime.
+deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
+deploy/gpu-grids.sh --one-runtime --no-probe --out /tmp/g228m --budget-s 330 --archive $OUT/gm.tgz mixtral:2:16:325 > $OUT/gridsm.log 2>&1; echo "gridsm rc=$?"; grep -A6 "vs the best baseline" /tmp/g228m/report-mixtral.txt | head -6

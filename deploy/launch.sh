@@ -23,6 +23,9 @@
 # region and, with a GPU, from one of a step's messages to the next (WS_CPU_WORKER_HOLD_US,
 # default 20000 there, 0 elsewhere); the gpu_worker and the coordinator run with
 # OMP_WAIT_POLICY=passive, the gpu_worker with WS_GPU_WORKER_THREADS OpenMP threads if set.
+# WS_PIN_THREADS (default off): cpu binds the cpu_worker's OpenMP threads one to a core, on
+# the allowed cores after the first WS_RESERVED_CORES; all also keeps the gpu_worker and the
+# coordinator on those first cores (taskset).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -91,9 +94,10 @@ on_signal() {
 trap on_signal INT TERM
 trap stop_all EXIT
 
+WRAP=()  # what start runs a process through (env, taskset: both exec it, so $! is its pid)
 start() {  # start NAME ARGS...
   local name="$1"; shift
-  "$BIN/$name" "$@" >"$RUN_DIR/$name.log" 2>&1 &
+  ${WRAP[@]+"${WRAP[@]}"} "$BIN/$name" "$@" >"$RUN_DIR/$name.log" 2>&1 &
   PIDS+=("$!")
   NAMES+=("$name")
 }
@@ -160,6 +164,49 @@ fi
 CPU_WORKER_ARGS=(--hold_threads_us="$WS_CPU_WORKER_HOLD_US" ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"})
 log "cores: $CORES; cpu_worker OpenMP threads: $CPU_WORKER_THREADS, held between a step's messages for $WS_CPU_WORKER_HOLD_US us"
 
+# Pinning (WS_PIN_THREADS). Unpinned, the kernel may put two of the team's threads, or one
+# of them and the gpu_worker's driving thread, on one core for a while; the team's parallel
+# loops then wait for the thread that got half a core.
+allowed_cpus() {  # the CPUs this shell may run on, one per line ("0-3,8" -> 0 1 2 3 8)
+  local list item
+  list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  IFS=, read -ra items <<< "$list"
+  for item in "${items[@]}"; do
+    if [[ $item == *-* ]]; then seq "${item%-*}" "${item#*-}"; else echo "$item"; fi
+  done
+}
+PIN="${WS_PIN_THREADS:-off}"
+CPU_WORKER_WRAP=() SIDE_WRAP=()
+case "$PIN" in
+  off) ;;
+  cpu|all)
+    mapfile -t cpus < <(allowed_cpus)
+    reserved="${WS_RESERVED_CORES:-1}"
+    if ((${#cpus[@]} <= reserved)); then
+      log "WS_PIN_THREADS=$PIN: ${#cpus[@]} core(s) and $reserved reserved leave none to pin the cpu_worker to; not pinning"
+    else
+      team=("${cpus[@]:reserved}")
+      places=$(printf '{%s},' "${team[@]}")
+      # OMP_DISPLAY_AFFINITY: each thread's binding in cpu_worker.log, to check on a host.
+      CPU_WORKER_WRAP=(env OMP_PROC_BIND=close "OMP_PLACES=${places%,}" OMP_DISPLAY_AFFINITY=true)
+      what="the cpu_worker's threads one to a core on ${team[*]}"
+      if [[ $PIN == all ]]; then
+        if ((reserved == 0)); then
+          log "WS_PIN_THREADS=all with WS_RESERVED_CORES=0: no core left for the gpu_worker and the coordinator; they stay unpinned"
+        elif ! command -v taskset >/dev/null; then
+          log "WS_PIN_THREADS=all: taskset not found; the gpu_worker and the coordinator stay unpinned"
+        else
+          side=$(IFS=,; echo "${cpus[*]:0:reserved}")
+          SIDE_WRAP=(taskset -c "$side")
+          what+="; the gpu_worker and the coordinator on $side"
+        fi
+      fi
+      log "pinning: $what"
+    fi
+    ;;
+  *) echo "launch.sh: WS_PIN_THREADS='$PIN' is not off, cpu or all" >&2; exit 2 ;;
+esac
+
 start_worker() {  # start_worker NAME PORT: (re)starts a worker on PORT (0: a free one)
   local name="$1" port="$2"
   if [[ $name == gpu_worker ]]; then
@@ -168,15 +215,18 @@ start_worker() {  # start_worker NAME PORT: (re)starts a worker on PORT (0: a fr
     # WS_GPU_WORKER_THREADS: the gpu_worker's OpenMP threads (unset: OpenMP's default, every
     # core). Its parallel loops in a decode step (the sampling) meet the cpu_worker's held
     # team on every other core.
+    WRAP=(${SIDE_WRAP[@]+"${SIDE_WRAP[@]}"})
     if [[ -n ${WS_GPU_WORKER_THREADS:-} ]]; then
       OMP_NUM_THREADS="$WS_GPU_WORKER_THREADS" OMP_WAIT_POLICY=passive start gpu_worker "${args[@]}"
     else
       OMP_WAIT_POLICY=passive start gpu_worker "${args[@]}"
     fi
   else
+    WRAP=(${CPU_WORKER_WRAP[@]+"${CPU_WORKER_WRAP[@]}"})
     OMP_NUM_THREADS="$CPU_WORKER_THREADS" GOMP_SPINCOUNT="$CPU_WORKER_SPINCOUNT" start cpu_worker --port="$port" \
       --port_file="$RUN_DIR/cpu_worker.port" ${CPU_WORKER_ARGS[@]+"${CPU_WORKER_ARGS[@]}"}
   fi
+  WRAP=()
 }
 
 start_worker gpu_worker 0
@@ -186,8 +236,10 @@ wait_for_file "$RUN_DIR/cpu_worker.port" "the cpu_worker's port"
 GPU_ADDR="127.0.0.1:$(cat "$RUN_DIR/gpu_worker.port")"
 CPU_ADDR="127.0.0.1:$(cat "$RUN_DIR/cpu_worker.port")"
 
+WRAP=(${SIDE_WRAP[@]+"${SIDE_WRAP[@]}"})
 OMP_WAIT_POLICY=passive start coordinator --listen="$LISTEN" --port_file="$RUN_DIR/coordinator.port" \
   --gpu_worker="$GPU_ADDR" --cpu_worker="$CPU_ADDR" --arena="$ARENA" "${COORDINATOR_ARGS[@]}"
+WRAP=()
 wait_for_file "$RUN_DIR/coordinator.port" "the coordinator's port"
 TARGET="${LISTEN%:*}:$(cat "$RUN_DIR/coordinator.port")"
 

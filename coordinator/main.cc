@@ -94,6 +94,10 @@ ABSL_FLAG(double, rest_shift_explore,
           "measured, by more than this share of its step and more than the other is predicted "
           "behind, the other is explored as soon as the minimum exploration period allows "
           "(0: off)");
+ABSL_FLAG(double, rest_tokens_tolerance,
+          writescope::coordinator::SchedulerOptions{}.rest_tokens_tolerance,
+          "writescope: a relative change of the batch's host tokens that re-levels the read "
+          "modes' rests, as a change of the batch does (0: off)");
 ABSL_FLAG(bool, rest_shift_scaled,
           writescope::coordinator::SchedulerOptions{}.rest_shift_scaled,
           "writescope: --rest_shift_explore compares with the gap the chosen mode's fall "
@@ -156,6 +160,7 @@ int main(int argc, char** argv) {
   options.scheduler.explore_cost_share = absl::GetFlag(FLAGS_explore_cost_share);
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
+  options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();
       !mode.ok()) {

@@ -368,6 +368,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rest_batch_tolerance = ", options.rest_batch_tolerance, " must be >= 0"));
   }
+  if (!(options.rest_tokens_tolerance >= 0.0) || !std::isfinite(options.rest_tokens_tolerance)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rest_tokens_tolerance = ", options.rest_tokens_tolerance, " must be >= 0 (0: off)"));
+  }
   if (!(options.split_calibration_samples > 0.0) ||
       !std::isfinite(options.split_calibration_samples)) {
     return absl::InvalidArgumentError(absl::StrCat("split_calibration_samples = ",
@@ -733,14 +737,21 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
   // run 130: 5.2 ms of CPU attention per layer for 15.9K tokens, 0.2-0.6 ms for 4.0K in the
   // steps after), and taught alone, as the CPU line's one sample at another token count,
   // it held the slope at several times the CPU's for the next hundred steps.
-  if (policy_.kind == PolicyKind::kWriteScope && placed_cpu_tokens > 0 && host_tokens > 0 &&
+  const bool batch_moved =
       std::abs(static_cast<double>(sequences) - static_cast<double>(rest_batch_)) >
-          options_.rest_batch_tolerance * static_cast<double>(rest_batch_)) {
+      options_.rest_batch_tolerance * static_cast<double>(rest_batch_);
+  const bool tokens_moved = options_.rest_tokens_tolerance > 0.0 && rest_tokens_ > 0.0 &&
+                            std::abs(tokens - rest_tokens_) >
+                                options_.rest_tokens_tolerance * rest_tokens_;
+  if (policy_.kind == PolicyKind::kWriteScope && placed_cpu_tokens > 0 && host_tokens > 0 &&
+      (batch_moved || tokens_moved)) {
     const bool first_batch = rest_batch_ == 0;
     rest_stale_ = true;
     rest_batch_ = sequences;
-    // Q grows with the batch as the rests do (the experts, the serial work).
-    if (chain_extra_source_ != ChainExtraSource::kNone) {
+    rest_tokens_ = tokens;
+    // Q grows with the batch as the rests do (the experts, the serial work), not with the
+    // context.
+    if (batch_moved && chain_extra_source_ != ChainExtraSource::kNone) {
       chain_extra_source_ = ChainExtraSource::kStale;
     }
     // The lines were fitted at the old batch: their predictions at this one are

@@ -470,6 +470,15 @@ struct SchedulerOptions {
   double rest_outlier_factor = 1.5;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
+  // Relative change of the batch's host tokens that re-levels the rests, as a batch change
+  // does (Q, measured per batch, stays). ≥ 0; 0: off. GPU-only's rest holds the transfers
+  // that outlast the experts (its line is the GPU's attention, which they hide at short
+  // contexts), so it grows with the context: in one runtime on the H200 (run 229), Qwen3
+  // 32 x 32K left GPU-only's rest at 122-146 ms a step; back at 32 x 8K in the next round,
+  // with the batch unchanged, GPU-only was predicted at 127-151 ms against steps of ~50, and
+  // none of 32 steps explored it: the split ran 3-8 % behind transfer-all there (6 of 6
+  // rounds, three trios).
+  double rest_tokens_tolerance = 0.5;
 };
 
 absl::Status ValidateSchedulerOptions(const SchedulerOptions& options);
@@ -522,7 +531,8 @@ class Scheduler {
   // (read_decisions()).
   // `sequences`: the step's decode sequences. The rest of a step grows with them (experts,
   // sampling), so for a batch more than rest_batch_tolerance away from the one the rests
-  // were measured at, the next step's measurement replaces its mode's rest and moves the
+  // were measured at (or host tokens more than rest_tokens_tolerance away: GPU-only's rest
+  // holds the transfers the experts do not hide), the next step's measurement replaces its mode's rest and moves the
   // other's by as much (their difference is kept), and the next decision at least
   // min_explore_period_steps after the last exploration explores the other mode (when
   // exploring is on, and its predicted gap is at most its guessed rest: a guess wrong by all
@@ -681,6 +691,7 @@ class Scheduler {
   bool explore_pending_ = false;
   double explore_chosen_ns_ = 0.0;
   uint32_t rest_batch_ = 0;  // the decode sequences the rests were measured with
+  double rest_tokens_ = 0;   // and the host tokens (rest_tokens_tolerance)
   bool rest_stale_ = false;  // the batch changed: the next rest sample replaces, not mixes
   // After a re-level: the mode whose rest was only moved along; after a GPU calibration
   // GPU-only; after an explored mode's first sample that mode (0: none, 1: split, 2:

@@ -1100,6 +1100,61 @@ TEST(SchedulerTest, TheTransfersBoundTheSplitWhereTheCopyEngineRunsAllStep) {
             0.97 * runs[0].split_ns / runs[0].split_steps);
 }
 
+// One runtime's points in turn, at one batch (the grid's rounds): short contexts, where the
+// transfers hide under Q and GPU-only is the cheaper mode (20 ms a layer against the split's
+// 23.2 or more), then long ones, where the split is (GPU-only 128 ms), then short again.
+// GPU-only's line is the GPU's attention, which the transfers' waits make at long contexts
+// only, so its rest there holds most of its step (~100 ms). Back at the short context that
+// rest is no longer GPU-only's: re-levelled by the change of host tokens
+// (rest_tokens_tolerance), GPU-only is measured again within a few decisions and chosen; kept
+// (0: off), it is predicted ~100 ms behind, and the split runs on at least until the maximum
+// period explores GPU-only. (Run 229 on the H200: Qwen3 32 x 8K after 32 x 32K.)
+TEST(SchedulerTest, AChangeOfContextReLevelsTheRests) {
+  const TransferWorld world;
+  constexpr double kShort = 2e5, kLong = 1.6e6;
+  ASSERT_LT(world.Run(0.0, kShort).step_ns, world.Run(0.1, kShort).step_ns);
+  ASSERT_LT(world.Run(world.BestShare(kLong), kLong).step_ns, 0.6 * world.Run(0.0, kLong).step_ns);
+  int gpu_only_steps[2] = {0, 0};  // of the last 40 at the short context, again
+  int first_gpu_only[2] = {-1, -1};
+  for (const bool relevel : {false, true}) {
+    SCOPED_TRACE(relevel ? "re-levelled" : "kept");
+    SchedulerOptions options;
+    options.rest_tokens_tolerance = relevel ? 0.5 : 0.0;
+    auto s = *Scheduler::Create("writescope", options);
+    const CostSample cpu_probe[] = {{100000, 100000 * 60.0 + 200000},
+                                    {400000, 400000 * 60.0 + 200000}};
+    const CostSample gpu_probe[] = {{100000, 100000 * 80.0}, {400000, 400000 * 80.0}};
+    WS_ASSERT_OK(s->CalibrateCpu(cpu_probe));
+    WS_ASSERT_OK(s->CalibrateGpu(gpu_probe));
+    const auto run = [&](double tokens, int steps, int phase) {
+      int gpu_only = 0;
+      for (int i = 0; i < steps; ++i) {
+        s->UpdateTarget(static_cast<uint64_t>(tokens));
+        const ReadDecision d = s->ChooseDecodeReads(static_cast<uint64_t>(tokens),
+                                                    static_cast<uint64_t>(0.9 * tokens), kBatch);
+        s->ObserveStep(world.Run(d.cpu_share, tokens));
+        if (d.cpu_share == 0.0) {
+          if (phase == 2 && first_gpu_only[relevel] < 0) first_gpu_only[relevel] = i;
+          if (i >= steps - 40) ++gpu_only;
+        }
+      }
+      return gpu_only;
+    };
+    EXPECT_GE(run(kShort, 80, 0), 30);  // GPU-only, chosen
+    run(kLong, 80, 1);
+    // Kept, GPU-only's rest holds the transfers beyond its line (96.7 of its 128 ms).
+    if (!relevel) EXPECT_GT(s->rest_gpu_only_ns(), 80e6);
+    gpu_only_steps[relevel] = run(kShort, 80, 2);
+  }
+  // Re-levelled: GPU-only from the first decisions (0 and 38 of 40 here).
+  EXPECT_GE(first_gpu_only[1], 0);
+  EXPECT_LE(first_gpu_only[1], 8);
+  EXPECT_GE(gpu_only_steps[1], 30);
+  // Kept: none of the 80 steps here.
+  EXPECT_TRUE(first_gpu_only[0] < 0 || first_gpu_only[0] >= 20) << first_gpu_only[0];
+  EXPECT_LE(gpu_only_steps[0], 10);
+}
+
 // Where the transfers do not bind (they copy under Q and more), the split's share is the
 // attention lines' with the bound on or off, decision for decision.
 TEST(SchedulerTest, TransfersThatDoNotBindLeaveTheSplitToTheAttentionLines) {
@@ -3010,6 +3065,11 @@ TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
   options.rest_batch_tolerance = -1;
   expect_refused(options, "rest_batch_tolerance");
   options.rest_batch_tolerance = 0.25;
+  options.rest_tokens_tolerance = -0.5;
+  expect_refused(options, "rest_tokens_tolerance");
+  options.rest_tokens_tolerance = std::numeric_limits<double>::infinity();
+  expect_refused(options, "rest_tokens_tolerance");
+  options.rest_tokens_tolerance = 0.5;
   for (const double factor : {1.0, 0.5, -1.0, kNaN}) {
     options.rest_outlier_factor = factor;
     expect_refused(options, "rest_outlier_factor");

@@ -35,7 +35,9 @@ failure):
      the gpu_worker after a warm-up, the rest on the cpu_worker) match it within bf16
      rounding, and wscope info and the profile show them; DeepSeek's MLA on the cpu_worker
      through oneDNN matmuls (--mla_matmul=onednn, cpu-all) equals the reference; so does a
-     cpu_worker holding its threads spinning between a step's messages (--hold_threads_us).
+     cpu_worker holding its threads spinning between a step's messages (--hold_threads_us),
+     and a trio whose threads launch.sh pinned (WS_PIN_THREADS=all: every thread where it
+     should be, from /proc).
 Python standard library only.
 """
 import argparse
@@ -184,8 +186,9 @@ class Env:
 # ---- the trio ------------------------------------------------------------------------
 
 class Trio:
-    def __init__(self, env, arch, coordinator_flags, launch_flags=()):
+    def __init__(self, env, arch, coordinator_flags, launch_flags=(), launch_env=None):
         self.env = env
+        self.launch_env = dict(launch_env or {})  # added to launch.sh's environment
         self.arch = arch
         self.flags = list(coordinator_flags)
         # The reference comparisons assume the cpu_worker's f32 experts: on a GPU the
@@ -220,7 +223,8 @@ class Trio:
                f"--model={os.path.join(self.env.fixtures, self.arch)}"] + self.flags
         started = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     env={**os.environ, **self.launch_env})
         log.close()
         start_timeout = float(os.environ.get("WS_START_TIMEOUT_S", "120"))
         deadline = started + start_timeout
@@ -962,6 +966,48 @@ def check_placement_of_work(env):
     generate_against_reference(env, arch, "threads held between messages", prompt, ref,
                                ["--policy=static:0.5"],
                                launch_flags=["--cpu-worker-flag", "--hold_threads_us=20000"])
+    check_pinned_threads(env, arch, prompt, ref)
+
+
+def check_pinned_threads(env, arch, prompt, ref):
+    """11d. WS_PIN_THREADS=all: the cpu_worker on the cores after the first, the gpu_worker
+    and the coordinator on the first; only where the threads run changes, so the numbers are
+    the reference's."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        ok("pinned threads: skipped (one core)")
+        return
+    trio = Trio(env, arch, ["--policy=static:0.5"], launch_env={"WS_PIN_THREADS": "all"})
+    try:
+        trio.start()
+        r = generate_12(trio, "pinned threads", prompt)
+        if r is not None:
+            check_against_reference("pinned threads", r, ref)
+        # Every thread of each process, as the kernel has it now.
+        wanted = {"cpu_worker": set(cpus[1:]), "gpu_worker": {cpus[0]}, "coordinator": {cpus[0]}}
+        seen = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    name = f.read().strip()
+                if name not in wanted or os.getpgid(int(pid)) != trio.proc.pid:
+                    continue
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    seen.setdefault(name, set()).update(os.sched_getaffinity(int(tid)))
+            except OSError:
+                continue
+        check(set(seen) == set(wanted) and all(seen[n] <= wanted[n] for n in wanted),
+              "pinned threads: the cpu_worker's threads on the cores after the first, the "
+              "gpu_worker's and the coordinator's on the first",
+              f"wanted {wanted}, seen {seen}\n{trio.log_tail(10)}")
+        with open(trio.log_path) as f:
+            text = f.read()
+        check("pinning: the cpu_worker's threads one to a core" in text,
+              "pinned threads: launch.sh says how it pinned them", text[-800:])
+    finally:
+        trio.stop()
 
 
 def check_mla_matmul(env):

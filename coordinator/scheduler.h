@@ -476,8 +476,8 @@ struct SchedulerOptions {
   // contexts), so it grows with the context: in one runtime on the H200 (run 229), Qwen3
   // 32 x 32K left GPU-only's rest at 122-146 ms a step; back at 32 x 8K in the next round,
   // with the batch unchanged, GPU-only was predicted at 127-151 ms against steps of ~50, and
-  // none of 32 steps explored it: the split ran 3-8 % behind transfer-all there (6 of 6
-  // rounds, three trios).
+  // none of 32 steps explored it: the split ran 6-8 % behind transfer-all there (three
+  // trios).
   double rest_tokens_tolerance = 0.5;
 };
 
@@ -530,22 +530,21 @@ class Scheduler {
   // share, all read in place. Each writescope decision past that counts
   // (read_decisions()).
   // `sequences`: the step's decode sequences. The rest of a step grows with them (experts,
-  // sampling), so for a batch more than rest_batch_tolerance away from the one the rests
-  // were measured at (or host tokens more than rest_tokens_tolerance away: GPU-only's rest
-  // holds the transfers the experts do not hide), the next step's measurement replaces its mode's rest and moves the
-  // other's by as much (their difference is kept), and the next decision at least
-  // min_explore_period_steps after the last exploration explores the other mode (when
-  // exploring is on, and its predicted gap is at most its guessed rest: a guess wrong by all
-  // of itself could turn no wider gap, and running a mode far worse costs its whole gap,
-  // GPU-only at 32 x 32K on the H200 +60 %; wider gaps wait for the exploration credit), whose
-  // measurement then replaces its rest. A mode's first sample taken on an exploration is such
-  // a guess too (the runtime's first steps pay for one-time work). Such a measurement runs on
-  // an advance of the credit when the credit does not cover it (the credit goes negative),
-  // and no other runs until later decisions have paid it back or the batch has held for
-  // max_explore_period_steps: batches that change often (serving) cannot make these
-  // measurements cost more than the credit's share in the long run. What the split costs
-  // beyond its model changes with the batch, so a difference carried over from another batch
-  // would stand until the next exploration credit.
+  // sampling), so for a batch more than rest_batch_tolerance away from the one the rests were
+  // measured at (or host tokens more than rest_tokens_tolerance away: GPU-only's rest holds the
+  // transfers the experts do not hide), the next step's measurement replaces its mode's rest and
+  // moves the other's by as much (their difference is kept), and the next decision at least
+  // min_explore_period_steps after the last exploration explores the other mode (when exploring is
+  // on, and its predicted gap is at most its guessed rest: a guess wrong by all of itself could
+  // turn no wider gap, and running a mode far worse costs its whole gap, GPU-only at 32 x 32K on
+  // the H200 +60 %; wider gaps wait for the exploration credit), whose measurement then replaces
+  // its rest. A mode's first sample taken on an exploration is such a guess too (the runtime's
+  // first steps pay for one-time work). Such a measurement runs on an advance of the credit when
+  // the credit does not cover it (the credit goes negative), and no other runs until later
+  // decisions have paid it back or the batch has held for max_explore_period_steps: batches that
+  // change often (serving) cannot make these measurements cost more than the credit's share in the
+  // long run. What the split costs beyond its model changes with the batch, so a difference carried
+  // over from another batch would stand until the next exploration credit.
   ReadDecision ChooseDecodeReads(uint64_t host_tokens, uint64_t placed_cpu_tokens,
                                  uint32_t sequences);
   // The same for a step whose CPU reads whole sequences (the engine): `cpu_tokens` holds each

@@ -1060,6 +1060,20 @@ TransferRun RunTransfers(Scheduler& scheduler, const TransferWorld& world, int s
   return run;
 }
 
+// A writescope scheduler whose start-up probes measured `world`'s paths: the CPU's attention
+// line, and the GPU path alone at GPU-only's copy rate.
+std::unique_ptr<Scheduler> ProbedForTransfers(const TransferWorld& world,
+                                              const SchedulerOptions& options) {
+  auto s = *Scheduler::Create("writescope", options);
+  const double a = world.cpu_ns_per_token, c = world.cpu_fixed_ns;
+  const double d = world.gpu_only_dma_ns_per_token;
+  const CostSample cpu_probe[] = {{100000, 100000 * a + c}, {400000, 400000 * a + c}};
+  const CostSample gpu_probe[] = {{100000, 100000 * d}, {400000, 400000 * d}};
+  EXPECT_TRUE(s->CalibrateCpu(cpu_probe).ok());
+  EXPECT_TRUE(s->CalibrateGpu(gpu_probe).ok());
+  return s;
+}
+
 TEST(SchedulerTest, TheTransfersBoundTheSplitWhereTheCopyEngineRunsAllStep) {
   const TransferWorld world;
   constexpr double kTokens = 1e6;
@@ -1070,12 +1084,7 @@ TEST(SchedulerTest, TheTransfersBoundTheSplitWhereTheCopyEngineRunsAllStep) {
     SCOPED_TRACE(dma_bound ? "dma_bound" : "the attention lines");
     SchedulerOptions options;
     options.dma_bound = dma_bound;
-    auto s = *Scheduler::Create("writescope", options);
-    const CostSample cpu_probe[] = {{100000, 100000 * 60.0 + 200000},
-                                    {400000, 400000 * 60.0 + 200000}};
-    const CostSample gpu_probe[] = {{100000, 100000 * 80.0}, {400000, 400000 * 80.0}};
-    WS_ASSERT_OK(s->CalibrateCpu(cpu_probe));
-    WS_ASSERT_OK(s->CalibrateGpu(gpu_probe));
+    auto s = ProbedForTransfers(world, options);
     runs[dma_bound] = RunTransfers(*s, world, 300, kTokens);
     ASSERT_GT(runs[dma_bound].split_steps, 90);
     EXPECT_EQ(s->DmaBound(), dma_bound);
@@ -1120,12 +1129,7 @@ TEST(SchedulerTest, AChangeOfContextReLevelsTheRests) {
     SCOPED_TRACE(relevel ? "re-levelled" : "kept");
     SchedulerOptions options;
     options.rest_tokens_tolerance = relevel ? 0.5 : 0.0;
-    auto s = *Scheduler::Create("writescope", options);
-    const CostSample cpu_probe[] = {{100000, 100000 * 60.0 + 200000},
-                                    {400000, 400000 * 60.0 + 200000}};
-    const CostSample gpu_probe[] = {{100000, 100000 * 80.0}, {400000, 400000 * 80.0}};
-    WS_ASSERT_OK(s->CalibrateCpu(cpu_probe));
-    WS_ASSERT_OK(s->CalibrateGpu(gpu_probe));
+    auto s = ProbedForTransfers(world, options);
     const auto run = [&](double tokens, int steps, int phase) {
       int gpu_only = 0;
       for (int i = 0; i < steps; ++i) {

@@ -94,14 +94,14 @@ ABSL_FLAG(double, rest_shift_explore,
           "measured, by more than this share of its step and more than the other is predicted "
           "behind, the other is explored as soon as the minimum exploration period allows "
           "(0: off)");
-ABSL_FLAG(double, rest_tokens_tolerance,
-          writescope::coordinator::SchedulerOptions{}.rest_tokens_tolerance,
-          "writescope: a relative change of the batch's host tokens that re-levels the read "
-          "modes' rests, as a change of the batch does (0: off)");
 ABSL_FLAG(bool, rest_shift_scaled,
           writescope::coordinator::SchedulerOptions{}.rest_shift_scaled,
           "writescope: --rest_shift_explore compares with the gap the chosen mode's fall "
           "scaled to the other mode's rest where that is larger (false: the fall alone)");
+ABSL_FLAG(double, rest_tokens_tolerance,
+          writescope::coordinator::SchedulerOptions{}.rest_tokens_tolerance,
+          "writescope: a relative change of the batch's host tokens that re-levels the read "
+          "modes' rests, as a change of the batch does (0: off)");
 ABSL_FLAG(double, rest_outlier_factor,
           writescope::coordinator::SchedulerOptions{}.rest_outlier_factor,
           "writescope: a decode step that took more than this factor times its mode's "

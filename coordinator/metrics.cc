@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "coordinator/explore_reason.h"
 
 namespace writescope::coordinator {
 namespace {
@@ -46,8 +47,6 @@ const std::vector<double>& StepBounds() {
 constexpr const char* kOutcomes[] = {"complete", "abort", "error", "rejected"};
 constexpr const char* kWorkers[] = {"gpu_worker", "cpu_worker"};
 constexpr const char* kReads[] = {"split", "gpu_only"};
-constexpr const char* kExploreReasons[] = {"unmeasured", "repeat",     "credit",
-                                           "max_period", "guess",      "rest_shift"};
 
 // Adds one to `key`'s count, making its series where it has none.
 void Increment(std::map<std::string, uint64_t, std::less<>>& counts, absl::string_view key) {
@@ -188,7 +187,9 @@ Metrics::Metrics()
   std::lock_guard lock(mutex_);
   for (const char* outcome : kOutcomes) requests_by_outcome_.emplace(outcome, 0);
   for (const char* read : kReads) decode_steps_by_read_.emplace(read, 0);
-  for (const char* reason : kExploreReasons) exploring_steps_by_reason_.emplace(reason, 0);
+  for (absl::string_view reason : kExploreReasonNames) {
+    if (!reason.empty()) exploring_steps_by_reason_.emplace(std::string(reason), 0);
+  }
   for (const char* worker : kWorkers) {
     step_time_by_worker_.emplace(worker, std::make_unique<Histogram>(StepBounds()));
   }

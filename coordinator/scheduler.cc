@@ -288,14 +288,6 @@ void LinearCostEstimator::Refit() {
 // ---------------------------------------------------------------------------------------
 // Scheduler.
 
-absl::string_view ExploreReasonName(ExploreReason reason) {
-  // In the enum's order.
-  constexpr std::array<absl::string_view, 7> kNames = {
-      "", "unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift"};
-  const auto i = static_cast<size_t>(reason);
-  return i < kNames.size() ? kNames[i] : "";
-}
-
 absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
   absl::Status status = ValidateEstimatorOptions(options.cpu_estimator);
   if (!status.ok())

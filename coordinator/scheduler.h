@@ -36,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/kv_config.h"
+#include "coordinator/explore_reason.h"
 #include "coordinator/placement.h"
 #include "coordinator/policy.h"
 
@@ -211,15 +212,6 @@ struct StepSample {
   // (StepResult.early_rounds_missed): the step read otherwise than queued and paid for it.
   bool early_rounds_missed = false;
 };
-
-// Why an exploration ran (ReadDecision::explore_reason), in the order checked: the other
-// mode was never measured (or its prediction is unknown); it repeats one that measured
-// nothing; the credit covered its predicted extra cost; the maximum period forced it (the
-// credit short of it); the other mode's rest was a guess after a re-level (measured at the
-// first chance); the chosen mode's rest fell (SchedulerOptions::rest_shift_explore).
-enum class ExploreReason { kNone, kUnmeasured, kRepeat, kCredit, kMaxPeriod, kGuess, kRestShift };
-// "" for kNone, else one word: unmeasured, repeat, credit, max_period, guess, rest_shift.
-absl::string_view ExploreReasonName(ExploreReason reason);
 
 // How a decode step reads the KV placed in the CPU-compute region. The placement fixes
 // where each block lies, not who reads it: the blocks of both host regions have one layout

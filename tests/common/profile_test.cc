@@ -528,4 +528,3 @@ TEST(ProcessCpuMillisTest, CountsWorkNotSleep) {
 
 }  // namespace
 }  // namespace writescope
-

@@ -88,6 +88,18 @@ double CpuChainExtraNs(const internal::StepResult& gpu, const internal::StepResu
                            cpu_sample_ns);
 }
 
+uint64_t StreamedHostTokens(const internal::StepPlan& plan) {
+  uint64_t tokens = 0;
+  for (const internal::SequenceStep& sequence : plan.sequences()) {
+    for (const internal::BlockRun& run : sequence.blocks()) {
+      if (run.region() != internal::REGION_CPU_COMPUTE || sequence.gpu_reads_cpu_blocks()) {
+        tokens += run.num_tokens();
+      }
+    }
+  }
+  return tokens;
+}
+
 absl::Status RequestStream::final_status() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return status_;
@@ -961,8 +973,12 @@ absl::Status Engine::RunOneStep() {
   }
   {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
-    plan.set_experts_on_gpu(experts_.has_value() &&
-                            experts_->OnGpu(static_cast<int64_t>(step_tokens)));
+    // The experts' stream would share the link with the step's KV rounds (ExpertPlacement).
+    if (experts_.has_value()) {
+      const double link_ms = experts_->LinkMs(StreamedHostTokens(plan) *
+                                              kv_.geometry.bytes_per_token_layer());
+      plan.set_experts_on_gpu(experts_->OnGpu(static_cast<int64_t>(step_tokens), link_ms));
+    }
     // The placement this step reads, taken before the step: sequences that end in it free
     // their blocks before its record is written.
     record.placed_cpu_share = placement_->PlacedCpuShare();

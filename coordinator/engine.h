@@ -120,6 +120,11 @@ CostSample AttentionSample(const internal::StepResult& result, uint32_t layers,
 double CpuChainExtraNs(const internal::StepResult& gpu, const internal::StepResult& cpu,
                        double layers, double step_ns, double cpu_sample_ns);
 
+// The host tokens a step's plan has the gpu_worker stream per layer (its ping-pong rounds):
+// every GPU-transfer block, and the CPU-compute blocks of the sequences whose
+// gpu_reads_cpu_blocks is set.
+uint64_t StreamedHostTokens(const internal::StepPlan& plan);
+
 // What one Generate call reads: responses in order, then the end.
 class RequestStream {
  public:

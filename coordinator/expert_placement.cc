@@ -64,7 +64,12 @@ double ExpertPlacement::GpuMs(int64_t tokens) const {
   return GpuModelMs(tokens) * gpu_correction_;
 }
 
-bool ExpertPlacement::OnGpu(int64_t tokens) const {
+double ExpertPlacement::LinkMs(uint64_t bytes) const {
+  if (!(params_.stream_bytes_per_ms > 0)) return 0.0;
+  return static_cast<double>(bytes) / params_.stream_bytes_per_ms;
+}
+
+bool ExpertPlacement::OnGpu(int64_t tokens, double link_ms) const {
   if (params_.moe_layers == 0 || !params_.gpu_streams || tokens <= 0) return false;
   switch (mode_) {
     case ExpertMode::kCpu:
@@ -74,7 +79,7 @@ bool ExpertPlacement::OnGpu(int64_t tokens) const {
     case ExpertMode::kAuto:
       // The host device has no stream to pay for and no faster compute: keep the CPU.
       if (params_.stream_bytes_per_ms <= 0) return false;
-      if (!(GpuMs(tokens) < CpuMs(tokens))) return false;
+      if (!(GpuMs(tokens) + std::max(0.0, link_ms) < CpuMs(tokens))) return false;
       return !(gpu_since_cpu_ >= kProbeEvery && tokens <= kProbeMaxTokens);
   }
   return false;

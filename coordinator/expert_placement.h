@@ -23,10 +23,17 @@
 // (decode) are bandwidth-bound, their cost per token far higher and not proportional: cpu(T)
 // is an EMA of their measured time per layer (before any is measured, a_cpu · T), so that
 // another tenant slowing the CPU down shows within a few decode steps.
-// Decision per step: the GPU iff gpu(T) < cpu(T). A decode step of a few tokens would pay a
-// whole layer's stream and stays on the CPU, unless the CPU is much slower than usual (a
-// competing load); a long prefill chunk (thousands of tokens) is compute the CPU does at
-// ~5 TFLOP/s and the GPU at hundreds.
+// Decision per step: the GPU iff gpu(T) + k < cpu(T), k the step's own KV transfers per
+// layer on the host-to-device link (the ping-pong rounds of the host blocks the GPU attends,
+// at the stream's rate R). The experts' stream shares that link: with the experts on the
+// CPU the transfers run under them, with the experts on the GPU a layer waits for both
+// (Mixtral 32 x 32K on the H200, run 236: the rule without k sent 8 decode steps' experts to
+// the GPU when the CPU's took 44-47 ms a layer, the stream of a layer's 2.8 GB modelled
+// below that. Those steps took 104-133 ms a layer, their KV rounds 47-79 ms of it, against
+// 70-78 ms a layer for the steps around them with the experts on the CPU, whose rounds ran
+// under them.) A decode step of a few tokens would pay a whole layer's stream and stays on
+// the CPU, unless the CPU is much slower than usual (a competing load); a long prefill chunk
+// (thousands of tokens) is compute the CPU does at ~5 TFLOP/s and the GPU at hundreds.
 //
 // Probes: a path that is not used is not measured, so a CPU once judged slow would stay
 // judged slow after the competing load ends. After kProbeEvery consecutive steps on the GPU,
@@ -72,8 +79,13 @@ class ExpertPlacement {
                                                 const ExpertPlacementParams& params);
 
   // Whether a step of `tokens` tokens runs its routed experts on the gpu_worker (a CPU
-  // probe is due: false).
-  bool OnGpu(int64_t tokens) const;
+  // probe is due: false). `link_ms`: per MoE layer, the step's own KV transfers on the
+  // host-to-device link (LinkMs of their bytes; 0: none), which the experts' stream would
+  // delay.
+  bool OnGpu(int64_t tokens, double link_ms = 0.0) const;
+  // The link's time for `bytes` at the stream's rate, ms (0 where nothing streams: the host
+  // device).
+  double LinkMs(uint64_t bytes) const;
 
   // Modelled ms per MoE layer.
   double CpuMs(int64_t tokens) const;

@@ -969,6 +969,30 @@ TEST_F(EngineTest, CalibratesTheCpuPathFromTheCpuWorkersProbe) {
             absl::StatusCode::kUnimplemented);
 }
 
+// What the gpu_worker streams: every GPU-transfer run, and a sequence's CPU-compute runs only
+// where it reads them itself.
+TEST(StreamedHostTokensTest, CountsTheRoundsTheGpuWorkerCopies) {
+  internal::StepPlan plan;
+  EXPECT_EQ(StreamedHostTokens(plan), 0u);
+  auto add_run = [](internal::SequenceStep* sequence, internal::Region region, uint32_t tokens) {
+    internal::BlockRun* run = sequence->add_blocks();
+    run->set_region(region);
+    run->set_num_tokens(tokens);
+  };
+  internal::SequenceStep* split = plan.add_sequences();  // the CPU attends its CPU blocks
+  add_run(split, internal::REGION_CPU_COMPUTE, 256);
+  add_run(split, internal::REGION_GPU_TRANSFER, 512);
+  add_run(split, internal::REGION_CPU_COMPUTE, 64);
+  internal::SequenceStep* streamed = plan.add_sequences();  // the GPU reads them all
+  add_run(streamed, internal::REGION_CPU_COMPUTE, 128);
+  add_run(streamed, internal::REGION_GPU_TRANSFER, 32);
+  streamed->set_gpu_reads_cpu_blocks(true);
+  plan.add_sequences();  // a new prompt's first chunk: nothing placed yet
+  EXPECT_EQ(StreamedHostTokens(plan), 512u + 128u + 32u);
+  split->set_gpu_reads_cpu_blocks(true);
+  EXPECT_EQ(StreamedHostTokens(plan), 256u + 512u + 64u + 128u + 32u);
+}
+
 // The scheduler's attention samples: per layer, over the layers after the first by
 // default, over all of them when asked or where a step has one layer.
 TEST(AttentionSampleTest, LeavesTheFirstLayerOutWhenAsked) {

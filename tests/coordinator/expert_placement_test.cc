@@ -151,6 +151,51 @@ TEST(ExpertPlacementTest, ProbesTheCpuAndComesBackWhenTheLoadEnds) {
   EXPECT_TRUE(placement.OnGpu(4096));
 }
 
+// Mixtral-8x7B's routed experts (8 of 2.82 GB per layer over 32 layers) at batch 32 x 32K
+// (run 236 on the H200): a layer's stream ~51 ms, the CPU's experts 45-47 ms a layer at its
+// slower times, and ~2.1M host tokens a layer streamed (4 KiB each: ~160 ms at the
+// stream's rate).
+TEST(ExpertPlacementTest, TheStepsOwnTransfersCountAgainstTheGpu) {
+  const ExpertPlacementParams mixtral{.num_experts = 8,
+                                      .top_k = 2,
+                                      .moe_layers = 32,
+                                      .gpu_streams = true,
+                                      .stream_bytes_per_ms = 55e6,
+                                      .layer_bytes = 2818572288,
+                                      .cpu_ms_per_token = 2.0};
+  auto placement = *ExpertPlacement::Create(ExpertMode::kAuto, mixtral);
+  EXPECT_NEAR(placement.GpuMs(32), 2818572288 / 55e6, 1e-6);  // ~51.2 ms
+  EXPECT_NEAR(placement.LinkMs(55'000'000), 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(placement.LinkMs(0), 0.0);
+  // The CPU's experts come to 56 ms a layer, above the stream alone.
+  for (int i = 0; i < 10; ++i) placement.ObserveCpu(32, 32 * 56.0);
+  ASSERT_NEAR(placement.CpuMs(32), 56.0, 0.1);
+  // Nothing streamed (all the step's KV in VRAM): the GPU.
+  EXPECT_TRUE(placement.OnGpu(32, 0.0));
+  EXPECT_TRUE(placement.OnGpu(32, placement.LinkMs(0)));
+  // A step streaming 2 MiB of KV a layer: still the GPU (51.2 + 0.04 < 56).
+  EXPECT_TRUE(placement.OnGpu(32, placement.LinkMs(2u << 20)));
+  // At 32K the step's own rounds take ~160 ms a layer: the experts' 51 ms come on top of
+  // them on the GPU, and run under them on the CPU. The CPU.
+  const double rounds_ms = placement.LinkMs(uint64_t{2'100'000} * 4096);
+  EXPECT_NEAR(rounds_ms, 156.4, 0.1);
+  EXPECT_FALSE(placement.OnGpu(32, rounds_ms));
+  // ... until the CPU is slower than both together (a heavy competing load).
+  for (int i = 0; i < 20; ++i) placement.ObserveCpu(32, 32 * 260.0);
+  EXPECT_TRUE(placement.OnGpu(32, rounds_ms));
+  // A forced mode ignores the link; NaN or a negative time counts as none.
+  auto forced = *ExpertPlacement::Create(ExpertMode::kGpu, mixtral);
+  EXPECT_TRUE(forced.OnGpu(32, 1e9));
+  auto fresh = *ExpertPlacement::Create(ExpertMode::kAuto, mixtral);
+  for (int i = 0; i < 10; ++i) fresh.ObserveCpu(32, 32 * 56.0);
+  EXPECT_TRUE(fresh.OnGpu(32, NAN));
+  EXPECT_TRUE(fresh.OnGpu(32, -100.0));
+  // The host device streams nothing: no link time.
+  ExpertPlacementParams host = mixtral;
+  host.stream_bytes_per_ms = 0;
+  EXPECT_DOUBLE_EQ(ExpertPlacement::Create(ExpertMode::kAuto, host)->LinkMs(1 << 30), 0.0);
+}
+
 TEST(ExpertPlacementTest, CorrectsTheGpuModelByWhatItMeasures) {
   auto placement = *ExpertPlacement::Create(ExpertMode::kAuto, Qwen3Like());
   const double model = placement.GpuMs(2048);

@@ -30,10 +30,12 @@
 // (Mixtral 32 x 32K on the H200, run 236: the rule without k sent 8 decode steps' experts to
 // the GPU when the CPU's took 44-47 ms a layer, the stream of a layer's 2.8 GB modelled
 // below that. Those steps took 104-133 ms a layer, their KV rounds 47-79 ms of it, against
-// 70-78 ms a layer for the steps around them with the experts on the CPU, whose rounds ran
-// under them.) A decode step of a few tokens would pay a whole layer's stream and stays on
-// the CPU, unless the CPU is much slower than usual (a competing load); a long prefill chunk
-// (thousands of tokens) is compute the CPU does at ~5 TFLOP/s and the GPU at hundreds.
+// 68-78 ms a layer for the split steps around them, whose rounds ran under the CPU's
+// experts. With k, run 237: no step's experts went to the GPU, also under an 8-thread load
+// that made the CPU's 65 ms a layer.) A decode step of a few tokens would pay a whole
+// layer's stream and stays on the CPU, unless the CPU is much slower than usual (a competing
+// load); a long prefill chunk (thousands of tokens) is compute the CPU does at ~5 TFLOP/s
+// and the GPU at hundreds.
 //
 // Probes: a path that is not used is not measured, so a CPU once judged slow would stay
 // judged slow after the competing load ends. After kProbeEvery consecutive steps on the GPU,

@@ -14,3 +14,8 @@ rows=list(csv.DictReader(open('/tmp/c/contention-steps.csv')))
 print('steps', len(rows), 'with the experts on the GPU (cpu_expert_ms 0):', sum(float(r['cpu_expert_ms'])==0 for r in rows))
 PY
 gzip /tmp/c/*.csv; tar czf $OUT/c.tgz -C /tmp c
+# The contention part above asked for 32768 tokens, more than Mixtral's context with the
+# decode steps (every round was refused, nothing measured). It ran again on the same lease as:
+#   deploy/contention.sh --arch mixtral --batch 32 --context 32512 --policies writescope \
+#     --before 15 --during 15 --after 15 --cycles 2 --load-threads 8 --out /tmp/c
+# whose outputs are in c/.

@@ -153,8 +153,8 @@ TEST(ExpertPlacementTest, ProbesTheCpuAndComesBackWhenTheLoadEnds) {
 
 // Mixtral-8x7B's routed experts (8 of 2.82 GB per layer over 32 layers) at batch 32 x 32K
 // (run 236 on the H200): a layer's stream ~51 ms, the CPU's experts 45-47 ms a layer at its
-// slower times, and ~2.1M host tokens a layer streamed (4 KiB each: ~160 ms at the
-// stream's rate).
+// slower times, and ~676K of a layer's 1.04M host tokens streamed at a read share of 0.35
+// (4 KiB each: ~50 ms at the stream's rate).
 TEST(ExpertPlacementTest, TheStepsOwnTransfersCountAgainstTheGpu) {
   const ExpertPlacementParams mixtral{.num_experts = 8,
                                       .top_k = 2,
@@ -175,13 +175,16 @@ TEST(ExpertPlacementTest, TheStepsOwnTransfersCountAgainstTheGpu) {
   EXPECT_TRUE(placement.OnGpu(32, placement.LinkMs(0)));
   // A step streaming 2 MiB of KV a layer: still the GPU (51.2 + 0.04 < 56).
   EXPECT_TRUE(placement.OnGpu(32, placement.LinkMs(2u << 20)));
-  // At 32K the step's own rounds take ~160 ms a layer: the experts' 51 ms come on top of
+  // At 32K the step's own rounds take ~50 ms a layer: the experts' 51 ms come on top of
   // them on the GPU, and run under them on the CPU. The CPU.
-  const double rounds_ms = placement.LinkMs(uint64_t{2'100'000} * 4096);
-  EXPECT_NEAR(rounds_ms, 156.4, 0.1);
+  const double rounds_ms = placement.LinkMs(uint64_t{676'000} * 4096);
+  EXPECT_NEAR(rounds_ms, 50.34, 0.01);
   EXPECT_FALSE(placement.OnGpu(32, rounds_ms));
-  // ... until the CPU is slower than both together (a heavy competing load).
-  for (int i = 0; i < 20; ++i) placement.ObserveCpu(32, 32 * 260.0);
+  // Not at 95 ms a layer either (below the ~101.6 of both) ...
+  for (int i = 0; i < 20; ++i) placement.ObserveCpu(32, 32 * 95.0);
+  EXPECT_FALSE(placement.OnGpu(32, rounds_ms));
+  // ... but once the CPU is slower than both together (a heavy competing load).
+  for (int i = 0; i < 20; ++i) placement.ObserveCpu(32, 32 * 110.0);
   EXPECT_TRUE(placement.OnGpu(32, rounds_ms));
   // A forced mode ignores the link; NaN or a negative time counts as none.
   auto forced = *ExpertPlacement::Create(ExpertMode::kGpu, mixtral);

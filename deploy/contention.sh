@@ -8,7 +8,9 @@
 # warm-up step: its decisions, explorations among them, are not in the first) and
 # OUT/contention-events.csv (load start/end). --cycles N runs the load N times, each for
 # --during seconds followed by --after seconds without it (more returns after a load per
-# trio: deploy/contention_report.py reports each).
+# trio: deploy/contention_report.py reports each). A bench that ends before a load (a point
+# it refused, e.g. a context the model cannot hold) stops the run there with its reason,
+# exit 1, instead of loading a CPU that nothing measures.
 #
 #   deploy/contention.sh [--arch qwen3_moe] [--layers 4] [--batch 16] [--context 32768]
 #       [--policies "writescope static:0.5 transfer-all"] [--load-threads 8]
@@ -54,6 +56,27 @@ steps_csv="$OUT_DIR/contention-steps.csv" events="$OUT_DIR/contention-events.csv
 warmup_csv="$OUT_DIR/contention-warmup.csv"
 [[ -f $events ]] || echo "policy,unix_s,event" >"$events"
 now() { date +%s.%N; }
+# bench_alive POLICY: whether the bench still runs; where it ended early (a point it refused,
+# e.g. a context the model cannot hold), says why, stops the trio and exits 1 before any
+# (further) load: a load without measured steps is no experiment.
+bench_alive() {
+  kill -0 "$bench" 2>/dev/null && return 0
+  local rc=0
+  wait "$bench" || rc=$?
+  echo "contention.sh: the bench under $1 ended (exit $rc) before the load; its log" \
+    "($OUT_DIR/contention-$1.log) ends:" >&2
+  tail -n 3 "$OUT_DIR/contention-$1.log" >&2
+  stop_trio
+  exit 1
+}
+# pause SECONDS POLICY: sleeps, and stops at once where the bench ended (bench_alive).
+pause() {
+  local end=$((SECONDS + $1))
+  while ((SECONDS < end)); do
+    bench_alive "$2"
+    sleep 1
+  done
+}
 for policy in $POLICIES; do
   start_trio contention "$policy" "$region_mib" --max_sequences="$((2 * BATCH))"
   total=$((BEFORE + CYCLES * (DURING + AFTER)))
@@ -64,9 +87,10 @@ for policy in $POLICIES; do
     --steps_csv="$steps_csv" --warmup_steps_csv="$warmup_csv" \
     >"$OUT_DIR/contention-$policy.log" 2>&1 &
   bench=$!
-  sleep "$BEFORE"
+  pause "$BEFORE" "$policy"
   for ((cycle = 1; cycle <= CYCLES; ++cycle)); do
-    ((cycle == 1)) || sleep "$AFTER"
+    ((cycle == 1)) || pause "$AFTER" "$policy"
+    bench_alive "$policy"
     echo "$policy,$(now),load start" >>"$events"
     "$BIN/ws_cpu_load" --threads="$LOAD_THREADS" --seconds="$DURING" \
       >>"$OUT_DIR/contention-load.log" 2>&1 || true

@@ -7,7 +7,8 @@
 #
 #   deploy/profile-bench.sh [--arch qwen3_moe] [--layers 4] [--batch 32] [--context 32768]
 #       [--policies "writescope cpu-all"] [--steps 4] [--out DIR] [--bin DIR] [--device cuda|host]
-#       [--grid-first BATCHES:CONTEXTS] [--one-trio] [--dry-run]
+#       [--grid-first BATCHES:CONTEXTS] [--one-trio] [--point-warmup 8] [--point-steps 8]
+#       [--dry-run]
 #
 # --one-trio: one trio for all the policies, each point run under its policy (wscope bench
 # --policies, the Bench RPC's policy) and profiled in turn, so that a policy may be listed
@@ -19,11 +20,15 @@
 # --grid-first (e.g. 4,16:8192,32768): the trio first runs those points as bench-grid.sh does
 # (16 warm-up + 16 measured steps each), so that the profiled point comes after the same
 # history as in a grid's trio; the trio's batch limit and KV regions are sized for the
-# largest of them and the profiled point. --dry-run prints the trio's sizes and the commands.
+# largest of them and the profiled point. --point-warmup and --point-steps: the profiled
+# point's warm-up and measured decode steps (8 and 8; --steps of them are traced: more
+# steps, with the trace's --steps, for a point whose steps spread). --dry-run prints the
+# trio's sizes and the commands.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH=qwen3_moe LAYERS=4 BATCH=32 CONTEXT=32768 POLICIES="writescope cpu-all" STEPS=4
 OUT_DIR="${OUT:-.}" BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda GRID_FIRST="" DRY=0 ONE_TRIO=0
+POINT_WARMUP=8 POINT_STEPS=8
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -37,11 +42,18 @@ while [[ $# -gt 0 ]]; do
     --device) DEVICE="$2"; shift 2 ;;
     --grid-first) GRID_FIRST="$2"; shift 2 ;;
     --one-trio) ONE_TRIO=1; shift ;;
+    --point-warmup) POINT_WARMUP="$2"; shift 2 ;;
+    --point-steps) POINT_STEPS="$2"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+if ! [[ $POINT_WARMUP =~ ^[0-9]+$ && $POINT_STEPS =~ ^[1-9][0-9]*$ ]]; then
+  echo "profile-bench.sh: --point-warmup takes a number of steps (0: none) and --point-steps a" \
+    "positive one, not '$POINT_WARMUP' and '$POINT_STEPS'" >&2
+  exit 2
+fi
 list='[1-9][0-9]*(,[1-9][0-9]*)*'
 if [[ -n $GRID_FIRST && ! $GRID_FIRST =~ ^$list:$list$ ]]; then
   echo "profile-bench.sh: --grid-first must be BATCHES:CONTEXTS (e.g. 4,16:8192,32768), not" \
@@ -71,7 +83,7 @@ profile_point() {
   shift 2
   echo "== $policy, batch $BATCH x $CONTEXT"
   run "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
-    --decode_steps=8 --warmup_steps=8 "$@" || true
+    --decode_steps="$POINT_STEPS" --warmup_steps="$POINT_WARMUP" "$@" || true
   run "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" --out="$trace" || true
   if [[ -f $trace ]]; then python3 "$ROOT/deploy/profile_layers.py" "$trace" || true; fi
 }

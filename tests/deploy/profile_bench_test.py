@@ -62,4 +62,20 @@ for bad in ("32", "32:", ":8192", "4,,16:8192", "4:8K", "0:8192"):
     checks.append((refused.returncode == 2 and "--grid-first must be BATCHES:CONTEXTS"
                    in refused.stderr and "start_trio" not in refused.stdout,
                    f"--grid-first '{bad}' refused"))
+# The profiled point's own steps: 8 warm-up and 8 measured unless given.
+longer = run("--policies", "writescope", "--point-warmup", "16", "--point-steps", "24",
+             "--steps", "12")
+text += longer.stdout
+checks += [
+    (out.count("--decode_steps=8 --warmup_steps=8") == 3, "the profiled points: 8 + 8 by default"),
+    (longer.returncode == 0 and "--decode_steps=24 --warmup_steps=16" in longer.stdout and
+     "profile --target=TARGET --steps=12" in longer.stdout,
+     "--point-warmup and --point-steps set the profiled point's steps"),
+    (run("--point-warmup", "0").returncode == 0, "--point-warmup 0: no warm-up"),
+]
+for flag, bad in (("--point-steps", "0"), ("--point-steps", "x"), ("--point-warmup", "-1")):
+    refused = run(flag, bad)
+    text += refused.stderr
+    checks.append((refused.returncode == 2 and "--point-warmup takes" in refused.stderr and
+                   "start_trio" not in refused.stdout, f"{flag} '{bad}' refused"))
 finish(checks, text)

@@ -341,7 +341,15 @@ def main():
     most = max(r["repeats"] for points in by.values() for r in points.values())
     if most > 1:
         print(f"Repeated points averaged (up to {most} rows each; the p10-p90 ranges cover "
-              "all of them).\n")
+              "all of them).")
+        # A grid whose budget ran out (gpu-grids.sh --budget-s), or a point that failed,
+        # leaves some points with fewer rounds: their ratios weigh fewer of the host's phases.
+        fewer = [f"{policy} {batch} x {context} ({r['repeats']} of {most})"
+                 for (policy, batch), points in sorted(by.items())
+                 for context, r in sorted(points.items()) if r["repeats"] < most]
+        if fewer:
+            print(f"Points with fewer rows: {', '.join(fewer)}.")
+        print()
     policies = sorted({p for p, _ in by}, key=lambda p: (p != "writescope", p))
     batches = sorted({b for _, b in by})
 

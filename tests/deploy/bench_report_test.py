@@ -91,6 +91,9 @@ finally:
     os.unlink(path)
 checks += [
     ("Repeated points averaged (up to 2 rows each" in repeated, "repeats: announced"),
+    ("Points with fewer rows: cpu-all 4 x 2048 (1 of 2), monolithic 4 x 8192 (1 of 2), "
+     "transfer-all 4 x 2048 (1 of 2), transfer-all 4 x 8192 (1 of 2)." in repeated,
+     "repeats: the points with fewer rows named"),
     ("writescope / transfer-all   2.00x over 1 points" in repeated, "repeats: averaged"),
     # At 8K: 2.00x over transfer-all and 0.50x over monolithic.
     ("  all baselines               1.00x over 2 ratios" in repeated, "pooled over all"),

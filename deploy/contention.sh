@@ -69,10 +69,11 @@ bench_alive() {
   stop_trio
   exit 1
 }
-# pause SECONDS POLICY: sleeps, and stops at once where the bench ended (bench_alive).
+# pause SECONDS POLICY: sleeps SECONDS in 1-s steps, and stops at once where the bench ended
+# (bench_alive).
 pause() {
-  local end=$((SECONDS + $1))
-  while ((SECONDS < end)); do
+  local i
+  for ((i = 0; i < $1; ++i)); do
     bench_alive "$2"
     sleep 1
   done

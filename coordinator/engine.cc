@@ -971,13 +971,13 @@ absl::Status Engine::RunOneStep() {
   for (const internal::SequenceStep& sequence : plan.sequences()) {
     for (const internal::BlockRun& run : sequence.blocks()) record.host_tokens += run.num_tokens();
   }
+  // The experts' stream would share the link with the step's KV rounds (ExpertPlacement).
+  const uint64_t streamed_bytes = StreamedHostTokens(plan) * kv_.geometry.bytes_per_token_layer();
   {
     std::lock_guard<std::mutex> lock(*placement_mutex_);
-    // The experts' stream would share the link with the step's KV rounds (ExpertPlacement).
     if (experts_.has_value()) {
-      const double link_ms = experts_->LinkMs(StreamedHostTokens(plan) *
-                                              kv_.geometry.bytes_per_token_layer());
-      plan.set_experts_on_gpu(experts_->OnGpu(static_cast<int64_t>(step_tokens), link_ms));
+      plan.set_experts_on_gpu(experts_->OnGpu(static_cast<int64_t>(step_tokens),
+                                              experts_->LinkMs(streamed_bytes)));
     }
     // The placement this step reads, taken before the step: sequences that end in it free
     // their blocks before its record is written.

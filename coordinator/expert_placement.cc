@@ -54,19 +54,19 @@ double ExpertPlacement::CpuMs(int64_t tokens) const {
   return params_.cpu_ms_per_token * static_cast<double>(tokens);
 }
 
+double ExpertPlacement::LinkMs(uint64_t bytes) const {
+  if (!(params_.stream_bytes_per_ms > 0)) return 0.0;
+  return static_cast<double>(bytes) / params_.stream_bytes_per_ms;
+}
+
 double ExpertPlacement::GpuModelMs(int64_t tokens) const {
   if (!params_.gpu_streams) return INFINITY;
-  if (params_.stream_bytes_per_ms <= 0) return 0;  // the host device: nothing to stream
-  return tokens <= 0 ? 0.0 : static_cast<double>(params_.layer_bytes) / params_.stream_bytes_per_ms;
+  // The host device (rate 0) streams nothing: 0.
+  return tokens <= 0 ? 0.0 : LinkMs(params_.layer_bytes);
 }
 
 double ExpertPlacement::GpuMs(int64_t tokens) const {
   return GpuModelMs(tokens) * gpu_correction_;
-}
-
-double ExpertPlacement::LinkMs(uint64_t bytes) const {
-  if (!(params_.stream_bytes_per_ms > 0)) return 0.0;
-  return static_cast<double>(bytes) / params_.stream_bytes_per_ms;
 }
 
 bool ExpertPlacement::OnGpu(int64_t tokens, double link_ms) const {

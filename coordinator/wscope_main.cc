@@ -19,7 +19,8 @@
 //                                           prompts; prints completed requests, outcomes by
 //                                           status code, tokens/s and latency percentiles
 //   wscope bench [--batches=4,16] [--contexts=2048,8192] [--decode_steps=N] [--warmup_steps=N]
-//          [--rounds=N] [--bench_for=60s] [--policies=writescope,cpu-all] [--csv=FILE]
+//          [--rounds=N] [--turns=N] [--turn_warmup_steps=N] [--bench_for=60s]
+//          [--policies=writescope,cpu-all] [--csv=FILE]
 //          [--steps_csv=FILE] [--warmup_steps_csv=FILE] [--prewarm_steps=N]
 //          [--temperature=F] [--top_k=N] [--top_p=F] [--seed=N] [--logprobs=N]
 //                                           steady-state decode at fixed contexts (the KV
@@ -28,7 +29,9 @@
 //                                           expert time, the CPU share, the roofline bound;
 //                                           --policies: every point under each policy in
 //                                           turn, in one runtime (reversed every second
-//                                           round); --steps_csv: every measured step, timestamped,
+//                                           round; --turns: the policies take that many
+//                                           turns at a point, alternating); --steps_csv:
+//                                           every measured step, timestamped,
 //                                           with the scheduler's lines after it, what started
 //                                           an exploration, and the gpu_worker's KV copies
 //                                           and CPU time;
@@ -116,6 +119,14 @@ ABSL_FLAG(std::string, csv, "", "bench: also append one row per point to this CS
 ABSL_FLAG(uint32_t, rounds, 1,
           "bench: run the list of points this many times (each round places its context anew "
           "at the scheduler's target then)");
+ABSL_FLAG(uint32_t, turns, 1,
+          "bench: at each point of a round, the policies take this many turns in a row, each "
+          "turn --decode_steps measured steps on its context placed anew, the order reversed "
+          "every second turn: shorter turns put the policies' steps closer in time, so that a "
+          "drift of the host weighs on them alike (the CSVs' turn column)");
+ABSL_FLAG(std::optional<uint32_t>, turn_warmup_steps, std::nullopt,
+          "bench: warm-up steps of a point's turns after its first in a round (the policy's "
+          "scheduler learned the point in its first turn; unset: --warmup_steps)");
 ABSL_FLAG(std::string, policies, "",
           "bench: run every point under each of these policies in turn, comma separated, in one "
           "runtime (each policy's scheduler kept across its points; the order reversed in every "
@@ -312,32 +323,50 @@ double Percentile(std::vector<double> values, double p) {
 
 // ---- bench -----------------------------------------------------------------------------
 
-// Opens a per-step CSV (--steps_csv, --warmup_steps_csv) to append to, writing its header
-// when the file is new. nullptr, with a message, when it cannot be written.
-std::FILE* OpenStepsCsv(const std::string& path) {
-  const bool fresh = !std::ifstream(path).good();
+// The columns of the per-point CSV (--csv) and of the per-step ones (--steps_csv,
+// --warmup_steps_csv).
+constexpr char kPointCsvHeader[] =
+    "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
+    "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
+    "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90,read_cpu_share,"
+    "explore_steps,gpu_hot_expert_ms,hot_pair_share,window_tokens,transfer_ms,"
+    "gpu_waited_cpu_ms,sampling,experts_per_layer,round,turn";
+constexpr char kStepsCsvHeader[] =
+    "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
+    "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
+    "optimal_cpu_share,batch,context,read_cpu_share,explore,"
+    "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
+    "rest_gpu_only_ms,early_rounds_missed,transfer_ms,gpu_waited_cpu_ms,"
+    "experts_per_layer,resplit_ms,resplit_blocks,cpu_ns_per_token,"
+    "cpu_fixed_us,gpu_ns_per_token,gpu_fixed_us,dma_ns_per_token,"
+    "dma_fixed_us,chain_extra_us,host_tokens,gpu_transfer_copies,"
+    "gpu_worker_cpu_ms,explore_reason,turn";
+
+// Opens a bench CSV to append rows of `header`'s columns to, writing the header when the
+// file is new or empty. nullptr, with a message, when the file starts with other columns (an
+// older bench's: its rows would not line up) or cannot be written.
+std::FILE* OpenCsv(const std::string& path, const char* header) {
+  std::ifstream existing(path);
+  std::string first_line;
+  const bool fresh = !existing.good() || !std::getline(existing, first_line);
+  if (!fresh && first_line != header) {
+    std::fprintf(stderr,
+                 "wscope bench: %s has other columns (an older bench's); write to a new file\n",
+                 path.c_str());
+    return nullptr;
+  }
   std::FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) {
     std::fprintf(stderr, "wscope bench: cannot write %s\n", path.c_str());
     return nullptr;
   }
-  if (fresh) {
-    std::fprintf(file, "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
-                       "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
-                       "optimal_cpu_share,batch,context,read_cpu_share,explore,"
-                       "predicted_split_ms,predicted_gpu_only_ms,rest_split_ms,"
-                       "rest_gpu_only_ms,early_rounds_missed,transfer_ms,gpu_waited_cpu_ms,"
-                       "experts_per_layer,resplit_ms,resplit_blocks,cpu_ns_per_token,"
-                       "cpu_fixed_us,gpu_ns_per_token,gpu_fixed_us,dma_ns_per_token,"
-                       "dma_fixed_us,chain_extra_us,host_tokens,gpu_transfer_copies,"
-                       "gpu_worker_cpu_ms,explore_reason\n");
-  }
+  if (fresh) std::fprintf(file, "%s\n", header);
   return file;
 }
 
 // One row per step of one point (nothing when `file` is null).
-void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, uint64_t batch,
-                   uint64_t context,
+void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, uint32_t turn,
+                   uint64_t batch, uint64_t context,
                    const google::protobuf::RepeatedPtrField<writescope::v1::BenchStep>& steps) {
   if (file == nullptr) return;
   for (int i = 0; i < steps.size(); ++i) {
@@ -345,7 +374,7 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
     std::fprintf(file,
                  "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
                  "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu,%.4f,%.2f,%.4f,%.2f,%.4f,%.2f,"
-                 "%.2f,%llu,%llu,%.3f,%s\n",
+                 "%.2f,%llu,%llu,%.3f,%s,%u\n",
                  policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
                  step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
                  step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
@@ -359,14 +388,14 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
                  step.gpu_fixed_us(), step.dma_ns_per_token(), step.dma_fixed_us(),
                  step.chain_extra_us(), static_cast<unsigned long long>(step.host_tokens()),
                  static_cast<unsigned long long>(step.gpu_transfer_copies()),
-                 step.gpu_worker_cpu_ms(), step.explore_reason().c_str());
+                 step.gpu_worker_cpu_ms(), step.explore_reason().c_str(), turn);
   }
   std::fflush(file);
 }
 
 // One table row (and one CSV row) per benched point: means over its measured steps.
 void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, uint64_t context,
-                const std::string& sampling, std::FILE* csv) {
+                uint32_t round, uint32_t turn, const std::string& sampling, std::FILE* csv) {
   // Means over the measured steps.
   double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0,
          optimal = 0, bound = 0, read = 0, hot = 0, hot_share = 0, transfer = 0, waited = 0,
@@ -404,7 +433,7 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
   if (csv != nullptr) {
     std::fprintf(csv,
                  "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u,%.4f,%.4f,%s,%.2f\n",
+                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u,%.4f,%.4f,%s,%.2f,%u,%u\n",
                  response.policy().c_str(), response.num_layers(),
                  static_cast<unsigned long long>(batch),
                  static_cast<unsigned long long>(context), response.steps_size(),
@@ -413,7 +442,7 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
                  bound / n,
                  p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
                  response.window_tokens(), transfer / n, waited / n, sampling.c_str(),
-                 experts_per_layer / n);
+                 experts_per_layer / n, round, turn);
     std::fflush(csv);
   }
 }
@@ -485,6 +514,11 @@ int Bench() {
     }
   }
   if (policies.empty()) policies.push_back("");  // the coordinator's current one
+  const uint32_t turns = absl::GetFlag(FLAGS_turns);
+  if (turns == 0) {
+    std::fprintf(stderr, "wscope bench: --turns must be at least 1\n");
+    return 2;
+  }
   // generate's flags that a bench sets itself: refused rather than ignored.
   for (const auto& [set, flag] :
        {std::pair{absl::GetFlag(FLAGS_max_tokens) != 0, "--max_tokens"},
@@ -507,27 +541,8 @@ int Bench() {
   std::FILE* csv = nullptr;
   const std::string csv_path = absl::GetFlag(FLAGS_csv);
   if (!csv_path.empty()) {
-    const std::string header =
-        "policy,layers,batch,context,steps,tokens_per_s,step_ms,gpu_attention_ms,"
-        "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
-        "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90,read_cpu_share,"
-        "explore_steps,gpu_hot_expert_ms,hot_pair_share,window_tokens,transfer_ms,"
-        "gpu_waited_cpu_ms,sampling,experts_per_layer";
-    std::ifstream existing(csv_path);
-    std::string first_line;
-    const bool fresh = !existing.good() || !std::getline(existing, first_line);
-    if (!fresh && first_line != header) {
-      std::fprintf(stderr,
-                   "wscope bench: %s has other columns (an older bench's); write to a new file\n",
-                   csv_path.c_str());
-      return 2;
-    }
-    csv = std::fopen(csv_path.c_str(), "a");
-    if (csv == nullptr) {
-      std::fprintf(stderr, "wscope bench: cannot write %s\n", csv_path.c_str());
-      return 1;
-    }
-    if (fresh) std::fprintf(csv, "%s\n", header.c_str());
+    csv = OpenCsv(csv_path, kPointCsvHeader);
+    if (csv == nullptr) return 1;
   }
   std::FILE* steps_csv = nullptr;
   std::FILE* warmup_csv = nullptr;
@@ -540,7 +555,7 @@ int Bench() {
        {std::pair{absl::GetFlag(FLAGS_steps_csv), &steps_csv},
         std::pair{absl::GetFlag(FLAGS_warmup_steps_csv), &warmup_csv}}) {
     if (path.empty()) continue;
-    *file = OpenStepsCsv(path);
+    *file = OpenCsv(path, kStepsCsvHeader);
     if (*file == nullptr) {
       close_all();
       return 1;
@@ -582,6 +597,9 @@ int Bench() {
   int failures_in_a_row = 0;
   constexpr int kMaxFailuresInARow = 3;  // the server is gone or refuses every point
   const uint32_t rounds = std::max<uint32_t>(1, absl::GetFlag(FLAGS_rounds));
+  const uint32_t warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  const uint32_t turn_warmup_steps =
+      absl::GetFlag(FLAGS_turn_warmup_steps).value_or(warmup_steps);
   const absl::Duration bench_for = absl::GetFlag(FLAGS_bench_for);
   const absl::Time bench_start = absl::Now();
   for (uint32_t round = 0; round < rounds; ++round) {
@@ -591,37 +609,47 @@ int Bench() {
                    failures_in_a_row);
       break;
     }
-    // Every second round in reverse, so that no policy always runs right after another.
-    std::vector<std::string> order = policies;
-    if (round % 2 == 1) std::reverse(order.begin(), order.end());
     for (uint64_t context : contexts) {
       for (uint64_t batch : batches) {
-        for (const std::string& policy : order) {
-          if (failures_in_a_row >= kMaxFailuresInARow) break;
-          writescope::v1::BenchResponse response;
-          std::fprintf(stderr, "bench: round %u/%u, batch %llu, context %llu%s%s%s%s ...\n",
-                       round + 1, rounds, static_cast<unsigned long long>(batch),
-                       static_cast<unsigned long long>(context), policy.empty() ? "" : ", ",
-                       policy.c_str(), label == "greedy" ? "" : ", sampling ",
-                       label == "greedy" ? "" : label.c_str());
-          const grpc::Status status =
-              BenchOnePoint(*stub, batch, context, absl::GetFlag(FLAGS_decode_steps),
-                            absl::GetFlag(FLAGS_warmup_steps), policy, sampling, &response);
-          if (!status.ok()) {
-            std::printf("batch %llu context %llu%s%s: %s (code %d)\n",
-                        static_cast<unsigned long long>(batch),
-                        static_cast<unsigned long long>(context), policy.empty() ? "" : " ",
-                        policy.c_str(),
-                        status.error_message().c_str(), static_cast<int>(status.error_code()));
-            ++failures;
-            ++failures_in_a_row;
-            continue;
+        for (uint32_t turn = 0; turn < turns; ++turn) {
+          // Every second turn in reverse (with one turn a point: every second round), so that
+          // no policy always runs right after another.
+          std::vector<std::string> order = policies;
+          if ((round * turns + turn) % 2 == 1) std::reverse(order.begin(), order.end());
+          // The first turn at a point teaches each scheduler the point; the later ones only
+          // need the pipeline running again.
+          const uint32_t warmup = turn == 0 ? warmup_steps : turn_warmup_steps;
+          for (const std::string& policy : order) {
+            if (failures_in_a_row >= kMaxFailuresInARow) break;
+            writescope::v1::BenchResponse response;
+            const std::string turn_label =
+                turns > 1 ? absl::StrFormat(", turn %u/%u", turn + 1, turns) : "";
+            std::fprintf(stderr, "bench: round %u/%u%s, batch %llu, context %llu%s%s%s%s ...\n",
+                         round + 1, rounds, turn_label.c_str(),
+                         static_cast<unsigned long long>(batch),
+                         static_cast<unsigned long long>(context), policy.empty() ? "" : ", ",
+                         policy.c_str(), label == "greedy" ? "" : ", sampling ",
+                         label == "greedy" ? "" : label.c_str());
+            const grpc::Status status =
+                BenchOnePoint(*stub, batch, context, absl::GetFlag(FLAGS_decode_steps), warmup,
+                              policy, sampling, &response);
+            if (!status.ok()) {
+              std::printf("batch %llu context %llu%s%s: %s (code %d)\n",
+                          static_cast<unsigned long long>(batch),
+                          static_cast<unsigned long long>(context), policy.empty() ? "" : " ",
+                          policy.c_str(), status.error_message().c_str(),
+                          static_cast<int>(status.error_code()));
+              ++failures;
+              ++failures_in_a_row;
+              continue;
+            }
+            failures_in_a_row = 0;
+            PrintPoint(response, batch, context, round, turn, label, csv);
+            WriteStepRows(steps_csv, response.policy(), round, turn, batch, context,
+                          response.steps());
+            WriteStepRows(warmup_csv, response.policy(), round, turn, batch, context,
+                          response.warmup_steps());
           }
-          failures_in_a_row = 0;
-          PrintPoint(response, batch, context, label, csv);
-          WriteStepRows(steps_csv, response.policy(), round, batch, context, response.steps());
-          WriteStepRows(warmup_csv, response.policy(), round, batch, context,
-                        response.warmup_steps());
         }
       }
     }
@@ -1116,7 +1144,8 @@ int main(int argc, char** argv) {
       "  wscope load [--target=ADDRESS] [--streams=N] [--duration=10s] [--prompt_tokens=N]\n"
       "      [--max_tokens=N] [--seed=N] [--json] |\n"
       "  wscope bench [--target=ADDRESS] [--batches=4,16] [--contexts=2048,8192]\n"
-      "      [--decode_steps=N] [--warmup_steps=N] [--rounds=N] [--bench_for=D]\n"
+      "      [--decode_steps=N] [--warmup_steps=N] [--rounds=N] [--turns=N]\n"
+      "      [--turn_warmup_steps=N] [--bench_for=D]\n"
       "      [--policies=P,P] [--csv=FILE] [--steps_csv=FILE] [--warmup_steps_csv=FILE]\n"
       "      [--prewarm_steps=N] [--temperature=F] [--top_k=N] [--top_p=F] [--seed=N]\n"
       "      [--logprobs=N]");

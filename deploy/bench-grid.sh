@@ -11,7 +11,8 @@
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
 #       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 16]
-#       [--repeats 1] [--one-runtime] [--prewarm N] [--hot-experts auto|on|off] [--out DIR]
+#       [--repeats 1] [--one-runtime [--turns N] [--turn-warmup N]] [--prewarm N]
+#       [--hot-experts auto|on|off] [--out DIR]
 #       [--bin DIR] [--device cuda|host] [--sampling SPEC] [-- EXTRA_COORDINATOR_FLAGS...]
 #
 # --sampling (default greedy): how the decoded tokens are sampled, e.g.
@@ -31,6 +32,14 @@
 # memory, the hot experts and the start-up calibrations of the two paths), the order reversed
 # in every second repeat (--rounds). A slow phase of the host then falls on the policies of
 # the points it spans, not on one policy's whole trio, and no trio start-ups are paid.
+# --turns N (with --one-runtime; default 1): at each point of a round the policies take N
+# turns in a row, each --steps measured steps on the context placed anew, the order reversed
+# every second turn (wscope bench --turns; the CSVs' turn column); the turns after a point's
+# first warm up --turn-warmup steps (default --warmup: the scheduler learned the point in its
+# first turn). Shorter turns bring the policies' steps closer in time: the host's CPU expert
+# time moved 10-30 % between the policies' turns of 16 + 24 steps with the same work (runs
+# 231-232), more than the gaps between the policies at 8K. best_baseline_report.py pairs the
+# policies per turn.
 # --prewarm N (with --one-runtime; default warm-up + measured steps, 0: none): the trio's
 # first N decode steps, at the first point under static:0.5, recorded nowhere (wscope bench
 # --prewarm_steps): a runtime's first steps pay one-time costs, which fell into the first
@@ -49,6 +58,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" REPEATS=1
 BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=16 OUT_DIR="${OUT:-.}"
 BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=() ONE_RUNTIME=0 PREWARM="" SAMPLING=""
+TURNS=1 TURN_WARMUP=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -61,13 +71,15 @@ while [[ $# -gt 0 ]]; do
     --repeats) REPEATS="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=1; shift ;;
     --prewarm) PREWARM="$2"; shift 2 ;;
+    --turns) TURNS="$2"; shift 2 ;;
+    --turn-warmup) TURN_WARMUP="$2"; shift 2 ;;
     --hot-experts) HOT_EXPERTS="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --sampling) SAMPLING="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,6 +92,20 @@ if [[ -n $PREWARM ]] && ! [[ $PREWARM =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 PREWARM=${PREWARM:-$((WARMUP + STEPS))}
+if ! [[ $TURNS =~ ^[1-9][0-9]*$ ]]; then
+  echo "bench-grid.sh: --turns must be a positive integer, not '$TURNS'" >&2
+  exit 2
+fi
+if [[ -n $TURN_WARMUP ]] && ! [[ $TURN_WARMUP =~ ^[0-9]+$ ]]; then
+  echo "bench-grid.sh: --turn-warmup must be a number of steps (0: none), not '$TURN_WARMUP'" >&2
+  exit 2
+fi
+if ((!ONE_RUNTIME)) && { ((TURNS > 1)) || [[ -n $TURN_WARMUP ]]; }; then
+  echo "bench-grid.sh: --turns and --turn-warmup alternate the policies within one runtime:" \
+    "give --one-runtime" >&2
+  exit 2
+fi
+TURN_WARMUP=${TURN_WARMUP:-$WARMUP}
 # --sampling's keys as wscope bench's flags.
 SAMPLING_FLAGS=()
 if [[ -n $SAMPLING ]]; then
@@ -99,7 +125,8 @@ kv_bytes=$(kv_bytes_of "$ARCH")
 max_batch=$(max_of "$BATCHES") max_context=$(max_of "$CONTEXTS")
 # Tokens per sequence: the context, the decode steps (or the prewarm's, at the first point),
 # the D-window's flushes (one block).
-steps_per_point=$((STEPS + WARMUP > PREWARM ? STEPS + WARMUP : PREWARM))
+longest_warmup=$((TURN_WARMUP > WARMUP ? TURN_WARMUP : WARMUP))
+steps_per_point=$((STEPS + longest_warmup > PREWARM ? STEPS + longest_warmup : PREWARM))
 tokens=$((max_batch * (max_context + steps_per_point + 512)))
 region_mib=$(((tokens * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
@@ -107,12 +134,13 @@ csv="$OUT_DIR/bench-$ARCH.csv"
 echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, hot experts" \
   "$HOT_EXPERTS, policies: $POLICIES"
 if ((ONE_RUNTIME)); then
-  echo "bench-grid: one runtime for all policies, $REPEATS round(s)"
+  echo "bench-grid: one runtime for all policies, $REPEATS round(s), $TURNS turn(s) a point"
   start_trio bench-grid "${POLICIES%% *}" "$region_mib" --max_sequences="$max_batch" \
     ${EXTRA[@]+"${EXTRA[@]}"}
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
-    --decode_steps="$STEPS" --warmup_steps="$WARMUP" --rounds="$REPEATS" \
-    --prewarm_steps="$PREWARM" ${SAMPLING_FLAGS[@]+"${SAMPLING_FLAGS[@]}"} \
+    --decode_steps="$STEPS" --warmup_steps="$WARMUP" --rounds="$REPEATS" --turns="$TURNS" \
+    --turn_warmup_steps="$TURN_WARMUP" --prewarm_steps="$PREWARM" \
+    ${SAMPLING_FLAGS[@]+"${SAMPLING_FLAGS[@]}"} \
     --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
     --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
     true

@@ -357,6 +357,14 @@ def field(path, line, row, name, kind=float, finite=True):
     return value
 
 
+def round_of(path, line, row):
+    """(round, turn) of a steps CSV's row: a run of a point under one policy on its context
+    placed once (wscope bench --turns runs several turns of a point per round; turn 0 where the
+    CSV has no turn column, an older bench's)."""
+    turn = field(path, line, row, "turn", int) if (row.get("turn") or "").strip() else 0
+    return field(path, line, row, "round", int), turn
+
+
 def load_grid(path):
     """Rows of a bench CSV, repeated (policy, batch, context) points averaged: a list of dicts
     with policy, batch, context, tokens_per_s, step_ms and runs, in the file's policy order."""

@@ -19,10 +19,10 @@ geometric mean and how many are below --threshold; then the same for each baseli
 the adaptive policy, both against the baselines other than B.
 
 Where a grid's steps CSV lies beside it (steps-ARCH.csv[.gz], gpu-grids.sh writes it), the same
-ratios once more per round, paired step by step: within a round every policy decodes the same
-step indices, and the i-th step routes its tokens to the same experts under each, so each
-policy's throughput there is taken over its geometric-mean step over the steps every policy
-ran. Printed: the adaptive policy over the best baseline per point, round by round, how many
+ratios once more per round (per turn of it, where wscope bench ran --turns), paired step by
+step: within a round every policy decodes the same step indices, and the i-th step routes its
+tokens to the same experts under each, so each policy's throughput there is taken over its
+geometric-mean step over the steps every policy ran. Printed: the adaptive policy over the best baseline per point, round by round, how many
 of its rounds are below --threshold, the points below it in every round, and the pooled lines
 as above over the point-rounds.
 
@@ -80,13 +80,15 @@ def point_ratios(rows, policy, from_context):
 
 
 def paired_round_ratios(steps_path, policy, from_context):
-    """{(batch, context): [(round, keyed_ratios)]} from a grid's steps CSV, or None where it has
-    no round column. Within a round every policy decodes the same step indices, and the i-th
-    step routes its tokens to the same experts under each; each policy's throughput is the
-    batch over its geometric-mean step over the step indices every policy of the round ran,
-    so a ratio is the geometric mean of the step-by-step ratios, the routing's spread left
-    out. Steps whose time is not finite and positive are left out."""
-    steps = defaultdict(lambda: defaultdict(dict))  # (point, round) -> policy -> step -> ms
+    """{(batch, context): [((round, turn), keyed_ratios)]} from a grid's steps CSV, or None
+    where it has no round column. Within a round (a turn of it, where the bench ran several:
+    wscope bench --turns) every policy decodes the same step indices, and the i-th step routes
+    its tokens to the same experts under each; each policy's throughput is the batch over its
+    geometric-mean step over the step indices every policy of the round ran, so a ratio is the
+    geometric mean of the step-by-step ratios, the routing's spread left out. Steps whose time
+    is not finite and positive are left out."""
+    # (point, (round, turn)) -> policy -> step index -> ms
+    steps = defaultdict(lambda: defaultdict(dict))
     with bench_report.open_text(steps_path) as f:
         reader = csv.DictReader(f)
         needed = ("policy", "round", "step", "step_ms", "batch", "context")
@@ -96,7 +98,8 @@ def paired_round_ratios(steps_path, policy, from_context):
             try:
                 point = (int(row["batch"]), int(row["context"]))
                 ms = float(row["step_ms"])
-                key = (point, int(row["round"]))
+                turn = int(row["turn"]) if (row.get("turn") or "").strip() else 0
+                key = (point, (int(row["round"]), turn))
                 step = int(row["step"])
             except ValueError as e:
                 raise SystemExit(f"best_baseline_report.py: {steps_path}:{line}: {e}")

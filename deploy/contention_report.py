@@ -29,7 +29,8 @@ import sys
 
 # The CSV readers of the bench charts (line-numbered errors for a bad file or value).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, field, load_events as read_events, read_csv  # noqa: E402
+from bench_plot import (InputError, field, load_events as read_events, read_csv,  # noqa: E402
+                        round_of)
 
 PHASES = ("before", "during", "after")
 KINDS = ("switch", "same", "explore", "after explore")
@@ -77,6 +78,7 @@ def load_steps(path):
         for name in RESPLIT_COLUMNS:
             step[name] = field(path, line, row, name) if (row.get(name) or "").strip() else 0.0
         step[REASON_COLUMN] = (row.get(REASON_COLUMN) or "").strip()
+        step["round"] = round_of(path, line, row)  # (round, turn)
         steps.append(step)
     return steps
 

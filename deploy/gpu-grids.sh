@@ -6,7 +6,8 @@
 #
 #   deploy/gpu-grids.sh --out DIR [--budget-s 570] [--archive FILE] [--dry-run]
 #       [--layers 4] [--batches 4,16,32] [--contexts 8192,32768] [--policies "..."]
-#       [--one-runtime] [--no-probe] [--sampling SPEC] SPEC [SPEC...]
+#       [--one-runtime [--turns N] [--turn-warmup N]] [--no-probe] [--sampling SPEC]
+#       SPEC [SPEC...]
 #
 # SPEC is ARCH:REPEATS:STEPS[:SECONDS]: deepseek_v2, qwen3_moe or mixtral, bench-grid.sh's
 # --repeats and --steps (measured steps per point), and at most SECONDS for that grid (by
@@ -31,8 +32,10 @@
 # repeat with all five policies and trio start-ups: DeepSeek x 48 steps ~105 s, Qwen3 x 48
 # ~155 s, Mixtral x 16 ~240 s (runs 98-100: 2 repeats took 211, just over 305 and 469-489 s).
 # --one-runtime: bench-grid.sh's, one trio per grid for all its policies and repeats (the
-# policies interleaved per point). --sampling: bench-grid.sh's (e.g. temperature=0.7,top_p=0.9;
-# default greedy). --dry-run prints the commands instead of running them.
+# policies interleaved per point). --turns N, --turn-warmup N: bench-grid.sh's (with
+# --one-runtime: N turns of the policies at each point, STEPS measured steps each, the later
+# turns warmed up --turn-warmup steps). --sampling: bench-grid.sh's (e.g.
+# temperature=0.7,top_p=0.9; default greedy). --dry-run prints the commands instead of running them.
 # Before the grids, ws_probe (in the bundle) measures this lease's ceilings into
 # DIR/probe.json and probe.log (at most 90 s, out of the budget; with the channel and the
 # pageable copies left out it took a few seconds in runs 154-157, at 5 repetitions, whose
@@ -49,6 +52,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/deploy/device-grids-lib.sh"
 OUT_DIR="" BUDGET=570 DRY=0 ARCHIVE="" SPECS=() LAYERS=4 BATCHES=4,16,32 CONTEXTS=8192,32768
 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" ONE_RUNTIME=() PROBE=1 SAMPLING=()
+TURNS=()
+fail() { echo "gpu-grids.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT_DIR="$2"; shift 2 ;;
@@ -60,15 +65,19 @@ while [[ $# -gt 0 ]]; do
     --contexts) CONTEXTS="$2"; shift 2 ;;
     --policies) POLICIES="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
+    --turns|--turn-warmup)
+      [[ ${2:-} =~ ^[0-9]+$ ]] || fail "$1 takes a number of turns or steps, not '${2:-}'"
+      TURNS+=("$1" "$2"); shift 2 ;;
     --no-probe) PROBE=0; shift ;;
     --sampling) SAMPLING=(--sampling "$2"); shift 2 ;;
-    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
 done
-fail() { echo "gpu-grids.sh: $*" >&2; exit 2; }
 [[ -n $OUT_DIR ]] || fail "--out DIR is required"
+((${#TURNS[@]} == 0 || ${#ONE_RUNTIME[@]} > 0)) ||
+  fail "--turns and --turn-warmup alternate the policies within one runtime: give --one-runtime"
 [[ $BUDGET =~ ^[1-9][0-9]*$ ]] || fail "--budget-s must be a positive number of seconds, not '$BUDGET'"
 ((${#SPECS[@]} > 0)) || fail "no grid to run: give at least one ARCH:REPEATS:STEPS"
 check_grid "$LAYERS" "$BATCHES" "$CONTEXTS" "$POLICIES"
@@ -136,6 +145,7 @@ for spec in "${SPECS[@]}"; do
   run_into "$OUT_DIR/grid-$arch.log" timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" \
     --layers "$LAYERS" --batches "$BATCHES" --contexts "$contexts" --policies "$POLICIES" \
     --warmup 16 --steps "$steps" --repeats "$repeats" ${ONE_RUNTIME[@]+"${ONE_RUNTIME[@]}"} \
+    ${TURNS[@]+"${TURNS[@]}"} \
     ${SAMPLING[@]+"${SAMPLING[@]}"} --out "$OUT_DIR" || rc=$?
   echo "gpu-grids: $arch ended (exit $rc) after $(($(date +%s) - t0)) s"
   settle_trios gpu-grids

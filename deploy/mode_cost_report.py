@@ -14,7 +14,8 @@ policies' rounds:
     change of mode costs the steps after it.
 
 A point's rounds are used where both policies ran them; the i-th row of a (round, batch,
-context) is that round's i-th step.
+context) is that round's i-th step. A round is a (round, turn) of the CSV where the bench ran
+several turns of each point (wscope bench --turns).
 
     deploy/mode_cost_report.py STEPS_CSV [--policy writescope] [--baseline transfer-all]
         [--max-k 5]
@@ -28,20 +29,21 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, field, read_csv  # noqa: E402
+from bench_plot import InputError, field, read_csv, round_of  # noqa: E402
 
 COLUMNS = ("policy", "round", "step", "step_ms", "batch", "context", "read_cpu_share", "explore")
 
 
 def load(path, policies):
-    """{(batch, context): {round: {policy: [step dicts in file order]}}} for `policies`."""
+    """{(batch, context): {(round, turn): {policy: [step dicts in file order]}}} for
+    `policies`."""
     points = defaultdict(lambda: defaultdict(dict))
     for line, row in read_csv(path, COLUMNS):
         policy = row["policy"].strip()
         if policy not in policies:
             continue
         key = (field(path, line, row, "batch", int), field(path, line, row, "context", int))
-        steps = points[key][field(path, line, row, "round", int)].setdefault(policy, [])
+        steps = points[key][round_of(path, line, row)].setdefault(policy, [])
         missed = row.get("early_rounds_missed")
         steps.append({
             "step_ms": field(path, line, row, "step_ms"),

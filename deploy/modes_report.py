@@ -26,9 +26,10 @@
 
     deploy/modes_report.py STEPS_CSV [--policy writescope] [--warmup WARMUP_CSV]
 
-A window is a run of rows of one (round, batch, context) whose step numbers rise; repeats of
-a point are separate windows. The n-th warm-up window of a (round, batch, context) goes with
-the n-th measured one. Standard library only.
+A window is a run of rows of one (round, turn, batch, context) whose step numbers rise;
+repeats of a point are separate windows. The n-th warm-up window of a (round, turn, batch,
+context) goes with the n-th measured one (turns after a point's first may have no warm-up:
+wscope bench --turn_warmup_steps=0). Standard library only.
 """
 import argparse
 import math
@@ -37,7 +38,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, field, read_csv  # noqa: E402
+from bench_plot import InputError, field, read_csv, round_of  # noqa: E402
 
 COLUMNS = ("policy", "round", "step", "step_ms", "batch", "context", "read_cpu_share", "explore",
            "predicted_split_ms", "predicted_gpu_only_ms")
@@ -50,7 +51,7 @@ def maybe_float(path, line, row, name):
 
 
 def load_windows(path, policy):
-    """[(round, batch, context, [step dicts])] for `policy`, in the file's order."""
+    """[((round, turn), batch, context, [step dicts])] for `policy`, in the file's order."""
     windows = []
     for line, row in read_csv(path, COLUMNS):
         if row["policy"].strip() != policy:
@@ -65,7 +66,7 @@ def load_windows(path, policy):
                           if "early_rounds_missed" in row else None)
         for name in ("predicted_split_ms", "predicted_gpu_only_ms") + RESTS:
             step[name] = maybe_float(path, line, row, name)
-        key = (field(path, line, row, "round", int), field(path, line, row, "batch", int),
+        key = (round_of(path, line, row), field(path, line, row, "batch", int),
                field(path, line, row, "context", int))
         if not windows or windows[-1][:3] != key or windows[-1][3][-1]["step"] >= step["step"]:
             windows.append((*key, []))
@@ -108,8 +109,9 @@ def untaught(steps):
 
 
 def describe(window, warmup=None):
-    rnd, batch, context, steps = window
-    parts = [f"round {rnd} batch {batch} context {context}: {len(steps)} steps"]
+    (rnd, turn), batch, context, steps = window
+    parts = [f"round {rnd}{f' turn {turn}' if turn else ''} batch {batch} context {context}: "
+             f"{len(steps)} steps"]
     if warmup is not None:
         nothing = untaught(warmup[3])
         parts.append(f"warm-up {mode_letters(warmup[3])} (first: {rests(warmup[3][0])}"

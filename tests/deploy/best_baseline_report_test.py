@@ -122,6 +122,22 @@ with tempfile.TemporaryDirectory() as tmp:
         (f"No steps CSV with rounds beside {second}: not paired" in paired_text,
          "a grid without steps is named"),
     ]
+    # A grid whose bench ran two turns of a round (wscope bench --turns): each turn is paired on
+    # its own (its steps are numbered from 0 again), here 0.9 and then 1.05.
+    os.makedirs(os.path.join(tmp, "turns"))
+    turned = os.path.join(tmp, "turns", "bench-turns.csv")
+    write_grid(turned, ("writescope", 4, 8192, 100), ("monolithic", 4, 8192, 100),
+               ("static:0.5", 4, 8192, 50))
+    with open(os.path.join(tmp, "turns", "steps-turns.csv"), "w") as f:
+        f.write("policy,round,step,unix_s,step_ms,batch,context,turn\n")
+        for turn, mono in ((0, 0.9), (1, 1.05)):
+            for policy, scale in (("writescope", 1), ("monolithic", mono), ("static:0.5", 2)):
+                for i, value in enumerate((10, 30)):
+                    f.write(f"{policy},0,{i},0,{value * scale},4,8192,{turn}\n")
+    turns = run(turned)
+    checks.append(("turns          batch   4 context   8192: 0.900 1.050; geometric mean 0.972, "
+                   "below 0.98 in 1 of 2 rounds" in turns.stdout,
+                   "each turn of a round paired on its own"))
     lower = run("--from-context", "8192", "--threshold", "0.9", first, second)
     checks.append((f"{geo:.3f},   0 of   3 below 0.9" in lower.stdout, "--threshold"))
 

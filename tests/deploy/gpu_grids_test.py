@@ -84,6 +84,22 @@ with tempfile.TemporaryDirectory() as out:
         (one.returncode == 0, "a dry run with --one-runtime succeeds"),
         ("--repeats 2 --one-runtime --out" in one.stdout, "--one-runtime passed on"),
     ]
+    # --turns and --turn-warmup: passed on with --one-runtime, refused without it.
+    turned = run("--dry-run", "--out", out, "--one-runtime", "--turns", "3", "--turn-warmup",
+                 "4", "qwen3_moe:2:8")
+    text += turned.stdout
+    checks += [
+        (turned.returncode == 0
+         and "--repeats 2 --one-runtime --turns 3 --turn-warmup 4 --out" in turned.stdout,
+         "--turns and --turn-warmup passed on"),
+        ("--turns" not in one.stdout, "one turn a point unless --turns"),
+    ]
+    for args, why in ((["--turns", "3"], "--turns without --one-runtime"),
+                      (["--one-runtime", "--turns", "x"], "--turns not a number"),
+                      (["--one-runtime", "--turn-warmup"], "--turn-warmup without a value")):
+        refused = run("--dry-run", "--out", out, *args, "qwen3_moe:2:8")
+        checks.append((refused.returncode == 2 and "gpu-grids.sh:" in refused.stderr
+                       and not refused.stdout.strip(), f"{why}: refused (exit 2)"))
     unprobed = run("--dry-run", "--out", out, "--no-probe", "qwen3_moe:1:16")
     text += unprobed.stdout
     checks.append((unprobed.returncode == 0 and "ws_probe" not in unprobed.stdout

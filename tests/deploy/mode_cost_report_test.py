@@ -98,6 +98,18 @@ with tempfile.TemporaryDirectory() as d:
                    line_of(r.stdout, "split, exploring").split()[-3:] == ["2", "1.500", "0.375"],
                    "no early_rounds_missed column"))
     checks.append(("k>=5" in r.stdout, "--max-k's default 5"))
+    # The same steps as two turns of round 0 (wscope bench --turns): each turn a round of its
+    # own, so the same answers.
+    turned = os.path.join(d, "turned.csv")
+    with open(turned, "w") as f:
+        f.write(HEADER + ",early_rounds_missed,turn\n")
+        for x in ROWS[:-1]:  # the last has no early_rounds_missed, and is left out anyway
+            cells = x.split(",")
+            turn, cells[1] = cells[1], "0"
+            f.write(",".join(cells + [turn]) + "\n")
+    r = run(turned, "--max-k", "3")
+    outputs.append(r.stdout + r.stderr)
+    checks.append((r.returncode == 0 and r.stdout == out, "turns of a round paired as rounds"))
     # Another baseline: cpu-all ran round 0 only.
     r = run(csv_path, "--baseline", "cpu-all")
     outputs.append(r.stdout + r.stderr)

@@ -142,6 +142,24 @@ with tempfile.TemporaryDirectory() as d:
         (len(wl) > 1 and "warm-up s (first: rests 8.00 / 9.00 ms) |" in wl[1],
          "the second repeat's warm-up with the second window"),
     ]
+    # Two turns of one round (wscope bench --turns), the later one without a warm-up: a window
+    # each, the second named by its turn, the warm-up with the first turn only.
+    turned = os.path.join(d, "turned.csv")
+    with open(turned, "w") as f:
+        f.write(HEADER + ",turn\n")
+        for turn in (0, 1):
+            for step in (0, 1):
+                f.write(row("writescope", step, 9.0, 0.3, 0, "9.5", "11.0") + f",{turn}\n")
+    turned_warm = os.path.join(d, "turned_warm.csv")
+    with open(turned_warm, "w") as f:
+        f.write(HEADER + ",turn\n")
+        f.write(row("writescope", 0, 30.0, 0, 0, "9.5", "11.0") + ",0\n")
+    out_turned = run(turned, "--warmup", turned_warm)
+    tl = out_turned.stdout.splitlines()
+    checks.append((out_turned.returncode == 0 and len(tl) == 2
+                   and tl[0].startswith("round 0 batch 4 context 32768: 2 steps  warm-up g ")
+                   and tl[1].startswith("round 0 turn 1 batch 4 context 32768: 2 steps  ss"),
+                   "a window per turn, the later turn named, the warm-up with its own turn"))
     # Read by `head`: the rest of the output goes nowhere, and that is no error.
     many = os.path.join(d, "many.csv")
     write_csv(many, [row("writescope", 0, 9.0, 0.3, 0, "9.5", "11.0", batch=4 + i % 2)

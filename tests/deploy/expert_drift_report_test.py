@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""deploy/expert_drift_report.py on a small steps CSV whose answers are known: the mean log
+ratio of one policy's expert time between consecutive rounds (and turns), how far apart they
+ran, the drift between windows within rounds, steps without CPU experts left out, a point run
+once, and bad input refused with exit status 2."""
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+from checks import finish
+
+ROOT = sys.argv[1]
+SCRIPT = os.path.join(ROOT, "deploy", "expert_drift_report.py")
+HEADER = "policy,round,step,unix_s,batch,context,cpu_expert_ms"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+
+checks = []
+with tempfile.TemporaryDirectory() as d:
+    steps = os.path.join(d, "steps.csv")
+    with open(steps, "w") as f:
+        f.write(HEADER + ",turn\n")
+        # P: round 0's expert time rises 1 % a step, round 1's is flat and e^0.1 faster, so
+        # d_i = 0.01 i + 0.1; their step 8 ran no expert on the CPU in round 1 (left out).
+        for i in range(9):
+            f.write(f"P,0,{i},{100 + 0.5 * i},4,8192,{10 * math.exp(0.01 * i)},0\n")
+            f.write(f"P,1,{i},{200 + 0.5 * i},4,8192,{10 * math.exp(-0.1) if i < 8 else 0},0\n")
+        # Q: two turns of round 0, the second twice as slow and 10 s later.
+        for turn, ms in ((0, 10), (1, 20)):
+            for i in range(4):
+                f.write(f"Q,0,{i},{100 + 10 * turn + 0.5 * i},4,8192,{ms},{turn}\n")
+        f.write("R,0,0,100,16,8192,5,0\n")  # one round only: nothing to pair
+    out = run(steps)
+    text = out.stdout
+    between = math.sqrt((0.135 ** 2 + math.log(0.5) ** 2) / 2)
+    checks += [
+        (out.returncode == 0, "exit 0"),
+        (f"{steps}: 3 policy-point(s)" in text, "the policy-points counted"),
+        (f"between rounds: rms of the mean log ratio {between:.3f} over 2 pair(s) of rounds, "
+         "median 55.0 s apart" in text, "consecutive rounds and turns, the step without CPU "
+         "experts left out"),
+        (f"turns of  4 step(s)  4 step(s) (2.00 s) apart: rms {0.04 / math.sqrt(2):.3f} over "
+         "1 pair(s)" in text, "P's drift between two windows of 4 steps; Q's turns are flat"),
+        ("turns of  8 step(s)" not in text, "no window pair longer than the rounds"),
+    ]
+    single = os.path.join(d, "single.csv")
+    with open(single, "w") as f:
+        f.write(HEADER + "\nP,0,0,100,4,8192,10\n")
+    one = run(single)
+    checks.append((one.returncode == 0 and "no policy ran a point in two rounds" in one.stdout,
+                   "a CSV without a second round says so"))
+    for args, what in (((steps, "--windows", "0"), "--windows 0"),
+                       ((steps, "--windows", "x"), "--windows x"),
+                       ((os.path.join(d, "none.csv"),), "a missing file")):
+        bad = run(*args)
+        checks.append((bad.returncode == 2 and bad.stderr.startswith("expert_drift_report.py:")
+                       and "Traceback" not in bad.stderr, f"{what}: exit 2 with a message"))
+    old = os.path.join(d, "old.csv")
+    with open(old, "w") as f:
+        f.write("policy,round,step\nP,0,0\n")
+    missing = run(old)
+    checks.append((missing.returncode == 2 and "missing column" in missing.stderr,
+                   "a CSV without the columns refused"))
+
+finish(checks, text, out.stderr)

@@ -357,6 +357,16 @@ def field(path, line, row, name, kind=float, finite=True):
     return value
 
 
+def print_lines(lines):
+    """Prints `lines`; a reader that stops early (| head) is no error of ours."""
+    try:
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def round_of(path, line, row):
     """(round, turn) of a steps CSV's row: a run of a point under one policy on its context
     placed once (wscope bench --turns runs several turns of a point per round; turn 0 where the

@@ -32,7 +32,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, field, read_csv, round_of  # noqa: E402
+from bench_plot import InputError, field, print_lines, read_csv, round_of  # noqa: E402
 
 COLUMNS = ("policy", "round", "step", "unix_s", "batch", "context", "cpu_expert_ms")
 
@@ -118,10 +118,7 @@ def main(argv=None):
     except InputError as e:
         print(f"expert_drift_report.py: {e}", file=sys.stderr)
         return 2
-    try:
-        print("\n".join(out))
-    except BrokenPipeError:  # cut short by head
-        sys.stdout = None
+    print_lines(out)
     return 0
 
 

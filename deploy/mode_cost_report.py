@@ -29,7 +29,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, field, read_csv, round_of  # noqa: E402
+from bench_plot import InputError, field, print_lines, read_csv, round_of  # noqa: E402
 
 COLUMNS = ("policy", "round", "step", "step_ms", "batch", "context", "read_cpu_share", "explore")
 
@@ -131,10 +131,7 @@ def main(argv=None):
         print(f"mode_cost_report.py: {args.steps_csv}: no round with both {args.policy} and "
               f"{args.baseline}", file=sys.stderr)
         return 2
-    try:
-        print("\n".join(out))
-    except BrokenPipeError:  # cut short by head
-        sys.stdout = None
+    print_lines(out)
     return 0
 
 

@@ -38,7 +38,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, field, read_csv, round_of  # noqa: E402
+from bench_plot import InputError, field, print_lines, read_csv, round_of  # noqa: E402
 
 COLUMNS = ("policy", "round", "step", "step_ms", "batch", "context", "read_cpu_share", "explore",
            "predicted_split_ms", "predicted_gpu_only_ms")
@@ -171,12 +171,7 @@ def main(argv=None):
     for window in windows:
         matches = queued.get(window[:3], [])
         lines.append(describe(window, matches.pop(0) if matches else None))
-    try:
-        for line in lines:
-            print(line)
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader stopped early (| head): not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print_lines(lines)
     return 0
 
 

@@ -122,7 +122,7 @@ ABSL_FLAG(uint32_t, rounds, 1,
 ABSL_FLAG(uint32_t, turns, 1,
           "bench: at each point of a round, the policies take this many turns in a row, each "
           "turn --decode_steps measured steps on its context placed anew, the order reversed "
-          "every second turn: shorter turns put the policies' steps closer in time, so that a "
+          "every second turn and every second round: shorter turns put the policies' steps closer in time, so that a "
           "drift of the host weighs on them alike (the CSVs' turn column)");
 ABSL_FLAG(std::optional<uint32_t>, turn_warmup_steps, std::nullopt,
           "bench: warm-up steps of a point's turns after its first in a round (the policy's "
@@ -343,9 +343,10 @@ constexpr char kStepsCsvHeader[] =
     "gpu_worker_cpu_ms,explore_reason,turn";
 
 // Opens a bench CSV to append rows of `header`'s columns to, writing the header when the
-// file is new or empty. nullptr, with a message, when the file starts with other columns (an
-// older bench's: its rows would not line up) or cannot be written.
-std::FILE* OpenCsv(const std::string& path, const char* header) {
+// file is new or empty. nullptr, with a message and the exit status in `exit_code`, when the
+// file starts with other columns (2: an older bench's, whose rows would not line up) or cannot
+// be written (1).
+std::FILE* OpenCsv(const std::string& path, const char* header, int* exit_code) {
   std::ifstream existing(path);
   std::string first_line;
   const bool fresh = !existing.good() || !std::getline(existing, first_line);
@@ -353,11 +354,13 @@ std::FILE* OpenCsv(const std::string& path, const char* header) {
     std::fprintf(stderr,
                  "wscope bench: %s has other columns (an older bench's); write to a new file\n",
                  path.c_str());
+    *exit_code = 2;
     return nullptr;
   }
   std::FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) {
     std::fprintf(stderr, "wscope bench: cannot write %s\n", path.c_str());
+    *exit_code = 1;
     return nullptr;
   }
   if (fresh) std::fprintf(file, "%s\n", header);
@@ -541,8 +544,9 @@ int Bench() {
   std::FILE* csv = nullptr;
   const std::string csv_path = absl::GetFlag(FLAGS_csv);
   if (!csv_path.empty()) {
-    csv = OpenCsv(csv_path, kPointCsvHeader);
-    if (csv == nullptr) return 1;
+    int exit_code = 0;
+    csv = OpenCsv(csv_path, kPointCsvHeader, &exit_code);
+    if (csv == nullptr) return exit_code;
   }
   std::FILE* steps_csv = nullptr;
   std::FILE* warmup_csv = nullptr;
@@ -555,10 +559,11 @@ int Bench() {
        {std::pair{absl::GetFlag(FLAGS_steps_csv), &steps_csv},
         std::pair{absl::GetFlag(FLAGS_warmup_steps_csv), &warmup_csv}}) {
     if (path.empty()) continue;
-    *file = OpenCsv(path, kStepsCsvHeader);
+    int exit_code = 0;
+    *file = OpenCsv(path, kStepsCsvHeader, &exit_code);
     if (*file == nullptr) {
       close_all();
-      return 1;
+      return exit_code;
     }
   }
   // Times in ms per step (all layers); "experts": the cpu_worker's routed experts; "bound":
@@ -612,10 +617,11 @@ int Bench() {
     for (uint64_t context : contexts) {
       for (uint64_t batch : batches) {
         for (uint32_t turn = 0; turn < turns; ++turn) {
-          // Every second turn in reverse (with one turn a point: every second round), so that
-          // no policy always runs right after another.
+          // Every second turn in reverse, and every second round starting the other way (with
+          // one turn a point: every second round in reverse), so that no policy always runs
+          // right after another, nor first after a point's full warm-up.
           std::vector<std::string> order = policies;
-          if ((round * turns + turn) % 2 == 1) std::reverse(order.begin(), order.end());
+          if ((round + turn) % 2 == 1) std::reverse(order.begin(), order.end());
           // The first turn at a point teaches each scheduler the point; the later ones only
           // need the pipeline running again.
           const uint32_t warmup = turn == 0 ? warmup_steps : turn_warmup_steps;

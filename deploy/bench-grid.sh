@@ -34,9 +34,9 @@
 # the points it spans, not on one policy's whole trio, and no trio start-ups are paid.
 # --turns N (with --one-runtime; default 1): at each point of a round the policies take N
 # turns in a row, each --steps measured steps on the context placed anew, the order reversed
-# every second turn (wscope bench --turns; the CSVs' turn column); the turns after a point's
-# first warm up --turn-warmup steps (default --warmup: the scheduler learned the point in its
-# first turn). Shorter turns bring the policies' steps closer in time: the host's CPU expert
+# every second turn and every second round (wscope bench --turns; the CSVs' turn column);
+# the turns after a point's first warm up --turn-warmup steps (default --warmup: the
+# scheduler learned the point in its first turn). Shorter turns bring the policies' steps closer in time: the host's CPU expert
 # time moved 10-30 % between the policies' turns of 16 + 24 steps with the same work (runs
 # 231-232), more than the gaps between the policies at 8K. best_baseline_report.py pairs the
 # policies per turn.
@@ -87,7 +87,7 @@ if ! [[ $REPEATS =~ ^[1-9][0-9]*$ ]]; then
   echo "bench-grid.sh: --repeats must be a positive integer, not '$REPEATS'" >&2
   exit 2
 fi
-if [[ -n $PREWARM ]] && ! [[ $PREWARM =~ ^[0-9]+$ ]]; then
+if [[ -n $PREWARM ]] && ! [[ $PREWARM =~ ^(0|[1-9][0-9]*)$ ]]; then
   echo "bench-grid.sh: --prewarm must be a number of steps (0: none), not '$PREWARM'" >&2
   exit 2
 fi
@@ -96,7 +96,7 @@ if ! [[ $TURNS =~ ^[1-9][0-9]*$ ]]; then
   echo "bench-grid.sh: --turns must be a positive integer, not '$TURNS'" >&2
   exit 2
 fi
-if [[ -n $TURN_WARMUP ]] && ! [[ $TURN_WARMUP =~ ^[0-9]+$ ]]; then
+if [[ -n $TURN_WARMUP ]] && ! [[ $TURN_WARMUP =~ ^(0|[1-9][0-9]*)$ ]]; then
   echo "bench-grid.sh: --turn-warmup must be a number of steps (0: none), not '$TURN_WARMUP'" >&2
   exit 2
 fi

@@ -22,9 +22,9 @@ Where a grid's steps CSV lies beside it (steps-ARCH.csv[.gz], gpu-grids.sh write
 ratios once more per round (per turn of it, where wscope bench ran --turns), paired step by
 step: within a round every policy decodes the same step indices, and the i-th step routes its
 tokens to the same experts under each, so each policy's throughput there is taken over its
-geometric-mean step over the steps every policy ran. Printed: the adaptive policy over the best baseline per point, round by round, how many
-of its rounds are below --threshold, the points below it in every round, and the pooled lines
-as above over the point-rounds.
+geometric-mean step over the steps every policy ran. Printed: the adaptive policy over the
+best baseline per point, round by round, how many of its rounds are below --threshold, the
+points below it in every round, and the pooled lines as above over the point-rounds.
 
 The best of several means is biased upwards by their noise: a baseline that is the best
 choice at a point still reads below 1 against the others where they tie it. A baseline's own

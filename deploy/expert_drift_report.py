@@ -3,18 +3,20 @@
 (bench-grid.sh's steps-ARCH.csv, gzipped or not): what a comparison of two policies' turns at
 one point carries from the host alone, by the turns' length and distance.
 
-The i-th step of a point routes its tokens alike in every round (and turn: wscope bench
---turns), so one policy's cpu_expert_ms at step i of two of its rounds at a point is the same
-work, and d_i = log(the one / the other) follows the host's speed in the one round against the
-other. Printed per CSV:
-  - between rounds: the root mean square, over every policy, point and pair of consecutive
-    rounds of it, of the mean of d_i over the steps both ran (the drift a comparison of two
-    turns that far apart carries), and how far apart those rounds ran (median seconds);
-  - within rounds, for windows of w steps (--windows) s steps apart (s = w, 2w, ...): the root
+The i-th step of a point routes its tokens alike in every round and turn (wscope bench
+--turns), so one policy's cpu_expert_ms at step i of two of its runs of a point (rounds or
+turns) is the same work, and d_i = log(the one / the other) follows the host's speed in the one
+run against the other. Printed per CSV:
+  - between turns of one round (a CSV of wscope bench --turns) and between rounds (the same
+    turn of consecutive rounds): the root mean square, over every policy, point and such pair
+    of its runs, of the mean of d_i over the steps both ran (the drift a comparison of two runs
+    that far apart carries), and how far apart the runs were (median seconds);
+  - within runs, for windows of w steps (--windows) s steps apart (s = w, 2w, ...): the root
     mean square of the difference of d's means over the two windows, over sqrt(2) (the two
-    rounds drift alike and independently): how far two turns of w steps, s steps apart, of
-    one policy read apart with nothing changed but the time, and the seconds s steps took
-    (median).
+    runs drift alike and independently): how far two turns of w steps, s steps apart, of one
+    policy read apart with nothing changed but the time, and the seconds s steps took
+    (median). Those windows share one placement of the context; turns are each placed anew,
+    which an adaptive policy may place elsewhere.
 Two policies' turns compared at that distance carry that much of the host on top of their
 difference; a comparison averaged over n such pairs about 1/sqrt(n) of it.
 
@@ -54,22 +56,36 @@ def rms(values):
     return math.sqrt(statistics.fmean(v * v for v in values))
 
 
+def run_pairs(runs):
+    """The pairs of one policy-point's runs to compare: ("turns", a, b) for consecutive turns
+    of one round, ("rounds", a, b) for the same turn of consecutive rounds (runs are keyed
+    (round, turn))."""
+    pairs = []
+    for kind, group, order in (("turns", 0, 1), ("rounds", 1, 0)):
+        by = defaultdict(list)  # turns: by round; rounds: by turn
+        for key in sorted(runs, key=lambda k: (k[group], k[order])):
+            by[key[group]].append(key)
+        for keys in by.values():
+            pairs.extend((kind, a, b) for a, b in zip(keys, keys[1:]))
+    return pairs
+
+
 def drift(runs, windows):
-    """(between: [(mean d, seconds apart)],
+    """(between: {"turns"|"rounds": [(mean d, seconds apart)]},
     within: {(w, s): [(difference of d's window means, seconds s steps took)]})."""
-    between, within = [], defaultdict(list)
+    between, within = defaultdict(list), defaultdict(list)
     for rounds in runs.values():
-        keys = sorted(rounds)
-        for a, b in zip(keys, keys[1:]):
+        for kind, a, b in run_pairs(rounds):
             common = set(rounds[a]) & set(rounds[b])
             if not common:
                 continue
             d = {i: math.log(rounds[a][i][1] / rounds[b][i][1]) for i in common}
             apart = statistics.median(abs(rounds[b][i][0] - rounds[a][i][0]) for i in common)
-            between.append((statistics.fmean(d.values()), apart))
+            between[kind].append((statistics.fmean(d.values()), apart))
             last = max(common)
             for w in windows:
                 for start in range(0, last + 1):
+                    # The second window starts s steps after the first and ends by `last`.
                     for s in range(w, last + 1 - start - w + 1, w):
                         first = [d[i] for i in range(start, start + w) if i in d]
                         second = [d[i] for i in range(start + s, start + s + w) if i in d]
@@ -84,14 +100,17 @@ def report(path, runs, windows):
     between, within = drift(runs, windows)
     lines = [f"{path}: {len(runs)} policy-point(s)"]
     if not between:
-        lines.append("  no policy ran a point in two rounds: nothing to compare")
+        lines.append("  no policy ran a point twice: nothing to compare")
         return lines
-    lines.append(f"  between rounds: rms of the mean log ratio {rms([d for d, _ in between]):.3f} "
-                 f"over {len(between)} pair(s) of rounds, median "
-                 f"{statistics.median(s for _, s in between):.1f} s apart")
+    for kind, label in (("turns", "between turns of a round"), ("rounds", "between rounds")):
+        pairs = between.get(kind)
+        if pairs:
+            lines.append(f"  {label}: rms of the mean log ratio {rms([d for d, _ in pairs]):.3f} "
+                         f"over {len(pairs)} pair(s), median "
+                         f"{statistics.median(s for _, s in pairs):.1f} s apart")
     for (w, s), values in sorted(within.items()):
         seconds = statistics.median(t for _, t in values)
-        lines.append(f"  within rounds, turns of {w:2d} step(s) {s:2d} step(s) ({seconds:.2f} s) "
+        lines.append(f"  within runs, turns of {w:2d} step(s) {s:2d} step(s) ({seconds:.2f} s) "
                      f"apart: rms {rms([v for v, _ in values]) / math.sqrt(2):.3f} over "
                      f"{len(values)} pair(s)")
     return lines

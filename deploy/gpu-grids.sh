@@ -65,8 +65,12 @@ while [[ $# -gt 0 ]]; do
     --contexts) CONTEXTS="$2"; shift 2 ;;
     --policies) POLICIES="$2"; shift 2 ;;
     --one-runtime) ONE_RUNTIME=(--one-runtime); shift ;;
-    --turns|--turn-warmup)
-      [[ ${2:-} =~ ^[0-9]+$ ]] || fail "$1 takes a number of turns or steps, not '${2:-}'"
+    --turns)
+      [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || fail "--turns takes a positive number, not '${2:-}'"
+      TURNS+=("$1" "$2"); shift 2 ;;
+    --turn-warmup)
+      [[ ${2:-} =~ ^(0|[1-9][0-9]*)$ ]] ||
+        fail "--turn-warmup takes a number of steps, not '${2:-}'"
       TURNS+=("$1" "$2"); shift 2 ;;
     --no-probe) PROBE=0; shift ;;
     --sampling) SAMPLING=(--sampling "$2"); shift 2 ;;
@@ -77,7 +81,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n $OUT_DIR ]] || fail "--out DIR is required"
 ((${#TURNS[@]} == 0 || ${#ONE_RUNTIME[@]} > 0)) ||
-  fail "--turns and --turn-warmup alternate the policies within one runtime: give --one-runtime"
+  fail "--turns and --turn-warmup alternate the policies within one runtime:" \
+    "give --one-runtime"
 [[ $BUDGET =~ ^[1-9][0-9]*$ ]] || fail "--budget-s must be a positive number of seconds, not '$BUDGET'"
 ((${#SPECS[@]} > 0)) || fail "no grid to run: give at least one ARCH:REPEATS:STEPS"
 check_grid "$LAYERS" "$BATCHES" "$CONTEXTS" "$POLICIES"

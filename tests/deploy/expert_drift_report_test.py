@@ -30,30 +30,40 @@ with tempfile.TemporaryDirectory() as d:
         for i in range(9):
             f.write(f"P,0,{i},{100 + 0.5 * i},4,8192,{10 * math.exp(0.01 * i)},0\n")
             f.write(f"P,1,{i},{200 + 0.5 * i},4,8192,{10 * math.exp(-0.1) if i < 8 else 0},0\n")
-        # Q: two turns of round 0, the second twice as slow and 10 s later.
-        for turn, ms in ((0, 10), (1, 20)):
-            for i in range(4):
+        # Q: three turns of round 0, 10 s apart, each twice as slow as the one before and
+        # flat within itself.
+        for turn, ms in ((0, 10), (1, 20), (2, 40)):
+            for i in range(8):
                 f.write(f"Q,0,{i},{100 + 10 * turn + 0.5 * i},4,8192,{ms},{turn}\n")
         f.write("R,0,0,100,16,8192,5,0\n")  # one round only: nothing to pair
     out = run(steps)
     text = out.stdout
-    between = math.sqrt((0.135 ** 2 + math.log(0.5) ** 2) / 2)
+    # P's windows of 4: one pair (steps 0-3 against 4-7), 0.04 apart; Q's two pairs of turns
+    # two each, flat. With windows of 2, P has 3 pairs 4 steps apart (starting at steps 0-2),
+    # Q 6, flat.
+    within4 = math.sqrt(0.04 ** 2 / 3) / math.sqrt(2)
+    within2 = math.sqrt(3 * 0.04 ** 2 / 9) / math.sqrt(2)
     checks += [
         (out.returncode == 0, "exit 0"),
         (f"{steps}: 3 policy-point(s)" in text, "the policy-points counted"),
-        (f"between rounds: rms of the mean log ratio {between:.3f} over 2 pair(s) of rounds, "
-         "median 55.0 s apart" in text, "consecutive rounds and turns, the step without CPU "
-         "experts left out"),
-        (f"turns of  4 step(s)  4 step(s) (2.00 s) apart: rms {0.04 / math.sqrt(2):.3f} over "
-         "1 pair(s)" in text, "P's drift between two windows of 4 steps; Q's turns are flat"),
-        ("turns of  8 step(s)" not in text, "no window pair longer than the rounds"),
+        (f"between turns of a round: rms of the mean log ratio {abs(math.log(0.5)):.3f} over 2 "
+         "pair(s), median 10.0 s apart" in text, "each turn against the next one of its round"),
+        ("between rounds: rms of the mean log ratio 0.135 over 1 pair(s), median 100.0 s apart"
+         in text, "the rounds apart from the turns, the step without CPU experts left out"),
+        (f"turns of  4 step(s)  4 step(s) (2.00 s) apart: rms {within4:.3f} over 3 pair(s)"
+         in text, "the drift between windows of 4 steps"),
+        ("turns of  8 step(s)" not in text, "no window pair longer than the runs"),
     ]
+    twos = run(steps, "--windows", "2")
+    checks.append((twos.returncode == 0 and f"turns of  2 step(s)  4 step(s) (2.00 s) apart: "
+                   f"rms {within2:.3f} over 9 pair(s)" in twos.stdout,
+                   "windows twice their length apart, from every start"))
     single = os.path.join(d, "single.csv")
     with open(single, "w") as f:
         f.write(HEADER + "\nP,0,0,100,4,8192,10\n")
     one = run(single)
-    checks.append((one.returncode == 0 and "no policy ran a point in two rounds" in one.stdout,
-                   "a CSV without a second round says so"))
+    checks.append((one.returncode == 0 and "no policy ran a point twice" in one.stdout,
+                   "a CSV without a second run of a point says so"))
     for args, what in (((steps, "--windows", "0"), "--windows 0"),
                        ((steps, "--windows", "x"), "--windows x"),
                        ((os.path.join(d, "none.csv"),), "a missing file")):

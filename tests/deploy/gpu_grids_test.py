@@ -96,6 +96,8 @@ with tempfile.TemporaryDirectory() as out:
     ]
     for args, why in ((["--turns", "3"], "--turns without --one-runtime"),
                       (["--one-runtime", "--turns", "x"], "--turns not a number"),
+                      (["--one-runtime", "--turns", "0"], "--turns 0"),
+                      (["--one-runtime", "--turn-warmup", "08"], "--turn-warmup 08"),
                       (["--one-runtime", "--turn-warmup"], "--turn-warmup without a value")):
         refused = run("--dry-run", "--out", out, *args, "qwen3_moe:2:8")
         checks.append((refused.returncode == 2 and "gpu-grids.sh:" in refused.stderr

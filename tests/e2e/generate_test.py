@@ -763,31 +763,35 @@ def check_bench_policies(env, trio):
               and "sampling t0.8/k0/p0.9/lp2" in sampled.stderr,
               "bench --temperature=0.8 --top_p=0.9 --logprobs=2: a point sampled so, named in "
               "the CSV and the progress line", sampled.stdout[-600:] + sampled.stderr[-600:])
-        # Turns: each point's policies twice in a row, the order reversed in the second turn,
-        # whose warm-up is --turn_warmup_steps (0: none); every turn's steps numbered from 0.
+        # Turns: each point's policies twice in a row, the order reversed in every second turn
+        # and every second round, the later turns' warm-up --turn_warmup_steps (0: none);
+        # every turn's steps numbered from 0.
         turns_csv = os.path.join(work, "turns.csv")
         turns_steps = os.path.join(work, "turns-steps.csv")
         turns_warmup = os.path.join(work, "turns-warmup.csv")
         turned = trio.wscope(["bench", f"--target={trio.target}", "--batches=2",
                               "--contexts=256", "--decode_steps=2", "--warmup_steps=1",
-                              "--turns=2", "--turn_warmup_steps=0",
-                              "--policies=cpu-all,transfer-all", f"--csv={turns_csv}",
+                              "--rounds=2", "--turns=2", "--turn_warmup_steps=0",
+                              "--policies=transfer-all,cpu-all", f"--csv={turns_csv}",
                               f"--steps_csv={turns_steps}",
                               f"--warmup_steps_csv={turns_warmup}"], timeout=120)
-        if check(turned.returncode == 0, "bench --turns=2: 2 policies x 2 turns in one round",
+        if check(turned.returncode == 0, "bench --turns=2: 2 policies x 2 turns x 2 rounds",
                  turned.stdout[-600:] + turned.stderr[-600:]):
             rows = read_csv_rows(turns_csv)
             seen = [(r["policy"], r["round"], r["turn"]) for r in rows]
-            check(seen == [("cpu-all", "0", "0"), ("transfer-all", "0", "0"),
-                           ("transfer-all", "0", "1"), ("cpu-all", "0", "1")]
-                  and "turn 2/2" in turned.stderr,
-                  "bench --turns: a row per turn, the second turn in reverse, round and turn "
-                  "in the CSV and the progress lines", f"{seen}")
-            measured = [(r["policy"], r["turn"], r["step"]) for r in read_csv_rows(turns_steps)]
-            warm = [(r["policy"], r["turn"]) for r in read_csv_rows(turns_warmup)]
-            check(sorted(measured) == sorted((p, t, s) for p in ("cpu-all", "transfer-all")
+            ta, cpu = "transfer-all", "cpu-all"
+            check(seen == [(ta, "0", "0"), (cpu, "0", "0"), (cpu, "0", "1"), (ta, "0", "1"),
+                           (cpu, "1", "0"), (ta, "1", "0"), (ta, "1", "1"), (cpu, "1", "1")]
+                  and "round 2/2, turn 2/2" in turned.stderr,
+                  "bench --turns: a row per turn, every second turn in reverse, the second "
+                  "round starting the other way, round and turn in the CSV and the progress "
+                  "lines", f"{seen}")
+            measured = [(r["policy"], r["round"], r["turn"], r["step"])
+                        for r in read_csv_rows(turns_steps)]
+            warm = [(r["policy"], r["round"], r["turn"]) for r in read_csv_rows(turns_warmup)]
+            check(sorted(measured) == sorted((p, r, t, s) for p in (cpu, ta) for r in "01"
                                              for t in "01" for s in "01")
-                  and sorted(warm) == [("cpu-all", "0"), ("transfer-all", "0")],
+                  and sorted(warm) == sorted((p, r, "0") for p in (cpu, ta) for r in "01"),
                   "bench --turns: each turn's measured steps from 0, a warm-up in the first "
                   "turn only (--turn_warmup_steps=0)", f"measured {measured}; warm-up {warm}")
         zero = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
@@ -803,9 +807,9 @@ def check_bench_policies(env, trio):
                                "--contexts=256", f"--steps_csv={older}"], timeout=60)
         with open(older) as f:
             kept = f.read()
-        check(refused.returncode != 0 and "other columns" in refused.stderr
+        check(refused.returncode == 2 and "other columns" in refused.stderr
               and kept == "policy,round,step,step_ms\ncpu-all,0,0,1.0\n",
-              "bench --steps_csv=<an older bench's CSV>: refused, the file as it was",
+              "bench --steps_csv=<an older bench's CSV>: refused (exit 2), the file as it was",
               refused.stderr[-400:])
     own = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
                        "--decode_steps=2", "--max_tokens=5"], timeout=60)

@@ -136,7 +136,10 @@ ABSL_FLAG(uint32_t, prewarm_steps, 0,
           "(under static:0.5 with --policies: both paths, and no measured policy's scheduler "
           "learns from them), so that the runtime's one-time costs fall into no point (0: none)");
 ABSL_FLAG(absl::Duration, bench_for, absl::ZeroDuration(),
-          "bench: start no round after this long (0: no limit; with --rounds)");
+          "bench: end within this long (0: no limit; with --rounds): start no round after it, "
+          "nor a point whose longest round since its first (its first, until it has another) "
+          "would not end by then (a point runs under all its policies and turns, or not at "
+          "all)");
 ABSL_FLAG(std::string, steps_csv, "",
           "bench: also append one row per measured step (with its wall-clock time) to this CSV");
 ABSL_FLAG(std::string, warmup_steps_csv, "",
@@ -580,6 +583,9 @@ int Bench() {
   // into the first policy's first point (the full DeepSeek-V2-Lite at 32 x 32K on the H200,
   // run 157: writescope's first round stepped 465 ms after its 16 warm-up steps, its second
   // 394). static:0.5 runs both paths, and no measured policy's scheduler learns from it.
+  // --bench_for counts from here: the prewarm is part of the bench's time.
+  const absl::Duration bench_for = absl::GetFlag(FLAGS_bench_for);
+  const absl::Time bench_start = absl::Now();
   if (const uint32_t prewarm = absl::GetFlag(FLAGS_prewarm_steps);
       prewarm > 0 && !batches.empty() && !contexts.empty()) {
     const std::string policy = policies.size() == 1 && policies[0].empty() ? "" : "static:0.5";
@@ -605,10 +611,22 @@ int Bench() {
   const uint32_t warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   const uint32_t turn_warmup_steps =
       absl::GetFlag(FLAGS_turn_warmup_steps).value_or(warmup_steps);
-  const absl::Duration bench_for = absl::GetFlag(FLAGS_bench_for);
-  const absl::Time bench_start = absl::Now();
+  // How long each point's rounds take (all its policies and turns), for --bench_for: its
+  // longest round since its first, or its first until it has another (a point's first round
+  // carries the one-time costs: without a prewarm, the host device's first took 6.3 s and
+  // the later ones ~0.5).
+  struct PointTime {
+    absl::Duration first, longest_later;
+    bool has_later = false;
+    absl::Duration Estimate() const { return has_later ? longest_later : first; }
+  };
+  std::map<std::pair<uint64_t, uint64_t>, PointTime> point_took;
+  uint32_t skipped = 0;
+  uint32_t rounds_started = 0;
   for (uint32_t round = 0; round < rounds; ++round) {
     if (bench_for > absl::ZeroDuration() && absl::Now() - bench_start >= bench_for) break;
+    ++rounds_started;
+    bool any_point_ran = false;
     if (failures_in_a_row >= kMaxFailuresInARow) {
       std::fprintf(stderr, "wscope bench: %d points failed in a row; stopping\n",
                    failures_in_a_row);
@@ -616,6 +634,25 @@ int Bench() {
     }
     for (uint64_t context : contexts) {
       for (uint64_t batch : batches) {
+        // A point that would not end within --bench_for is left out whole, so that every
+        // policy keeps as many rounds of it as the others (a bench stopped from outside ends
+        // in the middle of one: run 234 kept one round of writescope's 32 x 32K, two of the
+        // others').
+        const absl::Duration left = bench_for - (absl::Now() - bench_start);
+        if (const auto took = point_took.find({batch, context});
+            bench_for > absl::ZeroDuration() && took != point_took.end() &&
+            took->second.Estimate() > left) {
+          std::fprintf(stderr,
+                       "bench: round %u/%u, batch %llu, context %llu left out: its rounds "
+                       "take %.1f s, %.1f s of --bench_for left\n",
+                       round + 1, rounds, static_cast<unsigned long long>(batch),
+                       static_cast<unsigned long long>(context),
+                       absl::ToDoubleSeconds(took->second.Estimate()),
+                       absl::ToDoubleSeconds(std::max(left, absl::ZeroDuration())));
+          ++skipped;
+          continue;
+        }
+        const absl::Time point_start = absl::Now();
         for (uint32_t turn = 0; turn < turns; ++turn) {
           // Every second turn in reverse, and every second round starting the other way (with
           // one turn a point: every second round in reverse), so that no policy always runs
@@ -657,8 +694,28 @@ int Bench() {
                           response.warmup_steps());
           }
         }
+        const absl::Duration point_time = absl::Now() - point_start;
+        if (const auto [it, first] = point_took.try_emplace({batch, context}); first) {
+          it->second.first = point_time;
+        } else {
+          it->second.longest_later = std::max(it->second.longest_later, point_time);
+          it->second.has_later = true;
+        }
+        any_point_ran = true;
       }
     }
+    // Every point left out: none fits in what is left, which only shrinks.
+    if (!any_point_ran) {
+      --rounds_started;
+      break;
+    }
+  }
+  if (bench_for > absl::ZeroDuration()) {
+    std::fprintf(stderr,
+                 "bench: %u of %u round(s) started within --bench_for=%s, %u point-round(s) "
+                 "left out, %.1f s\n",
+                 rounds_started, rounds, absl::FormatDuration(bench_for).c_str(), skipped,
+                 absl::ToDoubleSeconds(absl::Now() - bench_start));
   }
   close_all();
   return failures == 0 ? 0 : 1;

@@ -11,7 +11,8 @@
 #   deploy/bench-grid.sh --arch qwen3_moe|mixtral|deepseek_v2 [--layers 4]
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
 #       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 16]
-#       [--repeats 1] [--one-runtime [--turns N] [--turn-warmup N]] [--prewarm N]
+#       [--repeats 1] [--one-runtime [--turns N] [--turn-warmup N] [--time-limit S]]
+#       [--prewarm N]
 #       [--hot-experts auto|on|off] [--out DIR]
 #       [--bin DIR] [--device cuda|host] [--sampling SPEC] [-- EXTRA_COORDINATOR_FLAGS...]
 #
@@ -40,6 +41,11 @@
 # time moved 10-30 % between the policies' turns of 16 + 24 steps with the same work (runs
 # 231-232), more than the gaps between the policies at 8K. best_baseline_report.py pairs the
 # policies per turn.
+# --time-limit S (with --one-runtime): end within S seconds of this script's start: the bench
+# gets what is left of them when it starts, less 10 s to stop the trio, as wscope bench
+# --bench_for (no round starts after it, and no point whose rounds would not end by then, so
+# every policy keeps as many rounds of each point). gpu-grids.sh passes its grid's
+# time; its timeout, which stops the grid wherever it is, stays behind it.
 # --prewarm N (with --one-runtime; default warm-up + measured steps, 0: none): the trio's
 # first N decode steps, at the first point under static:0.5, recorded nowhere (wscope bench
 # --prewarm_steps): a runtime's first steps pay one-time costs, which fell into the first
@@ -58,7 +64,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARCH="" LAYERS=4 POLICIES="writescope transfer-all cpu-all static:0.5 monolithic" REPEATS=1
 BATCHES="4,16,32" CONTEXTS="2048,8192,16384,32768" STEPS=16 WARMUP=16 OUT_DIR="${OUT:-.}"
 BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda EXTRA=() ONE_RUNTIME=0 PREWARM="" SAMPLING=""
-TURNS=1 TURN_WARMUP=""
+TURNS=1 TURN_WARMUP="" TIME_LIMIT="" STARTED=$SECONDS
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
@@ -73,13 +79,14 @@ while [[ $# -gt 0 ]]; do
     --prewarm) PREWARM="$2"; shift 2 ;;
     --turns) TURNS="$2"; shift 2 ;;
     --turn-warmup) TURN_WARMUP="$2"; shift 2 ;;
+    --time-limit) TIME_LIMIT="$2"; shift 2 ;;
     --hot-experts) HOT_EXPERTS="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
     --sampling) SAMPLING="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,61p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -106,6 +113,11 @@ if ((!ONE_RUNTIME)) && { ((TURNS > 1)) || [[ -n $TURN_WARMUP ]]; }; then
   exit 2
 fi
 TURN_WARMUP=${TURN_WARMUP:-$WARMUP}
+if [[ -n $TIME_LIMIT ]] && { ! [[ $TIME_LIMIT =~ ^[1-9][0-9]*$ ]] || ((!ONE_RUNTIME)); }; then
+  echo "bench-grid.sh: --time-limit takes a positive number of seconds, with --one-runtime," \
+    "not '$TIME_LIMIT'" >&2
+  exit 2
+fi
 # --sampling's keys as wscope bench's flags.
 SAMPLING_FLAGS=()
 if [[ -n $SAMPLING ]]; then
@@ -137,9 +149,17 @@ if ((ONE_RUNTIME)); then
   echo "bench-grid: one runtime for all policies, $REPEATS round(s), $TURNS turn(s) a point"
   start_trio bench-grid "${POLICIES%% *}" "$region_mib" --max_sequences="$max_batch" \
     ${EXTRA[@]+"${EXTRA[@]}"}
+  BENCH_FOR=()
+  if [[ -n $TIME_LIMIT ]]; then
+    left=$((TIME_LIMIT - (SECONDS - STARTED) - 10))
+    ((left > 0)) || left=1
+    echo "bench-grid: the bench ends within ${left} s (--time-limit $TIME_LIMIT)"
+    BENCH_FOR=(--bench_for="${left}s")
+  fi
   "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCHES" --contexts="$CONTEXTS" \
     --decode_steps="$STEPS" --warmup_steps="$WARMUP" --rounds="$REPEATS" --turns="$TURNS" \
     --turn_warmup_steps="$TURN_WARMUP" --prewarm_steps="$PREWARM" \
+    ${BENCH_FOR[@]+"${BENCH_FOR[@]}"} \
     ${SAMPLING_FLAGS[@]+"${SAMPLING_FLAGS[@]}"} \
     --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
     --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||

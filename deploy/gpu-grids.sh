@@ -147,10 +147,14 @@ for spec in "${SPECS[@]}"; do
   echo "gpu-grids: $arch, $repeats repeat(s) x $steps steps, at most $limit s"
   t0=$(date +%s)
   rc=0
+  # With one runtime the bench itself ends within the grid's time, whole points only
+  # (bench-grid.sh --time-limit); the timeout stops whatever overruns it.
+  time_limit=()
+  ((${#ONE_RUNTIME[@]})) && time_limit=(--time-limit "$limit")
   run_into "$OUT_DIR/grid-$arch.log" timeout "$limit" "$ROOT/deploy/bench-grid.sh" --arch "$arch" \
     --layers "$LAYERS" --batches "$BATCHES" --contexts "$contexts" --policies "$POLICIES" \
     --warmup 16 --steps "$steps" --repeats "$repeats" ${ONE_RUNTIME[@]+"${ONE_RUNTIME[@]}"} \
-    ${TURNS[@]+"${TURNS[@]}"} \
+    ${TURNS[@]+"${TURNS[@]}"} ${time_limit[@]+"${time_limit[@]}"} \
     ${SAMPLING[@]+"${SAMPLING[@]}"} --out "$OUT_DIR" || rc=$?
   echo "gpu-grids: $arch ended (exit $rc) after $(($(date +%s) - t0)) s"
   settle_trios gpu-grids

@@ -82,7 +82,11 @@ with tempfile.TemporaryDirectory() as out:
     text += one.stdout
     checks += [
         (one.returncode == 0, "a dry run with --one-runtime succeeds"),
-        ("--repeats 2 --one-runtime --out" in one.stdout, "--one-runtime passed on"),
+        ("--repeats 2 --one-runtime --time-limit 510 --out" in one.stdout
+         and "timeout 510 " in one.stdout,
+         "--one-runtime passed on, the grid's time with it (the bench ends within it, whole "
+         "points only; the timeout behind it)"),
+        ("--time-limit" not in full.stdout, "no time limit for a trio per policy"),
     ]
     # --turns and --turn-warmup: passed on with --one-runtime, refused without it.
     turned = run("--dry-run", "--out", out, "--one-runtime", "--turns", "3", "--turn-warmup",
@@ -90,7 +94,8 @@ with tempfile.TemporaryDirectory() as out:
     text += turned.stdout
     checks += [
         (turned.returncode == 0
-         and "--repeats 2 --one-runtime --turns 3 --turn-warmup 4 --out" in turned.stdout,
+         and "--repeats 2 --one-runtime --turns 3 --turn-warmup 4 --time-limit 510 --out"
+         in turned.stdout,
          "--turns and --turn-warmup passed on"),
         ("--turns" not in one.stdout, "one turn a point unless --turns"),
     ]

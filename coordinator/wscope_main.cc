@@ -122,8 +122,9 @@ ABSL_FLAG(uint32_t, rounds, 1,
 ABSL_FLAG(uint32_t, turns, 1,
           "bench: at each point of a round, the policies take this many turns in a row, each "
           "turn --decode_steps measured steps on its context placed anew, the order reversed "
-          "every second turn and every second round: shorter turns put the policies' steps closer in time, so that a "
-          "drift of the host weighs on them alike (the CSVs' turn column)");
+          "every second turn and every second round: shorter turns put the policies' steps "
+          "closer in time, so that a drift of the host weighs on them alike (the CSVs' turn "
+          "column)");
 ABSL_FLAG(std::optional<uint32_t>, turn_warmup_steps, std::nullopt,
           "bench: warm-up steps of a point's turns after its first in a round (the policy's "
           "scheduler learned the point in its first turn; unset: --warmup_steps)");
@@ -614,7 +615,7 @@ int Bench() {
   // How long each point's rounds take (all its policies and turns), for --bench_for: its
   // longest round since its first, or its first until it has another (a point's first round
   // carries the one-time costs: without a prewarm, the host device's first took 6.3 s and
-  // the later ones ~0.5).
+  // the later ones 0.7-0.8).
   struct PointTime {
     absl::Duration first, longest_later;
     bool has_later = false;
@@ -625,13 +626,13 @@ int Bench() {
   uint32_t rounds_started = 0;
   for (uint32_t round = 0; round < rounds; ++round) {
     if (bench_for > absl::ZeroDuration() && absl::Now() - bench_start >= bench_for) break;
-    ++rounds_started;
-    bool any_point_ran = false;
     if (failures_in_a_row >= kMaxFailuresInARow) {
       std::fprintf(stderr, "wscope bench: %d points failed in a row; stopping\n",
                    failures_in_a_row);
       break;
     }
+    ++rounds_started;
+    bool any_point_ran = false;
     for (uint64_t context : contexts) {
       for (uint64_t batch : batches) {
         // A point that would not end within --bench_for is left out whole, so that every

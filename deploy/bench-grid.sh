@@ -12,8 +12,7 @@
 #       [--policies "writescope transfer-all cpu-all static:0.5 monolithic"]
 #       [--batches 4,16,32] [--contexts 2048,8192,16384,32768] [--steps 16] [--warmup 16]
 #       [--repeats 1] [--one-runtime [--turns N] [--turn-warmup N] [--time-limit S]]
-#       [--prewarm N]
-#       [--hot-experts auto|on|off] [--out DIR]
+#       [--prewarm N] [--hot-experts auto|on|off] [--out DIR]
 #       [--bin DIR] [--device cuda|host] [--sampling SPEC] [-- EXTRA_COORDINATOR_FLAGS...]
 #
 # --sampling (default greedy): how the decoded tokens are sampled, e.g.
@@ -37,10 +36,10 @@
 # turns in a row, each --steps measured steps on the context placed anew, the order reversed
 # every second turn and every second round (wscope bench --turns; the CSVs' turn column);
 # the turns after a point's first warm up --turn-warmup steps (default --warmup: the
-# scheduler learned the point in its first turn). Shorter turns bring the policies' steps closer in time: the host's CPU expert
-# time moved 10-30 % between the policies' turns of 16 + 24 steps with the same work (runs
-# 231-232), more than the gaps between the policies at 8K. best_baseline_report.py pairs the
-# policies per turn.
+# scheduler learned the point in its first turn). Shorter turns bring the policies' steps
+# closer in time: the host's CPU expert time moved 10-30 % between the policies' turns of
+# 16 + 24 steps with the same work (runs 231-232), more than the gaps between the policies at
+# 8K. best_baseline_report.py pairs the policies per turn.
 # --time-limit S (with --one-runtime): end within S seconds of this script's start: the bench
 # gets what is left of them when it starts, less 10 s to stop the trio, as wscope bench
 # --bench_for (no round starts after it, and no point whose rounds would not end by then, so
@@ -86,7 +85,7 @@ while [[ $# -gt 0 ]]; do
     --device) DEVICE="$2"; shift 2 ;;
     --sampling) SAMPLING="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,61p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -32,10 +32,12 @@
 # repeat with all five policies and trio start-ups: DeepSeek x 48 steps ~105 s, Qwen3 x 48
 # ~155 s, Mixtral x 16 ~240 s (runs 98-100: 2 repeats took 211, just over 305 and 469-489 s).
 # --one-runtime: bench-grid.sh's, one trio per grid for all its policies and repeats (the
-# policies interleaved per point). --turns N, --turn-warmup N: bench-grid.sh's (with
-# --one-runtime: N turns of the policies at each point, STEPS measured steps each, the later
-# turns warmed up --turn-warmup steps). --sampling: bench-grid.sh's (e.g.
-# temperature=0.7,top_p=0.9; default greedy). --dry-run prints the commands instead of running them.
+# policies interleaved per point; the grid's time goes with it as bench-grid.sh's
+# --time-limit, so that the bench ends in time with whole points). --turns N, --turn-warmup
+# N: bench-grid.sh's (with --one-runtime: N turns of the policies at each point, STEPS
+# measured steps each, the later turns warmed up --turn-warmup steps). --sampling:
+# bench-grid.sh's (e.g. temperature=0.7,top_p=0.9; default greedy). --dry-run prints the
+# commands instead of running them.
 # Before the grids, ws_probe (in the bundle) measures this lease's ceilings into
 # DIR/probe.json and probe.log (at most 90 s, out of the budget; with the channel and the
 # pageable copies left out it took a few seconds in runs 154-157, at 5 repetitions, whose
@@ -74,7 +76,7 @@ while [[ $# -gt 0 ]]; do
       TURNS+=("$1" "$2"); shift 2 ;;
     --no-probe) PROBE=0; shift ;;
     --sampling) SAMPLING=(--sampling "$2"); shift 2 ;;
-    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac

@@ -76,6 +76,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "coordinator/bench_budget.h"
 #include "coordinator/policy.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -137,10 +138,10 @@ ABSL_FLAG(uint32_t, prewarm_steps, 0,
           "(under static:0.5 with --policies: both paths, and no measured policy's scheduler "
           "learns from them), so that the runtime's one-time costs fall into no point (0: none)");
 ABSL_FLAG(absl::Duration, bench_for, absl::ZeroDuration(),
-          "bench: end within this long (0: no limit; with --rounds): start no round after it, "
-          "nor a point whose longest round since its first (its first, until it has another) "
-          "would not end by then (a point runs under all its policies and turns, or not at "
-          "all)");
+          "bench: end within this long (0: no limit; with --rounds): start no point after it, "
+          "nor one whose rounds (its longest since its first; its first, until it has "
+          "another), with 10 % to spare, would not end by then (a point runs under all its "
+          "policies and turns, or not at all)");
 ABSL_FLAG(std::string, steps_csv, "",
           "bench: also append one row per measured step (with its wall-clock time) to this CSV");
 ABSL_FLAG(std::string, warmup_steps_csv, "",
@@ -612,16 +613,8 @@ int Bench() {
   const uint32_t warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   const uint32_t turn_warmup_steps =
       absl::GetFlag(FLAGS_turn_warmup_steps).value_or(warmup_steps);
-  // How long each point's rounds take (all its policies and turns), for --bench_for: its
-  // longest round since its first, or its first until it has another (a point's first round
-  // carries the one-time costs: without a prewarm, the host device's first took 6.3 s and
-  // the later ones 0.7-0.8).
-  struct PointTime {
-    absl::Duration first, longest_later;
-    bool has_later = false;
-    absl::Duration Estimate() const { return has_later ? longest_later : first; }
-  };
-  std::map<std::pair<uint64_t, uint64_t>, PointTime> point_took;
+  // Which points may still start within --bench_for, from their rounds' times.
+  writescope::coordinator::BenchBudget budget(bench_for);
   uint32_t skipped = 0;
   uint32_t rounds_started = 0;
   for (uint32_t round = 0; round < rounds; ++round) {
@@ -633,27 +626,24 @@ int Bench() {
     }
     ++rounds_started;
     bool any_point_ran = false;
+    uint32_t skipped_in_round = 0;
     for (uint64_t context : contexts) {
       for (uint64_t batch : batches) {
-        // A point that would not end within --bench_for is left out whole, so that every
-        // policy keeps as many rounds of it as the others (a bench stopped from outside ends
-        // in the middle of one: run 234 kept one round of writescope's 32 x 32K, two of the
-        // others').
-        const absl::Duration left = bench_for - (absl::Now() - bench_start);
-        if (const auto took = point_took.find({batch, context});
-            bench_for > absl::ZeroDuration() && took != point_took.end() &&
-            took->second.Estimate() > left) {
+        // A point that would not end within --bench_for is left out whole (BenchBudget).
+        if (const absl::Duration elapsed = absl::Now() - bench_start;
+            !budget.Fits(batch, context, elapsed)) {
           std::fprintf(stderr,
                        "bench: round %u/%u, batch %llu, context %llu left out: its rounds "
                        "take %.1f s, %.1f s of --bench_for left\n",
                        round + 1, rounds, static_cast<unsigned long long>(batch),
                        static_cast<unsigned long long>(context),
-                       absl::ToDoubleSeconds(took->second.Estimate()),
-                       absl::ToDoubleSeconds(std::max(left, absl::ZeroDuration())));
-          ++skipped;
+                       absl::ToDoubleSeconds(budget.Estimate(batch, context)),
+                       absl::ToDoubleSeconds(budget.Left(elapsed)));
+          ++skipped_in_round;
           continue;
         }
         const absl::Time point_start = absl::Now();
+        bool point_ok = true;  // every policy and turn of it ran
         for (uint32_t turn = 0; turn < turns; ++turn) {
           // Every second turn in reverse, and every second round starting the other way (with
           // one turn a point: every second round in reverse), so that no policy always runs
@@ -685,6 +675,7 @@ int Bench() {
                           static_cast<int>(status.error_code()));
               ++failures;
               ++failures_in_a_row;
+              point_ok = false;
               continue;
             }
             failures_in_a_row = 0;
@@ -695,12 +686,10 @@ int Bench() {
                           response.warmup_steps());
           }
         }
-        const absl::Duration point_time = absl::Now() - point_start;
-        if (const auto [it, first] = point_took.try_emplace({batch, context}); first) {
-          it->second.first = point_time;
-        } else {
-          it->second.longest_later = std::max(it->second.longest_later, point_time);
-          it->second.has_later = true;
+        // A round in which a policy failed (or was never asked, after failures in a row)
+        // tells nothing of the point's time.
+        if (point_ok && failures_in_a_row < kMaxFailuresInARow) {
+          budget.Record(batch, context, absl::Now() - point_start);
         }
         any_point_ran = true;
       }
@@ -710,6 +699,7 @@ int Bench() {
       --rounds_started;
       break;
     }
+    skipped += skipped_in_round;
   }
   if (bench_for > absl::ZeroDuration()) {
     std::fprintf(stderr,

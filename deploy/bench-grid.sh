@@ -42,7 +42,7 @@
 # 8K. best_baseline_report.py pairs the policies per turn.
 # --time-limit S (with --one-runtime): end within S seconds of this script's start: the bench
 # gets what is left of them when it starts, less 10 s to stop the trio, as wscope bench
-# --bench_for (no round starts after it, and no point whose rounds would not end by then, so
+# --bench_for (no point starts after it, nor one whose rounds would not end by then, so
 # every policy keeps as many rounds of each point). gpu-grids.sh passes its grid's
 # time; its timeout, which stops the grid wherever it is, stays behind it.
 # --prewarm N (with --one-runtime; default warm-up + measured steps, 0: none): the trio's

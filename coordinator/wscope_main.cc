@@ -632,13 +632,16 @@ int Bench() {
         // A point that would not end within --bench_for is left out whole (BenchBudget).
         if (const absl::Duration elapsed = absl::Now() - bench_start;
             !budget.Fits(batch, context, elapsed)) {
-          std::fprintf(stderr,
-                       "bench: round %u/%u, batch %llu, context %llu left out: its rounds "
-                       "take %.1f s, %.1f s of --bench_for left\n",
+          const absl::Duration estimate = budget.Estimate(batch, context);
+          const std::string why =
+              estimate > absl::ZeroDuration()
+                  ? absl::StrFormat("its rounds take %.1f s, %.1f s of --bench_for left",
+                                    absl::ToDoubleSeconds(estimate),
+                                    absl::ToDoubleSeconds(budget.Left(elapsed)))
+                  : std::string("--bench_for has passed");
+          std::fprintf(stderr, "bench: round %u/%u, batch %llu, context %llu left out: %s\n",
                        round + 1, rounds, static_cast<unsigned long long>(batch),
-                       static_cast<unsigned long long>(context),
-                       absl::ToDoubleSeconds(budget.Estimate(batch, context)),
-                       absl::ToDoubleSeconds(budget.Left(elapsed)));
+                       static_cast<unsigned long long>(context), why.c_str());
           ++skipped_in_round;
           continue;
         }

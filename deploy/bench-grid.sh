@@ -89,44 +89,30 @@ while [[ $# -gt 0 ]]; do
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-if ! [[ $REPEATS =~ ^[1-9][0-9]*$ ]]; then
-  echo "bench-grid.sh: --repeats must be a positive integer, not '$REPEATS'" >&2
-  exit 2
-fi
-if [[ -n $PREWARM ]] && ! [[ $PREWARM =~ ^(0|[1-9][0-9]*)$ ]]; then
-  echo "bench-grid.sh: --prewarm must be a number of steps (0: none), not '$PREWARM'" >&2
-  exit 2
-fi
+fail() { echo "bench-grid.sh: $*" >&2; exit 2; }
+positive='^[1-9][0-9]*$' count='^(0|[1-9][0-9]*)$'
+[[ $REPEATS =~ $positive ]] || fail "--repeats must be a positive integer, not '$REPEATS'"
+[[ -z $PREWARM || $PREWARM =~ $count ]] ||
+  fail "--prewarm must be a number of steps (0: none), not '$PREWARM'"
 PREWARM=${PREWARM:-$((WARMUP + STEPS))}
-if ! [[ $TURNS =~ ^[1-9][0-9]*$ ]]; then
-  echo "bench-grid.sh: --turns must be a positive integer, not '$TURNS'" >&2
-  exit 2
-fi
-if [[ -n $TURN_WARMUP ]] && ! [[ $TURN_WARMUP =~ ^(0|[1-9][0-9]*)$ ]]; then
-  echo "bench-grid.sh: --turn-warmup must be a number of steps (0: none), not '$TURN_WARMUP'" >&2
-  exit 2
-fi
+[[ $TURNS =~ $positive ]] || fail "--turns must be a positive integer, not '$TURNS'"
+[[ -z $TURN_WARMUP || $TURN_WARMUP =~ $count ]] ||
+  fail "--turn-warmup must be a number of steps (0: none), not '$TURN_WARMUP'"
 if ((!ONE_RUNTIME)) && { ((TURNS > 1)) || [[ -n $TURN_WARMUP ]]; }; then
-  echo "bench-grid.sh: --turns and --turn-warmup alternate the policies within one runtime:" \
-    "give --one-runtime" >&2
-  exit 2
+  fail "--turns and --turn-warmup alternate the policies within one runtime: give --one-runtime"
 fi
 TURN_WARMUP=${TURN_WARMUP:-$WARMUP}
-if [[ -n $TIME_LIMIT ]] && { ! [[ $TIME_LIMIT =~ ^[1-9][0-9]*$ ]] || ((!ONE_RUNTIME)); }; then
-  echo "bench-grid.sh: --time-limit takes a positive number of seconds, with --one-runtime," \
-    "not '$TIME_LIMIT'" >&2
-  exit 2
+if [[ -n $TIME_LIMIT ]] && { ! [[ $TIME_LIMIT =~ $positive ]] || ((!ONE_RUNTIME)); }; then
+  fail "--time-limit takes a positive number of seconds, with --one-runtime, not '$TIME_LIMIT'"
 fi
 # --sampling's keys as wscope bench's flags.
 SAMPLING_FLAGS=()
 if [[ -n $SAMPLING ]]; then
   IFS=',' read -r -a sampling_parts <<<"$SAMPLING"
   for part in "${sampling_parts[@]}"; do
-    if ! [[ $part =~ ^(temperature|top_k|top_p|seed|logprobs)=[0-9]+(\.[0-9]+)?$ ]]; then
-      echo "bench-grid.sh: --sampling takes KEY=NUMBER,... with the keys temperature, top_k," \
-        "top_p, seed and logprobs, not '$part'" >&2
-      exit 2
-    fi
+    [[ $part =~ ^(temperature|top_k|top_p|seed|logprobs)=[0-9]+(\.[0-9]+)?$ ]] ||
+      fail "--sampling takes KEY=NUMBER,... with the keys temperature, top_k, top_p, seed and" \
+        "logprobs, not '$part'"
     SAMPLING_FLAGS+=("--$part")
   done
 fi

@@ -44,6 +44,8 @@ _spec = importlib.util.spec_from_file_location(
 bench_report = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_report)
 geometric_mean = bench_report.geometric_mean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_plot import InputError, round_of  # noqa: E402
 
 
 def keyed_ratios(by_policy, policy):
@@ -98,10 +100,9 @@ def paired_round_ratios(steps_path, policy, from_context):
             try:
                 point = (int(row["batch"]), int(row["context"]))
                 ms = float(row["step_ms"])
-                turn = int(row["turn"]) if (row.get("turn") or "").strip() else 0
-                key = (point, (int(row["round"]), turn))
+                key = (point, round_of(steps_path, line, row))
                 step = int(row["step"])
-            except ValueError as e:
+            except (ValueError, InputError) as e:
                 raise SystemExit(f"best_baseline_report.py: {steps_path}:{line}: {e}")
             if point[1] >= from_context and math.isfinite(ms) and ms > 0:
                 steps[key][row["policy"]][step] = ms

@@ -32,8 +32,8 @@ struct Bf16Tensor {
   const uint16_t* data = nullptr;
   std::vector<int64_t> shape;
   WorkerSide side = WorkerSide::kGpu;
-  // "file.safetensors:tensor", "file.safetensors:fused[expert 3, rows 0..767]",
-  // "synthetic": for messages.
+  // "file.safetensors:tensor", "file.safetensors:fused[elements 1572864+786432]" (a slice
+  // of a fused tensor), "synthetic": for messages.
   std::string origin;
 
   int64_t numel() const {

@@ -63,11 +63,16 @@ absl::Status PrefaultPages(absl::Span<std::byte> bytes, PrefaultAccess access) {
         absl::StrCat("mapping ", length, " bytes of shared memory: ", strerror(error)));
   }
 #endif
-  // Older kernels: touch one byte per page (a write touch rewrites the byte it read).
+  // Older kernels: touch one byte per page. A write touch is an atomic OR of nothing: the
+  // memory may be live (a worker attaching to channels its peer writes), and a plain read
+  // and rewrite could undo a write made between the two.
   for (size_t offset = 0; offset < length; offset += page) {
-    volatile std::byte* at = reinterpret_cast<std::byte*>(start + offset);
-    const std::byte value = *at;
-    if (access == PrefaultAccess::kWrite) *at = value;
+    auto* at = reinterpret_cast<unsigned char*>(start + offset);
+    if (access == PrefaultAccess::kWrite) {
+      std::atomic_ref<unsigned char>(*at).fetch_or(0, std::memory_order_relaxed);
+    } else {
+      static_cast<void>(*static_cast<volatile unsigned char*>(at));
+    }
   }
   return absl::OkStatus();
 }
@@ -101,6 +106,13 @@ absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(
       }
     }
     layout.push_back({spec.name, offset, spec.bytes});
+    // The arena's size is an off_t: a region whose end passes it (or wraps) is refused.
+    constexpr uint64_t kMaxArenaBytes = uint64_t{1} << 62;
+    if (spec.bytes > kMaxArenaBytes || offset + spec.bytes > kMaxArenaBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("arena region '", spec.name, "' of ",
+                                                     spec.bytes, " bytes at offset ", offset,
+                                                     ": the arena would pass 2^62 bytes"));
+    }
     offset = AlignUp(offset + spec.bytes, kArenaRegionAlignment);
   }
   const uint64_t total = offset;

@@ -90,7 +90,8 @@ absl::Status WaitFor(ShmChannelHeader* header, std::atomic<uint32_t>* doorbell,
       sleeping->store(0, std::memory_order_relaxed);
       return absl::DeadlineExceededError("timed out waiting on shared-memory channel");
     }
-    // Sleep in slices so a closed flag or a dead peer is noticed.
+    // Sleep in slices so that a closed flag is noticed (a dead peer shows as the caller's
+    // timeout, or as the coordinator closing the channels).
     FutexWait(doorbell, seen, std::min(left, absl::Milliseconds(100)));
     sleeping->store(0, std::memory_order_relaxed);
     if (ready()) return absl::OkStatus();
@@ -135,8 +136,21 @@ absl::StatusOr<ShmChannel> ShmChannel::Attach(absl::Span<std::byte> memory) {
   if (header->magic != kChannelMagic) {
     return absl::FailedPreconditionError("no channel has been created in this memory");
   }
-  if (header->capacity > memory.size() - kHeaderBytes) {
+  // The header is another process's: checked as Create makes it before anything is
+  // divided by it or indexed with it.
+  const uint64_t capacity = header->capacity;
+  if (capacity > memory.size() - kHeaderBytes) {
     return absl::FailedPreconditionError("channel capacity exceeds its memory");
+  }
+  if (capacity < 128 || capacity % 64 != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("corrupt channel: capacity ", capacity, " (at least 128, a multiple of 64)"));
+  }
+  const uint64_t head = header->head.load(std::memory_order_acquire);
+  const uint64_t tail = header->tail.load(std::memory_order_acquire);
+  if (head % kLengthBytes != 0 || tail % kLengthBytes != 0 || head - tail > capacity) {
+    return absl::FailedPreconditionError(absl::StrCat("corrupt channel: head ", head, ", tail ",
+                                                      tail, ", capacity ", capacity));
   }
   return ShmChannel(header, memory.data() + kHeaderBytes);
 }
@@ -202,17 +216,25 @@ absl::StatusOr<absl::Span<const std::byte>> ShmChannel::Peek(absl::Duration time
                                   return header_->head.load(std::memory_order_acquire) != tail;
                                 });
   if (!status.ok()) return status;
+  // What the producer committed bounds what may be read: a length that points past it, or
+  // past the ring's end, is a corrupt channel (DATA_LOSS, nothing released), not a read
+  // beyond the mapping.
+  const uint64_t committed = header_->head.load(std::memory_order_acquire) - tail;
   uint64_t offset = tail % capacity;
   uint64_t length;
   std::memcpy(&length, ring_ + offset, kLengthBytes);
   uint64_t consumed = 0;
-  if (length == kWrapMarker) {
+  if (length == kWrapMarker && offset != 0) {
     consumed = capacity - offset;
     offset = 0;
     std::memcpy(&length, ring_, kLengthBytes);
   }
-  if (length > max_message_bytes()) {
-    return absl::DataLossError(absl::StrCat("corrupt channel message length ", length));
+  if (length > max_message_bytes() ||
+      offset + kLengthBytes + Padded(length) > capacity ||
+      consumed + kLengthBytes + Padded(length) > committed) {
+    return absl::DataLossError(absl::StrCat("corrupt channel message: length ", length,
+                                            " at offset ", offset, " with ", committed,
+                                            " bytes committed"));
   }
   peeked_bytes_ = consumed + kLengthBytes + Padded(length);
   return absl::Span<const std::byte>(ring_ + offset + kLengthBytes, length);

@@ -361,6 +361,10 @@ absl::Status Coordinator::Recover() {
 
 void Coordinator::Stop(bool shutdown_workers) {
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  // The supervisor may be reloading a relaunched worker (Recover): that load must not run
+  // out its timeout (30 minutes by default) before the join returns.
+  gpu_worker_.CancelLoad();
+  cpu_worker_.CancelLoad();
   if (supervisor_.joinable()) supervisor_.join();
   if (metrics_server_ != nullptr) metrics_server_->Stop();
   if (engine_ != nullptr) {
@@ -508,12 +512,15 @@ absl::Status Coordinator::UseBenchPolicy(absl::string_view policy) {
   return engine_->SwitchScheduler(scheduler);
 }
 
-absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& request) {
+absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& request,
+                                                     const std::function<bool()>& cancelled) {
   if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
   std::lock_guard<std::mutex> bench_lock(bench_mutex_);
+  // A request refused for itself leaves the policy as it was.
+  WS_RETURN_IF_ERROR(engine_->ValidateBench(request));
   if (!request.policy().empty()) WS_RETURN_IF_ERROR(UseBenchPolicy(request.policy()));
   WS_ASSIGN_OR_RETURN(v1::BenchResponse response,
-                      engine_->RunBench(request, options_.engine.step_timeout * 4));
+                      engine_->RunBench(request, options_.engine.step_timeout * 4, cancelled));
   {
     std::lock_guard<std::mutex> lock(placement_mutex_);
     response.set_policy(engine_->scheduler().policy().ToString());
@@ -526,6 +533,11 @@ absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& req
 absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
   if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
   sequences = sequences == 0 ? 4 : sequences;
+  if (sequences > options_.kv.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("self test of ", sequences,
+                                                   " sequences: at most max_sequences (",
+                                                   options_.kv.max_sequences, ")"));
+  }
   v1::SelfTestResponse response;
   bool ok = true;
 
@@ -546,11 +558,15 @@ absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
   // Their blocks and D-windows are reserved with the engine first, so that neither the
   // requests in flight nor the self test can run the other out of KV.
   const uint32_t block = options_.kv.block_tokens();
-  const uint64_t selftest_blocks = uint64_t{sequences} * 4;  // the longest length below
+  // Lengths that cross block boundaries and leave tails of several sizes; sequence k takes
+  // the (k % 4)-th.
+  const uint64_t lengths[] = {3ull * block + 17, 2ull * block, 5, 4ull * block + block / 2};
+  uint64_t selftest_blocks = 0;  // at most a block per started block of each length
+  for (uint32_t k = 0; k < sequences; ++k) selftest_blocks += (lengths[k % 4] + block - 1) / block;
   if (!engine_->ReserveExternal(selftest_blocks, sequences)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "self test: the KV regions or D-windows are too busy for ", sequences,
-        " test sequences of up to 4 blocks; try again when fewer requests run"));
+        " test sequences (", selftest_blocks, " blocks); try again when fewer requests run"));
   }
   struct Unreserve {
     Engine* engine;
@@ -564,8 +580,6 @@ absl::StatusOr<v1::SelfTestResponse> Coordinator::SelfTest(uint32_t sequences) {
   std::vector<SequenceId> admitted;
   absl::Status placed = absl::OkStatus();
   for (uint32_t k = 0; k < sequences && placed.ok(); ++k) {
-    // Lengths that cross block boundaries and leave tails of several sizes.
-    const uint64_t lengths[] = {3ull * block + 17, 2ull * block, 5, 4ull * block + block / 2};
     const SequenceId id = next_selftest_id_++;
     placed = placement_->Admit(id);
     if (!placed.ok()) break;

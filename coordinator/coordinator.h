@@ -73,8 +73,10 @@ class Coordinator {
   absl::StatusOr<v1::ModelInfo> ModelInfo();
   // The plumbing check behind the public SelfTest RPC (see writescope.proto).
   absl::StatusOr<v1::SelfTestResponse> SelfTest(uint32_t sequences);
-  // The Bench RPC (see writescope.proto).
-  absl::StatusOr<v1::BenchResponse> Bench(const v1::BenchRequest& request);
+  // The Bench RPC (see writescope.proto). The request is checked before its policy is
+  // switched to, so a refused one changes nothing; `cancelled` as in Engine::RunBench.
+  absl::StatusOr<v1::BenchResponse> Bench(const v1::BenchRequest& request,
+                                          const std::function<bool()>& cancelled = {});
   // The last `steps` steps of the three processes: Chrome trace JSON and a per-phase summary.
   absl::StatusOr<v1::Profile> Profile(uint32_t steps);
   // Generation (Generate, Abort).

@@ -217,8 +217,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitBench(
                                                    "-token KV block"));
   }
   if (round == 0) return absl::InvalidArgumentError("bench round 0");
-  // Bounded before anything is built: the context becomes a prompt of that many ids.
-  if (context_tokens + decode_steps > limits_.max_context) {
+  // Bounded before anything is built: the context becomes a prompt of that many ids (and
+  // compared without a sum that could wrap).
+  if (context_tokens > limits_.max_context || decode_steps > limits_.max_context - context_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bench context of ", context_tokens, " tokens + ", decode_steps,
         " decode steps exceeds the model's context of ", limits_.max_context));
@@ -279,8 +280,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateR
                                                      " requests are waiting (capacity ",
                                                      options_.queue_capacity, ")"));
   }
-  request->id = proto.request_id().empty() ? absl::StrCat("req-", next_auto_id_++)
-                                           : proto.request_id();
+  if (proto.request_id().empty()) {
+    // A client may have chosen a name of this form itself: the next free one.
+    do {
+      request->id = absl::StrCat("req-", next_auto_id_++);
+    } while (by_id_.contains(request->id));
+  } else {
+    request->id = proto.request_id();
+  }
   if (by_id_.contains(request->id)) {
     return absl::AlreadyExistsError(absl::StrCat("request id '", request->id, "' is in flight"));
   }
@@ -292,8 +299,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateR
   return request->stream;
 }
 
-absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& request,
-                                                   absl::Duration timeout) {
+absl::Status Engine::ValidateBench(const v1::BenchRequest& request) const {
   if (request.batch() == 0 || request.batch() > kv_.max_sequences) {
     return absl::InvalidArgumentError(absl::StrCat("bench batch ", request.batch(),
                                                    ": between 1 and max_sequences (",
@@ -320,15 +326,35 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
     }
   }
   const uint32_t bt = kv_.block_tokens();
+  const uint64_t context = request.context_tokens();
+  if (context == 0 || context % bt != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bench context of ", context,
+                                                   " tokens: a positive multiple of the ", bt,
+                                                   "-token KV block"));
+  }
+  // Compared without a sum that could wrap (a context near 2^64 passed a summed check).
   const uint64_t longest = std::max(request.decode_steps(), request.warmup_steps());
-  const uint64_t blocks = uint64_t{request.batch()} * ((request.context_tokens() + longest + bt - 1) / bt);
+  if (context > limits_.max_context || longest > limits_.max_context - context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench context of ", context, " tokens + ", longest,
+        " decode steps exceeds the model's context of ", limits_.max_context));
+  }
+  const uint64_t blocks = uint64_t{request.batch()} * ((context + longest + bt - 1) / bt);
   const uint64_t slots = kv_.region_slots(KvRegion::kCpuCompute) +
                          kv_.region_slots(KvRegion::kGpuTransfer);
-  if (request.context_tokens() <= limits_.max_context && blocks > slots) {
+  if (blocks > slots) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "bench batch ", request.batch(), " x ", request.context_tokens(), " + ", longest,
+        "bench batch ", request.batch(), " x ", context, " + ", longest,
         " tokens needs ", blocks, " KV blocks of ", bt, " tokens; the regions hold ", slots));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& request,
+                                                   absl::Duration timeout,
+                                                   const std::function<bool()>& cancelled) {
+  WS_RETURN_IF_ERROR(ValidateBench(request));
+  const v1::SamplingParams& sampling = request.sampling();
   const absl::Time deadline = absl::Now() + timeout;
   v1::BenchResponse response;
   for (const bool warmup : {true, false}) {
@@ -362,8 +388,11 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
         if (absl::Now() > deadline) {
           for (const auto& s : streams) s->Cancel();
           if (status.ok()) status = absl::DeadlineExceededError("the bench ran out of time");
+        } else if (status.ok() && cancelled && cancelled()) {
+          for (const auto& s : streams) s->Cancel();
+          status = absl::CancelledError("the bench was cancelled");
         }
-        stream->Next(&ignored, absl::Seconds(1), &done);
+        stream->Next(&ignored, absl::Milliseconds(200), &done);
       }
       if (status.ok() && !stream->final_status().ok()) {
         status = stream->final_status();
@@ -729,6 +758,7 @@ void Engine::DropEnded() {
         ++it;
       }
     }
+    counts_.waiting = static_cast<uint32_t>(waiting_.size());
   }
   for (const auto& request : running_) {
     if (ended(*request)) dropped.push_back(request);
@@ -816,8 +846,9 @@ absl::Status Engine::RunOneStep() {
     bool last_chunk;
   };
   std::vector<Entry> entries;
-  std::vector<std::shared_ptr<Request>> failed;
-  absl::Status failure;
+  // Requests whose planning failed, each with its own error.
+  std::vector<std::pair<std::shared_ptr<Request>, absl::Status>> failed;
+  absl::Status failure;  // the last of them (the step's error when nothing else runs)
   uint32_t budget = max_step_tokens_;
   bool any_prefill = false;
   ReadDecision read;
@@ -833,8 +864,13 @@ absl::Status Engine::RunOneStep() {
       SpanRecorder::Scope resplit_span(&spans_, "resplit", plan.step_id());
       const auto resplit_start = std::chrono::steady_clock::now();
       const double target = scheduler_->target_cpu_share();
-      absl::StatusOr<ResplitStats> moved =
-          ApplyResplit(*placement_, PlanResplit(*placement_, target), block_copier_);
+      // The engine's own sequences only: the self test's are placed beside them and must
+      // stay where its pattern was written.
+      std::vector<SequenceId> own;
+      own.reserve(running_.size());
+      for (const auto& r : running_) own.push_back(r->sequence);
+      absl::StatusOr<ResplitStats> moved = ApplyResplit(
+          *placement_, PlanResplit(*placement_, std::move(own), target), block_copier_);
       resplit_target_ = target;
       resplit_ms = MillisSince(resplit_start);
       // The moves before a failure are done too: the gpu_worker must drop the rounds it
@@ -868,8 +904,8 @@ absl::Status Engine::RunOneStep() {
         absl::StatusOr<FlushPlan> flush = placement_->Flush(r->sequence, chooser);
         if (!flush.ok()) {
           plan.mutable_sequences()->RemoveLast();
-          failed.push_back(r);
           failure = flush.status();
+          failed.emplace_back(r, failure);
           continue;
         }
         flushed = flush->blocks.size();
@@ -909,8 +945,8 @@ absl::Status Engine::RunOneStep() {
       SteeringChooser chooser(*placement_, scheduler_->PlacementShare(LiveHostTokens() + remaining));
       absl::StatusOr<PrefillPlan> placed = placement_->PlanPrefill(r->sequence, chunk, chooser);
       if (!placed.ok()) {
-        failed.push_back(r);
         failure = placed.status();
+        failed.emplace_back(r, failure);
         continue;
       }
       const SequencePlacement& seq = *placement_->Find(r->sequence);
@@ -942,7 +978,7 @@ absl::Status Engine::RunOneStep() {
       queued_cpu_readers_.clear();
     }
   }
-  for (const auto& r : failed) Fail(*r, failure);
+  for (const auto& [r, status] : failed) Fail(*r, status);
   if (entries.empty()) return failure;
   uint64_t step_tokens = 0;
   for (const Entry& e : entries) step_tokens += e.tokens;

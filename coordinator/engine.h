@@ -182,9 +182,15 @@ class Engine {
   // The Bench RPC (writescope.proto): an optional warm-up round, then the measured round of
   // `batch` bench requests, each round admitted together once all of it is queued; returns
   // the measured round's steps in which all `batch` sequences decoded (policy and
-  // num_layers are the caller's to fill).
+  // num_layers are the caller's to fill). `cancelled` (optional) is polled while the
+  // rounds run: when it returns true, the bench's requests are cancelled and it ends
+  // CANCELLED (the RPC's client went away, or the server is shutting down).
   absl::StatusOr<v1::BenchResponse> RunBench(const v1::BenchRequest& request,
-                                             absl::Duration timeout);
+                                             absl::Duration timeout,
+                                             const std::function<bool()>& cancelled = {});
+  // RunBench's checks of the request alone, before anything runs or changes: INVALID_ARGUMENT
+  // naming the field, RESOURCE_EXHAUSTED when its batch cannot fit the KV regions.
+  absl::Status ValidateBench(const v1::BenchRequest& request) const;
   // Ends a running or queued request at the next step. False when no such request.
   bool Abort(const std::string& request_id);
   // Ends every request with `status` (a worker died).

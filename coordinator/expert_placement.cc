@@ -105,7 +105,9 @@ void ExpertPlacement::ObserveCpu(int64_t tokens, double expert_ms) {
 }
 
 void ExpertPlacement::ObserveGpu(int64_t tokens, double expert_ms) {
-  if (tokens <= 0 || params_.moe_layers == 0 || !(expert_ms >= 0)) return;
+  if (tokens <= 0 || params_.moe_layers == 0 || !(expert_ms >= 0) || !std::isfinite(expert_ms)) {
+    return;  // one infinite report would hold the correction at infinity for good
+  }
   const double model = GpuModelMs(tokens);
   if (model > 0 && std::isfinite(model)) {
     const double ratio = expert_ms / params_.moe_layers / model;

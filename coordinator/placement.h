@@ -5,13 +5,15 @@
 //
 // A sequence of n tokens is: blocks[0..k) covering tokens [0, k*block_tokens) in
 // order, then the D-window holding the last n - k*block_tokens (< W + 1) tokens. Every
-// token therefore lives in exactly one place. Placed blocks never move: the CPU share
-// is steered only through where NEW blocks land (the RegionChooser of a prefill or a
-// flush).
+// token therefore lives in exactly one place. Under writescope and the other policies,
+// placed blocks never move: the CPU share is steered only through where NEW blocks land
+// (the RegionChooser of a prefill or a flush). Only the monolithic baseline moves them
+// (Relocate, through coordinator/resplit.h).
 //
 // Errors leave the state unchanged: a region too full for a request is
 // RESOURCE_EXHAUSTED with the numbers, and nothing of the request is allocated.
-// Not thread-safe; the scheduler calls it from one thread.
+// Not thread-safe: every caller (the engine's thread, the self test and server info on
+// gRPC threads, the metrics thread) holds the coordinator's placement mutex.
 #ifndef WRITESCOPE_COORDINATOR_PLACEMENT_H_
 #define WRITESCOPE_COORDINATOR_PLACEMENT_H_
 

@@ -12,16 +12,19 @@
 
 namespace writescope::coordinator {
 
-std::vector<BlockMove> PlanResplit(const KvPlacement& placement, double target) {
+std::vector<BlockMove> PlanResplit(const KvPlacement& placement,
+                                   std::vector<SequenceId> sequences, double target) {
   std::vector<BlockMove> moves;
   if (std::isnan(target)) return moves;
   target = std::clamp(target, 0.0, 1.0);
-  std::vector<SequenceId> ids = placement.LiveSequences();
-  std::sort(ids.begin(), ids.end());
+  std::sort(sequences.begin(), sequences.end());
+  sequences.erase(std::unique(sequences.begin(), sequences.end()), sequences.end());
   double wanted_sum = 0.0;   // target x the blocks so far
   uint64_t given = 0;        // CPU blocks handed out so far
-  for (const SequenceId id : ids) {
-    const SequencePlacement& seq = *placement.Find(id);
+  for (const SequenceId id : sequences) {
+    const SequencePlacement* found = placement.Find(id);
+    if (found == nullptr) continue;
+    const SequencePlacement& seq = *found;
     wanted_sum += target * static_cast<double>(seq.blocks.size());
     const uint64_t upto = static_cast<uint64_t>(std::llround(wanted_sum));
     const uint64_t wanted = upto > given ? upto - given : 0;

@@ -29,14 +29,16 @@ struct BlockMove {
   friend bool operator==(const BlockMove&, const BlockMove&) = default;
 };
 
-// The moves that bring the live sequences' placed CPU share to `target` (clamped to [0, 1];
-// NaN: none). Each sequence (in id order) gets the CPU blocks that a running sum of
-// target x its blocks rounds to, so the batch's CPU blocks are round(target x all its
-// blocks) and every sequence is within a block of the target. A sequence with too many CPU
-// blocks moves its last ones to the transfer region, one with too few its last transfer
-// blocks to the CPU region (the newest tokens: the moves follow the flushes). Placed blocks
-// that already match stay where they are.
-std::vector<BlockMove> PlanResplit(const KvPlacement& placement, double target);
+// The moves that bring the placed CPU share of `sequences` to `target` (clamped to [0, 1];
+// NaN: none). `sequences` are the engine's own: a sequence placed beside them, such as the
+// self test's, never moves; ids not placed are passed over. Each sequence (in id order)
+// gets the CPU blocks that a running sum of target x its blocks rounds to, so the batch's
+// CPU blocks are round(target x all its blocks) and every sequence is within a block of the
+// target. A sequence with too many CPU blocks moves its last ones to the transfer region,
+// one with too few its last transfer blocks to the CPU region (the newest tokens: the moves
+// follow the flushes). Placed blocks that already match stay where they are.
+std::vector<BlockMove> PlanResplit(const KvPlacement& placement,
+                                   std::vector<SequenceId> sequences, double target);
 
 // One block's copy: its bytes, every layer, from one slot to another.
 struct BlockCopy {

@@ -475,10 +475,10 @@ struct SchedulerOptions {
 
 absl::Status ValidateSchedulerOptions(const SchedulerOptions& options);
 
-// One instance per coordinator, called from its scheduling thread (not
-// thread-safe). Per step: ObserveStep(what the workers measured), then
-// UpdateTarget(L), then SteeringChooser(placement, target_cpu_share()) for each
-// prefill / flush.
+// One instance per policy the coordinator runs (its --policy, and each a bench named),
+// called under the placement mutex (not thread-safe). Per step: ObserveStep(what the
+// workers measured), then UpdateTarget(L); new blocks are steered toward PlacementShare
+// (a prefill) or FlushShare (a D-window flush) through a SteeringChooser.
 class Scheduler {
  public:
   // INVALID_ARGUMENT for a bad policy string (ParsePolicy) or bad options.

@@ -64,9 +64,12 @@ grpc::Status WriteScopeService::SelfTest(grpc::ServerContext*, const v1::SelfTes
   return grpc::Status::OK;
 }
 
-grpc::Status WriteScopeService::Bench(grpc::ServerContext*, const v1::BenchRequest* request,
+grpc::Status WriteScopeService::Bench(grpc::ServerContext* context,
+                                      const v1::BenchRequest* request,
                                       v1::BenchResponse* response) {
-  absl::StatusOr<v1::BenchResponse> result = coordinator_.Bench(*request);
+  // A client that goes away (or its deadline, or the server's shutdown) ends the bench.
+  absl::StatusOr<v1::BenchResponse> result =
+      coordinator_.Bench(*request, [context] { return context->IsCancelled(); });
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response = *std::move(result);
   return grpc::Status::OK;

@@ -49,6 +49,7 @@ absl::StatusOr<internal::LoadResponse> WorkerClient::Load(const internal::LoadRe
   SetDeadline(context, timeout);
   {
     std::lock_guard<std::mutex> lock(load_mutex_);
+    if (loads_cancelled_) return absl::CancelledError(absl::StrCat(name_, " Load: cancelled"));
     load_context_ = &context;
   }
   internal::LoadResponse response;
@@ -66,6 +67,7 @@ absl::StatusOr<internal::LoadResponse> WorkerClient::Load(const internal::LoadRe
 
 void WorkerClient::CancelLoad() {
   std::lock_guard<std::mutex> lock(load_mutex_);
+  loads_cancelled_ = true;
   if (load_context_ != nullptr) load_context_->TryCancel();
 }
 

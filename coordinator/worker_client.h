@@ -29,7 +29,9 @@ class WorkerClient final : public StepWorker {
 
   absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request,
                                               absl::Duration timeout);
-  // Cancels a Load in progress (from another thread); it returns CANCELLED.
+  // Cancels a Load in progress (from another thread), and every later one: they return
+  // CANCELLED. For shutting down: a Load that had not started yet when this was called
+  // (the supervisor's reload of a relaunched worker) must not run its whole timeout.
   void CancelLoad();
   absl::StatusOr<internal::ChannelPingResponse> ChannelPing(uint32_t count, uint32_t bytes,
                                                             absl::Duration timeout);
@@ -59,6 +61,7 @@ class WorkerClient final : public StepWorker {
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   std::mutex load_mutex_;
   grpc::ClientContext* load_context_ = nullptr;  // while Load runs
+  bool loads_cancelled_ = false;                 // CancelLoad was called
   grpc::ClientContext* step_context_ = nullptr;  // while RunStep runs
   uint64_t step_id_ = 0;                         // of that call
   uint64_t cancelled_step_ = kAnyStep;           // cancelled before its call began

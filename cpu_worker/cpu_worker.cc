@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/data_plane_messages.h"
 #include "common/kv_pattern.h"
@@ -66,6 +67,16 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
   std::lock_guard<std::mutex> lock(mutex_);
   if (arena_ != nullptr) return absl::FailedPreconditionError("cpu_worker is already loaded");
   if (!request.has_kv()) return absl::InvalidArgumentError("Load: the KV cache spec (kv) is missing");
+  // A load that fails or is cancelled part way leaves the worker as it found it, so that
+  // the coordinator's next Load (a recovery's retry) can run.
+  bool loaded = false;
+  absl::Cleanup undo = [this, &loaded] {
+    if (loaded) return;
+    step_.reset();
+    cpu_region_.reset();
+    weights_.reset();
+    arena_.reset();
+  };
   WS_ASSIGN_OR_RETURN(kv_config_, FromKvSpec(request.kv()));
   WS_ASSIGN_OR_RETURN(std::unique_ptr<ShmArena> arena, ShmArena::Open(request.arena().name()));
   WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena));
@@ -113,6 +124,7 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
   WS_ASSIGN_OR_RETURN(const double expert_ms_per_token, step_->MeasureExpertCost(512));
   WS_LOG(INFO) << "routed experts, 512 tokens: " << expert_ms_per_token * 1000
                << " us per token and layer";
+  loaded = true;
   loaded_.store(true);
   data_plane_ = plane;
   data_plane_thread_ = std::thread([this] { DataPlaneLoop(); });

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/data_plane_messages.h"
 #include "common/kv_pattern.h"
@@ -59,6 +60,22 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   std::lock_guard<std::mutex> lock(mutex_);
   if (arena_ != nullptr) return absl::FailedPreconditionError("gpu_worker is already loaded");
   if (!request.has_kv()) return absl::InvalidArgumentError("Load: the KV cache spec (kv) is missing");
+  // A load that fails or is cancelled part way leaves the worker as it found it, so that
+  // the coordinator's next Load (a recovery's retry) can run: what it made goes, users
+  // before what they use (the channels are the coordinator's: detached, not closed).
+  bool loaded = false;
+  absl::Cleanup undo = [this, &loaded] {
+    if (loaded) return;
+    step_.reset();
+    experts_.reset();
+    routed_weights_.reset();
+    linear_.reset();
+    device_weights_.reset();
+    weights_.reset();
+    kv_cache_.reset();
+    data_plane_.reset();
+    arena_.reset();
+  };
   WS_ASSIGN_OR_RETURN(KvCacheConfig config, FromKvSpec(request.kv()));
   if (options_.hot_experts == "on" &&
       !(options_.stream_experts == "on" ||
@@ -208,6 +225,7 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   }
   WS_ASSIGN_OR_RETURN(step_, GpuStep::Create(*weights_, device_.get(), kv_cache_.get(), plane,
                                              step_options));
+  loaded = true;
   loaded_.store(true);
   WS_LOG(INFO) << "weights of " << DescribeModelSource(source) << ": " << weights_->num_tensors()
                << " tensors, " << weights_->total_bytes() << " bytes (attention side), "
@@ -407,6 +425,14 @@ absl::StatusOr<internal::KvPatternResponse> GpuWorker::VerifyPattern(
   const uint64_t block_bytes = g.layer_block_bytes();
   std::vector<StepSequence> batch;
   for (const internal::KvPatternSequence& sequence : request.sequences()) {
+    // The D-window is read below by its slot and length (WindowAddress checks neither).
+    if (sequence.window_slot() >= config.max_sequences ||
+        sequence.window_tokens() > config.window_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", sequence.seq_id(), ": D-window slot ", sequence.window_slot(), " of ",
+          config.max_sequences, ", ", sequence.window_tokens(), " tokens of ",
+          config.window_tokens));
+    }
     WS_ASSIGN_OR_RETURN(std::vector<KvBlockRef> blocks, ToBlockRefs(sequence));
     batch.push_back({sequence.window_slot(), sequence.window_tokens(), std::move(blocks)});
   }

@@ -73,7 +73,10 @@ TEST_P(FuzzRegressionTest, SeedCorpusKeepsItsPromises) {
 
 TEST_P(FuzzRegressionTest, EveryCrashFoundStaysFixed) {
   const fs::path dir = FuzzDir() / "regressions" / GetParam().fuzzer;
-  for (const fs::path& file : FilesUnder(dir)) {
+  const std::vector<fs::path> files = FilesUnder(dir);
+  // Said, not passed in silence: a fuzzer that has found nothing yet has nothing to replay.
+  if (files.empty()) GTEST_SKIP() << "no crash of " << GetParam().fuzzer << " recorded in " << dir;
+  for (const fs::path& file : files) {
     SCOPED_TRACE(file.string());
     const FuzzResult result = GetParam().check(ReadFile(file));
     EXPECT_EQ(result.violation, "") << result.parse;

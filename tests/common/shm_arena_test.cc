@@ -63,6 +63,15 @@ TEST(ShmArenaTest, CreateRefusesExistingNameAndBadInput) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ShmArena::Open(testing::UniqueArenaName("missing")).status().code(),
             absl::StatusCode::kNotFound);
+  // Sizes whose layout wraps around 2^64 (it made a 2 MiB arena whose second region lay
+  // far outside the mapping) or passes an off_t.
+  for (const uint64_t bytes : {~uint64_t{0} - (uint64_t{2} << 20) + 1, uint64_t{1} << 63}) {
+    const std::string huge = testing::UniqueArenaName("huge");
+    EXPECT_EQ(ShmArena::Create(huge, {{"a", 1000}, {"b", bytes}}).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bytes;
+    EXPECT_EQ(ShmArena::Open(huge).status().code(), absl::StatusCode::kNotFound);  // not made
+  }
 }
 
 TEST(ShmArenaTest, ChildProcessSeesAndWritesTheSameBytes) {

@@ -132,6 +132,86 @@ TEST(ShmChannelTest, AttachRefusesUnformattedMemory) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// A producer sleeping on a full ring wakes when the consumer releases (not at its timeout).
+TEST(ShmChannelTest, AProducerOnAFullRingWakesAtARelease) {
+  SharedBuffer buffer(4096);
+  auto channel = ShmChannel::Create(buffer.span());
+  WS_ASSERT_OK(channel.status());
+  auto consumer = ShmChannel::Attach(buffer.span());
+  WS_ASSERT_OK(consumer.status());
+  while (channel->Send(Pattern(256, 2), absl::Milliseconds(5)).ok()) {
+  }
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<std::byte> out(256);
+    EXPECT_TRUE(consumer->Receive(absl::MakeSpan(out), absl::Seconds(1)).ok());
+  });
+  const absl::Time start = absl::Now();
+  WS_EXPECT_OK(channel->Send(Pattern(256, 4), absl::Seconds(20)));
+  const absl::Duration waited = absl::Now() - start;
+  releaser.join();
+  EXPECT_GE(waited, absl::Milliseconds(40));
+  EXPECT_LT(waited, absl::Seconds(10));
+}
+
+// The header lives in memory another process writes: Create's layout (magic, capacity at
+// byte 8; head at 64, tail at 128; the ring from byte 256).
+void Poke(SharedBuffer& buffer, size_t offset, uint64_t value) {
+  std::memcpy(buffer.span().data() + offset, &value, sizeof(value));
+}
+constexpr size_t kCapacityAt = 8, kHeadAt = 64, kTailAt = 128, kRingAt = 256;
+
+TEST(ShmChannelTest, AttachRefusesACorruptHeader) {
+  for (const auto& [at, value] : std::vector<std::pair<size_t, uint64_t>>{
+           {kCapacityAt, 0},         // a division by zero
+           {kCapacityAt, 64},        // below 128: the message limit wrapped
+           {kCapacityAt, 200},       // not a multiple of 64
+           {kHeadAt, 12},            // not 8-aligned
+           {kHeadAt, 4096 * 2}}) {   // more committed than the ring holds
+    SharedBuffer buffer(4096);
+    WS_ASSERT_OK(ShmChannel::Create(buffer.span()).status());
+    Poke(buffer, at, value);
+    EXPECT_EQ(ShmChannel::Attach(buffer.span()).status().code(),
+              absl::StatusCode::kFailedPrecondition)
+        << "byte " << at << " = " << value;
+  }
+}
+
+TEST(ShmChannelTest, PeekRefusesALengthBeyondTheCommittedBytesOrTheRing) {
+  {
+    // 16 bytes committed; the length says 1000.
+    SharedBuffer buffer(4096);
+    WS_ASSERT_OK(ShmChannel::Create(buffer.span()).status());
+    Poke(buffer, kRingAt, 1000);
+    Poke(buffer, kHeadAt, 16);
+    auto channel = ShmChannel::Attach(buffer.span());
+    WS_ASSERT_OK(channel.status());
+    EXPECT_EQ(channel->Peek(absl::Seconds(1)).status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_TRUE(channel->Pending());  // nothing released
+  }
+  {
+    // A length in the ring's last slot that runs past its end (with enough committed).
+    SharedBuffer buffer(4096);
+    auto channel = ShmChannel::Create(buffer.span());
+    WS_ASSERT_OK(channel.status());
+    const uint64_t capacity = (4096 - ShmChannel::kHeaderBytes) & ~uint64_t{63};
+    const uint64_t last = capacity - 8;
+    Poke(buffer, kRingAt + last, 1000);
+    Poke(buffer, kTailAt, last);
+    Poke(buffer, kHeadAt, last + 8 + 1000);
+    EXPECT_EQ(channel->Peek(absl::Seconds(1)).status().code(), absl::StatusCode::kDataLoss);
+  }
+  {
+    // A wrap marker at the ring's start (the skip would read the same word again).
+    SharedBuffer buffer(4096);
+    auto channel = ShmChannel::Create(buffer.span());
+    WS_ASSERT_OK(channel.status());
+    Poke(buffer, kRingAt, ~uint64_t{0});
+    Poke(buffer, kHeadAt, 64);
+    EXPECT_EQ(channel->Peek(absl::Seconds(1)).status().code(), absl::StatusCode::kDataLoss);
+  }
+}
+
 // Two processes stream many messages of random sizes (wrapping the ring many times)
 // through a small channel and echo them back; every byte is checked on both sides.
 TEST(ShmChannelTest, CrossProcessEchoOfRandomSizesThroughAWrappingRing) {

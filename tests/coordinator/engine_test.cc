@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -30,7 +31,7 @@ class FakeWorker final : public StepWorker {
 
   absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
                                                absl::Duration) override {
-    std::this_thread::sleep_for(std::chrono::microseconds(200));  // a step takes time
+    std::this_thread::sleep_for(std::chrono::microseconds(step_us_.load()));  // a step takes time
     if (fail_next_.exchange(false)) return absl::InternalError("injected step failure");
     if (plan.kv_moved()) kv_moved_plans_.fetch_add(1);
     if (plan.exploring()) {
@@ -147,6 +148,7 @@ class FakeWorker final : public StepWorker {
     return response;
   }
 
+  std::atomic<int> step_us_{200};
   std::atomic<bool> fail_next_{false};
   // The gpu side's hot-expert upload: after its first step from number upload_at_step_ on
   // (1-based) that reads as the step before it and neither explores (a step that reads
@@ -405,13 +407,23 @@ TEST_F(EngineTest, RefusalsNameTheirReason) {
   WS_ASSERT_OK(first.status());
   auto second = engine_->Submit(Request({1, 2}, 4, "same"), absl::InfiniteFuture());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  // The abort reaches the first request (the refused one replaced nothing).
   EXPECT_TRUE(engine_->Abort("same"));
-  Drain(**first);
-  // A deadline in the past ends the request with DEADLINE_EXCEEDED and frees its blocks.
+  const Outcome first_outcome = Drain(**first);
+  WS_EXPECT_OK(first_outcome.status);
+  EXPECT_EQ(first_outcome.reason, v1::FINISH_REASON_ABORT);
+  EXPECT_LT(first_outcome.tokens.size(), 1000u);
+  // A deadline 30 ms ahead ends the request with DEADLINE_EXCEEDED and frees its blocks.
   auto late = engine_->Submit(Request({1, 2}, 1000), absl::Now() + absl::Milliseconds(30));
   WS_ASSERT_OK(late.status());
   EXPECT_EQ(Drain(**late).status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(UsedBlocks(), 0u);
+  // Nothing waits or runs after the refusals, and the refused id is free again.
+  EXPECT_EQ(engine_->Counts().waiting, 0u);
+  EXPECT_EQ(engine_->Counts().running, 0u);
+  auto again = engine_->Submit(Request({1, 2}, 3, "same"), absl::InfiniteFuture());
+  WS_ASSERT_OK(again.status());
+  EXPECT_EQ(Drain(**again).tokens, Expected(2, 3));
   // Not serving.
   engine_->set_serving(false);
   EXPECT_EQ(engine_->Submit(Request({1}, 1), absl::InfiniteFuture()).status().code(),
@@ -683,6 +695,81 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   request.set_context_tokens(uint64_t{1} << 40);
   EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A context whose sum with the steps wraps around 2^64 (it passed a summed check, and the
+  // prompt built from it crashed the coordinator).
+  for (const uint32_t steps : {4u, bt}) {
+    request.set_decode_steps(steps);
+    request.set_warmup_steps(0);
+    request.set_context_tokens(std::numeric_limits<uint64_t>::max() - bt + 1);
+    EXPECT_EQ(engine_->ValidateBench(request).code(), absl::StatusCode::kInvalidArgument)
+        << steps;
+    EXPECT_EQ(engine_->RunBench(request, absl::Seconds(5)).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // Exactly the model's context is accepted by the check (the regions refuse it here).
+  request.set_decode_steps(bt);
+  request.set_context_tokens(model_.max_position_embeddings - bt);
+  EXPECT_EQ(engine_->ValidateBench(request).code(), absl::StatusCode::kResourceExhausted);
+  request.set_context_tokens(model_.max_position_embeddings);
+  EXPECT_EQ(engine_->ValidateBench(request).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(UsedBlocks(), 0u);
+  EXPECT_EQ(engine_->Counts().waiting, 0u);
+}
+
+TEST_F(EngineTest, AWaitingRequestThatEndsLeavesTheWaitingCount) {
+  // max_sequences (6) long requests run; a seventh waits, and its client goes away. Slow
+  // steps, so that none of the six ends meanwhile.
+  gpu_->step_us_ = 5000;
+  std::vector<std::shared_ptr<RequestStream>> running;
+  for (int i = 0; i < 6; ++i) {
+    auto stream = engine_->Submit(Request({1, 2}, 150, absl::StrCat("run-", i)),
+                                  absl::InfiniteFuture());
+    WS_ASSERT_OK(stream.status());
+    running.push_back(*stream);
+  }
+  auto waiting = engine_->Submit(Request({3}, 4), absl::InfiniteFuture());
+  WS_ASSERT_OK(waiting.status());
+  for (int i = 0; i < 200 && engine_->Counts().running < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(engine_->Counts().running, 6u);
+  EXPECT_EQ(engine_->Counts().waiting, 1u);
+  (*waiting)->Cancel();
+  EXPECT_EQ(Drain(**waiting).reason, v1::FINISH_REASON_ABORT);
+  // Dropped from the queue, and counted so, while the others still run.
+  EXPECT_EQ(engine_->Counts().waiting, 0u);
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(engine_->Abort(absl::StrCat("run-", i)));
+  for (const auto& stream : running) Drain(*stream);
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
+TEST_F(EngineTest, ServerIdsSkipTheOnesClientsChose) {
+  // A client names its request as the server would name the next id-less one.
+  auto named = engine_->Submit(Request({1, 2}, 1000, "req-1"), absl::InfiniteFuture());
+  WS_ASSERT_OK(named.status());
+  auto unnamed = engine_->Submit(Request({1, 2}, 3), absl::InfiniteFuture());
+  WS_ASSERT_OK(unnamed.status());
+  EXPECT_EQ(Drain(**unnamed).tokens, Expected(2, 3));
+  EXPECT_TRUE(engine_->Abort("req-1"));
+  Drain(**named);
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
+TEST_F(EngineTest, ACancelledBenchEndsAndLeavesNothingBehind) {
+  const uint32_t bt = kv_.block_tokens();
+  std::atomic<int> polls{0};
+  // Cancelled once it has run a while: many steps, so that it cannot end on its own first.
+  absl::StatusOr<v1::BenchResponse> response = engine_->RunBench(
+      Bench(2, 2 * bt, 500, 0), absl::Seconds(30),
+      [&] { return polls.fetch_add(1) >= 3; });
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kCancelled) << response.status();
+  EXPECT_GE(polls.load(), 4);
+  // Its sequences end at the next step: nothing stays placed, and serving goes on.
+  auto next = engine_->Submit(Request({4, 5}, 5), absl::InfiniteFuture());
+  WS_ASSERT_OK(next.status());
+  EXPECT_EQ(Drain(**next).tokens, Expected(5, 5));
+  EXPECT_EQ(UsedBlocks(), 0u);
+  EXPECT_EQ(engine_->Counts().running, 0u);
 }
 
 // Each bench step carries the scheduler's lines after it, and they are the model behind the

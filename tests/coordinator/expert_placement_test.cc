@@ -2,6 +2,7 @@
 #include "coordinator/expert_placement.h"
 
 #include <cmath>
+#include <limits>
 
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
@@ -215,6 +216,18 @@ TEST(ExpertPlacementTest, CorrectsTheGpuModelByWhatItMeasures) {
   for (int i = 0; i < 50; ++i) placement.ObserveGpu(2048, 48 * model * (i % 2 ? 2.6 : 1.4));
   EXPECT_TRUE(placement.OnGpu(512));
   EXPECT_FALSE(placement.OnGpu(64));
+  // A report that is not a time teaches nothing (an infinite one held the correction at
+  // infinity for good).
+  const double correction = placement.gpu_correction();
+  const uint64_t steps = placement.gpu_steps();
+  for (const double bad : {std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::quiet_NaN(), -1.0}) {
+    placement.ObserveGpu(2048, bad);
+    placement.ObserveCpu(2048, bad);
+  }
+  EXPECT_EQ(placement.gpu_correction(), correction);
+  EXPECT_EQ(placement.gpu_steps(), steps);
+  EXPECT_TRUE(placement.OnGpu(512));
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ uint64_t CpuBlocks(const KvPlacement& placement, SequenceId id) {
 // Applies the plan with a copier that only records.
 ResplitStats Apply(KvPlacement& placement, double target,
                    std::vector<std::pair<KvBlockRef, KvBlockRef>>* copies = nullptr) {
-  const std::vector<BlockMove> moves = PlanResplit(placement, target);
+  const std::vector<BlockMove> moves = PlanResplit(placement, placement.LiveSequences(), target);
   absl::StatusOr<ResplitStats> stats =
       ApplyResplit(placement, moves, [&](absl::Span<const BlockCopy> batch) {
         for (const BlockCopy& c : batch) {
@@ -89,9 +89,25 @@ TEST(ResplitTest, EverySequenceLandsWithinABlockOfTheTargetAndTheBatchOnIt) {
       EXPECT_EQ(stats.skipped, 0u);
       EXPECT_EQ(stats.bytes, stats.blocks * placement->config().geometry.block_bytes());
       // Once there, a second re-split to the same target moves nothing.
-      EXPECT_TRUE(PlanResplit(*placement, target).empty()) << "target " << target;
+      EXPECT_TRUE(PlanResplit(*placement, placement->LiveSequences(), target).empty()) << "target " << target;
     }
   }
+}
+
+TEST(ResplitTest, SequencesOutsideTheListNeverMove) {
+  // The engine passes its own sequences: one placed beside them (the self test's) keeps
+  // every block where it is, and an id that is not placed is passed over.
+  std::unique_ptr<KvPlacement> placement = *KvPlacement::Create(Config(40, 40));
+  ASSERT_NO_FATAL_FAILURE(Place(*placement, 1, 8, 0));
+  ASSERT_NO_FATAL_FAILURE(Place(*placement, 2, 8, 0));
+  const std::vector<BlockMove> plan = PlanResplit(*placement, {1, 1, 99}, 0.5);
+  ASSERT_EQ(plan.size(), 4u);
+  for (const BlockMove& move : plan) EXPECT_EQ(move.sequence, 1u);
+  absl::StatusOr<ResplitStats> stats =
+      ApplyResplit(*placement, plan, [](absl::Span<const BlockCopy>) { return absl::OkStatus(); });
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(CpuBlocks(*placement, 1), 4u);
+  EXPECT_EQ(CpuBlocks(*placement, 2), 0u);
 }
 
 TEST(ResplitTest, MovesOnlyWhatChangesSidesNewestFirst) {
@@ -99,7 +115,7 @@ TEST(ResplitTest, MovesOnlyWhatChangesSidesNewestFirst) {
   ASSERT_NO_FATAL_FAILURE(Place(*placement, 1, 8, 4));  // CPU 0-3, transfer 4-7
   std::vector<std::pair<KvBlockRef, KvBlockRef>> copies;
   // 0.25: two of the four CPU blocks go, the newest (3, then 2).
-  const std::vector<BlockMove> plan = PlanResplit(*placement, 0.25);
+  const std::vector<BlockMove> plan = PlanResplit(*placement, placement->LiveSequences(), 0.25);
   ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(plan[0], (BlockMove{.sequence = 1, .index = 3, .to = KvRegion::kGpuTransfer}));
   EXPECT_EQ(plan[1], (BlockMove{.sequence = 1, .index = 2, .to = KvRegion::kGpuTransfer}));
@@ -126,14 +142,14 @@ TEST(ResplitTest, MovesOnlyWhatChangesSidesNewestFirst) {
 TEST(ResplitTest, NanMovesNothingAndSharesOutsideAreClamped) {
   std::unique_ptr<KvPlacement> placement = *KvPlacement::Create(Config(40, 40));
   ASSERT_NO_FATAL_FAILURE(Place(*placement, 1, 6, 3));
-  EXPECT_TRUE(PlanResplit(*placement, std::numeric_limits<double>::quiet_NaN()).empty());
-  EXPECT_EQ(PlanResplit(*placement, -2.0).size(), 3u);
-  EXPECT_EQ(PlanResplit(*placement, 7.0).size(), 3u);
+  EXPECT_TRUE(PlanResplit(*placement, placement->LiveSequences(), std::numeric_limits<double>::quiet_NaN()).empty());
+  EXPECT_EQ(PlanResplit(*placement, placement->LiveSequences(), -2.0).size(), 3u);
+  EXPECT_EQ(PlanResplit(*placement, placement->LiveSequences(), 7.0).size(), 3u);
   // An empty placement, and sequences without blocks, need nothing.
   std::unique_ptr<KvPlacement> empty = *KvPlacement::Create(Config(4, 4));
-  EXPECT_TRUE(PlanResplit(*empty, 0.5).empty());
+  EXPECT_TRUE(PlanResplit(*empty, empty->LiveSequences(), 0.5).empty());
   WS_ASSERT_OK(empty->Admit(3));
-  EXPECT_TRUE(PlanResplit(*empty, 0.5).empty());
+  EXPECT_TRUE(PlanResplit(*empty, empty->LiveSequences(), 0.5).empty());
 }
 
 TEST(ResplitTest, AFullRegionSkipsMovesAndAFailedCopyStops) {
@@ -151,7 +167,7 @@ TEST(ResplitTest, AFullRegionSkipsMovesAndAFailedCopyStops) {
   ASSERT_NO_FATAL_FAILURE(Place(*other, 2, 4, 4));   // 4 of 4: 0.75 moves 1 down
   int calls = 0;
   const absl::StatusOr<ResplitStats> failed =
-      ApplyResplit(*other, PlanResplit(*other, 0.75), [&](absl::Span<const BlockCopy> batch) {
+      ApplyResplit(*other, PlanResplit(*other, other->LiveSequences(), 0.75), [&](absl::Span<const BlockCopy> batch) {
         ++calls;
         EXPECT_EQ(batch.size(), 1u);
         return absl::DataLossError("injected");
@@ -176,7 +192,7 @@ TEST(ResplitTest, GroupsAreCopiedBeforeTheNextAllocates) {
   ASSERT_NO_FATAL_FAILURE(Place(*placement, 2, 4, 4));  // CPU 0-3: the CPU region is full
   std::vector<std::vector<BlockCopy>> batches;
   const absl::StatusOr<ResplitStats> stats = ApplyResplit(
-      *placement, PlanResplit(*placement, 0.5), [&](absl::Span<const BlockCopy> batch) {
+      *placement, PlanResplit(*placement, placement->LiveSequences(), 0.5), [&](absl::Span<const BlockCopy> batch) {
         batches.emplace_back(batch.begin(), batch.end());
         return absl::OkStatus();
       });

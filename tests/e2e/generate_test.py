@@ -713,7 +713,8 @@ def check_bench_policies(env, trio):
         # The steps CSV carries the gpu_worker's KV copies per step (one per run of slots; none
         # where it streamed nothing) and its process's CPU time.
         all_steps = read_csv_rows(steps_path)
-        check(all(int(r["gpu_transfer_copies"]) > 0 and float(r["gpu_worker_cpu_ms"]) > 0
+        check(any(r["policy"] == "transfer-all" for r in all_steps) and
+              all(int(r["gpu_transfer_copies"]) > 0 and float(r["gpu_worker_cpu_ms"]) > 0
                   for r in all_steps if r["policy"] == "transfer-all") and
               all(int(r["gpu_transfer_copies"]) == 0
                   for r in all_steps if r["policy"] == "cpu-all"),
@@ -722,8 +723,8 @@ def check_bench_policies(env, trio):
               "; ".join(f"{r['policy']} {r.get('gpu_transfer_copies')} "
                         f"{r.get('gpu_worker_cpu_ms')}" for r in all_steps))
         # What started an exploration: named on its steps, on no other.
-        check(all((r["explore"] == "1") == (r.get("explore_reason", "") != "")
-                  for r in all_steps),
+        check(bool(all_steps) and all("explore_reason" in r for r in all_steps) and
+              all((r["explore"] == "1") == (r["explore_reason"] != "") for r in all_steps),
               "bench --steps_csv: an exploration's steps say what started it, no other does",
               "; ".join(f"{r['policy']} explore {r['explore']} {r.get('explore_reason')!r}"
                         for r in all_steps))
@@ -846,6 +847,16 @@ def check_bench_policies(env, trio):
     check(after.get("policy") == "cpu-all",
           f"bench --policies: the last policy benched (cpu-all) is the server's now "
           f"(wscope info: {after.get('policy')})")
+    # A bench the server refuses (255 tokens: not whole KV blocks) leaves the policy as it
+    # was, though it names another one (before, the policy was switched to first).
+    unplaced = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=255",
+                            "--decode_steps=2", "--policies=transfer-all"], timeout=60)
+    kept = trio.info()
+    check(unplaced.returncode != 0 and "multiple of the" in unplaced.stderr + unplaced.stdout
+          and kept.get("policy") == "cpu-all",
+          f"bench --contexts=255 --policies=transfer-all: refused by the server, the policy "
+          f"still cpu-all (wscope info: {kept.get('policy')}, exit {unplaced.returncode})",
+          unplaced.stdout[-400:] + unplaced.stderr[-400:])
     bad = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
                        "--decode_steps=2", "--policies=static:2"], timeout=60)
     check(bad.returncode == 2 and "outside [0, 1]" in bad.stderr and not bad.stdout.strip(),

@@ -165,6 +165,44 @@ TEST_P(GpuPathProbeTest, TheKvPathsReadRightAfterAPartialProbe) {
   EXPECT_EQ(checked->mismatches(), 0u) << checked->first_mismatch();
 }
 
+TEST_P(GpuPathProbeTest, AVerifyOutsideTheDWindowIsRefused) {
+  for (const auto& [slot, tokens] : std::vector<std::pair<uint32_t, uint32_t>>{
+           {4, 5},                        // max_sequences is 4
+           {0, 2 * kBlockTokens + 1}}) {  // W is 2 blocks
+    internal::KvPatternRequest verify;
+    verify.set_mode(internal::KvPatternRequest::VERIFY);
+    internal::KvPatternSequence* sequence = verify.add_sequences();
+    sequence->set_seq_id(7);
+    sequence->set_window_slot(slot);
+    sequence->set_window_tokens(tokens);
+    const absl::StatusOr<internal::KvPatternResponse> checked = worker_->KvPattern(verify);
+    EXPECT_EQ(checked.status().code(), absl::StatusCode::kInvalidArgument)
+        << slot << " " << tokens << ": " << checked.status();
+  }
+}
+
+TEST_P(GpuPathProbeTest, AFailedLoadLeavesAWorkerThatLoads) {
+  absl::StatusOr<testing::FixtureArena> fixture =
+      testing::MakeFixtureArena(GetParam(), kBlockTokens, "reload-test", [](KvCacheConfig& kv) {
+        kv.window_tokens = 2 * kBlockTokens;
+        kv.max_sequences = 4;
+        kv.cpu_compute_bytes = 8 * kv.geometry.block_bytes();
+        kv.gpu_transfer_bytes = 8 * kv.geometry.block_bytes();
+        kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 8 * kv.geometry.layer_block_bytes();
+      });
+  ASSERT_TRUE(fixture.ok()) << fixture.status();
+  GpuWorker worker(CreateHostDevice());
+  // Fails after the arena is mapped and the KV cache made: the weights are not there.
+  internal::LoadRequest bad = fixture->load;
+  bad.set_model_path("/nonexistent/model");
+  bad.clear_synthetic_arch();
+  EXPECT_FALSE(worker.Load(bad).ok());
+  const absl::StatusOr<internal::LoadResponse> loaded = worker.Load(fixture->load);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(worker.Stats().loaded());
+  worker.Stop();
+}
+
 TEST(GpuPathProbeUnloadedTest, RefusedBeforeLoad) {
   GpuWorker worker(CreateHostDevice());
   EXPECT_EQ(worker.ProbeGpuPath({}).status().code(), absl::StatusCode::kFailedPrecondition);

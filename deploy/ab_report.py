@@ -5,17 +5,20 @@ bench-ARCH.csv, one grid (batches x contexts) per repeat, in order.
   python3 deploy/ab_report.py --arch ARCH [--policy writescope] DIR [DIR...]
 
 Prints, per variant (the DIR's name) and repeat, the geometric mean over the grid's points
-of the step time and of the step time less the CPU experts (the same expert work in every
-variant, whose time varies by trio: up to 2x between trios of one build on the H200 host),
-then per point the step time of each variant (mean of its repeats) and its ratio to the
-first variant's, then, where the DIR has the step records (steps-ARCH.csv) of writescope, what
-its reads did over all its windows: the exploring steps, the changes of mode outside
-explorations and the steps that missed their early KV rounds (deploy/modes_report.py counts
-them per window). Bad input (a missing file or column, no rows) exits 2 with a message.
+(those every repeat of every variant has: a repeat cut short would read faster or slower by
+the points it lacks; the others are named) of the step time and of the step time less the
+CPU experts (the same expert work in every variant, whose time varies by trio: up to 2x
+between trios of one build on the H200 host), then per point the step time of each variant
+(mean of its repeats) and its ratio to the first variant's, then, where the DIR has the step
+records (steps-ARCH.csv) of writescope, what its reads did over all its windows: the
+exploring steps, the changes of mode outside explorations and the steps that missed their
+early KV rounds (deploy/modes_report.py counts them per window). Bad input (a missing file or
+column, no rows) exits 2 with a message.
 """
 import argparse
 import os
 import sys
+from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_plot import InputError, field, read_csv  # noqa: E402
@@ -60,13 +63,28 @@ def main():
     except InputError as e:
         print(f"ab_report.py: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"A/B of {args.policy} on {args.arch}: geometric means over each repeat's points "
-          "(ms per step; less the CPU experts)")
-    for name, repeats in variants:
-        cells = [f"{geometric_mean([s for _, s, _ in r]):7.2f} "
-                 f"({geometric_mean([s - e for _, s, e in r]):6.2f})" for r in repeats]
+    # A repeat cut short (the budget, a failed point) has fewer points; a geometric mean over
+    # them would weigh other points than the others': the means take the points every repeat
+    # of every variant has, and name the ones left out.
+    in_repeats = Counter(p for _, repeats in variants for r in repeats for p, _, _ in r)
+    total = sum(len(repeats) for _, repeats in variants)
+    points = sorted(in_repeats)
+    common = {p for p in points if in_repeats[p] == total}
+    print(f"A/B of {args.policy} on {args.arch}: geometric means over the points every repeat "
+          "of every variant has (ms per step; less the CPU experts)")
+    for name, repeats in variants if common else ():
+        cells = []
+        for r in repeats:
+            kept = [(s, e) for p, s, e in r if p in common]
+            cells.append(f"{geometric_mean([s for s, _ in kept]):7.2f} "
+                         f"({geometric_mean([s - e for s, e in kept]):6.2f})")
         print(f"  {name:<16} {len(repeats)} repeat(s): " + "  ".join(cells))
-    points = sorted({p for _, repeats in variants for r in repeats for p, _, _ in r})
+    if not common:
+        print("  none: no point is in every repeat of every variant")
+    if len(common) < len(points):
+        print(f"  left out of the means: {len(points) - len(common)} point(s) some repeat lacks: "
+              + ", ".join(f"batch {b} context {c} (in {in_repeats[(b, c)]} of {total} repeats)"
+                          for b, c in points if (b, c) not in common))
     base_name = variants[0][0]
     print(f"Per point: step ms (mean of the repeats) and its ratio to {base_name}'s")
     for point in points:

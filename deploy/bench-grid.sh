@@ -15,6 +15,10 @@
 #       [--prewarm N] [--hot-experts auto|on|off] [--out DIR]
 #       [--bin DIR] [--device cuda|host] [--sampling SPEC] [-- EXTRA_COORDINATOR_FLAGS...]
 #
+# Exit status: 2 for a bad flag (before any trio starts); 1 where a `wscope bench` call failed
+# (a point refused, a trio that died: the other calls still run, and the CSVs keep what was
+# measured); else 0.
+#
 # --sampling (default greedy): how the decoded tokens are sampled, e.g.
 # temperature=0.7,top_p=0.9 (keys temperature, top_k, top_p, seed, logprobs: wscope bench's
 # flags of those names); the CSV's sampling column says which.
@@ -85,12 +89,21 @@ while [[ $# -gt 0 ]]; do
     --device) DEVICE="$2"; shift 2 ;;
     --sampling) SAMPLING="$2"; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,64p' "$0"; exit 0 ;;
     *) echo "bench-grid.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 fail() { echo "bench-grid.sh: $*" >&2; exit 2; }
+# Every flag checked before a trio starts (check_grid: --layers, --batches, --contexts,
+# --policies as gpu-grids.sh checks them).
+# shellcheck source=deploy/device-grids-lib.sh
+source "$ROOT/deploy/device-grids-lib.sh"
 positive='^[1-9][0-9]*$' count='^(0|[1-9][0-9]*)$'
+case "$ARCH" in qwen3_moe|mixtral|deepseek_v2) ;;
+  *) fail "--arch must be qwen3_moe, mixtral or deepseek_v2, not '$ARCH'" ;; esac
+check_grid "$LAYERS" "$BATCHES" "$CONTEXTS" "$POLICIES"
+[[ $STEPS =~ $positive ]] || fail "--steps must be a positive number of steps, not '$STEPS'"
+[[ $WARMUP =~ $count ]] || fail "--warmup must be a number of steps (0: none), not '$WARMUP'"
 [[ $REPEATS =~ $positive ]] || fail "--repeats must be a positive integer, not '$REPEATS'"
 [[ -z $PREWARM || $PREWARM =~ $count ]] ||
   fail "--prewarm must be a number of steps (0: none), not '$PREWARM'"
@@ -128,6 +141,18 @@ tokens=$((max_batch * (max_context + steps_per_point + 512)))
 region_mib=$(((tokens * kv_bytes * LAYERS >> 20) * 11 / 10 + 64))
 mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/bench-$ARCH.csv"
+# A bench that fails (a point refused, a trio that died) leaves the others to run and its
+# rows to the CSVs; the script then ends with exit status 1, so that a caller sees it.
+failed=0
+finish() {
+  echo "bench-grid: $csv"
+  if ((failed)); then
+    echo "bench-grid.sh: $failed wscope bench call(s) failed (their logs above): the CSVs" \
+      "hold what they measured" >&2
+    exit 1
+  fi
+  exit 0
+}
 echo "bench-grid: $ARCH, $LAYERS layers, regions ${region_mib} MiB each, hot experts" \
   "$HOT_EXPERTS, policies: $POLICIES"
 if ((ONE_RUNTIME)); then
@@ -148,10 +173,9 @@ if ((ONE_RUNTIME)); then
     ${SAMPLING_FLAGS[@]+"${SAMPLING_FLAGS[@]}"} \
     --policies="$(tr -s ' ' ',' <<<"$POLICIES" | sed 's/^,//; s/,$//')" --csv="$csv" \
     --steps_csv="$OUT_DIR/steps-$ARCH.csv" --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
-    true
+    failed=1
   stop_trio
-  echo "bench-grid: $csv"
-  exit 0
+  finish
 fi
 for repeat in $(seq "$REPEATS"); do
   # Even repeats take the policies in reverse order, so that a drift of the machine over
@@ -166,8 +190,8 @@ for repeat in $(seq "$REPEATS"); do
       --decode_steps="$STEPS" --warmup_steps="$WARMUP" --csv="$csv" \
       ${SAMPLING_FLAGS[@]+"${SAMPLING_FLAGS[@]}"} --steps_csv="$OUT_DIR/steps-$ARCH.csv" \
       --warmup_steps_csv="$OUT_DIR/warmup-$ARCH.csv" ||
-      true
+      failed=$((failed + 1))
     stop_trio
   done
 done
-echo "bench-grid: $csv"
+finish

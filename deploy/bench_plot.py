@@ -6,7 +6,8 @@ bitmap font) and the PNG writer (zlib + struct) live in this file.
   python3 deploy/bench_plot.py --grid docs/runs/h200-run18-bench-grid.csv --out-dir /tmp/plots
       per batch size B: <prefix>-batch<B>-throughput.png (tokens/s against the context, one
       line per policy) and <prefix>-batch<B>-speedup.png (writescope's tokens/s divided by each
-      baseline's, per context). Repeated rows of one (policy, batch, context) are averaged.
+      baseline's, per context). Repeated rows of one (policy, batch, context) are merged as
+      bench_report.py merges them (tokens/s: the harmonic mean, the step time: the mean).
   python3 deploy/bench_plot.py --timeline steps.csv [--events events.csv] --out-dir DIR
       <prefix>-timeline.png: step_ms (top) and the target / placed CPU share (bottom) against
       the seconds since each policy's first step, and the share the CPU attended (its 5-step
@@ -375,20 +376,62 @@ def round_of(path, line, row):
     return field(path, line, row, "round", int), turn
 
 
+class RunRounds:
+    """The run of a steps or bench CSV that several benches wrote into. bench-grid.sh without
+    --one-runtime (and ab-grids.sh) runs a `wscope bench` per policy and repeat, each numbering
+    its rounds, turns and steps from 0 again in the same files: a row whose key (steps CSV:
+    round, turn, step; bench CSV: round, turn) came already in the current run of its
+    policy-point starts that policy-point's next run. So the n-th run of a point under each
+    policy is its n-th repeat, in the file's order, as modes_report.py takes a point's n-th
+    window and ab_report.py a variant's n-th grid. With --one-runtime the rounds are numbered
+    apart, and every row is in run 0."""
+
+    def __init__(self):
+        self._runs = {}  # (policy, batch, context) -> [run, the keys seen in it]
+
+    def run(self, owner, key):
+        """The run of `key` under `owner`: the current one, or the next where `key` came
+        already in it."""
+        state = self._runs.setdefault(owner, [0, set()])
+        if key in state[1]:
+            state[0], state[1] = state[0] + 1, set()
+        state[1].add(key)
+        return state[0]
+
+    def step(self, path, line, row):
+        """(run, round, turn) of a steps CSV's row (round_of; a repeated step index starts a
+        run)."""
+        rnd, turn = round_of(path, line, row)
+        owner = ((row.get("policy") or "").strip(), field(path, line, row, "batch", int),
+                 field(path, line, row, "context", int))
+        return self.run(owner, (rnd, turn, field(path, line, row, "step", int))), rnd, turn
+
+
+def round_label(key):
+    """A (run, round, turn) for a reader: "round 1", "run 2 round 0", "round 0 turn 1"."""
+    run, rnd, turn = key
+    return (f"run {run} " if run else "") + f"round {rnd}" + (f" turn {turn}" if turn else "")
+
+
 def load_grid(path):
-    """Rows of a bench CSV, repeated (policy, batch, context) points averaged: a list of dicts
-    with policy, batch, context, tokens_per_s, step_ms and runs, in the file's policy order."""
+    """Rows of a bench CSV, repeated (policy, batch, context) points merged as bench_report.py
+    merges them: a list of dicts with policy, batch, context, tokens_per_s (the harmonic mean:
+    the throughput of all the repeats' work, equal in each), step_ms (the mean) and runs, in
+    the file's policy order. A row whose tokens/s is not above 0 is refused."""
     sums = {}
     for line, row in read_csv(path, GRID_COLUMNS):
         policy = (row.get("policy") or "").strip()
         if not policy:
             raise InputError(f"{path}:{line}: empty policy")
         key = (policy, field(path, line, row, "batch", int), field(path, line, row, "context", int))
+        tokens_per_s = field(path, line, row, "tokens_per_s")
+        if tokens_per_s <= 0:
+            raise InputError(f"{path}:{line}: column tokens_per_s: not above 0: {tokens_per_s!r}")
         s = sums.setdefault(key, [0.0, 0.0, 0])
-        s[0] += field(path, line, row, "tokens_per_s")
+        s[0] += 1 / tokens_per_s
         s[1] += field(path, line, row, "step_ms")
         s[2] += 1
-    return [{"policy": p, "batch": b, "context": c, "tokens_per_s": t / n, "step_ms": m / n,
+    return [{"policy": p, "batch": b, "context": c, "tokens_per_s": n / t, "step_ms": m / n,
              "runs": n} for (p, b, c), (t, m, n) in sums.items()]
 
 

@@ -11,9 +11,12 @@
      over every (point, baseline) ratio (with and without monolithic).
 
   3. with --ceilings ARCH: the roofline bound of every writescope point from the machine's
-     measured ceilings (pinned H2D, host DRAM, the CPU's matrix rate), beside the measured
-     step. Per layer, with H host tokens (batch x (context - the D-window's tokens W: the
-     CSV's window_tokens column, else --window-tokens)):
+     ceilings (pinned H2D, host DRAM, the CPU's matrix rate: --h2d-gbps, --dram-gbps,
+     --cpu-tflops, by default the ones docs/measurements.md documents for the H200 machine,
+     55.4 GB/s, 81.4 GB/s and 2.59 TFLOP/s, not measured where the CSV ran: the line says
+     which it took), beside the measured step. Per layer, with H host tokens (batch x
+     (context - the D-window's tokens W: the CSV's window_tokens column, else
+     --window-tokens)):
        CPU path  r H a + e   a = max(KV bytes / DRAM, attention FLOPs / CPU rate) per token,
                              e = the point's measured routed-expert time per layer (the
                              experts run on the CPU, after its attention)
@@ -52,8 +55,8 @@ p10-p90 ranges joined.
 
 Only the standard library. Usage:
   python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
-  python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps 55.4] [--dram-gbps 81.4]
-      [--cpu-tflops 2.59] [--window-tokens 256] [--host-gib 128] [--host-read-gbps S]
+  python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps G] [--dram-gbps G]
+      [--cpu-tflops T] [--window-tokens 256] [--host-gib 128] [--host-read-gbps S]
       [--probe probe.json [--probe probe-after.json]]
   python3 deploy/bench_report.py CSV --pool-with OTHER.csv [OTHER.csv ...]
       the pooled geometric means also over the other grids' ratios (other shapes: the
@@ -84,15 +87,28 @@ def steps_path_beside(bench_path):
 
 
 def load(path):
+    """The CSV's rows as dicts. A row whose tokens/s is not a positive number (a point that
+    measured nothing) is refused: a message and exit status 2 (merged with its repeats it
+    would leave the others' mean, compared it would drop out of the ratios or divide by 0)."""
     rows = []
     with open(path) as f:
-        for row in csv.DictReader(f):
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                tokens_per_s = float(row["tokens_per_s"])
+            except (KeyError, TypeError, ValueError) as e:
+                raise SystemExit(f"{path}: bad row {row}: {e}")
+            if not (math.isfinite(tokens_per_s) and tokens_per_s > 0):
+                print(f"bench_report.py: {path}:{line}: {row.get('policy')} batch "
+                      f"{row.get('batch')} context {row.get('context')}: tokens_per_s "
+                      f"{row['tokens_per_s']!r} is not a positive number (a point that "
+                      "measured nothing): rerun it or take its row out", file=sys.stderr)
+                sys.exit(2)
             try:
                 rows.append({
                     "policy": row["policy"],
                     "batch": int(row["batch"]),
                     "context": int(row["context"]),
-                    "tokens_per_s": float(row["tokens_per_s"]),
+                    "tokens_per_s": tokens_per_s,
                     "step_ms": float(row["step_ms"]),
                     # The spread of the point's step times (CSVs of later benches); None before.
                     "p10": float(row["step_ms_p10"]) if row.get("step_ms_p10") else None,
@@ -124,6 +140,9 @@ def load(path):
                     # None before.
                     "experts_per_layer": float(row["experts_per_layer"])
                     if row.get("experts_per_layer") else None,
+                    # The bench's round and turn of the row (CSVs of later benches); 0 before.
+                    "round": int(row.get("round") or 0),
+                    "turn": int(row.get("turn") or 0),
                 })
             except (KeyError, ValueError) as e:
                 raise SystemExit(f"{path}: bad row {row}: {e}")
@@ -145,9 +164,9 @@ def merge_repeats(rows):
         for field in ("step_ms", "gpu_attention_ms", "cpu_attention_ms", "expert_wait_ms",
                       "cpu_expert_ms", "placed_cpu_share", "hot_expert_ms", "hot_pair_share"):
             out[field] = sum(g[field] for g in group) / len(group)
-        # Equal work per repeat: the throughput of all of it is the harmonic mean.
-        if all(g["tokens_per_s"] > 0 for g in group):
-            out["tokens_per_s"] = len(group) / sum(1 / g["tokens_per_s"] for g in group)
+        # Equal work per repeat: the throughput of all of it is the harmonic mean (load()
+        # refuses a row whose tokens/s is not above 0).
+        out["tokens_per_s"] = len(group) / sum(1 / g["tokens_per_s"] for g in group)
         for field in ("read_cpu_share", "transfer_ms", "gpu_waited_cpu_ms", "experts_per_layer"):
             known = [g[field] for g in group if g[field] is not None]
             out[field] = sum(known) / len(known) if known else None
@@ -265,6 +284,10 @@ FULL_MODELS = {
                     "expert_bytes": 26 * 64 * 3 * 2048 * 1408 * 2},
 }
 GIB = float(1 << 30)
+# The H200 machine's ceilings as docs/measurements.md documents them (ws_probe's pinned H2D and
+# DRAM triad, the CPU experts' oneDNN AMX peak): --h2d-gbps, --dram-gbps and --cpu-tflops where
+# not given.
+DOCUMENTED_CEILINGS = {"h2d_gbps": 55.4, "dram_gbps": 81.4, "cpu_tflops": 2.59}
 
 
 def own_rest_ms(row):
@@ -306,10 +329,15 @@ def main():
     parser.add_argument("--headline-from", type=int, default=8192)
     parser.add_argument("--ceilings", choices=sorted(SHAPES),
                         help="the shape of the CSV: print the roofline bound of every writescope point")
-    parser.add_argument("--h2d-gbps", type=float, default=55.4, help="pinned H2D (ws_probe)")
-    parser.add_argument("--dram-gbps", type=float, default=81.4, help="host DRAM triad (ws_probe)")
-    parser.add_argument("--cpu-tflops", type=float, default=2.59,
-                        help="the CPU's bf16 matrix rate (oneDNN AMX peak, cpu_experts_bench)")
+    parser.add_argument("--h2d-gbps", type=float, default=None,
+                        help="pinned H2D (ws_probe; default: the documented "
+                             f"{DOCUMENTED_CEILINGS['h2d_gbps']:g})")
+    parser.add_argument("--dram-gbps", type=float, default=None,
+                        help="host DRAM triad (ws_probe; default: the documented "
+                             f"{DOCUMENTED_CEILINGS['dram_gbps']:g})")
+    parser.add_argument("--cpu-tflops", type=float, default=None,
+                        help="the CPU's bf16 matrix rate (oneDNN AMX peak, cpu_experts_bench; "
+                             f"default: the documented {DOCUMENTED_CEILINGS['cpu_tflops']:g})")
     parser.add_argument("--window-tokens", type=int, default=256,
                         help="D-window tokens per sequence (on the GPU, not streamed), for "
                              "CSVs without a window_tokens column (older benches)")
@@ -327,6 +355,10 @@ def main():
     parser.add_argument("--pool-with", nargs="+", default=[], metavar="CSV",
                         help="other grids (other shapes) whose ratios join the pooled means")
     args = parser.parse_args()
+    args.given = {name for name in DOCUMENTED_CEILINGS if getattr(args, name) is not None}
+    for name, value in DOCUMENTED_CEILINGS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     for name in ("h2d_gbps", "dram_gbps", "cpu_tflops", "host_gib") + (
             ("host_read_gbps",) if args.host_read_gbps is not None else ()):
         if not getattr(args, name) > 0:
@@ -450,13 +482,29 @@ def main():
                   "(ms per step, all layers), per point:", copies)
 
     if args.ceilings:
-        print_bound(by, batches, policies, args, "the ceilings", args.h2d_gbps, args.dram_gbps,
-                    args.host_read_gbps)
+        print_bound(by, batches, policies, args, ceilings_source(args.given), args.h2d_gbps,
+                    args.dram_gbps, args.host_read_gbps)
+        cpu_rate = ("the CPU rate as given" if "cpu_tflops" in args.given else
+                    "the CPU rate not probed but the documented one")
         for path in args.probe:
-            print_bound(by, batches, policies, args, f"this lease's probe ({path})",
+            print_bound(by, batches, policies, args, f"this lease's probe ({path}), {cpu_rate}",
                         *lease_ceilings(path))
         print_projection(by, batches, policies, args.ceilings, args.host_gib)
     return 0
+
+
+def ceilings_source(given):
+    """What the flags' bound is from, for its line: the ceilings given (the names in `given`
+    of DOCUMENTED_CEILINGS' keys), the documented ones, or some of each."""
+    names = {"h2d_gbps": "H2D", "dram_gbps": "DRAM", "cpu_tflops": "CPU"}
+    if given == set(DOCUMENTED_CEILINGS):
+        return "the ceilings given"
+    documented = "the documented ceilings of docs/measurements.md"
+    if not given:
+        return f"{documented}, not measured here"
+    ours = "/".join(names[n] for n in DOCUMENTED_CEILINGS if n in given)
+    theirs = "/".join(names[n] for n in DOCUMENTED_CEILINGS if n not in given)
+    return f"the ceilings given for {ours} and {documented} for {theirs}, not measured here"
 
 
 def lease_ceilings(path):

@@ -24,7 +24,16 @@ step: within a round every policy decodes the same step indices, and the i-th st
 tokens to the same experts under each, so each policy's throughput there is taken over its
 geometric-mean step over the steps every policy ran. Printed: the adaptive policy over the
 best baseline per point, round by round, how many of its rounds are below --threshold, the
-points below it in every round, and the pooled lines as above over the point-rounds.
+points below it in every round, and the pooled lines as above over the point-rounds. A steps
+CSV that several benches numbered their rounds from 0 into (bench-grid.sh without
+--one-runtime: one per policy and repeat) is read run by run: a step that comes again starts
+its policy-point's next run (bench_plot.RunRounds). A round counts only with every policy
+the steps CSV has at its point (one a baseline failed in, or the time cut, would compare the
+adaptive policy with fewer baselines).
+
+What is left out (a point without the adaptive policy and two baselines, a round without
+every policy of its point or without a step they all ran) is counted on a "left out:" line
+with the reason.
 
 The best of several means is biased upwards by their noise: a baseline that is the best
 choice at a point still reads below 1 against the others where they tie it. A baseline's own
@@ -45,7 +54,7 @@ bench_report = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_report)
 geometric_mean = bench_report.geometric_mean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, round_of  # noqa: E402
+from bench_plot import InputError, RunRounds, round_label  # noqa: E402
 
 
 def keyed_ratios(by_policy, policy):
@@ -64,33 +73,49 @@ def keyed_ratios(by_policy, policy):
     return ratios
 
 
+def lacking(policies, policy):
+    """Why keyed_ratios gives nothing for a point (or round) of `policies`."""
+    if policy not in policies:
+        return f"no {policy}"
+    return f"{len(policies) - 1} baseline(s) only"
+
+
 def point_ratios(rows, policy, from_context):
-    """{(batch, context): keyed_ratios of the point's tokens/s} for one grid, its repeats merged;
-    points lacking `policy` or two baselines are left out."""
+    """({(batch, context): keyed_ratios of the point's tokens/s}, [((batch, context), why)]) for
+    one grid, its repeats merged; the points lacking `policy` or two baselines are the second,
+    left out."""
     tokens = defaultdict(dict)
-    for r in bench_report.merge_repeats(rows):
+    for r in bench_report.merge_repeats(rows):  # bench_report.load refused tokens/s <= 0
         if r["context"] >= from_context:
             tokens[(r["batch"], r["context"])][r["policy"]] = r["tokens_per_s"]
-    ratios = {}
+    ratios, left_out = {}, []
     for point, by_policy in sorted(tokens.items()):
-        if any(t <= 0 for t in by_policy.values()):
-            raise SystemExit(f"a point with no throughput: batch {point[0]}, context {point[1]}")
         keyed = keyed_ratios(by_policy, policy)
-        if keyed is not None:
+        if keyed is None:
+            left_out.append((point, lacking(by_policy, policy)))
+        else:
             ratios[point] = keyed
-    return ratios
+    return ratios, left_out
 
 
 def paired_round_ratios(steps_path, policy, from_context):
-    """{(batch, context): [((round, turn), keyed_ratios)]} from a grid's steps CSV, or None
-    where it has no round column. Within a round (a turn of it, where the bench ran several:
-    wscope bench --turns) every policy decodes the same step indices, and the i-th step routes
-    its tokens to the same experts under each; each policy's throughput is the batch over its
-    geometric-mean step over the step indices every policy of the round ran, so a ratio is the
-    geometric mean of the step-by-step ratios, the routing's spread left out. Steps whose time
-    is not finite and positive are left out."""
-    # (point, (round, turn)) -> policy -> step index -> ms
+    """({(batch, context): [((run, round, turn), keyed_ratios)]}, {why (LACKING, PARTIAL,
+    NO_COMMON): [((batch, context), (run, round, turn) or None, detail)]}) from a grid's steps
+    CSV, or None where it has no round column. Within a round (a turn of it, where the bench
+    ran several: wscope bench --turns) every policy decodes the same step indices, and the
+    i-th step routes its tokens to the same experts under each; each policy's throughput is
+    the batch over its geometric-mean step over the step indices every policy of the round
+    ran, so a ratio is the geometric mean of the step-by-step ratios, the routing's spread
+    left out. Steps whose time is not finite and positive are left out. The runs
+    (bench_plot.RunRounds) keep apart the repeats of a grid whose benches each numbered their
+    rounds from 0 (bench-grid.sh without --one-runtime). A round counts only with every policy
+    the steps CSV has at its point (a round a policy failed or was cut in would compare the
+    others with fewer baselines); the second value holds what was left out, by why: such
+    rounds, rounds without a step every policy ran, and points (round None) lacking `policy`
+    or two baselines."""
+    # (point, (run, round, turn)) -> policy -> step index -> ms
     steps = defaultdict(lambda: defaultdict(dict))
+    runs = RunRounds()
     with bench_report.open_text(steps_path) as f:
         reader = csv.DictReader(f)
         needed = ("policy", "round", "step", "step_ms", "batch", "context")
@@ -98,24 +123,55 @@ def paired_round_ratios(steps_path, policy, from_context):
             return None
         for line, row in enumerate(reader, start=2):
             try:
+                key = runs.step(steps_path, line, row)
                 point = (int(row["batch"]), int(row["context"]))
                 ms = float(row["step_ms"])
-                key = (point, round_of(steps_path, line, row))
                 step = int(row["step"])
             except (ValueError, InputError) as e:
                 raise SystemExit(f"best_baseline_report.py: {steps_path}:{line}: {e}")
-            if point[1] >= from_context and math.isfinite(ms) and ms > 0:
-                steps[key][row["policy"]][step] = ms
-    paired = defaultdict(list)
+            if point[1] < from_context:
+                continue
+            by_step = steps[(point, key)][row["policy"]]  # the policy ran the round
+            if math.isfinite(ms) and ms > 0:
+                by_step[step] = ms
+    policies_at = defaultdict(set)  # point -> every policy the CSV has there
+    for (point, _), by_policy in steps.items():
+        policies_at[point].update(by_policy)
+    paired, left_out = defaultdict(list), defaultdict(list)
     for (point, rnd), by_policy in sorted(steps.items()):
+        if keyed_ratios(dict.fromkeys(policies_at[point], 1.0), policy) is None:
+            entry = (point, None, lacking(policies_at[point], policy))
+            if entry not in left_out[LACKING]:
+                left_out[LACKING].append(entry)
+            continue
+        missing = sorted(policies_at[point] - set(by_policy))
+        if missing:
+            left_out[PARTIAL].append((point, rnd, "no " + ", ".join(missing)))
+            continue
         common = set.intersection(*(set(s) for s in by_policy.values()))
         if not common:
+            left_out[NO_COMMON].append((point, rnd, None))
             continue
         speed = {p: 1.0 / geometric_mean([s[i] for i in common]) for p, s in by_policy.items()}
-        keyed = keyed_ratios(speed, policy)
-        if keyed is not None:
-            paired[point].append((rnd, keyed))
-    return paired
+        paired[point].append((rnd, keyed_ratios(speed, policy)))
+    return paired, left_out
+
+
+# Why a paired point or point-round was left out (paired_round_ratios).
+LACKING = "point(s) without the adaptive policy and two baselines"
+PARTIAL = ("point-round(s) without every policy of their point (a policy failed there, or the "
+           "time ran out before it)")
+NO_COMMON = "point-round(s) without a step every policy ran in a finite time"
+
+
+def left_out_line(kind, entries):
+    """ "  left out: N KIND: LABEL B x C ROUND (DETAIL), ..." for [(the grid's label, point,
+    round key or None, detail or None)]."""
+    cells = []
+    for label, (batch, context), rnd, detail in entries:
+        cells.append(f"{label} {batch} x {context}" + (f" {round_label(rnd)}" if rnd else "")
+                     + (f" ({detail})" if detail else ""))
+    return f"  left out: {len(entries)} {kind}: " + ", ".join(cells)
 
 
 def label_of(path):
@@ -146,8 +202,10 @@ def main():
         print(note)
     per_point = defaultdict(list)  # (label, batch, context) -> the adaptive policy's ratios
     per_key = defaultdict(list)  # point_ratios' key -> every ratio of the point-runs
+    lacking_points = []  # (label, point, None, why) of the points left out
     for path, rows in rows_by_path.items():
-        ratios = point_ratios(rows, args.policy, args.from_context)
+        ratios, left_out = point_ratios(rows, args.policy, args.from_context)
+        lacking_points += [(label_of(path), point, None, why) for point, why in left_out]
         for (batch, context), by_name in ratios.items():
             per_point[(label_of(path), batch, context)].append(by_name[args.policy])
             for key, ratio in by_name.items():
@@ -161,6 +219,8 @@ def main():
     for (label, batch, context), values in sorted(per_point.items()):
         print(f"  {label:<14} batch {batch:3d} context {context:6d}: {geometric_mean(values):.3f}"
               f" over {len(values)} grid(s), {min(values):.3f}-{max(values):.3f}")
+    if lacking_points:
+        print(left_out_line(LACKING.replace("the adaptive policy", args.policy), lacking_points))
     def summary(values):
         below = sum(v < args.threshold for v in values)
         return f"{geometric_mean(values):.3f}, {below:3d} of {len(values):3d} below {args.threshold:g}"
@@ -177,24 +237,34 @@ def main():
     paired_point = defaultdict(list)  # (label, batch, context) -> the rounds' ratios
     paired_key = defaultdict(list)
     unpaired = []
+    left_out = defaultdict(list)  # why -> [(label, point, round key or None, detail)]
     for path in args.csv:
         steps_path = bench_report.steps_path_beside(path)
-        paired = paired_round_ratios(steps_path, args.policy, args.from_context) \
+        found = paired_round_ratios(steps_path, args.policy, args.from_context) \
             if steps_path else None
-        if paired is None:
+        if found is None:
             unpaired.append(path)
             continue
+        paired, left = found
+        for why, entries in left.items():
+            left_out[why] += [(label_of(path), *entry) for entry in entries]
         for (batch, context), rounds in paired.items():
             for _, keyed in rounds:
                 paired_point[(label_of(path), batch, context)].append(keyed[args.policy])
                 for key, ratio in keyed.items():
                     paired_key[key].append(ratio)
-    if not paired_point:
+    if not paired_point and not left_out:
         return
     print(f"\nPaired step by step within each round (the steps CSV beside each grid: the i-th "
           "step of a round routes alike under every policy, so each policy's geometric-mean "
           f"step over the same steps leaves the routing's spread out). {args.policy} over the "
           "best baseline, per point, round by round:")
+    lines = [left_out_line(why.replace("the adaptive policy", args.policy), left_out[why])
+             for why in (PARTIAL, NO_COMMON, LACKING) if left_out[why]]
+    if not paired_point:
+        for line in lines + ["  (no point-round left to pair)"]:
+            print(line)
+        return
     every_round = []
     for (label, batch, context), values in sorted(paired_point.items()):
         below = sum(v < args.threshold for v in values)
@@ -204,6 +274,8 @@ def main():
               + " ".join(f"{v:.3f}" for v in values)
               + f"; geometric mean {geometric_mean(values):.3f}, below {args.threshold:g} in "
               f"{below} of {len(values)} rounds")
+    for line in lines:
+        print(line)
     print(f"{args.policy} over the best baseline, paired, every point-round: "
           f"{summary(paired_key[args.policy])}")
     print(f"Points below {args.threshold:g} in every round: {len(every_round)} of "

@@ -10,7 +10,9 @@
 # --during seconds followed by --after seconds without it (more returns after a load per
 # trio: deploy/contention_report.py reports each). A bench that ends before a load (a point
 # it refused, e.g. a context the model cannot hold) stops the run there with its reason,
-# exit 1, instead of loading a CPU that nothing measures.
+# exit 1, instead of loading a CPU that nothing measures. A bad flag, or an --out that already
+# holds the CSVs (an earlier run's: the bench would append to them), exits 2 before any trio
+# starts.
 #
 #   deploy/contention.sh [--arch qwen3_moe] [--layers 4] [--batch 16] [--context 32768]
 #       [--policies "writescope static:0.5 transfer-all"] [--load-threads 8]
@@ -36,25 +38,40 @@ while [[ $# -gt 0 ]]; do
     --out) OUT_DIR="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "contention.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-if ! [[ $CYCLES =~ ^[1-9][0-9]*$ ]]; then
-  echo "contention.sh: --cycles must be a positive integer, got '$CYCLES'" >&2
-  exit 2
-fi
+fail() { echo "contention.sh: $*" >&2; exit 2; }
+# Every flag checked before a trio starts.
+# shellcheck source=deploy/device-grids-lib.sh
+source "$ROOT/deploy/device-grids-lib.sh"
+positive='^[1-9][0-9]*$' count='^(0|[1-9][0-9]*)$'
+for flag in layers:$LAYERS batch:$BATCH context:$CONTEXT load-threads:$LOAD_THREADS \
+  during:$DURING cycles:$CYCLES; do
+  [[ ${flag#*:} =~ $positive ]] || fail "--${flag%%:*} must be a positive integer, not '${flag#*:}'"
+done
+for flag in before:$BEFORE after:$AFTER; do
+  [[ ${flag#*:} =~ $count ]] || fail "--${flag%%:*} must be a number of seconds, not '${flag#*:}'"
+done
+check_policies "$POLICIES"
 # shellcheck source=deploy/bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 kv_bytes=$(kv_bytes_of "$ARCH")
-[[ -x $BIN/ws_cpu_load ]] || { echo "contention.sh: $BIN/ws_cpu_load not found" >&2; exit 2; }
+[[ -x $BIN/ws_cpu_load ]] || fail "$BIN/ws_cpu_load not found"
 # Rounds overlap in the placement only while one ends and the next starts: room for two.
 region_mib=$(((2 * BATCH * (CONTEXT + 1024) * kv_bytes * LAYERS >> 20) + 64))
-mkdir -p "$OUT_DIR"
 steps_csv="$OUT_DIR/contention-steps.csv" events="$OUT_DIR/contention-events.csv"
 # Each round's warm-up steps too (decisions and explorations run through them).
 warmup_csv="$OUT_DIR/contention-warmup.csv"
-[[ -f $events ]] || echo "policy,unix_s,event" >"$events"
+# The bench appends to its CSVs and the events were appended to: an earlier run's rows would
+# join this one's (the report would read them as more rounds of each policy).
+for csv in "$steps_csv" "$warmup_csv" "$events"; do
+  [[ ! -e $csv ]] || fail "--out '$OUT_DIR' already holds $(basename "$csv") (an earlier" \
+    "run's?): give a new folder"
+done
+mkdir -p "$OUT_DIR"
+echo "policy,unix_s,event" >"$events"
 now() { date +%s.%N; }
 # bench_alive POLICY: whether the bench still runs; where it ended early (a point it refused,
 # e.g. a context the model cannot hold), says why, stops the trio and exits 1 before any

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the device-call runners (gpu-grids.sh, ab-grids.sh), which set DRY (1: print
-# the commands instead of running them) and OUT_DIR before calling these.
+# the commands instead of running them) and OUT_DIR before calling these; bench-grid.sh and
+# contention.sh source it for its argument checks (check_grid, check_policies) alone.
 #
 #   run_into FILE CMD...   runs CMD with its output into FILE, or prints it (DRY)
 #   unpack_bundle          unpacks the carried bundle to /tmp/ws (gpu-run.sh), points
@@ -15,6 +16,8 @@
 #                          refuses (the runner's `fail`, exit 2) a layer count, batch or
 #                          context list that is not positive numbers (lists: comma-separated),
 #                          or a policy bench-grid.sh would not run (space-separated)
+#   check_policies POLICIES
+#                          the policies alone, as check_grid checks them
 #   arch_contexts ARCH CONTEXTS
 #                          prints ARCH's contexts: Mixtral's above 32512 at 32512 (its
 #                          context is 32K), duplicates dropped
@@ -73,12 +76,17 @@ settle_trios() {
 }
 
 check_grid() {
-  local layers="$1" batches="$2" contexts="$3" policies="$4" policy
+  local layers="$1" batches="$2" contexts="$3" policies="$4"
   [[ $layers =~ ^[1-9][0-9]*$ ]] || fail "--layers must be a positive number, not '$layers'"
   [[ $batches =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
     fail "--batches must be positive numbers separated by commas, not '$batches'"
   [[ $contexts =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
     fail "--contexts must be positive numbers separated by commas, not '$contexts'"
+  check_policies "$policies"
+}
+
+check_policies() {
+  local policies="$1" policy
   local -a list
   read -r -a list <<<"$policies"
   ((${#list[@]} > 0)) || fail "no policy given"

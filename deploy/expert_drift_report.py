@@ -7,10 +7,14 @@ The i-th step of a point routes its tokens alike in every round and turn (wscope
 --turns), so one policy's cpu_expert_ms at step i of two of its runs of a point (rounds or
 turns) is the same work, and d_i = log(the one / the other) follows the host's speed in the one
 run against the other. Printed per CSV:
-  - between turns of one round (a CSV of wscope bench --turns) and between rounds (the same
-    turn of consecutive rounds): the root mean square, over every policy, point and such pair
-    of its runs, of the mean of d_i over the steps both ran (the drift a comparison of two runs
-    that far apart carries), and how far apart the runs were (median seconds);
+  - between turns of one round (a CSV of wscope bench --turns), between rounds (the same
+    turn of consecutive rounds) and between benches (the same round and turn of consecutive
+    benches that each numbered their rounds from 0 into the CSV, bench-grid.sh's repeats
+    without --one-runtime: a fresh trio each; a step that comes again starts its
+    policy-point's next bench, bench_plot.RunRounds): the root mean square, over every policy,
+    point and such pair of its runs, of the mean of d_i over the steps both ran (the drift a
+    comparison of two runs that far apart carries), and how far apart the runs were (median
+    seconds);
   - within runs, for windows of w steps (--windows) s steps apart (s = w, 2w, ...): the root
     mean square of the difference of d's means over the two windows, over sqrt(2) (the two
     runs drift alike and independently): how far two turns of w steps, s steps apart, of one
@@ -34,20 +38,24 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, field, print_lines, read_csv, round_of  # noqa: E402
+from bench_plot import InputError, RunRounds, field, print_lines, read_csv  # noqa: E402
 
 COLUMNS = ("policy", "round", "step", "unix_s", "batch", "context", "cpu_expert_ms")
 
 
 def load(path):
-    """{(policy, batch, context): {(round, turn): {step: (unix_s, cpu_expert_ms)}}}."""
+    """{(policy, batch, context): {(run, round, turn): {step: (unix_s, cpu_expert_ms)}}}: the
+    runs (bench_plot.RunRounds) keep apart the benches that each numbered their rounds from 0
+    into the file (bench-grid.sh without --one-runtime: one per policy and repeat)."""
     runs = defaultdict(lambda: defaultdict(dict))
+    run_rounds = RunRounds()
     for line, row in read_csv(path, COLUMNS):
         key = ((row["policy"] or "").strip(), field(path, line, row, "batch", int),
                field(path, line, row, "context", int))
+        rnd = run_rounds.step(path, line, row)
         ms = field(path, line, row, "cpu_expert_ms")
         if ms > 0:
-            runs[key][round_of(path, line, row)][field(path, line, row, "step", int)] = (
+            runs[key][rnd][field(path, line, row, "step", int)] = (
                 field(path, line, row, "unix_s"), ms)
     return runs
 
@@ -57,14 +65,15 @@ def rms(values):
 
 
 def run_pairs(runs):
-    """The pairs of one policy-point's runs to compare: ("turns", a, b) for consecutive turns
-    of one round, ("rounds", a, b) for the same turn of consecutive rounds (runs are keyed
-    (round, turn))."""
+    """The pairs of one policy-point's runs to compare (runs are keyed (run, round, turn)):
+    ("turns", a, b) for consecutive turns of one round, ("rounds", a, b) for the same turn of
+    consecutive rounds of one bench, ("benches", a, b) for the same round and turn of
+    consecutive benches (bench-grid.sh's repeats without --one-runtime: a fresh trio each)."""
     pairs = []
-    for kind, group, order in (("turns", 0, 1), ("rounds", 1, 0)):
-        by = defaultdict(list)  # turns: by round; rounds: by turn
-        for key in sorted(runs, key=lambda k: (k[group], k[order])):
-            by[key[group]].append(key)
+    for kind, vary in (("turns", 2), ("rounds", 1), ("benches", 0)):
+        by = defaultdict(list)  # the runs alike but in the part that varies
+        for key in sorted(runs):
+            by[key[:vary] + key[vary + 1:]].append(key)
         for keys in by.values():
             pairs.extend((kind, a, b) for a, b in zip(keys, keys[1:]))
     return pairs
@@ -102,7 +111,8 @@ def report(path, runs, windows):
     if not between:
         lines.append("  no policy ran a point twice: nothing to compare")
         return lines
-    for kind, label in (("turns", "between turns of a round"), ("rounds", "between rounds")):
+    for kind, label in (("turns", "between turns of a round"), ("rounds", "between rounds"),
+                        ("benches", "between benches (repeats of a trio each)")):
         pairs = between.get(kind)
         if pairs:
             lines.append(f"  {label}: rms of the mean log ratio {rms([d for d, _ in pairs]):.3f} "

@@ -48,6 +48,9 @@
 # of the budget kept back for it) and each grid's report is written again with both bounds:
 # one lease's joint host read was 114.6 GB/s before a grid and 141.9 after it (runs 159 and
 # 160, one device call; its DRAM read stream alone 83 and 110 GB/s). --no-probe: no probe.
+# Exit status: 2 for a bad argument (before anything runs), 1 where no grid wrote a bench CSV
+# (each timed out or failed before its first point: the logs are still packed), else 0 (a
+# grid cut short or with failed points keeps what it wrote: its grid-ARCH.log says which).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=deploy/device-grids-lib.sh
@@ -76,7 +79,7 @@ while [[ $# -gt 0 ]]; do
       TURNS+=("$1" "$2"); shift 2 ;;
     --no-probe) PROBE=0; shift ;;
     --sampling) SAMPLING=(--sampling "$2"); shift 2 ;;
-    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,53p' "$0"; exit 0 ;;
     -*) echo "gpu-grids.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) SPECS+=("$1"); shift ;;
   esac
@@ -197,4 +200,8 @@ fi
 if [[ -n $ARCHIVE ]]; then
   run_into /dev/null tar czf "$ARCHIVE" -C "$OUT_DIR" . ||
     echo "gpu-grids: packing $OUT_DIR into $ARCHIVE failed" >&2
+fi
+if ((${#archs[@]} == 0)); then
+  echo "gpu-grids: no grid wrote a bench CSV (each grid-ARCH.log says why)" >&2
+  exit 1
 fi

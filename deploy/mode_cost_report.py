@@ -13,9 +13,12 @@ policies' rounds:
     of two steps teaches on), each over the median step of the baseline's same round: what a
     change of mode costs the steps after it.
 
-A point's rounds are used where both policies ran them; the i-th row of a (round, batch,
-context) is that round's i-th step. A round is a (round, turn) of the CSV where the bench ran
-several turns of each point (wscope bench --turns).
+A point's rounds are used where both policies ran them, the others (and the points without
+such a round) counted on a "left out:" line; the i-th row of a (round, batch, context) is that
+round's i-th step. A round is a (round, turn) of the CSV where the bench ran several turns of
+each point (wscope bench --turns), and of one bench where several benches each numbered their
+rounds from 0 into the CSV (bench-grid.sh without --one-runtime: one per policy and repeat; a
+step that comes again starts its policy-point's next bench, bench_plot.RunRounds).
 
     deploy/mode_cost_report.py STEPS_CSV [--policy writescope] [--baseline transfer-all]
         [--max-k 5]
@@ -29,21 +32,25 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_plot import InputError, field, print_lines, read_csv, round_of  # noqa: E402
+from bench_plot import (InputError, RunRounds, field, print_lines, read_csv,  # noqa: E402
+                        round_label)
 
 COLUMNS = ("policy", "round", "step", "step_ms", "batch", "context", "read_cpu_share", "explore")
 
 
 def load(path, policies):
-    """{(batch, context): {(round, turn): {policy: [step dicts in file order]}}} for
-    `policies`."""
+    """{(batch, context): {(run, round, turn): {policy: [step dicts in file order]}}} for
+    `policies`: the runs (bench_plot.RunRounds) keep apart the benches that each numbered their
+    rounds from 0 into the file (bench-grid.sh without --one-runtime: one per policy and
+    repeat)."""
     points = defaultdict(lambda: defaultdict(dict))
+    run_rounds = RunRounds()
     for line, row in read_csv(path, COLUMNS):
         policy = row["policy"].strip()
         if policy not in policies:
             continue
         key = (field(path, line, row, "batch", int), field(path, line, row, "context", int))
-        steps = points[key][round_of(path, line, row)].setdefault(policy, [])
+        steps = points[key][run_rounds.step(path, line, row)].setdefault(policy, [])
         missed = row.get("early_rounds_missed")
         steps.append({
             "step_ms": field(path, line, row, "step_ms"),
@@ -62,10 +69,13 @@ def category(step):
 
 
 def report_point(batch, context, rounds, policy, baseline, max_k):
-    """The point's lines; none where no round has both policies."""
+    """The point's lines, the rounds without both policies counted on a "left out:" line; none
+    where no round has both policies."""
     paired = {r: p for r, p in sorted(rounds.items()) if policy in p and baseline in p}
     if not paired:
         return []
+    unpaired = [f"{round_label(r)} (no {baseline if policy in p else policy})"
+                for r, p in sorted(rounds.items()) if r not in paired]
     excess = defaultdict(list)    # category -> [ms over the baseline's round mean]
     runs = defaultdict(list)      # (mode, k) -> [step / the baseline's round median]
     ours, theirs = [], []
@@ -86,6 +96,9 @@ def report_point(batch, context, rounds, policy, baseline, max_k):
     lines = [f"batch {batch} context {context}: {len(paired)} round(s), {policy} "
              f"{our_mean:.3f} ms a step, {baseline} {their_mean:.3f} (the rounds' means; "
              f"{baseline} / {policy} {their_mean / our_mean:.3f})"]
+    if unpaired:
+        lines.append(f"  left out: {len(unpaired)} round(s) without both policies: "
+                     + ", ".join(unpaired))
     lines.append(f"  {'steps of ' + policy:<36} {'steps':>5} {'ms over ' + baseline:>22} "
                  f"{'ms a step, all steps':>21}")
     for name in sorted(excess, key=lambda n: (n.startswith("GPU"), n)):
@@ -124,9 +137,16 @@ def main(argv=None):
     except InputError as e:
         print(f"mode_cost_report.py: {e}", file=sys.stderr)
         return 2
-    out = []
+    out, unpaired = [], []
     for (batch, context), rounds in sorted(points.items()):
-        out.extend(report_point(batch, context, rounds, args.policy, args.baseline, args.max_k))
+        lines = report_point(batch, context, rounds, args.policy, args.baseline, args.max_k)
+        out.extend(lines)
+        if not lines:
+            ran = {p for by_policy in rounds.values() for p in by_policy}
+            unpaired.append(f"{batch} x {context} ({' and '.join(sorted(ran))} only)")
+    if unpaired and out:
+        out.append(f"left out: {len(unpaired)} point(s) without a round of both {args.policy} and "
+                   f"{args.baseline}: " + ", ".join(unpaired))
     if not out:
         print(f"mode_cost_report.py: {args.steps_csv}: no round with both {args.policy} and "
               f"{args.baseline}", file=sys.stderr)

@@ -84,7 +84,10 @@ profile_point() {
   echo "== $policy, batch $BATCH x $CONTEXT"
   run "$BIN/wscope" bench --target="$WS_TARGET" --batches="$BATCH" --contexts="$CONTEXT" \
     --decode_steps="$POINT_STEPS" --warmup_steps="$POINT_WARMUP" "$@" || true
-  run "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" --out="$trace" || true
+  # An earlier run's trace at that path would be read as this one's where the profile fails.
+  ((DRY)) || rm -f "$trace"
+  run "$BIN/wscope" profile --target="$WS_TARGET" --steps="$STEPS" --out="$trace" ||
+    echo "profile-bench: wscope profile failed under $policy: no trace" >&2
   if [[ -f $trace ]]; then python3 "$ROOT/deploy/profile_layers.py" "$trace" || true; fi
 }
 grid_first() {

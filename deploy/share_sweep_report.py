@@ -17,9 +17,13 @@ batch over it). For every point with at least two static shares, printed:
   - each other policy (the adaptive one first): its step, the share it attended (read) and
     placed, and the best static share's step over its step (above 1: the policy is faster
     than every static share swept);
-  - the same ratio per repeat: the i-th row of the policy against the best static share among
-    the i-th rows (the policies of a repeat ran minutes apart at most, the repeats further),
-    and their geometric mean.
+  - the same ratio per repeat: the policy's row of a round (and turn: wscope bench --rounds,
+    --turns; of one bench where several each numbered their rounds from 0 into the CSV,
+    bench-grid.sh without --one-runtime: the n-th of a point is its n-th repeat) against the
+    best static share of the same round (the policies of a repeat ran minutes apart at most,
+    the repeats further), and their geometric mean; a repeat without every static share of
+    the point is left out, and said so.
+The points with fewer than two static shares are left out, and counted on a line.
 
 With the grid's steps CSV (--steps, or steps-ARCH.csv[.gz] beside bench-ARCH.csv; from session
 38 on it carries the scheduler's lines after each step and its host tokens), each point also
@@ -42,6 +46,8 @@ import sys
 from collections import defaultdict
 
 sys.dont_write_bytecode = True  # no __pycache__ in deploy/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_plot import RunRounds, round_label  # noqa: E402
 _spec = importlib.util.spec_from_file_location(
     "bench_report", os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_report.py"))
 bench_report = importlib.util.module_from_spec(_spec)
@@ -80,7 +86,8 @@ def parabola_vertex(points):
 
 
 def report_point(batch, context, merged, repeats, policy):
-    """Lines for one point. merged: {policy: merged row}; repeats: {policy: [rows in order]}."""
+    """Lines for one point. merged: {policy: merged row}; repeats: {policy: {(run, round,
+    turn): row}}."""
     statics = sorted((static_share(p), p) for p in merged if static_share(p) is not None)
     lines = [f"batch {batch:3d} context {context:6d}:"]
     for share, name in statics:
@@ -107,11 +114,14 @@ def report_point(batch, context, merged, repeats, policy):
         row = merged[name]
         read = row["read_cpu_share"]
         read_text = f"read {read:.3f}, " if read is not None else ""
-        per_repeat = []
-        for i, own in enumerate(repeats[name]):
-            rivals = [repeats[s][i] for _, s in statics if i < len(repeats[s])]
-            if rivals and own["tokens_per_s"] > 0:
-                per_repeat.append(min(step_ms(r) for r in rivals) / step_ms(own))
+        per_repeat, left_out = [], []
+        for key, own in sorted(repeats[name].items()):
+            missing = [s for _, s in statics if key not in repeats[s]]
+            if missing:
+                left_out.append(f"{round_label(key)} (no {', '.join(missing)})")
+                continue
+            best = min(step_ms(repeats[s][key]) for _, s in statics)
+            per_repeat.append(best / step_ms(own))
         repeat_text = ""
         if per_repeat:
             repeat_text = (f"; per repeat {' '.join(f'{v:.3f}' for v in per_repeat)}, "
@@ -119,6 +129,9 @@ def report_point(batch, context, merged, repeats, policy):
         lines.append(f"  {name}: {step_ms(row):8.2f} ms ({read_text}placed "
                      f"{row['placed_cpu_share']:.3f}); best static / it {best_step / step_ms(row):.3f}"
                      f"{repeat_text}")
+        if left_out:
+            lines.append(f"    left out of its per-repeat ratios: {len(left_out)} repeat(s) "
+                         "without every static share: " + ", ".join(left_out))
     return lines
 
 
@@ -216,18 +229,26 @@ def main():
         if args.steps and not os.path.isfile(args.steps):
             raise SystemExit(f"share_sweep_report.py: no file {args.steps}")
         steps = load_steps(steps_path) if steps_path else None
-        rows = bench_report.load(path)
-        if any(r["tokens_per_s"] <= 0 for r in rows):
-            raise SystemExit(f"share_sweep_report.py: {path} has a row with no throughput")
+        rows = bench_report.load(path)  # refuses a row whose tokens/s is not above 0
         merged = defaultdict(dict)
         for r in bench_report.merge_repeats(rows):
             merged[(r["batch"], r["context"])][r["policy"]] = r
-        repeats = defaultdict(lambda: defaultdict(list))
-        for r in rows:  # in the CSV's order: the i-th row of a policy is its i-th repeat
-            repeats[(r["batch"], r["context"])][r["policy"]].append(r)
+        # A repeat is a (round, turn) of the bench (one runtime: wscope bench --rounds, --turns)
+        # and of one bench where several each numbered their rounds from 0 into the CSV
+        # (bench-grid.sh without --one-runtime: one per policy and repeat; bench_plot.RunRounds).
+        repeats = defaultdict(lambda: defaultdict(dict))
+        runs = RunRounds()
+        for r in rows:
+            key = (r["round"], r["turn"])
+            run = runs.run((r["policy"], r["batch"], r["context"]), key)
+            repeats[(r["batch"], r["context"])][r["policy"]][(run, *key)] = r
         print(f"{path}:")
+        too_few = []
         for point in sorted(merged):
-            if sum(static_share(p) is not None for p in merged[point]) < 2:
+            shares = [p for p in merged[point] if static_share(p) is not None]
+            if len(shares) < 2:
+                too_few.append(f"{point[0]} x {point[1]} ("
+                               + (f"{shares[0]} only" if shares else "none") + ")")
                 continue
             for line in report_point(*point, merged[point], repeats[point], args.policy):
                 print(line)
@@ -237,6 +258,9 @@ def main():
                     for line in report_lines(steps[point], layers, args.policy):
                         print(line)
             printed += 1
+        if too_few:
+            print(f"  left out: {len(too_few)} point(s) with fewer than two static shares: "
+                  + ", ".join(too_few))
         if steps_path and steps is None:
             print(f"  ({steps_path} predates the lines' columns: no lines)")
     if not printed:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """deploy/ab-grids.sh without a GPU (its dry run: the variants interleaved per repeat, the
 second in reverse order, each with its flags in the right place; the report, the modes and the
-archive; the refusals of bad arguments), and deploy/ab_report.py's arithmetic on CSVs with known answers, with the
+archive; the refusals of bad arguments), and deploy/ab_report.py's arithmetic on CSVs with
+known answers (a repeat cut short: the means over the points every repeat has), with the
 writescope reads tallied from step records where a variant has them."""
 import math
 import os
@@ -131,6 +132,30 @@ with tempfile.TemporaryDirectory() as out:
         ("99.00" not in r, "other policies' rows left out"),
     ]
     checks.append(("Writescope's reads" not in r, "no step records: no tally of the reads"))
+    # b's second repeat was cut before 16 x 8192 (its budget): the means take 4 x 8192 alone,
+    # in every repeat, and name the point left out (else b's cut repeat reads faster).
+    cut_dirs = []
+    for name, points in (("a", rows["a"]), ("b", rows["b"][:3])):
+        d = os.path.join(out, "cut", name)
+        os.makedirs(d)
+        with open(os.path.join(d, "bench-qwen3_moe.csv"), "w") as f:
+            f.write(header)
+            for batch, context, step, experts in points:
+                f.write(f"writescope,{batch},{context},{step},{experts},x\n")
+        cut_dirs.append(d)
+    cut = subprocess.run(["python3", REPORT, "--arch", "qwen3_moe", *cut_dirs],
+                         capture_output=True, text=True)
+    r += cut.stdout
+    checks += [
+        (cut.returncode == 0
+         and "  a                2 repeat(s):   40.00 ( 10.00)    42.00 ( 10.00)" in cut.stdout
+         and "  b                2 repeat(s):   41.00 ( 11.00)    43.00 ( 11.00)"
+         in cut.stdout, "the means over the points every repeat has"),
+        ("  left out of the means: 1 point(s) some repeat lacks: batch 16 context 8192 (in 3 of "
+         "4 repeats)" in cut.stdout, "the points left out of the means named"),
+        ("batch  16 context   8192: a 89.00, b 94.00 (1.056)" in cut.stdout,
+         "the point still compared on its own"),
+    ]
     # Step records of "a" only: one window of six steps, two of them exploring, two changes of
     # mode outside explorations (g s s g), two steps that missed their early rounds.
     with open(os.path.join(dirs[0], "steps-qwen3_moe.csv"), "w") as f:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """deploy/bench_plot.py on small CSVs: the PNGs decode (with the little reader below) to the
-expected size and hold every series' color inside the plot area; repeated rows are averaged;
+expected size and hold every series' color inside the plot area; repeated rows are merged as
+bench_report.py merges them (tokens/s: the harmonic mean);
 the ticks land on 1/2/5 x 10^k; bad input exits 2 without a traceback.
 
 Usage: python3 tests/deploy/bench_plot_test.py [ROOT]   (ROOT: the repository, as from CTest)
@@ -96,18 +97,23 @@ class BenchPlotTest(unittest.TestCase):
                 rows.append(grid_row("transfer-all", batch, context, ta, 1e3 * batch / ta))
                 rows.append(grid_row("writescope", batch, context, ws, 1e3 * batch / ws))
                 rows.append(grid_row("cpu-all", batch, context, ca, 1e3 * batch / ca))
-        # Two more writescope runs of one point: 100, 110, 120 average to 110.
-        rows.append(grid_row("writescope", 4, 2048, 110, 30))
-        rows.append(grid_row("writescope", 4, 2048, 120, 20))
+        # Two more writescope runs of one point: 100, 110 and 120 tokens/s, steps of 4000/100,
+        # 4000/110 and 4000/120 ms.
+        rows.append(grid_row("writescope", 4, 2048, 110, 1e3 * 4 / 110))
+        rows.append(grid_row("writescope", 4, 2048, 120, 1e3 * 4 / 120))
         return self.write("grid.csv", "".join(rows))
 
-    def test_averages_repeated_rows(self):
+    def test_merges_repeated_rows(self):
         records = bp.load_grid(self.grid_csv())
         point = [r for r in records
                  if (r["policy"], r["batch"], r["context"]) == ("writescope", 4, 2048)]
         self.assertEqual(len(point), 1)
-        self.assertAlmostEqual(point[0]["tokens_per_s"], 110.0)
-        self.assertAlmostEqual(point[0]["step_ms"], (40.0 + 30.0 + 20.0) / 3)
+        # As bench_report.py merges them: the throughput of all three runs' work (equal in
+        # each) is the harmonic mean of their tokens/s, the batch over the mean step.
+        steps = [1e3 * 4 / t for t in (100, 110, 120)]
+        self.assertAlmostEqual(point[0]["tokens_per_s"], 3 / (1 / 100 + 1 / 110 + 1 / 120))
+        self.assertAlmostEqual(point[0]["step_ms"], sum(steps) / 3)
+        self.assertAlmostEqual(point[0]["tokens_per_s"], 1e3 * 4 / point[0]["step_ms"])
         self.assertEqual(point[0]["runs"], 3)
         self.assertEqual(len(records), 2 * 3 * 3)
 
@@ -218,6 +224,8 @@ class BenchPlotTest(unittest.TestCase):
         self.assert_bad_input(["--grid", self.write("empty.csv", "")], "empty file")
         self.assert_bad_input(["--grid", self.write("nan.csv", GRID_HEADER + grid_row(
             "writescope", 4, 2048, "fast", 30))], "tokens_per_s: not a number")
+        self.assert_bad_input(["--grid", self.write("zero.csv", GRID_HEADER + grid_row(
+            "writescope", 4, 2048, 0, 30))], "tokens_per_s: not above 0")
         self.assert_bad_input(["--timeline", self.write("tl.csv", "policy,round,step\n")],
                               "missing column(s) unix_s")
         self.assertFalse([n for n in os.listdir(self.dir) if n.endswith(".png")])

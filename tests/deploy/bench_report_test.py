@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """deploy/bench_report.py on a CSV whose answers are known: the integration of step time over
-the context and the geometric mean of the speedups."""
+the context and the geometric mean of the speedups; the roofline bound, its line naming where
+its ceilings came from; rows that measured nothing refused with exit status 2."""
 import json
 import re
 import os
@@ -347,6 +348,57 @@ checks += [
     ("  all but monolithic          4.00x over 2 ratios" in pooled_part,
      "pool: without monolithic"),
 ]
+
+# Where the ceilings come from, on the line of the bound: the documented ones unless given
+# (not measured where the CSV ran), some of each, and beside a lease's probe, whose H2D and
+# DRAM are measured, a CPU rate it did not probe.
+ONE_POINT = HEADER + "writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3\n"
+documented = run_report(ONE_POINT, "--ceilings", "qwen3_moe").stdout
+some = run_report(ONE_POINT, "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048").stdout
+with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as j:
+    json.dump({"h2d_pinned": {"median_gbps": 2.048}, "dram_triad": {"median_gbps": 2.048},
+               "host_read_shared": 3.0}, j)
+try:
+    probed = run_report(ONE_POINT, "--ceilings", "qwen3_moe", "--probe", j.name).stdout
+    probed_cpu = run_report(ONE_POINT, "--ceilings", "qwen3_moe", "--probe", j.name,
+                            "--cpu-tflops", "1000").stdout
+finally:
+    os.unlink(j.name)
+text += documented + some + probed
+checks += [
+    ("Roofline bound from the documented ceilings of docs/measurements.md, not measured here "
+     "(qwen3_moe: H2D 55.4 GB/s, DRAM 81.4 GB/s, CPU 2.59 TFLOP/s" in documented,
+     "the documented ceilings named as such where none is given"),
+    ("Roofline bound from the ceilings given (" in lease.stdout,
+     "the ceilings given named as such"),
+    ("Roofline bound from the ceilings given for H2D and the documented ceilings of "
+     "docs/measurements.md for DRAM/CPU, not measured here (qwen3_moe: H2D 2.048 GB/s, DRAM "
+     "81.4 GB/s" in some, "some ceilings given, the others documented"),
+    (f"Roofline bound from this lease's probe ({j.name}), the CPU rate not probed but the "
+     "documented one (qwen3_moe: H2D 2.048 GB/s, DRAM 2.048 GB/s, CPU 2.59 TFLOP/s" in probed,
+     "a probe's bound says its CPU rate was not probed"),
+    (f"probe ({j.name}), the CPU rate as given (qwen3_moe: H2D 2.048 GB/s, DRAM 2.048 GB/s, "
+     "CPU 1000 TFLOP/s" in probed_cpu, "a probe's bound with the CPU rate given"),
+]
+
+# A row that measured nothing (tokens/s 0, negative or NaN) is refused with exit status 2,
+# whichever policy and wherever it is: alone, as one of a point's repeats (the merge kept the
+# first repeat's throughput) or a baseline's (its ratio dropped out).
+for label, rows in (("writescope at 0", [row("writescope", 4, 8192, 30).replace(
+                        "133.333", "0"), row("transfer-all", 4, 8192, 60)]),
+                    ("a repeat at NaN", [row("writescope", 4, 8192, 30),
+                                         row("writescope", 4, 8192, 30).replace("133.333", "nan"),
+                                         row("transfer-all", 4, 8192, 60)]),
+                    ("a baseline below 0", [row("writescope", 4, 8192, 30),
+                                            row("transfer-all", 4, 8192, 60).replace(
+                                                "66.667", "-66.667")])):
+    assert any(r.split(",")[5] in ("0", "nan", "-66.667") for r in rows), label
+    for args in ((), ("--ceilings", "qwen3_moe")):
+        refused = run_report(HEADER + "".join(rows), *args, check=False)
+        text += refused.stderr
+        checks.append((refused.returncode == 2 and "is not a positive number" in refused.stderr
+                       and "Traceback" not in refused.stderr and not refused.stdout,
+                       f"{label}{' with --ceilings' if args else ''}: refused with exit 2"))
 
 bad = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "bench_report.py"), "x.csv",
                       "--ceilings", "qwen3_moe", "--h2d-gbps", "0"], capture_output=True, text=True)

@@ -138,6 +138,57 @@ with tempfile.TemporaryDirectory() as tmp:
     checks.append(("turns          batch   4 context   8192: 0.900 1.050; geometric mean 0.972, "
                    "below 0.98 in 1 of 2 rounds" in turns.stdout,
                    "each turn of a round paired on its own"))
+    # A grid of one bench per policy and repeat (bench-grid.sh without --one-runtime): every
+    # bench numbers its round 0 and steps 0, 1 alike, so a step that comes again starts the
+    # policy-point's next run. At 4 x 8192 monolithic is 0.9 then 1.05 of writescope's
+    # time; in a third repeat static:0.5 failed (no rows): that round is left out, not paired
+    # against monolithic alone. 4 x 32768: static:0.5's steps are not finite in run 0, and
+    # run 1 pairs 1.1; 16 x 8192 has one baseline only.
+    os.makedirs(os.path.join(tmp, "repeats"))
+    repeated = os.path.join(tmp, "repeats", "bench-repeats.csv")
+    write_grid(repeated, *[(p, 4, 8192, t) for p, t in (("writescope", 100), ("monolithic", 100),
+                                                         ("static:0.5", 50))] * 2,
+               ("writescope", 16, 8192, 100), ("monolithic", 16, 8192, 90))
+    with open(os.path.join(tmp, "repeats", "steps-repeats.csv"), "w") as f:
+        f.write("policy,round,step,unix_s,step_ms,batch,context\n")
+        speeds = {"writescope": (1, 1, 1), "monolithic": (0.9, 1.05, 1), "static:0.5": (2, 2, None)}
+        deep = {"writescope": (1, 1), "monolithic": (2, 1.1), "static:0.5": ("nan", 2)}
+        for repeat in range(3):
+            order = list(speeds) if repeat % 2 == 0 else list(reversed(speeds))
+            for policy in order:
+                scale = speeds[policy][repeat]
+                if scale is None:
+                    continue
+                for i, value in enumerate((10, 30)):
+                    f.write(f"{policy},0,{i},0,{value * scale},4,8192\n")
+                    if repeat < 2:
+                        f.write(f"{policy},0,{i},0,{value * float(deep[policy][repeat])},4,"
+                                "32768\n")
+                    if repeat == 0 and policy != "static:0.5":
+                        f.write(f"{policy},0,{i},0,{value},16,8192\n")
+    runs = run(repeated)
+    text += runs.stdout
+    checks += [
+        (runs.returncode == 0 and "repeats        batch   4 context   8192: 0.900 1.050; "
+         "geometric mean 0.972, below 0.98 in 1 of 2 rounds" in runs.stdout,
+         "repeats that restart their rounds paired run by run, not overwritten"),
+        ("repeats        batch   4 context  32768: 1.100;" in runs.stdout,
+         "a round without a finite step of every policy is not paired"),
+        ("  left out: 1 point-round(s) without every policy of their point (a policy failed "
+         "there, or the time ran out before it): repeats 4 x 8192 run 2 round 0 (no static:0.5)"
+         in runs.stdout, "a round without every policy of its point left out, and said so"),
+        ("  left out: 1 point-round(s) without a step every policy ran in a finite time: "
+         "repeats 4 x 32768 round 0" in runs.stdout, "a round without a common step said so"),
+        ("  left out: 1 point(s) without writescope and two baselines: repeats 16 x 8192 "
+         "(1 baseline(s) only)" in runs.stdout.split("Paired")[-1],
+         "a paired point without two baselines said so"),
+        ("  left out: 1 point(s) without writescope and two baselines: repeats 16 x 8192 "
+         "(1 baseline(s) only)" in runs.stdout.split("Paired")[0],
+         "a merged point without two baselines said so"),
+    ]
+    checks.append(("  left out: 1 point(s) without writescope and two baselines: tiny 32 x 8192 "
+                   "(1 baseline(s) only)" in text.split("Paired")[0],
+                   "the first grid's point with one baseline said so"))
     lower = run("--from-context", "8192", "--threshold", "0.9", first, second)
     checks.append((f"{geo:.3f},   0 of   3 below 0.9" in lower.stdout, "--threshold"))
 

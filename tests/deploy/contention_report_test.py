@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """deploy/contention_report.py on CSVs whose answers are known: the phases with their settle
-gaps, explorations counted per phase, and writescope's steps by kind within a round."""
+gaps, explorations counted per phase, and writescope's steps by kind within a round; and
+deploy/contention.sh with a stand-in trio (fake_trio.py): bad flags and a used --out refused
+before a trio starts."""
 import os
 import subprocess
 import sys
 import tempfile
 
 from checks import finish
+from fake_trio import fake_tree
 
 ROOT = sys.argv[1]
 SCRIPT = os.path.join(ROOT, "deploy", "contention_report.py")
@@ -182,6 +185,51 @@ overlapping = run(cycle_steps, ["writescope,100,load start\n", "writescope,130,l
                                 "writescope,120,load start\n", "writescope,160,load end\n"])
 checks.append((overlapping.returncode == 2 and "load 1 ends at 130" in overlapping.stderr,
                f"overlapping loads: exit 2 ({overlapping.stderr!r})"))
+
+# deploy/contention.sh, with a stand-in trio and wscope (fake_trio.py): its flags checked, and
+# an --out that holds an earlier run's CSVs refused (the bench would append to them), before a
+# trio starts (exit 2); a run writes the events of its load.
+with tempfile.TemporaryDirectory() as tmp:
+    root, bin_dir = fake_tree(ROOT, tmp)
+    log = os.path.join(tmp, "calls.log")
+
+    def contention(out, *args, bench_s="0"):
+        open(log, "w").close()
+        return subprocess.run(["bash", os.path.join(root, "deploy", "contention.sh"),
+                               "--policies", "writescope", "--bin", bin_dir, "--device", "host",
+                               "--out", out, *args], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, FAKE_LOG=log, FAKE_BENCH_S=bench_s))
+
+    for args, why in ((["--before", "x"], "--before must be"),
+                      (["--during", "0"], "--during must be"),
+                      (["--after", "-1"], "--after must be"),
+                      (["--batch", "16x"], "--batch must be"),
+                      (["--load-threads", ""], "--load-threads must be"),
+                      (["--policies", "bogus"], "unknown policy 'bogus'")):
+        refused = contention(os.path.join(tmp, "new"), *args)
+        with open(log) as f:
+            called = f.read()
+        text += refused.stderr
+        checks.append((refused.returncode == 2 and why in refused.stderr and not called
+                       and not os.path.exists(os.path.join(tmp, "new")),
+                       f"contention.sh {' '.join(args)}: refused before a trio (exit 2)"))
+    used = os.path.join(tmp, "used")
+    os.makedirs(used)
+    with open(os.path.join(used, "contention-events.csv"), "w") as f:
+        f.write("policy,unix_s,event\nwritescope,1,load start\n")
+    refused = contention(used, "--before", "0", "--during", "1")
+    with open(log) as f:
+        called = f.read()
+    text += refused.stderr
+    checks.append((refused.returncode == 2 and "already holds contention-events.csv"
+                   in refused.stderr and not called, "contention.sh: a used --out refused"))
+    fresh = os.path.join(tmp, "fresh")
+    ran = contention(fresh, "--before", "0", "--during", "1", bench_s="3")
+    text += ran.stdout + ran.stderr
+    with open(os.path.join(fresh, "contention-events.csv")) as f:
+        events = [line.split(",")[2] for line in f.read().splitlines()[1:]]
+    checks.append((ran.returncode == 0 and events == ["load start", "load end"],
+                   "contention.sh: a run writes its load's events"))
 
 finish(checks, text, text0, text_r, out_w.stdout, out_m.stdout, held.stdout, out_c.stdout,
        out_reason.stdout)

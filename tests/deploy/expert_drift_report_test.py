@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """deploy/expert_drift_report.py on a small steps CSV whose answers are known: the mean log
-ratio of one policy's expert time between consecutive rounds (and turns), how far apart they
-ran, the drift between windows within rounds, steps without CPU experts left out, a point run
-once, and bad input refused with exit status 2."""
+ratio of one policy's expert time between consecutive rounds (and turns, and benches that each
+numbered their rounds from 0 into the CSV), how far apart they ran, the drift between windows
+within rounds, steps without CPU experts left out, a point run once, and bad input refused
+with exit status 2."""
 import math
 import os
 import subprocess
@@ -64,6 +65,25 @@ with tempfile.TemporaryDirectory() as d:
     one = run(single)
     checks.append((one.returncode == 0 and "no policy ran a point twice" in one.stdout,
                    "a CSV without a second run of a point says so"))
+    # Two benches that each numbered their round 0 and steps from 0 into one CSV (bench-grid.sh
+    # without --one-runtime: a bench per policy and repeat, the second in reverse order): the
+    # second of P's runs e^0.2 slower, 60 s later; Q's the same work in both.
+    benches = os.path.join(d, "benches.csv")
+    with open(benches, "w") as f:
+        f.write(HEADER + "\n")
+        for repeat, order in ((0, "PQ"), (1, "QP")):
+            for policy in order:
+                for i in range(4):
+                    ms = 10 * math.exp(0.2 * repeat) if policy == "P" else 10
+                    f.write(f"{policy},0,{i},{100 + 60 * repeat + 0.5 * i},4,8192,{ms}\n")
+    twice = run(benches)
+    text += twice.stdout
+    checks += [
+        (twice.returncode == 0 and f"between benches (repeats of a trio each): rms of the mean "
+         f"log ratio {math.sqrt(0.2 ** 2 / 2):.3f} over 2 pair(s), median 60.0 s apart"
+         in twice.stdout, "benches that restart their rounds compared run by run"),
+        ("between rounds" not in twice.stdout, "no round of a bench compared with another's"),
+    ]
     for args, what in (((steps, "--windows", "0"), "--windows 0"),
                        ((steps, "--windows", "x"), "--windows x"),
                        ((os.path.join(d, "none.csv"),), "a missing file")):

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """deploy/gpu-grids.sh without a GPU: --dry-run prints the grids it would run (contexts per
 shape, each grid's share of the time budget, the reports and the pooled report), and bad
-arguments are refused with exit status 2 before anything runs."""
+arguments are refused with exit status 2 before anything runs; deploy/bench-grid.sh, which it
+runs per grid, refuses bad flags before a trio starts. With a stand-in trio and wscope
+(fake_trio.py): bench-grid.sh ends with exit 1 where a bench call failed, after running the
+others, and gpu-grids.sh with exit 1 where no grid wrote a bench CSV."""
 import os
 import shutil
 import subprocess
@@ -9,6 +12,7 @@ import sys
 import tempfile
 
 from checks import finish
+from fake_trio import fake_tree, write_script
 
 ROOT = sys.argv[1]
 SCRIPT = os.path.join(ROOT, "deploy", "gpu-grids.sh")
@@ -137,4 +141,94 @@ with tempfile.TemporaryDirectory() as out:
         checks.append((refused.returncode == 2 and why in refused.stderr, f"refused: {why}"))
 
 shutil.rmtree(used, ignore_errors=True)
+
+# bench-grid.sh, which gpu-grids.sh runs per grid: every flag checked before a trio starts
+# (--bin /nonexistent: a trio could not start anyway; exit 2 with the flag named, nothing
+# printed of a grid).
+GRID = os.path.join(ROOT, "deploy", "bench-grid.sh")
+with tempfile.TemporaryDirectory() as out:
+    for args, why in ((["--steps", "abc"], "--steps must be"),
+                      (["--steps", "0"], "--steps must be"),
+                      (["--warmup", "x"], "--warmup must be"),
+                      (["--layers", "0"], "--layers must be"),
+                      (["--batches", "4,x"], "--batches must be"),
+                      (["--contexts", "8K"], "--contexts must be"),
+                      (["--policies", "bogus"], "unknown policy 'bogus'"),
+                      (["--policies", "writescope static:2"], "unknown policy 'static:2'"),
+                      (["--arch", "llama"], "--arch must be")):
+        argv = ["--arch", "qwen3_moe", *args] if args[0] != "--arch" else args
+        refused = subprocess.run(["bash", GRID, *argv, "--bin", "/nonexistent", "--out", out],
+                                 capture_output=True, text=True, timeout=60)
+        text += refused.stderr
+        checks.append((refused.returncode == 2 and why in refused.stderr
+                       and "bench-grid.sh:" in refused.stderr and "unbound" not in refused.stderr
+                       and not refused.stdout.strip(),
+                       f"bench-grid.sh {' '.join(args)}: refused before a trio (exit 2)"))
+
+# Exit statuses, with a stand-in trio and wscope (fake_trio.py): a failed bench call leaves
+# the others to run and their rows written, and the script ends with exit 1; all passing, 0.
+with tempfile.TemporaryDirectory() as tmp:
+    root, bin_dir = fake_tree(ROOT, tmp)
+    log = os.path.join(tmp, "calls.log")
+
+    def grid(out, fail, *args):
+        env = dict(os.environ, FAKE_LOG=log, FAKE_FAIL=fail)
+        open(log, "w").close()
+        return subprocess.run(["bash", os.path.join(root, "deploy", "bench-grid.sh"), "--arch",
+                               "qwen3_moe", "--batches", "4", "--contexts", "8192", "--bin",
+                               bin_dir, "--device", "host", "--out", out, *args],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    failed = grid(os.path.join(tmp, "a"), "bench:cpu-all", "--policies", "writescope cpu-all",
+                  "--repeats", "2")
+    with open(log) as f:
+        calls = [line.split()[1] for line in f if line.startswith("bench ")]
+    with open(os.path.join(tmp, "a", "bench-qwen3_moe.csv")) as f:
+        rows = f.read().splitlines()[1:]
+    text += failed.stdout + failed.stderr
+    checks += [
+        (failed.returncode == 1 and "2 wscope bench call(s) failed" in failed.stderr,
+         "bench-grid.sh: exit 1 where bench calls failed"),
+        (calls == ["writescope", "cpu-all", "cpu-all", "writescope"]
+         and rows == ["writescope,4,4,8192,8,100,40"] * 2,
+         "bench-grid.sh: the calls after a failed one still run, their rows written"),
+        (f"bench-grid: {tmp}/a/bench-qwen3_moe.csv" in failed.stdout,
+         "bench-grid.sh: the CSV named at the end all the same"),
+    ]
+    passed = grid(os.path.join(tmp, "b"), "", "--policies", "writescope cpu-all")
+    text += passed.stdout + passed.stderr
+    checks.append((passed.returncode == 0, "bench-grid.sh: exit 0 where every call passed"))
+    one = grid(os.path.join(tmp, "c"), "bench:writescope", "--one-runtime", "--policies",
+               "writescope cpu-all")
+    text += one.stdout + one.stderr
+    checks.append((one.returncode == 1 and "1 wscope bench call(s) failed" in one.stderr,
+                   "bench-grid.sh --one-runtime: exit 1 where the bench failed"))
+
+    # gpu-grids.sh (with a stand-in bundle and bench-grid.sh): exit 1 where no grid wrote a
+    # bench CSV (every grid failed or timed out), 0 where one did, the archive packed either way.
+    write_script(os.path.join(root, "deploy", "gpu-run.sh"), "#!/usr/bin/env bash\nexit 0\n")
+
+    def grids(stand_in, name):
+        write_script(os.path.join(root, "deploy", "bench-grid.sh"), stand_in)
+        out = os.path.join(tmp, name)
+        return subprocess.run(["bash", os.path.join(root, "deploy", "gpu-grids.sh"), "--out", out,
+                               "--no-probe", "--archive", out + ".tgz", "qwen3_moe:1:8",
+                               "mixtral:1:8"], capture_output=True, text=True, timeout=120)
+
+    none = grids("#!/usr/bin/env bash\necho 'a grid that died'; exit 1\n", "none")
+    text += none.stdout + none.stderr
+    checks.append((none.returncode == 1 and "no grid wrote a bench CSV" in none.stderr
+                   and os.path.isfile(os.path.join(tmp, "none.tgz")),
+                   "gpu-grids.sh: exit 1 where no grid wrote a bench CSV, the logs packed"))
+    some = grids("#!/usr/bin/env bash\n"
+                 "while [[ $# -gt 0 ]]; do\n"
+                 "  case $1 in --arch) a=$2 ;; --out) o=$2 ;; esac; shift\n"
+                 "done\n"
+                 "[[ $a == mixtral ]] || exit 1\n"
+                 "printf 'policy,layers,batch,context,steps,tokens_per_s,step_ms\\n"
+                 "writescope,4,4,8192,8,100,40\\n' >$o/bench-$a.csv; exit 1\n", "some")
+    text += some.stdout + some.stderr
+    checks.append((some.returncode == 0 and "no grid wrote" not in some.stderr
+                   and os.path.isfile(os.path.join(tmp, "some", "report-mixtral.txt")),
+                   "gpu-grids.sh: exit 0 where a grid wrote its CSV (the other failed)"))
 finish(checks, text)

@@ -2,7 +2,8 @@
 """deploy/mode_cost_report.py on small step CSVs with known answers: writescope's steps by mode,
 choice and missed rounds against the baseline's round means (the contributions adding up to
 the difference of the means), the steps by how long their mode had run (over the baseline's
-round medians, the last k counting k and more), other policies and unpaired points left out,
+round medians, the last k counting k and more), other policies left out, unpaired rounds and
+points left out and said so, benches that each numbered their rounds from 0 kept apart,
 a CSV without early_rounds_missed, a gzipped one, another baseline, and bad input refused
 with exit status 2."""
 import gzip
@@ -71,7 +72,9 @@ with tempfile.TemporaryDirectory() as d:
     checks.append(("batch 4 context 8192: 2 round(s), writescope 10.188 ms a step, "
                    "transfer-all 10.000" in out, "the point's means"))
     checks.append(("transfer-all / writescope 0.982)" in out, "the means' ratio"))
-    checks.append(("batch 16" not in out, "a point without the baseline left out"))
+    checks.append(("batch 16" not in out and out.rstrip("\n").splitlines()[-1] ==
+                   "left out: 1 point(s) without a round of both writescope and transfer-all: "
+                   "16 x 8192 (writescope only)", "a point without the baseline left out, said so"))
     checks.append(("cpu-all" not in out, "other policies left out"))
     checks.append((line_of(out, "GPU-only, chosen ").split() == ["GPU-only,", "chosen", "3",
                                                                 "0.500", "0.188"],
@@ -109,12 +112,27 @@ with tempfile.TemporaryDirectory() as d:
             f.write(",".join(cells + [turn]) + "\n")
     r = run(turned, "--max-k", "3")
     outputs.append(r.stdout + r.stderr)
-    checks.append((r.returncode == 0 and r.stdout == out, "turns of a round paired as rounds"))
+    checks.append((r.returncode == 0 and r.stdout == out.split("left out: 1 point")[0],
+                   "turns of a round paired as rounds"))
+    # The same rounds as two benches that each numbered their round 0 (bench-grid.sh without
+    # --one-runtime: a bench per policy and repeat, the second in reverse order): the same
+    # answers, not one round of both benches' steps.
+    benched = os.path.join(d, "benched.csv")
+    first = [x for x in ROWS[:-1] if x.split(",")[1] == "0"]
+    second = [x.replace(",1,", ",0,", 1) for x in ROWS[:-1] if x.split(",")[1] == "1"]
+    second.sort(key=lambda x: x.split(",")[0] != "writescope")  # writescope first
+    write(benched, first + second + ROWS[-1:])
+    r = run(benched, "--max-k", "3")
+    outputs.append(r.stdout + r.stderr)
+    checks.append((r.returncode == 0 and r.stdout == out,
+                   "benches that restart their rounds paired bench by bench"))
     # Another baseline: cpu-all ran round 0 only.
     r = run(csv_path, "--baseline", "cpu-all")
     outputs.append(r.stdout + r.stderr)
     checks.append((r.returncode == 0 and "1 round(s), writescope 10.875 ms a step, cpu-all "
                    "30.000" in r.stdout, "--baseline"))
+    checks.append(("  left out: 1 round(s) without both policies: round 1 (no cpu-all)"
+                   in r.stdout, "a round without the baseline left out, said so"))
     # Bad input.
     for args, what in [((os.path.join(d, "none.csv"),), "a missing file"),
                        ((csv_path, "--max-k", "1"), "--max-k 1"),

@@ -2,12 +2,15 @@
 """deploy/profile-bench.sh without a GPU: --dry-run prints the trio's sizes and the commands;
 a trio that runs the grid's points first (--grid-first) is sized for the largest of them and
 the profiled point, --one-trio profiles every listed policy in one trio, and a malformed
---grid-first is refused with exit status 2."""
+--grid-first is refused with exit status 2; with a stand-in trio (fake_trio.py), a profile that
+fails leaves no earlier run's trace behind to be read as its own."""
 import os
 import subprocess
 import sys
+import tempfile
 
 from checks import finish
+from fake_trio import fake_tree
 
 ROOT = sys.argv[1]
 SCRIPT = os.path.join(ROOT, "deploy", "profile-bench.sh")
@@ -78,4 +81,29 @@ for flag, bad in (("--point-steps", "0"), ("--point-steps", "x"), ("--point-warm
     text += refused.stderr
     checks.append((refused.returncode == 2 and "--point-warmup takes" in refused.stderr and
                    "start_trio" not in refused.stdout, f"{flag} '{bad}' refused"))
+
+# With a stand-in trio and wscope (fake_trio.py) whose profile fails: an earlier run's trace at
+# the same path is removed first, not read as this run's.
+with tempfile.TemporaryDirectory() as tmp:
+    root, bin_dir = fake_tree(ROOT, tmp)
+    out_dir = os.path.join(tmp, "out")
+    os.makedirs(out_dir)
+    stale = os.path.join(out_dir, "profile-writescope.json")
+    with open(stale, "w") as f:
+        f.write('{"traceEvents": []}')
+    failed = subprocess.run(["bash", os.path.join(root, "deploy", "profile-bench.sh"),
+                             "--policies", "writescope", "--bin", bin_dir, "--device", "host",
+                             "--out", out_dir], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, FAKE_FAIL="profile:writescope"))
+    text += failed.stdout + failed.stderr
+    checks.append((not os.path.exists(stale)
+                   and "wscope profile failed under writescope" in failed.stderr,
+                   "a failed profile leaves no earlier trace to be read as its own"))
+    # Profiled: the trace is there for profile_layers.py.
+    profiled = subprocess.run(["bash", os.path.join(root, "deploy", "profile-bench.sh"),
+                               "--policies", "writescope", "--bin", bin_dir, "--device", "host",
+                               "--out", out_dir], capture_output=True, text=True, timeout=120)
+    text += profiled.stdout + profiled.stderr
+    checks.append((profiled.returncode == 0 and os.path.isfile(stale)
+                   and "profile failed" not in profiled.stderr, "a profile writes its trace"))
 finish(checks, text)

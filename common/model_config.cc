@@ -305,7 +305,7 @@ absl::Status ParseRope(const FieldReader& top, absl::string_view source, double 
                       rope.Int("original_max_position_embeddings", config.max_position_embeddings));
   WS_ASSIGN_OR_RETURN(config.rope.beta_fast, rope.Double("beta_fast", 32.0));
   WS_ASSIGN_OR_RETURN(config.rope.beta_slow, rope.Double("beta_slow", 1.0));
-  WS_ASSIGN_OR_RETURN(config.rope.mscale, rope.Double("mscale", 1.0));
+  WS_ASSIGN_OR_RETURN(config.rope.mscale, rope.Double("mscale", 0.0));
   WS_ASSIGN_OR_RETURN(config.rope.mscale_all_dim, rope.Double("mscale_all_dim", 0.0));
   return absl::OkStatus();
 }
@@ -599,6 +599,14 @@ absl::Status ModelConfig::Validate() const {
       if (topk_group <= 0 || topk_group > n_group) {
         return Invalid(
             c, absl::StrCat("topk_group must be in [1, n_group=", n_group, "], got ", topk_group));
+      }
+      // The kept groups must hold the top-k: a masked expert chosen with score 0 would weigh
+      // 0 in RouteTokens but its probability in RouterWeights.
+      const int64_t kept = topk_group * (n_routed_experts / n_group);
+      if (num_experts_per_tok > kept) {
+        return Invalid(c, absl::StrCat("num_experts_per_tok (", num_experts_per_tok,
+                                       ") exceeds the experts of the topk_group (", topk_group,
+                                       ") groups kept (", kept, ")"));
       }
     }
     if (n_shared_experts < 0) {

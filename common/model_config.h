@@ -47,7 +47,9 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
-  double mscale = 1.0;
+  // 0: not in config.json (transformers reads them with .get(): with either missing or 0,
+  // the attention scaling is mscale(factor, 1), not a ratio).
+  double mscale = 0.0;
   double mscale_all_dim = 0.0;
 };
 

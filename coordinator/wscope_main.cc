@@ -45,8 +45,10 @@
 //                                           the Chrome trace (Perfetto, chrome://tracing)
 //                                           and prints the per-phase summary
 //
-// --timeout is the deadline of each call (default 10 s); for generate it bounds the whole
-// stream and defaults to --generate_timeout (600 s).
+// --timeout is the deadline of info's and abort's calls (default 10 s); for generate it
+// bounds the whole stream and defaults to --generate_timeout (600 s). The others have their
+// own: health 2 s an address (retried within --wait), a bench point an hour, selftest
+// 120 s, profile 30 s, load's model query 10 s (its requests end 30 s after --duration).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -58,10 +60,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -498,20 +503,38 @@ grpc::Status BenchOnePoint(writescope::v1::WriteScope::Stub& stub, uint64_t batc
 
 int Bench() {
   std::vector<uint64_t> batches, contexts;
-  for (const auto& [flag, out] : {std::pair{absl::GetFlag(FLAGS_batches), &batches},
-                                  std::pair{absl::GetFlag(FLAGS_contexts), &contexts}}) {
+  for (const auto& [name, flag, out, most] :
+       {std::tuple{"--batches", absl::GetFlag(FLAGS_batches), &batches,
+                   uint64_t{std::numeric_limits<uint32_t>::max()}},
+        std::tuple{"--contexts", absl::GetFlag(FLAGS_contexts), &contexts,
+                   std::numeric_limits<uint64_t>::max()}}) {
     for (absl::string_view part : absl::StrSplit(flag, ',', absl::SkipWhitespace())) {
       uint64_t value = 0;
-      if (!absl::SimpleAtoi(part, &value) || value == 0) {
-        std::fprintf(stderr, "wscope bench: '%s' is not a positive number\n",
-                     std::string(part).c_str());
+      if (!absl::SimpleAtoi(part, &value) || value == 0 || value > most) {
+        std::fprintf(stderr, "wscope bench: %s: '%s' is not a number from 1 to %llu\n", name,
+                     std::string(part).c_str(), static_cast<unsigned long long>(most));
+        return 2;
+      }
+      if (std::find(out->begin(), out->end(), value) != out->end()) {
+        std::fprintf(stderr, "wscope bench: %s: %llu is given twice\n", name,
+                     static_cast<unsigned long long>(value));
         return 2;
       }
       out->push_back(value);
     }
+    if (out->empty()) {
+      std::fprintf(stderr, "wscope bench: %s is empty\n", name);
+      return 2;
+    }
   }
   std::vector<std::string> policies =
       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipWhitespace());
+  for (size_t i = 0; i < policies.size(); ++i) {
+    if (std::find(policies.begin(), policies.begin() + i, policies[i]) != policies.begin() + i) {
+      std::fprintf(stderr, "wscope bench: --policies: %s is given twice\n", policies[i].c_str());
+      return 2;
+    }
+  }
   for (const std::string& policy : policies) {  // refused here, before any point runs
     if (absl::StatusOr<writescope::coordinator::PolicySpec> spec =
             writescope::coordinator::ParsePolicy(policy);
@@ -548,6 +571,26 @@ int Bench() {
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   std::FILE* csv = nullptr;
   const std::string csv_path = absl::GetFlag(FLAGS_csv);
+  {
+    // One file for two CSVs would get both headers (the second opened before the first's
+    // was written) and rows of both shapes.
+    std::vector<std::pair<const char*, std::string>> paths;
+    for (const auto& [flag, path] : {std::pair{"--csv", csv_path},
+                                     std::pair{"--steps_csv", absl::GetFlag(FLAGS_steps_csv)},
+                                     std::pair{"--warmup_steps_csv",
+                                               absl::GetFlag(FLAGS_warmup_steps_csv)}}) {
+      if (path.empty()) continue;
+      const std::string normal = std::filesystem::absolute(path).lexically_normal().string();
+      for (const auto& [other_flag, other] : paths) {
+        if (other == normal) {
+          std::fprintf(stderr, "wscope bench: %s and %s name one file (%s)\n", other_flag, flag,
+                       path.c_str());
+          return 2;
+        }
+      }
+      paths.emplace_back(flag, normal);
+    }
+  }
   if (!csv_path.empty()) {
     int exit_code = 0;
     csv = OpenCsv(csv_path, kPointCsvHeader, &exit_code);
@@ -555,10 +598,16 @@ int Bench() {
   }
   std::FILE* steps_csv = nullptr;
   std::FILE* warmup_csv = nullptr;
+  // False when a file could not be written out (a full disk): the run then exits 1.
   const auto close_all = [&] {
+    bool written = true;
     for (std::FILE* f : {csv, steps_csv, warmup_csv}) {
-      if (f != nullptr) std::fclose(f);
+      if (f == nullptr) continue;
+      if (std::ferror(f) != 0 || std::fclose(f) != 0) written = false;
     }
+    csv = steps_csv = warmup_csv = nullptr;
+    if (!written) std::fprintf(stderr, "wscope bench: a CSV could not be written in full\n");
+    return written;
   };
   for (const auto& [path, file] :
        {std::pair{absl::GetFlag(FLAGS_steps_csv), &steps_csv},
@@ -711,8 +760,8 @@ int Bench() {
                  rounds_started, rounds, absl::FormatDuration(bench_for).c_str(), skipped,
                  absl::ToDoubleSeconds(absl::Now() - bench_start));
   }
-  close_all();
-  return failures == 0 ? 0 : 1;
+  const bool written = close_all();
+  return failures == 0 && written ? 0 : 1;
 }
 
 // ---- load ------------------------------------------------------------------------------
@@ -731,6 +780,10 @@ int Load() {
   const absl::Duration duration = absl::GetFlag(FLAGS_duration);
   const uint32_t prompt_tokens = std::max<uint32_t>(1, absl::GetFlag(FLAGS_prompt_tokens));
   const uint32_t max_tokens = absl::GetFlag(FLAGS_max_tokens) == 0 ? 32 : absl::GetFlag(FLAGS_max_tokens);
+  if (duration <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "wscope load: --duration must be positive\n");
+    return 2;
+  }
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   writescope::v1::ModelInfo model;
@@ -742,6 +795,14 @@ int Load() {
       std::fprintf(stderr, "wscope load: %s\n", status.error_message().c_str());
       return 1;
     }
+  }
+  // Requests the server must refuse would only spin: refused here.
+  if (uint64_t{prompt_tokens} + max_tokens > model.max_context()) {
+    std::fprintf(stderr,
+                 "wscope load: --prompt_tokens=%u + --max_tokens=%u exceed the model's context "
+                 "of %u\n",
+                 prompt_tokens, max_tokens, model.max_context());
+    return 2;
   }
   LoadTotals totals;
   const absl::Time start = absl::Now(), end = start + duration;
@@ -783,8 +844,10 @@ int Load() {
         if (outcome == "OK") {
           totals.request_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));
           if (first) totals.ttft_ms.push_back(absl::ToDoubleMilliseconds(*first - sent));
-        } else if (outcome == "RESOURCE_EXHAUSTED") {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // back off a little
+        } else {
+          // Back off a little: a full queue (RESOURCE_EXHAUSTED, expected beyond capacity)
+          // or a server that fails every request would otherwise be asked again at once.
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
       }
     });
@@ -803,6 +866,13 @@ int Load() {
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   uint64_t requests = 0;
   for (const auto& [name, count] : totals.outcomes) requests += count;
+  // A run in which no request came back whole measured nothing: exit 1 (its outcomes are
+  // printed all the same).
+  const int exit_code = totals.outcomes.contains("OK") ? 0 : 1;
+  if (exit_code != 0) {
+    std::fprintf(stderr, "wscope load: none of %llu requests completed\n",
+                 static_cast<unsigned long long>(requests));
+  }
   if (absl::GetFlag(FLAGS_json)) {
     std::string outcomes;
     for (const auto& [name, count] : totals.outcomes) {
@@ -815,7 +885,7 @@ int Load() {
                 static_cast<unsigned long long>(totals.tokens), totals.tokens / seconds,
                 Percentile(totals.ttft_ms, 0.5), Percentile(totals.ttft_ms, 0.99),
                 Percentile(totals.request_ms, 0.5), Percentile(totals.request_ms, 0.99));
-    return 0;
+    return exit_code;
   }
   std::printf("load: %u streams for %.1f s: %llu requests, %llu tokens (%.1f tokens/s)\n",
               streams, seconds, static_cast<unsigned long long>(requests),
@@ -826,7 +896,7 @@ int Load() {
   std::printf("time to first token p50 %.1f ms  p99 %.1f ms;  request p50 %.1f ms  p99 %.1f ms\n",
               Percentile(totals.ttft_ms, 0.5), Percentile(totals.ttft_ms, 0.99),
               Percentile(totals.request_ms, 0.5), Percentile(totals.request_ms, 0.99));
-  return 0;
+  return exit_code;
 }
 
 int Profile() {

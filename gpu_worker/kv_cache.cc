@@ -94,11 +94,19 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& co
 
 KvCache::~KvCache() {
   if (pinned_ == nullptr && pinned_cpu_ == nullptr) return;
-  absl::Status status = device_->SynchronizeAll();
-  for (std::byte* base : {pinned_, pinned_cpu_}) {
-    if (status.ok() && base != nullptr) status = device_->UnregisterHost(base);
+  // Unpinned only once no copy can be in flight; each region on its own (one failing does
+  // not leave the other pinned).
+  const absl::Status synced = device_->SynchronizeAll();
+  if (!synced.ok()) {
+    WS_LOG(WARNING) << "KV cache shutdown: " << synced << "; the regions stay pinned";
+    return;
   }
-  if (!status.ok()) WS_LOG(WARNING) << "KV cache shutdown: " << status;
+  for (std::byte* base : {pinned_, pinned_cpu_}) {
+    if (base == nullptr) continue;
+    if (absl::Status status = device_->UnregisterHost(base); !status.ok()) {
+      WS_LOG(WARNING) << "KV cache shutdown: " << status;
+    }
+  }
 }
 
 std::byte* KvCache::BlockAddress(KvBlockRef block, uint32_t layer) const {

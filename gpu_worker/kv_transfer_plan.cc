@@ -102,6 +102,9 @@ absl::StatusOr<TransferPlan> BuildTransferPlan(const KvCacheConfig& config,
   plan.num_layers = config.geometry.num_layers;
   plan.layer_block_bytes = config.geometry.layer_block_bytes();
   const uint32_t capacity = config.pingpong_blocks;
+  if (capacity == 0 && !needed.empty()) {  // the chunks below would never end
+    return absl::InvalidArgumentError("transfer plan: the ping-pong buffers hold no block");
+  }
   for (size_t begin = 0; begin < needed.size(); begin += capacity) {
     const size_t end = std::min(needed.size(), begin + capacity);
     TransferChunk& chunk = plan.chunks.emplace_back();

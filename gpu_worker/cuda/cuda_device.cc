@@ -45,7 +45,13 @@ class CudaDevice final : public Device {
  public:
   static absl::StatusOr<std::unique_ptr<Device>> Create(int ordinal) {
     int count = 0;
-    WS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+    // No driver, or no device: UNAVAILABLE (the service and the tests then run without it);
+    // a device that is there but fails below is another error.
+    if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
+      cudaGetLastError();  // not sticky: cleared
+      return absl::UnavailableError(
+          absl::StrCat("no usable CUDA device: ", cudaGetErrorString(error)));
+    }
     if (ordinal < 0 || ordinal >= count) {
       return absl::UnavailableError(absl::StrCat("no CUDA device ", ordinal, " (", count, " found)"));
     }

@@ -7,8 +7,8 @@
 //                launch.
 //   GQA prefill  GqaGpuPrefill.
 //   MLA prefill  MlaGpuPrefill (the same tile list as the GQA prefill).
-//   MLA decode   MlaGpuDecode over tiles packed per query row into one buffer (a device-to-
-//                device copy per tile): its source format is a packed tile array.
+//   MLA decode   MlaGpuDecode over a tile pointer list, like the GQA decode (nothing is
+//                copied on the device).
 // A shape without a compiled CUDA kernel (e.g. the tiny test models' head_dim 16) falls back
 // to the CPU kernels over tiles copied to the host: correct, slow, logged once.
 // Plain C++: no CUDA header (memory and copies go through the Device interface).
@@ -75,6 +75,23 @@ class CudaDeviceAttention final : public DeviceAttention {
   }
 
  private:
+  // The lists as the CPU kernels check them, before anything is staged: a last block longer
+  // than the block would have the kernel read a tile pointer past the list, and a missing
+  // position list would be staged from null.
+  static absl::Status ValidateDecodeLists(const kernels::KvBlockList* seqs, int32_t num_seqs,
+                                          int32_t block_tokens) {
+    if (num_seqs < 0) return absl::InvalidArgumentError("num_seqs < 0");
+    if (num_seqs > 0 && seqs == nullptr) return absl::InvalidArgumentError("no block lists");
+    for (int32_t s = 0; s < num_seqs; ++s) {
+      WS_RETURN_IF_ERROR(kernels::ValidateBlockList(seqs[s], block_tokens, false));
+    }
+    return absl::OkStatus();
+  }
+  static absl::Status ValidatePrefillKeys(const kernels::KvBlockList& keys, int32_t num_queries,
+                                          int32_t block_tokens) {
+    if (num_queries < 0) return absl::InvalidArgumentError("num_queries < 0");
+    return kernels::ValidateBlockList(keys, block_tokens, true);
+  }
   static uint64_t GqaTileBytes(const kernels::GqaShape& shape) {
     return uint64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim * 2;
   }
@@ -121,6 +138,7 @@ class CudaDeviceAttention final : public DeviceAttention {
   // repacked. One staging of all queries and lists, one copy of all outputs, one sync.
   absl::Status CudaGqaDecode(const kernels::GqaDecodeArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
+    WS_RETURN_IF_ERROR(ValidateDecodeLists(args.seqs, args.num_seqs, args.shape.block_tokens));
     if (args.num_seqs == 0) return absl::OkStatus();
     const int64_t heads = args.shape.num_q_heads, dim = args.shape.head_dim;
     kernels::cuda::GpuKvSource kv;
@@ -153,6 +171,7 @@ class CudaDeviceAttention final : public DeviceAttention {
 
   absl::Status CudaGqaPrefill(const kernels::GqaPrefillArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
+    WS_RETURN_IF_ERROR(ValidatePrefillKeys(args.keys, args.num_queries, args.shape.block_tokens));
     const int64_t rows = int64_t{args.num_queries} * args.shape.num_q_heads;
     WS_ASSIGN_OR_RETURN(const PrefillBuffers buffers,
                         StagePrefill(args.q, rows * args.shape.head_dim * 2, args.keys,
@@ -166,6 +185,7 @@ class CudaDeviceAttention final : public DeviceAttention {
 
   absl::Status CudaMlaPrefill(const kernels::MlaPrefillArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
+    WS_RETURN_IF_ERROR(ValidatePrefillKeys(args.keys, args.num_queries, args.shape.block_tokens));
     const int64_t rows = int64_t{args.num_queries} * args.shape.num_heads;
     WS_ASSIGN_OR_RETURN(const PrefillBuffers buffers,
                         StagePrefill(args.q, rows * args.shape.row_dim() * 2, args.keys,
@@ -219,6 +239,7 @@ class CudaDeviceAttention final : public DeviceAttention {
   // launch per tile (~4000 per layer at DeepSeek-V2-Lite, batch 32 x 32K).
   absl::Status CudaMlaDecode(const kernels::MlaDecodeArgs& args) {
     WS_RETURN_IF_ERROR(args.shape.Validate());
+    WS_RETURN_IF_ERROR(ValidateDecodeLists(args.seqs, args.num_seqs, args.shape.block_tokens));
     if (args.num_seqs == 0) return absl::OkStatus();
     kernels::cuda::GpuKvSource kv;
     WS_ASSIGN_OR_RETURN(const int32_t total,

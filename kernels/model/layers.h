@@ -129,8 +129,8 @@ struct RopeTable {
   std::vector<float> inv_freq;  // [dim / 2], fp32 as transformers keeps it
   // transformers' `attention_scaling`: cos and sin are multiplied by it (so q.k
   // of the rope part scales by its square). Default RoPE: 1. YaRN: mscale(f,
-  // mscale)/mscale(f, all_dim) when both are set (DeepSeek-V2-Lite: 1.0
-  // exactly), else mscale(f, 1).
+  // mscale)/mscale(f, all_dim) when both are set and non-zero (DeepSeek-V2-Lite:
+  // 1.0 exactly), else mscale(f, 1) (one of them missing from the config).
   float attention_scaling = 1.0f;
 };
 

@@ -20,6 +20,11 @@ absl::Status MlaNaiveAttention(const MlaDims& d, const float* q, int64_t num_que
         "kv_b_proj is [", kv_b.out_features, ", ", kv_b.in_features, "], MLA dims need [",
         d.num_heads * d.kv_b_rows_per_head(), ", ", d.kv_lora_rank, "]"));
   }
+  if (query_position0 < 0 || num_queries < 0 || num_keys < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("MLA: query_position0 ", query_position0,
+                                                   ", ", num_queries, " queries, ", num_keys,
+                                                   " keys: none may be negative"));
+  }
   if (query_position0 + num_queries > num_keys) {
     return absl::InvalidArgumentError(absl::StrCat("MLA: queries up to position ",
                                                    query_position0 + num_queries - 1, " but only ",

@@ -277,6 +277,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadField{"NegativeEps", "mixtral", "rms_norm_eps", -1.0, "rms_norm_eps must be > 0"}),
     [](const ::testing::TestParamInfo<BadField>& info) { return info.param.test_name; });
 
+TEST(ModelConfigTest, GroupLimitedRoutingKeepsEnoughExpertsForTheTopK) {
+  Json json = EmbeddedJson("deepseek_v2");  // 64 experts, top 6
+  json["topk_method"] = "group_limited_greedy";
+  json["n_group"] = 16;  // 4 experts a group
+  json["topk_group"] = 2;  // 8 kept
+  WS_ASSERT_OK(Parse(json).status());
+  json["topk_group"] = 1;  // 4 kept, 6 wanted
+  auto config = Parse(json);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("num_experts_per_tok (6) exceeds the experts of the topk_group (1) "
+                        "groups kept (4)"));
+}
+
 TEST(ModelConfigTest, DenseLayerRules) {
   Json qwen = EmbeddedJson("qwen3_moe");
   qwen["mlp_only_layers"] = Json::array({0, 3});

@@ -837,6 +837,16 @@ def check_bench_policies(env, trio):
               and kept == "policy,round,step,step_ms\ncpu-all,0,0,1.0\n",
               "bench --steps_csv=<an older bench's CSV>: refused (exit 2), the file as it was",
               refused.stderr[-400:])
+    for flags, why in ((["--batches=2,2"], "given twice"), (["--batches=,"], "is empty"),
+                       (["--batches=4294967297"], "not a number from 1"),
+                       (["--csv=/tmp/ws-e2e-one.csv", "--steps_csv=/tmp/./ws-e2e-one.csv"],
+                        "name one file")):
+        refused = trio.wscope(["bench", f"--target={trio.target}", "--contexts=256",
+                               "--decode_steps=2"] + flags, timeout=60)
+        check(refused.returncode == 2 and why in refused.stderr and not refused.stdout.strip()
+              and not os.path.exists("/tmp/ws-e2e-one.csv"),
+              f"bench {' '.join(flags)}: refused before any point runs (exit 2, {why})",
+              refused.stdout[-400:] + refused.stderr[-400:])
     own = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
                        "--decode_steps=2", "--max_tokens=5"], timeout=60)
     check(own.returncode == 2 and "--max_tokens is generate's" in own.stderr
@@ -1462,6 +1472,13 @@ def check_load(env):
         rounds = []
         for round_index in range(2):
             started = time.monotonic()
+            if round_index == 0:
+                # Requests the server must refuse are not sent at all (they only spun).
+                long = trio.wscope(["load", f"--target={trio.target}", "--duration=2s",
+                                    "--prompt_tokens=1000000", "--max_tokens=16"], timeout=60)
+                check(long.returncode == 2 and "exceed the model's context" in long.stderr,
+                      "load --prompt_tokens=1000000: refused before any request (exit 2)",
+                      long.stdout[-300:] + long.stderr[-300:])
             proc = trio.wscope(["load", f"--target={trio.target}", "--streams=24",
                                 "--duration=4s", "--prompt_tokens=48", "--max_tokens=16",
                                 f"--seed={round_index + 1}", "--json"], timeout=90)

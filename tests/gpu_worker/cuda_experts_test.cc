@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
+#include "tests/gpu_worker/device_test_util.h"
 #include "kernels/experts/cpu_experts.h"
 #include "kernels/model/layers.h"
 #include "tests/common/test_util.h"
@@ -116,7 +117,7 @@ class CudaExpertsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
-    if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+    WS_SKIP_WITHOUT_CUDA(device);
     device_ = *std::move(device);
     config_ = kernels::model::testing::TinyConfig(GetParam(), 4);
     weights_ = SyntheticCpuSide(config_, 11);

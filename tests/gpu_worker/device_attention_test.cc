@@ -29,9 +29,13 @@ void ExpectMatchesReference(const std::vector<float>& want_o, const std::vector<
                             double o_tolerance, double lse_tolerance) {
   const size_t values = want_o.size(), rows = want_lse.size();
   double worst = 0;
+  size_t not_finite = 0;  // std::max would pass a NaN over
   for (size_t i = 0; i < values; ++i) {
-    worst = std::max(worst, std::fabs(double(got_o[i]) - want_o[i]));
+    const double error = std::fabs(double(got_o[i]) - want_o[i]);
+    if (!std::isfinite(error)) ++not_finite;
+    else worst = std::max(worst, error);
   }
+  EXPECT_EQ(not_finite, 0u) << "values of o that are not finite";
   for (size_t r = 0; r < rows; ++r) {
     if (std::isinf(want_lse[r])) {
       EXPECT_TRUE(std::isinf(got_lse[r]) && got_lse[r] < 0) << "row " << r;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include "common/sampler.h"
 #include "gpu_worker/pinned_array.h"
 #include "gtest/gtest.h"
+#include "tests/gpu_worker/device_test_util.h"
 #include "kernels/bf16.h"
 #include "kernels/model/decoder_ops.h"
 #include "kernels/model/layers.h"
@@ -33,7 +35,10 @@ using kernels::model::LinearWeight;
 double MaxRelativeError(const float* want, const float* got, size_t n) {
   double worst = 0, scale = 1e-30;
   for (size_t i = 0; i < n; ++i) {
-    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    const double error = std::fabs(double(got[i]) - want[i]);
+    // A NaN or an infinity is the worst error there is (std::max would pass a NaN over).
+    if (!std::isfinite(error)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, error);
     scale = std::max(scale, std::fabs(double(want[i])));
   }
   return worst / scale;
@@ -75,7 +80,7 @@ class DeviceLinearArchTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceLinearArchTest, MatchesHostLinearForEveryWeight) {
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
-  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  WS_SKIP_WITHOUT_CUDA(device);
   const ModelConfig config = kernels::model::testing::TinyConfig(GetParam());
   auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 5});
   WS_ASSERT_OK(weights.status());
@@ -111,7 +116,7 @@ TEST_P(DeviceLinearArchTest, MatchesHostLinearForEveryWeight) {
 // the output.
 TEST_P(DeviceLinearArchTest, LmHeadRowStatsMatchTheCopiedLogits) {
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
-  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  WS_SKIP_WITHOUT_CUDA(device);
   const ModelConfig config = kernels::model::testing::TinyConfig(GetParam());
   auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 19});
   WS_ASSERT_OK(weights.status());
@@ -154,7 +159,7 @@ TEST_P(DeviceLinearArchTest, LmHeadRowStatsMatchTheCopiedLogits) {
 // (double accumulation) on every layer's kv_b of a tiny DeepSeek-V2.
 TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
-  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  WS_SKIP_WITHOUT_CUDA(device);
   // v_head_dim != qk_nope_head_dim, so that a swapped offset or stride shows.
   ModelConfig config = kernels::model::testing::TinyConfig("deepseek_v2");
   config.v_head_dim = config.qk_nope_head_dim + 8;
@@ -201,7 +206,7 @@ TEST(DeviceLinearTest, MlaProductsMatchTheHostLoops) {
 // after the output; and a mismatched chain refused.
 TEST(DeviceLinearTest, SwiGluChainMatchesTheHostMlp) {
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
-  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  WS_SKIP_WITHOUT_CUDA(device);
   // Intermediate sizes other than the hidden size (the tiny configs make every MLP matrix
   // square), so that a product of the wrong shape or order shows.
   ModelConfig config = kernels::model::testing::TinyConfig("deepseek_v2");
@@ -259,7 +264,7 @@ class DeviceLinearScratchTest
 
 TEST_P(DeviceLinearScratchTest, RepeatedCallsMatchTheHostOnNewInputs) {
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
-  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  WS_SKIP_WITHOUT_CUDA(device);
   const auto& [arch, split_scratch_bytes, k_slice] = GetParam();
   ModelConfig config = kernels::model::testing::TinyConfig(arch);
   config.intermediate_size = 96;
@@ -366,7 +371,7 @@ TEST_P(DeviceLinearScratchTest, RepeatedCallsMatchTheHostOnNewInputs) {
 // product beside them.
 TEST(DeviceLinearTest, SlicedInnerDimensionIsMoreAccurate) {
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
-  if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+  WS_SKIP_WITHOUT_CUDA(device);
   ModelConfig config = kernels::model::testing::TinyConfig("qwen3_moe");
   config.hidden_size = 4096;
   auto weights = MakeSyntheticWeights(config, {.side = SideFilter::kGpu, .seed = 37});

@@ -27,6 +27,20 @@ KvCacheConfig Config(uint32_t pingpong_blocks) {
 KvBlockRef T(uint32_t slot) { return {KvRegion::kGpuTransfer, slot}; }
 KvBlockRef C(uint32_t slot) { return {KvRegion::kCpuCompute, slot}; }
 
+TEST(TransferPlanTest, NoPingPongRoomIsRefusedNotLoopedOn) {
+  KvCacheConfig config = Config(4);
+  config.pingpong_blocks = 0;  // as no resolved config has it
+  const std::vector<StepSequence> batch = {
+      {.window_slot = 0, .window_tokens = 1, .blocks = {T(4)}}};
+  EXPECT_EQ(BuildTransferPlan(config, batch).status().code(), absl::StatusCode::kInvalidArgument);
+  // Nothing to stream: an empty plan, as before.
+  const std::vector<StepSequence> cpu_only = {
+      {.window_slot = 0, .window_tokens = 1, .blocks = {C(0)}}};
+  const absl::StatusOr<TransferPlan> empty = BuildTransferPlan(config, cpu_only);
+  WS_ASSERT_OK(empty.status());
+  EXPECT_TRUE(empty->chunks.empty());
+}
+
 TEST(TransferPlanTest, CoalescesConsecutiveSlotsAcrossSequencesAndSkipsCpuBlocks) {
   const std::vector<StepSequence> batch = {
       {.window_slot = 0, .window_tokens = 1, .blocks = {T(4), C(0), T(5), T(6)}},

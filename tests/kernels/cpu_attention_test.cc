@@ -573,9 +573,31 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeTest,
 
 // ---------------------------------------------------------------- GQA prefill ---------
 
-// (prior tokens already placed, chunk length)
-constexpr std::pair<int64_t, int32_t> kPrefillChunks[] = {{0, 1}, {0, 77}, {5, 5}, {77, 33},
-                                                          {255, 2}, {300, 64}};
+// (prior tokens already placed, chunk length): sequences of every length of kTokenCounts
+// (1, 5, 77, 255, 257, 1000) and a few more, chunks from 1 to 64 queries.
+constexpr std::pair<int64_t, int32_t> kPrefillChunks[] = {
+    {0, 1}, {0, 5}, {0, 77}, {5, 5}, {77, 33}, {250, 5}, {255, 2}, {300, 64}, {984, 16}};
+
+// The whole blocks of a subset shuffled (the partial block stays last, as KvBlockList
+// requires): the kernels must not rely on position order.
+void ShuffleWholeBlocks(BlockSubset& subset, std::mt19937_64& rng) {
+  const size_t n = subset.blocks.size();
+  if (n < 3) return;
+  std::vector<size_t> order(n - 1);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::shuffle(order.begin(), order.end(), rng);
+  BlockSubset shuffled;
+  for (size_t i : order) {
+    shuffled.blocks.push_back(subset.blocks[i]);
+    shuffled.positions.push_back(subset.positions[i]);
+  }
+  shuffled.blocks.push_back(subset.blocks.back());
+  shuffled.positions.push_back(subset.positions.back());
+  shuffled.list.last_block_tokens = subset.list.last_block_tokens;
+  shuffled.Fix();
+  subset = std::move(shuffled);
+}
+
 
 class GqaPrefillTest : public ::testing::TestWithParam<
                            std::tuple<GqaCase, std::pair<int64_t, int32_t>, SplitMode>> {};
@@ -594,6 +616,7 @@ TEST_P(GqaPrefillTest, CausalChunkOverSplitBlocksEqualsReference) {
   const std::vector<int> split = AssignBlocks(seq.blocks.size(), 2, mode, world.rng);
   auto run = [&](const std::vector<int>& assignment, int part, auto kernel) {
     BlockSubset subset = testing::Subset(seq, assignment, part);
+    ShuffleWholeBlocks(subset, world.rng);
     Partial out(int64_t{chunk_len} * shape.num_q_heads, shape.head_dim);
     GqaPrefillArgs args{shape, chunk_len, prior, q.data(), subset.list, out.o.data(),
                         out.lse.data()};
@@ -627,26 +650,6 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // ---------------------------------------------------------------- MLA prefill ---------
-
-// The whole blocks of a subset shuffled (the partial block stays last, as KvBlockList
-// requires): the kernels must not rely on position order.
-void ShuffleWholeBlocks(BlockSubset& subset, std::mt19937_64& rng) {
-  const size_t n = subset.blocks.size();
-  if (n < 3) return;
-  std::vector<size_t> order(n - 1);
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::shuffle(order.begin(), order.end(), rng);
-  BlockSubset shuffled;
-  for (size_t i : order) {
-    shuffled.blocks.push_back(subset.blocks[i]);
-    shuffled.positions.push_back(subset.positions[i]);
-  }
-  shuffled.blocks.push_back(subset.blocks.back());
-  shuffled.positions.push_back(subset.positions.back());
-  shuffled.list.last_block_tokens = subset.list.last_block_tokens;
-  shuffled.Fix();
-  subset = std::move(shuffled);
-}
 
 class MlaPrefillTest : public ::testing::TestWithParam<
                            std::tuple<MlaCase, std::pair<int64_t, int32_t>, SplitMode>> {};

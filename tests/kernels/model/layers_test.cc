@@ -123,6 +123,23 @@ TEST(RmsNormTest, MatchesDouble) {
   }
 }
 
+// Where eps matters: rows whose mean square is near it (with eps dropped, or outside the
+// root, they would be off by 30-100 %), and a row of zeros (exactly 0, not NaN).
+TEST(RmsNormTest, EpsSitsInsideTheRoot) {
+  const int64_t dim = 8;
+  const std::vector<uint16_t> w(dim, FloatToBf16(1.0f));
+  const double eps = 1e-2;
+  for (const float value : {0.0f, 1e-4f, 0.05f, 0.1f}) {
+    const std::vector<float> x(dim, value);
+    std::vector<float> y(dim, -1.0f);
+    RmsNorm(x.data(), 1, dim, w.data(), eps, y.data());
+    const double want = value / std::sqrt(double{value} * value + eps);
+    for (int64_t i = 0; i < dim; ++i) {
+      EXPECT_NEAR(y[i], want, 1e-6 * std::max(1.0, std::abs(want))) << value;
+    }
+  }
+}
+
 TEST(SwiGluTest, MatchesDouble) {
   std::mt19937_64 rng(2);
   const int64_t tokens = 5, hidden = 13, inter = 11;
@@ -245,6 +262,12 @@ TEST(RopeTest, YarnDeepseekV2LiteByHand) {
   EXPECT_NEAR(MakeRopeTable(rope, 64, RopeStyle::kHalf).attention_scaling,
               (1 + 0.1 * std::log(40.0)) / (1 + 0.0707 * std::log(40.0)), 1e-6);
   rope.mscale_all_dim = 0;
+  EXPECT_NEAR(MakeRopeTable(rope, 64, RopeStyle::kHalf).attention_scaling, 1 + 0.1 * std::log(40.0),
+              1e-6);
+  // Only mscale_all_dim in the config (mscale absent, read as 0): mscale(factor, 1), as
+  // transformers does, not mscale(f, 1) / mscale(f, all_dim) (1.0857 at factor 40).
+  rope.mscale = 0;
+  rope.mscale_all_dim = 0.707;
   EXPECT_NEAR(MakeRopeTable(rope, 64, RopeStyle::kHalf).attention_scaling, 1 + 0.1 * std::log(40.0),
               1e-6);
 }

@@ -48,7 +48,7 @@ inline std::vector<int32_t> RandomTokens(int64_t n, int32_t vocab, uint64_t seed
   return tokens;
 }
 
-// max |a - b| over [begin, end) of equal-length vectors.
+// max |a - b| over all of two equal-length vectors.
 inline double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i)

@@ -546,8 +546,8 @@ int Bench() {
   }
   if (policies.empty()) policies.push_back("");  // the coordinator's current one
   const uint32_t turns = absl::GetFlag(FLAGS_turns);
-  if (turns == 0) {
-    std::fprintf(stderr, "wscope bench: --turns must be at least 1\n");
+  if (turns == 0 || absl::GetFlag(FLAGS_rounds) == 0) {
+    std::fprintf(stderr, "wscope bench: --turns and --rounds must be at least 1\n");
     return 2;
   }
   // generate's flags that a bench sets itself: refused rather than ignored.
@@ -658,7 +658,7 @@ int Bench() {
   int failures = 0;
   int failures_in_a_row = 0;
   constexpr int kMaxFailuresInARow = 3;  // the server is gone or refuses every point
-  const uint32_t rounds = std::max<uint32_t>(1, absl::GetFlag(FLAGS_rounds));
+  const uint32_t rounds = absl::GetFlag(FLAGS_rounds);
   const uint32_t warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   const uint32_t turn_warmup_steps =
       absl::GetFlag(FLAGS_turn_warmup_steps).value_or(warmup_steps);
@@ -916,7 +916,8 @@ int Profile() {
   const std::string out = absl::GetFlag(FLAGS_out);
   std::ofstream file(out, std::ios::binary);
   file << profile.trace_json();
-  if (!file.good()) {
+  file.close();  // a failure to write out shows at the close
+  if (file.fail()) {
     std::fprintf(stderr, "wscope profile: cannot write %s\n", out.c_str());
     return 1;
   }
@@ -1283,17 +1284,23 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[1];
   std::vector<std::string> rest(args.begin() + 2, args.end());
+  const bool known = command == "health" || command == "info" || command == "selftest" ||
+                     command == "profile" || command == "load" || command == "bench" ||
+                     command == "generate" || command == "abort";
+  // Only health takes arguments (its addresses): a stray one elsewhere is refused, not
+  // ignored (a value meant for a flag would be dropped and the defaults run).
+  if (known && command != "health" && !rest.empty()) {
+    std::fprintf(stderr, "wscope %s: unexpected argument '%s'%s\n", command.c_str(),
+                 rest.front().c_str(),
+                 command == "generate" ? " (ids go in --prompt_ids)" : " (flags start with --)");
+    return 2;
+  }
   if (command == "health") return Health(rest);
   if (command == "info") return Info();
   if (command == "selftest") return SelfTest();
   if (command == "profile") return Profile();
   if (command == "load") return Load();
   if (command == "bench") return Bench();
-  if ((command == "generate" || command == "abort") && !rest.empty()) {
-    std::fprintf(stderr, "wscope %s: unexpected argument '%s' (ids go in --prompt_ids)\n",
-                 command.c_str(), rest.front().c_str());
-    return 2;
-  }
   if (command == "generate") return Generate();
   if (command == "abort") return Abort();
   std::fprintf(stderr, "wscope: unknown command '%s'\nusage: %s\n", command.c_str(),

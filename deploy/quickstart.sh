@@ -17,7 +17,9 @@ LAUNCH_PID=$!
 cleanup() { kill -TERM "$LAUNCH_PID" 2>/dev/null || true; wait "$LAUNCH_PID" 2>/dev/null || true; }
 trap cleanup EXIT
 
-for _ in $(seq 600); do
+# As long as launch.sh may take itself (its phases, WS_START_TIMEOUT_S each, 120 s by
+# default): it exits when one of them times out, which ends this wait too.
+for _ in $(seq $(((4 * ${WS_START_TIMEOUT_S:-120} + 30) * 5))); do
   [[ -f "$READY" ]] && break
   kill -0 "$LAUNCH_PID" 2>/dev/null || { echo "[quickstart] launch failed" >&2; exit 1; }
   sleep 0.2
@@ -55,8 +57,15 @@ echo
 echo "== stopping"
 cleanup
 trap - EXIT
-if [[ -e "/dev/shm$WS_ARENA" ]]; then
-  echo "[quickstart] arena $WS_ARENA was left in /dev/shm" >&2
+for segment in "$WS_ARENA" "$WS_ARENA-synthetic-experts"; do
+  if [[ -e "/dev/shm$segment" ]]; then
+    echo "[quickstart] $segment was left in /dev/shm" >&2
+    exit 1
+  fi
+done
+# The processes carry the arena's name on their command lines.
+if left=$(pgrep -f -- "$WS_ARENA"); then
+  echo "[quickstart] processes left running: $left" >&2
   exit 1
 fi
 echo "[quickstart] stopped cleanly: no process and no /dev/shm segment left"

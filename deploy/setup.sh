@@ -27,6 +27,9 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev
+  # The tests' and scripts' own tools: python3 (the reports, the e2e test, quickstart's
+  # JSON), procps (pgrep, to find processes left behind).
+  python3 procps
   # oneDNN's CMake config looks for OpenCL (its GPU runtime), which libdnnl-dev only
   # recommends: without it, a machine with no OpenCL headers fails at configure.
   ocl-icd-opencl-dev
@@ -43,9 +46,11 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     command -v sudo >/dev/null || { echo "[setup] need root (or sudo) to install packages" >&2; exit 1; }
     SUDO="sudo"
   fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # sudo resets the environment: DEBIAN_FRONTEND goes through env. A fresh image's daily
+  # apt job may hold the lock for a while after boot: wait for it rather than fail.
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+    --no-install-recommends "${missing[@]}"
 else
   echo "[setup] all packages present"
 fi

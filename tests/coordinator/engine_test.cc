@@ -394,6 +394,34 @@ TEST_F(EngineTest, AStepFailureEndsItsRequestsOnly) {
   EXPECT_EQ(UsedBlocks(), 0u);
 }
 
+// The requests of a failed step end with its error; one that waited outside it (no
+// sequence slot was free) runs after it, to its end.
+TEST_F(EngineTest, AStepFailureSparesTheRequestsOutsideTheStep) {
+  gpu_->step_us_ = 5000;  // slow steps: the six are all running when the failure comes
+  std::vector<std::shared_ptr<RequestStream>> running;
+  for (int i = 0; i < 6; ++i) {
+    auto stream = engine_->Submit(Request({1, 2}, 150), absl::InfiniteFuture());
+    WS_ASSERT_OK(stream.status());
+    running.push_back(*stream);
+  }
+  auto waiting = engine_->Submit(Request({3}, 4), absl::InfiniteFuture());
+  WS_ASSERT_OK(waiting.status());
+  for (int i = 0; i < 200 && engine_->Counts().running < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(engine_->Counts().running, 6u);
+  ASSERT_EQ(engine_->Counts().waiting, 1u);
+  gpu_->fail_next_ = true;
+  for (const auto& stream : running) {
+    EXPECT_EQ(Drain(*stream).status.code(), absl::StatusCode::kInternal);
+  }
+  gpu_->step_us_ = 200;
+  const Outcome outcome = Drain(**waiting);
+  WS_EXPECT_OK(outcome.status);
+  EXPECT_EQ(outcome.tokens, Expected(3, 4));
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
 TEST_F(EngineTest, RefusalsNameTheirReason) {
   // A context larger than both regions together.
   auto huge = engine_->Submit(Request({1, 2, 3}, 4000), absl::InfiniteFuture());

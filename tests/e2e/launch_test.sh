@@ -13,7 +13,19 @@ export WS_BIN="$BIN"
 FAILURES=0
 PASSES=0
 WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
+LAUNCH_PID=""
+# Whatever ends the test (a failed start, ctest's timeout, a signal), the trio it started
+# goes with it: launch.sh stops its processes and removes the arena on TERM.
+stop_launch() {
+  if [[ -n $LAUNCH_PID ]] && kill -0 "$LAUNCH_PID" 2>/dev/null; then
+    kill -TERM "$LAUNCH_PID" 2>/dev/null
+    wait "$LAUNCH_PID" 2>/dev/null
+  fi
+  LAUNCH_PID=""
+}
+trap 'stop_launch; rm -rf "$WORK"' EXIT
+trap 'exit 1' INT TERM
+command -v pgrep >/dev/null || { echo "FAIL: pgrep (procps) is not installed"; exit 1; }
 
 fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
 pass() { echo "ok: $*"; PASSES=$((PASSES + 1)); }
@@ -23,13 +35,15 @@ start_trio() {  # sets LAUNCH_PID and sources the ready file
   "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --ready-file "$READY" --device "${WS_E2E_DEVICE:-host}" \
     >"$WORK/launch.log" 2>&1 &
   LAUNCH_PID=$!
-  for _ in $(seq 300); do
+  # As long as launch.sh itself waits for a phase (WS_START_TIMEOUT_S, 120 s by default).
+  for _ in $(seq $((${WS_START_TIMEOUT_S:-120} * 10))); do
     [[ -f "$READY" ]] && break
     kill -0 "$LAUNCH_PID" 2>/dev/null || break
     sleep 0.1
   done
   if [[ ! -f "$READY" ]]; then
     cat "$WORK/launch.log"
+    stop_launch
     return 1
   fi
   # shellcheck disable=SC1090

@@ -108,10 +108,42 @@ TEST(AttentionStateTest, MergeMatchesDoubleFormulaAndNWayAgrees) {
       EXPECT_NEAR(n_way.o[i], want, 1e-5);
     }
   }
-  // In place: out aliases a.
+  // In place: out aliases b, then a.
+  State b_copy(kRows);
+  std::copy_n(b.o.data(), kRows * kDim, b_copy.o.data());
+  std::copy_n(b.lse.data(), kRows, b_copy.lse.data());
+  MergeStates(a.cview(), b_copy.cview(), b_copy.view(), kRows, kDim);
+  for (int64_t i = 0; i < kRows * kDim; ++i) EXPECT_EQ(b_copy.o[i], ab.o[i]);
   MergeStates(a.cview(), b.cview(), a.view(), kRows, kDim);
   for (int64_t i = 0; i < kRows * kDim; ++i) EXPECT_EQ(a.o[i], ab.o[i]);
-  EXPECT_TRUE(a.o.GuardsIntact() && abc.o.GuardsIntact() && n_way.lse.GuardsIntact());
+  EXPECT_TRUE(a.o.GuardsIntact() && abc.o.GuardsIntact() && n_way.lse.GuardsIntact() &&
+              b_copy.o.GuardsIntact());
+}
+
+// A prefill chunk's states (above 1M values) merge on several threads: the same bits as
+// row by row on one.
+TEST(AttentionStateTest, AParallelMergeEqualsTheSerialOne) {
+  std::mt19937_64 rng(4);
+  constexpr int64_t kRows = (int64_t{1} << 20) / kDim + 100;  // past the parallel threshold
+  State a(kRows), b(kRows), merged(kRows), empty(kRows);
+  FillRandom(a, kRows, rng);
+  FillRandom(b, kRows, rng);
+  for (int64_t r = 0; r < kRows; r += 97) b.lse.data()[r] = kEmptyLse;
+  MergeStates(a.cview(), b.cview(), merged.view(), kRows, kDim);
+  for (int64_t r = 0; r < kRows; r += 1 + r % 13) {  // a sample of rows, each on its own
+    State one_a(1), one_b(1), one(1);
+    std::copy_n(a.o.data() + r * kDim, kDim, one_a.o.data());
+    std::copy_n(b.o.data() + r * kDim, kDim, one_b.o.data());
+    one_a.lse.data()[0] = a.lse[r];
+    one_b.lse.data()[0] = b.lse[r];
+    MergeStates(one_a.cview(), one_b.cview(), one.view(), 1, kDim);
+    ASSERT_EQ(merged.lse[r], one.lse[0]) << r;
+    for (int d = 0; d < kDim; ++d) ASSERT_EQ(merged.o[r * kDim + d], one.o[d]) << r;
+  }
+  SetEmptyState(empty.view(), kRows, kDim);
+  for (int64_t r = 0; r < kRows; ++r) ASSERT_EQ(empty.lse[r], kEmptyLse);
+  for (int64_t i = 0; i < kRows * kDim; ++i) ASSERT_EQ(empty.o[i], 0.0f);
+  EXPECT_TRUE(merged.o.GuardsIntact() && merged.lse.GuardsIntact() && empty.o.GuardsIntact());
 }
 
 }  // namespace

@@ -370,6 +370,8 @@ constexpr MlaCase kMlaCases[] = {
     // 32-token step, then 16 tokens on the vector kernels); 20 heads in two groups of 16.
     {"Amx5h_r96_p32_bt48", 5, 96, 32, 48},
     {"Amx20h_r32_p32_bt64", 20, 32, 32, 64},
+    // An odd row (73 + 8): the generic vector kernels, not the paired-bf16 one.
+    {"Odd3h_r73_p8", 3, 73, 8, 16},
 };
 
 void PrintTo(const MlaCase& c, std::ostream* os) { *os << c.name; }

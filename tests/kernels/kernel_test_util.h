@@ -151,12 +151,11 @@ inline BlockSubset Subset(const TiledSequence& seq, const std::vector<int>& part
 }
 
 // How the tiles of a sequence are assigned to `parts` parts.
-enum class SplitMode { kAllInPart0, kAllInPart1, kAllInPart2, kPrefix, kRandom };
+enum class SplitMode { kAllInPart0, kAllInPart1, kPrefix, kRandom };
 inline std::string SplitName(SplitMode mode) {
   switch (mode) {
     case SplitMode::kAllInPart0: return "AllPart0";
     case SplitMode::kAllInPart1: return "AllPart1";
-    case SplitMode::kAllInPart2: return "AllPart2";
     case SplitMode::kPrefix: return "Prefix";
     case SplitMode::kRandom: return "Random";
   }
@@ -169,7 +168,6 @@ inline std::vector<int> AssignBlocks(int num_blocks, int parts, SplitMode mode,
   switch (mode) {
     case SplitMode::kAllInPart0: break;
     case SplitMode::kAllInPart1: std::fill(part.begin(), part.end(), 1 % parts); break;
-    case SplitMode::kAllInPart2: std::fill(part.begin(), part.end(), 2 % parts); break;
     case SplitMode::kPrefix: {
       // Consecutive runs: part 0, then part 1, ... with random cut points.
       std::vector<int> cuts(parts - 1);

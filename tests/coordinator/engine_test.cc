@@ -291,6 +291,30 @@ class EngineTest : public ::testing::Test {
            placement_->Usage(KvRegion::kGpuTransfer).used_blocks;
   }
 
+  // Every sequence slot (max_sequences, 6) taken by a long request ("run-0".."run-5"), on
+  // slow steps (none ends meanwhile), and a seventh request waiting for a slot.
+  struct Crowd {
+    std::vector<std::shared_ptr<RequestStream>> running;
+    std::shared_ptr<RequestStream> waiting;
+  };
+  void FillTheSlotsAndQueueOne(Crowd* crowd) {
+    gpu_->step_us_ = 5000;
+    for (int i = 0; i < 6; ++i) {
+      auto stream = engine_->Submit(Request({1, 2}, 150, absl::StrCat("run-", i)),
+                                    absl::InfiniteFuture());
+      WS_ASSERT_OK(stream.status());
+      crowd->running.push_back(*stream);
+    }
+    auto waiting = engine_->Submit(Request({3}, 4), absl::InfiniteFuture());
+    WS_ASSERT_OK(waiting.status());
+    crowd->waiting = *waiting;
+    for (int i = 0; i < 200 && engine_->Counts().running < 6; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(engine_->Counts().running, 6u);
+    ASSERT_EQ(engine_->Counts().waiting, 1u);
+  }
+
   ModelConfig model_;
   KvCacheConfig kv_;
   std::mutex placement_mutex_;
@@ -397,26 +421,14 @@ TEST_F(EngineTest, AStepFailureEndsItsRequestsOnly) {
 // The requests of a failed step end with its error; one that waited outside it (no
 // sequence slot was free) runs after it, to its end.
 TEST_F(EngineTest, AStepFailureSparesTheRequestsOutsideTheStep) {
-  gpu_->step_us_ = 5000;  // slow steps: the six are all running when the failure comes
-  std::vector<std::shared_ptr<RequestStream>> running;
-  for (int i = 0; i < 6; ++i) {
-    auto stream = engine_->Submit(Request({1, 2}, 150), absl::InfiniteFuture());
-    WS_ASSERT_OK(stream.status());
-    running.push_back(*stream);
-  }
-  auto waiting = engine_->Submit(Request({3}, 4), absl::InfiniteFuture());
-  WS_ASSERT_OK(waiting.status());
-  for (int i = 0; i < 200 && engine_->Counts().running < 6; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(engine_->Counts().running, 6u);
-  ASSERT_EQ(engine_->Counts().waiting, 1u);
+  Crowd crowd;
+  ASSERT_NO_FATAL_FAILURE(FillTheSlotsAndQueueOne(&crowd));
   gpu_->fail_next_ = true;
-  for (const auto& stream : running) {
+  for (const auto& stream : crowd.running) {
     EXPECT_EQ(Drain(*stream).status.code(), absl::StatusCode::kInternal);
   }
   gpu_->step_us_ = 200;
-  const Outcome outcome = Drain(**waiting);
+  const Outcome outcome = Drain(*crowd.waiting);
   WS_EXPECT_OK(outcome.status);
   EXPECT_EQ(outcome.tokens, Expected(3, 4));
   EXPECT_EQ(UsedBlocks(), 0u);
@@ -745,29 +757,15 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
 }
 
 TEST_F(EngineTest, AWaitingRequestThatEndsLeavesTheWaitingCount) {
-  // max_sequences (6) long requests run; a seventh waits, and its client goes away. Slow
-  // steps, so that none of the six ends meanwhile.
-  gpu_->step_us_ = 5000;
-  std::vector<std::shared_ptr<RequestStream>> running;
-  for (int i = 0; i < 6; ++i) {
-    auto stream = engine_->Submit(Request({1, 2}, 150, absl::StrCat("run-", i)),
-                                  absl::InfiniteFuture());
-    WS_ASSERT_OK(stream.status());
-    running.push_back(*stream);
-  }
-  auto waiting = engine_->Submit(Request({3}, 4), absl::InfiniteFuture());
-  WS_ASSERT_OK(waiting.status());
-  for (int i = 0; i < 200 && engine_->Counts().running < 6; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(engine_->Counts().running, 6u);
-  EXPECT_EQ(engine_->Counts().waiting, 1u);
-  (*waiting)->Cancel();
-  EXPECT_EQ(Drain(**waiting).reason, v1::FINISH_REASON_ABORT);
+  // The seventh request's client goes away while it waits.
+  Crowd crowd;
+  ASSERT_NO_FATAL_FAILURE(FillTheSlotsAndQueueOne(&crowd));
+  crowd.waiting->Cancel();
+  EXPECT_EQ(Drain(*crowd.waiting).reason, v1::FINISH_REASON_ABORT);
   // Dropped from the queue, and counted so, while the others still run.
   EXPECT_EQ(engine_->Counts().waiting, 0u);
   for (int i = 0; i < 6; ++i) EXPECT_TRUE(engine_->Abort(absl::StrCat("run-", i)));
-  for (const auto& stream : running) Drain(*stream);
+  for (const auto& stream : crowd.running) Drain(*stream);
   EXPECT_EQ(UsedBlocks(), 0u);
 }
 

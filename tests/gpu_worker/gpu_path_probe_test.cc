@@ -38,17 +38,24 @@ constexpr uint32_t kBlockTokens = 16;
 // The known bytes the transfer region starts with.
 std::byte PatternByte(uint64_t i) { return static_cast<std::byte>((i * 131 + 7) % 251); }
 
+// The fixture's arena: a D-window of 2 blocks for 4 sequences, 8 CPU-compute blocks,
+// `transfer_blocks` GPU-transfer blocks and ping-pong buffers of `pingpong_blocks`.
+absl::StatusOr<testing::FixtureArena> Arena(const std::string& arch, const char* name,
+                                            uint64_t transfer_blocks, uint64_t pingpong_blocks) {
+  return testing::MakeFixtureArena(arch, kBlockTokens, name, [&](KvCacheConfig& kv) {
+    kv.window_tokens = 2 * kBlockTokens;
+    kv.max_sequences = 4;
+    kv.cpu_compute_bytes = 8 * kv.geometry.block_bytes();
+    kv.gpu_transfer_bytes = transfer_blocks * kv.geometry.block_bytes();
+    kv.gpu_kv_budget_bytes =
+        kv.window_bytes() + 2 * pingpong_blocks * kv.geometry.layer_block_bytes();
+  });
+}
+
 class GpuPathProbeTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    absl::StatusOr<testing::FixtureArena> fixture =
-        testing::MakeFixtureArena(GetParam(), kBlockTokens, "probe-test", [](KvCacheConfig& kv) {
-          kv.window_tokens = 2 * kBlockTokens;
-          kv.max_sequences = 4;
-          kv.cpu_compute_bytes = 8 * kv.geometry.block_bytes();
-          kv.gpu_transfer_bytes = 40 * kv.geometry.block_bytes();
-          kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 24 * kv.geometry.layer_block_bytes();
-        });
+    absl::StatusOr<testing::FixtureArena> fixture = Arena(GetParam(), "probe-test", 40, 24);
     if (absl::IsNotFound(fixture.status())) GTEST_SKIP() << fixture.status().message();
     ASSERT_TRUE(fixture.ok()) << fixture.status();
     kv_ = fixture->kv;
@@ -182,14 +189,7 @@ TEST_P(GpuPathProbeTest, AVerifyOutsideTheDWindowIsRefused) {
 }
 
 TEST_P(GpuPathProbeTest, AFailedLoadLeavesAWorkerThatLoads) {
-  absl::StatusOr<testing::FixtureArena> fixture =
-      testing::MakeFixtureArena(GetParam(), kBlockTokens, "reload-test", [](KvCacheConfig& kv) {
-        kv.window_tokens = 2 * kBlockTokens;
-        kv.max_sequences = 4;
-        kv.cpu_compute_bytes = 8 * kv.geometry.block_bytes();
-        kv.gpu_transfer_bytes = 8 * kv.geometry.block_bytes();
-        kv.gpu_kv_budget_bytes = kv.window_bytes() + 2 * 8 * kv.geometry.layer_block_bytes();
-      });
+  absl::StatusOr<testing::FixtureArena> fixture = Arena(GetParam(), "reload-test", 8, 8);
   ASSERT_TRUE(fixture.ok()) << fixture.status();
   GpuWorker worker(CreateHostDevice());
   // Fails after the arena is mapped and the KV cache made: the weights are not there.

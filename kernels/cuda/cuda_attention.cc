@@ -34,8 +34,9 @@ struct SplitPlan {
 
 // A tensor-core kernel's rule (internal::SplitTokens: one wave for few pairs, ~4 waves for
 // many), or, without one (SIMT GQA), enough CTAs (ctas_per_split per split) for about four
-// per SM, splits of at least kMinSplitTokens. At most kMaxSplits splits (bounds the
-// workspace and the merge).
+// per SM, splits of at least kMinSplitTokens. The rules plan at most kMaxSplits splits
+// (bounds the workspace and the merge); an explicit options.tokens_per_split (the bench's
+// and the tests' fixed sizes; the service never passes one) is taken as given.
 absl::StatusOr<SplitPlan> PlanSplits(int32_t max_seq_tokens, int64_t ctas_per_split,
                                      const GpuSplitOptions& options,
                                      const internal::SplitRule* tensor_cores) {

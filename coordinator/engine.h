@@ -319,7 +319,8 @@ class Engine {
 
  private:
   struct Request;
-  // A benchmark request: `context_tokens` tokens (a multiple of the block size) are placed
+  // A benchmark request of RunBench's, after ValidateBench: `context_tokens` tokens (a
+  // multiple of the block size, within the model's context with the steps) are placed
   // in the KV regions at admission, as a prefill would place them but without computing
   // them, then it decodes `decode_steps` tokens (no EOS) sampled as `sampling` says
   // (temperature, top_k, top_p, seed, logprobs; its other fields are the bench's own:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds WriteScope with CUDA (build-gpu/, Release, tests and benchmarks on) and packs
-# dist/writescope-gpu.tar.gz for a GPU host that has none of our Debian packages:
+# dist/writescope-gpu.tar.xz for a GPU host that has none of our Debian packages:
 #
 #   bin/      every binary of the build (services, tools, tests, benchmarks), stripped
 #   lib/      every non-system shared library they need, under its SONAME
@@ -17,7 +17,8 @@
 #
 # Environment: JOBS (build parallelism, default nproc), WS_GPU_BUILD_DIR (default
 # build-gpu), WS_BUNDLE_LIMIT_MIB (default 60: what may travel per run is 64 MiB, the
-# working tree's tracked files included), WS_BUNDLE_BINARIES (space-separated names: only
+# working tree's tracked files included; xz -9 packs oneDNN's 40 MB library about twice as
+# small as gzip), WS_BUNDLE_BINARIES (space-separated names: only
 # these binaries and their libraries, e.g. "coordinator gpu_worker cpu_worker wscope" for
 # the benchmark scripts, when the whole bundle and the tree together pass 64 MiB; only
 # their targets are built then).
@@ -26,14 +27,14 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WS_GPU_BUILD_DIR:-$repo/build-gpu}
 dist=$repo/dist
-tarball=$dist/writescope-gpu.tar.gz
+tarball=$dist/writescope-gpu.tar.xz
 jobs=${JOBS:-$(nproc)}
 limit_mib=${WS_BUNDLE_LIMIT_MIB:-60}
 
 log() { echo "gpu-bundle: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-for tool in cmake ninja ldd readelf strip tar; do
+for tool in cmake ninja ldd readelf strip tar xz; do
   command -v "$tool" >/dev/null || die "$tool not found (deploy/setup.sh installs the toolchain)"
 done
 nvcc=${CUDACXX:-}
@@ -185,7 +186,8 @@ chmod +x "$stage/run.sh"
 
 # ---- pack and check the size ----------------------------------------------------
 mkdir -p "$dist"
-tar -C "$stage" -czf "$tarball.tmp" bin lib run.sh MANIFEST
+rm -f "$dist/writescope-gpu.tar.gz"  # the gzip bundle of earlier versions would travel too
+tar -C "$stage" -cf - bin lib run.sh MANIFEST | xz -T0 -9 >"$tarball.tmp"
 mv "$tarball.tmp" "$tarball"
 bytes=$(stat -c %s "$tarball")
 unpacked=$(du -sb "$stage" | cut -f1)

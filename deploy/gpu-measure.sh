@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: every measurement the issues ask for that needs it, from
-# the bundle deploy/gpu-bundle.sh built (carry dist/writescope-gpu.tar.gz). Results go to
+# the bundle deploy/gpu-bundle.sh built (carry dist/writescope-gpu.tar.xz). Results go to
 # $OUT (at most 8 files come back): measure.log has everything, in order.
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs ON the GPU machine, from the repository root: unpacks the bundle that
-# deploy/gpu-bundle.sh built (dist/writescope-gpu.tar.gz, git-ignored, so it has to be
+# deploy/gpu-bundle.sh built (dist/writescope-gpu.tar.xz, git-ignored, so it has to be
 # carried explicitly) to /tmp/ws and runs one of its binaries, after nvidia-smi.
 #
 #   deploy/gpu-run.sh ws_probe --json=$OUT/probe.json
@@ -8,11 +8,11 @@
 #   deploy/gpu-run.sh --all-tests            # every bin/*_test; exit 77 counts as skipped
 #   deploy/gpu-run.sh --unpack-only          # unpack to /tmp/ws, run nothing
 #
-# Environment: WS_BUNDLE (tarball, default dist/writescope-gpu.tar.gz), WS_BUNDLE_DIR
+# Environment: WS_BUNDLE (tarball, default dist/writescope-gpu.tar.xz), WS_BUNDLE_DIR
 # (where to unpack, default /tmp/ws).
 set -euo pipefail
 
-tarball=${WS_BUNDLE:-dist/writescope-gpu.tar.gz}
+tarball=${WS_BUNDLE:-dist/writescope-gpu.tar.xz}
 dest=${WS_BUNDLE_DIR:-/tmp/ws}
 
 if (($# < 1)); then
@@ -32,7 +32,13 @@ stamp=$(cksum <"$tarball")
 if [[ ! -f $dest/.bundle-stamp || $(cat "$dest/.bundle-stamp") != "$stamp" ]]; then
   rm -rf "$dest"
   mkdir -p "$dest"
-  tar -xzf "$tarball" -C "$dest"
+  # tar picks the decompressor; without xz there, Python's lzma reads it.
+  if [[ $tarball == *.gz ]] || command -v xz >/dev/null; then
+    tar -xaf "$tarball" -C "$dest"
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$tarball" "$dest"
+  fi
   echo "$stamp" >"$dest/.bundle-stamp"
 fi
 head -2 "$dest/MANIFEST" >&2

@@ -796,13 +796,24 @@ def check_bench_policies(env, trio):
                   "bench --turns: each turn's measured steps from 0, a warm-up in the first "
                   "turn only (--turn_warmup_steps=0)", f"measured {measured}; warm-up {warm}")
         # --bench_for: the bench ends within it, whole points only (the rule itself:
-        # bench_budget_test). A round here is one point of 600 steps (~0.3-0.8 s); 100 rounds
+        # bench_budget_test). A round here is one point of about 0.6 s (600 steps on the host
+        # device; a pilot bench's step time sets the count: the CUDA trio's steps over the
+        # fixtures take ~15 ms, 600 of them 8.8 s, longer than the whole budget); 100 rounds
         # cannot fit in 3 s. The rows are the rounds the summary says started.
+        pilot_csv = os.path.join(work, "pilot.csv")
+        pilot = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
+                             "--decode_steps=20", "--warmup_steps=1", "--policies=cpu-all",
+                             f"--csv={pilot_csv}"], timeout=60)
+        pilot_ms = (float(read_csv_rows(pilot_csv)[0]["step_ms"]) if pilot.returncode == 0
+                    else 1.0)
+        round_steps = max(20, min(600, int(600 / max(pilot_ms, 1e-3))))
+        note(f"bench --bench_for=3s: {round_steps} steps a round (pilot step {pilot_ms:.2f} ms)")
         timed_csv = os.path.join(work, "timed.csv")
         started = time.monotonic()
         try:
             timed = trio.wscope(["bench", f"--target={trio.target}", "--batches=2",
-                                 "--contexts=256", "--decode_steps=600", "--warmup_steps=1",
+                                 "--contexts=256", f"--decode_steps={round_steps}",
+                                 "--warmup_steps=1",
                                  "--rounds=100", "--bench_for=3s", "--policies=cpu-all",
                                  f"--csv={timed_csv}"], timeout=60)
         except subprocess.TimeoutExpired:

@@ -91,10 +91,12 @@ void Append(const TokenCodec& codec, const uint16_t* src, int32_t src_cap, int32
   ++last;
 }
 
+// The window holds up to `window_blocks` blocks' worth of the sequence's last tokens (a W of
+// several blocks flushes into whole blocks, as KvCacheConfig allows).
 SeqPlacement Place(const TokenCodec& codec, int64_t tokens, int32_t block_tokens, Split split,
-                   std::mt19937_64& rng) {
+                   std::mt19937_64& rng, int32_t window_blocks = 1) {
   SeqPlacement s;
-  const int32_t w_cap = block_tokens;  // window capacity W == block_tokens
+  const int32_t w_cap = block_tokens * window_blocks;  // window capacity W
   int32_t window = 0;
   std::uniform_int_distribution<int32_t> pick_w(0, static_cast<int32_t>(std::min<int64_t>(tokens, w_cap)));
   switch (split) {
@@ -157,7 +159,8 @@ struct HostLists {
 struct DeviceKv {
   DeviceBuffer tiles, tile_begin, last_tokens, window, window_tokens;
   GpuKvSource source;
-  DeviceKv(const std::vector<SeqPlacement>& seqs, int64_t tile_values, int32_t window_capacity) {
+  DeviceKv(const std::vector<SeqPlacement>& seqs, int64_t tile_values, int32_t block_tokens,
+           int32_t window_capacity) {
     std::vector<uint16_t> packed, windows;
     std::vector<int32_t> begin = {0}, last, wtokens;
     int32_t max_tokens = 0;
@@ -167,7 +170,7 @@ struct DeviceKv {
       last.push_back(s.gpu_tiles.empty() ? 0 : s.gpu_last);
       windows.insert(windows.end(), s.window.begin(), s.window.end());
       wtokens.push_back(s.window_tokens);
-      const int32_t n = s.gpu_tiles.empty() ? 0 : (static_cast<int32_t>(s.gpu_tiles.size()) - 1) * window_capacity + s.gpu_last;
+      const int32_t n = s.gpu_tiles.empty() ? 0 : (static_cast<int32_t>(s.gpu_tiles.size()) - 1) * block_tokens + s.gpu_last;
       max_tokens = std::max(max_tokens, n + s.window_tokens);
     }
     packed.resize(std::max<size_t>(packed.size(), tile_values));  // never a null buffer
@@ -290,6 +293,7 @@ void ExpectValidPartial(const std::vector<float>& o, const std::vector<float>& l
 struct GqaCase {
   const char* name;
   int32_t q_heads, kv_heads, head_dim, block_tokens;
+  int32_t window_blocks = 1;  // the D-window's W in blocks
 };
 void PrintTo(const GqaCase& c, std::ostream* os) { *os << c.name; }
 constexpr GqaCase kGqaCases[] = {
@@ -298,6 +302,7 @@ constexpr GqaCase kGqaCases[] = {
     {"Odd6x3d64", 6, 3, 64, 32},
     {"Mha4d128", 4, 4, 128, 64},  // group 1 on the tensor-core path
     {"G2d256", 4, 2, 256, 64},    // head_dim 256: the SIMT path
+    {"MixtralW2", 32, 8, 128, 64, 2},  // a D-window of two blocks
 };
 
 // Random K (scale 2) and V (scale 1). With `rising`, K's scale grows with the token's
@@ -342,7 +347,8 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
   std::vector<SeqPlacement> seqs;
   for (int64_t n : {tokens, (tokens * 7) % 300 + 1}) {
     // A codec per sequence: the rising scale follows each one's positions.
-    seqs.push_back(Place(GqaCodec(shape, rising), n, shape.block_tokens, split, rng));
+    seqs.push_back(Place(GqaCodec(shape, rising), n, shape.block_tokens, split, rng,
+                         c.window_blocks));
   }
   const int32_t num_seqs = static_cast<int32_t>(seqs.size());
   std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_q_heads * shape.head_dim);
@@ -364,7 +370,7 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
   WS_ASSERT_OK(CpuGqaDecode({shape, num_seqs, q.data(), cpu_lists.lists.data(), cpu_o.data(), cpu_lse.data()}));
 
   DeviceKv kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
-              shape.block_tokens);
+              shape.block_tokens, shape.block_tokens * c.window_blocks);
   DeviceBuffer q_d = DeviceBuffer::From(q);
   GuardedOutputs out(rows, shape.head_dim);
   float* o = out.o();
@@ -439,10 +445,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GqaGpuTest,
 // planned splits) merged on the GPU equals the fp64 reference, for two sequences (tokens
 // and a shorter one) placed by `split`.
 void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per_split,
-              bool pointer_list = false, bool rising = false) {
+              bool pointer_list = false, bool rising = false, int32_t window_blocks = 1) {
   const MlaShape shape{num_heads, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
   std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(
-      "mla", tokens, static_cast<int>(split), num_heads, tokens_per_split, rising ? "rising" : "")));
+      "mla", tokens, static_cast<int>(split), num_heads, tokens_per_split, rising ? "rising" : "",
+      window_blocks)));
   // `rising`: the rope part's scale grows with the token's position in its sequence (Place
   // writes a sequence's tokens in order; `position` restarts with each sequence below), so
   // the scores' running max rises far past its last value again and again; the latent
@@ -462,7 +469,7 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   std::vector<SeqPlacement> seqs;
   for (int64_t n : {tokens, (tokens * 5) % 200 + 1}) {
     position = 0;
-    seqs.push_back(Place(codec, n, shape.block_tokens, split, rng));
+    seqs.push_back(Place(codec, n, shape.block_tokens, split, rng, window_blocks));
   }
   const int32_t num_seqs = static_cast<int32_t>(seqs.size());
   std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_heads * shape.row_dim());
@@ -482,7 +489,8 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   std::vector<float> cpu_o(rows * shape.kv_lora_rank), cpu_lse(rows);
   WS_ASSERT_OK(CpuMlaDecode({shape, num_seqs, q.data(), cpu_lists.lists.data(), cpu_o.data(), cpu_lse.data()}));
 
-  DeviceKv kv(seqs, int64_t{shape.block_tokens} * shape.row_dim(), shape.block_tokens);
+  DeviceKv kv(seqs, int64_t{shape.block_tokens} * shape.row_dim(), shape.block_tokens,
+              shape.block_tokens * window_blocks);
   DeviceBuffer q_d = DeviceBuffer::From(q);
   GuardedOutputs out(rows, shape.kv_lora_rank);
   MlaGpuDecodeArgs args;
@@ -500,7 +508,8 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   const std::string what = absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ",
                                         num_heads, " split ", tokens_per_split,
                                         pointer_list ? " pointer list" : "",
-                                        rising ? " rising" : "");
+                                        rising ? " rising" : "", " window blocks ",
+                                        window_blocks);
   ExpectValidPartial(out.HostO(), out.HostLse(), shape.kv_lora_rank, what + " GPU partial");
   DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
   WS_ASSERT_OK(GpuMergeStates(cpu_o_d.as<float>(), cpu_lse_d.as<float>(), args.o, args.lse,
@@ -541,6 +550,21 @@ TEST(MlaGpuRisingTest, LateRescalesEqualReference) {
     for (Split split : {Split::kAllTiles, Split::kRandom}) {
       for (int32_t per : {0, 64}) {
         CheckMla(tokens, split, 16, per, /*pointer_list=*/false, /*rising=*/true);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+// A D-window of two blocks (KvCacheConfig's W may be any multiple of the block size): the
+// window's tokens past the first block, every split, the planned and a fixed split size.
+TEST(MlaGpuWindowTest, WindowOfTwoBlocks) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t tokens : kTokenCounts) {
+    for (Split split : kSplits) {
+      for (int32_t per : {0, 64}) {
+        CheckMla(tokens, split, 16, per, /*pointer_list=*/per == 64, /*rising=*/false,
+                 /*window_blocks=*/2);
         if (::testing::Test::HasFailure()) return;
       }
     }

@@ -78,6 +78,8 @@ constexpr PrefillCase kCases[] = {
     {"Qwen3", 32, 4, 128, 256},
     {"Mixtral", 32, 8, 128, 64},
     {"Odd6x3d64", 6, 3, 64, 32},
+    {"Group3", 12, 4, 128, 64},   // 128 rows a CTA hold 42 queries and 2 unused rows
+    {"Group16", 32, 2, 64, 32},   // 8 queries a CTA
 };
 constexpr int32_t kChunkLengths[] = {1, 5, 77, 255, 257};
 constexpr int64_t kPriorTokens[] = {0, 100, 1000};

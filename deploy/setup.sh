@@ -28,8 +28,9 @@ PACKAGES=(
   libabsl-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev
   # The tests' and scripts' own tools: python3 (the reports, the e2e test, quickstart's
-  # JSON), procps (pgrep, to find processes left behind).
-  python3 procps
+  # JSON), procps (pgrep, to find processes left behind), xz-utils (deploy/gpu-bundle.sh
+  # packs the GPU bundle with xz).
+  python3 procps xz-utils
   # oneDNN's CMake config looks for OpenCL (its GPU runtime), which libdnnl-dev only
   # recommends: without it, a machine with no OpenCL headers fails at configure.
   ocl-icd-opencl-dev

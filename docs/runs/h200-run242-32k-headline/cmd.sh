@@ -3,7 +3,7 @@
 # a point's second turn): DeepSeek (1.37x over cpu-all in run 238) and Mixtral (1.27x in run
 # 239). What was left of the session's device time (474 s).
 deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
-for spec in deepseek_v2:3:8:70 mixtral:3:8:170; do
+for spec in deepseek_v2:3:8:70 mixtral:3:8:150; do
   arch=${spec%%:*}; SECONDS=0
   deploy/gpu-grids.sh --one-runtime --turns 2 --turn-warmup 4 --no-probe --out /tmp/g242/$arch --budget-s 180 --batches 32 --contexts 32768 --policies "writescope cpu-all transfer-all" --archive $OUT/g-$arch.tgz $spec > $OUT/grid-$arch.log 2>&1; echo "$arch rc=$? ${SECONDS}s"
   grep "vs the best baseline" /tmp/g242/$arch/report-$arch.txt | head -2

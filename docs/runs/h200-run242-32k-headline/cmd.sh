@@ -9,3 +9,5 @@ for spec in deepseek_v2:3:8:70 mixtral:3:8:150; do
   grep "vs the best baseline" /tmp/g242/$arch/report-$arch.txt | head -2
   python3 deploy/best_baseline_report.py /tmp/g242/$arch/bench-$arch.csv | sed -n '/^Paired/,/^Points/p'
 done
+# Ran in session 47 (2026-12-05 ~05:21 UTC, bundle of run 240; wall 151 s): DeepSeek 32 s,
+# Mixtral 116 s, 3 rounds x 2 turns each; the archives unpacked into deepseek_v2/ and mixtral/.

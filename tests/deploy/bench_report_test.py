@@ -228,6 +228,29 @@ checks += [
      "the serial rest is the least of the policies' at the point"),
 ]
 
+# Another policy ran the experts faster (cpu-all: 1.0 ms a step against writescope's 2.0; its
+# own rest 8 - 4 - 0.5 = 3.5 is the least): the bound as before, with writescope's experts
+# (0.75 ms a layer: 3 + 3.5 = 6.5 ms, step / bound 0.92), then with cpu-all's (0.25 ms a
+# layer: max(r + 0.25, 1 - r) = 0.625, 2.5 + 3.5 = 6.0 ms, step / it 1.00). With no faster
+# policy (the least-rest case above) the line adds nothing.
+fast_experts = run_report(
+    HEADER + "writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3\n"
+    "cpu-all,4,1,1256,8,125.0,8.0,0,4.0,0.5,1.0,1,1,1,0,7.8,8.0,8.2\n",
+    "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
+    "--cpu-tflops", "1000").stdout
+text += fast_experts
+checks += [
+    ("bound     6.50 ms (step / bound 0.92)" in fast_experts
+     and "with cpu-all's experts (1.00 ms against 2.00): bound     6.00 ms (step / it 1.00)"
+     in fast_experts
+     and "within 1.15x of the bound with the fastest policy's experts: 1 of 1 points"
+     in fast_experts,
+     "the bound again with the fastest policy's expert time"),
+    ("with " not in least_rest.split("Roofline")[1].split("within")[0]
+     and "fastest policy" not in least_rest,
+     "no second bound where no policy ran the experts faster"),
+]
+
 # A CSV that records the trio's D-window (window_tokens): W=756 leaves 500 host tokens of the
 # 1256, 0.5 ms per layer either way; the experts' 0.5 ms per layer then bound the layer
 # (e >= H b): 2 ms for 4 layers + the rest's 4 = 6 ms, whatever --window-tokens says.

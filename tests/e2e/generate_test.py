@@ -804,8 +804,8 @@ def check_bench_policies(env, trio):
         pilot = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
                              "--decode_steps=20", "--warmup_steps=1", "--policies=cpu-all",
                              f"--csv={pilot_csv}"], timeout=60)
-        pilot_ms = (float(read_csv_rows(pilot_csv)[0]["step_ms"]) if pilot.returncode == 0
-                    else 1.0)
+        pilot_rows = read_csv_rows(pilot_csv) if pilot.returncode == 0 else []
+        pilot_ms = float(pilot_rows[0]["step_ms"]) if pilot_rows else 1.0  # none: the host's
         round_steps = max(20, min(600, int(600 / max(pilot_ms, 1e-3))))
         note(f"bench --bench_for=3s: {round_steps} steps a round (pilot step {pilot_ms:.2f} ms)")
         timed_csv = os.path.join(work, "timed.csv")

@@ -213,14 +213,19 @@ checks += [
      "--probe: a probe without the joint read is refused, naming the key"),
 ]
 
+def bound_beside(other_row):
+    """The report, at the round ceilings above, of the round writescope point and one other
+    policy's row at it."""
+    return run_report(
+        HEADER + "writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3\n"
+        + other_row, "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
+        "--cpu-tflops", "1000").stdout
+
+
 # The serial rest is the smallest of the policies' at the point: transfer-all's 5 - 2.0 - 0.5
 # = 2.5 ms against writescope's own 4 (which holds its waits for the later path): bound 3 +
 # 2.5 = 5.5 ms, step / bound 6 / 5.5 = 1.09.
-least_rest = run_report(
-    HEADER + "writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3\n"
-    "transfer-all,4,1,1256,8,200.0,5.0,2.0,0.0,0.5,2.0,0,0,0.5,0,4.8,5.0,5.2\n",
-    "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
-    "--cpu-tflops", "1000").stdout
+least_rest = bound_beside("transfer-all,4,1,1256,8,200.0,5.0,2.0,0.0,0.5,2.0,0,0,0.5,0,4.8,5.0,5.2\n")
 text += least_rest
 checks += [
     ("bound     5.50 ms (step / bound 1.09)" in least_rest
@@ -233,11 +238,7 @@ checks += [
 # (0.75 ms a layer: 3 + 3.5 = 6.5 ms, step / bound 0.92), then with cpu-all's (0.25 ms a
 # layer: max(r + 0.25, 1 - r) = 0.625, 2.5 + 3.5 = 6.0 ms, step / it 1.00). With no faster
 # policy (the least-rest case above) the line adds nothing.
-fast_experts = run_report(
-    HEADER + "writescope,4,1,1256,8,166.667,6.0,1.5,1.0,0.5,2.0,0.5,0.5,0.5,0,5.7,6.0,6.3\n"
-    "cpu-all,4,1,1256,8,125.0,8.0,0,4.0,0.5,1.0,1,1,1,0,7.8,8.0,8.2\n",
-    "--ceilings", "qwen3_moe", "--h2d-gbps", "2.048", "--dram-gbps", "2.048",
-    "--cpu-tflops", "1000").stdout
+fast_experts = bound_beside("cpu-all,4,1,1256,8,125.0,8.0,0,4.0,0.5,1.0,1,1,1,0,7.8,8.0,8.2\n")
 text += fast_experts
 checks += [
     ("bound     6.50 ms (step / bound 0.92)" in fast_experts

@@ -39,10 +39,10 @@
      transfer-all's 14.0, and a second round of writescope at 163.8 ms under a bound of 180.8
      taken with its own). The point's line prints writescope's own rest beside it.
      Where another policy at the point ran the same expert work faster than writescope (the
-     KV streaming slows the CPU experts: host DRAM serves both; cpu-all's took 17-18 % less
-     than writescope's at Mixtral 32 x 32K, runs 239 and 242), the line adds the bound with
-     that policy's expert time: what a split would reach if the streaming cost the experts
-     nothing. Its own count of points within 1.15x follows the first.
+     KV streaming slows the CPU experts, most likely as host DRAM serves both: writescope's
+     took 17-18 % longer than cpu-all's at Mixtral 32 x 32K, runs 239 and 242), the line adds
+     the bound with that policy's expert time: what a split would reach if the streaming cost
+     the experts nothing. Its own count of points within 1.15x follows the first.
   4. per point and policy, what the step spends beyond its attention and experts (step - the
      larger attention time - the CPU experts' time): what running the CPU path costs the step
      outside the per-layer model shows as writescope's or cpu-all's excess over transfer-all.
@@ -550,10 +550,13 @@ def print_bound(by, batches, policies, args, source, h2d_gbps, dram_gbps, host_r
         for context, r in sorted(by.get(("writescope", batch), {}).items()):
             at_point = [(policy, by[(policy, batch)][context]) for policy in policies
                         if context in by.get((policy, batch), {})]
-            rests = [own_rest_ms(row) for _, row in at_point]
-            attention, bound, rest = step_bound_ms(r, shape, h2d_gbps, dram_gbps,
-                                                   args.cpu_tflops, args.window_tokens,
-                                                   host_read_gbps, min(rests))
+            least_rest = min(own_rest_ms(row) for _, row in at_point)
+
+            def bound_of(row):  # (attention bound, step bound, serial rest) at these ceilings
+                return step_bound_ms(row, shape, h2d_gbps, dram_gbps, args.cpu_tflops,
+                                     args.window_tokens, host_read_gbps, least_rest)
+
+            attention, bound, rest = bound_of(r)
             measured_attention = max(r["gpu_attention_ms"], r["cpu_attention_ms"])
             ratio = r["step_ms"] / bound if bound > 0 else float("nan")
             total += 1
@@ -564,10 +567,7 @@ def print_bound(by, batches, policies, args, source, h2d_gbps, dram_gbps, host_r
                     f"{rest:6.2f} ms (writescope's own {own_rest_ms(r):6.2f})")
             fastest, fast_row = min(at_point, key=lambda item: item[1]["cpu_expert_ms"])
             if fast_row["cpu_expert_ms"] < r["cpu_expert_ms"]:
-                unslowed = dict(r, cpu_expert_ms=fast_row["cpu_expert_ms"])
-                fast_bound = step_bound_ms(unslowed, shape, h2d_gbps, dram_gbps,
-                                           args.cpu_tflops, args.window_tokens, host_read_gbps,
-                                           min(rests))[1]
+                fast_bound = bound_of(dict(r, cpu_expert_ms=fast_row["cpu_expert_ms"]))[1]
                 fast_ratio = r["step_ms"] / fast_bound if fast_bound > 0 else float("nan")
                 total_fast += 1
                 within_fast += fast_ratio <= 1.15

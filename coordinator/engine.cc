@@ -427,6 +427,7 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_gpu_hot_expert_ms(r.gpu_hot_expert_ms);
       step->set_hot_pair_share(r.hot_pair_share);
       step->set_experts_per_layer(r.experts_per_layer);
+      step->set_cpu_experts_per_layer(r.cpu_experts_per_layer);
       step->set_early_rounds_missed(r.early_rounds_missed);
       step->set_transfer_ms(r.transfer_ms);
       step->set_cpu_ns_per_token(r.cpu_ns_per_token);
@@ -1170,6 +1171,8 @@ absl::Status Engine::RunOneStep() {
   if (gpu_result->moe_layers() > 0) {
     record.experts_per_layer = static_cast<double>(gpu_result->routed_experts()) /
                                static_cast<double>(gpu_result->moe_layers());
+    record.cpu_experts_per_layer = static_cast<double>(gpu_result->cpu_routed_experts()) /
+                                   static_cast<double>(gpu_result->moe_layers());
   }
   if (gpu_result->routed_pairs() > 0) {
     record.hot_pair_share = static_cast<double>(gpu_result->hot_expert_pairs()) /

@@ -291,6 +291,7 @@ class Engine {
     double rest_split_ms = 0, rest_gpu_only_ms = 0;  // the rests behind them
     double gpu_hot_expert_ms = 0, hot_pair_share = 0;
     double experts_per_layer = 0;      // StepResult.routed_experts / moe_layers (0: none)
+    double cpu_experts_per_layer = 0;  // StepResult.cpu_routed_experts / moe_layers
     uint32_t early_rounds_missed = 0;  // StepResult.early_rounds_missed
     double transfer_ms = 0;            // StepResult.transfer_ms (0: not timed)
     double gpu_waited_cpu_ms = 0;      // StepResult.cpu_attention_wait_ms

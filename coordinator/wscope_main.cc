@@ -340,7 +340,7 @@ constexpr char kPointCsvHeader[] =
     "cpu_attention_ms,gpu_expert_wait_ms,cpu_expert_ms,target_cpu_share,placed_cpu_share,"
     "optimal_cpu_share,bound_attention_ms,step_ms_p10,step_ms_p50,step_ms_p90,read_cpu_share,"
     "explore_steps,gpu_hot_expert_ms,hot_pair_share,window_tokens,transfer_ms,"
-    "gpu_waited_cpu_ms,sampling,experts_per_layer,round,turn";
+    "gpu_waited_cpu_ms,sampling,experts_per_layer,round,turn,cpu_experts_per_layer";
 constexpr char kStepsCsvHeader[] =
     "policy,round,step,unix_s,step_ms,gpu_attention_ms,cpu_attention_ms,"
     "cpu_expert_ms,target_cpu_share,placed_cpu_share,"
@@ -350,7 +350,7 @@ constexpr char kStepsCsvHeader[] =
     "experts_per_layer,resplit_ms,resplit_blocks,cpu_ns_per_token,"
     "cpu_fixed_us,gpu_ns_per_token,gpu_fixed_us,dma_ns_per_token,"
     "dma_fixed_us,chain_extra_us,host_tokens,gpu_transfer_copies,"
-    "gpu_worker_cpu_ms,explore_reason,turn";
+    "gpu_worker_cpu_ms,explore_reason,turn,cpu_experts_per_layer";
 
 // Opens a bench CSV to append rows of `header`'s columns to, writing the header when the
 // file is new or empty. nullptr, with a message and the exit status in `exit_code`, when the
@@ -384,24 +384,24 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
   if (file == nullptr) return;
   for (int i = 0; i < steps.size(); ++i) {
     const auto& step = steps[i];
-    std::fprintf(file,
-                 "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
-                 "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu,%.4f,%.2f,%.4f,%.2f,%.4f,%.2f,"
-                 "%.2f,%llu,%llu,%.3f,%s,%u\n",
-                 policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
-                 step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
-                 step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
-                 static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
-                 step.read_cpu_share(), step.explore() ? 1 : 0, step.predicted_split_ms(),
-                 step.predicted_gpu_only_ms(), step.rest_split_ms(), step.rest_gpu_only_ms(),
-                 step.early_rounds_missed(), step.transfer_ms(), step.gpu_waited_cpu_ms(),
-                 step.experts_per_layer(), step.resplit_ms(),
-                 static_cast<unsigned long long>(step.resplit_blocks()),
-                 step.cpu_ns_per_token(), step.cpu_fixed_us(), step.gpu_ns_per_token(),
-                 step.gpu_fixed_us(), step.dma_ns_per_token(), step.dma_fixed_us(),
-                 step.chain_extra_us(), static_cast<unsigned long long>(step.host_tokens()),
-                 static_cast<unsigned long long>(step.gpu_transfer_copies()),
-                 step.gpu_worker_cpu_ms(), step.explore_reason().c_str(), turn);
+    std::fprintf(
+        file,
+        "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
+        "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu,%.4f,%.2f,%.4f,%.2f,%.4f,%.2f,"
+        "%.2f,%llu,%llu,%.3f,%s,%u,%.2f\n",
+        policy.c_str(), round, i, step.end_unix_s(), step.step_ms(), step.gpu_attention_ms(),
+        step.cpu_attention_ms(), step.cpu_expert_ms(), step.target_cpu_share(),
+        step.placed_cpu_share(), step.optimal_cpu_share(), static_cast<unsigned long long>(batch),
+        static_cast<unsigned long long>(context), step.read_cpu_share(), step.explore() ? 1 : 0,
+        step.predicted_split_ms(), step.predicted_gpu_only_ms(), step.rest_split_ms(),
+        step.rest_gpu_only_ms(), step.early_rounds_missed(), step.transfer_ms(),
+        step.gpu_waited_cpu_ms(), step.experts_per_layer(), step.resplit_ms(),
+        static_cast<unsigned long long>(step.resplit_blocks()), step.cpu_ns_per_token(),
+        step.cpu_fixed_us(), step.gpu_ns_per_token(), step.gpu_fixed_us(), step.dma_ns_per_token(),
+        step.dma_fixed_us(), step.chain_extra_us(),
+        static_cast<unsigned long long>(step.host_tokens()),
+        static_cast<unsigned long long>(step.gpu_transfer_copies()), step.gpu_worker_cpu_ms(),
+        step.explore_reason().c_str(), turn, step.cpu_experts_per_layer());
   }
   std::fflush(file);
 }
@@ -410,9 +410,9 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
 void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, uint64_t context,
                 uint32_t round, uint32_t turn, const std::string& sampling, std::FILE* csv) {
   // Means over the measured steps.
-  double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0,
-         optimal = 0, bound = 0, read = 0, hot = 0, hot_share = 0, transfer = 0, waited = 0,
-         experts_per_layer = 0;
+  double gpu = 0, cpu = 0, experts = 0, expert_wait = 0, target = 0, placed = 0, optimal = 0,
+         bound = 0, read = 0, hot = 0, hot_share = 0, transfer = 0, waited = 0,
+         experts_per_layer = 0, cpu_experts_per_layer = 0;
   int explore_steps = 0;
   for (const auto& step : response.steps()) {
     gpu += step.gpu_attention_ms();
@@ -430,6 +430,7 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
     transfer += step.transfer_ms();
     waited += step.gpu_waited_cpu_ms();
     experts_per_layer += step.experts_per_layer();
+    cpu_experts_per_layer += step.cpu_experts_per_layer();
   }
   const double n = std::max(1, response.steps_size());
   std::vector<double> times;
@@ -446,16 +447,14 @@ void PrintPoint(const writescope::v1::BenchResponse& response, uint64_t batch, u
   if (csv != nullptr) {
     std::fprintf(csv,
                  "%s,%u,%llu,%llu,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u,%.4f,%.4f,%s,%.2f,%u,%u\n",
+                 "%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.4f,%u,%.4f,%.4f,%s,%.2f,%u,%u,%.2f\n",
                  response.policy().c_str(), response.num_layers(),
-                 static_cast<unsigned long long>(batch),
-                 static_cast<unsigned long long>(context), response.steps_size(),
-                 response.tokens_per_second(), response.mean_step_ms(), gpu / n, cpu / n,
-                 expert_wait / n, experts / n, target / n, placed / n, optimal / n,
-                 bound / n,
-                 p10, p50, p90, read / n, explore_steps, hot / n, hot_share / n,
-                 response.window_tokens(), transfer / n, waited / n, sampling.c_str(),
-                 experts_per_layer / n, round, turn);
+                 static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
+                 response.steps_size(), response.tokens_per_second(), response.mean_step_ms(),
+                 gpu / n, cpu / n, expert_wait / n, experts / n, target / n, placed / n,
+                 optimal / n, bound / n, p10, p50, p90, read / n, explore_steps, hot / n,
+                 hot_share / n, response.window_tokens(), transfer / n, waited / n,
+                 sampling.c_str(), experts_per_layer / n, round, turn, cpu_experts_per_layer / n);
     std::fflush(csv);
   }
 }

@@ -23,8 +23,13 @@
        GPU path  (1 - r) H b b = KV bytes / H2D per token (transfers overlap the experts)
        bound = min over r of max(CPU, GPU) = max(e, H b) if e >= H b, else H b (H a + e) / (H (a + b))
      With --host-read-gbps S (ws_probe's host_read_shared: a DRAM read stream and the pinned
-     H2D copies at once, added), every host KV byte crosses the one host memory, whoever
-     reads it: the layer's bound and the attention's are at least H x KV bytes / S.
+     H2D copies at once, added), every byte a step reads from host memory crosses it, whoever
+     reads it: the attention's bound is at least its host KV bytes / S, and the step's at
+     least all of the step's host bytes / S: every layer's host KV and the weights of the
+     routed experts the cpu_worker ran (the CSV's cpu_experts_per_layer; for older CSVs an
+     estimate, see cpu_experts_read), no serial rest added (the copies stream under the
+     experts and the serial work). The KV streaming slows the CPU experts as both read host
+     memory; this is the bound that holds the two to one memory.
      With --probe JSON (ws_probe's file from the lease the CSV ran on), the bound once more
      from that lease's ceilings: its pinned H2D and DRAM triad medians and its joint read
      (leases differ: the split's copies ran at 43 GB/s beside the CPU's attention on one,
@@ -145,6 +150,9 @@ def load(path):
                     # None before.
                     "experts_per_layer": float(row["experts_per_layer"])
                     if row.get("experts_per_layer") else None,
+                    # Of them, those the cpu_worker ran (CSVs since session 48); None before.
+                    "cpu_experts_per_layer": float(row["cpu_experts_per_layer"])
+                    if row.get("cpu_experts_per_layer") else None,
                     # The bench's round and turn of the row (CSVs of later benches); 0 before.
                     "round": int(row.get("round") or 0),
                     "turn": int(row.get("turn") or 0),
@@ -172,7 +180,8 @@ def merge_repeats(rows):
         # Equal work per repeat: the throughput of all of it is the harmonic mean (load()
         # refuses a row whose tokens/s is not above 0).
         out["tokens_per_s"] = len(group) / sum(1 / g["tokens_per_s"] for g in group)
-        for field in ("read_cpu_share", "transfer_ms", "gpu_waited_cpu_ms", "experts_per_layer"):
+        for field in ("read_cpu_share", "transfer_ms", "gpu_waited_cpu_ms", "experts_per_layer",
+                      "cpu_experts_per_layer"):
             known = [g[field] for g in group if g[field] is not None]
             out[field] = sum(known) / len(known) if known else None
         if all(g["p10"] is not None and g["p90"] is not None for g in group):
@@ -271,11 +280,15 @@ def spreads_overlap(a, b):
 
 # Per token and layer: KV bytes in the cache, attention FLOPs of one decode query (scores and
 # weighted sum; MLA absorbed: every head over the shared latent of kv_lora_rank + rope values,
-# output over kv_lora_rank).
+# output over kv_lora_rank). Per routed expert: its weights' bytes in host memory (bf16, 3
+# matrices of hidden x expert intermediate). The leading dense layers (no routed experts).
 SHAPES = {
-    "qwen3_moe": {"kv_bytes": 2048, "flops": 4 * 32 * 128},
-    "mixtral": {"kv_bytes": 4096, "flops": 4 * 32 * 128},
-    "deepseek_v2": {"kv_bytes": 1152, "flops": 2 * 16 * (576 + 512)},
+    "qwen3_moe": {"kv_bytes": 2048, "flops": 4 * 32 * 128, "expert_bytes": 3 * 2048 * 768 * 2,
+                  "dense_layers": 0},
+    "mixtral": {"kv_bytes": 4096, "flops": 4 * 32 * 128, "expert_bytes": 3 * 4096 * 14336 * 2,
+                "dense_layers": 0},
+    "deepseek_v2": {"kv_bytes": 1152, "flops": 2 * 16 * (576 + 512),
+                    "expert_bytes": 3 * 2048 * 1408 * 2, "dense_layers": 1},
 }
 # The full models (../shared/models): their layers, and the bytes of their routed experts in
 # host memory (bf16; MoE layers x experts x 3 matrices x hidden x expert intermediate x 2).
@@ -301,6 +314,35 @@ def own_rest_ms(row):
                - row["expert_wait_ms"])
 
 
+def cpu_experts_read(row):
+    """(routed experts the cpu_worker ran per MoE layer, whether estimated): the CSV's
+    cpu_experts_per_layer; before that column, experts_per_layer x (1 - hot_pair_share), off
+    where the resident (hot) experts, chosen by the warm-up's counts, took more or fewer than
+    an average expert's share of a step's pairs (Mixtral, 2 of 8 experts resident, all 8
+    chosen: 5.90 at 32 x 32K, 6.17 at 16 x 32K, for the 6 the CPU ran; runs 239, 242); None
+    where the CSV has neither."""
+    if row.get("cpu_experts_per_layer") is not None:
+        return row["cpu_experts_per_layer"], False
+    if row.get("experts_per_layer") is not None:
+        return row["experts_per_layer"] * (1 - row.get("hot_pair_share", 0.0)), True
+    return None, False
+
+
+def host_bytes_per_step(row, shape, window_tokens):
+    """(KV bytes, CPU expert weight bytes, whether the experts' count is estimated) read from
+    host memory per step: every host KV token of every layer (by the CPU in place or by the
+    copies), and the weights of the experts the cpu_worker ran in each MoE layer (0 where the
+    CSV does not say)."""
+    layers = max(row["layers"], 1)
+    if row.get("window_tokens") is not None:
+        window_tokens = row["window_tokens"]
+    host_tokens = row["batch"] * max(0, row["context"] - window_tokens)
+    experts, estimated = cpu_experts_read(row)
+    moe_layers = max(0, layers - shape["dense_layers"])
+    expert_bytes = (experts or 0.0) * moe_layers * shape["expert_bytes"]
+    return layers * host_tokens * shape["kv_bytes"], expert_bytes, estimated
+
+
 def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens,
                   host_read_gbps=None, rest=None):
     """(attention-only bound, step bound, serial rest) in ms per step for one point. The
@@ -319,12 +361,16 @@ def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens,
         layer = e
     else:
         layer = gpu_all * (cpu_all + e) / (cpu_all + gpu_all)
-    if host_read_gbps:
-        shared = host_tokens * shape["kv_bytes"] / host_read_gbps * 1e-6
-        attention, layer = max(attention, shared), max(layer, shared)
     if rest is None:
         rest = own_rest_ms(row)
-    return layers * attention, layers * layer + rest, rest
+    step = layers * layer + rest
+    if host_read_gbps:
+        kv_bytes, expert_bytes, _ = host_bytes_per_step(row, shape, window_tokens)
+        attention = max(attention, kv_bytes / layers / host_read_gbps * 1e-6)
+        # The copies stream under the experts and the serial work too, so the serial rest is
+        # not added to what the host memory takes.
+        step = max(step, (kv_bytes + expert_bytes) / host_read_gbps * 1e-6)
+    return layers * attention, step, rest
 
 
 def main():
@@ -565,6 +611,13 @@ def print_bound(by, batches, policies, args, source, h2d_gbps, dram_gbps, host_r
                     f"{bound:8.2f} ms (step / bound {ratio:.2f}); attention "
                     f"{measured_attention:7.2f} ms, its bound {attention:7.2f} ms; serial rest "
                     f"{rest:6.2f} ms (writescope's own {own_rest_ms(r):6.2f})")
+            if host_read_gbps:
+                kv_bytes, expert_bytes, estimated = host_bytes_per_step(r, shape,
+                                                                        args.window_tokens)
+                line += (f"; host memory {kv_bytes / 1e9:.2f} GB of KV + "
+                         f"{expert_bytes / 1e9:.2f} GB of CPU experts"
+                         f"{' (their count estimated)' if estimated else ''} a step: "
+                         f"{(kv_bytes + expert_bytes) / host_read_gbps * 1e-6:.2f} ms")
             fastest, fast_row = min(at_point, key=lambda item: item[1]["cpu_expert_ms"])
             if fast_row["cpu_expert_ms"] < r["cpu_expert_ms"]:
                 fast_bound = bound_of(dict(r, cpu_expert_ms=fast_row["cpu_expert_ms"]))[1]

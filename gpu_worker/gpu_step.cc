@@ -122,6 +122,7 @@ struct GpuStep::Step {
   int64_t hot_pairs = 0;      // (token, k) pairs of resident experts, over layers
   int64_t routed_pairs = 0;   // all (token, k) pairs of the steps not experts_on_gpu
   int64_t routed_experts = 0;  // distinct experts chosen per MoE layer, summed over them
+  int64_t cpu_routed_experts = 0;  // of them, those the cpu_worker ran (StepResult)
   uint32_t moe_layers = 0;
 };
 
@@ -432,6 +433,7 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   result.set_hot_expert_pairs(static_cast<uint64_t>(step.hot_pairs));
   result.set_routed_pairs(static_cast<uint64_t>(step.routed_pairs));
   result.set_routed_experts(static_cast<uint64_t>(step.routed_experts));
+  result.set_cpu_routed_experts(static_cast<uint64_t>(step.cpu_routed_experts));
   result.set_moe_layers(step.moe_layers);
   result.set_attended_tokens(layout.transfer_host_tokens);
   result.set_early_rounds_missed(step.early_rounds_missed);
@@ -663,13 +665,8 @@ absl::Status GpuStep::Layer(Step& step, uint32_t layer) {
       WS_RETURN_IF_ERROR(ops_->RouterLogits(layer, h.data(), T, logits.data()));
       kernels::model::RouteTokens(logits.data(), T, router, ids.data(), weights.data());
       if (hot_ != nullptr) hot_->Count(layer, ids.data(), T, router.top_k);
-      std::vector<bool> chosen(router.num_experts, false);
-      for (const int32_t e : ids) {
-        if (e >= 0 && e < router.num_experts && !chosen[e]) {
-          chosen[e] = true;
-          ++step.routed_experts;
-        }
-      }
+      step.routed_experts +=
+          HotExperts::Distinct(ids.data(), static_cast<int64_t>(ids.size()), router.num_experts);
       ++step.moe_layers;
     }
     PinnedArray<float>& routed = Sized(scratch_->routed, T * hidden);
@@ -719,6 +716,8 @@ absl::Status GpuStep::RoutedOnWorkers(Step& step, uint32_t layer, const float* h
   if (cold_any) {
     const std::vector<int32_t>& send_ids = hot_pairs > 0 ? scratch_->cold_ids : ids;
     const std::vector<float>& send_weights = hot_pairs > 0 ? scratch_->cold_weights : weights;
+    step.cpu_routed_experts += HotExperts::Distinct(
+        send_ids.data(), static_cast<int64_t>(send_ids.size()), ops_->router().num_experts);
     const absl::Span<const std::byte> parts[] = {
         absl::MakeConstSpan(reinterpret_cast<const std::byte*>(h), T * hidden * sizeof(float)),
         Bytes(send_ids), Bytes(send_weights)};

@@ -90,4 +90,16 @@ int64_t HotExperts::Split(const std::function<bool(int32_t)>& is_resident, const
   return hot;
 }
 
+int64_t HotExperts::Distinct(const int32_t* ids, int64_t count, int64_t num_experts) {
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(num_experts, 0)), false);
+  int64_t distinct = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (ids[i] >= 0 && ids[i] < num_experts && !seen[ids[i]]) {
+      seen[ids[i]] = true;
+      ++distinct;
+    }
+  }
+  return distinct;
+}
+
 }  // namespace writescope::gpu

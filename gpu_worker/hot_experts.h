@@ -77,6 +77,9 @@ class HotExperts {
                        const float* weights, int64_t tokens, int64_t top_k,
                        std::vector<int32_t>* hot_ids, std::vector<float>* hot_weights,
                        std::vector<int32_t>* cold_ids, std::vector<float>* cold_weights);
+  // The distinct experts among `count` ids (a layer's routing, or one side of a Split): ids
+  // outside [0, num_experts), the -1 of the other side among them, are not counted.
+  static int64_t Distinct(const int32_t* ids, int64_t count, int64_t num_experts);
 
  private:
   const ModelConfig& config_;

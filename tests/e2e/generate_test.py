@@ -752,6 +752,14 @@ def check_bench_policies(env, trio):
         check(all(top_k < float(r.get("experts_per_layer") or 0) <= most for r in rows),
               f"bench: the experts per MoE layer of a greedy batch of 2 in ({top_k}, {most}]",
               "; ".join(f"{r['policy']} {r.get('experts_per_layer')}" for r in rows))
+        # No hot experts in this trio: the cpu_worker ran every one of them, in both CSVs.
+        step_rows = read_csv_rows(steps_path)
+        check(all(r.get("cpu_experts_per_layer") == r.get("experts_per_layer")
+                  for r in rows + step_rows) and step_rows,
+              "bench: without hot experts the cpu_worker ran all the experts per MoE layer "
+              "(cpu_experts_per_layer, point and steps CSVs)",
+              "; ".join(f"{r['policy']} {r.get('cpu_experts_per_layer')} of "
+                        f"{r.get('experts_per_layer')}" for r in rows))
         # The decoded tokens sampled at a temperature, with top-p and top lists.
         sampled_csv = os.path.join(work, "sampled.csv")
         sampled = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
@@ -1205,6 +1213,21 @@ def check_hot_experts(env, arch, prompt, ref):
               "cpu_experts" in proc.stdout,
               "hot experts: the profile shows hot_experts spans (gpu_worker) beside cpu_experts",
               proc.stdout[-1500:] + proc.stderr[-300:])
+        # A bench's steps: of the experts a MoE layer chose, the resident ones ran here, so
+        # the cpu_worker ran fewer (where some pairs were hot), and some (where not all were).
+        csv_path = os.path.join(env.work, "bench-hot.csv")
+        proc = trio.wscope(["bench", f"--target={trio.target}", "--batches=2", "--contexts=256",
+                            "--decode_steps=3", "--warmup_steps=1", "--policies=cpu-all",
+                            f"--csv={csv_path}"], timeout=120)
+        rows = read_csv_rows(csv_path) if proc.returncode == 0 else []
+        counts = [(float(r.get("hot_pair_share") or "nan"),
+                   float(r.get("cpu_experts_per_layer") or "nan"),
+                   float(r.get("experts_per_layer") or "nan")) for r in rows]
+        check(len(counts) == 1 and all(0 < hot < 1 and 0 < cpu < every
+                                       for hot, cpu, every in counts),
+              "hot experts: a bench's point has hot pairs, and the cpu_worker ran fewer experts "
+              "per MoE layer than the layers chose, more than none",
+              f"{proc.stderr[-500:]} rows (hot pair share, cpu, all): {counts}")
     finally:
         trio.stop()
 

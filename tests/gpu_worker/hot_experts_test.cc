@@ -132,5 +132,24 @@ TEST(HotExperts, SplitPutsEachPairOnOneSide) {
   EXPECT_TRUE(hot_ids.empty());
 }
 
+TEST(HotExperts, DistinctCountsEachExpertOnceAndNoPlaceholder) {
+  // A layer of 4 tokens x top 2 over 8 experts: 3, 5 and 6 chosen, 5 twice.
+  const std::vector<int32_t> ids = {3, 5, 6, 5, 3, 6, 5, 3};
+  EXPECT_EQ(HotExperts::Distinct(ids.data(), 8, 8), 3);
+  EXPECT_EQ(HotExperts::Distinct(ids.data(), 2, 8), 2);  // the first token's pair
+  EXPECT_EQ(HotExperts::Distinct(ids.data(), 0, 8), 0);
+  // One side of a split: the other side's -1, and ids beyond the experts, do not count.
+  std::vector<int32_t> hot_ids, cold_ids;
+  std::vector<float> hot_w, cold_w;
+  const std::vector<float> weights(ids.size(), 0.5f);
+  HotExperts::Split([](int32_t e) { return e == 5; }, ids.data(), weights.data(), 4, 2, &hot_ids,
+                    &hot_w, &cold_ids, &cold_w);
+  EXPECT_EQ(HotExperts::Distinct(hot_ids.data(), 8, 8), 1);
+  EXPECT_EQ(HotExperts::Distinct(cold_ids.data(), 8, 8), 2);
+  const std::vector<int32_t> odd = {-1, 8, 9, 7, 7, -2};
+  EXPECT_EQ(HotExperts::Distinct(odd.data(), 6, 8), 1);
+  EXPECT_EQ(HotExperts::Distinct(odd.data(), 6, 0), 0);
+}
+
 }  // namespace
 }  // namespace writescope::gpu

@@ -6,7 +6,10 @@
 # Order: alone, under a pinned H2D stream (kv_transfer_bench's per-layer transfers, many
 # steps, in a loop), alone again (drift). The stream's own launcher thread takes one of the 16
 # cores: the experts bench with 15 threads alone is the fair control for that.
+# Session 48 added the probe first: this lease's joint host read (the CPU stream and the pinned
+# copies at once, host_read_shared) beside the experts' own loss under the stream.
 deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64; B=/tmp/ws/bin
+timeout 90 $B/ws_probe --json=$OUT/probe.json --channel=false --pageable_mib=256 > $OUT/probe.log 2>&1; grep -E "H2D pinned|DRAM|both at once" $OUT/probe.log
 experts() { OMP_NUM_THREADS=$1 timeout 120 $B/cpu_experts_bench --shapes=qwen3,mixtral --batch=4,32 --seconds=2 --modes=packed 2>&1 | grep -E "^(Qwen3|Mixtral).* packed" ; }
 echo "== alone, 16 threads"; experts 16 | tee $OUT/alone16.txt
 echo "== alone, 15 threads"; experts 15 | tee $OUT/alone15.txt

@@ -29,7 +29,9 @@
      routed experts the cpu_worker ran (the CSV's cpu_experts_per_layer; for older CSVs an
      estimate, see cpu_experts_read), no serial rest added (the copies stream under the
      experts and the serial work). The KV streaming slows the CPU experts as both read host
-     memory; this is the bound that holds the two to one memory.
+     memory; this is the bound that holds the two to one memory. The line prints what the
+     step itself read (those bytes / the step), marked where it is above S: that lease's
+     joint read was higher than the one given, and the bound from S is too high there.
      With --probe JSON (ws_probe's file from the lease the CSV ran on), the bound once more
      from that lease's ceilings: its pinned H2D and DRAM triad medians and its joint read
      (leases differ: the split's copies ran at 43 GB/s beside the CPU's attention on one,
@@ -614,10 +616,15 @@ def print_bound(by, batches, policies, args, source, h2d_gbps, dram_gbps, host_r
             if host_read_gbps:
                 kv_bytes, expert_bytes, estimated = host_bytes_per_step(r, shape,
                                                                         args.window_tokens)
+                # What the step itself read: a lease whose steps read more than the joint
+                # read given has a higher ceiling than it (the bound is then too high).
+                step_gbps = (kv_bytes + expert_bytes) / (r["step_ms"] * 1e6)
                 line += (f"; host memory {kv_bytes / 1e9:.2f} GB of KV + "
                          f"{expert_bytes / 1e9:.2f} GB of CPU experts"
                          f"{' (their count estimated)' if estimated else ''} a step: "
-                         f"{(kv_bytes + expert_bytes) / host_read_gbps * 1e-6:.2f} ms")
+                         f"{(kv_bytes + expert_bytes) / host_read_gbps * 1e-6:.2f} ms, the step "
+                         f"read {step_gbps:.1f} GB/s"
+                         f"{' (above the joint read given)' if step_gbps > host_read_gbps else ''}")
             fastest, fast_row = min(at_point, key=lambda item: item[1]["cpu_expert_ms"])
             if fast_row["cpu_expert_ms"] < r["cpu_expert_ms"]:
                 fast_bound = bound_of(dict(r, cpu_expert_ms=fast_row["cpu_expert_ms"]))[1]

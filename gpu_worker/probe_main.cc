@@ -40,6 +40,7 @@
 #include "absl/strings/str_join.h"
 #include "common/channel_measure.h"
 #include "common/data_plane.h"
+#include "common/host_stream.h"
 #include "common/log.h"
 #include "common/shm_arena.h"
 #include "common/status.h"
@@ -281,9 +282,7 @@ absl::Status ProbeSharedHostMemory(gpu::Device& device, absl::Span<const std::by
     b[i] = 2.0;
   }
   auto read_kernel = [&] {
-    double sum = 0.0;
-#pragma omp parallel for simd schedule(static) num_threads(threads) reduction(+ : sum)
-    for (size_t i = 0; i < n; ++i) sum += a[i] + b[i];
+    const double sum = SumOfTwoArrays(a, b, n, threads);
     if (sum != 3.0 * static_cast<double>(n)) {
       return absl::InternalError("the DRAM read stream computed garbage");
     }

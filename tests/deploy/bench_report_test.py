@@ -198,7 +198,8 @@ checks += [
     ("bound     8.00 ms (step / bound 0.75)" in joint_low
      and "its bound    8.00 ms" in joint_low
      and "host memory read by both at once 1.024 GB/s" in joint_low
-     and "host memory 0.01 GB of KV + 0.00 GB of CPU experts a step: 8.00 ms" in joint_low,
+     and "host memory 0.01 GB of KV + 0.00 GB of CPU experts a step: 8.00 ms, the step read "
+     "1.4 GB/s (above the joint read given)\n" in joint_low,
      "a joint host-memory ceiling below the split's raises the bound"),
     ("bound     7.00 ms (step / bound 0.86)" in joint_high, "a joint ceiling above it does not"),
     (lease.returncode == 0
@@ -239,6 +240,8 @@ checks += [
 # The CPU experts' weights in the joint host-memory bound: 2 experts per MoE layer on the
 # cpu_worker, 4 MoE layers of Qwen3 (9437184 bytes an expert): 75.50 MB a step beside the KV's
 # 8.19 MB, 83.69 MB at 10 GB/s: 8.37 ms, above the split's 7 (at 100 GB/s, 0.84 ms: 7 stays).
+# The 6-ms step read 83.69 MB: 13.9 GB/s, above a joint read of 10 (flagged: the lease's
+# ceiling is higher than the one given), below one of 100.
 # Without the column, experts_per_layer x (1 - hot_pair_share) = 4 x 0.5 stands in for it,
 # said as estimated; without a joint ceiling the experts' bytes do not enter the bound.
 E_HEADER = (HEADER.rstrip("\n") + ",gpu_hot_expert_ms,hot_pair_share,experts_per_layer,"
@@ -254,7 +257,8 @@ experts_no_joint = run_report(E_HEADER + E_ROW + "2.0\n", *ceilings).stdout
 text += experts_counted + experts_estimated
 checks += [
     ("bound     8.37 ms (step / bound 0.72)" in experts_counted
-     and "host memory 0.01 GB of KV + 0.08 GB of CPU experts a step: 8.37 ms" in experts_counted,
+     and "host memory 0.01 GB of KV + 0.08 GB of CPU experts a step: 8.37 ms, the step read "
+     "13.9 GB/s (above the joint read given)" in experts_counted,
      "the CPU experts' weights count in the joint host-memory bound"),
     ("bound     8.37 ms" in experts_estimated
      and "0.08 GB of CPU experts (their count estimated) a step" in experts_estimated,
@@ -262,6 +266,8 @@ checks += [
     ("bound     7.00 ms" in experts_fast_memory and "bound     7.00 ms" in experts_no_joint
      and "host memory 0.01" not in experts_no_joint,
      "a joint ceiling above the host bytes, or none, leaves the bound"),
+    ("the step read 13.9 GB/s\n" in experts_fast_memory,
+     "a step that read less than the joint read given is not flagged"),
 ]
 
 # Another policy ran the experts faster (cpu-all: 1.0 ms a step against writescope's 2.0; its

@@ -320,9 +320,9 @@ def cpu_experts_read(row):
     """(routed experts the cpu_worker ran per MoE layer, whether estimated): the CSV's
     cpu_experts_per_layer; before that column, experts_per_layer x (1 - hot_pair_share), off
     where the resident (hot) experts, chosen by the warm-up's counts, took more or fewer than
-    an average expert's share of a step's pairs (Mixtral, 2 of 8 experts resident, all 8
-    chosen: 5.90 at 32 x 32K, 6.17 at 16 x 32K, for the 6 the CPU ran; runs 239, 242); None
-    where the CSV has neither."""
+    an average expert's share of a step's pairs (Mixtral, 2 of 8 experts resident: 6.03 and
+    5.92 at 32 x 32K in runs 239 and 242, where all 8 were chosen and the CPU ran 6; 6.17 at
+    16 x 32K in run 239, 7.94 chosen); None where the CSV has neither."""
     if row.get("cpu_experts_per_layer") is not None:
         return row["cpu_experts_per_layer"], False
     if row.get("experts_per_layer") is not None:
@@ -331,10 +331,10 @@ def cpu_experts_read(row):
 
 
 def host_bytes_per_step(row, shape, window_tokens):
-    """(KV bytes, CPU expert weight bytes, whether the experts' count is estimated) read from
-    host memory per step: every host KV token of every layer (by the CPU in place or by the
-    copies), and the weights of the experts the cpu_worker ran in each MoE layer (0 where the
-    CSV does not say)."""
+    """(KV bytes, CPU expert weight bytes, a note on the experts' count: "" measured,
+    "estimated", "absent") read from host memory per step: every host KV token of every layer
+    (by the CPU in place or by the copies), and the weights of the experts the cpu_worker ran
+    in each MoE layer (0 where the CSV does not say)."""
     layers = max(row["layers"], 1)
     if row.get("window_tokens") is not None:
         window_tokens = row["window_tokens"]
@@ -342,7 +342,8 @@ def host_bytes_per_step(row, shape, window_tokens):
     experts, estimated = cpu_experts_read(row)
     moe_layers = max(0, layers - shape["dense_layers"])
     expert_bytes = (experts or 0.0) * moe_layers * shape["expert_bytes"]
-    return layers * host_tokens * shape["kv_bytes"], expert_bytes, estimated
+    note = "absent" if experts is None else "estimated" if estimated else ""
+    return layers * host_tokens * shape["kv_bytes"], expert_bytes, note
 
 
 def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens,
@@ -614,14 +615,15 @@ def print_bound(by, batches, policies, args, source, h2d_gbps, dram_gbps, host_r
                     f"{measured_attention:7.2f} ms, its bound {attention:7.2f} ms; serial rest "
                     f"{rest:6.2f} ms (writescope's own {own_rest_ms(r):6.2f})")
             if host_read_gbps:
-                kv_bytes, expert_bytes, estimated = host_bytes_per_step(r, shape,
-                                                                        args.window_tokens)
+                kv_bytes, expert_bytes, note = host_bytes_per_step(r, shape, args.window_tokens)
+                note = {"": "", "estimated": " (their count estimated)",
+                        "absent": " (not in this CSV: none counted)"}[note]
                 # What the step itself read: a lease whose steps read more than the joint
                 # read given has a higher ceiling than it (the bound is then too high).
                 step_gbps = (kv_bytes + expert_bytes) / (r["step_ms"] * 1e6)
                 line += (f"; host memory {kv_bytes / 1e9:.2f} GB of KV + "
                          f"{expert_bytes / 1e9:.2f} GB of CPU experts"
-                         f"{' (their count estimated)' if estimated else ''} a step: "
+                         f"{note} a step: "
                          f"{(kv_bytes + expert_bytes) / host_read_gbps * 1e-6:.2f} ms, the step "
                          f"read {step_gbps:.1f} GB/s"
                          f"{' (above the joint read given)' if step_gbps > host_read_gbps else ''}")

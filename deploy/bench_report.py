@@ -316,6 +316,14 @@ def own_rest_ms(row):
                - row["expert_wait_ms"])
 
 
+def host_tokens_of(row, window_tokens):
+    """A layer's host tokens at the point: batch x (context - W), W the row's own D-window when
+    its CSV records one, else window_tokens."""
+    if row.get("window_tokens") is not None:
+        window_tokens = row["window_tokens"]
+    return row["batch"] * max(0, row["context"] - window_tokens)
+
+
 def cpu_experts_read(row):
     """(routed experts the cpu_worker ran per MoE layer, whether estimated): the CSV's
     cpu_experts_per_layer; before that column, experts_per_layer x (1 - hot_pair_share), off
@@ -336,9 +344,7 @@ def host_bytes_per_step(row, shape, window_tokens):
     (by the CPU in place or by the copies), and the weights of the experts the cpu_worker ran
     in each MoE layer (0 where the CSV does not say)."""
     layers = max(row["layers"], 1)
-    if row.get("window_tokens") is not None:
-        window_tokens = row["window_tokens"]
-    host_tokens = row["batch"] * max(0, row["context"] - window_tokens)
+    host_tokens = host_tokens_of(row, window_tokens)
     experts, estimated = cpu_experts_read(row)
     moe_layers = max(0, layers - shape["dense_layers"])
     expert_bytes = (experts or 0.0) * moe_layers * shape["expert_bytes"]
@@ -352,9 +358,7 @@ def step_bound_ms(row, shape, h2d_gbps, dram_gbps, cpu_tflops, window_tokens,
     row's own D-window W when its CSV records one, else window_tokens. `rest`: the serial
     rest to add (default: the row's own)."""
     layers = max(row["layers"], 1)
-    if row.get("window_tokens") is not None:
-        window_tokens = row["window_tokens"]
-    host_tokens = row["batch"] * max(0, row["context"] - window_tokens)
+    host_tokens = host_tokens_of(row, window_tokens)
     a = max(shape["kv_bytes"] / dram_gbps, shape["flops"] / (cpu_tflops * 1e3)) * 1e-6  # ms/token
     b = shape["kv_bytes"] / h2d_gbps * 1e-6
     cpu_all, gpu_all = host_tokens * a, host_tokens * b

@@ -27,6 +27,14 @@ absl::StatusOr<std::vector<uint32_t>> BlockAllocator::Allocate(uint32_t count) {
   return slots;
 }
 
+absl::Status BlockAllocator::Take(uint32_t slot) {
+  if (free_.erase(slot) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", slot, " of ", num_slots_, " is not free"));
+  }
+  return absl::OkStatus();
+}
+
 void BlockAllocator::Free(uint32_t slot) {
   WS_CHECK(slot < num_slots_) << "slot " << slot << " of " << num_slots_;
   const bool inserted = free_.insert(slot).second;
@@ -219,6 +227,23 @@ absl::StatusOr<Relocation> KvPlacement::Relocate(SequenceId id, size_t index, Kv
   allocators_[KvRegionIndex(from.region)].Free(from.slot);
   block.ref = KvBlockRef{to, slot->front()};
   return Relocation{.from = from, .to = block.ref};
+}
+
+absl::Status KvPlacement::UndoRelocate(SequenceId id, size_t index, const Relocation& moved) {
+  WS_ASSIGN_OR_RETURN(SequencePlacement * seq, Live(id));
+  if (index >= seq->blocks.size()) {
+    return absl::OutOfRangeError(absl::StrCat("sequence ", id, " has ", seq->blocks.size(),
+                                              " blocks; cannot restore block ", index));
+  }
+  PlacedBlock& block = seq->blocks[index];
+  if (!(block.ref == moved.to)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", index, " of sequence ", id, " is not where it was moved to"));
+  }
+  WS_RETURN_IF_ERROR(allocators_[KvRegionIndex(moved.from.region)].Take(moved.from.slot));
+  allocators_[KvRegionIndex(moved.to.region)].Free(moved.to.slot);
+  block.ref = moved.from;
+  return absl::OkStatus();
 }
 
 RegionUsage KvPlacement::Usage(KvRegion region) const {

@@ -50,6 +50,9 @@ class BlockAllocator {
   absl::StatusOr<std::vector<uint32_t>> Allocate(uint32_t count);
   // Returns a used slot; freeing a free or out-of-range slot is a programmer error.
   void Free(uint32_t slot);
+  // Takes one given free slot. FAILED_PRECONDITION (nothing taken) when it is used or out of
+  // range.
+  absl::Status Take(uint32_t slot);
 
  private:
   uint32_t num_slots_;
@@ -153,6 +156,11 @@ class KvPlacement {
   // block in `to` already, RESOURCE_EXHAUSTED when `to` has no free slot; nothing changes
   // then.
   absl::StatusOr<Relocation> Relocate(SequenceId id, size_t index, KvRegion to);
+  // Undoes Relocate's `moved` of block `index` of sequence `id` (its copy failed): the block
+  // is at moved.from again and moved.to is free. FAILED_PRECONDITION when the block is not at
+  // moved.to or moved.from's slot was taken since; NOT_FOUND, OUT_OF_RANGE as Relocate;
+  // nothing changes then.
+  absl::Status UndoRelocate(SequenceId id, size_t index, const Relocation& moved);
 
   // nullptr if not live.
   const SequencePlacement* Find(SequenceId id) const;

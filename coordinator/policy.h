@@ -45,7 +45,12 @@ struct PolicySpec {
   // spec.
   std::string ToString() const;
 
-  friend bool operator==(const PolicySpec&, const PolicySpec&) = default;
+  // The same policy: the kind, and for kStatic the share (unused by the others, so not
+  // compared there).
+  friend bool operator==(const PolicySpec& a, const PolicySpec& b) {
+    return a.kind == b.kind &&
+           (a.kind != PolicyKind::kStatic || a.static_cpu_share == b.static_cpu_share);
+  }
 };
 
 // Parses a policy name as the coordinator's --policy flag spells it. Exact,

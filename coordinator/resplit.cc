@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/kv_layout.h"
+#include "common/log.h"
 #include "common/status.h"
 
 namespace writescope::coordinator {
@@ -19,14 +22,17 @@ std::vector<BlockMove> PlanResplit(const KvPlacement& placement,
   target = std::clamp(target, 0.0, 1.0);
   std::sort(sequences.begin(), sequences.end());
   sequences.erase(std::unique(sequences.begin(), sequences.end()), sequences.end());
-  double wanted_sum = 0.0;   // target x the blocks so far
-  uint64_t given = 0;        // CPU blocks handed out so far
+  uint64_t blocks_so_far = 0;  // the blocks of the sequences so far
+  uint64_t given = 0;          // CPU blocks handed out so far
   for (const SequenceId id : sequences) {
     const SequencePlacement* found = placement.Find(id);
     if (found == nullptr) continue;
     const SequencePlacement& seq = *found;
-    wanted_sum += target * static_cast<double>(seq.blocks.size());
-    const uint64_t upto = static_cast<uint64_t>(std::llround(wanted_sum));
+    blocks_so_far += seq.blocks.size();
+    // From the whole count each time (a running sum of target x each sequence's blocks
+    // gathers rounding: 0.7 x 2 + 0.7 x 3 is 3.4999999999999996, not 0.7 x 5's 3.5).
+    const uint64_t upto =
+        static_cast<uint64_t>(std::llround(target * static_cast<double>(blocks_so_far)));
     const uint64_t wanted = upto > given ? upto - given : 0;
     given += wanted;
     uint64_t cpu = 0;
@@ -48,23 +54,45 @@ absl::StatusOr<ResplitStats> ApplyResplit(KvPlacement& placement, absl::Span<con
                                           const BlockCopier& copy) {
   ResplitStats stats;
   const uint64_t block_bytes = placement.config().geometry.block_bytes();
-  for (const KvRegion to : {KvRegion::kGpuTransfer, KvRegion::kCpuCompute}) {
-    std::vector<BlockCopy> copies;
-    for (const BlockMove& move : moves) {
-      if (move.to != to) continue;
-      absl::StatusOr<Relocation> moved = placement.Relocate(move.sequence, move.index, to);
-      if (absl::IsResourceExhausted(moved.status())) {
-        ++stats.skipped;
-        continue;
+  std::vector<BlockMove> pending(moves.begin(), moves.end());
+  bool progress = true;
+  while (!pending.empty() && progress) {
+    progress = false;
+    std::vector<BlockMove> waiting;  // found their region full in this pass
+    for (const KvRegion to : {KvRegion::kGpuTransfer, KvRegion::kCpuCompute}) {
+      std::vector<std::pair<BlockMove, Relocation>> group;
+      // The group's moves so far undone, newest first: the slots they freed are still free
+      // (the group allocates in `to` only).
+      const auto undo = [&](absl::Status error) {
+        for (auto it = group.rbegin(); it != group.rend(); ++it) {
+          const absl::Status undone =
+              placement.UndoRelocate(it->first.sequence, it->first.index, it->second);
+          WS_CHECK(undone.ok()) << undone;
+        }
+        return error;
+      };
+      for (const BlockMove& move : pending) {
+        if (move.to != to) continue;
+        absl::StatusOr<Relocation> moved = placement.Relocate(move.sequence, move.index, to);
+        if (absl::IsResourceExhausted(moved.status())) {
+          waiting.push_back(move);
+          continue;
+        }
+        if (!moved.ok()) return undo(moved.status());
+        group.emplace_back(move, *moved);
       }
-      WS_RETURN_IF_ERROR(moved.status());
-      copies.push_back({moved->from, moved->to});
+      if (group.empty()) continue;
+      std::vector<BlockCopy> copies;
+      copies.reserve(group.size());
+      for (const auto& [move, moved] : group) copies.push_back({moved.from, moved.to});
+      if (absl::Status copied = copy(copies); !copied.ok()) return undo(copied);
+      stats.blocks += copies.size();
+      stats.bytes += copies.size() * block_bytes;
+      progress = true;
     }
-    if (copies.empty()) continue;
-    WS_RETURN_IF_ERROR(copy(copies));
-    stats.blocks += copies.size();
-    stats.bytes += copies.size() * block_bytes;
+    pending = std::move(waiting);
   }
+  stats.skipped = pending.size();
   return stats;
 }
 

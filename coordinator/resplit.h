@@ -58,10 +58,13 @@ struct ResplitStats {
 
 // Runs `moves`: those into the transfer region first, then those into the CPU region. Each
 // group is moved in the metadata (KvPlacement::Relocate) and then copied in one `copy`
-// call, before the next group can allocate the slots this one freed. A move into a full
-// region is skipped (counted); any other error (Relocate's, the copier's) stops the re-split
-// and is returned (the groups before it are done and copied; the failing group is moved in
-// the metadata, its copies not all made).
+// call, before the next group can allocate the slots this one freed. A move into a region
+// full at its turn waits for another pass, after the other group has freed slots there; the
+// passes go on while one moves anything, and what still finds no slot is skipped (counted).
+// Any other error (Relocate's, the copier's) stops the re-split and is returned: the groups
+// before it are done and copied, the failing group is undone in the metadata
+// (KvPlacement::UndoRelocate: its blocks are in their old slots, which the copies only read),
+// so the placement still says where each block's bytes are.
 absl::StatusOr<ResplitStats> ApplyResplit(KvPlacement& placement, absl::Span<const BlockMove> moves,
                                           const BlockCopier& copy);
 

@@ -1139,7 +1139,8 @@ KvRegion SteerBlock(const RegionCounts& batch, const RegionCounts& sequence, dou
   } else if (target >= 1.0) {
     preferred = KvRegion::kCpuCompute;
   } else {
-    const double slack = std::max(batch_slack_blocks, 0.5);
+    // NaN counts as 1/2 too (std::max would pass it on, and no side would keep the batch).
+    const double slack = batch_slack_blocks >= 0.5 ? batch_slack_blocks : 0.5;
     const double wanted = target * static_cast<double>(batch[kCpu] + batch[kGpu] + 1);
     const double cpu_blocks = static_cast<double>(batch[kCpu]);
     // The two deviations sum to 1, so with slack >= 1/2 at least one choice is

@@ -775,7 +775,7 @@ using RegionCounts = std::array<uint64_t, kNumKvRegions>;
 // counts), so that sequences flushing in a fixed round-robin order do not end
 // up all-CPU or all-GPU, and finishing one does not swing the batch.
 // batch_slack_blocks = ½ is the strict rule (ties only when exactly
-// equidistant); values below ½ count as ½. Remaining ties: the batch's rule,
+// equidistant); values below ½, and NaN, count as ½. Remaining ties: the batch's rule,
 // then r ≥ ½ picks the CPU. target ≤ 0 always picks the transfer region, ≥ 1
 // the CPU one, NaN counts as ½. A region with no free slot is avoided when the
 // other has one (if neither has, the preferred one is returned and the

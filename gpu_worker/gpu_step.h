@@ -3,8 +3,12 @@
 //
 //   flush the full D-windows the plan names (decode), wait for the writes
 //   stream the step's GPU-transfer blocks through the ping-pong buffers (KvCache): round
-//   0 queued in layer 0 after its uploads, each next round after the current round's
-//   attention (a small copy queued behind a round's DMA waits for all of it)
+//   0 queued in layer 0 after its uploads, the next as soon as the current one is ready
+//   (its DMA overlaps the current round's attention), and once that attention is queued
+//   up to two rounds ahead, across layers too (KvCache::PrefetchAfterAttention); on a
+//   device whose small uploads wait behind a round's DMA
+//   (Device::small_uploads_wait_for_transfers), each next round after the current round's
+//   attention instead
 //   x = embed(tokens)
 //   per layer:
 //     h = input_norm(x); q, kv = project(h)               (DecoderOps)

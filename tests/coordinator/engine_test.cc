@@ -32,7 +32,14 @@ class FakeWorker final : public StepWorker {
   absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
                                                absl::Duration) override {
     std::this_thread::sleep_for(std::chrono::microseconds(step_us_.load()));  // a step takes time
+    {
+      std::lock_guard<std::mutex> lock(plans_mutex_);
+      plans_kv_moved_.push_back(plan.kv_moved());
+    }
     if (fail_next_.exchange(false)) return absl::InternalError("injected step failure");
+    if (plan.kv_moved() && fail_next_moved_.exchange(false)) {
+      return absl::InternalError("injected failure of a step that carried kv_moved");
+    }
     if (plan.kv_moved()) kv_moved_plans_.fetch_add(1);
     if (plan.exploring()) {
       std::lock_guard<std::mutex> lock(exploring_mutex_);
@@ -150,6 +157,11 @@ class FakeWorker final : public StepWorker {
 
   std::atomic<int> step_us_{200};
   std::atomic<bool> fail_next_{false};
+  // Fails the next plan marked kv_moved (after recording it).
+  std::atomic<bool> fail_next_moved_{false};
+  // Every plan's StepPlan.kv_moved, failed ones included, in order.
+  std::mutex plans_mutex_;
+  std::vector<bool> plans_kv_moved_;  // guarded by plans_mutex_
   // The gpu side's hot-expert upload: after its first step from number upload_at_step_ on
   // (1-based) that reads as the step before it and neither explores (a step that reads
   // otherwise than the KV rounds queued for it teaches the scheduler nothing,
@@ -647,6 +659,35 @@ TEST_F(EngineTest, MonolithicReSplitsThePlacedBlocksWhenItsTargetMoves) {
     }
     EXPECT_EQ(UsedBlocks(), 0u);
   }
+}
+
+// A step that carried kv_moved and failed may have failed before the gpu_worker dropped the
+// KV rounds it had queued early (slots the re-split wrote): the next plan carries kv_moved
+// again.
+TEST_F(EngineTest, AFailedStepCarriesKvMovedOnToTheNext) {
+  const auto copier = [](absl::Span<const BlockCopy>) { return absl::OkStatus(); };
+  ASSERT_NO_FATAL_FAILURE(StartEngine(SchedulerOptions{}, "monolithic", copier));
+  cpu_->ns_per_token_ = 20000;  // the split loses: r* goes to the probe share, blocks move
+  gpu_->ns_per_token_ = 1.0;
+  gpu_->fail_next_moved_ = true;
+  const uint32_t bt = kv_.block_tokens();
+  const absl::StatusOr<v1::BenchResponse> failed =
+      engine_->RunBench(Bench(3, 8 * bt, 24, 0), absl::Seconds(30));
+  EXPECT_FALSE(failed.ok());
+  EXPECT_FALSE(gpu_->fail_next_moved_.load());  // a re-split ran and its step failed
+  std::vector<uint32_t> prompt(10, 9);
+  auto next = engine_->Submit(Request(prompt, 2), absl::InfiniteFuture());
+  WS_ASSERT_OK(next.status());
+  WS_EXPECT_OK(Drain(**next).status);
+  std::vector<bool> plans;
+  {
+    std::lock_guard<std::mutex> lock(gpu_->plans_mutex_);
+    plans = gpu_->plans_kv_moved_;
+  }
+  const auto first_moved = std::find(plans.begin(), plans.end(), true);
+  ASSERT_NE(first_moved, plans.end());
+  ASSERT_NE(first_moved + 1, plans.end());
+  EXPECT_TRUE(*(first_moved + 1)) << "the plan after the failed one";
 }
 
 // The hot experts' one-off upload lengthens one step's wall time; the gpu_worker reports

@@ -218,5 +218,32 @@ TEST_F(PlacementTest, RelocateRefusesWithoutChangingAnything) {
   EXPECT_EQ(placement_->Usage(KvRegion::kCpuCompute).used_blocks, 2u);
 }
 
+TEST_F(PlacementTest, UndoRelocatePutsTheBlockBackIntoItsOldSlot) {
+  WS_ASSERT_OK(placement_->Admit(1));
+  WS_ASSERT_OK(placement_->PlanPrefill(1, 12, ChooseCpuCompute).status());  // CPU slots 0-2
+  const absl::StatusOr<Relocation> moved = placement_->Relocate(1, 1, KvRegion::kGpuTransfer);
+  WS_ASSERT_OK(moved.status());
+  // Refused, nothing changed: another block, an index past the blocks, an id not live.
+  EXPECT_EQ(placement_->UndoRelocate(1, 0, *moved).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(placement_->UndoRelocate(1, 3, *moved).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(placement_->UndoRelocate(2, 1, *moved).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(placement_->Find(1)->blocks[1].ref, moved->to);
+  WS_ASSERT_OK(placement_->UndoRelocate(1, 1, *moved));
+  EXPECT_EQ(placement_->Find(1)->blocks[1].ref, (KvBlockRef{KvRegion::kCpuCompute, 1}));
+  EXPECT_FALSE(placement_->allocator(KvRegion::kCpuCompute).IsFree(1));
+  EXPECT_TRUE(placement_->allocator(KvRegion::kGpuTransfer).IsFree(moved->to.slot));
+  EXPECT_EQ(placement_->Usage(KvRegion::kCpuCompute).used_blocks, 3u);
+  EXPECT_EQ(placement_->Usage(KvRegion::kGpuTransfer).used_blocks, 0u);
+  // Its old slot taken since (here by a second sequence's block): refused, nothing changed.
+  const absl::StatusOr<Relocation> again = placement_->Relocate(1, 1, KvRegion::kGpuTransfer);
+  WS_ASSERT_OK(again.status());
+  WS_ASSERT_OK(placement_->Admit(2));
+  WS_ASSERT_OK(placement_->PlanPrefill(2, 4, ChooseCpuCompute).status());  // takes CPU slot 1
+  EXPECT_EQ(placement_->Find(2)->blocks[0].ref, (KvBlockRef{KvRegion::kCpuCompute, 1}));
+  EXPECT_EQ(placement_->UndoRelocate(1, 1, *again).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(placement_->Find(1)->blocks[1].ref, again->to);
+  EXPECT_EQ(placement_->Usage(KvRegion::kGpuTransfer).used_blocks, 1u);
+}
+
 }  // namespace
 }  // namespace writescope::coordinator

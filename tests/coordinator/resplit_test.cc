@@ -94,6 +94,28 @@ TEST(ResplitTest, EverySequenceLandsWithinABlockOfTheTargetAndTheBatchOnIt) {
   }
 }
 
+// The batch's CPU blocks are round(target x all its blocks) from the whole count, not from a
+// running sum of each sequence's share: 0.7 x 2 + 0.7 x 3 sums to 3.4999999999999996 in
+// doubles, which rounded to 3 where 0.7 x 5 rounds to 4; 0.3 and 0.1 over these sizes
+// likewise.
+TEST(ResplitTest, TheBatchRoundsFromItsWholeCount) {
+  const std::vector<std::pair<double, std::vector<uint64_t>>> cases = {
+      {0.7, {2, 3}}, {0.3, {1, 1, 23}}, {0.1, {3, 20, 3, 9}}};
+  for (const auto& [target, sizes] : cases) {
+    std::unique_ptr<KvPlacement> placement = *KvPlacement::Create(Config(120, 120));
+    uint64_t total = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ASSERT_NO_FATAL_FAILURE(Place(*placement, i + 1, sizes[i], 0));
+      total += sizes[i];
+    }
+    Apply(*placement, target);
+    uint64_t cpu = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) cpu += CpuBlocks(*placement, i + 1);
+    EXPECT_EQ(cpu, static_cast<uint64_t>(std::llround(target * static_cast<double>(total))))
+        << "target " << target << ", " << sizes.size() << " sequences";
+  }
+}
+
 TEST(ResplitTest, SequencesOutsideTheListNeverMove) {
   // The engine passes its own sequences: one placed beside them (the self test's) keeps
   // every block where it is, and an id that is not placed is passed over.
@@ -152,7 +174,16 @@ TEST(ResplitTest, NanMovesNothingAndSharesOutsideAreClamped) {
   EXPECT_TRUE(PlanResplit(*empty, empty->LiveSequences(), 0.5).empty());
 }
 
-TEST(ResplitTest, AFullRegionSkipsMovesAndAFailedCopyStops) {
+// Every block's ref, in sequence and block order.
+std::vector<KvBlockRef> Refs(const KvPlacement& placement) {
+  std::vector<KvBlockRef> refs;
+  for (const SequenceId id : placement.LiveSequences()) {
+    for (const PlacedBlock& b : placement.Find(id)->blocks) refs.push_back(b.ref);
+  }
+  return refs;
+}
+
+TEST(ResplitTest, AFullRegionSkipsMovesAndAFailedCopyIsUndone) {
   // Two transfer slots: of four CPU blocks bound for it, two move and two are skipped.
   std::unique_ptr<KvPlacement> placement = *KvPlacement::Create(Config(8, 2));
   ASSERT_NO_FATAL_FAILURE(Place(*placement, 1, 4, 4));
@@ -160,11 +191,15 @@ TEST(ResplitTest, AFullRegionSkipsMovesAndAFailedCopyStops) {
   EXPECT_EQ(stats.blocks, 2u);
   EXPECT_EQ(stats.skipped, 2u);
   EXPECT_EQ(CpuBlocks(*placement, 1), 2u);
-  // A copier's error ends the re-split: the group it failed on is moved in the metadata, the
-  // group after it is not.
+  // A copier's error ends the re-split, and the group it failed on is undone in the
+  // metadata: every block is where it was (its bytes were never moved away), its slot taken,
+  // the slots the moves had taken free again; the group after it did not run.
   std::unique_ptr<KvPlacement> other = *KvPlacement::Create(Config(8, 8));
   ASSERT_NO_FATAL_FAILURE(Place(*other, 1, 4, 2));   // 2 CPU blocks of 4: 0.75 moves 1 up
   ASSERT_NO_FATAL_FAILURE(Place(*other, 2, 4, 4));   // 4 of 4: 0.75 moves 1 down
+  const std::vector<KvBlockRef> before = Refs(*other);
+  const RegionUsage cpu_before = other->Usage(KvRegion::kCpuCompute);
+  const RegionUsage transfer_before = other->Usage(KvRegion::kGpuTransfer);
   int calls = 0;
   const absl::StatusOr<ResplitStats> failed =
       ApplyResplit(*other, PlanResplit(*other, other->LiveSequences(), 0.75), [&](absl::Span<const BlockCopy> batch) {
@@ -174,14 +209,40 @@ TEST(ResplitTest, AFullRegionSkipsMovesAndAFailedCopyStops) {
       });
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(CpuBlocks(*other, 2), 3u);  // the group to the transfer region goes first
-  EXPECT_EQ(CpuBlocks(*other, 1), 2u);  // the group to the CPU region did not run
+  EXPECT_EQ(Refs(*other), before);
+  EXPECT_EQ(other->Usage(KvRegion::kCpuCompute).used_blocks, cpu_before.used_blocks);
+  EXPECT_EQ(other->Usage(KvRegion::kGpuTransfer).used_blocks, transfer_before.used_blocks);
+  // The undone moves can run again: a working copier brings the batch to its target.
+  const ResplitStats again = Apply(*other, 0.75);
+  EXPECT_EQ(again.blocks, 2u);
+  EXPECT_EQ(CpuBlocks(*other, 1) + CpuBlocks(*other, 2), 6u);
   // A move naming no block is refused.
   const std::vector<BlockMove> bad = {{.sequence = 9, .index = 0, .to = KvRegion::kCpuCompute}};
   EXPECT_EQ(ApplyResplit(*other, bad, [](absl::Span<const BlockCopy>) { return absl::OkStatus(); })
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+// A move into a region that is full at its group's turn runs in a second pass, once the
+// other group has freed a slot there: sequence 1's two transfer blocks and sequence 2's two
+// CPU blocks at 0.5 with two transfer slots (both taken) move one each way.
+TEST(ResplitTest, AMoveIntoAFullRegionWaitsForTheOtherGroup) {
+  std::unique_ptr<KvPlacement> placement = *KvPlacement::Create(Config(8, 2));
+  ASSERT_NO_FATAL_FAILURE(Place(*placement, 1, 2, 0));  // transfer 0-1: the region is full
+  ASSERT_NO_FATAL_FAILURE(Place(*placement, 2, 2, 2));  // CPU 0-1
+  std::vector<std::pair<KvBlockRef, KvBlockRef>> copies;
+  const ResplitStats stats = Apply(*placement, 0.5, &copies);
+  EXPECT_EQ(stats.blocks, 2u);
+  EXPECT_EQ(stats.skipped, 0u);
+  EXPECT_EQ(CpuBlocks(*placement, 1), 1u);
+  EXPECT_EQ(CpuBlocks(*placement, 2), 1u);
+  // The move to the CPU region went first (its group's turn came second in the first pass,
+  // after the transfer region had refused), then the one into the slot it freed.
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].second.region, KvRegion::kCpuCompute);
+  EXPECT_EQ(copies[1].second, copies[0].first);
+  EXPECT_TRUE(PlanResplit(*placement, placement->LiveSequences(), 0.5).empty());
 }
 
 // Moves both ways in one re-split: the slots the first group frees may be the second's

@@ -355,6 +355,24 @@ TEST(PolicyTest, ParsesEveryPolicyAndRoundTrips) {
   EXPECT_EQ(ParsePolicy("static:1e-1")->ToString(), "static:0.1");
 }
 
+// A spec built by hand with a share its kind does not use round-trips equal: the share only
+// names a static policy.
+TEST(PolicyTest, TheShareOnlyMattersToAStaticPolicy) {
+  for (const PolicyKind kind : {PolicyKind::kWriteScope, PolicyKind::kTransferAll,
+                                PolicyKind::kCpuAll, PolicyKind::kMonolithic}) {
+    const PolicySpec spec{.kind = kind, .static_cpu_share = 0.3};
+    const absl::StatusOr<PolicySpec> again = ParsePolicy(spec.ToString());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(*again, spec) << spec.ToString();
+  }
+  const PolicySpec a{.kind = PolicyKind::kStatic, .static_cpu_share = 0.3};
+  const PolicySpec b{.kind = PolicyKind::kStatic, .static_cpu_share = 0.4};
+  EXPECT_FALSE(a == b);
+  EXPECT_EQ(*ParsePolicy(a.ToString()), a);
+  EXPECT_FALSE(PolicySpec{.kind = PolicyKind::kWriteScope} ==
+               PolicySpec{.kind = PolicyKind::kMonolithic});
+}
+
 TEST(PolicyTest, BadPoliciesAreInvalidArgumentsThatSayWhy) {
   struct Case {
     const char* text;
@@ -616,6 +634,11 @@ TEST(SteerBlockTest, MovesTheBatchShareTowardTheTargetAndRespectsFreeSlots) {
   EXPECT_EQ(SteerBlock({3, 7}, {3, 1}, 0.3, room), KvRegion::kGpuTransfer);
   // With the strict rule the batch alone decides (3.5 > 3.3 → transfer).
   EXPECT_EQ(SteerBlock({3, 7}, {0, 4}, 0.3, room, 0.5), KvRegion::kGpuTransfer);
+  // A slack below ½, or NaN, is the strict rule: 0 of 100 CPU blocks at r = 0.9 wants 90.9,
+  // so the CPU.
+  EXPECT_EQ(SteerBlock({0, 100}, {0, 0}, 0.9, room, 0.1), KvRegion::kCpuCompute);
+  EXPECT_EQ(SteerBlock({0, 100}, {0, 0}, 0.9, room, std::nan("")), KvRegion::kCpuCompute);
+  EXPECT_EQ(SteerBlock({3, 7}, {0, 4}, 0.3, room, std::nan("")), KvRegion::kGpuTransfer);
   // Full region: the other one.
   EXPECT_EQ(SteerBlock({2, 8}, {0, 0}, 0.5, {0, 10}), KvRegion::kGpuTransfer);
   EXPECT_EQ(SteerBlock({8, 2}, {0, 0}, 0.5, {10, 0}), KvRegion::kCpuCompute);

@@ -56,7 +56,8 @@ class CpuStep {
 
   // q: the kAttention payload of `layer`; out: room for the kAttentionResult payload.
   // `phases` (nullable): the decode call's phases (kernels/cpu_attention.h), left as they
-  // were where the layer had no decode rows on the CPU.
+  // were where the layer had no decode rows on the CPU. MLA's one call covers the prefill
+  // rows too, so there they are set whenever the layer has CPU rows of either kind.
   absl::Status Attention(const StepLayout& layout, uint32_t layer, absl::Span<const std::byte> q,
                          absl::Span<std::byte> out,
                          kernels::CpuAttentionPhases* phases = nullptr);

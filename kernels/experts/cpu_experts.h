@@ -96,7 +96,8 @@ class CpuExperts {
   CpuExperts& operator=(const CpuExperts&) = delete;
 
   // See the contract above. INVALID_ARGUMENT (naming the token) for an expert id out of
-  // range (other than kSkippedExpert) or repeated within a token; tokens == 0 is a no-op.
+  // range (other than kSkippedExpert) or repeated within a token, and for tokens < 0 or a
+  // top_k outside [1, experts]; tokens == 0 (with a valid top_k) is a no-op.
   absl::Status Forward(const float* x, int64_t tokens, int64_t top_k, const int32_t* expert_ids,
                        const float* route_weights, float* y);
   absl::Status ForwardBf16(const uint16_t* x, int64_t tokens, int64_t top_k,

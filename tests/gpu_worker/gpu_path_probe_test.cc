@@ -143,6 +143,9 @@ TEST_P(GpuPathProbeTest, BadRequestsNameWhatIsWrong) {
 // A known pattern written through the prefill path into transfer blocks and a D-window,
 // then a probe of one layer (its transfer plan abandoned after the first layer's rounds),
 // then the gpu_worker reads the pattern back through a fresh transfer plan: no mismatch.
+// On the host device (synchronous copies, and BeginTransfer resets the protocol whatever
+// came before) this checks that the probe leaves the KV and the D-window intact; it does
+// not see a transfer protocol left half way, which only asynchronous copies would show.
 TEST_P(GpuPathProbeTest, TheKvPathsReadRightAfterAPartialProbe) {
   internal::KvPatternRequest write;
   write.set_mode(internal::KvPatternRequest::WRITE);

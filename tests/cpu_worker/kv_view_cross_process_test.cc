@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/data_plane.h"
@@ -72,6 +74,20 @@ int ReadInChild(const std::string& arena_name, const KvGeometry& g, int pipe_fd)
   return mismatches > 0 ? 1 : 0;
 }
 
+// The parent's end of the child: a test that returns early (a failed ASSERT) closes the pipe
+// and ends the child, rather than leaving it blocked on the pipe until the test binary exits.
+struct ChildGuard {
+  pid_t pid = -1;
+  int write_fd = -1;
+  ~ChildGuard() {
+    if (write_fd >= 0) close(write_fd);
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
 class KvViewCrossProcessTest : public ::testing::TestWithParam<KvGeometry> {};
 
 TEST_P(KvViewCrossProcessTest, ChildReadsWhatTheGpuWorkerWroteInPlace) {
@@ -97,6 +113,7 @@ TEST_P(KvViewCrossProcessTest, ChildReadsWhatTheGpuWorkerWroteInPlace) {
     _exit(ReadInChild(name, geometry, fds[0]));
   }
   close(fds[0]);
+  ChildGuard guard{.pid = child, .write_fd = fds[1]};
 
   // The parent: coordinator metadata + gpu_worker paths, host device.
   auto arena = ShmArena::Create(name, ArenaRegions(config.arena_sizes(1 << 16)));
@@ -167,9 +184,9 @@ TEST_P(KvViewCrossProcessTest, ChildReadsWhatTheGpuWorkerWroteInPlace) {
     }
   }
   EXPECT_EQ(cpu_blocks, 2 + 2 + 1);  // two prefill blocks each, one flushed
-  close(fds[1]);
+  close(std::exchange(guard.write_fd, -1));
   int wstatus = 0;
-  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_EQ(waitpid(std::exchange(guard.pid, -1), &wstatus, 0), child);
   ASSERT_TRUE(WIFEXITED(wstatus));
   EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "1: mismatching tokens; >= 100: a setup error in the child";
 }

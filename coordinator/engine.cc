@@ -1025,8 +1025,8 @@ absl::Status Engine::RunOneStep() {
   }
   absl::Status status = gpu_result.status();
   status.Update(cpu_result.status());
-  // A failed step may have ended before the gpu_worker dropped its early rounds: tell the
-  // next one again.
+  // A failed step may have ended before the gpu_worker dropped its early rounds (GpuStep drops
+  // them once the step's D-window flushes are done): tell the next one again.
   if (!status.ok() && plan.kv_moved()) kv_moved_unsent_ = true;
   if (!status.ok()) {
     for (const Entry& e : entries) {

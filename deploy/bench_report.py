@@ -341,8 +341,8 @@ def cpu_experts_read(row):
 
 
 def host_bytes_per_step(row, shape, window_tokens):
-    """(KV bytes, CPU expert weight bytes, a note on the experts' count: "" measured,
-    "estimated", "absent") read from host memory per step: every host KV token of every layer
+    """(KV bytes, CPU expert weight bytes, what the report says of the experts' count: "" where
+    the CSV measured it) read from host memory per step: every host KV token of every layer
     (by the CPU in place or by the copies), and the weights of the experts the cpu_worker ran
     in each MoE layer (0 where the CSV does not say)."""
     layers = max(row["layers"], 1)
@@ -350,7 +350,8 @@ def host_bytes_per_step(row, shape, window_tokens):
     experts, estimated = cpu_experts_read(row)
     moe_layers = max(0, layers - shape["dense_layers"])
     expert_bytes = (experts or 0.0) * moe_layers * shape["expert_bytes"]
-    note = "absent" if experts is None else "estimated" if estimated else ""
+    note = (" (not in this CSV: none counted)" if experts is None else
+            " (their count estimated)" if estimated else "")
     return layers * host_tokens * shape["kv_bytes"], expert_bytes, note
 
 
@@ -622,8 +623,6 @@ def print_bound(by, batches, policies, args, source, h2d_gbps, dram_gbps, host_r
                     f"{rest:6.2f} ms (writescope's own {own_rest_ms(r):6.2f})")
             if host_read_gbps:
                 kv_bytes, expert_bytes, note = host_bytes_per_step(r, shape, args.window_tokens)
-                note = {"": "", "estimated": " (their count estimated)",
-                        "absent": " (not in this CSV: none counted)"}[note]
                 # What the step itself read: a lease whose steps read more than the joint
                 # read given has a higher ceiling than it (the bound is then too high).
                 step_gbps = (kv_bytes + expert_bytes) / (r["step_ms"] * 1e6)

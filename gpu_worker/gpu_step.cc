@@ -237,11 +237,6 @@ absl::Status GpuStep::Receive(DataPlaneMessage type, uint64_t step_id, uint32_t 
 }
 
 absl::StatusOr<internal::StepResult> GpuStep::Run(const internal::StepPlan& plan) {
-  // The coordinator moved blocks since the last step (the monolithic policy's re-split): the
-  // rounds queued early may have copied slots it wrote. First, so that a step failing
-  // anywhere below cannot leave them to the next (the coordinator sends kv_moved again after
-  // a failed step too).
-  if (plan.kv_moved()) kv_cache_->DropEarlyRounds();
   // The cpu_worker validates the same plan with the same function: an invalid plan fails
   // there too. Any later failure here must still end the step on its side (kStepEnd), or
   // its RunStep would wait for it.
@@ -354,6 +349,11 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
     }
     if (flushed) WS_RETURN_IF_ERROR(kv_cache_->WaitForWrites());
   }
+
+  // The coordinator moved blocks since the last step (the monolithic policy's re-split): the
+  // rounds queued early may have copied slots it wrote. A step that fails before this line
+  // leaves them queued; the coordinator then marks the next plan kv_moved again.
+  if (plan.kv_moved()) kv_cache_->DropEarlyRounds();
 
   // The GPU-transfer blocks of every sequence, streamed layer by layer.
   std::vector<StepSequence> batch;

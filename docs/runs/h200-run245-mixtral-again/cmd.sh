@@ -1,0 +1,4 @@
+# Run 245 (session 49): run 244's Mixtral 32 x 32K grid again on the same warm lease (after
+# run 243), without the e2e: writescope, cpu-all and transfer-all in turns, the lease probed
+# before and after. The bundle of run 244.
+deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin; SECONDS=0; deploy/gpu-grids.sh --one-runtime --turns 2 --turn-warmup 4 --out /tmp/g245/mixtral --budget-s 200 --batches 32 --contexts 32768 --policies "writescope cpu-all transfer-all" --archive $OUT/g-mixtral.tgz mixtral:3:8:150 > $OUT/grid-mixtral.log 2>&1; echo "mixtral rc=$? ${SECONDS}s"; grep -E "vs the best baseline|host memory|both at once" /tmp/g245/mixtral/report-mixtral.txt | cut -c1-600; python3 deploy/best_baseline_report.py /tmp/g245/mixtral/bench-mixtral.csv | sed -n '/^Paired/,/^Points/p'

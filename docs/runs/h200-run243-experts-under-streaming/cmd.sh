@@ -1,4 +1,4 @@
-# Run 243 (prepared in session 47, not yet run): the CPU experts' rate with and without the KV
+# Run 243 (prepared in session 47, run in session 49): the CPU experts' rate with and without the KV
 # streaming beside them. Runs 238-242 found the same expert work 10-23 % slower under
 # transfer-all than under cpu-all at 32K; this measures it without the trio. The bundle:
 #   rm -rf dist && WS_BUNDLE_BINARIES="cpu_experts_bench kv_transfer_bench ws_probe" \

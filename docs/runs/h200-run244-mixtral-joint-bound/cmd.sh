@@ -1,4 +1,4 @@
-# Run 244 (prepared in session 48, not yet run): Mixtral 32 x 32K, the 1.4x point, against the
+# Run 244 (prepared in session 48, run in session 49): Mixtral 32 x 32K, the 1.4x point, against the
 # roofline that holds the KV streaming and the CPU experts to one host memory. Session 48's
 # bench_report counts, with the lease's joint host read (ws_probe's host_read_shared, probed
 # before and after the grid), every host KV byte and the weights of the experts the cpu_worker

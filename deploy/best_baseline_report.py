@@ -31,6 +31,14 @@ its policy-point's next run (bench_plot.RunRounds). A round counts only with eve
 the steps CSV has at its point (one a baseline failed in, or the time cut, would compare the
 adaptive policy with fewer baselines).
 
+Last, per point, the adaptive policy over ONE best baseline (the baseline fastest by the
+geometric mean over the point's paired rounds; the best of each round would favour the
+baselines' noise) with a 95 % interval of the mean over the rounds (Student's t of the rounds'
+log ratios, the rounds taken as independent): "below" the threshold where the whole interval
+is below it, "not below" where none of it is, else "cannot tell", with about how many rounds
+at the same mean and spread would tell. Counted over the points, and the same for each
+baseline B against the best of the baselines other than B.
+
 What is left out (a point without the adaptive policy and two baselines, a round without
 every policy of its point or without a step they all ran) is counted on a "left out:" line
 with the reason.
@@ -99,7 +107,7 @@ def point_ratios(rows, policy, from_context):
 
 
 def paired_round_ratios(steps_path, policy, from_context):
-    """({(batch, context): [((run, round, turn), keyed_ratios)]}, {why (LACKING, PARTIAL,
+    """({(batch, context): [((run, round, turn), keyed_ratios, {policy: its throughput})]}, {why (LACKING, PARTIAL,
     NO_COMMON): [((batch, context), (run, round, turn) or None, detail)]}) from a grid's steps
     CSV, or None where it has no round column. Within a round (a turn of it, where the bench
     ran several: wscope bench --turns) every policy decodes the same step indices, and the
@@ -153,7 +161,7 @@ def paired_round_ratios(steps_path, policy, from_context):
             left_out[NO_COMMON].append((point, rnd, None))
             continue
         speed = {p: 1.0 / geometric_mean([s[i] for i in common]) for p, s in by_policy.items()}
-        paired[point].append((rnd, keyed_ratios(speed, policy)))
+        paired[point].append((rnd, keyed_ratios(speed, policy), speed))
     return paired, left_out
 
 
@@ -179,6 +187,118 @@ def label_of(path):
     if name.startswith("bench-"):
         name = name[len("bench-"):]
     return name[:-len(".csv")] if name.endswith(".csv") else name
+
+
+# Student's t distribution's 0.975 quantile by degrees of freedom (a two-sided 95 % interval);
+# between tabled values the next smaller degrees of freedom (the wider interval).
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+        17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064,
+        25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000,
+        120: 1.980}
+
+
+def t975(df):
+    return T975[max(d for d in T975 if d <= df)] if df <= 120 else 1.960
+
+
+def interval(ratios):
+    """(geometric mean, low, high, spread) of ratios: the 95 % interval of their mean log
+    (Student's t over the ratios, taken as independent), spread the logs' standard deviation;
+    None for fewer than two ratios."""
+    n = len(ratios)
+    if n < 2:
+        return None
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / n
+    spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    half = t975(n - 1) * spread / math.sqrt(n)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), spread
+
+
+BELOW, NOT_BELOW, UNDECIDED, ONE_ROUND = "below", "not below", "cannot tell", "one round"
+
+
+def verdict(found, threshold):
+    """BELOW where the whole interval is below threshold, NOT_BELOW where none of it is,
+    UNDECIDED between, ONE_ROUND without an interval."""
+    if found is None:
+        return ONE_ROUND
+    _, low, high, _ = found
+    if high < threshold:
+        return BELOW
+    return NOT_BELOW if low >= threshold else UNDECIDED
+
+
+def rounds_to_decide(found, threshold):
+    """The fewest rounds whose interval, at the same geometric mean and spread, would leave
+    threshold outside it; None where the mean is the threshold or the spread is 0."""
+    mean, _, _, spread = found
+    gap = abs(math.log(mean) - math.log(threshold))
+    if gap == 0 or spread == 0:
+        return None
+    n = 2
+    while t975(n - 1) * spread / math.sqrt(n) >= gap:
+        n += 1
+        if n > 100000:
+            return None
+    return n
+
+
+def against_fixed_best(speeds, name, baselines):
+    """name's throughput over the one baseline of `baselines` with the highest geometric-mean
+    throughput over the rounds `speeds` ([{policy: throughput}]): (that baseline, the rounds'
+    ratios)."""
+    best = max(sorted(baselines), key=lambda b: geometric_mean([s[b] for s in speeds]))
+    return best, [s[name] / s[best] for s in speeds]
+
+
+def print_intervals(paired_speeds, policy, threshold):
+    """Per point, policy over the point's best baseline (one baseline for all its rounds, the
+    fastest by their geometric mean), with a 95 % interval over the rounds: below threshold,
+    not below it, or cannot tell; then the counts, and the same count for each baseline B
+    against the best of the baselines other than B."""
+    if not paired_speeds:
+        return
+    print(f"\nAgainst one best baseline per point (the baseline fastest over the point's paired "
+          f"rounds), with a 95 % interval over the rounds (Student's t of the rounds' log "
+          f"ratios): {policy} below {threshold:g} (the whole interval below it), not below (none "
+          "of it below), or cannot tell (and about how many rounds at the same mean and spread "
+          "would tell):")
+    counts = defaultdict(lambda: defaultdict(int))  # name -> verdict -> points
+    for (label, batch, context), speeds in sorted(paired_speeds.items()):
+        names = set.intersection(*(set(s) for s in speeds))
+        baselines = names - {policy}
+        best, ratios = against_fixed_best(speeds, policy, baselines)
+        found = interval(ratios)
+        said = verdict(found, threshold)
+        counts[policy][said] += 1
+        line = f"  {label:<14} batch {batch:3d} context {context:6d}: over {best:<13} "
+        if found is None:
+            line += f"{ratios[0]:.3f} ({ONE_ROUND})"
+        else:
+            line += (f"{found[0]:.3f} [{found[1]:.3f}, {found[2]:.3f}] over {len(ratios)} "
+                     f"rounds: {said}")
+            if said == UNDECIDED:
+                needed = rounds_to_decide(found, threshold)
+                line += f" (~{needed} rounds)" if needed else ""
+        print(line)
+        for name in sorted(baselines):
+            others = baselines - {name}
+            if len(others) >= 1:
+                counts[name][verdict(interval(against_fixed_best(speeds, name, others)[1]),
+                                     threshold)] += 1
+
+    def tally(name):
+        return ", ".join(f"{said} at {counts[name][said]}"
+                         for said in (BELOW, NOT_BELOW, UNDECIDED, ONE_ROUND)
+                         if counts[name][said] or said != ONE_ROUND)
+
+    print(f"{policy} over the point's best baseline, of {sum(counts[policy].values())} points: "
+          + tally(policy))
+    print("Each baseline B over the best of the baselines other than B, the same way:")
+    for name in sorted(n for n in counts if n != policy):
+        print(f"  B = {name:<14} {tally(name)}")
 
 
 def main():
@@ -236,6 +356,7 @@ def main():
     # The same, step by step within each round, from the steps CSV beside each grid.
     paired_point = defaultdict(list)  # (label, batch, context) -> the rounds' ratios
     paired_key = defaultdict(list)
+    paired_speeds = defaultdict(list)  # (label, batch, context) -> the rounds' {policy: speed}
     unpaired = []
     left_out = defaultdict(list)  # why -> [(label, point, round key or None, detail)]
     for path in args.csv:
@@ -249,7 +370,8 @@ def main():
         for why, entries in left.items():
             left_out[why] += [(label_of(path), *entry) for entry in entries]
         for (batch, context), rounds in paired.items():
-            for _, keyed in rounds:
+            paired_speeds[(label_of(path), batch, context)] += [speed for _, _, speed in rounds]
+            for _, keyed, _ in rounds:
                 paired_point[(label_of(path), batch, context)].append(keyed[args.policy])
                 for key, ratio in keyed.items():
                     paired_key[key].append(ratio)
@@ -281,6 +403,7 @@ def main():
     print(f"Points below {args.threshold:g} in every round: {len(every_round)} of "
           f"{len(paired_point)}" + (": " + ", ".join(every_round) if every_round else ""))
     against_each_baseline(paired_key)
+    print_intervals(paired_speeds, args.policy, args.threshold)
     if unpaired:
         print("No steps CSV with rounds beside " + ", ".join(unpaired) + ": not paired")
 

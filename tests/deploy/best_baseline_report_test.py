@@ -189,6 +189,48 @@ with tempfile.TemporaryDirectory() as tmp:
     checks.append(("  left out: 1 point(s) without writescope and two baselines: tiny 32 x 8192 "
                    "(1 baseline(s) only)" in text.split("Paired")[0],
                    "the first grid's point with one baseline said so"))
+    # One best baseline per point with a 95 % interval over the rounds (four turns): at 4 x 8192
+    # writescope is 0.90-0.92 of monolithic (below), at 16 x 8192 1.04-1.06 of it (not below),
+    # at 32 x 8192 0.95 then 1.02 (cannot tell); static:0.5 is half as fast everywhere, and
+    # 4 x 32768 ran one turn only.
+    os.makedirs(os.path.join(tmp, "decided"))
+    decided = os.path.join(tmp, "decided", "bench-decided.csv")
+    cases = {(4, 8192): (0.90, 0.91, 0.92, 0.90), (16, 8192): (1.05, 1.06, 1.04, 1.05),
+             (32, 8192): (0.95, 1.02, 0.95, 1.02), (4, 32768): (0.9,)}
+    write_grid(decided, *[(p, b, c, 100) for (b, c) in cases
+                          for p in ("writescope", "monolithic", "static:0.5")])
+    with open(os.path.join(tmp, "decided", "steps-decided.csv"), "w") as f:
+        f.write("policy,round,step,unix_s,step_ms,batch,context,turn\n")
+        for (batch, context), ratios in cases.items():
+            for turn, ratio in enumerate(ratios):
+                for policy, scale in (("writescope", 1), ("monolithic", ratio), ("static:0.5", 2)):
+                    for i, value in enumerate((10, 30)):
+                        f.write(f"{policy},0,{i},0,{value * scale},{batch},{context},{turn}\n")
+    intervals = run(decided).stdout
+    intervals = intervals[intervals.find("Against one best baseline"):]
+
+    def expected(ratios):  # geometric mean and 95 % interval, t(3) = 3.182
+        logs = [math.log(r) for r in ratios]
+        mean = sum(logs) / len(logs)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+        half = 3.182 * sd / math.sqrt(len(logs))
+        return f"{math.exp(mean):.3f} [{math.exp(mean - half):.3f}, {math.exp(mean + half):.3f}]"
+    checks += [
+        (f"batch   4 context   8192: over monolithic    {expected(cases[(4, 8192)])} over 4 "
+         "rounds: below" in intervals, "an interval wholly below the threshold"),
+        (f"batch  16 context   8192: over monolithic    {expected(cases[(16, 8192)])} over 4 "
+         "rounds: not below" in intervals, "an interval wholly above the threshold"),
+        (f"batch  32 context   8192: over monolithic    {expected(cases[(32, 8192)])} over 4 "
+         "rounds: cannot tell (~" in intervals, "an interval across the threshold"),
+        ("batch   4 context  32768: over monolithic    0.900 (one round)" in intervals,
+         "one round: no interval"),
+        ("writescope over the point's best baseline, of 4 points: below at 1, not below at 1, "
+         "cannot tell at 1, one round at 1" in intervals, "the points counted by verdict"),
+        # static:0.5 at half monolithic's speed in every round: below everywhere it has rounds.
+        ("B = static:0.5     below at 3, not below at 0, cannot tell at 0, one round at 1"
+         in intervals, "a baseline against the others, the same way"),
+    ]
+    text += intervals
     lower = run("--from-context", "8192", "--threshold", "0.9", first, second)
     checks.append((f"{geo:.3f},   0 of   3 below 0.9" in lower.stdout, "--threshold"))
 

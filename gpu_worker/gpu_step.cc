@@ -373,9 +373,11 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
       std::none_of(layout.sequences.begin(), layout.sequences.end(),
                    [](const StepSequenceLayout& s) { return s.prefill; });
   // Markers are reset when none is left to read: by the last step before it queued its early
-  // rounds (whose markers this step may take), or else here.
+  // rounds (whose markers this step may take), or else here. Early rounds reach a step that
+  // resets here only past a step that failed before its transfer: they are taken untimed
+  // (their copies ran during that step).
   if (time_dma && !std::exchange(markers_reset_at_end_, false)) {
-    WS_RETURN_IF_ERROR(device_->ResetMarkers());
+    WS_RETURN_IF_ERROR(kv_cache_->ResetRoundMarkers());
   }
   // Round 0 is queued in the first layer, after its uploads (Layer), unless the last step
   // queued it early (with round 1).
@@ -537,7 +539,7 @@ absl::Status GpuStep::QueueNextStepRounds(Step& step) {
     if (TimesRounds()) {
       // The anchor is taken on the compute stream (the last attention is done, or the
       // streams are idle at the step's end).
-      WS_RETURN_IF_ERROR(device_->ResetMarkers());
+      WS_RETURN_IF_ERROR(kv_cache_->ResetRoundMarkers());
       markers_reset_at_end_ = true;
     }
     if (back_from_exploring && last_transfer_.num_rounds() > 0) ++early_after_exploring_;

@@ -313,13 +313,24 @@ absl::Status KvCache::QueueEarlyRounds(const TransferPlan& plan) {
     EarlyRound early;
     early.layer = plan.layer_of_round(round);
     early.runs = plan.chunks[plan.chunk_of_round(round)].runs;
-    WS_ASSIGN_OR_RETURN(early.fence, IssueRuns(early.runs, early.layer,
-                                               /*buffer_index=*/static_cast<int>(round % 2),
-                                               &early.markers));
+    absl::StatusOr<int> fence =
+        IssueRuns(early.runs, early.layer,
+                  /*buffer_index=*/static_cast<int>(round % 2), &early.markers);
+    if (!fence.ok()) {  // a round queued in part is of no use to anyone
+      DropEarlyRounds();
+      return fence.status();
+    }
+    early.fence = *fence;
     early_.rounds.push_back(std::move(early));
   }
   early_.valid = true;
   return absl::OkStatus();
+}
+
+absl::Status KvCache::ResetRoundMarkers() {
+  std::fill(round_markers_.begin(), round_markers_.end(), std::pair<int, int>{-1, -1});
+  for (EarlyRound& early : early_.rounds) early.markers = {-1, -1};
+  return device_->ResetMarkers();
 }
 
 void KvCache::DropEarlyRounds() {
@@ -347,6 +358,14 @@ absl::Status KvCache::BeginTransfer(const TransferPlan& plan) {
       }
     }
   }
+  absl::Status begun = QueueFirstRounds(plan);
+  // A failed copy (a device error) leaves no plan to ready rounds of, and no early rounds:
+  // one may have been completed in part.
+  if (!begun.ok()) EndTransfer();
+  return begun;
+}
+
+absl::Status KvCache::QueueFirstRounds(const TransferPlan& plan) {
   plan_ = &plan;
   next_round_ = 0;
   issued_round_ = -1;

@@ -191,9 +191,14 @@ class KvCache {
 
   // With timing on, every round's copies are bracketed by device markers
   // (Device::RecordMarker): round_markers()[round] = {before, after}, -1 when the round
-  // copied nothing. The caller resets the device's markers between steps, before early
-  // rounds are queued (a taken early round keeps the markers it was queued with).
+  // copied nothing (or was not timed). The caller resets the markers (ResetRoundMarkers)
+  // between steps, before early rounds are queued (a taken early round keeps the markers it
+  // was queued with).
   void set_time_rounds(bool on) { time_rounds_ = on; }
+  // Device::ResetMarkers, once no marker is still to be read; the markers held here are
+  // forgotten with it: the latest plan's rounds' and those of early rounds still pending
+  // (queued before a step that failed before its transfer), which are taken untimed.
+  absl::Status ResetRoundMarkers();
   const std::vector<std::pair<int, int>>& round_markers() const { return round_markers_; }
 
   // INVALID_ARGUMENT unless `block` names a slot of its region and layer < num_layers.
@@ -201,6 +206,8 @@ class KvCache {
 
  private:
   KvCache(const KvCacheConfig& config, Device* device) : config_(config), device_(device) {}
+  // BeginTransfer once `plan` is validated: takes the early rounds, queues what they lack.
+  absl::Status QueueFirstRounds(const TransferPlan& plan);
   absl::Status IssueRound(uint32_t round);
   // Queues `runs` of `layer` into ping-pong buffer `buffer_index` on kCopyIn, timed when
   // time_rounds_; returns the fence after them.

@@ -43,8 +43,12 @@ class DeferredDevice final : public gpu::Device {
   absl::Status UnregisterHost(void*) override { return absl::OkStatus(); }
 
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, gpu::Stream stream) override {
+    if (copies_to_device_left_ == 0) return absl::InternalError("deferred device: copy failed");
+    if (copies_to_device_left_ > 0) --copies_to_device_left_;
     return Copy(dst, src, bytes, stream);
   }
+  // Uploads (CopyToDevice) fail, queueing nothing, once `n` more have been queued; -1: never.
+  void FailCopiesToDeviceAfter(int64_t n) { copies_to_device_left_ = n; }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes, gpu::Stream stream) override {
     return Copy(dst, src, bytes, stream);
   }
@@ -141,6 +145,7 @@ class DeferredDevice final : public gpu::Device {
   std::array<uint64_t, gpu::kNumStreams> enqueued_{};
   std::array<uint64_t, gpu::kNumStreams> executed_{};
   int markers_ = 0;
+  int64_t copies_to_device_left_ = -1;
   std::vector<std::pair<int, uint64_t>> fences_;  // stream, ops queued on it before
 };
 

@@ -590,6 +590,137 @@ TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) 
   EXPECT_EQ(cache_->transfer_missed_early_rounds(), kEarly);
 }
 
+// One sequence of two full blocks, the first in the CPU-compute region, the second in the
+// transfer region; returns the plans of a step that streams the transfer block and of one
+// that streams both (writescope's GPU-only mode): their rounds of a layer share one block.
+std::pair<gpu::TransferPlan, gpu::TransferPlan> TwoPlansSharingABlock(
+    coordinator::KvPlacement& placement, const KvCacheConfig& config,
+    const std::function<void(const coordinator::PrefillPlan&)>& write) {
+  std::pair<gpu::TransferPlan, gpu::TransferPlan> plans;
+  EXPECT_TRUE(placement.Admit(1).ok());
+  int chosen = 0;
+  auto cpu_then_transfer = [&](const PlacementRequest&) {
+    return chosen++ == 0 ? KvRegion::kCpuCompute : KvRegion::kGpuTransfer;
+  };
+  auto prefill = placement.PlanPrefill(1, 2 * config.block_tokens(), cpu_then_transfer);
+  EXPECT_TRUE(prefill.ok()) << prefill.status();
+  if (!prefill.ok()) return plans;
+  write(*prefill);
+  for (bool read_cpu : {false, true}) {
+    gpu::StepSequence s;
+    s.window_slot = prefill->window_slot;
+    s.read_cpu_blocks = read_cpu;
+    for (const PlacedBlock& b : prefill->blocks) s.blocks.push_back(b.ref);
+    auto built = gpu::BuildTransferPlan(config, {s});
+    EXPECT_TRUE(built.ok()) << built.status();
+    if (built.ok()) (read_cpu ? plans.second : plans.first) = *std::move(built);
+  }
+  return plans;
+}
+
+// A copy that fails while BeginTransfer completes an early round (a device error) leaves no
+// plan and no early rounds: the next transfer copies every round anew, and its buffers hold
+// what its plan names.
+TEST_P(KvCachePropertyTest, AFailedCopyCompletingAnEarlyRoundDropsTheEarlyRounds) {
+  if (deferred_ == nullptr) GTEST_SKIP() << "failing copies are the deferred device's";
+  std::mt19937_64 rng(5);
+  std::vector<TokenKv> tokens;
+  for (uint32_t t = 0; t < 2 * config_.block_tokens(); ++t) {
+    tokens.push_back(testing::RandomTokenKv(g(), rng));
+  }
+  auto [transfer_only, both] = TwoPlansSharingABlock(
+      *placement_, config_,
+      [&](const coordinator::PrefillPlan& plan) { WritePrefill(plan, tokens); });
+  ASSERT_GT(both.num_rounds(), 0u);
+  ASSERT_EQ(both.chunks[0].num_blocks, 2u);
+  ASSERT_EQ(transfer_only.chunks[0].num_blocks, 1u);
+  Sync();
+  const gpu::KvCacheStats& stats = cache_->stats();
+
+  WS_ASSERT_OK(cache_->QueueEarlyRounds(transfer_only));
+  deferred_->FailCopiesToDeviceAfter(0);  // the CPU block that round 0 lacks
+  EXPECT_EQ(cache_->BeginTransfer(both).code(), absl::StatusCode::kInternal);
+  deferred_->FailCopiesToDeviceAfter(-1);
+  EXPECT_EQ(stats.early_rounds_taken, 0u);
+  EXPECT_EQ(stats.early_rounds_wasted, 2u);
+  EXPECT_EQ(cache_->ReadyRound(0).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  const uint64_t copies = stats.transfer_copies;
+  WS_ASSERT_OK(cache_->BeginTransfer(transfer_only));
+  EXPECT_EQ(stats.early_rounds_taken, 0u);
+  EXPECT_EQ(stats.transfer_copies, copies + 1);  // round 0 copied anew
+  const uint64_t lbb = g().layer_block_bytes();
+  for (uint32_t round = 0; round < transfer_only.num_rounds(); ++round) {
+    auto ready = cache_->ReadyRound(round);
+    WS_ASSERT_OK(ready.status());
+    WS_ASSERT_OK(device_->SynchronizeAll());
+    const gpu::TransferRun& run = ready->chunk_plan->runs.at(0);
+    EXPECT_EQ(std::memcmp(ready->buffer + uint64_t{run.pingpong_block} * lbb,
+                          cache_->BlockAddress({run.region, run.first_slot}, ready->layer), lbb),
+              0)
+        << "round " << round;
+  }
+  Sync();
+
+  // Early rounds queued in part (the second round's copy fails) are dropped, never taken.
+  const uint64_t unoffered = stats.early_rounds_unoffered;
+  deferred_->FailCopiesToDeviceAfter(1);
+  EXPECT_EQ(cache_->QueueEarlyRounds(transfer_only).code(), absl::StatusCode::kInternal);
+  deferred_->FailCopiesToDeviceAfter(-1);
+  EXPECT_EQ(stats.early_rounds_unoffered, unoffered + 1);
+  WS_ASSERT_OK(cache_->BeginTransfer(transfer_only));
+  EXPECT_EQ(stats.early_rounds_taken, 0u);
+  for (uint32_t round = 0; round < transfer_only.num_rounds(); ++round) {
+    WS_ASSERT_OK(cache_->ReadyRound(round).status());
+  }
+  Sync();
+}
+
+// Early rounds still pending when the markers are reset (past a step that failed before its
+// transfer) are taken untimed: their markers would name the reset's new ones.
+TEST_P(KvCachePropertyTest, EarlyRoundsPendingAcrossAMarkerResetAreTakenUntimed) {
+  std::mt19937_64 rng(6);
+  std::vector<TokenKv> tokens;
+  for (uint32_t t = 0; t < 2 * config_.block_tokens(); ++t) {
+    tokens.push_back(testing::RandomTokenKv(g(), rng));
+  }
+  auto [transfer_only, both] = TwoPlansSharingABlock(
+      *placement_, config_,
+      [&](const coordinator::PrefillPlan& plan) { WritePrefill(plan, tokens); });
+  ASSERT_GE(transfer_only.num_rounds(), 2u);
+  Sync();
+  const gpu::KvCacheStats& stats = cache_->stats();
+  cache_->set_time_rounds(true);
+  for (bool reset_between : {false, true}) {
+    SCOPED_TRACE(reset_between ? "reset between" : "no reset between");
+    WS_ASSERT_OK(cache_->ResetRoundMarkers());
+    WS_ASSERT_OK(cache_->QueueEarlyRounds(transfer_only));
+    if (reset_between) WS_ASSERT_OK(cache_->ResetRoundMarkers());
+    const uint64_t taken = stats.early_rounds_taken;
+    WS_ASSERT_OK(cache_->BeginTransfer(transfer_only));
+    EXPECT_EQ(stats.early_rounds_taken, taken + 2);
+    for (uint32_t round = 0; round < transfer_only.num_rounds(); ++round) {
+      WS_ASSERT_OK(cache_->ReadyRound(round).status());
+    }
+    const std::vector<std::pair<int, int>>& markers = cache_->round_markers();
+    ASSERT_EQ(markers.size(), transfer_only.num_rounds());
+    for (uint32_t round = 0; round < markers.size(); ++round) {
+      // Every round copies one block; only the two early rounds after a reset go untimed.
+      const bool timed = round >= 2 || !reset_between;
+      EXPECT_EQ(markers[round].first >= 0, timed) << "round " << round;
+      EXPECT_EQ(markers[round].second >= 0, timed) << "round " << round;
+      if (timed) {
+        EXPECT_TRUE(device_->MarkerNanos(markers[round].second).ok()) << "round " << round;
+      }
+    }
+    Sync();
+  }
+  WS_ASSERT_OK(cache_->ResetRoundMarkers());
+  for (const std::pair<int, int>& m : cache_->round_markers()) {
+    EXPECT_EQ(m, (std::pair<int, int>{-1, -1}));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Geometries, KvCachePropertyTest,
     ::testing::Values(

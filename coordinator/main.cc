@@ -88,6 +88,11 @@ ABSL_FLAG(double, explore_cost_share,
           "writescope: the share of the step time spent, on average, running the read mode "
           "the prediction did not pick, to keep it measured (0: a mode measured once is not "
           "re-measured by the credit)");
+ABSL_FLAG(double, max_period_cost_share,
+          writescope::coordinator::SchedulerOptions{}.max_period_cost_share,
+          "writescope: the split's exploration forced every 40 decisions waits (up to 400) until "
+          "its predicted extra cost is at most this share of the decisions' time since the last "
+          "exploration (0: forced every 40 whatever it costs)");
 ABSL_FLAG(double, rest_shift_explore,
           writescope::coordinator::SchedulerOptions{}.rest_shift_explore,
           "writescope: where the chosen read mode's rest fell, since the other mode was last "
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
   options.scheduler.placement_headroom = absl::GetFlag(FLAGS_placement_headroom);
   options.scheduler.rest_outlier_factor = absl::GetFlag(FLAGS_rest_outlier_factor);
   options.scheduler.explore_cost_share = absl::GetFlag(FLAGS_explore_cost_share);
+  options.scheduler.max_period_cost_share = absl::GetFlag(FLAGS_max_period_cost_share);
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
   options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);

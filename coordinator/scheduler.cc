@@ -327,6 +327,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "explore_cost_share = ", options.explore_cost_share, " must be in [0, 1]"));
   }
+  if (!(options.max_period_cost_share >= 0.0 && options.max_period_cost_share <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_period_cost_share = ", options.max_period_cost_share, " must be in [0, 1]"));
+  }
   if (options.min_explore_period_steps < 1 ||
       options.max_explore_period_steps < options.min_explore_period_steps ||
       options.max_gpu_only_explore_period_steps < options.max_explore_period_steps) {
@@ -882,11 +886,18 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     const bool may_explore = options_.explore_cost_share > 0.0 &&
                              decisions_since_explore_ >= options_.min_explore_period_steps;
     // The split is forced every max_explore_period_steps decisions (a CPU that was loaded is
-    // seen to be free), GPU-only every max_gpu_only_explore_period_steps (SchedulerOptions).
+    // seen to be free) once that costs at most max_period_cost_share of the decisions' time
+    // since the last exploration, and every max_gpu_only_explore_period_steps whatever it
+    // costs; GPU-only every max_gpu_only_explore_period_steps (SchedulerOptions).
     const uint32_t max_period =
         split ? options_.max_gpu_only_explore_period_steps : options_.max_explore_period_steps;
+    const bool period_over =
+        decisions_since_explore_ >= options_.max_gpu_only_explore_period_steps ||
+        (decisions_since_explore_ >= max_period &&
+         (options_.max_period_cost_share <= 0.0 || !std::isfinite(chosen_ns) ||
+          decisions_since_explore_ * options_.max_period_cost_share * chosen_ns >= extra_ns));
     const bool by_credit = explore_credit_ns_ >= extra_ns && !held;
-    const bool due = may_explore && (by_credit || decisions_since_explore_ >= max_period);
+    const bool due = may_explore && (by_credit || period_over);
     // After a batch change (or a GPU calibration, or an explored mode's first sample) the
     // other mode's rest is a guess: measure it once, at the first decision the minimum
     // period allows, rather than at the next credit, unless the gap is wider than all of the

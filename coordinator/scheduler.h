@@ -237,11 +237,12 @@ struct StepSample {
 // (a CPU that was loaded is seen to be free again): each decision earns explore_cost_share
 // of its predicted step time as credit, and the other mode runs once the credit covers
 // its predicted extra cost over the exploration's steps (at least min_explore_period_steps
-// decisions apart; the split at least every max_explore_period_steps, GPU-only at least every
+// decisions apart; the split at least every max_explore_period_steps, or as soon after as its
+// predicted cost is max_period_cost_share of the time, GPU-only at least every
 // max_gpu_only_explore_period_steps). So exploring costs about that share of the time (more
-// where a maximum period forces an exploration of a mode far worse: a split twice as costly
-// as GPU-only, about 2.5 % per exploring step): modes close together are compared often, a
-// mode far worse is tried rarely. A change of mode costs its first steps something of their
+// where a maximum period forces an exploration of a mode far worse: GPU-only far behind the
+// split, about 2.5 % per exploring step for a mode twice as costly): modes close together
+// are compared often, a mode far worse is tried rarely. A change of mode costs its first steps something of their
 // own (switch_settle_steps): those steps teach nothing, and an exploration lasts them plus
 // one. An exploration whose measured step does better than the picked mode's prediction
 // is repeated at the next chance (when the prediction now picks the explored mode, that
@@ -331,6 +332,15 @@ struct SchedulerOptions {
   uint32_t min_explore_period_steps = 4;
   uint32_t max_explore_period_steps = 40;
   uint32_t max_gpu_only_explore_period_steps = 400;
+  // The split's forced explorations (max_explore_period_steps) wait, up to GPU-only's period,
+  // until their predicted extra cost is at most this share of the predicted time of the
+  // decisions since the last exploration: where the split is far behind, forcing it every 40
+  // decisions cost more than the aim of 0.98x of the best baseline allows (DeepSeek 4 and 16
+  // x 8K on an H100, runs 246-247: split steps 12-13 ms over transfer-all's 8.4-14.3, 9-15 of
+  // 240 steps, writescope 0.919-0.950x of transfer-all). Above explore_cost_share, so that the
+  // period still comes before the credit where the split is close. In [0, 1]; 0: forced at
+  // max_explore_period_steps whatever it costs.
+  double max_period_cost_share = 0.015;
   // Where the chosen mode's rest fell, since the other mode's latest rest sample, by more
   // than this share of the chosen mode's predicted step and by more than the other is
   // predicted behind it, the other's rest is likely stale by as much (most of a rest, the

@@ -1507,6 +1507,43 @@ TEST(DecodeReadsTest, GpuOnlyFarBehindIsRarelyExplored) {
   EXPECT_GE(reverse.explorations, 2 * 400 / 42);
 }
 
+// A split far behind GPU-only (its steps 2.5x GPU-only's and more here; DeepSeek 4 and 16 x 8K on an
+// H100, runs 246-247: 2-3x, writescope 0.919-0.950x of transfer-all) is forced only as its
+// predicted cost allows: about max_period_cost_share of the time, at the latest every
+// max_gpu_only_explore_period_steps decisions (4 exploring steps of 800 here, 1.3 % of the
+// time). Forced every max_explore_period_steps whatever it costs (max_period_cost_share 0),
+// its two-step explorations took 13 % (39 steps).
+TEST(DecodeReadsTest, ASplitFarBehindIsForcedOnlyAsItsCostAllows) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;
+  ReadWorld world;
+  world.cpu_ns_per_token = 2000;
+  world.rest_split_ns = 60e6;  // GPU-only 24.4 ms a layer, the split at the probe share ~63
+  const double gpu_only_ns = world.SplitStepNs(0.0, kTokens);
+  ASSERT_GT(world.SplitStepNs(SchedulerOptions{}.probe_share, kTokens), 2.5 * gpu_only_ns);
+  auto run_with = [&](double share) {
+    SchedulerOptions options;
+    options.max_period_cost_share = share;
+    auto scheduler = *Scheduler::Create("writescope", options);
+    ProbeAndLearnLines(*scheduler, world);
+    RunReads(*scheduler, world, 40, kTokens, kPlaced);
+    return RunReads(*scheduler, world, 800, kTokens, kPlaced);
+  };
+  ReadRun capped = run_with(SchedulerOptions{}.max_period_cost_share);
+  const ReadRun uncapped = run_with(0.0);
+  const double capped_cost = capped.total_ns / 800 / gpu_only_ns - 1;
+  const double uncapped_cost = uncapped.total_ns / 800 / gpu_only_ns - 1;
+  SCOPED_TRACE(::testing::Message()
+               << "exploring steps " << capped.explorations << " (cost " << capped_cost
+               << ") capped, " << uncapped.explorations << " (" << uncapped_cost << ") not");
+  // Still explored (a freed CPU is seen within GPU-only's period), at about the share.
+  EXPECT_GE(capped.explorations, 2 * 2);
+  EXPECT_EQ(capped.reasons[ExploreReason::kMaxPeriod], capped.explorations);
+  EXPECT_LE(capped_cost, 1.5 * SchedulerOptions{}.max_period_cost_share);
+  EXPECT_GE(uncapped.explorations, 2 * 800 / 42);
+  EXPECT_GT(uncapped_cost, 3 * SchedulerOptions{}.max_period_cost_share);
+}
+
 // The gpu_worker's early KV rounds (GpuStep): it queues a step's own rounds for the next
 // step, or after an exploration's last step those of the last step that did not explore. A
 // GPU-only step that finds split rounds queued pays switch_ns more (a split step after
@@ -1915,6 +1952,9 @@ TEST(DecodeReadsTest, ExplorationsForAFallenRestStopWhileTheyMeasureNothing) {
     SchedulerOptions options;
     options.min_explore_period_steps = 8;
     options.rest_shift_explores = row;
+    // The split forced every 40 decisions whatever it costs: the count starts at the first
+    // forced exploration after the load.
+    options.max_period_cost_share = 0;
     auto scheduler = *Scheduler::Create("writescope", options);
     RunALoadToASplitExploration(*scheduler, world, loaded, kTokens, kPlaced);
     int explorations = 0, after = -1;
@@ -2268,7 +2308,11 @@ TEST(DecodeReadsTest, WholeSequencesKeepTheCpuMeasuredThroughALoad) {
   constexpr uint32_t kSequences = 4;
   constexpr uint64_t kCpuPerSequence = 20000;  // 0.4 of each sequence's 50000 host tokens
   constexpr double kTokens = 200000;
-  auto scheduler = *Scheduler::Create("writescope", {});
+  SchedulerOptions options;
+  // The split forced every 40 decisions whatever it costs (under this load, forced only as
+  // its cost allows, the split would wait for GPU-only's period of 400).
+  options.max_period_cost_share = 0;
+  auto scheduler = *Scheduler::Create("writescope", options);
   ReadWorld world;
   LearnLines(*scheduler, world);
   const std::vector<uint64_t> cpu_tokens(kSequences, kCpuPerSequence);
@@ -2476,7 +2520,9 @@ TEST(DecodeReadsTest, QueuedReadersGiveWayToASmallLastingGain) {
 // every 7 steps, a loaded CPU; the first step took the 20000 by the at-least-one rule, 0.094,
 // and the held step the 30000, 0.141, its cost judged at 0.094).
 TEST(DecodeReadsTest, AHeldExplorationShareIsJudgedAtTheShareThatRuns) {
-  auto scheduler = *Scheduler::Create("writescope", {});
+  SchedulerOptions options;
+  options.max_period_cost_share = 0;  // explorations every 40 decisions, to judge many
+  auto scheduler = *Scheduler::Create("writescope", options);
   ReadWorld world;
   LearnLines(*scheduler, world);
   ReadWorld loaded = world;

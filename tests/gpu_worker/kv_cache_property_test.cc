@@ -593,10 +593,17 @@ TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) 
 // One sequence of two full blocks, the first in the CPU-compute region, the second in the
 // transfer region; returns the plans of a step that streams the transfer block and of one
 // that streams both (writescope's GPU-only mode): their rounds of a layer share one block.
+// `write` writes the prefill (random tokens from `seed`).
 std::pair<gpu::TransferPlan, gpu::TransferPlan> TwoPlansSharingABlock(
-    coordinator::KvPlacement& placement, const KvCacheConfig& config,
-    const std::function<void(const coordinator::PrefillPlan&)>& write) {
+    coordinator::KvPlacement& placement, const KvCacheConfig& config, uint64_t seed,
+    const std::function<void(const coordinator::PrefillPlan&, const std::vector<TokenKv>&)>&
+        write) {
   std::pair<gpu::TransferPlan, gpu::TransferPlan> plans;
+  std::mt19937_64 rng(seed);
+  std::vector<TokenKv> tokens;
+  for (uint32_t t = 0; t < 2 * config.block_tokens(); ++t) {
+    tokens.push_back(testing::RandomTokenKv(config.geometry, rng));
+  }
   EXPECT_TRUE(placement.Admit(1).ok());
   int chosen = 0;
   auto cpu_then_transfer = [&](const PlacementRequest&) {
@@ -605,7 +612,7 @@ std::pair<gpu::TransferPlan, gpu::TransferPlan> TwoPlansSharingABlock(
   auto prefill = placement.PlanPrefill(1, 2 * config.block_tokens(), cpu_then_transfer);
   EXPECT_TRUE(prefill.ok()) << prefill.status();
   if (!prefill.ok()) return plans;
-  write(*prefill);
+  write(*prefill, tokens);
   for (bool read_cpu : {false, true}) {
     gpu::StepSequence s;
     s.window_slot = prefill->window_slot;
@@ -623,14 +630,11 @@ std::pair<gpu::TransferPlan, gpu::TransferPlan> TwoPlansSharingABlock(
 // what its plan names.
 TEST_P(KvCachePropertyTest, AFailedCopyCompletingAnEarlyRoundDropsTheEarlyRounds) {
   if (deferred_ == nullptr) GTEST_SKIP() << "failing copies are the deferred device's";
-  std::mt19937_64 rng(5);
-  std::vector<TokenKv> tokens;
-  for (uint32_t t = 0; t < 2 * config_.block_tokens(); ++t) {
-    tokens.push_back(testing::RandomTokenKv(g(), rng));
-  }
   auto [transfer_only, both] = TwoPlansSharingABlock(
-      *placement_, config_,
-      [&](const coordinator::PrefillPlan& plan) { WritePrefill(plan, tokens); });
+      *placement_, config_, /*seed=*/5,
+      [&](const coordinator::PrefillPlan& plan, const std::vector<TokenKv>& tokens) {
+        WritePrefill(plan, tokens);
+      });
   ASSERT_GT(both.num_rounds(), 0u);
   ASSERT_EQ(both.chunks[0].num_blocks, 2u);
   ASSERT_EQ(transfer_only.chunks[0].num_blocks, 1u);
@@ -679,14 +683,11 @@ TEST_P(KvCachePropertyTest, AFailedCopyCompletingAnEarlyRoundDropsTheEarlyRounds
 // Early rounds still pending when the markers are reset (past a step that failed before its
 // transfer) are taken untimed: their markers would name the reset's new ones.
 TEST_P(KvCachePropertyTest, EarlyRoundsPendingAcrossAMarkerResetAreTakenUntimed) {
-  std::mt19937_64 rng(6);
-  std::vector<TokenKv> tokens;
-  for (uint32_t t = 0; t < 2 * config_.block_tokens(); ++t) {
-    tokens.push_back(testing::RandomTokenKv(g(), rng));
-  }
   auto [transfer_only, both] = TwoPlansSharingABlock(
-      *placement_, config_,
-      [&](const coordinator::PrefillPlan& plan) { WritePrefill(plan, tokens); });
+      *placement_, config_, /*seed=*/6,
+      [&](const coordinator::PrefillPlan& plan, const std::vector<TokenKv>& tokens) {
+        WritePrefill(plan, tokens);
+      });
   ASSERT_GE(transfer_only.num_rounds(), 2u);
   Sync();
   const gpu::KvCacheStats& stats = cache_->stats();

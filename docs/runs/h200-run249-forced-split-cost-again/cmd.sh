@@ -1,0 +1,4 @@
+# Run 249 (session 50, right after run 248 on the same H200 lease, 35cb86a): one more pair of
+# run 248's A/B, off then on (DeepSeek 4 and 16 x 8K, writescope / transfer-all / monolithic,
+# 3 rounds x 10 turns of 8 steps), wall 53.6 s.
+deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin; mkdir -p /tmp/g249; for run in off3 on3; do flags=""; [[ $run == off* ]] && flags="--max_period_cost_share=0"; SECONDS=0; WS_COORDINATOR_FLAGS="$flags" deploy/gpu-grids.sh --one-runtime --turns 10 --turn-warmup 4 --no-probe --out /tmp/g249/$run --budget-s 100 --batches 4,16 --contexts 8192 --policies "writescope transfer-all monolithic" deepseek_v2:3:8:80 > /tmp/g249/$run.log 2>&1; echo "$run rc=$? ${SECONDS}s"; python3 deploy/best_baseline_report.py /tmp/g249/$run/bench-deepseek_v2.csv | grep -E "over transfer-all|over monolithic" | cut -c1-130; tar czf $OUT/g249.tgz -C /tmp g249; done

@@ -242,13 +242,13 @@ struct StepSample {
 // max_gpu_only_explore_period_steps). So exploring costs about that share of the time (more
 // where a maximum period forces an exploration of a mode far worse: GPU-only far behind the
 // split, about 2.5 % per exploring step for a mode twice as costly): modes close together
-// are compared often, a mode far worse is tried rarely. A change of mode costs its first steps something of their
-// own (switch_settle_steps): those steps teach nothing, and an exploration lasts them plus
-// one. An exploration whose measured step does better than the picked mode's prediction
-// is repeated at the next chance (when the prediction now picks the explored mode, that
-// runs the mode just left once more: a second sample of it, whose first may have been one
-// high step), and each line weighs a sample by the steps since its previous one, so a few
-// explorations carry a CPU that is free again back to the split.
+// are compared often, a mode far worse is tried rarely. A change of mode costs its first
+// steps something of their own (switch_settle_steps): those steps teach nothing, and an
+// exploration lasts them plus one. An exploration whose measured step does better than the
+// picked mode's prediction is repeated at the next chance (when the prediction now picks the
+// explored mode, that runs the mode just left once more: a second sample of it, whose first
+// may have been one high step), and each line weighs a sample by the steps since its previous
+// one, so a few explorations carry a CPU that is free again back to the split.
 // Only the writescope policy chooses its reads; the others read what they placed
 // (monolithic models a cache of one physical state, whose split changes only by moving
 // data).
@@ -337,8 +337,8 @@ struct SchedulerOptions {
   // decisions since the last exploration: where the split is far behind, forcing it every 40
   // decisions cost more than the aim of 0.98x of the best baseline allows (DeepSeek 4 and 16
   // x 8K on an H100, runs 246-247: split steps 12-13 ms over transfer-all's 8.4-14.3, 9-15 of
-  // 240 steps, writescope 0.919-0.950x of transfer-all). Above explore_cost_share, so that the
-  // period still comes before the credit where the split is close. In [0, 1]; 0: forced at
+  // 240 steps, writescope 0.919-0.950x of transfer-all). Above explore_cost_share, so that a
+  // forced exploration still comes before the credit's. In [0, 1]; 0: forced at
   // max_explore_period_steps whatever it costs.
   double max_period_cost_share = 0.015;
   // Where the chosen mode's rest fell, since the other mode's latest rest sample, by more

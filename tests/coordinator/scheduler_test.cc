@@ -1507,9 +1507,9 @@ TEST(DecodeReadsTest, GpuOnlyFarBehindIsRarelyExplored) {
   EXPECT_GE(reverse.explorations, 2 * 400 / 42);
 }
 
-// A split far behind GPU-only (its steps 2.5x GPU-only's and more here; DeepSeek 4 and 16 x 8K on an
-// H100, runs 246-247: 2-3x, writescope 0.919-0.950x of transfer-all) is forced only as its
-// predicted cost allows: about max_period_cost_share of the time, at the latest every
+// A split far behind GPU-only (its steps 2.5x GPU-only's and more here; DeepSeek 4 and 16 x 8K
+// on an H100, runs 246-247: 2-3x, writescope 0.919-0.950x of transfer-all) is forced only as
+// its predicted cost allows: about max_period_cost_share of the time, at the latest every
 // max_gpu_only_explore_period_steps decisions (4 exploring steps of 800 here, 1.3 % of the
 // time). Forced every max_explore_period_steps whatever it costs (max_period_cost_share 0),
 // its two-step explorations took 13 % (39 steps).

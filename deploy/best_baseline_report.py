@@ -107,20 +107,19 @@ def point_ratios(rows, policy, from_context):
 
 
 def paired_round_ratios(steps_path, policy, from_context):
-    """({(batch, context): [((run, round, turn), keyed_ratios, {policy: its throughput})]}, {why (LACKING, PARTIAL,
-    NO_COMMON): [((batch, context), (run, round, turn) or None, detail)]}) from a grid's steps
-    CSV, or None where it has no round column. Within a round (a turn of it, where the bench
-    ran several: wscope bench --turns) every policy decodes the same step indices, and the
-    i-th step routes its tokens to the same experts under each; each policy's throughput is
-    the batch over its geometric-mean step over the step indices every policy of the round
-    ran, so a ratio is the geometric mean of the step-by-step ratios, the routing's spread
-    left out. Steps whose time is not finite and positive are left out. The runs
-    (bench_plot.RunRounds) keep apart the repeats of a grid whose benches each numbered their
-    rounds from 0 (bench-grid.sh without --one-runtime). A round counts only with every policy
-    the steps CSV has at its point (a round a policy failed or was cut in would compare the
-    others with fewer baselines); the second value holds what was left out, by why: such
-    rounds, rounds without a step every policy ran, and points (round None) lacking `policy`
-    or two baselines."""
+    """({(batch, context): [((run, round, turn), keyed_ratios, {policy: its throughput})]}, {why
+    (LACKING, PARTIAL, NO_COMMON): [((batch, context), (run, round, turn) or None, detail)]}) from a
+    grid's steps CSV, or None where it has no round column. Within a round (a turn of it, where the
+    bench ran several: wscope bench --turns) every policy decodes the same step indices, and the
+    i-th step routes its tokens to the same experts under each; each policy's throughput is the
+    batch over its geometric-mean step over the step indices every policy of the round ran, so a
+    ratio is the geometric mean of the step-by-step ratios, the routing's spread left out. Steps
+    whose time is not finite and positive are left out. The runs (bench_plot.RunRounds) keep apart
+    the repeats of a grid whose benches each numbered their rounds from 0 (bench-grid.sh without
+    --one-runtime). A round counts only with every policy the steps CSV has at its point (a round a
+    policy failed or was cut in would compare the others with fewer baselines); the second value
+    holds what was left out, by why: such rounds, rounds without a step every policy ran, and points
+    (round None) lacking `policy` or two baselines."""
     # (point, (run, round, turn)) -> policy -> step index -> ms
     steps = defaultdict(lambda: defaultdict(dict))
     runs = RunRounds()
@@ -190,7 +189,8 @@ def label_of(path):
 
 
 # Student's t distribution's 0.975 quantile by degrees of freedom (a two-sided 95 % interval);
-# between tabled values the next smaller degrees of freedom (the wider interval).
+# between tabled values, and beyond the last, the next smaller degrees of freedom (the wider
+# interval).
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064,
@@ -199,7 +199,7 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 
 
 def t975(df):
-    return T975[max(d for d in T975 if d <= df)] if df <= 120 else 1.960
+    return T975[max(d for d in T975 if d <= df)]
 
 
 def interval(ratios):

@@ -1,4 +1,4 @@
-# Run 248 (session 50; ran on an H200 at ~14:00 UTC after two more failed starts, 35cb86a,
+# Run 248 (session 50; ran on an H200 at ~13:55 UTC after five more failed starts, 35cb86a,
 # wall 277.7 s): the split's forced explorations capped by their cost
 # (--max_period_cost_share, default 0.015; 0 = forced every 40 decisions as before).
 # 1. DeepSeek 4 and 16 x 8K, writescope / transfer-all / monolithic in one runtime, 3 rounds x 10

@@ -52,6 +52,7 @@ import csv
 import importlib.util
 import math
 import os
+import statistics
 import sys
 from collections import defaultdict
 
@@ -210,8 +211,7 @@ def interval(ratios):
     if n < 2:
         return None
     logs = [math.log(r) for r in ratios]
-    mean = sum(logs) / n
-    spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    mean, spread = statistics.fmean(logs), statistics.stdev(logs)
     half = t975(n - 1) * spread / math.sqrt(n)
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half), spread
 
@@ -283,11 +283,10 @@ def print_intervals(paired_speeds, policy, threshold):
                 needed = rounds_to_decide(found, threshold)
                 line += f" (~{needed} rounds)" if needed else ""
         print(line)
-        for name in sorted(baselines):
+        for name in sorted(baselines):  # two baselines or more: paired_round_ratios
             others = baselines - {name}
-            if len(others) >= 1:
-                counts[name][verdict(interval(against_fixed_best(speeds, name, others)[1]),
-                                     threshold)] += 1
+            counts[name][verdict(interval(against_fixed_best(speeds, name, others)[1]),
+                                 threshold)] += 1
 
     def tally(name):
         return ", ".join(f"{said} at {counts[name][said]}"

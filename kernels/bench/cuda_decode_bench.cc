@@ -292,12 +292,9 @@ void RunGqa(const BenchOptions& options) {
 
 void RunMla(const BenchOptions& options) {
   std::printf("\n== CUDA MLA decode, DeepSeek-V2-Lite (ceiling %.0f GB/s) ==\n", options.hbm_gbps);
-  std::printf(
-      "ms: planned splits; s128..s2048: ms with fixed split sizes (GPU time, queued, cold L2);\n"
-      "c16xN: ms of the kernel with 16-row chunks in N stages, planned splits\n");
-  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s %8s %8s %8s\n", "tokens",
-              "batch", "ms", "GB/s", "%ceil", "GFLOP/s", "call_ms", "s128", "s256", "s512", "s1024",
-              "s2048", "c16x3", "c16x4", "c16x5");
+  std::printf("ms: planned splits; s128..s2048: ms with fixed split sizes (GPU time, queued, cold L2)\n");
+  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s\n", "tokens", "batch", "ms",
+              "GB/s", "%ceil", "GFLOP/s", "call_ms", "s128", "s256", "s512", "s1024", "s2048");
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   for (int64_t tokens : options.tokens) {
@@ -346,16 +343,6 @@ void RunMla(const BenchOptions& options) {
         cuda::MlaGpuDecodeArgs fixed = args;
         fixed.split.tokens_per_split = per;
         std::printf(" %8.4f", TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(fixed, nullptr); }) * 1e3);
-      }
-      for (int32_t stages : {3, 4, 5}) {
-        cuda::MlaGpuDecodeArgs variant = args;
-        variant.chunk_rows = 16;
-        variant.stages = stages;
-        const bool ok = cuda::MlaGpuDecode(variant, nullptr).ok();
-        std::printf(
-            " %8.4f",
-            ok ? TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(variant, nullptr); }) * 1e3
-               : std::nan(""));
       }
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());

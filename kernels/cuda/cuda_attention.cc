@@ -215,8 +215,7 @@ absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
   p.part_lse = reinterpret_cast<float*>(base + PartialLseOffset(plan.num_splits, rows, s.kv_lora_rank));
   p.o = args.o;
   p.lse = args.lse;
-  return FromCuda(internal::LaunchMlaDecode(p, stream, args.chunk_rows, args.stages),
-                  "GPU MLA decode");
+  return FromCuda(internal::LaunchMlaDecode(p, stream), "GPU MLA decode");
 }
 
 namespace {

@@ -78,10 +78,6 @@ struct MlaGpuDecodeArgs {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   GpuSplitOptions split;
-  // The kernel's rows per staged chunk and stages (mla_decode.cu): 0 / 0 the default (32 rows,
-  // 2 stages); 16 rows in 3, 4 or 5 stages (0: 5), for the benchmark and the tests.
-  int32_t chunk_rows = 0;
-  int32_t stages = 0;
 };
 
 // Causal chunked prefill, the GPU's share (kernels/attention.h GqaPrefillArgs, with

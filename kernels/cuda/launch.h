@@ -114,9 +114,7 @@ inline int32_t SplitTokens(const SplitRule& rule, int32_t max_seq_tokens, int64_
 int SmCount();
 
 int LaunchGqaDecode(const GqaParams& p, void* stream);
-// chunk_rows / stages pick the kernel: 0 / 0 the default (32 rows, 2 stages); 16 rows in 3,
-// 4 or 5 stages (0: 5) for the benchmark and the tests; others: cudaErrorNotSupported.
-int LaunchMlaDecode(const MlaParams& p, void* stream, int chunk_rows = 0, int stages = 0);
+int LaunchMlaDecode(const MlaParams& p, void* stream);
 // Returns cudaErrorNotSupported for a head_dim without a compiled kernel (64, 128).
 int LaunchGqaPrefill(const GqaPrefillParams& p, void* stream);
 // Returns cudaErrorNotSupported for an MLA shape without a compiled kernel (rank 512, rope

@@ -37,33 +37,24 @@ constexpr int kRank = 512;
 constexpr int kRope = 64;
 constexpr int kRow = kRank + kRope;
 constexpr int kRowStride = kRow + 8;  // bf16: rows 1168 B apart, ldmatrix rows hit distinct banks
+constexpr int kChunk = 32;            // tokens per chunk
 constexpr int kKGroups = 4;           // S: the 36 k-steps in 4 groups of 9
 constexpr int kKStepsPerGroup = kRow / 16 / kKGroups;     // 9
 constexpr int kTokenGroups = kWarps / kKGroups;           // 2: S's warps per k-group
+constexpr int kNtPerWarp = kChunk / 8 / kTokenGroups;     // S n-tiles (8 tokens) per warp
 constexpr int kHeadsPerWarp = kHeads / kWarps;            // softmax
 constexpr int kDimsPerWarp = kRank / kWarps;              // P V: 64
 constexpr int kNTiles = kDimsPerWarp / 8;                 // 8
+constexpr int kPStride = kChunk + 8;              // bf16
+constexpr int kSStride = kChunk + 1;              // floats
 constexpr int kVecsPerRow = kRow / 8;             // 16-byte copies per row: 72
 
-// What depends on the chunk's rows (kChunk: 32, the default, or 16, whose smaller stages
-// let more of them be in flight at two CTAs per SM).
-template <int kChunk>
-struct ChunkShape {
-  static_assert(kChunk == 16 || kChunk == 32, "a chunk is one or two k-steps of P V");
-  static constexpr int kNtPerWarp = kChunk / 8 / kTokenGroups;  // S n-tiles (8 tokens) per warp
-  static constexpr int kPStride = kChunk + 8;                   // bf16
-  static constexpr int kSStride = kChunk + 1;                   // floats
-  // Thread i stages row i / kThreadsPerRow of a chunk.
-  static constexpr int kThreadsPerRow = kWarps * 32 / kChunk;  // 8 or 16
-};
-
-template <int kChunk, int kStages>
+template <int kStages>
 struct __align__(16) MlaShared {
-  using Shape = ChunkShape<kChunk>;
   uint16_t rows[kStages][kChunk][kRowStride];
-  float s[kKGroups][kHeads][Shape::kSStride];  // each k-group's partial S
-  uint16_t p_hi[kHeads][Shape::kPStride];
-  uint16_t p_lo[kHeads][Shape::kPStride];
+  float s[kKGroups][kHeads][kSStride];  // each k-group's partial S
+  uint16_t p_hi[kHeads][kPStride];
+  uint16_t p_lo[kHeads][kPStride];
   float alpha[kHeads];
   float m[kHeads];
   float l[kHeads];
@@ -71,15 +62,14 @@ struct __align__(16) MlaShared {
 };
 
 // Stages rows [t0, t0 + kChunk) of the split (those >= end zero-filled). Thread i copies
-// row i / kThreadsPerRow, 16-byte pieces i % kThreadsPerRow, + kThreadsPerRow, ...: one row
-// address per thread, and a warp's copies of one instruction cover 128 (kChunk 32) or 256
-// (16) contiguous bytes of each of its rows. `pos` holds this thread's row of the chunk as a
-// tile and an offset in it; it advances by the chunk.
-template <int kChunk>
-__device__ __forceinline__ void LoadChunk(uint16_t (*stage_rows)[kRowStride], const SeqKeys& keys,
-                                          const MlaParams& p, int32_t t0, int32_t end,
-                                          TilePos& pos) {
-  constexpr int kThreadsPerRow = ChunkShape<kChunk>::kThreadsPerRow;
+// row i / 8, 16-byte pieces i % 8, i % 8 + 8, ...: one row address per thread, and a warp's
+// copies of one instruction cover 128 contiguous bytes of each of its 4 rows. `pos` holds
+// this thread's row of the chunk as a tile and an offset in it; it advances by the chunk.
+constexpr int kThreadsPerRow = kWarps * 32 / kChunk;  // 8
+static_assert(kVecsPerRow % kThreadsPerRow == 0, "whole pieces per thread");
+__device__ __forceinline__ void LoadChunk(uint16_t (*stage_rows)[kRowStride],
+                                          const SeqKeys& keys, const MlaParams& p, int32_t t0,
+                                          int32_t end, TilePos& pos) {
   const int r = threadIdx.x / kThreadsPerRow, first = threadIdx.x % kThreadsPerRow;
   const int32_t t = t0 + r;
   const uint16_t* src = p.q;  // any valid address when nothing is read
@@ -105,14 +95,12 @@ constexpr float kRescaleLog2 = 8.0f;
 // 2 CTAs of 256 threads per SM cap the registers at 128: ptxas reports exactly 128 and no
 // spills for kStages = 2 (check -Xptxas -v after any change: growth spills silently). The
 // split rule plans its waves with the same number (launch.h).
-template <int kChunk, int kStages>
+template <int kStages>
 __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
     MlaDecodeTcKernel(MlaParams p) {
-  using Shape = ChunkShape<kChunk>;
-  constexpr int kNtPerWarp = Shape::kNtPerWarp;
   LaunchDependentGrids();  // the split merge may launch now (it waits for this grid's end)
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  MlaShared<kChunk, kStages>& sh = *reinterpret_cast<MlaShared<kChunk, kStages>*>(smem_raw);
+  MlaShared<kStages>& sh = *reinterpret_cast<MlaShared<kStages>*>(smem_raw);
   const int split = blockIdx.x, seq = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gid = lane / 4, tig = lane % 4;  // mma fragment row / column pair
@@ -121,7 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
   const SeqKeys keys = LoadSeqKeys(p.kv, seq, p.block_tokens);
   const int32_t begin = split * p.tokens_per_split;
   const int32_t end = min(keys.total(), begin + p.tokens_per_split);
-  TilePos pos = TilePos::Of(begin + static_cast<int32_t>(threadIdx.x) / Shape::kThreadsPerRow,
+  TilePos pos = TilePos::Of(begin + static_cast<int32_t>(threadIdx.x) / kThreadsPerRow,
                             p.block_tokens);
   if (threadIdx.x == 0) sh.rescaled = 0;  // published by the first chunk's barrier
   // Chunks 0 .. kStages - 2 in flight; one group per chunk, empty past the end, so that
@@ -129,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
 #pragma unroll
   for (int c = 0; c + 1 < kStages; ++c) {
     const int32_t t0 = begin + c * kChunk;
-    if (t0 < end) LoadChunk<kChunk>(sh.rows[c], keys, p, t0, end, pos);
+    if (t0 < end) LoadChunk(sh.rows[c], keys, p, t0, end, pos);
     CpAsyncCommit();
   }
 
@@ -167,7 +155,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
   for (int32_t t0 = begin; t0 < end; t0 += kChunk, stage = stage + 1 == kStages ? 0 : stage + 1) {
     const int32_t ahead = t0 + (kStages - 1) * kChunk;
     if (ahead < end) {
-      LoadChunk<kChunk>(sh.rows[stage == 0 ? kStages - 1 : stage - 1], keys, p, ahead, end, pos);
+      LoadChunk(sh.rows[stage == 0 ? kStages - 1 : stage - 1], keys, p, ahead, end, pos);
     }
     CpAsyncCommit();
     CpAsyncWait<kStages - 1>();
@@ -207,11 +195,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
     }
     __syncthreads();
 
-    // Online softmax of this warp's heads; lane = token (lanes past a 16-row chunk hold
-    // none). A head's max is raised (and its alpha published, the chunk marked rescaled)
-    // only when a score passes it by more than kRescaleLog2; the first chunk always does
-    // (m = -inf), with alpha 0.
-    const bool valid = lane < kChunk && t0 + lane < end;
+    // Online softmax of this warp's heads; lane = token. A head's max is raised (and its
+    // alpha published, the chunk marked rescaled) only when a score passes it by more than
+    // kRescaleLog2; the first chunk always does (m = -inf), with alpha 0.
+    const bool valid = t0 + lane < end;
     bool rescale_any = false;
 #pragma unroll
     for (int h = 0; h < kHeadsPerWarp; ++h) {
@@ -234,7 +221,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
       l[h] += prob;
       // Lane pairs publish two tokens' hi and lo at once.
       const float next = __shfl_down_sync(0xffffffffu, prob, 1);
-      if (lane % 2 == 0 && lane < kChunk) {
+      if (lane % 2 == 0) {
         uint32_t hi, lo;
         SplitBf16(prob, next, hi, lo);
         *reinterpret_cast<uint32_t*>(&sh.p_hi[head][lane]) = hi;
@@ -319,33 +306,27 @@ __global__ void __launch_bounds__(kWarps * 32, kMlaTensorCoreSplits.ctas_per_sm)
 
 }  // namespace
 
-template <int kChunk, int kStages>
+template <int kStages>
 int LaunchWithStages(const MlaParams& p, cudaStream_t stream) {
-  const int smem = static_cast<int>(sizeof(MlaShared<kChunk, kStages>));
+  const int smem = static_cast<int>(sizeof(MlaShared<kStages>));
   // Per device and cheap; done on every launch so any current device is covered.
-  const cudaError_t attr = cudaFuncSetAttribute(MlaDecodeTcKernel<kChunk, kStages>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const cudaError_t attr = cudaFuncSetAttribute(
+      MlaDecodeTcKernel<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attr != cudaSuccess) return static_cast<int>(attr);
   const dim3 grid(p.num_splits, p.num_seqs);
-  MlaDecodeTcKernel<kChunk, kStages><<<grid, kWarps * 32, smem, stream>>>(p);
+  MlaDecodeTcKernel<kStages><<<grid, kWarps * 32, smem, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchMlaDecode(const MlaParams& p, void* stream_ptr, int chunk_rows, int stages) {
+int LaunchMlaDecode(const MlaParams& p, void* stream_ptr) {
   if (p.kv_lora_rank != kRank || p.rope_dim != kRope || p.num_heads > kHeads) {
     return static_cast<int>(cudaErrorNotSupported);
   }
-  // The default, 32-row chunks in two stages: 2 CTAs of 8 warps per SM. Three to five
-  // stages (1 CTA per SM) were 20-40 % slower on the H200 (docs/notes/cuda_decode_tuning.md,
-  // MLA on tensor cores). 16-row chunks fit up to five stages at 2 CTAs per SM (~99 KB).
-  if (chunk_rows == 0) chunk_rows = 32;
-  if (stages == 0) stages = chunk_rows == 32 ? 2 : 5;
-  const auto stream = static_cast<cudaStream_t>(stream_ptr);
-  int launched = static_cast<int>(cudaErrorNotSupported);
-  if (chunk_rows == 32 && stages == 2) launched = LaunchWithStages<32, 2>(p, stream);
-  if (chunk_rows == 16 && stages == 3) launched = LaunchWithStages<16, 3>(p, stream);
-  if (chunk_rows == 16 && stages == 4) launched = LaunchWithStages<16, 4>(p, stream);
-  if (chunk_rows == 16 && stages == 5) launched = LaunchWithStages<16, 5>(p, stream);
+  // Two stages: 2 CTAs of 8 warps per SM. Three to five stages (1 CTA per SM) were
+  // 20-40 % slower on the H200 (docs/notes/cuda_decode_tuning.md, MLA on tensor cores);
+  // 16-row chunks in 3-5 stages at 2 CTAs per SM (up to 64 rows ahead) were 0-3 % slower
+  // on an H100 (run 251).
+  const int launched = LaunchWithStages<2>(p, static_cast<cudaStream_t>(stream_ptr));
   if (launched != cudaSuccess) return launched;
   return LaunchMergeSplits(p.part_o, p.part_lse, p.num_splits,
                            int64_t{p.num_seqs} * p.num_heads, p.kv_lora_rank, p.o, p.lse,

@@ -442,11 +442,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GqaGpuTest,
 // ------------------------------------------------------------------ MLA ----------------
 
 // CPU partial (CpuMlaDecode) + GPU partial (MlaGpuDecode, `tokens_per_split` 0 = the
-// planned splits; `chunk_rows` / `stages` its kernel, 0 the default) merged on the GPU
-// equals the fp64 reference, for two sequences (tokens and a shorter one) placed by `split`.
+// planned splits) merged on the GPU equals the fp64 reference, for two sequences (tokens
+// and a shorter one) placed by `split`.
 void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per_split,
-              bool pointer_list = false, bool rising = false, int32_t window_blocks = 1,
-              int32_t chunk_rows = 0, int32_t stages = 0) {
+              bool pointer_list = false, bool rising = false, int32_t window_blocks = 1) {
   const MlaShape shape{num_heads, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
   std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(
       "mla", tokens, static_cast<int>(split), num_heads, tokens_per_split, rising ? "rising" : "",
@@ -502,16 +501,15 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   args.o = out.o();
   args.lse = out.lse();
   args.split.tokens_per_split = tokens_per_split;
-  args.chunk_rows = chunk_rows;
-  args.stages = stages;
   DeviceBuffer workspace(MlaGpuDecodeWorkspaceBytes(args));
   args.workspace = workspace.as<void>();
   args.workspace_bytes = MlaGpuDecodeWorkspaceBytes(args);
   WS_ASSERT_OK(MlaGpuDecode(args, nullptr));
-  const std::string what =
-      absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ", num_heads, " split ",
-                   tokens_per_split, pointer_list ? " pointer list" : "", rising ? " rising" : "",
-                   " window blocks ", window_blocks, " chunk ", chunk_rows, "x", stages);
+  const std::string what = absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ",
+                                        num_heads, " split ", tokens_per_split,
+                                        pointer_list ? " pointer list" : "",
+                                        rising ? " rising" : "", " window blocks ",
+                                        window_blocks);
   ExpectValidPartial(out.HostO(), out.HostLse(), shape.kv_lora_rank, what + " GPU partial");
   DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
   WS_ASSERT_OK(GpuMergeStates(cpu_o_d.as<float>(), cpu_lse_d.as<float>(), args.o, args.lse,
@@ -571,68 +569,6 @@ TEST(MlaGpuWindowTest, WindowOfTwoBlocks) {
       }
     }
   }
-}
-
-// The kernel with 16-row chunks in 3, 4 and 5 stages: fixed split sizes of two chunks (32,
-// the least the split rule allows), more than the stages (96, 160), the planned ones, token
-// counts with a partial last chunk, fewer heads, rising maxima, a tile pointer list and a
-// window of two blocks.
-TEST(MlaGpuChunkTest, SixteenRowChunksInEveryStageCount) {
-  SKIP_WITHOUT_GPU();
-  for (int32_t stages : {3, 4, 5}) {
-    for (int64_t tokens : {int64_t{1}, int64_t{77}, int64_t{257}, int64_t{1000}}) {
-      for (int32_t per : {0, 32, 96, 160}) {
-        for (int32_t heads : {16, 12, 1}) {
-          CheckMla(tokens, Split::kRandom, heads, per, /*pointer_list=*/per == 32,
-                   /*rising=*/heads == 16, /*window_blocks=*/per == 96 ? 2 : 1, 16, stages);
-          if (::testing::Test::HasFailure()) return;
-        }
-      }
-      for (Split split : kSplits) {
-        CheckMla(tokens, split, 16, 0, false, false, 1, 16, stages);
-        if (::testing::Test::HasFailure()) return;
-      }
-    }
-  }
-}
-
-// A kernel that is not compiled is refused, not run.
-TEST(MlaGpuChunkTest, UncompiledChunkShapesAreRefused) {
-  SKIP_WITHOUT_GPU();
-  const MlaShape shape{16, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
-  std::mt19937_64 rng(5);
-  TokenCodec codec;
-  codec.tile_values_per_token = shape.row_dim();
-  codec.write = [&](uint16_t* tile, int32_t, int32_t t, std::mt19937_64& r) {
-    FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), r, 1.0f);
-  };
-  codec.copy = [&](const uint16_t* src, int32_t, int32_t st, uint16_t* dst, int32_t, int32_t dt) {
-    std::copy_n(src + int64_t{st} * shape.row_dim(), shape.row_dim(),
-                dst + int64_t{dt} * shape.row_dim());
-  };
-  std::vector<SeqPlacement> seqs{Place(codec, 100, shape.block_tokens, Split::kAllTiles, rng, 1)};
-  DeviceKv kv(seqs, int64_t{shape.block_tokens} * shape.row_dim(), shape.block_tokens,
-              shape.block_tokens);
-  std::vector<uint16_t> q(int64_t{shape.num_heads} * shape.row_dim());
-  DeviceBuffer q_d = DeviceBuffer::From(q);
-  GuardedOutputs out(shape.num_heads, shape.kv_lora_rank);
-  MlaGpuDecodeArgs args;
-  args.shape = shape;
-  args.num_seqs = 1;
-  args.q = q_d.as<const uint16_t>();
-  args.kv = kv.source;
-  args.o = out.o();
-  args.lse = out.lse();
-  DeviceBuffer workspace(MlaGpuDecodeWorkspaceBytes(args));
-  args.workspace = workspace.as<void>();
-  args.workspace_bytes = MlaGpuDecodeWorkspaceBytes(args);
-  for (const auto& [rows, stages] : {std::pair{32, 3}, std::pair{16, 6}, std::pair{64, 0}}) {
-    args.chunk_rows = rows;
-    args.stages = stages;
-    EXPECT_FALSE(MlaGpuDecode(args, nullptr).ok()) << rows << "x" << stages;
-  }
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_NO_FATAL_FAILURE(out.AssertGuards("refused kernels"));
 }
 
 INSTANTIATE_TEST_SUITE_P(DeepSeekV2Lite, MlaGpuTest,

@@ -37,7 +37,13 @@ baselines' noise) with a 95 % interval of the mean over the rounds (Student's t 
 log ratios, the rounds taken as independent): "below" the threshold where the whole interval
 is below it, "not below" where none of it is, else "cannot tell", with about how many rounds
 at the same mean and spread would tell. Counted over the points, and the same for each
-baseline B against the best of the baselines other than B.
+baseline B against the best of the baselines other than B. Where the steps CSV says how the
+adaptive policy read each step (its explore and read_cpu_share columns), a line under each
+point says where its time beyond that baseline's went: the paired steps' extra time, step by
+step, summed per kind of the adaptive policy's step (exploring; the split by choice; GPU-only
+by choice), as a share of the baseline's time over the same steps, each the mean over the
+rounds with a 95 % interval (Student's t); the three add up to the whole extra time (an
+arithmetic share, beside the ratio's geometric mean).
 
 What is left out (a point without the adaptive policy and two baselines, a round without
 every policy of its point or without a step they all ran) is counted on a "left out:" line
@@ -123,12 +129,14 @@ def paired_round_ratios(steps_path, policy, from_context):
     (round None) lacking `policy` or two baselines."""
     # (point, (run, round, turn)) -> policy -> step index -> ms
     steps = defaultdict(lambda: defaultdict(dict))
+    kinds = defaultdict(dict)  # (point, (run, round, turn)) -> step index -> the policy's kind
     runs = RunRounds()
     with bench_report.open_text(steps_path) as f:
         reader = csv.DictReader(f)
         needed = ("policy", "round", "step", "step_ms", "batch", "context")
         if any(c not in (reader.fieldnames or []) for c in needed):
             return None
+        has_kinds = all(c in reader.fieldnames for c in ("explore", "read_cpu_share"))
         for line, row in enumerate(reader, start=2):
             try:
                 key = runs.step(steps_path, line, row)
@@ -142,6 +150,11 @@ def paired_round_ratios(steps_path, policy, from_context):
             by_step = steps[(point, key)][row["policy"]]  # the policy ran the round
             if math.isfinite(ms) and ms > 0:
                 by_step[step] = ms
+                if has_kinds and row["policy"] == policy:
+                    try:
+                        kinds[(point, key)][step] = step_kind(row)
+                    except ValueError as e:
+                        raise SystemExit(f"best_baseline_report.py: {steps_path}:{line}: {e}")
     policies_at = defaultdict(set)  # point -> every policy the CSV has there
     for (point, _), by_policy in steps.items():
         policies_at[point].update(by_policy)
@@ -161,8 +174,22 @@ def paired_round_ratios(steps_path, policy, from_context):
             left_out[NO_COMMON].append((point, rnd, None))
             continue
         speed = {p: 1.0 / geometric_mean([s[i] for i in common]) for p, s in by_policy.items()}
-        paired[point].append((rnd, keyed_ratios(speed, policy), speed))
+        detail = ({p: {i: s[i] for i in common} for p, s in by_policy.items()},
+                  {i: kinds[(point, rnd)][i] for i in common} if has_kinds else None)
+        paired[point].append((rnd, keyed_ratios(speed, policy), speed, detail))
     return paired, left_out
+
+
+# The kinds of the adaptive policy's steps (the steps CSV's explore and read_cpu_share).
+EXPLORING, SPLIT, GPU_ONLY = "exploring", "split", "GPU-only"
+
+
+def step_kind(row):
+    """EXPLORING where the step explored the mode the prediction did not pick, else SPLIT where
+    the CPU read some of the host tokens, else GPU_ONLY; ValueError on a malformed value."""
+    if row["explore"].strip() not in ("", "0"):
+        return EXPLORING
+    return SPLIT if float(row["read_cpu_share"]) > 0 else GPU_ONLY
 
 
 # Why a paired point or point-round was left out (paired_round_ratios).
@@ -253,11 +280,57 @@ def against_fixed_best(speeds, name, baselines):
     return best, [s[name] / s[best] for s in speeds]
 
 
-def print_intervals(paired_speeds, policy, threshold):
+def mean_interval(values):
+    """(mean, low, high) of values: the 95 % interval of their mean (Student's t); low and
+    high None for fewer than two values."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def gap_by_kind(details, policy, best):
+    """Where policy's time beyond best's went over the rounds' paired steps (`details`: each
+    round's ({policy: {step: ms}} over its common steps, {step: the policy's kind} or None)):
+    {kind: ([each round's extra ms over its steps of that kind, over best's ms of all its
+    steps], steps, extra ms)} for EXPLORING, SPLIT and GPU_ONLY; None where a round has no
+    kinds."""
+    gap = {kind: ([], 0, 0.0) for kind in (EXPLORING, SPLIT, GPU_ONLY)}
+    for ms, kinds in details:
+        if kinds is None:
+            return None
+        base = sum(ms[best].values())
+        for kind, (shares, steps, extra) in gap.items():
+            mine = [i for i, k in kinds.items() if k == kind]
+            over = sum(ms[policy][i] - ms[best][i] for i in mine)
+            shares.append(over / base)
+            gap[kind] = (shares, steps + len(mine), extra + over)
+    return gap
+
+
+def gap_line(gap, best):
+    """ "    time over BEST's, by its steps: KIND +x.x % [lo, hi] (n steps, +y.yy ms each),
+    ...; all +z.z % [lo, hi]" from gap_by_kind."""
+    def share(values):
+        mean, low, high = mean_interval(values)
+        text = f"{100 * mean:+.1f} %"
+        return text + (f" [{100 * low:+.1f}, {100 * high:+.1f}]" if low is not None else "")
+    cells = []
+    for kind, (shares, steps, extra) in gap.items():
+        each = f", {extra / steps:+.2f} ms each" if steps else ""
+        cells.append(f"{kind} {share(shares)} ({steps} steps{each})")
+    rounds = zip(*(shares for shares, _, _ in gap.values()))
+    return (f"    time over {best}'s, by its steps (share of {best}'s, 95 % interval): "
+            + ", ".join(cells) + f"; all {share([sum(r) for r in rounds])}")
+
+
+def print_intervals(paired_speeds, policy, threshold, paired_details=None):
     """Per point, policy over the point's best baseline (one baseline for all its rounds, the
     fastest by their geometric mean), with a 95 % interval over the rounds: below threshold,
-    not below it, or cannot tell; then the counts, and the same count for each baseline B
-    against the best of the baselines other than B."""
+    not below it, or cannot tell, and (from paired_details: the rounds' step details, as
+    gap_by_kind reads them) where its time beyond that baseline's went; then the counts, and
+    the same count for each baseline B against the best of the baselines other than B."""
     if not paired_speeds:
         return
     print(f"\nAgainst one best baseline per point (the baseline fastest over the point's paired "
@@ -283,6 +356,10 @@ def print_intervals(paired_speeds, policy, threshold):
                 needed = rounds_to_decide(found, threshold)
                 line += f" (~{needed} rounds)" if needed else ""
         print(line)
+        gap = gap_by_kind(paired_details[(label, batch, context)], policy, best) \
+            if paired_details else None
+        if gap is not None:
+            print(gap_line(gap, best))
         for name in sorted(baselines):  # two baselines or more: paired_round_ratios
             others = baselines - {name}
             counts[name][verdict(interval(against_fixed_best(speeds, name, others)[1]),
@@ -356,6 +433,7 @@ def main():
     paired_point = defaultdict(list)  # (label, batch, context) -> the rounds' ratios
     paired_key = defaultdict(list)
     paired_speeds = defaultdict(list)  # (label, batch, context) -> the rounds' {policy: speed}
+    paired_details = defaultdict(list)  # (label, batch, context) -> the rounds' step details
     unpaired = []
     left_out = defaultdict(list)  # why -> [(label, point, round key or None, detail)]
     for path in args.csv:
@@ -369,8 +447,9 @@ def main():
         for why, entries in left.items():
             left_out[why] += [(label_of(path), *entry) for entry in entries]
         for (batch, context), rounds in paired.items():
-            paired_speeds[(label_of(path), batch, context)] += [speed for _, _, speed in rounds]
-            for _, keyed, _ in rounds:
+            paired_speeds[(label_of(path), batch, context)] += [speed for _, _, speed, _ in rounds]
+            paired_details[(label_of(path), batch, context)] += [d for _, _, _, d in rounds]
+            for _, keyed, _, _ in rounds:
                 paired_point[(label_of(path), batch, context)].append(keyed[args.policy])
                 for key, ratio in keyed.items():
                     paired_key[key].append(ratio)
@@ -402,7 +481,7 @@ def main():
     print(f"Points below {args.threshold:g} in every round: {len(every_round)} of "
           f"{len(paired_point)}" + (": " + ", ".join(every_round) if every_round else ""))
     against_each_baseline(paired_key)
-    print_intervals(paired_speeds, args.policy, args.threshold)
+    print_intervals(paired_speeds, args.policy, args.threshold, paired_details)
     if unpaired:
         print("No steps CSV with rounds beside " + ", ".join(unpaired) + ": not paired")
 

@@ -2,8 +2,10 @@
 """deploy/best_baseline_report.py on two small grids whose answers are known: the ratios over
 the best baseline per point and pooled, the repeats merged as bench_report.py merges them
 (harmonic mean), --from-context, each baseline against the others beside writescope against
-the same, the same again per round paired step by step from the steps CSV beside a grid, and
-the refusals (no file, no point to compare) without a traceback."""
+the same, the same again per round paired step by step from the steps CSV beside a grid, the
+intervals against one best baseline and where writescope's time beyond it went by the kind of
+its step, and the refusals (no file, no point to compare, a malformed step) without a
+traceback."""
 import math
 import os
 import subprocess
@@ -230,7 +232,45 @@ with tempfile.TemporaryDirectory() as tmp:
         ("B = static:0.5     below at 3, not below at 0, cannot tell at 0, one round at 1"
          in intervals, "a baseline against the others, the same way"),
     ]
+    checks.append(("time over" not in intervals,
+                   "no line of where the time went without the explore and read_cpu_share columns"))
     text += intervals
+    # Where writescope's time over the best baseline went, by the kind of its step: two rounds
+    # of four steps at 10 ms each under transfer-all (monolithic twice as slow); writescope's
+    # step 0 explores (13, then 12.5 ms), step 1 splits by choice (11), steps 2-3 run GPU-only
+    # (10 and 10.6, then 10 and 10.2).
+    os.makedirs(os.path.join(tmp, "kinds"))
+    kinds_grid = os.path.join(tmp, "kinds", "bench-kinds.csv")
+    write_grid(kinds_grid, ("writescope", 4, 8192, 100), ("transfer-all", 4, 8192, 100),
+               ("monolithic", 4, 8192, 50))
+    rounds_ms = ((13, 11, 10, 10.6), (12.5, 11, 10, 10.2))
+    with open(os.path.join(tmp, "kinds", "steps-kinds.csv"), "w") as f:
+        f.write("policy,round,step,unix_s,step_ms,batch,context,explore,read_cpu_share\n")
+        for rnd, ms in enumerate(rounds_ms):
+            for i in range(4):
+                f.write(f"transfer-all,{rnd},{i},0,10,4,8192,0,0\n")
+                f.write(f"monolithic,{rnd},{i},0,20,4,8192,0,0.5\n")
+            for i, (value, explore, read) in enumerate(zip(ms, (1, 0, 0, 0), (0.3, 0.2, 0, 0))):
+                f.write(f"writescope,{rnd},{i},0,{value},4,8192,{explore},{read}\n")
+    gap_text = run(kinds_grid).stdout
+
+    def share(steps):  # per round: the steps' extra ms over 40; mean, 95 % interval (t(1))
+        values = [sum(ms[i] - 10 for i in steps) / 40 for ms in rounds_ms]
+        mean = sum(values) / len(values)
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        half = 12.706 * sd / math.sqrt(len(values))
+        return f"{100 * mean:+.1f} % [{100 * (mean - half):+.1f}, {100 * (mean + half):+.1f}]"
+    expected_gap = ("    time over transfer-all's, by its steps (share of transfer-all's, 95 % "
+                    f"interval): exploring {share([0])} (2 steps, +2.75 ms each), split "
+                    f"{share([1])} (2 steps, +1.00 ms each), GPU-only {share([2, 3])} (4 steps, "
+                    f"+0.20 ms each); all {share([0, 1, 2, 3])}")
+    checks.append((expected_gap in gap_text, "where the time went, by the kind of step"))
+    text += gap_text
+    with open(os.path.join(tmp, "kinds", "steps-kinds.csv"), "a") as f:
+        f.write("writescope,2,0,0,10,4,8192,0,many\n")
+    malformed = run(kinds_grid)
+    checks.append((malformed.returncode != 0 and "steps-kinds.csv:" in malformed.stderr
+                   and "Traceback" not in malformed.stderr, "a malformed read_cpu_share refused"))
     lower = run("--from-context", "8192", "--threshold", "0.9", first, second)
     checks.append((f"{geo:.3f},   0 of   3 below 0.9" in lower.stdout, "--threshold"))
 

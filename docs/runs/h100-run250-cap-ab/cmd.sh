@@ -1,6 +1,4 @@
 # Run 250 (session 51): the cap on the split's forced explorations (--max_period_cost_share,
-# Ran in session 51 on an H100 80GB HBM3 (kind nvidia-h100-x1), d779ffe (f94cdc1 plus the MLA
-# variants of run 251, the trio's default kernel unchanged), wall 272.9 s.
 # default 0.015; 0 = forced every 40 decisions as before) A/B on an H100, where runs 246-247
 # read writescope at 0.919-0.950x of transfer-all at DeepSeek 8K with 9-15 of 240 steps forced
 # split explorations at 12-13 ms over transfer-all's step (run 248's A/B went to an H200).
@@ -11,6 +9,8 @@
 # The bundle (run with carry ["dist"], kind nvidia-h100-x1):
 #   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope ws_reference \
 #     ws_probe ws_cpu_load" deploy/gpu-bundle.sh
+# Ran in session 51 on an H100 80GB HBM3 (kind nvidia-h100-x1), d779ffe (f94cdc1 plus the MLA
+# variants of run 251, the trio's default kernel unchanged), wall 272.9 s.
 CALL_START=$(date +%s); deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
 nvidia-smi --query-gpu=name --format=csv,noheader; mkdir -p /tmp/g250
 for run in on1 off1 off2 on2 on3 off3; do

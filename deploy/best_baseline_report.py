@@ -310,16 +310,16 @@ def gap_by_kind(details, policy, best):
 
 
 def gap_line(gap, best):
-    """ "    time over BEST's, by its steps: KIND +x.x % [lo, hi] (n steps, +y.yy ms each),
-    ...; all +z.z % [lo, hi]" from gap_by_kind."""
+    """ "    time over BEST's, by its steps: KIND +x.x % [lo, hi] (n steps, +y.yy ms each) (or
+    KIND none), ...; all +z.z % [lo, hi]" from gap_by_kind."""
     def share(values):
         mean, low, high = mean_interval(values)
         text = f"{100 * mean:+.1f} %"
         return text + (f" [{100 * low:+.1f}, {100 * high:+.1f}]" if low is not None else "")
     cells = []
     for kind, (shares, steps, extra) in gap.items():
-        each = f", {extra / steps:+.2f} ms each" if steps else ""
-        cells.append(f"{kind} {share(shares)} ({steps} steps{each})")
+        cells.append(f"{kind} {share(shares)} ({steps} steps, {extra / steps:+.2f} ms each)"
+                     if steps else f"{kind} none")
     rounds = zip(*(shares for shares, _, _ in gap.values()))
     return (f"    time over {best}'s, by its steps (share of {best}'s, 95 % interval): "
             + ", ".join(cells) + f"; all {share([sum(r) for r in rounds])}")

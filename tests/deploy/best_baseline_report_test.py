@@ -241,8 +241,9 @@ with tempfile.TemporaryDirectory() as tmp:
     # (10 and 10.6, then 10 and 10.2).
     os.makedirs(os.path.join(tmp, "kinds"))
     kinds_grid = os.path.join(tmp, "kinds", "bench-kinds.csv")
-    write_grid(kinds_grid, ("writescope", 4, 8192, 100), ("transfer-all", 4, 8192, 100),
-               ("monolithic", 4, 8192, 50))
+    write_grid(kinds_grid, *[(p, b, 8192, t) for b in (4, 16)
+                             for p, t in (("writescope", 100), ("transfer-all", 100),
+                                          ("monolithic", 50))])
     rounds_ms = ((13, 11, 10, 10.6), (12.5, 11, 10, 10.2))
     with open(os.path.join(tmp, "kinds", "steps-kinds.csv"), "w") as f:
         f.write("policy,round,step,unix_s,step_ms,batch,context,explore,read_cpu_share\n")
@@ -252,6 +253,10 @@ with tempfile.TemporaryDirectory() as tmp:
                 f.write(f"monolithic,{rnd},{i},0,20,4,8192,0,0.5\n")
             for i, (value, explore, read) in enumerate(zip(ms, (1, 0, 0, 0), (0.3, 0.2, 0, 0))):
                 f.write(f"writescope,{rnd},{i},0,{value},4,8192,{explore},{read}\n")
+            # 16 x 8192: GPU-only at every step, 11 ms against transfer-all's 10.
+            for policy, value, read in (("transfer-all", 10, 0), ("monolithic", 20, 0.5),
+                                        ("writescope", 11, 0)):
+                f.write(f"{policy},{rnd},0,0,{value},16,8192,0,{read}\n")
     gap_text = run(kinds_grid).stdout
 
     def share(steps):  # per round: the steps' extra ms over 40; mean, 95 % interval (t(1))
@@ -265,6 +270,9 @@ with tempfile.TemporaryDirectory() as tmp:
                     f"{share([1])} (2 steps, +1.00 ms each), GPU-only {share([2, 3])} (4 steps, "
                     f"+0.20 ms each); all {share([0, 1, 2, 3])}")
     checks.append((expected_gap in gap_text, "where the time went, by the kind of step"))
+    checks.append(("interval): exploring none, split none, GPU-only +10.0 % [+10.0, +10.0] (2 "
+                   "steps, +1.00 ms each); all +10.0 % [+10.0, +10.0]" in gap_text,
+                   "kinds without steps said so"))
     text += gap_text
     with open(os.path.join(tmp, "kinds", "steps-kinds.csv"), "a") as f:
         f.write("writescope,2,0,0,10,4,8192,0,many\n")

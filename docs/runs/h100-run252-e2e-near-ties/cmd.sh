@@ -1,5 +1,6 @@
-# Run 252 (session 51): the CUDA e2e on the session's final code (not run since the cap on
-# forced split explorations, 35cb86a), then the two other near-tie points of runs 246-247,
+# Run 252 (session 51; asked for an H200, ran on an H100 80GB HBM3, d832867, wall 231 s):
+# the CUDA e2e on the session's final code (not run since the cap on forced split explorations,
+# 35cb86a), then the two other near-tie points of runs 246-247,
 # Qwen3 4 x 8K and Mixtral 16 x 8K, one trio each with the cap (the default): writescope /
 # transfer-all / monolithic in one runtime, 3 rounds x 10 turns of 8 steps, read with
 # best_baseline_report.py's interval and where writescope's time went by kind of step.

@@ -15,8 +15,8 @@ namespace writescope::coordinator {
 // In the order checked: the other mode was never measured (or its prediction is unknown);
 // it repeats one that measured nothing; the credit covered its predicted extra cost; the
 // maximum period forced it (the credit short of it); the other mode's rest was a guess after
-// a re-level, an explored mode's first sample or a slow pair (measured at the first chance);
-// the chosen mode's rest fell (SchedulerOptions::rest_shift_explore).
+// a re-level (measured at the first chance); the chosen mode's rest fell
+// (SchedulerOptions::rest_shift_explore).
 enum class ExploreReason { kNone, kUnmeasured, kRepeat, kCredit, kMaxPeriod, kGuess, kRestShift };
 
 // The reasons' names in the enum's order: "" for kNone, else one word.

@@ -93,11 +93,6 @@ ABSL_FLAG(double, max_period_cost_share,
           "writescope: the split's exploration forced every 40 decisions waits (up to 400) until "
           "its predicted extra cost is at most this share of the decisions' time since the last "
           "exploration (0: forced every 40 whatever it costs)");
-ABSL_FLAG(bool, remeasure_after_rise,
-          writescope::coordinator::SchedulerOptions{}.remeasure_after_rise,
-          "writescope: a mode's rest raised by two slow steps in a row is measured once more "
-          "(at once where the mode is chosen, else as soon as the minimum exploration period "
-          "allows) and that sample replaces it (false: it stands until later samples mix in)");
 ABSL_FLAG(double, rest_shift_explore,
           writescope::coordinator::SchedulerOptions{}.rest_shift_explore,
           "writescope: where the chosen read mode's rest fell, since the other mode was last "
@@ -169,7 +164,6 @@ int main(int argc, char** argv) {
   options.scheduler.rest_outlier_factor = absl::GetFlag(FLAGS_rest_outlier_factor);
   options.scheduler.explore_cost_share = absl::GetFlag(FLAGS_explore_cost_share);
   options.scheduler.max_period_cost_share = absl::GetFlag(FLAGS_max_period_cost_share);
-  options.scheduler.remeasure_after_rise = absl::GetFlag(FLAGS_remeasure_after_rise);
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
   options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);

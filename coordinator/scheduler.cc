@@ -601,7 +601,6 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       // (SchedulerOptions::rest_outlier_factor). A held sample leaves the clock, so the next
       // one weighs both.
       bool& held = split ? rest_split_held_ : rest_gpu_only_held_;
-      const bool confirms_held = held;  // the sample before it was held: a slow pair
       const bool hold = options_.rest_outlier_factor > 0.0 && !held && !rest_stale_ &&
                         guessed_rest_mode_ != mode && !std::isnan(rest) &&
                         predicted_before + rest > 0.0 &&
@@ -639,20 +638,6 @@ void Scheduler::ObserveStep(const StepSample& sample) {
         // period allows (ChooseDecodeReads' guessed rest), and that sample replaces it. (A
         // chosen mode's next samples mix in as usual.)
         if (explored && std::isnan(before) && guessed_rest_mode_ == 0) {
-          guessed_rest_mode_ = mode;
-          guess_follows_ = false;
-          guess_refunded_ = false;
-        }
-        // So is a rest a slow pair raised (the held sample and the one that confirmed it), when
-        // remeasure_after_rise: a stall of the host that spans two steps reads as a new level,
-        // and the mode it made lose was not run again until the credit or the maximum period
-        // allowed (DeepSeek 4 x 8K on an H100, run 250: split steps of 21.8 and 12.4 ms among
-        // ~5.5 put the split's rest from 5.3 to 8.8 ms, and GPU-only ran the next 48 steps,
-        // where the split's next samples put it back at 4.3). Its next sample replaces it: at
-        // once where the mode is still chosen, else at the first decision the minimum period
-        // allows. A level that lasts is measured by that sample as well.
-        if (options_.remeasure_after_rise && confirms_held && rest > before &&
-            guessed_rest_mode_ == 0) {
           guessed_rest_mode_ = mode;
           guess_follows_ = false;
           guess_refunded_ = false;

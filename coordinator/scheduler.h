@@ -470,12 +470,6 @@ struct SchedulerOptions {
   // prediction, 1 (that one) more than 2x. A guessed rest, or one a new batch re-levels, is
   // not held. 0: off (every sample mixes in); else > 1.
   double rest_outlier_factor = 1.5;
-  // The rest a held sample and the next one, as slow, raised is a guess (as an explored
-  // mode's first sample is): the mode's next sample replaces it, and where the raised rest
-  // made the mode lose, that sample is taken at the first decision the minimum period allows
-  // (ExploreReason::kGuess, on an advance of the credit). false: the raised rest stands until
-  // the mode's next samples mix in.
-  bool remeasure_after_rise = true;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
   // Relative change of the batch's host tokens that re-levels the rests, as a batch change
@@ -701,9 +695,8 @@ class Scheduler {
   double rest_tokens_ = 0;   // and the host tokens (rest_tokens_tolerance)
   bool rest_stale_ = false;  // the batch changed: the next rest sample replaces, not mixes
   // After a re-level: the mode whose rest was only moved along; after a GPU calibration
-  // GPU-only; after an explored mode's first sample, or a slow pair that raised its rest
-  // (remeasure_after_rise), that mode (0: none, 1: split, 2: GPU-only). The next decision
-  // explores it, and its sample replaces that rest.
+  // GPU-only; after an explored mode's first sample that mode (0: none, 1: split, 2:
+  // GPU-only). The next decision explores it, and its sample replaces that rest.
   int guessed_rest_mode_ = 0;
   // That guess was carried over from the other mode's rest at the re-level (not a GPU
   // calibration's, nor an older value kept) and no GPU calibration came since: it moves as

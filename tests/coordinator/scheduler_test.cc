@@ -2835,58 +2835,6 @@ TEST(DecodeReadsTest, ALoneSlowStepIsHeldAndALastingOneTeaches) {
   }
 }
 
-// Two slow steps in a row (a stall of the host spanning both: DeepSeek 4 x 8K on an H100, run
-// 250, split steps of 21.8 and 12.4 ms among ~5.5) raise the split's rest as a new level
-// would, and GPU-only takes over. With remeasure_after_rise that rest is a guess: the split is
-// measured once more as soon as the minimum period allows, its sample replaces the rest, and
-// the split, 1.9 ms a layer cheaper, comes back within a few decisions. Without it GPU-only
-// runs on until the credit or the maximum period explores the split (past this test's 40
-// decisions). A level that lasts (every split step slow) keeps GPU-only either way, at the
-// cost of one more split exploration.
-TEST(DecodeReadsTest, ASlowPairThatMadeAModeLoseIsMeasuredOnceMore) {
-  for (const bool remeasure : {true, false}) {
-    for (const bool lasting : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << (remeasure ? "remeasure" : "no remeasure")
-                                        << (lasting ? " lasting" : " pair"));
-      SchedulerOptions options;
-      options.remeasure_after_rise = remeasure;
-      const ReadWorld world = NearWorld();
-      auto scheduler = *Scheduler::Create("writescope", options);
-      ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
-      int slow_steps = 0, gpu_only_chosen = 0, split_explorations = 0;
-      bool last_split = false;
-      for (int i = 0; i < 40; ++i) {
-        const ReadDecision d = scheduler->ChooseDecodeReads(200000, 80000, 16);
-        StepSample sample = world.Run(d.cpu_share, 200000);
-        const bool slow =
-            d.cpu_share > 0.0 && i >= 5 && (lasting || (slow_steps < 2 && !d.explore));
-        if (slow) {
-          sample.step_ns += 30e6;
-          ++slow_steps;
-        }
-        scheduler->ObserveStep(sample);
-        if (d.cpu_share == 0.0 && !d.explore) ++gpu_only_chosen;
-        if (d.cpu_share > 0.0 && d.explore && !d.exploration_continues) ++split_explorations;
-        last_split = d.cpu_share > 0.0 && !d.explore;
-      }
-      ASSERT_GE(slow_steps, 2);
-      if (lasting) {
-        EXPECT_GE(gpu_only_chosen, 25);
-        EXPECT_LE(split_explorations, remeasure ? 2 : 1);
-        EXPECT_GT(scheduler->rest_split_ns(), world.rest_split_ns + 10e6);
-      } else if (remeasure) {
-        EXPECT_LE(gpu_only_chosen, 8);
-        EXPECT_EQ(split_explorations, 1);
-        EXPECT_TRUE(last_split);
-        EXPECT_NEAR(scheduler->rest_split_ns(), world.rest_split_ns, 0.5e6);
-      } else {
-        EXPECT_GE(gpu_only_chosen, 25);
-        EXPECT_EQ(split_explorations, 0);
-      }
-    }
-  }
-}
-
 // An explored mode's first sample is a guess: the runtime's first steps pay for one-time
 // work, and the first GPU-only exploration measured a rest of 72.9 ms where its steps took
 // ~10 (Qwen3 4 x 8K on the H200, run 154), which kept the better mode out of the point. Here,

@@ -8,6 +8,7 @@
 # The bundle (run with carry ["dist"]):
 #   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope ws_reference \
 #     ws_probe ws_cpu_load" deploy/gpu-bundle.sh
+# Ran in session 51 on an H100 80GB HBM3 (kind nvidia-h100-x1), 28e6f63, wall 280.5 s.
 CALL_START=$(date +%s); deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
 nvidia-smi --query-gpu=name --format=csv,noheader; mkdir -p /tmp/g253
 for run in on1 off1 off2 on2 on3 off3; do

@@ -324,8 +324,8 @@ int LaunchMlaDecode(const MlaParams& p, void* stream_ptr) {
   }
   // Two stages: 2 CTAs of 8 warps per SM. Three to five stages (1 CTA per SM) were
   // 20-40 % slower on the H200 (docs/notes/cuda_decode_tuning.md, MLA on tensor cores);
-  // 16-row chunks in 3-5 stages at 2 CTAs per SM (up to 64 rows ahead) were 0-3 % slower
-  // on an H100 (run 251).
+  // 16-row chunks in 3-5 stages at 2 CTAs per SM (up to 64 rows ahead) were no faster at
+  // any point on an H100 (run 251).
   const int launched = LaunchWithStages<2>(p, static_cast<cudaStream_t>(stream_ptr));
   if (launched != cudaSuccess) return launched;
   return LaunchMergeSplits(p.part_o, p.part_lse, p.num_splits,

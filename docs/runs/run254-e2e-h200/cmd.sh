@@ -1,5 +1,6 @@
-# Run 254 (prepared in session 51, not run: no H200 could be started at the end): the CUDA e2e on the session's final code on the H200 kind (run 252 ran
-# it on an H100), then Qwen3 4 x 8K with the cap, one trio (writescope / transfer-all /
+# Run 254 (prepared in session 51, not run: no H200 could be started at the end): the CUDA
+# e2e on the session's final code on the H200 kind (run 252 ran it on an H100), then Qwen3 4 x
+# 8K with the cap, one trio (writescope / transfer-all /
 # monolithic, 3 rounds x 10 turns of 8 steps), read with where writescope's time went.
 # The bundle (run with carry ["dist"]):
 #   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope ws_reference \

@@ -174,6 +174,38 @@ class KvCachePropertyTest : public ::testing::TestWithParam<PropertyCase> {
     }
   }
 
+  // One sequence of two full blocks (random tokens from `seed`, written through
+  // WritePrefill), the first in the CPU-compute region, the second in the transfer region;
+  // returns the plans of a step that streams the transfer block and of one that streams both
+  // (writescope's GPU-only mode): their rounds of a layer share one block.
+  std::pair<gpu::TransferPlan, gpu::TransferPlan> TwoPlansSharingABlock(uint64_t seed) {
+    std::pair<gpu::TransferPlan, gpu::TransferPlan> plans;
+    std::mt19937_64 rng(seed);
+    std::vector<TokenKv> tokens;
+    for (uint32_t t = 0; t < 2 * config_.block_tokens(); ++t) {
+      tokens.push_back(testing::RandomTokenKv(config_.geometry, rng));
+    }
+    EXPECT_TRUE(placement_->Admit(1).ok());
+    int chosen = 0;
+    auto cpu_then_transfer = [&](const PlacementRequest&) {
+      return chosen++ == 0 ? KvRegion::kCpuCompute : KvRegion::kGpuTransfer;
+    };
+    auto prefill = placement_->PlanPrefill(1, 2 * config_.block_tokens(), cpu_then_transfer);
+    EXPECT_TRUE(prefill.ok()) << prefill.status();
+    if (!prefill.ok()) return plans;
+    WritePrefill(*prefill, tokens);
+    for (bool read_cpu : {false, true}) {
+      gpu::StepSequence s;
+      s.window_slot = prefill->window_slot;
+      s.read_cpu_blocks = read_cpu;
+      for (const PlacedBlock& b : prefill->blocks) s.blocks.push_back(b.ref);
+      auto built = gpu::BuildTransferPlan(config_, {s});
+      EXPECT_TRUE(built.ok()) << built.status();
+      if (built.ok()) (read_cpu ? plans.second : plans.first) = *std::move(built);
+    }
+    return plans;
+  }
+
   void AppendThroughWorker(uint32_t window_slot, uint32_t position, const TokenKv& token) {
     auto row = gpu::DeviceBuffer::Allocate(device_.get(), row_bytes());
     WS_ASSERT_OK(row.status());
@@ -590,51 +622,12 @@ TEST_P(KvCachePropertyTest, EarlyRoundsAreTakenOnlyWhileTheirSlotsAreUnwritten) 
   EXPECT_EQ(cache_->transfer_missed_early_rounds(), kEarly);
 }
 
-// One sequence of two full blocks, the first in the CPU-compute region, the second in the
-// transfer region; returns the plans of a step that streams the transfer block and of one
-// that streams both (writescope's GPU-only mode): their rounds of a layer share one block.
-// `write` writes the prefill (random tokens from `seed`).
-std::pair<gpu::TransferPlan, gpu::TransferPlan> TwoPlansSharingABlock(
-    coordinator::KvPlacement& placement, const KvCacheConfig& config, uint64_t seed,
-    const std::function<void(const coordinator::PrefillPlan&, const std::vector<TokenKv>&)>&
-        write) {
-  std::pair<gpu::TransferPlan, gpu::TransferPlan> plans;
-  std::mt19937_64 rng(seed);
-  std::vector<TokenKv> tokens;
-  for (uint32_t t = 0; t < 2 * config.block_tokens(); ++t) {
-    tokens.push_back(testing::RandomTokenKv(config.geometry, rng));
-  }
-  EXPECT_TRUE(placement.Admit(1).ok());
-  int chosen = 0;
-  auto cpu_then_transfer = [&](const PlacementRequest&) {
-    return chosen++ == 0 ? KvRegion::kCpuCompute : KvRegion::kGpuTransfer;
-  };
-  auto prefill = placement.PlanPrefill(1, 2 * config.block_tokens(), cpu_then_transfer);
-  EXPECT_TRUE(prefill.ok()) << prefill.status();
-  if (!prefill.ok()) return plans;
-  write(*prefill, tokens);
-  for (bool read_cpu : {false, true}) {
-    gpu::StepSequence s;
-    s.window_slot = prefill->window_slot;
-    s.read_cpu_blocks = read_cpu;
-    for (const PlacedBlock& b : prefill->blocks) s.blocks.push_back(b.ref);
-    auto built = gpu::BuildTransferPlan(config, {s});
-    EXPECT_TRUE(built.ok()) << built.status();
-    if (built.ok()) (read_cpu ? plans.second : plans.first) = *std::move(built);
-  }
-  return plans;
-}
-
 // A copy that fails while BeginTransfer completes an early round (a device error) leaves no
 // plan and no early rounds: the next transfer copies every round anew, and its buffers hold
 // what its plan names.
 TEST_P(KvCachePropertyTest, AFailedCopyCompletingAnEarlyRoundDropsTheEarlyRounds) {
   if (deferred_ == nullptr) GTEST_SKIP() << "failing copies are the deferred device's";
-  auto [transfer_only, both] = TwoPlansSharingABlock(
-      *placement_, config_, /*seed=*/5,
-      [&](const coordinator::PrefillPlan& plan, const std::vector<TokenKv>& tokens) {
-        WritePrefill(plan, tokens);
-      });
+  auto [transfer_only, both] = TwoPlansSharingABlock(/*seed=*/5);
   ASSERT_GT(both.num_rounds(), 0u);
   ASSERT_EQ(both.chunks[0].num_blocks, 2u);
   ASSERT_EQ(transfer_only.chunks[0].num_blocks, 1u);
@@ -683,11 +676,7 @@ TEST_P(KvCachePropertyTest, AFailedCopyCompletingAnEarlyRoundDropsTheEarlyRounds
 // Early rounds still pending when the markers are reset (past a step that failed before its
 // transfer) are taken untimed: their markers would name the reset's new ones.
 TEST_P(KvCachePropertyTest, EarlyRoundsPendingAcrossAMarkerResetAreTakenUntimed) {
-  auto [transfer_only, both] = TwoPlansSharingABlock(
-      *placement_, config_, /*seed=*/6,
-      [&](const coordinator::PrefillPlan& plan, const std::vector<TokenKv>& tokens) {
-        WritePrefill(plan, tokens);
-      });
+  auto [transfer_only, both] = TwoPlansSharingABlock(/*seed=*/6);
   ASSERT_GE(transfer_only.num_rounds(), 2u);
   Sync();
   const gpu::KvCacheStats& stats = cache_->stats();

@@ -230,17 +230,25 @@ def t975(df):
     return T975[max(d for d in T975 if d <= df)]
 
 
+def mean_interval(values):
+    """(mean, low, high) of values: the 95 % interval of their mean (Student's t); low and
+    high None for fewer than two values."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
 def interval(ratios):
     """(geometric mean, low, high, spread) of ratios: the 95 % interval of their mean log
-    (Student's t over the ratios, taken as independent), spread the logs' standard deviation;
-    None for fewer than two ratios."""
-    n = len(ratios)
-    if n < 2:
+    (mean_interval of the logs, the ratios taken as independent), spread the logs' standard
+    deviation; None for fewer than two ratios."""
+    if len(ratios) < 2:
         return None
     logs = [math.log(r) for r in ratios]
-    mean, spread = statistics.fmean(logs), statistics.stdev(logs)
-    half = t975(n - 1) * spread / math.sqrt(n)
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), spread
+    mean, low, high = mean_interval(logs)
+    return math.exp(mean), math.exp(low), math.exp(high), statistics.stdev(logs)
 
 
 BELOW, NOT_BELOW, UNDECIDED, ONE_ROUND = "below", "not below", "cannot tell", "one round"
@@ -278,16 +286,6 @@ def against_fixed_best(speeds, name, baselines):
     ratios)."""
     best = max(sorted(baselines), key=lambda b: geometric_mean([s[b] for s in speeds]))
     return best, [s[name] / s[best] for s in speeds]
-
-
-def mean_interval(values):
-    """(mean, low, high) of values: the 95 % interval of their mean (Student's t); low and
-    high None for fewer than two values."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None, None
-    half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
 
 
 def gap_by_kind(details, policy, best):

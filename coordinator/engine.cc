@@ -443,6 +443,8 @@ absl::StatusOr<v1::BenchResponse> Engine::RunBench(const v1::BenchRequest& reque
       step->set_gpu_transfer_copies(r.gpu_transfer_copies);
       step->set_gpu_worker_cpu_ms(r.gpu_worker_cpu_ms);
       step->set_explore_reason(std::string(ExploreReasonName(r.explore_reason)));
+      step->set_explore_cost_ms(r.explore_cost_ms);
+      step->set_explore_debt_ms(r.explore_debt_ms);
     }
   }
   if (response.steps_size() == 0) {
@@ -984,6 +986,8 @@ absl::Status Engine::RunOneStep() {
   record.predicted_gpu_only_ms = read.gpu_only_ns * model_.num_layers / 1e6;
   record.rest_split_ms = read.rest_split_ns * model_.num_layers / 1e6;
   record.rest_gpu_only_ms = read.rest_gpu_only_ns * model_.num_layers / 1e6;
+  record.explore_cost_ms = read.explore_cost_ns * model_.num_layers / 1e6;
+  record.explore_debt_ms = read.explore_debt_ns * model_.num_layers / 1e6;
   for (const Entry& e : entries) {
     if (e.prefill) {
       record.prefill_tokens += e.tokens;

@@ -298,6 +298,10 @@ class Engine {
     ExploreReason explore_reason = ExploreReason::kNone;  // of the exploration it is part of
     uint64_t gpu_transfer_copies = 0;  // StepResult.transfer_copies
     double gpu_worker_cpu_ms = 0;      // StepResult.process_cpu_ms
+    // writescope's ReadDecision::explore_cost_ns (NaN: not an exploration's first step) and
+    // explore_debt_ns, all layers.
+    double explore_cost_ms = std::numeric_limits<double>::quiet_NaN();
+    double explore_debt_ms = 0;
     // The monolithic policy's re-split before this step (set_block_copier): its copies' time
     // (part of step_ms) and the blocks it moved.
     double resplit_ms = 0;

@@ -93,6 +93,11 @@ ABSL_FLAG(double, max_period_cost_share,
           "writescope: the split's exploration forced every 40 decisions waits (up to 400) until "
           "its predicted extra cost is at most this share of the decisions' time since the last "
           "exploration (0: forced every 40 whatever it costs)");
+ABSL_FLAG(bool, charge_exploration_overrun,
+          writescope::coordinator::SchedulerOptions{}.charge_exploration_overrun,
+          "writescope: an exploration that cost more than it was predicted to (its steps against "
+          "the picked mode's) leaves the overrun as a debt of its mode, repaid by the credit "
+          "before another exploration of that mode (false: charged the prediction)");
 ABSL_FLAG(double, rest_shift_explore,
           writescope::coordinator::SchedulerOptions{}.rest_shift_explore,
           "writescope: where the chosen read mode's rest fell, since the other mode was last "
@@ -164,6 +169,7 @@ int main(int argc, char** argv) {
   options.scheduler.rest_outlier_factor = absl::GetFlag(FLAGS_rest_outlier_factor);
   options.scheduler.explore_cost_share = absl::GetFlag(FLAGS_explore_cost_share);
   options.scheduler.max_period_cost_share = absl::GetFlag(FLAGS_max_period_cost_share);
+  options.scheduler.charge_exploration_overrun = absl::GetFlag(FLAGS_charge_exploration_overrun);
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
   options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);

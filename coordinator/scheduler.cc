@@ -505,6 +505,40 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   if (!decided_explore_) ++rest_clock_;
   const bool explored = decided_explore_;
   const bool exploration_ends = decided_explore_ && !decided_continues_;
+  // What the exploration cost against the picked mode's steps around it, and what those
+  // steps take (SchedulerOptions::charge_exploration_overrun).
+  if (new_batch) {
+    chosen_steps_ns_ = 0.0;
+    chosen_predicted_ns_ = 0.0;
+    chosen_steps_ = 0;
+    explore_reference_ns_ = std::numeric_limits<double>::quiet_NaN();
+  }
+  if (sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
+    if (!explored) {
+      const double predicted =
+          PredictedAttentionNs(sample) + (split ? rest_split_ : rest_gpu_only_);
+      if (std::isfinite(predicted) && predicted > 0.0) {
+        chosen_steps_ns_ += sample.step_ns;
+        chosen_predicted_ns_ += predicted;
+        ++chosen_steps_;
+      }
+    } else if (std::isfinite(explore_reference_ns_)) {
+      const double cap = options_.rest_outlier_factor > 0.0
+                             ? options_.rest_outlier_factor * explore_reference_ns_
+                             : std::numeric_limits<double>::infinity();
+      explore_spent_ns_ += std::min(sample.step_ns, cap);
+      ++explore_spent_steps_;
+    }
+  }
+  if (exploration_ends) {
+    if (options_.charge_exploration_overrun && std::isfinite(explore_paid_ns_) &&
+        std::isfinite(explore_reference_ns_) && explore_spent_steps_ > 0) {
+      const double overrun =
+          explore_spent_ns_ - explore_spent_steps_ * explore_reference_ns_ - explore_paid_ns_;
+      explore_debt_ns_[explore_split_ ? 0 : 1] += std::max(0.0, overrun);
+    }
+    explore_paid_ns_ = std::numeric_limits<double>::quiet_NaN();
+  }
   decided_explore_ = false;
   decided_continues_ = false;
   // What the step measured beyond the model's attention time (a mode's rest), learnt once the
@@ -883,20 +917,26 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     const double extra_ns =
         gap_ns * (1.0 + options_.switch_settle_steps) +
         (options_.mode_switch_hold_steps > 0 && switch_cost_ > 0.0 ? switch_cost_ : 0.0);
+    // What the other mode's explorations cost beyond what they paid, still to be repaid.
+    const double debt_ns = explore_debt_ns_[split ? 1 : 0];
+    decision.explore_debt_ns = debt_ns;
     const bool may_explore = options_.explore_cost_share > 0.0 &&
                              decisions_since_explore_ >= options_.min_explore_period_steps;
     // The split is forced every max_explore_period_steps decisions (a CPU that was loaded is
     // seen to be free) once that costs at most max_period_cost_share of the decisions' time
-    // since the last exploration, and every max_gpu_only_explore_period_steps whatever it
-    // costs; GPU-only every max_gpu_only_explore_period_steps (SchedulerOptions).
+    // since the last exploration (with the debt the explorations before left), and every
+    // max_gpu_only_explore_period_steps whatever it costs; GPU-only every
+    // max_gpu_only_explore_period_steps (SchedulerOptions).
     const uint32_t max_period =
         split ? options_.max_gpu_only_explore_period_steps : options_.max_explore_period_steps;
     const bool period_over =
         decisions_since_explore_ >= options_.max_gpu_only_explore_period_steps ||
         (decisions_since_explore_ >= max_period &&
          (options_.max_period_cost_share <= 0.0 || !std::isfinite(chosen_ns) ||
-          decisions_since_explore_ * options_.max_period_cost_share * chosen_ns >= extra_ns));
-    const bool by_credit = explore_credit_ns_ >= extra_ns && !held;
+          decisions_since_explore_ * options_.max_period_cost_share * chosen_ns >=
+              extra_ns + debt_ns));
+    // Once the debt the explorations before left is repaid (charge_exploration_overrun).
+    const bool by_credit = explore_credit_ns_ >= extra_ns + debt_ns && !held;
     const bool due = may_explore && (by_credit || period_over);
     // After a batch change (or a GPU calibration, or an explored mode's first sample) the
     // other mode's rest is a guess: measure it once, at the first decision the minimum
@@ -946,6 +986,25 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       explore_refundable_ = measure && guess_advance_ns_ == 0.0;
       explore_credit_taken_ns_ = explore_credit_ns_;
       explore_decisions_taken_ = decisions_since_explore_;
+      decision.explore_cost_ns = extra_ns;
+      // One that resets the credit pays extra_ns and what the credit has beyond it towards the
+      // debt (a repeat, on an unbounded credit, repays none). It is judged against the picked
+      // mode's prediction now, scaled by what that mode's steps since the previous exploration
+      // took over their predictions (their tail of slow steps included).
+      const bool charged = measure && !advance && std::isfinite(extra_ns);
+      if (charged && std::isfinite(explore_credit_ns_)) {  // not a repeat's
+        double& debt = explore_debt_ns_[split ? 0 : 1];
+        debt = std::max(0.0, debt - std::max(0.0, explore_credit_ns_ - extra_ns));
+      }
+      explore_paid_ns_ = charged ? extra_ns : std::numeric_limits<double>::quiet_NaN();
+      explore_reference_ns_ = chosen_steps_ >= 2 && std::isfinite(chosen_ns)
+                                  ? chosen_ns * chosen_steps_ns_ / chosen_predicted_ns_
+                                  : std::numeric_limits<double>::quiet_NaN();
+      chosen_steps_ns_ = 0.0;
+      chosen_predicted_ns_ = 0.0;
+      chosen_steps_ = 0;
+      explore_spent_ns_ = 0.0;
+      explore_spent_steps_ = 0;
       if (measure) explore_credit_ns_ = advance ? explore_credit_ns_ - extra_ns : 0.0;
       decisions_since_explore_ = 0;
       explore_pending_ = std::isfinite(chosen_ns);

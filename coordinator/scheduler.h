@@ -267,6 +267,15 @@ struct ReadDecision {
   // 0, or no prediction made).
   double rest_split_ns = std::numeric_limits<double>::quiet_NaN();
   double rest_gpu_only_ns = std::numeric_limits<double>::quiet_NaN();
+  // An exploration's first decision: the extra cost over its steps that it was predicted at
+  // (the gap to the picked mode over its steps plus the switch cost; what the credit pays for
+  // it), per layer, ns. NaN on every other decision, and where a mode is not predicted yet.
+  double explore_cost_ns = std::numeric_limits<double>::quiet_NaN();
+  // What the explorations of the mode the prediction did not pick cost beyond what they paid,
+  // still to be repaid by the credit before it covers another of them
+  // (SchedulerOptions::charge_exploration_overrun), per layer, ns. 0 on a decision that
+  // continues an exploration.
+  double explore_debt_ns = 0.0;
   // Given the step's sequences (the overload with their CPU-compute tokens): which of them the
   // CPU attends in place, cpu_share being their share of the host tokens. Empty otherwise.
   std::vector<bool> cpu_readers;
@@ -341,6 +350,24 @@ struct SchedulerOptions {
   // forced exploration still comes before the credit's. In [0, 1]; 0: forced at
   // max_explore_period_steps whatever it costs.
   double max_period_cost_share = 0.015;
+  // An exploration that reset the credit (the credit's, a maximum period's) and cost more
+  // than it paid for leaves the overrun as a debt of its mode, which the credit repays before
+  // it covers another exploration of that mode: so the explorations cost about explore_cost_share
+  // of the time even where their steps run above their prediction (the change's first step above
+  // the switch cost learnt, a tail of slow steps that the rests leave out as outliers). What it
+  // cost is its steps' time over what the picked mode's steps would have taken: the picked mode's
+  // prediction at the exploration's decision times what that mode's steps since the previous
+  // exploration (at the same batch) took over their predictions. An exploring step counts at
+  // most rest_outlier_factor times that, so that one slow step does not stop the credit for
+  // hundreds of decisions. On an H100 (run 252, Qwen3 4 x 8K) the split's credit
+  // explorations ran 3.5 ms a step over transfer-all's against a predicted gap of 1.3, and
+  // exploring took 2.7 % of the time against the credit's 1 %; at DeepSeek 16 x 8K on the H200
+  // (run 248) a split credit exploration's first step ran 1.4-1.7 ms (the trios' medians) over
+  // the picked mode's neighbouring steps where its predicted gap was 0.1-0.5, its second step
+  // near the gap. The maximum periods still force theirs; the rests' own explorations (guess,
+  // rest_shift) and the repeat of one that did better than predicted do not wait for the debt
+  // (nor repay it). false: an exploration is charged what it was predicted to cost.
+  bool charge_exploration_overrun = true;
   // Where the chosen mode's rest fell, since the other mode's latest rest sample, by more
   // than this share of the chosen mode's predicted step and by more than the other is
   // predicted behind it, the other's rest is likely stale by as much (most of a rest, the
@@ -640,6 +667,9 @@ class Scheduler {
   // What a change of mode costs a step, per layer, ns (SchedulerOptions::
   // mode_switch_hold_steps; NaN until a step that paid for one was measured).
   double switch_cost_ns() const { return switch_cost_; }
+  // What the explorations of the split (`split`) or of GPU-only cost beyond what they paid,
+  // still to be repaid (SchedulerOptions::charge_exploration_overrun), per layer, ns.
+  double explore_debt_ns(bool split) const { return explore_debt_ns_[split ? 0 : 1]; }
 
  private:
   Scheduler(const PolicySpec& policy, const SchedulerOptions& options);
@@ -712,6 +742,19 @@ class Scheduler {
   bool guess_refunded_ = false;
   double explore_credit_ns_ = 0.0;
   uint32_t decisions_since_explore_ = 0;
+  // charge_exploration_overrun: the picked mode's steps since the previous exploration at
+  // this batch (their time per layer and their predictions, summed, and counted); for the
+  // exploration under way what the picked mode's step would have taken (NaN: too few steps to
+  // judge it), what it paid for (NaN: it paid nothing), and its steps' time so far; the debt
+  // its predecessors left.
+  double chosen_steps_ns_ = 0.0;
+  double chosen_predicted_ns_ = 0.0;
+  uint32_t chosen_steps_ = 0;
+  double explore_reference_ns_ = std::numeric_limits<double>::quiet_NaN();
+  double explore_paid_ns_ = std::numeric_limits<double>::quiet_NaN();
+  double explore_spent_ns_ = 0.0;
+  uint32_t explore_spent_steps_ = 0;
+  double explore_debt_ns_[2] = {0.0, 0.0};  // the split's explorations', GPU-only's
   // What the exploration under way took of the credit and of the periods (their values when
   // it began; none for a guess's, which has its advance): given back when it measures
   // nothing, so that it runs again at the next decision, unless it was itself such a retry.

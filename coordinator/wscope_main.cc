@@ -350,7 +350,8 @@ constexpr char kStepsCsvHeader[] =
     "experts_per_layer,resplit_ms,resplit_blocks,cpu_ns_per_token,"
     "cpu_fixed_us,gpu_ns_per_token,gpu_fixed_us,dma_ns_per_token,"
     "dma_fixed_us,chain_extra_us,host_tokens,gpu_transfer_copies,"
-    "gpu_worker_cpu_ms,explore_reason,turn,cpu_experts_per_layer";
+    "gpu_worker_cpu_ms,explore_reason,turn,cpu_experts_per_layer,explore_cost_ms,"
+    "explore_debt_ms";
 
 // Opens a bench CSV to append rows of `header`'s columns to, writing the header when the
 // file is new or empty. nullptr, with a message and the exit status in `exit_code`, when the
@@ -384,24 +385,25 @@ void WriteStepRows(std::FILE* file, const std::string& policy, uint32_t round, u
   if (file == nullptr) return;
   for (int i = 0; i < steps.size(); ++i) {
     const auto& step = steps[i];
-    std::fprintf(
-        file,
-        "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
-        "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu,%.4f,%.2f,%.4f,%.2f,%.4f,%.2f,"
-        "%.2f,%llu,%llu,%.3f,%s,%u,%.2f\n",
-        policy.c_str(), round, i, step.end_unix_s(), step.step_ms(), step.gpu_attention_ms(),
-        step.cpu_attention_ms(), step.cpu_expert_ms(), step.target_cpu_share(),
-        step.placed_cpu_share(), step.optimal_cpu_share(), static_cast<unsigned long long>(batch),
-        static_cast<unsigned long long>(context), step.read_cpu_share(), step.explore() ? 1 : 0,
-        step.predicted_split_ms(), step.predicted_gpu_only_ms(), step.rest_split_ms(),
-        step.rest_gpu_only_ms(), step.early_rounds_missed(), step.transfer_ms(),
-        step.gpu_waited_cpu_ms(), step.experts_per_layer(), step.resplit_ms(),
-        static_cast<unsigned long long>(step.resplit_blocks()), step.cpu_ns_per_token(),
-        step.cpu_fixed_us(), step.gpu_ns_per_token(), step.gpu_fixed_us(), step.dma_ns_per_token(),
-        step.dma_fixed_us(), step.chain_extra_us(),
-        static_cast<unsigned long long>(step.host_tokens()),
-        static_cast<unsigned long long>(step.gpu_transfer_copies()), step.gpu_worker_cpu_ms(),
-        step.explore_reason().c_str(), turn, step.cpu_experts_per_layer());
+    std::fprintf(file,
+                 "%s,%u,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.4f,%d,%.4f,"
+                 "%.4f,%.4f,%.4f,%u,%.4f,%.4f,%.2f,%.4f,%llu,%.4f,%.2f,%.4f,%.2f,%.4f,%.2f,"
+                 "%.2f,%llu,%llu,%.3f,%s,%u,%.2f,%.4f,%.4f\n",
+                 policy.c_str(), round, i, step.end_unix_s(), step.step_ms(),
+                 step.gpu_attention_ms(), step.cpu_attention_ms(), step.cpu_expert_ms(),
+                 step.target_cpu_share(), step.placed_cpu_share(), step.optimal_cpu_share(),
+                 static_cast<unsigned long long>(batch), static_cast<unsigned long long>(context),
+                 step.read_cpu_share(), step.explore() ? 1 : 0, step.predicted_split_ms(),
+                 step.predicted_gpu_only_ms(), step.rest_split_ms(), step.rest_gpu_only_ms(),
+                 step.early_rounds_missed(), step.transfer_ms(), step.gpu_waited_cpu_ms(),
+                 step.experts_per_layer(), step.resplit_ms(),
+                 static_cast<unsigned long long>(step.resplit_blocks()), step.cpu_ns_per_token(),
+                 step.cpu_fixed_us(), step.gpu_ns_per_token(), step.gpu_fixed_us(),
+                 step.dma_ns_per_token(), step.dma_fixed_us(), step.chain_extra_us(),
+                 static_cast<unsigned long long>(step.host_tokens()),
+                 static_cast<unsigned long long>(step.gpu_transfer_copies()),
+                 step.gpu_worker_cpu_ms(), step.explore_reason().c_str(), turn,
+                 step.cpu_experts_per_layer(), step.explore_cost_ms(), step.explore_debt_ms());
   }
   std::fflush(file);
 }

@@ -20,6 +20,13 @@
     (`rest_split_ms`, `rest_gpu_only_ms`), the rests inside them: what a mode predicted far
     from what it measured later usually shows there.
 
+  - last, where the CSV has `explore_cost_ms` (what an exploration was predicted to cost and
+    the credit paid, on its first step), per point and explored mode: the explorations, what
+    they paid each and what they spent each: their steps' time over the picked mode's
+    prediction at their first step (SchedulerOptions::charge_exploration_overrun charges
+    the overrun against the picked mode's steps instead, which counts their tail of slow
+    steps too).
+
   - with --warmup (the file of `wscope bench --warmup_steps_csv`, bench-grid.sh's
     warmup-ARCH.csv): the modes of the point's warm-up before it, in the same letters, and
     the rests at the warm-up's first step: how the choice came about at the batch change.
@@ -64,7 +71,7 @@ def load_windows(path, policy):
         }
         step["missed"] = (field(path, line, row, "early_rounds_missed", int) > 0
                           if "early_rounds_missed" in row else None)
-        for name in ("predicted_split_ms", "predicted_gpu_only_ms") + RESTS:
+        for name in ("predicted_split_ms", "predicted_gpu_only_ms", "explore_cost_ms") + RESTS:
             step[name] = maybe_float(path, line, row, name)
         key = (round_of(path, line, row), field(path, line, row, "batch", int),
                field(path, line, row, "context", int))
@@ -106,6 +113,53 @@ def untaught(steps):
         if s["explore"] and ends and s["missed"]:
             count += 1
     return count
+
+
+def explorations(steps):
+    """[(explored the split, paid ms or NaN, spent ms or NaN)] of one window's explorations:
+    runs of exploring steps in one mode, a step with a finite explore_cost_ms starting one
+    (an exploration's first step carries it). Spent: the steps' time over the picked mode's
+    prediction at the first step, once per step."""
+    found = []
+    for i, s in enumerate(steps):
+        if not s["explore"]:
+            continue
+        cost = s["explore_cost_ms"]
+        before = steps[i - 1] if i > 0 else None
+        if (before is None or not before["explore"] or before["split"] != s["split"]
+                or (cost is not None and not math.isnan(cost))):
+            picked = s["predicted_gpu_only_ms" if s["split"] else "predicted_split_ms"]
+            found.append([s["split"], math.nan if cost is None else cost, picked, 0.0, 0])
+        found[-1][3] += s["step_ms"]
+        found[-1][4] += 1
+    return [(split, paid, total - n * picked) for split, paid, picked, total, n in found]
+
+
+def exploration_costs(windows):
+    """Lines per point (batch, context) and explored mode: its explorations, what the ones
+    with a cost paid each, what the ones with a prediction spent each (explorations())."""
+    by_point = {}
+    for _, batch, context, steps in windows:
+        for split, paid, spent in explorations(steps):
+            by_point.setdefault((batch, context, split), []).append((paid, spent))
+    lines = []
+    for (batch, context, split), found in sorted(by_point.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], not kv[0][2])):
+        paid = [p for p, _ in found if not math.isnan(p)]
+        spent = [s for _, s in found if not math.isnan(s)]
+        line = (f"explorations of {'the split' if split else 'GPU-only'} at batch {batch} "
+                f"context {context}: {len(found)}")
+        line += f", paid {statistics.mean(paid):.2f} ms each ({len(paid)})" if paid else \
+            ", none paid"
+        if spent:
+            line += (f", spent {statistics.mean(spent):.2f} ms each over the picked mode's "
+                     f"prediction ({len(spent)})")
+        both = [(p, s) for p, s in found if not math.isnan(p) and not math.isnan(s)]
+        if both and sum(p for p, _ in both) > 0:
+            line += (f"; spent over paid {sum(s for _, s in both) / sum(p for p, _ in both):.2f}"
+                     f" where both are known")
+        lines.append(line)
+    return lines
 
 
 def describe(window, warmup=None):
@@ -171,6 +225,8 @@ def main(argv=None):
     for window in windows:
         matches = queued.get(window[:3], [])
         lines.append(describe(window, matches.pop(0) if matches else None))
+    if any(s["explore_cost_ms"] is not None for w in windows for s in w[3]):
+        lines += exploration_costs(windows)
     print_lines(lines)
     return 0
 

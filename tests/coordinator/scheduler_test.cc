@@ -1555,6 +1555,9 @@ struct QueuedRounds {
   double switch_ns = 0;
   bool reported = false;
   double noise = 0;
+  // A tail of slow split steps: this share of them take spike_factor times as long.
+  double split_spikes = 0;
+  double spike_factor = 1;
   std::mt19937 random{7};
   bool queued_split = true;  // both start after split steps
   bool chosen_split = true;
@@ -1568,6 +1571,10 @@ struct QueuedRounds {
     StepSample sample = world.Run(d.cpu_share, host_tokens);
     if (noise > 0) {
       sample.step_ns *= 1.0 + std::uniform_real_distribution<double>(-noise, noise)(random);
+    }
+    if (split && split_spikes > 0 &&
+        std::uniform_real_distribution<double>(0, 1)(random) < split_spikes) {
+      sample.step_ns *= spike_factor;
     }
     if (split != queued_split && (reported || !split)) {
       sample.step_ns += switch_ns;
@@ -2206,12 +2213,13 @@ TEST(DecodeReadsTest, ModesWithinNoiseOfEachOtherAreNotFlippedEveryFewSteps) {
                                   << free.steps.exploring_changes << "; switch cost "
                                   << held.switch_cost_ns);
   EXPECT_NEAR(held.switch_cost_ns, 1.5e6, 0.5e6);
-  // Flips outside explorations: 37 against 75 here; explorations, which now count the
-  // change they pay for in their cost: 64 against 97; the steps 1.6 % shorter on average
-  // (over the 600 steps and the loaded ones after them).
+  // Flips outside explorations: 31 against 55 here; explorations, which now count the
+  // change they pay for in their cost: 54 against 73; the steps 0.7 % shorter on average
+  // (over the 600 steps and the loaded ones after them; 2.6 % before explorations were
+  // charged their overrun, which shortened the steps by 0.2 % with the hold, 2.0 % without).
   EXPECT_LE(held_flips * 3, free_flips * 2);
   EXPECT_LT(held.steps.exploring_changes, free.steps.exploring_changes);
-  EXPECT_LT(held.steps.total_ns, 0.99 * free.steps.total_ns);
+  EXPECT_LT(held.steps.total_ns, 0.995 * free.steps.total_ns);
   EXPECT_GT(held.steps_to_leave_loaded, 0);
   EXPECT_LE(held.steps_to_leave_loaded, 8);
 }
@@ -3228,6 +3236,66 @@ TEST(DecodeReadsTest, ExploringCostsAboutItsShareWhereverTheModesLie) {
     EXPECT_LT(ratio, 1.0 + 2.0 * share);
     if (gain >= 0.02) EXPECT_GT(split, 0.6);
     if (gain <= -0.05) EXPECT_LT(split, 0.2);
+  }
+}
+
+// Explorations cost about the credit's share of the time even where their steps run above
+// their prediction: here one split step in eight takes 2.5 times as long, an outlier the
+// split's rest leaves out, so a split exploration costs several times the gap it is predicted
+// at (GPU-only 2-5 % ahead, the credit's usual case at the near ties: Qwen3 4 x 8K on an
+// H100, run 252, exploring took 2.7 % of the time against the credit's 1 %). Charged their
+// overrun, the explorations run less often, and writescope's time over GPU-only's alone comes
+// down to about the credit's share; charged their prediction, it is several times that.
+TEST(DecodeReadsTest, ExplorationsThatCostMoreThanPredictedRepayTheOverrun) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;
+  // writescope's time over GPU-only's alone, averaged over the seeds; the split's exploring
+  // steps, summed.
+  int split_explorations = 0;
+  const auto run = [&](double gain, bool charge) {
+    split_explorations = 0;
+    double ratio = 0.0;
+    constexpr int kSeeds = 8, kSteps = 1000;
+    for (unsigned seed = 1; seed <= kSeeds; ++seed) {
+      SchedulerOptions options;
+      options.charge_exploration_overrun = charge;
+      auto scheduler = *Scheduler::Create("writescope", options);
+      ReadWorld world;
+      const double gpu_only_ns = world.SplitStepNs(0.0, kTokens);
+      world.rest_split_ns += gpu_only_ns * (1.0 + gain) - world.SplitStepNs(0.4, kTokens);
+      ProbeAndLearnLines(*scheduler, world);
+      QueuedRounds steps{.switch_ns = 0.02 * gpu_only_ns,
+                         .reported = true,
+                         .noise = 0.04,
+                         .split_spikes = 0.125,
+                         .spike_factor = 2.5};
+      steps.random.seed(seed);
+      for (int i = 0; i < 300; ++i) steps.Decide(*scheduler, world, kTokens, kPlaced);
+      steps.total_ns = 0.0;
+      for (int i = 0; i < kSteps; ++i) {
+        const ReadDecision d = scheduler->ChooseDecodeReads(static_cast<uint64_t>(kTokens),
+                                                            static_cast<uint64_t>(kPlaced), kBatch);
+        steps.Step(*scheduler, world, d, kTokens);
+        if (d.explore && d.cpu_share > 0) ++split_explorations;
+      }
+      ratio += steps.total_ns / (kSteps * gpu_only_ns) / kSeeds;
+    }
+    return ratio;
+  };
+  const double share = SchedulerOptions{}.explore_cost_share;
+  for (const double gain : {0.02, 0.05}) {
+    SCOPED_TRACE(gain);
+    const double charged = run(gain, true);
+    const int charged_explorations = split_explorations;
+    const double predicted = run(gain, false);
+    SCOPED_TRACE(::testing::Message() << "over GPU-only: " << charged << " charged the overrun, "
+                                      << predicted << " the prediction; split exploring steps "
+                                      << charged_explorations << " / " << split_explorations);
+    // Here 1.0139 against 1.0169 at 2 %, 1.0188 against 1.0311 at 5 % (the split explored
+    // in 325 against 544 steps of 8000 at 2 %, 375 against 580 at 5 %).
+    EXPECT_LT(charged, 1.0 + 2.0 * share);
+    EXPECT_LT(charged - 1.0, 0.85 * (predicted - 1.0));
+    EXPECT_LT(charged_explorations, split_explorations);
   }
 }
 

@@ -4,8 +4,8 @@ its own window), the modes spelled out, each mode's count and median, the first 
 the changes of mode outside explorations, the steps that missed their early KV rounds, the
 explorations whose last step missed them (they taught nothing),
 the first step's predictions and rests (NaN shown as '-'), a CSV from before the rests were
-recorded, the warm-ups beside their windows, output cut short by `head`, and bad input
-refused with exit status 2."""
+recorded, the warm-ups beside their windows, what the explorations paid and spent (where the
+CSV says what they paid), output cut short by `head`, and bad input refused with exit status 2."""
 import gzip
 import os
 import subprocess
@@ -168,6 +168,40 @@ with tempfile.TemporaryDirectory() as d:
                            capture_output=True, text=True)
     checks.append((piped.stdout.count("\n") == 1 and piped.stderr == "",
                    "piped into head: no traceback"))
+    # What the explorations paid and spent, where the CSV has explore_cost_ms: the split's
+    # first (steps 1-2, paid 1.0, the picked GPU-only predicted at 10.0: spent 1.5 + 0.5) and
+    # second (step 5, paid 3.0, spent 14.0 - 10.0); GPU-only's (step 7, no cost, spent 9.0 -
+    # 9.5, the split's prediction).
+    costs = os.path.join(d, "costs.csv")
+    with open(costs, "w") as f:
+        f.write(HEADER + ",explore_cost_ms\n")
+        for step, (ms, share, explore, cost) in enumerate([
+                (10.0, 0, 0, "nan"), (11.5, 0.3, 1, "1.0"), (10.5, 0.3, 1, "nan"),
+                (10.0, 0, 0, "nan"), (10.0, 0, 0, "nan"), (14.0, 0.3, 1, "3.0"),
+                (9.5, 0.3, 0, "nan"), (9.0, 0, 1, "nan"), (9.5, 0.3, 0, "nan")]):
+            f.write(row("writescope", step, ms, share, explore, "9.5", "10.0") + f",{cost}\n")
+    out_costs = run(costs)
+    cl = out_costs.stdout.splitlines()
+    checks += [
+        (out_costs.returncode == 0 and len(cl) == 3, "a line per explored mode after the window"),
+        (len(cl) > 1 and cl[1] == "explorations of the split at batch 4 context 32768: 2, paid "
+         "2.00 ms each (2), spent 3.00 ms each over the picked mode's prediction (2); spent "
+         "over paid 1.50 where both are known", "the split's explorations: paid and spent"),
+        (len(cl) > 2 and cl[2] == "explorations of GPU-only at batch 4 context 32768: 1, none "
+         "paid, spent -0.50 ms each over the picked mode's prediction (1)",
+         "an exploration without a cost"),
+        ("explorations of" not in out.stdout, "no such lines without the column"),
+    ]
+    back_to_back = os.path.join(d, "back_to_back.csv")
+    with open(back_to_back, "w") as f:
+        f.write(HEADER + ",explore_cost_ms\n")
+        for step, (ms, cost) in enumerate([(11.0, "1.0"), (11.0, "nan"), (12.0, "2.0"),
+                                           (12.0, "nan")]):
+            f.write(row("writescope", step, ms, 0.3, 1, "9.5", "10.0") + f",{cost}\n")
+    out_b2b = run(back_to_back)
+    checks.append((out_b2b.returncode == 0 and "at batch 4 context 32768: 2, paid 1.50 ms each "
+                   "(2), spent 3.00 ms each" in out_b2b.stdout,
+                   "explorations back to back told apart by their cost"))
     nobody = run(new, "--policy", "cpu-all")
     checks.append((nobody.returncode == 2 and "no steps of policy cpu-all" in nobody.stderr,
                    "a policy with no steps refused"))

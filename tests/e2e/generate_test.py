@@ -43,6 +43,7 @@ Python standard library only.
 import argparse
 import contextlib
 import json
+import math
 import urllib.request
 import os
 import re
@@ -728,6 +729,16 @@ def check_bench_policies(env, trio):
               "bench --steps_csv: an exploration's steps say what started it, no other does",
               "; ".join(f"{r['policy']} explore {r['explore']} {r.get('explore_reason')!r}"
                         for r in all_steps))
+        # What an exploration was predicted to cost (on its first step only, and not below 0),
+        # and the debt of the explorations' overruns (finite, not below 0).
+        check(bool(all_steps) and all(
+                  "explore_cost_ms" in r and "explore_debt_ms" in r and
+                  (math.isnan(float(r["explore_cost_ms"])) or
+                   (r["explore"] == "1" and float(r["explore_cost_ms"]) >= 0)) and
+                  0 <= float(r["explore_debt_ms"]) < math.inf for r in all_steps),
+              "bench --steps_csv: an exploration's predicted cost on its steps only, the debt",
+              "; ".join(f"{r['policy']} explore {r['explore']} cost {r.get('explore_cost_ms')} "
+                        f"debt {r.get('explore_debt_ms')}" for r in all_steps))
         # The steps CSV carries the scheduler's lines after each step: writescope's CPU and
         # GPU lines are calibrated at start-up, so its rows have them (the copy engine's line
         # and Q may still be nan).

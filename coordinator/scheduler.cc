@@ -535,7 +535,10 @@ void Scheduler::ObserveStep(const StepSample& sample) {
         std::isfinite(explore_reference_ns_) && explore_spent_steps_ > 0) {
       const double overrun =
           explore_spent_ns_ - explore_spent_steps_ * explore_reference_ns_ - explore_paid_ns_;
-      explore_debt_ns_[explore_split_ ? 0 : 1] += std::max(0.0, overrun);
+      // One that cost less than it paid repays the debt by as much (the explorations' noise
+      // alone leaves none).
+      double& debt = explore_debt_ns_[explore_split_ ? 0 : 1];
+      debt = std::max(0.0, debt + overrun);
     }
     explore_paid_ns_ = std::numeric_limits<double>::quiet_NaN();
   }

@@ -352,15 +352,15 @@ struct SchedulerOptions {
   double max_period_cost_share = 0.015;
   // An exploration that reset the credit (the credit's, a maximum period's) and cost more
   // than it paid for leaves the overrun as a debt of its mode, which the credit repays before
-  // it covers another exploration of that mode: so the explorations cost about explore_cost_share
-  // of the time even where their steps run above their prediction (the change's first step above
-  // the switch cost learnt, a tail of slow steps that the rests leave out as outliers). What it
-  // cost is its steps' time over what the picked mode's steps would have taken: the picked mode's
-  // prediction at the exploration's decision times what that mode's steps since the previous
-  // exploration (at the same batch) took over their predictions. An exploring step counts at
-  // most rest_outlier_factor times that, so that one slow step does not stop the credit for
-  // hundreds of decisions. On an H100 (run 252, Qwen3 4 x 8K) the split's credit
-  // explorations ran 3.5 ms a step over transfer-all's against a predicted gap of 1.3, and
+  // it covers another exploration of that mode (one that cost less repays it by as much): so the
+  // explorations cost about explore_cost_share of the time even where their steps run above their
+  // prediction (the change's first step above the switch cost learnt, a tail of slow steps that the
+  // rests leave out as outliers). What it cost is its steps' time over what the picked mode's steps
+  // would have taken: the picked mode's prediction at the exploration's decision times what that
+  // mode's steps since the previous exploration (at the same batch) took over their predictions. An
+  // exploring step counts at most rest_outlier_factor times that, so that one slow step does not
+  // stop the credit for hundreds of decisions. On an H100 (run 252, Qwen3 4 x 8K) the split's
+  // credit explorations ran 3.5 ms a step over transfer-all's against a predicted gap of 1.3, and
   // exploring took 2.7 % of the time against the credit's 1 %; at DeepSeek 16 x 8K on the H200
   // (run 248) a split credit exploration's first step ran 1.4-1.7 ms (the trios' medians) over
   // the picked mode's neighbouring steps where its predicted gap was 0.1-0.5, its second step

@@ -989,12 +989,12 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       explore_refundable_ = measure && guess_advance_ns_ == 0.0;
       explore_credit_taken_ns_ = explore_credit_ns_;
       explore_decisions_taken_ = decisions_since_explore_;
-      decision.explore_cost_ns = extra_ns;
       // One that resets the credit pays extra_ns and what the credit has beyond it towards the
       // debt (a repeat, on an unbounded credit, repays none). It is judged against the picked
       // mode's prediction now, scaled by what that mode's steps since the previous exploration
       // took over their predictions (their tail of slow steps included).
       const bool charged = measure && !advance && std::isfinite(extra_ns);
+      if (charged || advance) decision.explore_cost_ns = extra_ns;
       if (charged && std::isfinite(explore_credit_ns_)) {  // not a repeat's
         double& debt = explore_debt_ns_[split ? 0 : 1];
         debt = std::max(0.0, debt - std::max(0.0, explore_credit_ns_ - extra_ns));

@@ -267,9 +267,10 @@ struct ReadDecision {
   // 0, or no prediction made).
   double rest_split_ns = std::numeric_limits<double>::quiet_NaN();
   double rest_gpu_only_ns = std::numeric_limits<double>::quiet_NaN();
-  // An exploration's first decision: the extra cost over its steps that it was predicted at
-  // (the gap to the picked mode over its steps plus the switch cost; what the credit pays for
-  // it), per layer, ns. NaN on every other decision, and where a mode is not predicted yet.
+  // The first decision of an exploration the credit pays for (all but a fallen rest's): the
+  // extra cost over its steps that it was predicted at and paid (the gap to the picked mode
+  // over its steps plus the switch cost), per layer, ns. NaN on every other decision, and
+  // where a mode is not predicted yet.
   double explore_cost_ns = std::numeric_limits<double>::quiet_NaN();
   // What the explorations of the mode the prediction did not pick cost beyond what they paid,
   // still to be repaid by the credit before it covers another of them
@@ -350,23 +351,28 @@ struct SchedulerOptions {
   // forced exploration still comes before the credit's. In [0, 1]; 0: forced at
   // max_explore_period_steps whatever it costs.
   double max_period_cost_share = 0.015;
-  // An exploration that reset the credit (the credit's, a maximum period's) and cost more
-  // than it paid for leaves the overrun as a debt of its mode, which the credit repays before
-  // it covers another exploration of that mode (one that cost less repays it by as much): so the
-  // explorations cost about explore_cost_share of the time even where their steps run above their
-  // prediction (the change's first step above the switch cost learnt, a tail of slow steps that the
-  // rests leave out as outliers). What it cost is its steps' time over what the picked mode's steps
-  // would have taken: the picked mode's prediction at the exploration's decision times what that
-  // mode's steps since the previous exploration (at the same batch) took over their predictions. An
-  // exploring step counts at most rest_outlier_factor times that, so that one slow step does not
-  // stop the credit for hundreds of decisions. On an H100 (run 252, Qwen3 4 x 8K) the split's
-  // credit explorations ran 3.5 ms a step over transfer-all's against a predicted gap of 1.3, and
-  // exploring took 2.7 % of the time against the credit's 1 %; at DeepSeek 16 x 8K on the H200
-  // (run 248) a split credit exploration's first step ran 1.4-1.7 ms (the trios' medians) over
-  // the picked mode's neighbouring steps where its predicted gap was 0.1-0.5, its second step
-  // near the gap. The maximum periods still force theirs; the rests' own explorations (guess,
-  // rest_shift) and the repeat of one that did better than predicted do not wait for the debt
-  // (nor repay it). false: an exploration is charged what it was predicted to cost.
+  // An exploration that reset the credit (the credit's, a maximum period's) and cost more than
+  // it paid for leaves the overrun as a debt of its mode, which the credit repays before it
+  // covers another exploration of that mode (one that cost less repays it by as much): so the
+  // explorations' cost stays near explore_cost_share of the time even where their steps run
+  // above their prediction (the change's first step above the switch cost learnt, a tail of
+  // slow steps that the rests leave out as outliers). What it cost is its steps' time over
+  // what the picked mode's steps would have taken: the picked mode's prediction at the
+  // exploration's decision times what that mode's steps since the previous exploration (at the
+  // same batch) took over their predictions. An exploring step counts at most
+  // rest_outlier_factor times that, so that one slow step does not stop the credit for
+  // hundreds of decisions. On an H100 (run 252, Qwen3 4 x 8K) the split's credit explorations
+  // ran 3.5 ms a step over transfer-all's against a predicted gap of 1.3, and exploring took
+  // 2.7 % of the time against the credit's 1 %; at DeepSeek 16 x 8K on the H200 (run 248) a
+  // split credit exploration's first step ran 1.4-1.7 ms (the trios' medians) over the picked
+  // mode's neighbouring steps where its predicted gap was 0.1-0.5, its second step near the
+  // gap. A/B on H100s (runs 254-256, DeepSeek 4 and 16 x 8K, Qwen3 4 x 8K): 25-43 % fewer
+  // exploring steps, their time 1.3 -> 0.9 % and 1.0 -> 0.6 % of transfer-all's at DeepSeek,
+  // level at Qwen3; writescope's ratio to transfer-all moved within the noise (0.979 against
+  // 0.976, 1.005 against 1.014, 0.983 against 0.987). The maximum periods still force theirs;
+  // the rests' own explorations (guess, rest_shift) and the repeat of one that did better than
+  // predicted do not wait for the debt (nor repay it). false: an exploration is charged what
+  // it was predicted to cost.
   bool charge_exploration_overrun = true;
   // Where the chosen mode's rest fell, since the other mode's latest rest sample, by more
   // than this share of the chosen mode's predicted step and by more than the other is

@@ -3201,6 +3201,14 @@ TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
 // better or worse. A split 2 % better runs most of the steps, one 5 % worse few. (Halving
 // the credit took 0.3-0.5 % off here at every gap, but not on the H200: SchedulerOptions::
 // explore_cost_share.)
+// The default world with its split's rest set so that the split at 0.4 of `tokens` takes
+// `ratio` times GPU-only's step.
+ReadWorld WorldWithSplitAt(double ratio, double tokens) {
+  ReadWorld world;
+  world.rest_split_ns += world.SplitStepNs(0.0, tokens) * ratio - world.SplitStepNs(0.4, tokens);
+  return world;
+}
+
 TEST(DecodeReadsTest, ExploringCostsAboutItsShareWhereverTheModesLie) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
@@ -3212,9 +3220,8 @@ TEST(DecodeReadsTest, ExploringCostsAboutItsShareWhereverTheModesLie) {
       SchedulerOptions options;
       options.explore_cost_share = share;
       auto scheduler = *Scheduler::Create("writescope", options);
-      ReadWorld world;
+      const ReadWorld world = WorldWithSplitAt(1.0 - gain, kTokens);
       const double gpu_only_ns = world.SplitStepNs(0.0, kTokens);
-      world.rest_split_ns += gpu_only_ns * (1.0 - gain) - world.SplitStepNs(0.4, kTokens);
       ProbeAndLearnLines(*scheduler, world);
       QueuedRounds steps{.switch_ns = 0.05 * gpu_only_ns, .reported = true, .noise = 0.08};
       steps.random.seed(seed);
@@ -3260,9 +3267,8 @@ TEST(DecodeReadsTest, ExplorationsThatCostMoreThanPredictedRepayTheOverrun) {
       SchedulerOptions options;
       options.charge_exploration_overrun = charge;
       auto scheduler = *Scheduler::Create("writescope", options);
-      ReadWorld world;
+      const ReadWorld world = WorldWithSplitAt(1.0 + gain, kTokens);
       const double gpu_only_ns = world.SplitStepNs(0.0, kTokens);
-      world.rest_split_ns += gpu_only_ns * (1.0 + gain) - world.SplitStepNs(0.4, kTokens);
       ProbeAndLearnLines(*scheduler, world);
       QueuedRounds steps{.switch_ns = 0.02 * gpu_only_ns,
                          .reported = true,

@@ -3194,13 +3194,6 @@ TEST(DecodeReadsTest, TheRestOptionsAreValidated) {
   }
 }
 
-// Exploring costs about the credit's share of the time wherever the two modes lie: in worlds
-// where the split gains -5 % to +20 % over GPU-only, the steps noisy by +-8 % and a change of
-// mode costing 5 % of a step, writescope's steps over 1000 decisions take at most 1.5 % more
-// than the better mode's would alone (8 seeds each; the credit 1 %), the most at a split 2 %
-// better or worse. A split 2 % better runs most of the steps, one 5 % worse few. (Halving
-// the credit took 0.3-0.5 % off here at every gap, but not on the H200: SchedulerOptions::
-// explore_cost_share.)
 // The default world with its split's rest set so that the split at 0.4 of `tokens` takes
 // `ratio` times GPU-only's step.
 ReadWorld WorldWithSplitAt(double ratio, double tokens) {
@@ -3209,6 +3202,13 @@ ReadWorld WorldWithSplitAt(double ratio, double tokens) {
   return world;
 }
 
+// Exploring costs about the credit's share of the time wherever the two modes lie: in worlds
+// where the split gains -5 % to +20 % over GPU-only, the steps noisy by +-8 % and a change of
+// mode costing 5 % of a step, writescope's steps over 1000 decisions take at most 1.5 % more
+// than the better mode's would alone (8 seeds each; the credit 1 %), the most at a split 2 %
+// better or worse. A split 2 % better runs most of the steps, one 5 % worse few. (Halving
+// the credit took 0.3-0.5 % off here at every gap, but not on the H200: SchedulerOptions::
+// explore_cost_share.)
 TEST(DecodeReadsTest, ExploringCostsAboutItsShareWhereverTheModesLie) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;

@@ -484,15 +484,16 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   if (changed || new_batch || missed) {
     settle_steps_left_ = options_.switch_settle_steps;
   }
+  // This step's mode as predicted before anything learns from the step: the model's attention
+  // time (NaN: its lines not ready) and the mode's rest.
+  const double attention_before = PredictedAttentionNs(sample);
+  const double mode_before = attention_before + (split ? rest_split_ : rest_gpu_only_);
   // What paying for a change cost this step: its time above its mode's prediction, before
   // anything learns from it (SchedulerOptions::mode_switch_hold_steps). A new batch's first
   // step pays for other things as well.
-  if ((changed || missed) && !new_batch && sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
-    const double predicted =
-        PredictedAttentionNs(sample) + (split ? rest_split_ : rest_gpu_only_);
-    if (std::isfinite(predicted)) {
-      MixEma(switch_cost_, sample.step_ns - predicted, options_.rest_ema_weight);
-    }
+  if ((changed || missed) && !new_batch && sample.step_ns > 0.0 && std::isfinite(sample.step_ns) &&
+      std::isfinite(mode_before)) {
+    MixEma(switch_cost_, sample.step_ns - mode_before, options_.rest_ema_weight);
   }
   decided_new_batch_ = false;
   const bool settling = settle_steps_left_ > 0;
@@ -515,11 +516,9 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   }
   if (sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
     if (!explored) {
-      const double predicted =
-          PredictedAttentionNs(sample) + (split ? rest_split_ : rest_gpu_only_);
-      if (std::isfinite(predicted) && predicted > 0.0) {
+      if (std::isfinite(mode_before) && mode_before > 0.0) {
         chosen_steps_ns_ += sample.step_ns;
-        chosen_predicted_ns_ += predicted;
+        chosen_predicted_ns_ += mode_before;
         ++chosen_steps_;
       }
     } else if (std::isfinite(explore_reference_ns_)) {
@@ -556,7 +555,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   const double predicted_before =
       settling || !(sample.step_ns > 0.0 && std::isfinite(sample.step_ns))
           ? std::numeric_limits<double>::quiet_NaN()
-          : PredictedAttentionNs(sample);
+          : attention_before;
   // An exploration that measured a guess on an advance of the credit, all of whose steps
   // settled (its last one too: it read another share than its first and missed its early
   // rounds), measured nothing: its advance is given back, once per guess, so that the guess

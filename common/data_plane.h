@@ -34,7 +34,8 @@ struct DataPlane {
   ShmChannel to_gpu;
 };
 
-// Formats both channels (the arena's creator does this once).
+// Formats both channels (the arena's creator does this once). Both functions map the
+// channels' pages first: RESOURCE_EXHAUSTED where /dev/shm cannot back them.
 absl::StatusOr<DataPlane> CreateDataPlane(const ShmArena& arena);
 // Attaches to the channels a creator formatted.
 absl::StatusOr<DataPlane> AttachDataPlane(const ShmArena& arena);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -23,8 +25,13 @@ sigset_t TerminationSignals() {
   return set;
 }
 
+// The watcher RequestTermination signals, and a request made before it started (a Shutdown
+// RPC between the server's start and the watcher's), which the watcher then acts on at once.
+std::mutex g_watcher_mutex;
 pthread_t g_watcher;
-bool g_watcher_started = false;
+bool g_watcher_started = false;  // and waiting
+bool g_watcher_fired = false;
+bool g_termination_pending = false;
 
 }  // namespace
 
@@ -34,10 +41,20 @@ void BlockTerminationSignals() {
 }
 
 std::thread StartTerminationWatcher(std::function<void()> on_signal) {
-  std::thread watcher([on_signal = std::move(on_signal)] {
-    sigset_t set = TerminationSignals();
-    int signal_number = 0;
-    while (sigwait(&set, &signal_number) != 0) {
+  std::lock_guard<std::mutex> lock(g_watcher_mutex);
+  const bool pending = std::exchange(g_termination_pending, false);
+  std::thread watcher([on_signal = std::move(on_signal), pending] {
+    if (!pending) {
+      sigset_t set = TerminationSignals();
+      int signal_number = 0;
+      while (sigwait(&set, &signal_number) != 0) {
+      }
+    }
+    {
+      // Fired once: a later request must not signal a thread that is about to end.
+      std::lock_guard<std::mutex> lock(g_watcher_mutex);
+      g_watcher_started = false;
+      g_watcher_fired = true;
     }
     on_signal();
   });
@@ -47,7 +64,12 @@ std::thread StartTerminationWatcher(std::function<void()> on_signal) {
 }
 
 void RequestTermination() {
-  if (g_watcher_started) pthread_kill(g_watcher, SIGUSR2);
+  std::lock_guard<std::mutex> lock(g_watcher_mutex);
+  if (g_watcher_started) {
+    pthread_kill(g_watcher, SIGUSR2);
+  } else if (!g_watcher_fired) {
+    g_termination_pending = true;
+  }
 }
 
 absl::Status WritePortFile(const std::string& path, int port) {

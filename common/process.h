@@ -20,7 +20,8 @@ void BlockTerminationSignals();
 // calls `on_signal` once. The returned thread must be joined after the server stops.
 std::thread StartTerminationWatcher(std::function<void()> on_signal);
 
-// Makes the watcher fire as if a signal had arrived (used by Shutdown RPCs).
+// Makes the watcher fire as if a signal had arrived (used by Shutdown RPCs); before the
+// watcher starts, it fires as soon as it does; after it fired, nothing more happens.
 void RequestTermination();
 
 // Writes `port` to `path` atomically (a temporary file, then rename).

@@ -122,8 +122,8 @@ absl::StatusOr<ShmChannel> ShmChannel::Create(absl::Span<std::byte> memory) {
   header->space_doorbell.store(0);
   header->producer_sleeping.store(0);
   header->closed.store(0);
-  std::atomic_thread_fence(std::memory_order_release);
-  header->magic = kChannelMagic;
+  // Published last: an Attach that reads the magic (acquire) sees the fields above.
+  std::atomic_ref<uint64_t>(header->magic).store(kChannelMagic, std::memory_order_release);
   return ShmChannel(header, memory.data() + kHeaderBytes);
 }
 
@@ -132,8 +132,7 @@ absl::StatusOr<ShmChannel> ShmChannel::Attach(absl::Span<std::byte> memory) {
     return absl::InvalidArgumentError("channel memory is too small or misaligned");
   }
   auto* header = reinterpret_cast<ShmChannelHeader*>(memory.data());
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (header->magic != kChannelMagic) {
+  if (std::atomic_ref<uint64_t>(header->magic).load(std::memory_order_acquire) != kChannelMagic) {
     return absl::FailedPreconditionError("no channel has been created in this memory");
   }
   // The header is another process's: checked as Create makes it before anything is
@@ -146,9 +145,17 @@ absl::StatusOr<ShmChannel> ShmChannel::Attach(absl::Span<std::byte> memory) {
     return absl::FailedPreconditionError(
         absl::StrCat("corrupt channel: capacity ", capacity, " (at least 128, a multiple of 64)"));
   }
-  const uint64_t head = header->head.load(std::memory_order_acquire);
-  const uint64_t tail = header->tail.load(std::memory_order_acquire);
-  if (head % kLengthBytes != 0 || tail % kLengthBytes != 0 || head - tail > capacity) {
+  // The channel may be live (the coordinator attaches to close it while the workers run):
+  // the tail is read first, so the head read after it is never behind it, and a ring that
+  // moved between the two reads (the pair then spans more than its capacity) is read again.
+  uint64_t head = 0, tail = 0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    tail = header->tail.load(std::memory_order_acquire);
+    head = header->head.load(std::memory_order_acquire);
+    if (tail <= head && head - tail <= capacity) break;
+  }
+  if (head % kLengthBytes != 0 || tail % kLengthBytes != 0 || tail > head ||
+      head - tail > capacity) {
     return absl::FailedPreconditionError(absl::StrCat("corrupt channel: head ", head, ", tail ",
                                                       tail, ", capacity ", capacity));
   }

@@ -5,14 +5,15 @@
 #include <memory>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "writescope/internal/worker.grpc.pb.h"
 
 namespace writescope {
@@ -29,12 +30,11 @@ class WorkerService final : public internal::Worker::Service {
     // The caller giving up (its load timeout, a coordinator shutting down) cancels the load
     // itself, not just the call: the loaders stop at their next tensor piece.
     std::atomic<bool> done{false};
+    // Again at every poll while the caller stays gone: a Load clears the flag when it
+    // starts, which may be after the first call.
     std::thread watcher([&] {
       while (!done.load()) {
-        if (context->IsCancelled()) {
-          backend_.CancelLoad();
-          return;
-        }
+        if (context->IsCancelled()) backend_.CancelLoad();
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
@@ -46,9 +46,10 @@ class WorkerService final : public internal::Worker::Service {
     set_serving_(true);
     return grpc::Status::OK;
   }
-  grpc::Status RunStep(grpc::ServerContext*, const internal::StepPlan* plan,
+  grpc::Status RunStep(grpc::ServerContext* context, const internal::StepPlan* plan,
                        internal::StepResult* response) override {
-    absl::StatusOr<internal::StepResult> result = backend_.RunStep(*plan);
+    absl::StatusOr<internal::StepResult> result =
+        backend_.RunStep(*plan, [context] { return context->IsCancelled(); });
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
     return grpc::Status::OK;
@@ -93,7 +94,11 @@ class WorkerService final : public internal::Worker::Service {
   }
   grpc::Status ResetDataPlane(grpc::ServerContext*, const internal::ResetDataPlaneRequest* request,
                               internal::ResetDataPlaneResponse*) override {
-    return ToGrpcStatus(backend_.ResetDataPlane(request->attach()));
+    const absl::Status status = backend_.ResetDataPlane(request->attach());
+    // Loaded (ResetDataPlane's precondition) and on fresh channels: it serves again, if its
+    // old channels' failure had made it stop (WorkerBackend::set_serving_observer).
+    if (status.ok() && request->attach()) set_serving_(true);
+    return ToGrpcStatus(status);
   }
   grpc::Status Shutdown(grpc::ServerContext*, const internal::ShutdownRequest*,
                         internal::ShutdownResponse*) override {
@@ -127,6 +132,12 @@ absl::Status RunWorkerServer(WorkerBackend& backend, const WorkerServerOptions& 
   WorkerService service(backend, [&server](bool serving) {
     if (server) server->GetHealthCheckService()->SetServingStatus(serving);
   });
+  // The backend's own reports (its data plane failed) go the same way. Before the server
+  // starts: its threads only run after.
+  backend.set_serving_observer([&server](bool serving) {
+    if (server) server->GetHealthCheckService()->SetServingStatus(serving);
+  });
+  absl::Cleanup forget_observer = [&backend] { backend.set_serving_observer(nullptr); };
   grpc::ServerBuilder builder;
   int selected_port = 0;
   const std::string address = absl::StrCat(options.host, ":", options.port);
@@ -139,12 +150,20 @@ absl::Status RunWorkerServer(WorkerBackend& backend, const WorkerServerOptions& 
   }
   // Not serving until the coordinator has had the weights loaded.
   server->GetHealthCheckService()->SetServingStatus(false);
-  if (!options.port_file.empty()) WS_RETURN_IF_ERROR(WritePortFile(options.port_file, selected_port));
+  if (!options.port_file.empty()) {
+    // The server is running already: it stops before `service` (declared after it) goes.
+    if (absl::Status written = WritePortFile(options.port_file, selected_port); !written.ok()) {
+      backend.BeginStop();
+      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      backend.Stop();
+      return written;
+    }
+  }
   WS_LOG(INFO) << backend.name() << " listening on " << options.host << ":" << selected_port;
 
   std::thread watcher = StartTerminationWatcher([&] {
     WS_LOG(INFO) << backend.name() << " stopping";
-    backend.CancelLoad();
+    backend.BeginStop();
     server->GetHealthCheckService()->SetServingStatus(false);
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   });

@@ -4,6 +4,7 @@
 #ifndef WRITESCOPE_COMMON_WORKER_SERVER_H_
 #define WRITESCOPE_COMMON_WORKER_SERVER_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -17,7 +18,11 @@ class WorkerBackend {
   virtual ~WorkerBackend() = default;
   virtual std::string name() const = 0;
   virtual absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request) = 0;
-  virtual absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan) = 0;
+  // `cancelled` says whether the caller gave up on the call (its deadline, or the coordinator
+  // cancelling it because the other worker's side of the step failed before it began): a
+  // backend that waits for the step's end checks it and returns CANCELLED.
+  virtual absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
+                                                       const std::function<bool()>& cancelled) = 0;
   virtual internal::WorkerStats Stats() = 0;
   virtual internal::WorkerProfile Profile(uint32_t steps) = 0;
   virtual absl::StatusOr<internal::ChannelPingResponse> ChannelPing(
@@ -37,10 +42,30 @@ class WorkerBackend {
   virtual absl::Status ResetDataPlane(bool attach) = 0;
   // Called once when the server stops: release the arena, close channels.
   virtual void Stop() = 0;
-  // Called from the termination watcher before the server shuts down, and when the caller
-  // of a Load gives up on it: the Load in progress should return soon (CANCELLED) instead
-  // of running on. A Load clears it when it starts.
+  // Called when the caller of a Load gives up on it, and again every 50 ms while it stays
+  // gone: the Load in progress should return soon (CANCELLED) instead of running on. A Load
+  // clears it when it starts.
   virtual void CancelLoad() {}
+  // Called from the termination watcher before the server shuts down (gRPC waits for the
+  // handlers in progress, whatever its deadline): a Load or a step in progress returns
+  // soon, and later calls are refused. Stop() follows once the server has stopped.
+  virtual void BeginStop() { CancelLoad(); }
+
+  // Set by RunWorkerServer before it serves: the backend reports through it that it can no
+  // longer serve steps on its own (its data plane failed), so that the coordinator's health
+  // check sees NOT_SERVING and recovers both workers' channels. ResetDataPlane(attach) that
+  // succeeds makes it serving again (the server's adapter says so).
+  void set_serving_observer(std::function<void(bool)> observer) {
+    serving_observer_ = std::move(observer);
+  }
+
+ protected:
+  void ReportServing(bool serving) {
+    if (serving_observer_) serving_observer_(serving);
+  }
+
+ private:
+  std::function<void(bool)> serving_observer_;
 };
 
 struct WorkerServerOptions {

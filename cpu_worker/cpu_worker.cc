@@ -66,6 +66,10 @@ CpuWorker::~CpuWorker() { Stop(); }
 absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadRequest& request) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (arena_ != nullptr) return absl::FailedPreconditionError("cpu_worker is already loaded");
+  // A cancelled earlier Load must not end this one; a cancel from here on does (the server
+  // repeats it while the caller stays gone). BeginStop sets stopping_ before it cancels.
+  load_progress_.cancelled = false;
+  if (stopping_.load()) return absl::UnavailableError("cpu_worker is stopping");
   if (!request.has_kv()) return absl::InvalidArgumentError("Load: the KV cache spec (kv) is missing");
   // A load that fails or is cancelled part way leaves the worker as it found it, so that
   // the coordinator's next Load (a recovery's retry) can run.
@@ -87,7 +91,6 @@ absl::StatusOr<internal::LoadResponse> CpuWorker::Load(const internal::LoadReque
         kv_config_.region_slots(KvRegion::kCpuCompute)));
   }
   const ModelSource source = FromLoadRequest(request);
-  load_progress_.cancelled = false;  // a cancelled earlier Load must not end this one
   // Synthetic experts go to a segment the gpu_worker maps too, when /dev/shm has room for
   // it and the whole KV arena (sparse there until written).
   WS_ASSIGN_OR_RETURN(weights_, LoadWorkerWeights(source, SideFilter::kCpu, &load_progress_,
@@ -144,9 +147,20 @@ void CpuWorker::DataPlaneLoop() {
     absl::StatusOr<absl::Span<const std::byte>> message = in.Peek(absl::Milliseconds(200));
     if (absl::IsDeadlineExceeded(message.status())) continue;
     if (!message.ok()) {
-      if (!stopping_.load()) WS_LOG(INFO) << "data plane ends: " << message.status();
-      FailPendingSteps(absl::UnavailableError(
-          absl::StrCat("the data plane closed: ", message.status().message())));
+      const absl::Status down = absl::UnavailableError(
+          absl::StrCat("the data plane closed: ", message.status().message()));
+      if (!stopping_.load() && !loop_reset_.load()) {
+        // On its own (a closed or corrupt channel): no step can run until the coordinator
+        // gives fresh channels (ResetDataPlane), which NOT_SERVING makes it do.
+        WS_LOG(WARNING) << "data plane ends: " << message.status()
+                        << "; not serving until the channels are reset";
+        {
+          std::lock_guard<std::mutex> lock(steps_mutex_);
+          data_plane_down_ = down;
+        }
+        ReportServing(false);
+      }
+      FailPendingSteps(down);
       return;
     }
     DataPlaneHeader header;
@@ -219,17 +233,24 @@ namespace {
 // How long a step message waits for its RunStep, and RunStep for the step's end.
 constexpr auto kPlanWait = std::chrono::seconds(5);
 constexpr auto kStepWait = std::chrono::minutes(30);
+constexpr auto kCancelPoll = std::chrono::milliseconds(50);  // RunStep's check of its caller
 constexpr absl::Duration kReplyTimeout = absl::Seconds(30);
 
 }  // namespace
 
-absl::StatusOr<internal::StepResult> CpuWorker::RunStep(const internal::StepPlan& plan) {
+absl::StatusOr<internal::StepResult> CpuWorker::RunStep(const internal::StepPlan& plan,
+                                                        const std::function<bool()>& cancelled) {
   // A relaunched worker before the coordinator reloaded it: not available for steps.
   if (!loaded_.load()) return absl::UnavailableError("cpu_worker is not loaded");
   const auto start = std::chrono::steady_clock::now();
   auto state = std::make_shared<StepState>();
   WS_ASSIGN_OR_RETURN(state->layout, MakeStepLayout(plan, kv_config_));
   std::unique_lock<std::mutex> lock(steps_mutex_);
+  if (stopping_.load()) return absl::UnavailableError("cpu_worker is stopping");
+  if (!data_plane_down_.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("step ", plan.step_id(), ": ", data_plane_down_.message()));
+  }
   if (ended_steps_.erase(plan.step_id()) > 0) {
     // The gpu_worker ended this step before its plan arrived here (it failed early).
     return absl::AbortedError(absl::StrCat("step ", plan.step_id(),
@@ -239,13 +260,28 @@ absl::StatusOr<internal::StepResult> CpuWorker::RunStep(const internal::StepPlan
     return absl::AlreadyExistsError(absl::StrCat("step ", plan.step_id(), " is already running"));
   }
   steps_changed_.notify_all();
-  const bool ended = steps_changed_.wait_for(lock, kStepWait, [&] {
-    return state->done || stopping_.load();
-  });
+  // In slices, so that a caller who gave up ends the wait: the coordinator cancels this call
+  // when the gpu_worker's side of the step failed before it began (no kStepEnd comes then).
+  const auto give_up = std::chrono::steady_clock::now() + kStepWait;
+  bool caller_gone = false;
+  while (!steps_changed_.wait_for(lock, kCancelPoll,
+                                  [&] { return state->done || stopping_.load(); })) {
+    if (cancelled && cancelled()) {
+      caller_gone = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= give_up) break;
+  }
   steps_.erase(plan.step_id());
-  if (!ended || !state->done) {
-    return absl::UnavailableError(absl::StrCat("step ", plan.step_id(),
-                                               ": the gpu_worker never ended it"));
+  if (!state->done) {
+    // A message of it being served holds the state; its reply goes out unread.
+    if (caller_gone) {
+      return absl::CancelledError(absl::StrCat(
+          "step ", plan.step_id(), ": the caller gave up before the gpu_worker ended it"));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "step ", plan.step_id(),
+        stopping_.load() ? ": cpu_worker is stopping" : ": the gpu_worker never ended it"));
   }
   WS_RETURN_IF_ERROR(state->status);
   steps_run_.fetch_add(1);
@@ -469,18 +505,27 @@ absl::Status CpuWorker::ResetDataPlane(bool attach) {
   }
   loop_reset_.store(false);
   WS_ASSIGN_OR_RETURN(DataPlane plane, AttachDataPlane(*arena_));
+  {
+    std::lock_guard<std::mutex> steps_lock(steps_mutex_);
+    data_plane_down_ = absl::OkStatus();
+  }
   data_plane_ = plane;
   data_plane_thread_ = std::thread([this] { DataPlaneLoop(); });
   WS_LOG(INFO) << "re-attached to the data plane";
   return absl::OkStatus();
 }
 
-void CpuWorker::Stop() {
-  stopping_.store(true);
+void CpuWorker::BeginStop() {
   {
     std::lock_guard<std::mutex> lock(steps_mutex_);
+    stopping_.store(true);
     steps_changed_.notify_all();
   }
+  CancelLoad();  // after: a Load that clears the flag later sees stopping_
+}
+
+void CpuWorker::Stop() {
+  BeginStop();
   std::lock_guard<std::mutex> lock(mutex_);
   if (data_plane_) data_plane_->to_gpu.Close();
   if (data_plane_thread_.joinable()) data_plane_thread_.join();

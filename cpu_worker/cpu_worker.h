@@ -51,7 +51,11 @@ class CpuWorker final : public WorkerBackend {
 
   std::string name() const override { return "cpu_worker"; }
   absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request) override;
-  absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan) override;
+  // Waits for the gpu_worker's end of the step (kStepEnd on the data plane); returns
+  // CANCELLED once `cancelled` (checked every 50 ms), UNAVAILABLE at once where the data
+  // plane has failed or the worker is stopping.
+  absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
+                                               const std::function<bool()>& cancelled) override;
   internal::WorkerStats Stats() override;
   internal::WorkerProfile Profile(uint32_t steps) override;
   absl::StatusOr<internal::ChannelPingResponse> ChannelPing(
@@ -64,6 +68,9 @@ class CpuWorker final : public WorkerBackend {
   absl::Status ResetDataPlane(bool attach) override;
   void Stop() override;
   void CancelLoad() override { load_progress_.cancelled.store(true); }
+  // The Load in progress is cancelled; steps waiting in RunStep, and any RunStep after,
+  // return UNAVAILABLE; the data-plane loop ends.
+  void BeginStop() override;
 
  private:
   // Serves messages from the gpu_worker until the channel closes or Stop().
@@ -99,6 +106,9 @@ class CpuWorker final : public WorkerBackend {
   std::map<uint64_t, std::shared_ptr<StepState>> steps_;
   // Steps the gpu_worker ended before their RunStep arrived here (the newest 64).
   std::set<uint64_t> ended_steps_;
+  // Why the data-plane loop ended on its own (a channel error, not Stop or ResetDataPlane):
+  // steps fail at once until ResetDataPlane(attach). Guarded by steps_mutex_.
+  absl::Status data_plane_down_;
   std::atomic<uint64_t> steps_run_{0};
   SpanRecorder spans_;
 

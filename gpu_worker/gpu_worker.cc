@@ -236,7 +236,8 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   return response;
 }
 
-absl::StatusOr<internal::StepResult> GpuWorker::RunStep(const internal::StepPlan& plan) {
+absl::StatusOr<internal::StepResult> GpuWorker::RunStep(const internal::StepPlan& plan,
+                                                        const std::function<bool()>&) {
   std::lock_guard<std::mutex> lock(mutex_);
   // A relaunched worker before the coordinator reloaded it: not available for steps.
   if (step_ == nullptr) return absl::UnavailableError("gpu_worker is not loaded");

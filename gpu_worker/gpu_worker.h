@@ -61,7 +61,10 @@ class GpuWorker final : public WorkerBackend {
 
   std::string name() const override { return "gpu_worker"; }
   absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request) override;
-  absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan) override;
+  // Runs the step itself: its waits on the data plane end at their own timeouts, so
+  // `cancelled` is not consulted.
+  absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
+                                               const std::function<bool()>& cancelled) override;
   internal::WorkerStats Stats() override;
   internal::WorkerProfile Profile(uint32_t steps) override;
   absl::StatusOr<internal::ChannelPingResponse> ChannelPing(

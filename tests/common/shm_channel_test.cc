@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -152,6 +154,43 @@ TEST(ShmChannelTest, AProducerOnAFullRingWakesAtARelease) {
   releaser.join();
   EXPECT_GE(waited, absl::Milliseconds(40));
   EXPECT_LT(waited, absl::Seconds(10));
+}
+
+// Attach on a live channel (the coordinator attaches to close the channels while the workers
+// run): a head and a tail that moved between its two reads are no corruption. A producer and
+// a consumer pump small messages through a small ring while a third thread attaches in a
+// loop; every attach succeeds.
+TEST(ShmChannelTest, AttachToALiveChannelNeverCallsItCorrupt) {
+  SharedBuffer buffer(4096);
+  auto producer = ShmChannel::Create(buffer.span());
+  WS_ASSERT_OK(producer.status());
+  auto consumer = ShmChannel::Attach(buffer.span());
+  WS_ASSERT_OK(consumer.status());
+  constexpr int kMessages = 200000;
+  std::atomic<bool> done{false};
+  std::thread produce([&] {
+    for (int i = 0; i < kMessages; ++i) {
+      if (!producer->Send(Pattern(8 + i % 24, i), absl::Seconds(10)).ok()) break;
+    }
+  });
+  std::thread consume([&] {
+    std::vector<std::byte> out(64);
+    for (int i = 0; i < kMessages; ++i) {
+      if (!consumer->Receive(absl::MakeSpan(out), absl::Seconds(10)).ok()) break;
+    }
+    done.store(true);
+  });
+  int attaches = 0, refused = 0;
+  std::string first_refusal;
+  while (!done.load()) {
+    absl::StatusOr<ShmChannel> attached = ShmChannel::Attach(buffer.span());
+    ++attaches;
+    if (!attached.ok() && refused++ == 0) first_refusal = attached.status().ToString();
+  }
+  produce.join();
+  consume.join();
+  EXPECT_GT(attaches, 100);
+  EXPECT_EQ(refused, 0) << "of " << attaches << ", first: " << first_refusal;
 }
 
 // The header lives in memory another process writes: Create's layout (magic, capacity at

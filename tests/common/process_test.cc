@@ -1,0 +1,35 @@
+// The termination watcher (common/process.h): a request made before the watcher starts (a
+// Shutdown RPC that arrives between the server's start and the watcher's) fires it as soon
+// as it starts, and a request after it fired signals no thread (the watcher has ended).
+
+#include "common/process.h"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace writescope {
+namespace {
+
+TEST(TerminationWatcherTest, ARequestBeforeTheWatcherStartsFiresItAndOneAfterIsHarmless) {
+  BlockTerminationSignals();  // as main() does: only the watcher takes the signals
+  RequestTermination();
+  std::atomic<int> fired{0};
+  std::thread watcher = StartTerminationWatcher([&] { fired.fetch_add(1); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (fired.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(fired.load(), 1);
+  if (fired.load() == 0) RequestTermination();  // the request was lost: end the wait anyway
+  watcher.join();
+  // The watcher is gone: this neither signals it nor fires anything again.
+  RequestTermination();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(fired.load(), 1);
+}
+
+}  // namespace
+}  // namespace writescope

@@ -315,6 +315,9 @@ absl::Status Engine::ValidateBench(const v1::BenchRequest& request) const {
           "leave it unset (temperature, top_k, top_p, seed and logprobs may be set)"));
     }
   }
+  // The rest of them as a request's: each bench sequence is queued as one (SubmitBench), and
+  // a refused bench must fail here, before its policy is switched to.
+  WS_RETURN_IF_ERROR(ValidateSamplingParams(sampling, limits_));
   const uint32_t bt = kv_.block_tokens();
   const uint64_t context = request.context_tokens();
   if (context == 0 || context % bt != 0) {
@@ -328,6 +331,12 @@ absl::Status Engine::ValidateBench(const v1::BenchRequest& request) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "bench context of ", context, " tokens + ", longest,
         " decode steps exceeds the model's context of ", limits_.max_context));
+  }
+  // Its context is each sequence's prompt (SubmitBench), which the server's bound holds to.
+  if (limits_.max_prompt_tokens != 0 && context > limits_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench context of ", context, " tokens exceeds this server's prompt limit of ",
+                     limits_.max_prompt_tokens, " tokens (--max_prompt_tokens)"));
   }
   const uint64_t blocks = uint64_t{request.batch()} * ((context + longest + bt - 1) / bt);
   const uint64_t slots = kv_.region_slots(KvRegion::kCpuCompute) +
@@ -1333,10 +1342,24 @@ void Engine::PushChunk(Request& r) {
   *response.mutable_chunk() = std::move(r.chunk);
   r.chunk.Clear();
   if (!r.first_chunk_sent) {
-    // The prompt's log-probabilities travel once, in the first chunk.
-    for (const v1::TokenLogprobs& lp : r.prompt_logprobs) {
-      *response.mutable_chunk()->add_prompt_logprobs() = lp;
+    // The prompt's log-probabilities travel once, in the first chunks: at most
+    // prompt_logprobs_per_chunk in each (a long prompt's would pass a default client's 4 MiB
+    // message limit), chunks without tokens before the one that carries the first tokens and
+    // the rest.
+    const size_t per_chunk = std::max<uint32_t>(1, options_.prompt_logprobs_per_chunk);
+    size_t sent = 0;
+    while (r.prompt_logprobs.size() - sent > per_chunk) {
+      v1::GenerateResponse piece;
+      piece.set_request_id(r.id);
+      for (size_t end = sent + per_chunk; sent < end; ++sent) {
+        *piece.mutable_chunk()->add_prompt_logprobs() = std::move(r.prompt_logprobs[sent]);
+      }
+      r.stream->Push(std::move(piece));
     }
+    for (; sent < r.prompt_logprobs.size(); ++sent) {
+      *response.mutable_chunk()->add_prompt_logprobs() = std::move(r.prompt_logprobs[sent]);
+    }
+    r.prompt_logprobs.clear();
     r.first_chunk_sent = true;
   }
   r.stream->Push(std::move(response));

@@ -105,6 +105,10 @@ struct EngineOptions {
   // at 11 of 12 Qwen3 and DeepSeek points (DeepSeek 4 x 8K 0.98x), 1.03x at Mixtral 32 x 32K.
   // false: the means over all layers.
   bool steady_layer_samples = true;
+  // Prompt log-probabilities per stream message (Chunk.prompt_logprobs; >= 1): each is at
+  // most ~230 bytes with 20 alternatives, so 4096 keep a message under 1 MiB, well inside a
+  // default gRPC client's 4 MiB receive limit.
+  uint32_t prompt_logprobs_per_chunk = 4096;
 };
 
 // A worker's attention time per layer, the scheduler's sample (StepSample): its attended
@@ -317,6 +321,7 @@ class Engine {
     double end_unix_s = 0;      // wall clock at the step's end, seconds since the Unix epoch
   };
   static constexpr size_t kMaxStepRecords = 8192;
+
   std::vector<StepRecord> StepRecords(uint64_t bench_round) const;
   EngineCounts Counts() const;
   const RequestLimits& limits() const { return limits_; }

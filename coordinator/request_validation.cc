@@ -73,7 +73,10 @@ absl::Status CheckContext(const v1::GenerateRequest& request, const RequestLimit
   return absl::OkStatus();
 }
 
-absl::Status CheckSampling(const v1::SamplingParams& sampling, const RequestLimits& limits) {
+}  // namespace
+
+absl::Status ValidateSamplingParams(const v1::SamplingParams& sampling,
+                                    const RequestLimits& limits) {
   const float temperature = sampling.temperature();
   if (!std::isfinite(temperature)) {
     return absl::InvalidArgumentError(
@@ -114,14 +117,12 @@ absl::Status CheckSampling(const v1::SamplingParams& sampling, const RequestLimi
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
                                      const RequestLimits& limits) {
   WS_RETURN_IF_ERROR(CheckRequestId(request.request_id(), limits));
   WS_RETURN_IF_ERROR(CheckPrompt(request, limits));
   WS_RETURN_IF_ERROR(CheckContext(request, limits));
-  return CheckSampling(request.sampling(), limits);
+  return ValidateSamplingParams(request.sampling(), limits);
 }
 
 uint32_t ResolveMaxTokens(const v1::GenerateRequest& request, const RequestLimits& limits) {

@@ -40,6 +40,11 @@ struct RequestLimits {
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
                                      const RequestLimits& limits);
 
+// The sampling part of ValidateGenerateRequest alone (temperature, top_p, top_k, logprobs,
+// stop_token_ids; max_tokens is the request's): a bench checks its own with it.
+absl::Status ValidateSamplingParams(const v1::SamplingParams& sampling,
+                                    const RequestLimits& limits);
+
 // The number of tokens to generate: sampling.max_tokens, or when 0 the rest of the context
 // (max_context - prompt length, 0 when the prompt already fills it). For a request that
 // passed ValidateGenerateRequest it is >= 1 and prompt + it <= max_context.

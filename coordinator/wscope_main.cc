@@ -164,6 +164,14 @@ std::chrono::system_clock::time_point Deadline() {
          absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout).value_or(absl::Seconds(10)));
 }
 
+// A channel that takes replies of any size the server sends: a profile of many steps of a
+// deep model passes gRPC's default 4 MiB receive limit.
+std::shared_ptr<grpc::Channel> OpenChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
 // A whole generation takes far longer than one unary call: its own default.
 std::chrono::system_clock::time_point GenerateDeadline() {
   return std::chrono::system_clock::now() +
@@ -172,7 +180,7 @@ std::chrono::system_clock::time_point GenerateDeadline() {
 }
 
 std::string HealthOf(const std::string& address) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(address);
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -222,7 +230,7 @@ const char* RegionName(writescope::v1::KvRegion region) {
 }
 
 int Info() {
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(absl::GetFlag(FLAGS_target));
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(Deadline());
@@ -305,7 +313,7 @@ int Info() {
 }
 
 int SelfTest() {
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(absl::GetFlag(FLAGS_target));
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
@@ -568,7 +576,7 @@ int Bench() {
   }
   const writescope::v1::SamplingParams sampling = SamplingFromFlags();
   const std::string label = SamplingLabel(sampling);
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(absl::GetFlag(FLAGS_target));
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   std::FILE* csv = nullptr;
   const std::string csv_path = absl::GetFlag(FLAGS_csv);
@@ -785,7 +793,7 @@ int Load() {
     std::fprintf(stderr, "wscope load: --duration must be positive\n");
     return 2;
   }
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(absl::GetFlag(FLAGS_target));
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   writescope::v1::ModelInfo model;
   {
@@ -901,7 +909,7 @@ int Load() {
 }
 
 int Profile() {
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(absl::GetFlag(FLAGS_target));
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -1117,8 +1125,7 @@ int Generate() {
   sampling->set_prompt_logprobs(absl::GetFlag(FLAGS_prompt_logprobs));
   const bool json = absl::GetFlag(FLAGS_json);
 
-  auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(absl::GetFlag(FLAGS_target));
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(GenerateDeadline());
@@ -1237,8 +1244,7 @@ int Abort() {
     std::fprintf(stderr, "wscope abort: give --request_id\n");
     return 2;
   }
-  auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(absl::GetFlag(FLAGS_target));
   auto stub = writescope::v1::WriteScope::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(Deadline());

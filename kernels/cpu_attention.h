@@ -24,6 +24,10 @@
 // and parallel, not tiled for reuse across queries. MLA prefill runs the MLA decode with
 // one row per query over the blocks it sees (a prefix of the blocks in position order).
 //
+// Queries and keys are finite (the model's own KV): a NaN score is not propagated on the
+// vector ISAs (their exp clamps it and their running max may drop it, where the scalar path
+// and the reference give NaN), so non-finite input gives an unspecified output there.
+//
 // All calls are thread-safe; OpenMP threads come from the calling thread's team.
 #ifndef WRITESCOPE_KERNELS_CPU_ATTENTION_H_
 #define WRITESCOPE_KERNELS_CPU_ATTENTION_H_

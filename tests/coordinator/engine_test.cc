@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <limits>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -793,8 +796,102 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
   EXPECT_EQ(engine_->ValidateBench(request).code(), absl::StatusCode::kResourceExhausted);
   request.set_context_tokens(model_.max_position_embeddings);
   EXPECT_EQ(engine_->ValidateBench(request).code(), absl::StatusCode::kInvalidArgument);
+  // The sampling a request would be refused for is refused by the check itself (the
+  // coordinator switches to the bench's policy only after it: a refused bench changes
+  // nothing).
+  request.set_context_tokens(bt);
+  request.set_decode_steps(4);
+  for (const auto& [field, set] :
+       std::vector<std::pair<std::string, std::function<void(v1::SamplingParams&)>>>{
+           {"sampling.temperature", [](v1::SamplingParams& p) { p.set_temperature(-1); }},
+           {"sampling.top_p", [](v1::SamplingParams& p) { p.set_top_p(1.5f); }},
+           {"sampling.top_k", [&](v1::SamplingParams& p) { p.set_top_k(model_.vocab_size + 1); }},
+           {"sampling.logprobs", [](v1::SamplingParams& p) { p.set_logprobs(1000); }}}) {
+    v1::BenchRequest bad = request;
+    set(*bad.mutable_sampling());
+    const absl::Status refused = engine_->ValidateBench(bad);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(refused.message(), ::testing::HasSubstr(field));
+  }
+  WS_EXPECT_OK(engine_->ValidateBench(request));
   EXPECT_EQ(UsedBlocks(), 0u);
   EXPECT_EQ(engine_->Counts().waiting, 0u);
+  // A context over the server's prompt limit: refused by the check, naming the bench's
+  // context and the flag (its sequences' prompts are that context).
+  engine_->Stop();
+  EngineOptions short_prompts;
+  short_prompts.max_prompt_tokens = bt;
+  engine_ = std::make_unique<Engine>(short_prompts, model_, kv_, &placement_mutex_,
+                                     placement_.get(), scheduler_.get(), gpu_.get(), cpu_.get());
+  engine_->set_serving(true);
+  engine_->Start();
+  WS_EXPECT_OK(engine_->ValidateBench(request));
+  request.set_context_tokens(2 * bt);
+  const absl::Status long_context = engine_->ValidateBench(request);
+  EXPECT_EQ(long_context.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(long_context.message(), ::testing::HasSubstr("--max_prompt_tokens"));
+}
+
+// A long prompt's log-probabilities come in several chunks before the first token's (a
+// default gRPC client refuses a message over 4 MiB, ~18K prompt tokens with 20 alternatives):
+// at most prompt_logprobs_per_chunk a chunk, in order, one per prompt token after the first.
+TEST_F(EngineTest, PromptLogprobsComeInChunksOfTheirLimit) {
+  engine_->Stop();
+  EngineOptions options;
+  options.max_step_tokens = 64;
+  options.prompt_logprobs_per_chunk = 5;
+  engine_ = std::make_unique<Engine>(options, model_, kv_, &placement_mutex_, placement_.get(),
+                                     scheduler_.get(), gpu_.get(), cpu_.get());
+  engine_->set_serving(true);
+  engine_->Start();
+  for (const uint32_t prompt_tokens : {1u, 5u, 6u, 17u, 40u}) {
+    std::vector<uint32_t> prompt(prompt_tokens);
+    for (uint32_t i = 0; i < prompt_tokens; ++i) prompt[i] = (3 * i + 1) % model_.vocab_size;
+    v1::GenerateRequest request = Request(prompt, 3);
+    request.mutable_sampling()->set_prompt_logprobs(true);
+    auto stream = engine_->Submit(request, absl::InfiniteFuture());
+    WS_ASSERT_OK(stream.status());
+    std::vector<int> logprobs_per_chunk, tokens_per_chunk;
+    v1::GenerateResponse response;
+    bool done = false;
+    bool complete = false;
+    while (true) {
+      if ((*stream)->Next(&response, absl::Seconds(10), &done)) {
+        if (response.has_chunk()) {
+          logprobs_per_chunk.push_back(response.chunk().prompt_logprobs_size());
+          tokens_per_chunk.push_back(response.chunk().token_ids_size());
+        }
+        complete = complete || response.has_complete();
+        continue;
+      }
+      if (!done) ADD_FAILURE() << "the stream did not end within 10 s";
+      break;
+    }
+    EXPECT_TRUE(complete) << prompt_tokens;
+    // Every entry once; no chunk over the limit; the pieces before the first token's chunk
+    // full and without tokens, and none after it.
+    const int wanted = static_cast<int>(prompt_tokens) - 1;
+    int total = 0;
+    size_t first_with_tokens = tokens_per_chunk.size();
+    for (size_t i = 0; i < logprobs_per_chunk.size(); ++i) {
+      total += logprobs_per_chunk[i];
+      EXPECT_LE(logprobs_per_chunk[i], 5) << prompt_tokens << " chunk " << i;
+      if (tokens_per_chunk[i] > 0 && first_with_tokens == tokens_per_chunk.size()) {
+        first_with_tokens = i;
+      }
+    }
+    EXPECT_EQ(total, wanted) << prompt_tokens;
+    ASSERT_LT(first_with_tokens, tokens_per_chunk.size()) << prompt_tokens;
+    EXPECT_EQ(first_with_tokens, static_cast<size_t>(std::max(0, wanted - 1) / 5)) << prompt_tokens;
+    for (size_t i = 0; i < first_with_tokens; ++i) {
+      EXPECT_EQ(logprobs_per_chunk[i], 5) << prompt_tokens << " chunk " << i;
+      EXPECT_EQ(tokens_per_chunk[i], 0) << prompt_tokens << " chunk " << i;
+    }
+    for (size_t i = first_with_tokens + 1; i < logprobs_per_chunk.size(); ++i) {
+      EXPECT_EQ(logprobs_per_chunk[i], 0) << prompt_tokens << " chunk " << i;
+    }
+  }
+  EXPECT_EQ(UsedBlocks(), 0u);
 }
 
 TEST_F(EngineTest, AWaitingRequestThatEndsLeavesTheWaitingCount) {

@@ -104,21 +104,25 @@ class PrintWorstErrors : public ::testing::Environment {
 };
 const auto* const kPrintWorst = ::testing::AddGlobalTestEnvironment(new PrintWorstErrors);
 
-void ExpectClose(const Partial& got, const Partial& want, const std::string& what) {
+// `scale`: the scores' magnitude over the tests' usual (fp32 rounding of a score grows with
+// its terms, so the tolerances do too).
+void ExpectClose(const Partial& got, const Partial& want, const std::string& what,
+                 double scale = 1.0) {
   EXPECT_TRUE(got.o.GuardsIntact()) << what << ": guard bytes around o overwritten";
   EXPECT_TRUE(got.lse.GuardsIntact()) << what << ": guard bytes around lse overwritten";
   const ErrorStats eo = Compare(got.o.data(), want.o.data(), got.o.size());
   const ErrorStats el = Compare(got.lse.data(), want.lse.data(), got.lse.size());
   EXPECT_EQ(eo.bad, 0) << what << ": NaN/inf mismatches in o";
   EXPECT_EQ(el.bad, 0) << what << ": NaN/inf mismatches in lse";
-  EXPECT_LE(eo.max_abs, kOutputTol) << what << " o nmse=" << eo.nmse;
+  EXPECT_LE(eo.max_abs, kOutputTol * scale) << what << " o nmse=" << eo.nmse;
   // Each row's LSE within fp32 rounding of its own size (not the largest row's).
   int64_t lse_far = 0;
   size_t first_far = 0;
   for (size_t i = 0; i < want.lse.size(); ++i) {
     if (!std::isfinite(want.lse[i])) continue;
     const double want_i = want.lse[i];
-    if (std::abs(double{got.lse[i]} - want_i) > kLseRelTol * std::max(1.0, std::abs(want_i))) {
+    if (std::abs(double{got.lse[i]} - want_i) >
+        kLseRelTol * scale * std::max(1.0, std::abs(want_i))) {
       if (lse_far++ == 0) first_far = i;
     }
   }
@@ -267,6 +271,77 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GqaDecodeTest,
                                             ::testing::ValuesIn(kTokenCounts),
                                             ::testing::ValuesIn(kTwoWaySplits)),
                          CaseName<GqaCase>);
+
+// Scores over a wide range and keys split into more than two parts. Q scaled 16x makes the
+// scores' spread ~20 per standard deviation: most keys' weights underflow below the running
+// max (exp's clamp), a row's max jumps by more than 87 between blocks (alpha = 0), and work
+// items whose whole weight underflows merge in as zero. The parts (3 or 5, at random blocks)
+// merge in one pass (MergeStatesN) and pairwise in order, both to the single-pass reference.
+// The tolerances grow 16x with the scores (kWideScale): a score's fp32 rounding is relative to
+// its terms (a row whose LSE is near 0 has scores of magnitude ~50 in it); a clamp or a
+// rescale gone wrong is off by O(1).
+constexpr double kWideScale = 16;
+class GqaDecodeManyPartsTest : public ::testing::TestWithParam<std::tuple<GqaCase, int64_t, int>> {
+};
+
+TEST_P(GqaDecodeManyPartsTest, WideScoresInManyPartsMergeToTheReference) {
+  const auto& [c, tokens, parts] = GetParam();
+  const GqaShape shape = ShapeOf(c);
+  GqaWorld world(shape, {tokens, (tokens * 3) % 500 + 1},
+                 std::hash<std::string>{}(absl::StrCat("wide", c.name, tokens, parts)));
+  for (uint16_t& value : world.q) value = FloatToBf16(16.0f * Bf16ToFloat(value));
+  std::vector<std::vector<int>> whole, split;
+  for (const auto& seq : world.seqs) {
+    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
+    split.push_back(AssignBlocks(seq.blocks.size(), parts, SplitMode::kRandom, world.rng));
+  }
+  const Partial reference = world.Run(whole, 0, ReferenceGqaDecode);
+  // The scores do span the range: some row's LSE is far above what the unscaled q gives.
+  double lse_max = 0;
+  for (size_t i = 0; i < reference.lse.size(); ++i) {
+    lse_max = std::max(lse_max, std::abs(double{reference.lse[i]}));
+  }
+  EXPECT_GT(lse_max, 20.0);
+  auto check = [&](const std::vector<Partial>& got, const std::string& name) {
+    std::vector<ConstAttentionStateView> views;
+    for (const Partial& p : got) views.push_back(p.cview());
+    Partial merged(reference.rows, reference.dim);
+    MergeStatesN(views, merged.view(), reference.rows, reference.dim);
+    ExpectClose(merged, reference, name + " merged in one pass", kWideScale);
+    Partial pairwise = got[0];
+    for (size_t i = 1; i < got.size(); ++i) pairwise = Merge(pairwise, got[i]);
+    ExpectClose(pairwise, reference, name + " merged pairwise", kWideScale);
+  };
+  std::vector<Partial> ref_parts;
+  for (int part = 0; part < parts; ++part) {
+    ref_parts.push_back(world.Run(split, part, ReferenceGqaDecode));
+  }
+  check(ref_parts, "reference");
+  for (CpuIsa isa : AvailableIsas()) {
+    for (const int divisor : {16, 1}) {
+      CpuAttentionOptions options = Options(isa);
+      options.plan_divisor = divisor;
+      auto cpu = [&](const GqaDecodeArgs& args) { return CpuGqaDecode(args, options); };
+      std::vector<Partial> got;
+      for (int part = 0; part < parts; ++part) {
+        got.push_back(world.Run(split, part, cpu));
+        ExpectClose(got.back(), ref_parts[part],
+                    absl::StrCat(IsaLabel(isa), " wide, plan divisor ", divisor, " part", part),
+                    kWideScale);
+      }
+      check(got, absl::StrCat(IsaLabel(isa), " wide, plan divisor ", divisor));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GqaDecodeManyPartsTest,
+    ::testing::Combine(::testing::ValuesIn(kGqaCases),
+                       ::testing::Values(int64_t{257}, int64_t{1000}), ::testing::Values(3, 5)),
+    [](const ::testing::TestParamInfo<std::tuple<GqaCase, int64_t, int>>& info) {
+      return absl::StrCat(std::get<0>(info.param).name, "_T", std::get<1>(info.param), "_parts",
+                          std::get<2>(info.param));
+    });
 
 TEST(GqaDecodeEdgeTest, EmptyBatchAndEmptySequencesAreFinite) {
   const GqaShape shape = ShapeOf(kGqaCases[0]);
@@ -572,6 +647,101 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeTest,
                                             ::testing::ValuesIn(kTokenCounts),
                                             ::testing::ValuesIn(kTwoWaySplits)),
                          CaseName<MlaCase>);
+
+// The MLA decode the same way as GqaDecodeManyPartsTest (and its tolerances): q scaled 16x
+// (scores spread ~18 per standard deviation at DeepSeek's shape), 3 parts at random blocks, merged
+// in one pass and pairwise; the vector kernels, our AMX kernel emulated (on AVX-512) and on the
+// CPU's AMX where usable.
+class MlaDecodeManyPartsTest : public ::testing::TestWithParam<std::tuple<MlaCase, int64_t>> {};
+
+TEST_P(MlaDecodeManyPartsTest, WideScoresInManyPartsMergeToTheReference) {
+  const auto& [c, tokens] = GetParam();
+  constexpr int kParts = 3;
+  const MlaShape shape = ShapeOf(c);
+  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat("wide", c.name, tokens)));
+  const std::vector<int64_t> lengths = {tokens, (tokens * 5) % 200 + 1};
+  TileRegion region(8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
+                    int64_t{shape.block_tokens} * shape.row_dim());
+  std::vector<TiledSequence> seqs;
+  for (int64_t n : lengths) {
+    seqs.push_back(
+        testing::MakeSequence(region, n, shape.block_tokens, rng, [&](uint16_t* tile, int32_t t) {
+          testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
+        }));
+  }
+  std::vector<uint16_t> q(lengths.size() * shape.num_heads * shape.row_dim());
+  testing::FillRandomBf16(q.data(), q.size(), rng, 32.0f);
+  std::vector<std::vector<int>> whole, split;
+  for (const auto& seq : seqs) {
+    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
+    split.push_back(AssignBlocks(seq.blocks.size(), kParts, SplitMode::kRandom, rng));
+  }
+  const int64_t rows = static_cast<int64_t>(seqs.size()) * shape.num_heads;
+  auto run = [&](const std::vector<std::vector<int>>& assignment, int part, auto kernel) {
+    std::vector<BlockSubset> subsets;
+    std::vector<KvBlockList> lists;
+    for (size_t s = 0; s < seqs.size(); ++s)
+      subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
+    for (auto& subset : subsets) lists.push_back(subset.list);
+    Partial out(rows, shape.kv_lora_rank);
+    MlaDecodeArgs args{shape,        static_cast<int32_t>(seqs.size()),
+                       q.data(),     lists.data(),
+                       out.o.data(), out.lse.data()};
+    const absl::Status status = kernel(args);
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  };
+  const Partial reference = run(whole, 0, ReferenceMlaDecode);
+  double lse_max = 0;
+  for (size_t i = 0; i < reference.lse.size(); ++i) {
+    lse_max = std::max(lse_max, std::abs(double{reference.lse[i]}));
+  }
+  EXPECT_GT(lse_max, 20.0);
+  std::vector<Partial> ref_parts;
+  for (int part = 0; part < kParts; ++part)
+    ref_parts.push_back(run(split, part, ReferenceMlaDecode));
+  struct Path {
+    MlaMatmulMode mode;
+    bool emulated;
+  };
+  for (CpuIsa isa : AvailableIsas()) {
+    std::vector<Path> paths = {{MlaMatmulMode::kOff, false}};
+    if (isa == CpuIsa::kAvx512) paths.push_back({MlaMatmulMode::kAmx, true});
+    if (MlaAmxUsable()) paths.push_back({MlaMatmulMode::kAmx, false});
+    for (const Path& path : paths) {
+      CpuAttentionOptions options = Options(isa);
+      options.mla_matmul = path.mode;
+      options.mla_amx_emulated = path.emulated;
+      const std::string name = absl::StrCat(CpuIsaName(isa),
+                                            path.mode == MlaMatmulMode::kOff ? ""
+                                            : path.emulated                  ? " AMX emulated"
+                                                                             : " AMX",
+                                            " wide");
+      auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); };
+      std::vector<Partial> got;
+      std::vector<ConstAttentionStateView> views;
+      for (int part = 0; part < kParts; ++part) {
+        got.push_back(run(split, part, cpu));
+        ExpectClose(got.back(), ref_parts[part], absl::StrCat(name, " part", part), kWideScale);
+      }
+      for (const Partial& p : got) views.push_back(p.cview());
+      Partial merged(rows, shape.kv_lora_rank);
+      MergeStatesN(views, merged.view(), rows, shape.kv_lora_rank);
+      ExpectClose(merged, reference, name + " merged in one pass", kWideScale);
+      Partial pairwise = got[0];
+      for (int part = 1; part < kParts; ++part) pairwise = Merge(pairwise, got[part]);
+      ExpectClose(pairwise, reference, name + " merged pairwise", kWideScale);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeManyPartsTest,
+                         ::testing::Combine(::testing::ValuesIn(kMlaCases),
+                                            ::testing::Values(int64_t{257}, int64_t{1000})),
+                         [](const ::testing::TestParamInfo<std::tuple<MlaCase, int64_t>>& info) {
+                           return absl::StrCat(std::get<0>(info.param).name, "_T",
+                                               std::get<1>(info.param));
+                         });
 
 // ---------------------------------------------------------------- GQA prefill ---------
 

@@ -257,13 +257,21 @@ void Coordinator::Supervise() {
     if (options_.on_fatal) options_.on_fatal(loaded);
   }
   bool recovering = false;  // a worker was lost: the data plane is closed until Recover()
+  WorkerHealth gpu_health, cpu_health;
   while (loaded.ok() && !stop_.WaitForNotificationWithTimeout(absl::ZeroDuration())) {
     bool all_serving = true, all_reachable = true;
     for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {
-      absl::StatusOr<bool> serving = worker->Serving(kHealthTimeout);
-      const bool up = serving.ok() && *serving;
+      const absl::StatusOr<bool> serving = worker->Serving(kHealthTimeout);
+      WorkerHealth& health = worker == &gpu_worker_ ? gpu_health : cpu_health;
+      const WorkerHealth::Verdict verdict = health.Observe(serving);
+      if (!serving.ok() && verdict.up) {
+        WS_LOG(WARNING) << worker->name() << "'s health probe " << health.late_probes() << " of "
+                        << WorkerHealth::kLateProbesDown
+                        << " late in a row: " << serving.status().message();
+      }
+      const bool up = verdict.up;
       all_serving = all_serving && up;
-      all_reachable = all_reachable && serving.ok();
+      all_reachable = all_reachable && verdict.reachable;
       std::lock_guard<std::mutex> lock(status_mutex_);
       v1::WorkerStatus& status = (worker == &gpu_worker_) ? gpu_status_ : cpu_status_;
       if (status.serving() != up) {

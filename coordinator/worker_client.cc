@@ -37,10 +37,23 @@ absl::StatusOr<bool> WorkerClient::Serving(absl::Duration timeout) {
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status status = health_->Check(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(name_, " at ", address_, ": no answer in ", absl::FormatDuration(timeout)));
+  }
   if (!status.ok()) {
     return absl::UnavailableError(absl::StrCat(name_, " at ", address_, ": ", status.error_message()));
   }
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+WorkerHealth::Verdict WorkerHealth::Observe(const absl::StatusOr<bool>& probe) {
+  if (absl::IsDeadlineExceeded(probe.status()) && up_ && ++late_ < kLateProbesDown) {
+    return {true, true};
+  }
+  late_ = 0;
+  up_ = probe.ok() && *probe;
+  return {up_, probe.ok()};
 }
 
 absl::StatusOr<internal::LoadResponse> WorkerClient::Load(const internal::LoadRequest& request,

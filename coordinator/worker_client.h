@@ -15,6 +15,27 @@
 
 namespace writescope::coordinator {
 
+// What the health probes of one worker say, one after another. A probe that timed out while
+// the worker was up leaves it up until kLateProbesDown of them in a row: a worker whose cores
+// a step holds may answer one probe late, and counting it down at once would end every
+// request in flight and reset the data plane. A refused connection (its process is gone) and
+// NOT_SERVING count at once, as does any answer while it was down.
+class WorkerHealth {
+ public:
+  static constexpr int kLateProbesDown = 3;
+  struct Verdict {
+    bool up = false;         // serving
+    bool reachable = false;  // answered (or is taken as up)
+  };
+  // `probe`: WorkerClient::Serving's result (DEADLINE_EXCEEDED where it timed out).
+  Verdict Observe(const absl::StatusOr<bool>& probe);
+  int late_probes() const { return late_; }
+
+ private:
+  bool up_ = false;
+  int late_ = 0;  // timed-out probes in a row while up
+};
+
 class WorkerClient final : public StepWorker {
  public:
   WorkerClient(std::string name, std::string address);
@@ -24,7 +45,8 @@ class WorkerClient final : public StepWorker {
 
   // Waits until the worker's server accepts connections.
   absl::Status WaitUntilReachable(absl::Duration timeout);
-  // SERVING -> true, NOT_SERVING -> false, unreachable -> UNAVAILABLE.
+  // SERVING -> true, NOT_SERVING -> false, no answer within `timeout` -> DEADLINE_EXCEEDED,
+  // unreachable -> UNAVAILABLE.
   absl::StatusOr<bool> Serving(absl::Duration timeout);
 
   absl::StatusOr<internal::LoadResponse> Load(const internal::LoadRequest& request,

@@ -321,7 +321,6 @@ class Engine {
     double end_unix_s = 0;      // wall clock at the step's end, seconds since the Unix epoch
   };
   static constexpr size_t kMaxStepRecords = 8192;
-
   std::vector<StepRecord> StepRecords(uint64_t bench_round) const;
   EngineCounts Counts() const;
   const RequestLimits& limits() const { return limits_; }

@@ -456,42 +456,70 @@ MlaShape ShapeOf(const MlaCase& c) {
           1.0f / std::sqrt(192.0f)};  // DeepSeek-V2: 1/sqrt(128 + 64)
 }
 
+// Random sequences of latent rows in a shuffled MLA region, and q at `q_scale` (the values
+// drawn in this order from `rng`: the rows, then q).
+struct MlaWorld {
+  MlaWorld(const MlaShape& shape, const std::vector<int64_t>& lengths, uint64_t seed, float q_scale)
+      : shape(shape),
+        rng(seed),
+        region(8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
+               int64_t{shape.block_tokens} * shape.row_dim()) {
+    for (int64_t n : lengths) {
+      seqs.push_back(
+          testing::MakeSequence(region, n, shape.block_tokens, rng, [&](uint16_t* tile, int32_t t) {
+            testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng,
+                                    1.0f);
+          }));
+    }
+    q.resize(lengths.size() * shape.num_heads * shape.row_dim());
+    testing::FillRandomBf16(q.data(), q.size(), rng, q_scale);
+  }
+  int32_t num_seqs() const { return static_cast<int32_t>(seqs.size()); }
+  int64_t rows() const { return int64_t{num_seqs()} * shape.num_heads; }
+
+  // Decode over, per sequence, the tiles assigned to `part`.
+  Partial Run(const std::vector<std::vector<int>>& assignment, int part,
+              const std::function<absl::Status(const MlaDecodeArgs&)>& kernel) {
+    std::vector<BlockSubset> subsets;
+    std::vector<KvBlockList> lists;
+    for (int32_t s = 0; s < num_seqs(); ++s) {
+      subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
+    }
+    for (auto& subset : subsets) lists.push_back(subset.list);
+    Partial out(rows(), shape.kv_lora_rank);
+    MlaDecodeArgs args{shape, num_seqs(), q.data(), lists.data(), out.o.data(), out.lse.data()};
+    const absl::Status status = kernel(args);
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
+  }
+
+  MlaShape shape;
+  std::mt19937_64 rng;
+  TileRegion region;
+  std::vector<TiledSequence> seqs;
+  std::vector<uint16_t> q;
+};
+
 class MlaDecodeTest
     : public ::testing::TestWithParam<std::tuple<MlaCase, int64_t, SplitMode>> {};
 
 TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
   const auto& [c, tokens, mode] = GetParam();
   const MlaShape shape = ShapeOf(c);
-  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(mode))));
   // Four sequences or more: q's layout is built by the threads from there.
   const std::vector<int64_t> lengths = {tokens, (tokens * 5) % 200 + 1, 1, (tokens * 3) % 97 + 1};
-  TileRegion region(8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
-                    int64_t{shape.block_tokens} * shape.row_dim());
-  std::vector<TiledSequence> seqs;
-  for (int64_t n : lengths) {
-    seqs.push_back(testing::MakeSequence(region, n, shape.block_tokens, rng,
-                                         [&](uint16_t* tile, int32_t t) {
-      testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
-    }));
-  }
-  std::vector<uint16_t> q(lengths.size() * shape.num_heads * shape.row_dim());
-  testing::FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  MlaWorld world(shape, lengths,
+                 std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(mode))),
+                 2.0f);
+  const std::vector<TiledSequence>& seqs = world.seqs;
   std::vector<std::vector<int>> whole, split;
   for (const auto& seq : seqs) {
     whole.push_back(std::vector<int>(seq.blocks.size(), 0));
-    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, rng));
+    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, world.rng));
   }
-  auto run = [&](const std::vector<std::vector<int>>& assignment, int part, auto kernel) {
-    std::vector<BlockSubset> subsets;
-    std::vector<KvBlockList> lists;
-    for (size_t s = 0; s < seqs.size(); ++s) subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
-    for (auto& subset : subsets) lists.push_back(subset.list);
-    Partial out(int64_t{static_cast<int64_t>(seqs.size())} * shape.num_heads, shape.kv_lora_rank);
-    MlaDecodeArgs args{shape, static_cast<int32_t>(seqs.size()), q.data(), lists.data(),
-                       out.o.data(), out.lse.data()};
-    const absl::Status status = kernel(args);
-    EXPECT_TRUE(status.ok()) << status;
-    return out;
+  auto run = [&](const std::vector<std::vector<int>>& assignment, int part,
+                 const std::function<absl::Status(const MlaDecodeArgs&)>& kernel) {
+    return world.Run(assignment, part, kernel);
   };
   const Partial reference = run(whole, 0, ReferenceMlaDecode);
   const Partial ref0 = run(split, 0, ReferenceMlaDecode);
@@ -658,38 +686,17 @@ TEST_P(MlaDecodeManyPartsTest, WideScoresInManyPartsMergeToTheReference) {
   const auto& [c, tokens] = GetParam();
   constexpr int kParts = 3;
   const MlaShape shape = ShapeOf(c);
-  std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat("wide", c.name, tokens)));
-  const std::vector<int64_t> lengths = {tokens, (tokens * 5) % 200 + 1};
-  TileRegion region(8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
-                    int64_t{shape.block_tokens} * shape.row_dim());
-  std::vector<TiledSequence> seqs;
-  for (int64_t n : lengths) {
-    seqs.push_back(
-        testing::MakeSequence(region, n, shape.block_tokens, rng, [&](uint16_t* tile, int32_t t) {
-          testing::FillRandomBf16(tile + int64_t{t} * shape.row_dim(), shape.row_dim(), rng, 1.0f);
-        }));
-  }
-  std::vector<uint16_t> q(lengths.size() * shape.num_heads * shape.row_dim());
-  testing::FillRandomBf16(q.data(), q.size(), rng, 32.0f);
+  MlaWorld world(shape, {tokens, (tokens * 5) % 200 + 1},
+                 std::hash<std::string>{}(absl::StrCat("wide", c.name, tokens)), 32.0f);
   std::vector<std::vector<int>> whole, split;
-  for (const auto& seq : seqs) {
+  for (const auto& seq : world.seqs) {
     whole.push_back(std::vector<int>(seq.blocks.size(), 0));
-    split.push_back(AssignBlocks(seq.blocks.size(), kParts, SplitMode::kRandom, rng));
+    split.push_back(AssignBlocks(seq.blocks.size(), kParts, SplitMode::kRandom, world.rng));
   }
-  const int64_t rows = static_cast<int64_t>(seqs.size()) * shape.num_heads;
-  auto run = [&](const std::vector<std::vector<int>>& assignment, int part, auto kernel) {
-    std::vector<BlockSubset> subsets;
-    std::vector<KvBlockList> lists;
-    for (size_t s = 0; s < seqs.size(); ++s)
-      subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
-    for (auto& subset : subsets) lists.push_back(subset.list);
-    Partial out(rows, shape.kv_lora_rank);
-    MlaDecodeArgs args{shape,        static_cast<int32_t>(seqs.size()),
-                       q.data(),     lists.data(),
-                       out.o.data(), out.lse.data()};
-    const absl::Status status = kernel(args);
-    EXPECT_TRUE(status.ok()) << status;
-    return out;
+  const int64_t rows = world.rows();
+  auto run = [&](const std::vector<std::vector<int>>& assignment, int part,
+                 const std::function<absl::Status(const MlaDecodeArgs&)>& kernel) {
+    return world.Run(assignment, part, kernel);
   };
   const Partial reference = run(whole, 0, ReferenceMlaDecode);
   double lse_max = 0;

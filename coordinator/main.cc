@@ -29,6 +29,9 @@ ABSL_FLAG(std::string, synthetic, "",
 ABSL_FLAG(int64_t, num_layers, 0, "With --synthetic: keep this many layers (0: all)");
 ABSL_FLAG(uint64_t, seed, 0, "With --synthetic: the weights' random seed");
 ABSL_FLAG(absl::Duration, load_timeout, absl::Minutes(30), "How long the workers may take to load");
+ABSL_FLAG(absl::Duration, step_timeout, absl::Minutes(10),
+          "How long one step may take before it fails (its requests end with the error): a hung "
+          "worker holds the engine, its queue and its cancellations this long");
 ABSL_FLAG(uint64_t, cpu_region_mib, 256, "Host MiB of the CPU-compute KV region");
 ABSL_FLAG(uint64_t, transfer_region_mib, 256, "Host MiB of the GPU-transfer KV region (pinned)");
 ABSL_FLAG(uint64_t, gpu_kv_budget_mib, 0,
@@ -192,6 +195,12 @@ int main(int argc, char** argv) {
   options.engine.queue_capacity = absl::GetFlag(FLAGS_queue_capacity);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  options.engine.step_timeout = absl::GetFlag(FLAGS_step_timeout);
+  if (options.engine.step_timeout <= absl::ZeroDuration()) {
+    WS_LOG(ERROR) << "--step_timeout must be positive, not "
+                  << absl::FormatDuration(options.engine.step_timeout);
+    return EXIT_FAILURE;
+  }
   auto coordinator = Coordinator::Create(options);
   if (!coordinator.ok()) {
     WS_LOG(ERROR) << coordinator.status();

@@ -12,7 +12,16 @@ grpc::Status WriteScopeService::Generate(grpc::ServerContext* context,
                                   : absl::FromChrono(context->deadline());
   absl::StatusOr<std::shared_ptr<RequestStream>> stream =
       coordinator_.engine().Submit(*request, deadline);
-  if (!stream.ok()) return ToGrpcStatus(stream.status());
+  if (!stream.ok()) {
+    // Refused before it began: the stream still ends with its one error message, as a request
+    // that fails later does (the proto's contract), and then the status.
+    v1::GenerateResponse refused;
+    refused.set_request_id(request->request_id());
+    refused.mutable_error()->set_code(static_cast<int32_t>(stream.status().code()));
+    refused.mutable_error()->set_message(std::string(stream.status().message()));
+    writer->Write(refused);
+    return ToGrpcStatus(stream.status());
+  }
   v1::GenerateResponse response;
   bool done = false;
   while (true) {

@@ -52,11 +52,16 @@ for p in clang-14 libclang-rt-14-dev libomp-14-dev; do
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
   echo "[fuzz] installing: ${missing[*]}"
+  # As setup.sh installs: sudo where not root (and a clear error without it), the frontend
+  # through env (sudo resets the environment), the dpkg lock waited for.
   SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "[fuzz] need root (or sudo) to install packages" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+    --no-install-recommends "${missing[@]}"
 fi
 
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then

@@ -263,13 +263,37 @@ fi
 MAX_RESTARTS="${WS_MAX_RESTARTS:-5}"
 RELAUNCH_DELAY_S="${WS_RELAUNCH_DELAY_S:-1}"  # back off a little before each relaunch
 RESTARTS=0
+TICK_PID=""
 while true; do
-  set +e
-  wait -n "${PIDS[@]}"
-  code=$?
-  set -e
-  [[ $STOPPING -eq 1 ]] && break
-  dead="$(dead_process || echo 'a process')"
+  # A process that died while another was being relaunched, or beside the one `wait -n`
+  # reported, is found here: bash has reaped it already, and `wait -n` would skip it ("no
+  # such job") for as long as the others run. The tick bounds that to 2 s should one die
+  # between this look and the wait.
+  waited="" waited_code=""
+  if ! dead="$(dead_process)"; then
+    sleep 2 &
+    TICK_PID=$!
+    set +e
+    wait -n -p waited "${PIDS[@]}" "$TICK_PID"
+    waited_code=$?
+    set -e
+    kill "$TICK_PID" 2>/dev/null || true
+    [[ $STOPPING -eq 1 ]] && break
+    dead="$(dead_process)" || continue  # the tick: all alive
+  fi
+  # Its exit status: the one `wait -n` reported, or the one bash kept for it.
+  code="unknown"
+  for i in "${!NAMES[@]}"; do
+    [[ ${NAMES[$i]} == "$dead" ]] || continue
+    if [[ ${PIDS[$i]} == "$waited" ]]; then
+      code=$waited_code
+    else
+      set +e
+      wait "${PIDS[$i]}" 2>/dev/null
+      code=$?
+      set -e
+    fi
+  done
   if [[ ($dead == gpu_worker || $dead == cpu_worker) && $RESTARTS -lt $MAX_RESTARTS ]]; then
     RESTARTS=$((RESTARTS + 1))
     for i in "${!NAMES[@]}"; do

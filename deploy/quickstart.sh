@@ -47,7 +47,7 @@ echo "== generate: a 600-token prompt, 48 new tokens streamed (temperature 0.8, 
 echo
 # Where the generation's time went, per process and phase (issue 8's spans), and the
 # Chrome trace of the three processes on one timeline.
-TRACE="${TMPDIR:-/tmp}/ws-quickstart-trace.json"
+TRACE="$WS_LOG_DIR/quickstart-trace.json"  # beside the trio's logs, kept after it stops
 echo "== profile: the generation's last 16 steps, per process and phase"
 "$BIN/wscope" profile --target="$WS_TARGET" --steps=16 --out="$TRACE"
 echo
@@ -63,9 +63,11 @@ for segment in "$WS_ARENA" "$WS_ARENA-synthetic-experts"; do
     exit 1
   fi
 done
-# The processes carry the arena's name on their command lines.
-if left=$(pgrep -f -- "$WS_ARENA"); then
-  echo "[quickstart] processes left running: $left" >&2
+# The coordinator carries the arena's name on its command line, the workers their port
+# files in the launch's log folder.
+left=$( (pgrep -f -- "$WS_ARENA"; pgrep -f -- "--port_file=$WS_LOG_DIR/") || true)
+if [[ -n $left ]]; then
+  echo "[quickstart] processes left running: $(echo $left)" >&2
   exit 1
 fi
 echo "[quickstart] stopped cleanly: no process and no /dev/shm segment left"

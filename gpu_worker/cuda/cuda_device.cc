@@ -58,6 +58,13 @@ class CudaDevice final : public Device {
     WS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
     cudaDeviceProp prop;
     WS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal));
+    // The kernels are built for sm_90 (SASS, and PTX that later GPUs compile): an older GPU
+    // would fail at its first launch ("no kernel image") in the middle of loading.
+    if (prop.major < 9) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "CUDA device ", ordinal, " (", prop.name, ") is compute capability ", prop.major, ".",
+          prop.minor, "; this build's kernels need 9.0 (Hopper) or later: use --device=host"));
+    }
     auto device = std::unique_ptr<CudaDevice>(new CudaDevice(ordinal, prop.name));
     for (cudaStream_t& stream : device->streams_) {
       WS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -2,7 +2,8 @@
 # End-to-end test of deploy/launch.sh with the three real processes:
 #  1. the trio comes up, all three report SERVING, server info shows a data-plane round
 #     trip, and SIGTERM stops everything with nothing left in /dev/shm;
-#  2. killing a worker (SIGKILL) makes launch.sh relaunch it and the trio serve again;
+#  2. killing a worker (SIGKILL) makes launch.sh relaunch it and the trio serve again, and
+#     so does killing both at once;
 #     killing the coordinator makes launch.sh stop the other two and remove the arena;
 #     a worker that keeps dying (past WS_MAX_RESTARTS) stops everything too.
 set -uo pipefail
@@ -148,6 +149,21 @@ if start_trio; then
     kill -0 "$LAUNCH_PID" 2>/dev/null && pass "launch.sh keeps running after $victim died" \
       || fail "launch.sh stopped after $victim died"
   done
+  # Both at once: the second death is seen too (bash reaps it while the first is relaunched,
+  # and `wait -n` alone would skip it for as long as the others run).
+  gpu_pid="$(pid_of gpu_worker)" && cpu_pid="$(pid_of cpu_worker)" || fail "no workers found"
+  kill -KILL "$gpu_pid" "$cpu_pid" 2>/dev/null
+  back=0
+  for _ in $(seq 200); do
+    sleep 0.1
+    new_gpu="$(pid_of gpu_worker)" && new_cpu="$(pid_of cpu_worker)" || continue
+    [[ "$new_gpu" != "$gpu_pid" && "$new_cpu" != "$cpu_pid" ]] || continue
+    if "$BIN/wscope" health "$WS_TARGET" "$WS_GPU_WORKER" "$WS_CPU_WORKER" >/dev/null 2>&1; then
+      back=1; break
+    fi
+  done
+  [[ $back -eq 1 ]] && pass "both workers killed at once: both relaunched and the trio serves again" \
+    || fail "both workers killed: the trio did not serve again within 20 s: $(tail -4 "$WORK/launch.log")"
   "$BIN/wscope" selftest --target="$WS_TARGET" >"$WORK/selftest2" 2>&1 \
     && pass "self test passes after both workers were relaunched" \
     || fail "self test after relaunch: $(tail -5 "$WORK/selftest2")"

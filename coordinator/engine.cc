@@ -773,8 +773,9 @@ void Engine::DropEnded() {
     }
     if (!forced.ok()) {
       Fail(*request, forced);
-    } else if (!request->aborted.load() && !request->stream->cancelled() &&
-               now >= request->deadline) {
+    } else if (!request->aborted.load() && now >= request->deadline) {
+      // Also where the stream was cancelled: gRPC cancels the call at its deadline, and the
+      // service may pass that on before this check sees the deadline.
       Fail(*request, absl::DeadlineExceededError("the request's deadline passed"));
     } else {
       Finish(*request, v1::FINISH_REASON_ABORT);

@@ -473,6 +473,19 @@ TEST_F(EngineTest, RefusalsNameTheirReason) {
   WS_ASSERT_OK(late.status());
   EXPECT_EQ(Drain(**late).status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(UsedBlocks(), 0u);
+  // The same where the stream is cancelled once the deadline has passed (gRPC cancels the
+  // call at its deadline, and the service passes that on): a deadline, not an abort. A step of
+  // 200 ms holds the engine past both, so it sees them together.
+  gpu_->step_us_ = 200000;
+  auto cancelled_late =
+      engine_->Submit(Request({1, 2}, 1000), absl::Now() + absl::Milliseconds(30));
+  WS_ASSERT_OK(cancelled_late.status());
+  absl::SleepFor(absl::Milliseconds(60));
+  (*cancelled_late)->Cancel();
+  const Outcome cancelled_outcome = Drain(**cancelled_late);
+  gpu_->step_us_ = 200;  // the fake's default
+  EXPECT_EQ(cancelled_outcome.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(UsedBlocks(), 0u);
   // Nothing waits or runs after the refusals, and the refused id is free again.
   EXPECT_EQ(engine_->Counts().waiting, 0u);
   EXPECT_EQ(engine_->Counts().running, 0u);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "common/step_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
@@ -34,6 +35,15 @@ class FakeWorker final : public StepWorker {
 
   absl::StatusOr<internal::StepResult> RunStep(const internal::StepPlan& plan,
                                                absl::Duration) override {
+    // As both real workers do: the plan must be one they can lay out (no slot read or written
+    // twice, a prefill's new blocks and a flush's where they belong, every slot in its region).
+    if (kv_ != nullptr) {
+      const absl::StatusOr<StepLayout> layout = MakeStepLayout(plan, *kv_);
+      if (!layout.ok()) {
+        ADD_FAILURE() << "step " << plan.step_id() << " cannot be laid out: " << layout.status();
+        return layout.status();
+      }
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(step_us_.load()));  // a step takes time
     {
       std::lock_guard<std::mutex> lock(plans_mutex_);
@@ -159,6 +169,7 @@ class FakeWorker final : public StepWorker {
   }
 
   std::atomic<int> step_us_{200};
+  const KvCacheConfig* kv_ = nullptr;  // where set, every plan is laid out first
   std::atomic<bool> fail_next_{false};
   // Fails the next plan marked kv_moved (after recording it).
   std::atomic<bool> fail_next_moved_{false};
@@ -224,6 +235,8 @@ class EngineTest : public ::testing::Test {
     placement_ = *std::move(placement);
     gpu_ = std::make_unique<FakeWorker>(true, model_.vocab_size);
     cpu_ = std::make_unique<FakeWorker>(false, model_.vocab_size);
+    gpu_->kv_ = &kv_;
+    cpu_->kv_ = &kv_;
     ASSERT_NO_FATAL_FAILURE(StartEngine(SchedulerOptions{}));
   }
   // A `policy` scheduler with `options` and an engine over it (with `copier`, if any),

@@ -263,7 +263,9 @@ fi
 MAX_RESTARTS="${WS_MAX_RESTARTS:-5}"
 RELAUNCH_DELAY_S="${WS_RELAUNCH_DELAY_S:-1}"  # back off a little before each relaunch
 RESTARTS=0
-TICK_PID=""
+# `wait -n -p` (which child ended) is bash 5.1's; before it, the status comes from `wait PID`.
+WAIT_WHICH=(-p waited)
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)) || WAIT_WHICH=()
 while true; do
   # A process that died while another was being relaunched, or beside the one `wait -n`
   # reported, is found here: bash has reaped it already, and `wait -n` would skip it ("no
@@ -274,7 +276,7 @@ while true; do
     sleep 2 &
     TICK_PID=$!
     set +e
-    wait -n -p waited "${PIDS[@]}" "$TICK_PID"
+    wait -n ${WAIT_WHICH[@]+"${WAIT_WHICH[@]}"} "${PIDS[@]}" "$TICK_PID"
     waited_code=$?
     set -e
     kill "$TICK_PID" 2>/dev/null || true

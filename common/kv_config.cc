@@ -86,7 +86,7 @@ static absl::Status ValidateShape(const KvCacheConfig& config) {
                                                    "head_dim > 0, got ", g.num_kv_heads, " and ",
                                                    g.head_dim));
   }
-  if (g.kind == AttentionKind::kMla && g.kv_lora_rank + g.rope_dim == 0) {
+  if (g.kind == AttentionKind::kMla && uint64_t{g.kv_lora_rank} + g.rope_dim == 0) {
     return absl::InvalidArgumentError("KV config: MLA needs kv_lora_rank + rope_dim > 0");
   }
   if (g.block_tokens == 0) return absl::InvalidArgumentError("KV config: block size must be > 0");

@@ -57,7 +57,7 @@ struct KvGeometry {
   }
   // MLA: offset in bf16 values of the latent row of a token inside one (slot, layer).
   uint64_t latent_offset(uint32_t token) const {
-    return uint64_t{token} * (kv_lora_rank + rope_dim);
+    return uint64_t{token} * (uint64_t{kv_lora_rank} + rope_dim);  // the sum in 64 bits too
   }
 };
 

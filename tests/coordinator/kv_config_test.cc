@@ -95,6 +95,22 @@ TEST(KvConfigTest, BadGeometryIsInvalidArgument) {
   EXPECT_EQ(one_block->window_tokens, 96u);
 }
 
+// An MLA row's width is kv_lora_rank + rope_dim summed in 64 bits, as the sizes are: a
+// geometry from the wire whose sum passes 2^32 is neither offset nor refused by a wrapped sum.
+TEST(KvConfigTest, MlaRowWidthIsSummedIn64Bits) {
+  KvGeometry g{.kind = AttentionKind::kMla,
+               .num_layers = 1,
+               .block_tokens = 16,
+               .kv_lora_rank = 0xFFFFFFFFu,
+               .rope_dim = 2};
+  EXPECT_EQ(g.latent_offset(1), uint64_t{0xFFFFFFFF} + 2);
+  EXPECT_EQ(g.latent_offset(3), 3 * (uint64_t{0xFFFFFFFF} + 2));
+  EXPECT_EQ(g.values_per_token_layer(), uint64_t{0xFFFFFFFF} + 2);
+  g.rope_dim = 1;  // the sum is 2^32: not "no width"
+  const absl::Status status = ResolveKvCacheConfig({.geometry = g}).status();
+  EXPECT_THAT(status.message(), ::testing::Not(HasSubstr("kv_lora_rank + rope_dim > 0")));
+}
+
 // kAutoWindowTokens: the largest W of 256, 128, ..., 16 whose D-window takes at most half
 // the GPU KV budget.
 TEST(KvConfigTest, AutoWindowKeepsTwoFiftySixWhereItTakesAtMostHalf) {

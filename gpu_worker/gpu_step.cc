@@ -208,6 +208,12 @@ absl::Status GpuStep::Receive(DataPlaneMessage type, uint64_t step_id, uint32_t 
       return absl::DataLossError("data plane: a reply without a header");
     }
     std::memcpy(&header, message->data(), sizeof(header));
+    if (header.type == DataPlaneMessage::kEchoReply) {
+      // The echo of a ping that timed out (ChannelPing numbers its own): no step's reply.
+      data_plane_.to_gpu.Release();
+      WS_LOG(WARNING) << "data plane: dropped a late ping echo (" << header.step_id << ")";
+      continue;
+    }
     if (header.step_id < step_id) {
       // A late reply of an earlier, failed step (step ids only grow): not ours, drop it.
       data_plane_.to_gpu.Release();
@@ -342,12 +348,20 @@ absl::StatusOr<internal::StepResult> GpuStep::RunValidated(const internal::StepP
   {
     SpanRecorder::Scope span(options_.spans, "dwindow_flush", plan.step_id());
     bool flushed = false;
+    absl::Status flush_status;
     for (const StepSequenceLayout& s : layout.sequences) {
       if (s.prefill || s.new_blocks.empty()) continue;
-      WS_RETURN_IF_ERROR(kv_cache_->FlushWindow(s.window_slot, s.new_blocks));
+      flush_status = kv_cache_->FlushWindow(s.window_slot, s.new_blocks);
+      if (!flush_status.ok()) break;
       flushed = true;
     }
-    if (flushed) WS_RETURN_IF_ERROR(kv_cache_->WaitForWrites());
+    if (flushed && flush_status.ok()) flush_status = kv_cache_->WaitForWrites();
+    if (!flush_status.ok()) {
+      // The flushes queued before the failure must not write the host regions after the
+      // step has returned (the coordinator frees the failed step's blocks).
+      static_cast<void>(device_->SynchronizeAll());
+      return flush_status;
+    }
   }
 
   // The coordinator moved blocks since the last step (the monolithic policy's re-split): the

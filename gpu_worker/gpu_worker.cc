@@ -305,24 +305,37 @@ absl::StatusOr<internal::ChannelPingResponse> GpuWorker::ChannelPing(
     const auto start = std::chrono::steady_clock::now();
     WS_ASSIGN_OR_RETURN(absl::Span<std::byte> out,
                         data_plane_->to_cpu.Reserve(sizeof(DataPlaneHeader) + payload, kChannelTimeout));
-    DataPlaneHeader header{DataPlaneMessage::kEcho, 0, i, payload};
+    // Numbered across calls, so that the echo of a ping that timed out in an earlier call is
+    // told from this one's.
+    const uint64_t id = next_ping_id_++;
+    DataPlaneHeader header{DataPlaneMessage::kEcho, 0, id, payload};
     std::memcpy(out.data(), &header, sizeof(header));
     // A pattern that depends on the sequence number, checked on return.
     if (payload > 0) std::memset(out.data() + sizeof(header), static_cast<int>(i & 0xff), payload);
     data_plane_->to_cpu.Commit();
 
-    WS_ASSIGN_OR_RETURN(absl::Span<const std::byte> in, data_plane_->to_gpu.Peek(kChannelTimeout));
-    DataPlaneHeader reply;
+    // A late reply of a failed step, or the echo of an earlier ping that timed out, is not
+    // this ping's: dropped.
+    absl::Span<const std::byte> in;
+    DataPlaneHeader reply{};
+    while (true) {
+      WS_ASSIGN_OR_RETURN(in, data_plane_->to_gpu.Peek(kChannelTimeout));
+      if (in.size() < sizeof(reply)) break;
+      std::memcpy(&reply, in.data(), sizeof(reply));
+      if (reply.type == DataPlaneMessage::kEchoReply && reply.step_id >= id) break;
+      data_plane_->to_gpu.Release();
+      WS_LOG(WARNING) << "data plane: a ping dropped a late message (type "
+                      << static_cast<int>(reply.type) << ", " << reply.step_id << ")";
+    }
     if (in.size() != sizeof(reply) + payload) {
       data_plane_->to_gpu.Release();
       return absl::DataLossError(absl::StrCat("echo of ", in.size(), " bytes, expected ", sizeof(reply) + payload));
     }
-    std::memcpy(&reply, in.data(), sizeof(reply));
     const bool pattern_ok =
         payload == 0 || (in[sizeof(reply)] == static_cast<std::byte>(i & 0xff) &&
                          in[in.size() - 1] == static_cast<std::byte>(i & 0xff));
     data_plane_->to_gpu.Release();
-    if (reply.type != DataPlaneMessage::kEchoReply || reply.step_id != i || !pattern_ok) {
+    if (reply.type != DataPlaneMessage::kEchoReply || reply.step_id != id || !pattern_ok) {
       return absl::DataLossError(absl::StrCat("bad echo for ping ", i));
     }
     round_trips_us.push_back(

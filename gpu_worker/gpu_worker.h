@@ -109,6 +109,7 @@ class GpuWorker final : public WorkerBackend {
   SpanRecorder spans_;
   std::atomic<uint64_t> steps_{0};
   bool detached_ = false;  // between ResetDataPlane(false) and (true); guarded by mutex_
+  uint64_t next_ping_id_ = 0;  // ChannelPing's echoes; guarded by mutex_
 };
 
 }  // namespace writescope::gpu

@@ -7,15 +7,18 @@
 // layers, so that probe runs them all).
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/data_plane.h"
+#include "common/data_plane_messages.h"
 #include "common/kv_config.h"
 #include "common/kv_spec.h"
 #include "common/shm_arena.h"
@@ -209,6 +212,56 @@ TEST_P(GpuPathProbeTest, AFailedLoadLeavesAWorkerThatLoads) {
 TEST(GpuPathProbeUnloadedTest, RefusedBeforeLoad) {
   GpuWorker worker(CreateHostDevice());
   EXPECT_EQ(worker.ProbeGpuPath({}).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A channel ping drops what is not its echo: the echo of a ping that timed out in an earlier
+// call, and a late reply of a failed step (both may sit in the cpu_worker's channel). The
+// test echoes as the cpu_worker does.
+TEST_P(GpuPathProbeTest, APingDropsTheLateEchoOfAnEarlierPing) {
+  absl::StatusOr<DataPlane> plane = AttachDataPlane(*arena_);
+  ASSERT_TRUE(plane.ok()) << plane.status();
+  std::atomic<bool> stop{false};
+  std::thread echo([&] {
+    while (!stop.load()) {
+      absl::StatusOr<absl::Span<const std::byte>> in = plane->to_cpu.Peek(absl::Milliseconds(20));
+      if (!in.ok()) continue;
+      DataPlaneHeader header;
+      std::memcpy(&header, in->data(), sizeof(header));
+      absl::StatusOr<absl::Span<std::byte>> out =
+          plane->to_gpu.Reserve(in->size(), absl::Seconds(5));
+      if (out.ok()) {
+        std::memcpy(out->data(), in->data(), in->size());
+        header.type = DataPlaneMessage::kEchoReply;
+        std::memcpy(out->data(), &header, sizeof(header));
+        plane->to_gpu.Commit();
+      }
+      plane->to_cpu.Release();
+    }
+  });
+  internal::ChannelPingRequest request;
+  request.set_count(3);
+  request.set_bytes(64);
+  const absl::StatusOr<internal::ChannelPingResponse> first = worker_->ChannelPing(request);
+  EXPECT_TRUE(first.ok()) << first.status();
+  // Left in the channel: the echo of the first call's second ping, then a step's late reply.
+  auto put = [&](DataPlaneMessage type, uint64_t id, size_t payload) {
+    absl::StatusOr<absl::Span<std::byte>> out =
+        plane->to_gpu.Reserve(sizeof(DataPlaneHeader) + payload, absl::Seconds(1));
+    ASSERT_TRUE(out.ok()) << out.status();
+    const DataPlaneHeader header{type, 0, id, payload};
+    std::memcpy(out->data(), &header, sizeof(header));
+    std::memset(out->data() + sizeof(header), 1, payload);
+    plane->to_gpu.Commit();
+  };
+  put(DataPlaneMessage::kEchoReply, 1, 64);
+  put(DataPlaneMessage::kAttentionResult, 7, 32);
+  request.set_count(2);
+  const absl::StatusOr<internal::ChannelPingResponse> second = worker_->ChannelPing(request);
+  EXPECT_TRUE(second.ok()) << second.status();
+  if (second.ok()) EXPECT_EQ(second->count(), 2u);
+  EXPECT_FALSE(plane->to_gpu.Pending());  // everything read
+  stop.store(true);
+  echo.join();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPathProbeTest,

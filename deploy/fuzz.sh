@@ -44,25 +44,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$SECONDS_PER_FUZZER" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: --seconds wants a number" >&2; exit 2; }
 
-# The project's packages, then clang + libFuzzer/sanitizer runtimes (idempotent).
-"$ROOT/deploy/setup.sh" --no-build
-missing=()
-for p in clang-14 libclang-rt-14-dev libomp-14-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "[fuzz] installing: ${missing[*]}"
-  # As setup.sh installs: sudo where not root (and a clear error without it), the frontend
-  # through env (sudo resets the environment), the dpkg lock waited for.
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null || { echo "[fuzz] need root (or sudo) to install packages" >&2; exit 1; }
-    SUDO="sudo"
-  fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -q
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
-    --no-install-recommends "${missing[@]}"
-fi
+# The project's packages and clang + the libFuzzer/sanitizer runtimes (idempotent).
+"$ROOT/deploy/setup.sh" --no-build --with clang-14 --with libclang-rt-14-dev --with libomp-14-dev
 
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   echo "[fuzz] configuring $BUILD_DIR (clang-14)"

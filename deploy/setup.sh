@@ -2,8 +2,10 @@
 # Installs WriteScope's build dependencies (Debian 12 packages, idempotent) and
 # configures + builds the project into build/.
 #
-#   deploy/setup.sh [--no-build] [--build-dir DIR] [-- EXTRA_CMAKE_ARGS...]
+#   deploy/setup.sh [--no-build] [--build-dir DIR] [--with PACKAGE]... [-- EXTRA_CMAKE_ARGS...]
 #
+# --with PACKAGE: one more Debian package to install with the project's (deploy/fuzz.sh's
+# clang and its runtimes).
 # CUDA is used when nvcc is found (the CUDA Toolkit comes preinstalled on our machines);
 # pass -- -DWS_ENABLE_CUDA=OFF to build without it.
 set -euo pipefail
@@ -12,12 +14,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="$ROOT/build"
 DO_BUILD=1
 CMAKE_ARGS=()
+EXTRA_PACKAGES=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --no-build) DO_BUILD=0; shift ;;
     --build-dir) BUILD_DIR="$2"; shift 2 ;;
+    --with) EXTRA_PACKAGES+=("$2"); shift 2 ;;
     --) shift; CMAKE_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +38,7 @@ PACKAGES=(
   # oneDNN's CMake config looks for OpenCL (its GPU runtime), which libdnnl-dev only
   # recommends: without it, a machine with no OpenCL headers fails at configure.
   ocl-icd-opencl-dev
+  ${EXTRA_PACKAGES[@]+"${EXTRA_PACKAGES[@]}"}
 )
 
 missing=()

@@ -171,6 +171,22 @@ GqaShape ShapeOf(const GqaCase& c) {
           1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 }
 
+// Per sequence, the blocks `assignment` gives to `part` (subsets) and the block lists the
+// kernels read (they point into the subsets' storage, which moves with them).
+struct PartLists {
+  std::vector<BlockSubset> subsets;
+  std::vector<KvBlockList> lists;
+};
+PartLists ListsOf(const std::vector<TiledSequence>& seqs,
+                  const std::vector<std::vector<int>>& assignment, int part) {
+  PartLists out;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    out.subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
+  }
+  for (auto& subset : out.subsets) out.lists.push_back(subset.list);
+  return out;
+}
+
 // Random sequences in a shuffled GQA region.
 struct GqaWorld {
   GqaWorld(const GqaShape& shape, const std::vector<int64_t>& lengths, uint64_t seed)
@@ -196,12 +212,10 @@ struct GqaWorld {
   // Decode over, per sequence, the tiles assigned to `part`.
   Partial Run(const std::vector<std::vector<int>>& assignment, int part,
               const std::function<absl::Status(const GqaDecodeArgs&)>& kernel) {
-    std::vector<BlockSubset> subsets;
-    std::vector<KvBlockList> lists;
-    for (int32_t s = 0; s < num_seqs(); ++s) subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
-    for (auto& subset : subsets) lists.push_back(subset.list);
+    const PartLists parts = ListsOf(seqs, assignment, part);
     Partial out(int64_t{num_seqs()} * shape.num_q_heads, shape.head_dim);
-    GqaDecodeArgs args{shape, num_seqs(), q.data(), lists.data(), out.o.data(), out.lse.data()};
+    GqaDecodeArgs args{shape,        num_seqs(),    q.data(), parts.lists.data(),
+                       out.o.data(), out.lse.data()};
     const absl::Status status = kernel(args);
     EXPECT_TRUE(status.ok()) << status;
     return out;
@@ -480,14 +494,10 @@ struct MlaWorld {
   // Decode over, per sequence, the tiles assigned to `part`.
   Partial Run(const std::vector<std::vector<int>>& assignment, int part,
               const std::function<absl::Status(const MlaDecodeArgs&)>& kernel) {
-    std::vector<BlockSubset> subsets;
-    std::vector<KvBlockList> lists;
-    for (int32_t s = 0; s < num_seqs(); ++s) {
-      subsets.push_back(testing::Subset(seqs[s], assignment[s], part));
-    }
-    for (auto& subset : subsets) lists.push_back(subset.list);
+    const PartLists parts = ListsOf(seqs, assignment, part);
     Partial out(rows(), shape.kv_lora_rank);
-    MlaDecodeArgs args{shape, num_seqs(), q.data(), lists.data(), out.o.data(), out.lse.data()};
+    MlaDecodeArgs args{shape,        num_seqs(),    q.data(), parts.lists.data(),
+                       out.o.data(), out.lse.data()};
     const absl::Status status = kernel(args);
     EXPECT_TRUE(status.ok()) << status;
     return out;

@@ -213,10 +213,13 @@ void RunGqaAnatomy(const BenchOptions& options) {
 void RunGqa(const BenchOptions& options) {
   std::printf("\n== CUDA GQA decode: ping-pong tiles + %d-token D-window (ceiling %.0f GB/s) ==\n",
               kWindowTokens, options.hbm_gbps);
-  std::printf("ms: GPU time, queued, cold L2; call_ms: one call from an idle stream (the\n"
-              "host's launch latency included)\n");
-  std::printf("%-8s %8s %6s %10s %10s %8s %10s\n", "model", "tokens", "batch", "ms", "GB/s",
-              "%ceil", "call_ms");
+  std::printf(
+      "ms: GPU time, queued, cold L2; call_ms: one call from an idle stream (the\n"
+      "host's launch latency included); bulk4, bulk3x2: ms (as ms) of the kernels that\n"
+      "stage K/V by bulk copies (kernels/cuda/launch.h GqaKernel), each with its own\n"
+      "planned splits, and their %%ceil\n");
+  std::printf("%-8s %8s %6s %10s %10s %8s %10s %10s %6s %10s %6s\n", "model", "tokens", "batch",
+              "ms", "GB/s", "%ceil", "call_ms", "bulk4", "%ceil", "bulk3x2", "%ceil");
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
@@ -251,6 +254,7 @@ void RunGqa(const BenchOptions& options) {
         args.o = o.as<float>();
         args.lse = lse.as<float>();
         double seconds, call_seconds;
+        double bulk_seconds[2] = {0, 0};  // 0: not timed (per-seq launches) or failed
         if (disjoint) {
           args.num_seqs = batch;
           args.kv = kv.source;
@@ -260,6 +264,22 @@ void RunGqa(const BenchOptions& options) {
           auto decode = [&] { (void)cuda::GqaGpuDecode(args, nullptr); };
           seconds = TimeGpu(options.iters, decode);
           call_seconds = TimeGpu(options.iters, decode, /*from_idle_stream=*/true);
+          const cuda::GqaDecodeKernel bulk_kernels[] = {cuda::GqaDecodeKernel::kBulk4,
+                                                        cuda::GqaDecodeKernel::kBulk3x2};
+          for (int i = 0; i < 2; ++i) {
+            cuda::GqaGpuDecodeArgs bulk = args;
+            bulk.split.gqa_kernel = bulk_kernels[i];
+            bulk.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(bulk);
+            DeviceMemory bulk_workspace(bulk.workspace_bytes);
+            bulk.workspace = bulk_workspace.ptr;
+            const absl::Status status = cuda::GqaGpuDecode(bulk, nullptr);
+            if (!status.ok() || cudaDeviceSynchronize() != cudaSuccess) {
+              std::printf("bulk kernel %d: %s\n", i, status.ToString().c_str());
+              continue;
+            }
+            bulk_seconds[i] =
+                TimeGpu(options.iters, [&] { (void)cuda::GqaGpuDecode(bulk, nullptr); });
+          }
         } else {
           // Pool smaller than the batch's KV: sequences at staggered starts, one launch each
           // (launch overhead included; rarely hit with the default 16 GB pool).
@@ -281,10 +301,17 @@ void RunGqa(const BenchOptions& options) {
         BENCH_CUDA(cudaGetLastError());
         const double bytes = double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
         const double gbps = bytes / seconds / 1e9;
-        std::printf("%-8s %8lld %6d %10.4f %10.1f %7.0f%% %10.4f%s\n", model.name.c_str(),
+        std::printf("%-8s %8lld %6d %10.4f %10.1f %7.0f%% %10.4f", model.name.c_str(),
                     static_cast<long long>(tokens), batch, seconds * 1e3, gbps,
-                    100 * gbps / options.hbm_gbps, call_seconds * 1e3,
-                    disjoint ? "" : "  (per-seq launches)");
+                    100 * gbps / options.hbm_gbps, call_seconds * 1e3);
+        for (double bulk : bulk_seconds) {
+          if (bulk > 0) {
+            std::printf(" %10.4f %5.0f%%", bulk * 1e3, 100 * bytes / bulk / 1e9 / options.hbm_gbps);
+          } else {
+            std::printf(" %10s %6s", "-", "-");
+          }
+        }
+        std::printf("%s\n", disjoint ? "" : "  (per-seq launches)");
       }
     }
   }

@@ -91,10 +91,24 @@ size_t PartialBytes(int32_t splits, int64_t rows, int32_t dim) {
          (size_t{static_cast<size_t>(splits)} * rows * sizeof(float) + 255) / 256 * 256;
 }
 
+// The tensor-core kernel that `choice` names (the default: the register kernel).
+internal::GqaKernel GqaKernelOf(GqaDecodeKernel choice) {
+  switch (choice) {
+    case GqaDecodeKernel::kBulk4:
+      return internal::kGqaBulk4;
+    case GqaDecodeKernel::kBulk3x2:
+      return internal::kGqaBulk3x2;
+    case GqaDecodeKernel::kDefault:
+    case GqaDecodeKernel::kRegisters:
+      break;
+  }
+  return internal::kGqaRegisters;
+}
+
 // The GQA kernel's split rule: the tensor-core kernel's, or none (SIMT).
-const internal::SplitRule* GqaSplitRule(const GqaShape& s) {
+const internal::SplitRule* GqaSplitRule(const GqaShape& s, GqaDecodeKernel choice) {
   return s.num_kv_heads > 0 && internal::GqaDecodeUsesTensorCores(s.head_dim, s.group_size())
-             ? &internal::kGqaTensorCoreSplits
+             ? &internal::GqaSplitRuleOf(GqaKernelOf(choice))
              : nullptr;
 }
 
@@ -120,8 +134,8 @@ bool CudaDeviceAvailable() {
 
 size_t GqaGpuDecodeWorkspaceBytes(const GqaGpuDecodeArgs& args) {
   const auto plan = PlanSplits(args.kv.max_seq_tokens,
-                               int64_t{args.num_seqs} * std::max(1, args.shape.num_kv_heads), args.split,
-                               GqaSplitRule(args.shape));
+                               int64_t{args.num_seqs} * std::max(1, args.shape.num_kv_heads),
+                               args.split, GqaSplitRule(args.shape, args.split.gqa_kernel));
   if (!plan.ok()) return 0;
   return PartialBytes(plan->num_splits, int64_t{args.num_seqs} * args.shape.num_q_heads,
                       args.shape.head_dim);
@@ -150,7 +164,7 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream) {
   }
   WS_ASSIGN_OR_RETURN(const SplitPlan plan,
                       PlanSplits(args.kv.max_seq_tokens, int64_t{args.num_seqs} * s.num_kv_heads,
-                                 args.split, GqaSplitRule(s)));
+                                 args.split, GqaSplitRule(s, args.split.gqa_kernel)));
   const int64_t rows = int64_t{args.num_seqs} * s.num_q_heads;
   const size_t need = PartialBytes(plan.num_splits, rows, s.head_dim);
   if (args.workspace == nullptr || args.workspace_bytes < need) {
@@ -170,6 +184,7 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream) {
   p.kv = ToKvParams(args.kv, tile_values, window_values);
   p.num_splits = plan.num_splits;
   p.tokens_per_split = plan.tokens_per_split;
+  p.kernel = GqaKernelOf(args.split.gqa_kernel);
   auto* base = static_cast<unsigned char*>(args.workspace);
   p.part_o = reinterpret_cast<float*>(base);
   p.part_lse = reinterpret_cast<float*>(base + PartialLseOffset(plan.num_splits, rows, s.head_dim));

@@ -49,11 +49,17 @@ struct GpuKvSource {
   int32_t max_seq_tokens = 0;
 };
 
+// Which GQA tensor-core decode kernel runs (head_dim 64/128, group <= 8; the other shapes
+// take the SIMT kernel whatever this says). kDefault is the service's choice; the others are
+// for the tests and the benchmark (kernels/cuda/launch.h GqaKernel says what each does).
+enum class GqaDecodeKernel { kDefault, kRegisters, kBulk4, kBulk3x2 };
+
 // Split-KV: each sequence's keys are cut into splits of `tokens_per_split` (a multiple
 // of 32; 0 picks one that fills the GPU), each split writes a partial to the workspace,
 // and a second kernel merges the splits.
 struct GpuSplitOptions {
   int32_t tokens_per_split = 0;
+  GqaDecodeKernel gqa_kernel = GqaDecodeKernel::kDefault;
 };
 
 struct GqaGpuDecodeArgs {

@@ -75,15 +75,27 @@ struct TcState {
 // fp32 sums and the bf16 hi + lo split of P carry without loss.
 constexpr float kRescaleLog2 = 8.0f;
 
+// 16 bytes of a K or V row: from global memory through the read-only path, or from the
+// bulk kernel's shared-memory stage.
+template <bool kShared>
+__device__ __forceinline__ uint4 LoadRow16(const uint16_t* at) {
+  if constexpr (kShared) {
+    return *reinterpret_cast<const uint4*>(at);
+  } else {
+    return __ldg(reinterpret_cast<const uint4*>(at));
+  }
+}
+
 // One warp step: tokens t0 .. t0 + 15 of this (seq, kv head), whose K rows start at
-// k_row[g] (rows t0 + gid + 8 g) with V v_off[g] values further. kTail: the last step of
-// the split, whose tokens from `end` on are not read (tile padding may hold anything, NaN
-// too) and count for nothing; every other step has all 16 tokens.
-template <int kDim, bool kTail>
+// k_row[g] (rows t0 + gid + 8 g) with V v_off[g] values further (in global memory, or with
+// kShared in a shared-memory stage). kTail: the last step of the split, whose tokens from
+// `end` on are not read (tile padding, or a stage's rows that no copy filled, may hold
+// anything, NaN too) and count for nothing; every other step has all 16 tokens.
+template <int kDim, bool kTail, bool kShared = false>
 __device__ __forceinline__ void TcStep(const uint16_t (*q_s)[kDim + 8],
-                                       const uint16_t* const (&k_row)[2],
-                                       const int64_t (&v_off)[2], int32_t t0, int32_t end,
-                                       float scale_log2, TcState<kDim>& st) {
+                                       const uint16_t* const (&k_row)[2], const int64_t (&v_off)[2],
+                                       int32_t t0, int32_t end, float scale_log2,
+                                       TcState<kDim>& st) {
   constexpr int kChunks = kDim / 32;
   const int lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
   bool valid[2] = {true, true};
@@ -96,9 +108,9 @@ __device__ __forceinline__ void TcStep(const uint16_t (*q_s)[kDim + 8],
   for (int g = 0; g < 2; ++g)
 #pragma unroll
     for (int ch = 0; ch < kChunks; ++ch) {
-      kr[g][ch] = valid[g] ? __ldg(reinterpret_cast<const uint4*>(k_row[g] + ch * 32 + tig * 8))
-                           : make_uint4(0, 0, 0, 0);
-      vr[g][ch] = valid[g] ? __ldg(reinterpret_cast<const uint4*>(k_row[g] + v_off[g] + ch * 32 + tig * 8))
+      kr[g][ch] =
+          valid[g] ? LoadRow16<kShared>(k_row[g] + ch * 32 + tig * 8) : make_uint4(0, 0, 0, 0);
+      vr[g][ch] = valid[g] ? LoadRow16<kShared>(k_row[g] + v_off[g] + ch * 32 + tig * 8)
                            : make_uint4(0, 0, 0, 0);
     }
 
@@ -171,15 +183,80 @@ __device__ __forceinline__ void TcStep(const uint16_t (*q_s)[kDim + 8],
     }
 }
 
+// The CTA's normalized partial from its warps' states: each warp's (m, l) and unnormalized
+// O per head, then one weight per (warp, head), then the partial. Every thread of the CTA
+// calls it; warps from kTcWarps on (the bulk kernel's producer) bring no state.
+template <int kDim>
+__device__ __forceinline__ void WriteCtaPartial(TcState<kDim>& st, const GqaParams& p, int split,
+                                                int64_t row0, int group, float (*m_s)[kTcMaxGroup],
+                                                float (*l_s)[kTcMaxGroup],
+                                                float (*w_s)[kTcMaxGroup],
+                                                float (*acc_s)[kTcMaxGroup][kDim]) {
+  constexpr int kChunks = kDim / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gid = lane / 4, tig = lane % 4;
+  st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
+  st.l += __shfl_xor_sync(0xffffffffu, st.l, 2);
+  if (warp < kTcWarps && gid < group) {
+    if (tig == 0) {
+      m_s[warp][gid] = st.m;
+      l_s[warp][gid] = st.l;
+    }
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float* a = st.acc[ch * 4 + j];
+        *reinterpret_cast<float2*>(&acc_s[warp][gid][ch * 32 + 8 * tig + 2 * j]) =
+            make_float2(a[0] + a[2], a[1] + a[3]);
+      }
+  }
+  __syncthreads();
+  const int64_t rows = int64_t{p.num_seqs} * p.num_q_heads;
+  float* part_o = p.part_o + (int64_t{split} * rows + row0) * kDim;
+  if (threadIdx.x < group) {
+    const int h = threadIdx.x;
+    float m_all = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) m_all = fmaxf(m_all, m_s[w][h]);
+    float scale[kTcWarps], l_all = 0;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      scale[w] = m_all == kNegInf ? 0.0f : exp2f(m_s[w][h] - m_all);  // idle warp: 0
+      l_all += scale[w] * l_s[w][h];
+    }
+    const float inv = l_all > 0 ? 1.0f / l_all : 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) w_s[w][h] = scale[w] * inv;
+    p.part_lse[int64_t{split} * rows + row0 + h] =
+        l_all > 0 ? (m_all + log2f(l_all)) * kLn2 : kNegInf;
+  }
+  __syncthreads();
+  constexpr int kVecs = kDim / 4;
+  for (int i = threadIdx.x; i < group * kVecs; i += blockDim.x) {
+    const int h = i / kVecs, d = 4 * (i % kVecs);
+    float4 o = make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      const float wt = w_s[w][h];
+      const float4 a = *reinterpret_cast<const float4*>(&acc_s[w][h][d]);
+      o.x += wt * a.x;
+      o.y += wt * a.y;
+      o.z += wt * a.z;
+      o.w += wt * a.w;
+    }
+    *reinterpret_cast<float4*>(part_o + int64_t{h} * kDim + d) = o;
+  }
+}
+
 template <int kDim>
 __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
     GqaDecodeTcKernel(GqaParams p) {
   LaunchDependentGrids();  // the split merge may launch now (it waits for this grid's end)
-  constexpr int kChunks = kDim / 32;  // 32-dim chunks: one 16-byte load per thread and row
   constexpr int32_t kWarpStride = kTcWarps * kTcStep;  // from one step of a warp to its next
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gid = lane / 4, tig = lane % 4;  // mma fragment row / column pair
+  const int gid = lane / 4;  // mma fragment row
   const int group = p.num_q_heads / p.num_kv_heads;
   const int64_t row0 = int64_t{seq} * p.num_q_heads + int64_t{kvh} * group;
 
@@ -237,60 +314,134 @@ __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
     }
   }
 
-  // Merge the warps' states: each warp's (m, l) and unnormalized O per head, then one
-  // weight per (warp, head), then the CTA's normalized partial.
-  st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
-  st.l += __shfl_xor_sync(0xffffffffu, st.l, 2);
-  if (gid < group) {
-    if (tig == 0) {
-      m_s[warp][gid] = st.m;
-      l_s[warp][gid] = st.l;
+  WriteCtaPartial<kDim>(st, p, split, row0, group, m_s, l_s, w_s, acc_s);
+}
+
+// -------------------------------------------------------- tensor-core path, bulk ----
+//
+// The same warp steps, with K/V staged in shared memory: warp kTcWarps (the producer) moves
+// each 64-token stage of the split (one step of each of the 4 consumer warps) with bulk
+// copies, one per run of rows within a tile or the window for K and one for V, into a ring of
+// kStages stages; a stage's `full` barrier completes when its bytes have landed, its `empty`
+// barrier when the 128 consumer threads have read it. The copies hold no registers, so the
+// bytes in flight per SM are the ring's (up to 128 KB), not what 12 warps' registers hold;
+// the consumers compute while the next stages land. After the loop the ring is reused for
+// the warps' O.
+
+constexpr int kBulkStageTokens = kTcWarps * kTcStep;  // 64
+
+template <int kDim, int kStages>
+constexpr int kBulkSharedBytes = kStages * 2 * kBulkStageTokens* kDim * 2;  // the ring
+
+// The ring's stages at head_dim kDim for a kernel named by its stages at head_dim 128: the
+// same bytes (head_dim 64 gets twice the stages), so that shared memory allows the occupancy
+// its split rule plans with (1 or 2 CTAs per SM), no more.
+template <int kDim, int kStagesAt128>
+constexpr int kBulkStages = kStagesAt128 * 128 / kDim;
+
+template <int kDim, int kStages, int kCtasPerSm>
+__global__ void __launch_bounds__((kTcWarps + 1) * 32, kCtasPerSm)
+    GqaDecodeBulkKernel(GqaParams p) {
+  LaunchDependentGrids();  // the split merge may launch now (it waits for this grid's end)
+  constexpr int kStageValues = kBulkStageTokens * kDim;  // K of a stage; its V follows
+  static_assert(kBulkSharedBytes<kDim, kStages> >= kTcWarps * kTcMaxGroup * kDim * 4,
+                "the warps' O reuse the ring");
+  const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gid = lane / 4;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t row0 = int64_t{seq} * p.num_q_heads + int64_t{kvh} * group;
+
+  extern __shared__ __align__(128) unsigned char ring_bytes[];
+  uint16_t* const ring = reinterpret_cast<uint16_t*>(ring_bytes);  // [kStages][K, V][64][kDim]
+  __shared__ uint64_t full[kStages], empty[kStages];
+  __shared__ float m_s[kTcWarps][kTcMaxGroup], l_s[kTcWarps][kTcMaxGroup];
+  __shared__ float w_s[kTcWarps][kTcMaxGroup];
+  __shared__ __align__(16) uint16_t q_s[kTcMaxGroup][kDim + 8];
+
+  const SeqKeys keys = LoadSeqKeys(p.kv, seq, p.block_tokens);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      MbarInit(&full[i], 1);               // the producer's arrival (+ its copies' bytes)
+      MbarInit(&empty[i], kTcWarps * 32);  // every consumer thread, once read
     }
-#pragma unroll
-    for (int ch = 0; ch < kChunks; ++ch)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float* a = st.acc[ch * 4 + j];
-        *reinterpret_cast<float2*>(&acc_s[warp][gid][ch * 32 + 8 * tig + 2 * j]) =
-            make_float2(a[0] + a[2], a[1] + a[3]);
+    FenceBarrierInit();
+  }
+  __syncthreads();
+
+  const int32_t begin = split * p.tokens_per_split;
+  const int32_t end = min(keys.total(), begin + p.tokens_per_split);
+  const int32_t stages = end > begin ? (end - begin + kBulkStageTokens - 1) / kBulkStageTokens : 0;
+  TcState<kDim> st;
+  if (warp == kTcWarps) {
+    // The producer: lane 0 issues, the warp waits together.
+    const int64_t head_tile = int64_t{p.block_tokens} * kDim;
+    const int64_t v_in_tile = int64_t{p.num_kv_heads} * head_tile;
+    const int64_t head_window = int64_t{p.kv.window_capacity} * kDim;
+    const int64_t v_in_window = int64_t{p.num_kv_heads} * head_window;
+#pragma unroll 1
+    for (int32_t k = 0; k < stages; ++k) {
+      const int slot = k % kStages;
+      if (k >= kStages) MbarWait(&empty[slot], (k / kStages - 1) & 1);
+      if (lane == 0) {
+        if (k >= kStages) FenceProxyAsyncShared();  // the consumers' reads before the refill
+        const int32_t t_begin = begin + k * kBulkStageTokens;
+        const int32_t t_end = min(end, t_begin + kBulkStageTokens);
+        MbarArriveExpectBytes(&full[slot], static_cast<uint32_t>(t_end - t_begin) * kDim * 2 * 2);
+        uint16_t* const k_dst = ring + slot * 2 * kStageValues;
+        for (int32_t t = t_begin; t < t_end;) {
+          const uint16_t* k_src;
+          int64_t v_off;
+          int32_t run;
+          if (t < keys.tile_tokens) {
+            const int32_t tile = t / p.block_tokens, off = t - tile * p.block_tokens;
+            run = min(t_end, min(keys.tile_tokens, (tile + 1) * p.block_tokens)) - t;
+            k_src = keys.Tile(tile) + kvh * head_tile + int64_t{off} * kDim;
+            v_off = v_in_tile;
+          } else {
+            run = t_end - t;
+            k_src = keys.window + kvh * head_window + int64_t{t - keys.tile_tokens} * kDim;
+            v_off = v_in_window;
+          }
+          const uint32_t bytes = static_cast<uint32_t>(run) * kDim * 2;
+          uint16_t* const dst = k_dst + (t - t_begin) * kDim;
+          BulkCopyToShared(dst, k_src, bytes, &full[slot]);
+          BulkCopyToShared(dst + kStageValues, k_src + v_off, bytes, &full[slot]);
+          t += run;
+        }
       }
-  }
-  __syncthreads();
-  const int64_t rows = int64_t{p.num_seqs} * p.num_q_heads;
-  float* part_o = p.part_o + (int64_t{split} * rows + row0) * kDim;
-  if (threadIdx.x < group) {
-    const int h = threadIdx.x;
-    float m_all = kNegInf;
-#pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) m_all = fmaxf(m_all, m_s[w][h]);
-    float scale[kTcWarps], l_all = 0;
-#pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) {
-      scale[w] = m_all == kNegInf ? 0.0f : exp2f(m_s[w][h] - m_all);  // idle warp: 0
-      l_all += scale[w] * l_s[w][h];
+      __syncwarp();
     }
-    const float inv = l_all > 0 ? 1.0f / l_all : 0.0f;
-#pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) w_s[w][h] = scale[w] * inv;
-    p.part_lse[int64_t{split} * rows + row0 + h] =
-        l_all > 0 ? (m_all + log2f(l_all)) * kLn2 : kNegInf;
-  }
-  __syncthreads();
-  constexpr int kVecs = kDim / 4;
-  for (int i = threadIdx.x; i < group * kVecs; i += blockDim.x) {
-    const int h = i / kVecs, d = 4 * (i % kVecs);
-    float4 o = make_float4(0, 0, 0, 0);
-#pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) {
-      const float wt = w_s[w][h];
-      const float4 a = *reinterpret_cast<const float4*>(&acc_s[w][h][d]);
-      o.x += wt * a.x;
-      o.y += wt * a.y;
-      o.z += wt * a.z;
-      o.w += wt * a.w;
+  } else {
+    // The consumers: Q first (the producer's copies are in flight meanwhile).
+    for (int i = threadIdx.x; i < kTcMaxGroup * kDim / 8; i += kTcWarps * 32) {
+      const int h = i / (kDim / 8), d = 8 * (i % (kDim / 8));
+      uint4 q = make_uint4(0, 0, 0, 0);
+      if (h < group) q = *reinterpret_cast<const uint4*>(p.q + (row0 + h) * kDim + d);
+      *reinterpret_cast<uint4*>(&q_s[h][d]) = q;
     }
-    *reinterpret_cast<float4*>(part_o + int64_t{h} * kDim + d) = o;
+    NamedBarrierSync<1, kTcWarps * 32>();
+    const int64_t v_off[2] = {kStageValues, kStageValues};
+#pragma unroll 1
+    for (int32_t k = 0; k < stages; ++k) {
+      const int slot = k % kStages;
+      MbarWait(&full[slot], (k / kStages) & 1);
+      const int32_t t0 = begin + k * kBulkStageTokens + warp * kTcStep;
+      if (t0 < end) {
+        const uint16_t* const rows = ring + slot * 2 * kStageValues + (warp * kTcStep + gid) * kDim;
+        const uint16_t* const k_row[2] = {rows, rows + 8 * kDim};
+        if (t0 + kTcStep <= end) {
+          TcStep<kDim, false, true>(q_s, k_row, v_off, t0, end, p.scale_log2, st);
+        } else {
+          TcStep<kDim, true, true>(q_s, k_row, v_off, t0, end, p.scale_log2, st);
+        }
+      }
+      MbarArrive(&empty[slot]);
+    }
   }
+  __syncthreads();  // every stage has been read (and every copy has landed): O may use the ring
+  WriteCtaPartial<kDim>(st, p, split, row0, group, m_s, l_s, w_s,
+                        reinterpret_cast<float(*)[kTcMaxGroup][kDim]>(ring_bytes));
 }
 
 // --------------------------------------------------------------------- SIMT path ----
@@ -456,8 +607,34 @@ int LaunchSimtForGroup(const GqaParams& p, cudaStream_t stream) {
   }
 }
 
+template <int kDim, int kStagesAt128, int kCtasPerSm>
+int LaunchBulk(const GqaParams& p, cudaStream_t stream) {
+  constexpr int kStages = kBulkStages<kDim, kStagesAt128>;
+  constexpr int kBytes = kBulkSharedBytes<kDim, kStages>;
+  static_assert(kCtasPerSm * (kBytes + 4096) <= 228 * 1024, "the ring must fit kCtasPerSm");
+  static_assert((kCtasPerSm + 1) * kBytes > 228 * 1024, "no more CTAs than planned");
+  auto* kernel = GqaDecodeBulkKernel<kDim, kStages, kCtasPerSm>;
+  // Above the 48 KB default; per device and cheap, so on every launch (as mla_decode.cu).
+  const cudaError_t allowed =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (allowed != cudaSuccess) return static_cast<int>(allowed);
+  const dim3 grid(p.num_splits, p.num_kv_heads, p.num_seqs);
+  kernel<<<grid, (kTcWarps + 1) * 32, kBytes, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
 template <int kDim>
 int LaunchTc(const GqaParams& p, cudaStream_t stream) {
+  static_assert(kGqaBulk4Splits.ctas_per_sm == 1 && kGqaBulk3x2Splits.ctas_per_sm == 2,
+                "the split rules plan with the bulk kernels' occupancy");
+  switch (p.kernel) {
+    case kGqaBulk4:
+      return LaunchBulk<kDim, 4, 1>(p, stream);
+    case kGqaBulk3x2:
+      return LaunchBulk<kDim, 3, 2>(p, stream);
+    default:
+      break;
+  }
   const dim3 grid(p.num_splits, p.num_kv_heads, p.num_seqs);
   GqaDecodeTcKernel<kDim><<<grid, kTcWarps * 32, 0, stream>>>(p);
   return static_cast<int>(cudaGetLastError());

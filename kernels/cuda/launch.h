@@ -21,12 +21,21 @@ struct KvParams {
   int64_t window_values;  // bf16 values of one window slot
 };
 
+// The GQA tensor-core decode kernels (gqa_decode.cu; GqaParams::kernel):
+//   kGqaRegisters: each warp loads its steps' K/V rows into registers (__ldg), 3 CTAs per SM;
+//   kGqaBulk4: a producer warp stages 64-token K/V runs in shared memory by bulk copies
+//     (cp.async.bulk, counted on mbarriers), a 128 KB ring (4 stages at head_dim 128, 8 at
+//     64), 1 CTA per SM;
+//   kGqaBulk3x2: the same with a 96 KB ring, 2 CTAs per SM.
+enum GqaKernel : int32_t { kGqaRegisters = 0, kGqaBulk4 = 1, kGqaBulk3x2 = 2 };
+
 struct GqaParams {
   int32_t num_seqs, num_q_heads, num_kv_heads, head_dim, block_tokens;
   float scale_log2;  // softmax_scale * log2(e): scores are kept in base 2 inside
   const uint16_t* q;
   KvParams kv;
   int32_t num_splits, tokens_per_split;
+  int32_t kernel = kGqaRegisters;  // GqaKernel: the tensor-core kernel (SIMT shapes ignore it)
   float* part_o;    // [num_splits][num_seqs * num_q_heads][head_dim]
   float* part_lse;  // [num_splits][num_seqs * num_q_heads], natural log
   float* o;
@@ -86,6 +95,14 @@ struct SplitRule {
 // split's partial costs ~8 KB of writes and reads per kv head, small against its >= 128 KB
 // of K/V.
 constexpr SplitRule kGqaTensorCoreSplits{3, 4, 256, 64};
+
+constexpr SplitRule kGqaBulk4Splits{1, 4, 256, 64};
+constexpr SplitRule kGqaBulk3x2Splits{2, 4, 256, 64};
+constexpr const SplitRule& GqaSplitRuleOf(GqaKernel kernel) {
+  return kernel == kGqaBulk4     ? kGqaBulk4Splits
+         : kernel == kGqaBulk3x2 ? kGqaBulk3x2Splits
+                                 : kGqaTensorCoreSplits;
+}
 // The MLA decode (mla_decode.cu): 2 CTAs per SM (86 KB of shared memory each), one CTA per
 // (split, seq); a split's partial is 32 KB, against its >= 288 KB of latent rows.
 constexpr SplitRule kMlaTensorCoreSplits{2, 4, 256, 32};

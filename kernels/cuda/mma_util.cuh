@@ -76,6 +76,71 @@ __device__ __forceinline__ void SplitBf16(float p0, float p1, uint32_t& hi, uint
   lo = PackBf16(p0 - Bf16Lo(hi), p1 - Bf16Hi(hi));
 }
 
+// ---- Bulk copies and transaction barriers (sm_90): a producer thread moves whole runs of
+// rows global -> shared with one instruction each (cp.async.bulk, the copy engine of the SM,
+// no registers held while in flight); an mbarrier counts the bytes that have landed. Unlike
+// the helpers above these carry a "memory" clobber: the consumers' plain shared-memory loads
+// must stay between their wait and their release.
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* smem) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+}
+
+__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(arrivals)
+               : "memory");
+}
+// Makes the initialized barriers visible to the async proxy (the bulk copies that complete
+// on them); the CTA's threads see them after the __syncthreads() that follows.
+__device__ __forceinline__ void FenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(bar)) : "memory");
+}
+// One arrival that also expects `bytes` more bytes of bulk copies before the phase completes.
+__device__ __forceinline__ void MbarArriveExpectBytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(bar)),
+               "r"(bytes)
+               : "memory");
+}
+// Waits until the barrier's phase of parity `parity` (0 for its first phase, 1 for its
+// second, 0 again ...) has completed.
+__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = SharedAddress(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared, counted on
+// `bar` as they land.
+__device__ __forceinline__ void BulkCopyToShared(void* smem, const void* global, uint32_t bytes,
+                                                 uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(SharedAddress(smem)),
+      "l"(global), "r"(bytes), "r"(SharedAddress(bar))
+      : "memory");
+}
+// Orders this CTA's earlier generic-proxy accesses to shared memory (the consumers' reads of
+// a stage, seen through its `empty` barrier) before the async-proxy writes that follow (the
+// bulk copies that refill it).
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// bar.sync on a named barrier (1..15) for kThreads threads (a multiple of 32): a subset of
+// the CTA's warps meets without the others.
+template <int kId, int kThreads>
+__device__ __forceinline__ void NamedBarrierSync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
 }  // namespace writescope::kernels::cuda::internal
 
 #endif  // WRITESCOPE_KERNELS_CUDA_MMA_UTIL_CUH_

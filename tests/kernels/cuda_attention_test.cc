@@ -382,14 +382,38 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
   args.kv = kv.source;
   args.o = o;
   args.lse = lse;
-  // The planned splits and two fixed sizes over the packed tiles, and the planned splits
-  // over the pointer list.
-  const std::pair<int32_t, bool> variants[] = {{0, false}, {32, false}, {96, false}, {0, true}};
-  for (const auto& [tokens_per_split, pointer_list] : variants) {
+  // For each tensor-core kernel: the planned splits and fixed sizes over the packed tiles,
+  // and over the pointer list. Splits of 32 and 96 tokens end inside a bulk kernel's 64-token
+  // stage; tiles of 32 tokens (Odd6x3d64) and a window of two blocks put several runs of rows
+  // in one stage; splits of 1024 wrap the ring. The SIMT shapes run their one kernel whatever the
+  // choice.
+  struct Variant {
+    int32_t tokens_per_split;
+    bool pointer_list;
+    GqaDecodeKernel kernel;
+  };
+  const Variant variants[] = {{0, false, GqaDecodeKernel::kDefault},
+                              {32, false, GqaDecodeKernel::kDefault},
+                              {96, false, GqaDecodeKernel::kRegisters},
+                              {0, true, GqaDecodeKernel::kDefault},
+                              {0, false, GqaDecodeKernel::kBulk4},
+                              {32, false, GqaDecodeKernel::kBulk4},
+                              {96, true, GqaDecodeKernel::kBulk4},
+                              {0, false, GqaDecodeKernel::kBulk3x2},
+                              {96, false, GqaDecodeKernel::kBulk3x2},
+                              {32, true, GqaDecodeKernel::kBulk3x2},
+                              // Long splits: the ring wraps (16 stages through 4 or 3).
+                              {1024, false, GqaDecodeKernel::kBulk4},
+                              {1024, true, GqaDecodeKernel::kBulk3x2}};
+  for (const auto& [tokens_per_split, pointer_list, kernel] : variants) {
     const std::string what =
         absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split,
-                     pointer_list ? " pointer list" : "", rising ? " rising" : "");
+                     pointer_list ? " pointer list" : "", rising ? " rising" : "",
+                     kernel == GqaDecodeKernel::kBulk4     ? " bulk4"
+                     : kernel == GqaDecodeKernel::kBulk3x2 ? " bulk3x2"
+                                                           : "");
     args.split.tokens_per_split = tokens_per_split;
+    args.split.gqa_kernel = kernel;
     args.kv = pointer_list ? kv.PointerList() : kv.source;
     DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
     args.workspace = workspace.as<void>();

@@ -23,6 +23,22 @@ TEST(SplitTokensTest, FewPairsFillOneWave) {
   EXPECT_EQ(SplitTokens(kMlaTensorCoreSplits, 1 << 20, 1, kSms, 1024), 4000);
 }
 
+// Each GQA kernel plans with its own occupancy: the bulk kernels' one wave is 1 or 2 CTAs per
+// SM, so their batch-1 splits are 3x or 1.5x the register kernel's.
+TEST(SplitTokensTest, EachGqaKernelPlansWithItsOccupancy) {
+  EXPECT_EQ(&GqaSplitRuleOf(kGqaRegisters), &kGqaTensorCoreSplits);
+  EXPECT_EQ(&GqaSplitRuleOf(kGqaBulk4), &kGqaBulk4Splits);
+  EXPECT_EQ(&GqaSplitRuleOf(kGqaBulk3x2), &kGqaBulk3x2Splits);
+  // Qwen3 32K x 1 (4 pairs): 33 splits wanted, 993 tokens -> 1024; 66 -> 512.
+  EXPECT_EQ(SplitTokens(GqaSplitRuleOf(kGqaBulk4), 32768, 4, kSms, 1024), 1024);
+  EXPECT_EQ(SplitTokens(GqaSplitRuleOf(kGqaBulk3x2), 32768, 4, kSms, 1024), 512);
+  for (GqaKernel kernel : {kGqaBulk4, kGqaBulk3x2}) {
+    const SplitRule& rule = GqaSplitRuleOf(kernel);
+    const int32_t per = SplitTokens(rule, 32768, 4, kSms, 1024);
+    EXPECT_LE(4 * Splits(32768, per), kSms * rule.ctas_per_sm) << kernel;
+  }
+}
+
 TEST(SplitTokensTest, ManyPairsTargetWaves) {
   // 32 sequences x 8 kv heads = 256 pairs > half a wave: ~4 waves of 396 CTAs.
   const int32_t per = SplitTokens(kGqaTensorCoreSplits, 32768, 256, kSms, 1024);

@@ -330,8 +330,13 @@ __global__ void __launch_bounds__(kTcWarps * 32, kTcMinCtasPerSm)
 
 constexpr int kBulkStageTokens = kTcWarps * kTcStep;  // 64
 
+// (clang-format takes these variable templates' products for pointer declarations.)
+// clang-format off
+template <int kDim>
+constexpr int kBulkStageBytes = 4 * kBulkStageTokens * kDim;  // K and V of a stage, bf16
 template <int kDim, int kStages>
-constexpr int kBulkSharedBytes = kStages * 2 * kBulkStageTokens* kDim * 2;  // the ring
+constexpr int kBulkSharedBytes = kStages * kBulkStageBytes<kDim>;  // the ring
+// clang-format on
 
 // The ring's stages at head_dim kDim for a kernel named by its stages at head_dim 128: the
 // same bytes (head_dim 64 gets twice the stages), so that shared memory allows the occupancy

@@ -8,7 +8,7 @@
 # The bundle (run with carry ["dist"]):
 #   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope ws_reference \
 #     ws_probe" deploy/gpu-bundle.sh
-CALL_START=$(date +%s); deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
+CALL_START=${CALL_START:-$(date +%s)}; deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
 nvidia-smi --query-gpu=name --format=csv,noheader; grep commit /tmp/ws/MANIFEST 2>/dev/null | head -1
 mkdir -p /tmp/g259
 trio() {  # NAME ARCH LAYERS SECONDS
@@ -22,6 +22,6 @@ trio() {  # NAME ARCH LAYERS SECONDS
   tar czf $OUT/g259.tgz -C /tmp g259  # what has run so far, should the call be cut
 }
 trio ds27 deepseek_v2 27 210
-trio qw48 qwen3_moe 48 $((540 - ($(date +%s) - CALL_START) - 30))
+trio qw48 qwen3_moe 48 $((${TOTAL_S:-540} - ($(date +%s) - CALL_START) - 30))
 free -g | head -2
 echo "call $(($(date +%s) - CALL_START))s"

@@ -142,9 +142,10 @@ class PackedKv {
 // reading K/V), the split merge alone, and fixed split sizes. GPU time, queued, cold L2.
 void RunGqaAnatomy(const BenchOptions& options) {
   std::printf("\n== CUDA GQA decode at batch 1: where the time goes (us) ==\n");
-  std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s\n", "model", "tokens",
-              "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512",
-              "s1024", "s2048", "s4096");
+  std::printf("bulk4, b4_window: decode and window as the bulk-copy kernel with its own splits\n");
+  std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s\n", "model", "tokens",
+              "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512", "s1024",
+              "s2048", "s4096", "bulk4", "b4_window");
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
@@ -203,6 +204,19 @@ void RunGqaAnatomy(const BenchOptions& options) {
         cuda::GqaGpuDecodeArgs fixed = args;
         fixed.split.tokens_per_split = per;
         std::printf(" %8.1f", us([&] { (void)cuda::GqaGpuDecode(fixed, nullptr); }));
+      }
+      // The bulk kernel plans fewer, longer splits (1 CTA per SM): the widest workspace above
+      // holds them.
+      cuda::GqaGpuDecodeArgs bulk = args, bulk_window = window_only;
+      bulk.split.gqa_kernel = bulk_window.split.gqa_kernel = cuda::GqaDecodeKernel::kBulk4;
+      const bool bulk_ok = cuda::GqaGpuDecode(bulk, nullptr).ok() &&
+                           cuda::GqaGpuDecode(bulk_window, nullptr).ok() &&
+                           cudaDeviceSynchronize() == cudaSuccess;
+      if (bulk_ok) {
+        std::printf(" %8.1f %9.1f", us([&] { (void)cuda::GqaGpuDecode(bulk, nullptr); }),
+                    us([&] { (void)cuda::GqaGpuDecode(bulk_window, nullptr); }));
+      } else {
+        std::printf(" %8s %9s", "failed", "failed");
       }
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());

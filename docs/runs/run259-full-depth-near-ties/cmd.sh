@@ -1,4 +1,4 @@
-# NOT RUN in session 53: no device machine was lent (three starts refused). Ready for the next lease.
+# NOT RUN in sessions 53 and 54: no device machine came for it (session 54: one H100 for run 260, then every start refused). Ready for the next lease: call.sh runs it, after run 260's kernel comparison where the lease is an H200.
 # Run 259 (session 53): the two points where "never below 0.98x the best baseline" could not be
 # told with 4 layers (DeepSeek 4 x 8K, Qwen3 4 x 8K; runs 254-256), at the models' full depth:
 # DeepSeek-V2-Lite's 27 layers and Qwen3-30B-A3B's 48. With 4 layers, a step's fixed costs
@@ -21,7 +21,7 @@ trio() {  # NAME ARCH LAYERS SECONDS
   gzip /tmp/g259/$run/steps-*.csv /tmp/g259/$run/warmup-*.csv 2>/dev/null
   tar czf $OUT/g259.tgz -C /tmp g259  # what has run so far, should the call be cut
 }
-trio ds27 deepseek_v2 27 210
-trio qw48 qwen3_moe 48 $((${TOTAL_S:-540} - ($(date +%s) - CALL_START) - 30))
+trio ds27 deepseek_v2 27 ${DS_S:-210}
+[[ -n ${SKIP_QWEN:-} ]] || trio qw48 qwen3_moe 48 $((${TOTAL_S:-540} - ($(date +%s) - CALL_START) - 30))
 free -g | head -2
 echo "call $(($(date +%s) - CALL_START))s"

@@ -95,7 +95,8 @@ struct SplitRule {
 // split's partial costs ~8 KB of writes and reads per kv head, small against its >= 128 KB
 // of K/V.
 constexpr SplitRule kGqaTensorCoreSplits{3, 4, 256, 64};
-
+// The bulk-copy GQA kernels: the same rule at their occupancy (their rings allow 1 or 2 CTAs
+// per SM), so a batch-1 plan has 3x or 1.5x longer splits and fewer partials to merge.
 constexpr SplitRule kGqaBulk4Splits{1, 4, 256, 64};
 constexpr SplitRule kGqaBulk3x2Splits{2, 4, 256, 64};
 constexpr const SplitRule& GqaSplitRuleOf(GqaKernel kernel) {
@@ -103,6 +104,7 @@ constexpr const SplitRule& GqaSplitRuleOf(GqaKernel kernel) {
          : kernel == kGqaBulk3x2 ? kGqaBulk3x2Splits
                                  : kGqaTensorCoreSplits;
 }
+
 // The MLA decode (mla_decode.cu): 2 CTAs per SM (86 KB of shared memory each), one CTA per
 // (split, seq); a split's partial is 32 KB, against its >= 288 KB of latent rows.
 constexpr SplitRule kMlaTensorCoreSplits{2, 4, 256, 32};

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/bench/bench_common.h"
 #include "kernels/bench/bench_kernels.h"
 #include "kernels/bf16.h"
@@ -102,6 +103,22 @@ double TimeGpu(int iters, Fn fn, bool from_idle_stream = false) {
   cudaEventDestroy(stop);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+// TimeGpu of one GqaGpuDecode(args) call, or 0 where a first, checked call fails (its status in
+// *failure, if given): the timed calls' statuses are not read, and a call that fails at once
+// would read as a fast kernel.
+double TimeGqaDecode(int iters, const cuda::GqaGpuDecodeArgs& args,
+                     absl::Status* failure = nullptr) {
+  absl::Status status = cuda::GqaGpuDecode(args, nullptr);
+  if (status.ok() && cudaDeviceSynchronize() != cudaSuccess) {
+    status = absl::InternalError(cudaGetErrorString(cudaGetLastError()));
+  }
+  if (!status.ok()) {
+    if (failure != nullptr) *failure = status;
+    return 0;
+  }
+  return TimeGpu(iters, [&] { (void)cuda::GqaGpuDecode(args, nullptr); });
 }
 
 // The benches' KV: `num_seqs` sequences of `tokens` keys each, the last kWindowTokens of
@@ -209,12 +226,10 @@ void RunGqaAnatomy(const BenchOptions& options) {
       // holds them.
       cuda::GqaGpuDecodeArgs bulk = args, bulk_window = window_only;
       bulk.split.gqa_kernel = bulk_window.split.gqa_kernel = cuda::GqaDecodeKernel::kBulk4;
-      const bool bulk_ok = cuda::GqaGpuDecode(bulk, nullptr).ok() &&
-                           cuda::GqaGpuDecode(bulk_window, nullptr).ok() &&
-                           cudaDeviceSynchronize() == cudaSuccess;
-      if (bulk_ok) {
-        std::printf(" %8.1f %9.1f", us([&] { (void)cuda::GqaGpuDecode(bulk, nullptr); }),
-                    us([&] { (void)cuda::GqaGpuDecode(bulk_window, nullptr); }));
+      const double bulk_us = TimeGqaDecode(options.iters, bulk) * 1e6;
+      const double bulk_window_us = TimeGqaDecode(options.iters, bulk_window) * 1e6;
+      if (bulk_us > 0 && bulk_window_us > 0) {
+        std::printf(" %8.1f %9.1f", bulk_us, bulk_window_us);
       } else {
         std::printf(" %8s %9s", "failed", "failed");
       }
@@ -229,7 +244,7 @@ void RunGqa(const BenchOptions& options) {
               kWindowTokens, options.hbm_gbps);
   std::printf(
       "ms: GPU time, queued, cold L2; call_ms: one call from an idle stream (the\n"
-      "host's launch latency included); bulk4, bulk3x2: ms (as ms) of the kernels that\n"
+      "host's launch latency included); bulk4, bulk3x2: as ms, for the kernels that\n"
       "stage K/V by bulk copies (kernels/cuda/launch.h GqaKernel), each with its own\n"
       "planned splits, and their %%ceil\n");
   std::printf("%-8s %8s %6s %10s %10s %8s %10s %10s %6s %10s %6s\n", "model", "tokens", "batch",
@@ -286,13 +301,9 @@ void RunGqa(const BenchOptions& options) {
             bulk.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(bulk);
             DeviceMemory bulk_workspace(bulk.workspace_bytes);
             bulk.workspace = bulk_workspace.ptr;
-            const absl::Status status = cuda::GqaGpuDecode(bulk, nullptr);
-            if (!status.ok() || cudaDeviceSynchronize() != cudaSuccess) {
-              std::printf("bulk kernel %d: %s\n", i, status.ToString().c_str());
-              continue;
-            }
-            bulk_seconds[i] =
-                TimeGpu(options.iters, [&] { (void)cuda::GqaGpuDecode(bulk, nullptr); });
+            absl::Status failure;
+            bulk_seconds[i] = TimeGqaDecode(options.iters, bulk, &failure);
+            if (!failure.ok()) std::printf("bulk kernel %d: %s\n", i, failure.ToString().c_str());
           }
         } else {
           // Pool smaller than the batch's KV: sequences at staggered starts, one launch each

@@ -630,13 +630,11 @@ int LaunchBulk(const GqaParams& p, cudaStream_t stream) {
 
 template <int kDim>
 int LaunchTc(const GqaParams& p, cudaStream_t stream) {
-  static_assert(kGqaBulk4Splits.ctas_per_sm == 1 && kGqaBulk3x2Splits.ctas_per_sm == 2,
-                "the split rules plan with the bulk kernels' occupancy");
   switch (p.kernel) {
     case kGqaBulk4:
-      return LaunchBulk<kDim, 4, 1>(p, stream);
+      return LaunchBulk<kDim, 4, kGqaBulk4Splits.ctas_per_sm>(p, stream);
     case kGqaBulk3x2:
-      return LaunchBulk<kDim, 3, 2>(p, stream);
+      return LaunchBulk<kDim, 3, kGqaBulk3x2Splits.ctas_per_sm>(p, stream);
     default:
       break;
   }

@@ -4,7 +4,8 @@
 # $OUT (at most 8 files come back): measure.log has everything, in order.
 #
 #   deploy/gpu-measure.sh [STEP...]   steps: probe tests attention kv channel experts load
-#                                     e2e generate trio trio-generate trio-generate-mla
+#                                     e2e generate generate-kernels trio trio-generate
+#                                     trio-generate-mla
 #                                     prefill-long bench-grid contention prefill-placement
 #                                     fixtures decode decode-old ncu-decode
 #                                     (default: probe tests attention kv channel experts load
@@ -72,6 +73,13 @@ for step in "${steps[@]}"; do
       deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
       run_step generate-cuda 300 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" \
         WS_E2E_DEVICE=cuda python3 tests/e2e/generate_test.py --root "$PWD" --bin /tmp/ws/bin ;;
+    generate-kernels)
+      # The service on the register kernel and the bulk ones (gpu_worker --gqa_decode_kernel):
+      # a synthetic Qwen3-30B-A3B of 4 layers, an 8192-token prompt, 32 greedy tokens under
+      # transfer-all, compared token by token (deploy/generate-kernels.sh).
+      deploy/gpu-run.sh --unpack-only >/dev/null 2>&1 || true
+      run_step generate-kernels 300 env LD_LIBRARY_PATH="/tmp/ws/lib:/usr/local/cuda/lib64" \
+        deploy/generate-kernels.sh --bin /tmp/ws/bin --device cuda --out "$OUT/generate-kernels" ;;
     trio-generate)
       # A synthetic Qwen3-30B-A3B of 4 layers (real shapes) on the CUDA device: a 2048-token
       # prompt, 64 decoded tokens, the timing summary.

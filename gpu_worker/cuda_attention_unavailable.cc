@@ -4,7 +4,8 @@
 
 namespace writescope::gpu {
 
-absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(Device*) {
+absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(
+    Device*, const DeviceAttentionOptions&) {
   return absl::UnimplementedError("this build has no CUDA attention");
 }
 

@@ -24,11 +24,13 @@ class HostDeviceAttention final : public DeviceAttention {
 }  // namespace
 
 // Defined in cuda/cuda_device_attention.cc when the build has CUDA.
-absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(Device* device);
+absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(
+    Device* device, const DeviceAttentionOptions& options);
 
-absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateDeviceAttention(Device* device) {
+absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateDeviceAttention(
+    Device* device, const DeviceAttentionOptions& options) {
   if (!device->is_cuda()) return std::make_unique<HostDeviceAttention>();
-  return CreateCudaDeviceAttention(device);
+  return CreateCudaDeviceAttention(device, options);
 }
 
 }  // namespace writescope::gpu

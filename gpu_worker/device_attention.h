@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "gpu_worker/device.h"
 #include "kernels/attention.h"
+#include "kernels/cuda/cuda_attention.h"  // GqaDecodeKernel (plain C++, no CUDA header)
 
 namespace writescope::gpu {
 
@@ -28,8 +29,15 @@ class DeviceAttention {
   virtual absl::Status MlaPrefill(const kernels::MlaPrefillArgs& args) = 0;
 };
 
+struct DeviceAttentionOptions {
+  // The GQA tensor-core decode kernel on the CUDA device (kernels/cuda/cuda_attention.h;
+  // kDefault: the register kernel). The host device runs the CPU kernels whatever it says.
+  kernels::cuda::GqaDecodeKernel gqa_decode_kernel = kernels::cuda::GqaDecodeKernel::kDefault;
+};
+
 // The implementation for `device` (not owned; must outlive the result).
-absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateDeviceAttention(Device* device);
+absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateDeviceAttention(
+    Device* device, const DeviceAttentionOptions& options = {});
 
 }  // namespace writescope::gpu
 

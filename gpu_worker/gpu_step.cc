@@ -135,7 +135,7 @@ absl::StatusOr<std::unique_ptr<GpuStep>> GpuStep::Create(const ModelWeights& wei
   if (options.linear) step->ops_->set_linear_backend(options.linear);
   step->ops_->set_mla_backend(options.mla);
   if (options.swiglu) step->ops_->set_swiglu_backend(options.swiglu);
-  WS_ASSIGN_OR_RETURN(step->attention_, CreateDeviceAttention(device));
+  WS_ASSIGN_OR_RETURN(step->attention_, CreateDeviceAttention(device, options.attention));
   step->dims_ = StepDimsFor(weights.config());
   if (options.hot_experts.enabled) {
     if (options.experts == nullptr) {

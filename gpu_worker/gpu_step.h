@@ -104,6 +104,8 @@ struct GpuStepOptions {
   // report the copy engine's time on them (StepResult.transfer_ms), which the scheduler's DMA
   // line learns from. With profiling on they are timed whatever this says (the "dma" spans).
   bool time_transfers = true;
+  // The attention kernels' choices (DeviceAttentionOptions: the GQA decode kernel on CUDA).
+  DeviceAttentionOptions attention;
 };
 
 class GpuStep {

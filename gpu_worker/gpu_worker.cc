@@ -164,6 +164,7 @@ absl::StatusOr<internal::LoadResponse> GpuWorker::Load(const internal::LoadReque
   step_options.prefetch_next_step = options_.prefetch_next_step;
   step_options.early_rounds_after_attention = options_.early_rounds_after_attention;
   step_options.time_transfers = options_.time_transfers;
+  step_options.attention.gqa_decode_kernel = options_.gqa_decode_kernel;
   const bool hot_experts =
       options_.hot_experts == "on" || (options_.hot_experts == "auto" && device_->is_cuda());
   if (hot_experts && weights_->config().n_routed_experts > 0) {

@@ -52,6 +52,9 @@ struct GpuWorkerOptions {
   // products run there (DeviceLinear::LinearRowStats, GpuStepOptions::logit_stats); false:
   // the logits copied to the host and reduced there.
   bool device_logit_stats = true;
+  // The GQA tensor-core decode kernel on the CUDA device (DeviceAttentionOptions; kDefault:
+  // the register kernel). The host device runs the CPU kernels whatever it says.
+  kernels::cuda::GqaDecodeKernel gqa_decode_kernel = kernels::cuda::GqaDecodeKernel::kDefault;
 };
 
 class GpuWorker final : public WorkerBackend {

@@ -51,6 +51,11 @@ ABSL_FLAG(bool, device_logit_stats, true,
           "sum of exps), so that the [rows, vocab] logits stay there; false: the logits copied "
           "to the host and reduced there");
 
+ABSL_FLAG(std::string, gqa_decode_kernel, "default",
+          "The GQA tensor-core decode kernel on the CUDA device: default (the register kernel), "
+          "registers, bulk4 (K/V staged in a 128 KB shared-memory ring by bulk copies, 1 CTA "
+          "per SM) or bulk3x2 (a 96 KB ring, 2 CTAs per SM); the host device ignores it");
+
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
   writescope::SetLogProcessName("gpu_worker");
@@ -77,6 +82,22 @@ int main(int argc, char** argv) {
       return EXIT_FAILURE;
     }
   }
+  using writescope::kernels::cuda::GqaDecodeKernel;
+  const absl::StatusOr<GqaDecodeKernel> gqa_kernel = writescope::ParseFlagChoice<GqaDecodeKernel>(
+      "gqa_decode_kernel", absl::GetFlag(FLAGS_gqa_decode_kernel),
+      {{"default", GqaDecodeKernel::kDefault},
+       {"registers", GqaDecodeKernel::kRegisters},
+       {"bulk4", GqaDecodeKernel::kBulk4},
+       {"bulk3x2", GqaDecodeKernel::kBulk3x2}});
+  if (!gqa_kernel.ok()) {
+    WS_LOG(ERROR) << gqa_kernel.status().message();
+    return EXIT_FAILURE;
+  }
+  if (*gqa_kernel != GqaDecodeKernel::kDefault) {
+    WS_LOG(INFO) << "GQA decode kernel: " << absl::GetFlag(FLAGS_gqa_decode_kernel)
+                 << ((*device)->is_cuda() ? ""
+                                          : " (ignored: the host device runs the CPU kernels)");
+  }
   const int64_t warmup = absl::GetFlag(FLAGS_hot_experts_warmup_tokens);
   const double max_gib = absl::GetFlag(FLAGS_hot_experts_max_gib);
   if (warmup < 1 || !(max_gib >= 0 && max_gib <= 1e6)) {
@@ -94,7 +115,8 @@ int main(int argc, char** argv) {
        .early_rounds_after_attention = absl::GetFlag(FLAGS_early_rounds_after_attention),
        .time_transfers = absl::GetFlag(FLAGS_time_transfers),
        .device_swiglu = absl::GetFlag(FLAGS_device_swiglu),
-       .device_logit_stats = absl::GetFlag(FLAGS_device_logit_stats)});
+       .device_logit_stats = absl::GetFlag(FLAGS_device_logit_stats),
+       .gqa_decode_kernel = *gqa_kernel});
   absl::Status status = writescope::RunWorkerServer(
       worker, {.port = absl::GetFlag(FLAGS_port), .port_file = absl::GetFlag(FLAGS_port_file)});
   if (!status.ok()) {

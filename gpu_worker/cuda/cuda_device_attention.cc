@@ -30,7 +30,8 @@ namespace {
 
 class CudaDeviceAttention final : public DeviceAttention {
  public:
-  explicit CudaDeviceAttention(Device* device) : device_(device) {}
+  CudaDeviceAttention(Device* device, const DeviceAttentionOptions& options)
+      : device_(device), options_(options) {}
 
   absl::Status GqaDecode(const kernels::GqaDecodeArgs& args) override {
     absl::Status status = CudaGqaDecode(args);
@@ -159,6 +160,7 @@ class CudaDeviceAttention final : public DeviceAttention {
     gpu.kv = kv;
     gpu.o = static_cast<float*>(o_.data());
     gpu.lse = gpu.o + rows * dim;
+    gpu.split.gqa_kernel = options_.gqa_decode_kernel;  // before sizing: it plans the splits
     const size_t workspace = kernels::cuda::GqaGpuDecodeWorkspaceBytes(gpu);
     WS_RETURN_IF_ERROR(Grow(&workspace_, workspace));
     gpu.workspace = workspace_.data();
@@ -319,6 +321,7 @@ class CudaDeviceAttention final : public DeviceAttention {
   }
 
   Device* device_;
+  const DeviceAttentionOptions options_;
   DeviceBuffer q_, o_, tiles_, positions_, tokens_, workspace_;
   bool warned_ = false;
   std::vector<uint16_t> host_tiles_;
@@ -327,8 +330,9 @@ class CudaDeviceAttention final : public DeviceAttention {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(Device* device) {
-  return std::make_unique<CudaDeviceAttention>(device);
+absl::StatusOr<std::unique_ptr<DeviceAttention>> CreateCudaDeviceAttention(
+    Device* device, const DeviceAttentionOptions& options) {
+  return std::make_unique<CudaDeviceAttention>(device, options);
 }
 
 }  // namespace writescope::gpu

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end generation through the real trio (deploy/launch.sh --device host, or the
-device WS_E2E_DEVICE names, e.g. cuda on the GPU machine).
+device WS_E2E_DEVICE names, e.g. cuda on the GPU machine). WS_E2E_GPU_WORKER_FLAGS: flags
+every trio's gpu_worker gets besides a section's own (space-separated, e.g.
+--gqa_decode_kernel=bulk4 to run the checks on another kernel).
 
    python3 tests/e2e/generate_test.py --root SRC --bin BUILD/bin
 
@@ -198,6 +200,8 @@ class Trio:
         if not any(f.startswith("--routed_experts") for f in self.flags):
             self.flags.append("--routed_experts=cpu")
         self.launch_flags = list(launch_flags)
+        for flag in os.environ.get("WS_E2E_GPU_WORKER_FLAGS", "").split():
+            self.launch_flags += ["--gpu-worker-flag", flag]
         # Likewise the hot experts (resident on the gpu_worker, bf16 there): off unless a
         # section asks for them.
         if not any(f.startswith("--hot_experts") for f in self.launch_flags):

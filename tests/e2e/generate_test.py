@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """End-to-end generation through the real trio (deploy/launch.sh --device host, or the
 device WS_E2E_DEVICE names, e.g. cuda on the GPU machine). WS_E2E_GPU_WORKER_FLAGS: flags
-every trio's gpu_worker gets besides a section's own (space-separated, e.g.
---gqa_decode_kernel=bulk4 to run the checks on another kernel).
+every trio's gpu_worker gets besides a section's own (space-separated). The fixtures' GQA
+head_dim is 16, which the CUDA decode runs on its SIMT kernel whatever --gqa_decode_kernel
+says: deploy/generate-kernels.sh checks the tensor-core kernels at real shapes.
 
    python3 tests/e2e/generate_test.py --root SRC --bin BUILD/bin
 

@@ -11,7 +11,8 @@
 # KERNELs: default, registers, bulk4, bulk3x2 (default: registers bulk4 bulk3x2; the first is
 # the reference). --device host runs the CPU kernels whatever the flag says (a check of this
 # script, not of the kernels). Writes DIR/gen-KERNEL.json and prints each comparison; exit 1 if
-# a generation fails or differs, 2 for bad arguments.
+# a trio does not start (launch-KERNEL.log says why) or a generation fails or differs, 2 for bad
+# arguments.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${WS_BIN:-$ROOT/build/bin}" DEVICE=cuda ARCH=qwen3_moe LAYERS=4 PROMPT=8192 TOKENS=32
@@ -45,30 +46,27 @@ for n in "$LAYERS" "$PROMPT" "$TOKENS"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "generate-kernels: --layers, --prompt and --tokens take positive integers" >&2; exit 2; }
 done
 mkdir -p "$OUT_DIR"
+# The trio's launch and stop (also on an error, Ctrl-C or a timeout's TERM) and the KV bytes
+# per token: deploy/bench-trio.sh. The gpu_worker's hot experts as it would choose them alone
+# (4096 routed tokens, within the prompt).
+HOT_WARMUP_TOKENS=4096
+# shellcheck source=bench-trio.sh
+source "$ROOT/deploy/bench-trio.sh"
 vocab=$([[ $ARCH == qwen3_moe ]] && echo 151936 || echo 32000)
 ids=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange($vocab)) for _ in range($PROMPT)))")
-region_mib=$(( (PROMPT + TOKENS) * LAYERS * 4096 / 1048576 + 256 ))
+region_mib=$(( (PROMPT + TOKENS) * LAYERS * $(kv_bytes_of "$ARCH") / 1048576 + 256 ))
 
 status=0
+base_gpu_flags="${WS_GPU_WORKER_FLAGS:-}"
 for k in "${kernels[@]}"; do
-  ready=$(mktemp -u /tmp/ws-gk-ready.XXXXXX)
   SECONDS=0
-  WS_BIN="$BIN" "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 --ready-file "$ready" \
-    --device "$DEVICE" --gpu-worker-flag "--gqa_decode_kernel=$k" -- --synthetic="$ARCH" \
-    --num_layers="$LAYERS" --policy=transfer-all --cpu_region_mib=256 \
-    --transfer_region_mib="$region_mib" --channel_mib=64 > "$OUT_DIR/launch-$k.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1500); do [[ -f $ready ]] && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
-  if [[ ! -f $ready ]]; then
-    echo "$k: the trio did not start (launch log: $OUT_DIR/launch-$k.log)"; tail -5 "$OUT_DIR/launch-$k.log"
-    kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; status=1; continue
-  fi
-  source "$ready"; rm -f "$ready"
+  WS_GPU_WORKER_FLAGS="$base_gpu_flags --gqa_decode_kernel=$k" \
+    start_trio "$k" transfer-all "$region_mib" --channel_mib=64 > "$OUT_DIR/launch-$k.log" 2>&1
   grep -h "GQA decode kernel" "$WS_LOG_DIR"/gpu_worker*.log 2>/dev/null | head -1 | sed "s/^/$k: /"
   "$BIN/wscope" generate --target="$WS_TARGET" --prompt_ids="$ids" --max_tokens="$TOKENS" \
     --ignore_eos --logprobs=2 --json > "$OUT_DIR/gen-$k.json" 2> "$OUT_DIR/gen-$k.err"
   rc=$?
-  kill -TERM $pid; wait $pid 2>/dev/null
+  stop_trio >> "$OUT_DIR/launch-$k.log" 2>&1
   echo "$k: generate exit $rc after ${SECONDS}s (trio start and generation)"
   if [[ $rc -ne 0 ]]; then cat "$OUT_DIR/gen-$k.err" "$OUT_DIR/gen-$k.json" | head -5; status=1; fi
 done

@@ -8,12 +8,6 @@
 # SKIP_QWEN=1 (DeepSeek only, for a short budget), KERNELS=1 (the kernel checks on any GPU).
 export CALL_START=$(date +%s)
 if [[ -n ${KERNELS:-} ]] || nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  bash docs/runs/h100-run260-gqa-bulk/cmd.sh > $OUT/run261-kernels.txt 2>&1
-  grep -E "^(NVIDIA|test rc|bench)|qwen3 +32768 +1 |mixtral +32768 +1 " $OUT/run261-kernels.txt
-  SECONDS=0; LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 timeout 200 \
-    deploy/generate-kernels.sh --bin /tmp/ws/bin --device cuda --out $OUT/gk registers bulk4 \
-    > $OUT/run261-generate-kernels.txt 2>&1
-  echo "generate-kernels rc=$? ${SECONDS}s"; cat $OUT/run261-generate-kernels.txt
-  tar czf $OUT/gk.tgz -C $OUT gk && rm -rf $OUT/gk
+  bash docs/runs/run261-kernels/cmd.sh  # the kernel checks (~150 s)
 fi
 bash docs/runs/run259-full-depth-near-ties/cmd.sh

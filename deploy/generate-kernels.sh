@@ -5,6 +5,17 @@
 # under transfer-all (every spilled block attended on the GPU), each kernel's generation
 # compared with the first's (deploy/compare_generations.py).
 #
+# The trios run with the gpu_worker's routed experts off (--stream_experts=off, hot experts
+# off): otherwise the coordinator sends a step's experts to the GPU or the CPU by what it
+# measures at the time, their roundings differ, and two trios of the same kernel part (runs
+# 264-265 on an H100: the first token's log-probability 0.0012 apart, tokens apart from the
+# 18th; with the experts off, six trios gave the same generation to the last bit, run 266).
+# So what differs is the kernels' rounding alone. It still need not stay within the tolerance:
+# a MoE router near a tie can turn it into one token's jump (run 267: bulk3x2 against the
+# register kernel 0.0146 at one token of 32 and the next token equal again, the same to the last
+# bit on a second trio, run 268). A FAIL asks for cuda_attention_test, which compares each kernel
+# with the fp64 reference. WS_GPU_WORKER_FLAGS and HOT_EXPERTS override the experts' setting.
+#
 #   deploy/generate-kernels.sh [--bin DIR] [--device cuda|host] [--arch qwen3_moe|mixtral]
 #       [--layers N] [--prompt N] [--tokens N] [--out DIR] [KERNEL...]
 #
@@ -27,7 +38,7 @@ while [[ $# -gt 0 ]]; do
     --prompt) PROMPT="$2"; shift 2 ;;
     --tokens) TOKENS="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "generate-kernels: unknown flag $1" >&2; exit 2 ;;
     *) kernels+=("$1"); shift ;;
   esac
@@ -47,23 +58,26 @@ for n in "$LAYERS" "$PROMPT" "$TOKENS"; do
 done
 mkdir -p "$OUT_DIR"
 # The trio's launch and stop (also on an error, Ctrl-C or a timeout's TERM) and the KV bytes
-# per token: deploy/bench-trio.sh. The gpu_worker's hot experts as it would choose them alone
-# (4096 routed tokens, within the prompt).
-HOT_WARMUP_TOKENS=4096
+# per token: deploy/bench-trio.sh. Hot experts off (above); where HOT_EXPERTS turns them on,
+# chosen as the gpu_worker would alone (4096 routed tokens, within the prompt).
+HOT_WARMUP_TOKENS=4096 HOT_EXPERTS="${HOT_EXPERTS:-off}"
 # shellcheck source=bench-trio.sh
 source "$ROOT/deploy/bench-trio.sh"
 vocab=$([[ $ARCH == qwen3_moe ]] && echo 151936 || echo 32000)
-ids=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange($vocab)) for _ in range($PROMPT)))")
+# The ids go in a file: a 32K prompt's ids on the command line pass the kernel's limit on one
+# argument (128 KiB; run 262 failed so).
+prompt_file="$OUT_DIR/prompt-ids.txt"
+python3 -c "import random; random.seed(7); print(','.join(str(random.randrange($vocab)) for _ in range($PROMPT)))" > "$prompt_file"
 region_mib=$(( (PROMPT + TOKENS) * LAYERS * $(kv_bytes_of "$ARCH") / 1048576 + 256 ))
 
 status=0
-base_gpu_flags="${WS_GPU_WORKER_FLAGS:-}"
+base_gpu_flags="--stream_experts=off ${WS_GPU_WORKER_FLAGS:-}"  # a later flag wins
 for k in "${kernels[@]}"; do
   SECONDS=0
   WS_GPU_WORKER_FLAGS="$base_gpu_flags --gqa_decode_kernel=$k" \
     start_trio "$k" transfer-all "$region_mib" --channel_mib=64 > "$OUT_DIR/launch-$k.log" 2>&1
   grep -h "GQA decode kernel" "$WS_LOG_DIR"/gpu_worker*.log 2>/dev/null | head -1 | sed "s/^/$k: /"
-  "$BIN/wscope" generate --target="$WS_TARGET" --prompt_ids="$ids" --max_tokens="$TOKENS" \
+  "$BIN/wscope" generate --target="$WS_TARGET" --prompt_file="$prompt_file" --max_tokens="$TOKENS" \
     --ignore_eos --logprobs=2 --json > "$OUT_DIR/gen-$k.json" 2> "$OUT_DIR/gen-$k.err"
   rc=$?
   stop_trio >> "$OUT_DIR/launch-$k.log" 2>&1

@@ -31,7 +31,7 @@ class DeviceAttention {
 
 struct DeviceAttentionOptions {
   // The GQA tensor-core decode kernel on the CUDA device (kernels/cuda/cuda_attention.h;
-  // kDefault: the register kernel). The host device runs the CPU kernels whatever it says.
+  // kDefault: bulk4). The host device runs the CPU kernels whatever it says.
   kernels::cuda::GqaDecodeKernel gqa_decode_kernel = kernels::cuda::GqaDecodeKernel::kDefault;
 };
 

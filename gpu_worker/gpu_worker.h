@@ -53,7 +53,7 @@ struct GpuWorkerOptions {
   // the logits copied to the host and reduced there.
   bool device_logit_stats = true;
   // The GQA tensor-core decode kernel on the CUDA device (DeviceAttentionOptions; kDefault:
-  // the register kernel). The host device runs the CPU kernels whatever it says.
+  // bulk4). The host device runs the CPU kernels whatever it says.
   kernels::cuda::GqaDecodeKernel gqa_decode_kernel = kernels::cuda::GqaDecodeKernel::kDefault;
 };
 

@@ -52,9 +52,10 @@ ABSL_FLAG(bool, device_logit_stats, true,
           "to the host and reduced there");
 
 ABSL_FLAG(std::string, gqa_decode_kernel, "default",
-          "The GQA tensor-core decode kernel on the CUDA device: default (the register kernel), "
-          "registers, bulk4 (K/V staged in a 128 KB shared-memory ring by bulk copies, 1 CTA "
-          "per SM) or bulk3x2 (a 96 KB ring, 2 CTAs per SM); the host device ignores it");
+          "The GQA tensor-core decode kernel on the CUDA device: default (bulk4), registers "
+          "(each warp loads its K/V into registers, 3 CTAs per SM), bulk4 (K/V staged in a 128 "
+          "KB shared-memory ring by bulk copies, 1 CTA per SM) or bulk3x2 (a 96 KB ring, 2 CTAs "
+          "per SM); the host device ignores it");
 
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();

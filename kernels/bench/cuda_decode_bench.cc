@@ -159,7 +159,9 @@ class PackedKv {
 // reading K/V), the split merge alone, and fixed split sizes. GPU time, queued, cold L2.
 void RunGqaAnatomy(const BenchOptions& options) {
   std::printf("\n== CUDA GQA decode at batch 1: where the time goes (us) ==\n");
-  std::printf("bulk4, b4_window: decode and window as the bulk-copy kernel with its own splits\n");
+  std::printf(
+      "decode, window, s256-s4096: the register kernel; bulk4, b4_window: decode and\n"
+      "window as the bulk-copy kernel (the service's default) with its own splits\n");
   std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s\n", "model", "tokens",
               "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512", "s1024",
               "s2048", "s4096", "bulk4", "b4_window");
@@ -187,6 +189,7 @@ void RunGqaAnatomy(const BenchOptions& options) {
       args.kv = kv.source;
       args.o = o.as<float>();
       args.lse = lse.as<float>();
+      args.split.gqa_kernel = cuda::GqaDecodeKernel::kRegisters;
       // The largest workspace of the variants below (256-token splits).
       cuda::GqaGpuDecodeArgs widest = args;
       widest.split.tokens_per_split = 256;
@@ -243,10 +246,10 @@ void RunGqa(const BenchOptions& options) {
   std::printf("\n== CUDA GQA decode: ping-pong tiles + %d-token D-window (ceiling %.0f GB/s) ==\n",
               kWindowTokens, options.hbm_gbps);
   std::printf(
-      "ms: GPU time, queued, cold L2; call_ms: one call from an idle stream (the\n"
-      "host's launch latency included); bulk4, bulk3x2: as ms, for the kernels that\n"
-      "stage K/V by bulk copies (kernels/cuda/launch.h GqaKernel), each with its own\n"
-      "planned splits, and their %%ceil\n");
+      "ms: the register kernel's GPU time, queued, cold L2; call_ms: one call from an\n"
+      "idle stream (the host's launch latency included); bulk4 (the service's default),\n"
+      "bulk3x2: as ms, for the kernels that stage K/V by bulk copies (kernels/cuda/launch.h\n"
+      "GqaKernel), each with its own planned splits, and their %%ceil\n");
   std::printf("%-8s %8s %6s %10s %10s %8s %10s %10s %6s %10s %6s\n", "model", "tokens", "batch",
               "ms", "GB/s", "%ceil", "call_ms", "bulk4", "%ceil", "bulk3x2", "%ceil");
   for (const std::string& name : options.models) {
@@ -282,6 +285,7 @@ void RunGqa(const BenchOptions& options) {
         args.q = q.as<const uint16_t>();
         args.o = o.as<float>();
         args.lse = lse.as<float>();
+        args.split.gqa_kernel = cuda::GqaDecodeKernel::kRegisters;
         double seconds, call_seconds;
         double bulk_seconds[2] = {0, 0};  // 0: not timed (per-seq launches) or failed
         if (disjoint) {

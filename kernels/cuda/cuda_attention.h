@@ -50,8 +50,9 @@ struct GpuKvSource {
 };
 
 // Which GQA tensor-core decode kernel runs (head_dim 64/128, group <= 8; the other shapes
-// take the SIMT kernel whatever this says). kDefault is the service's choice; the others are
-// for the tests and the benchmark (kernels/cuda/launch.h GqaKernel says what each does).
+// take the SIMT kernel whatever this says). kDefault is the service's choice, bulk4
+// (cuda_attention.cc GqaKernelOf says why); the others name one kernel, for the gpu_worker's
+// flag, the tests and the benchmark (kernels/cuda/launch.h GqaKernel says what each does).
 enum class GqaDecodeKernel { kDefault, kRegisters, kBulk4, kBulk3x2 };
 
 // Split-KV: each sequence's keys are cut into splits of `tokens_per_split` (a multiple

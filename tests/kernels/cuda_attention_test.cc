@@ -383,18 +383,19 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
   args.o = o;
   args.lse = lse;
   // For each tensor-core kernel: the planned splits and fixed sizes over the packed tiles,
-  // and over the pointer list. Splits of 32 and 96 tokens end inside a bulk kernel's 64-token
-  // stage; tiles of 32 tokens (Odd6x3d64) and a window of two blocks put several runs of rows
-  // in one stage; splits of 1024 wrap the ring. The SIMT shapes run their one kernel whatever the
-  // choice.
+  // and over the pointer list; and the service's default choice once. Splits of 32 and 96 tokens
+  // end inside a bulk kernel's 64-token stage; tiles of 32 tokens (Odd6x3d64) and a window of two
+  // blocks put several runs of rows in one stage; splits of 1024 wrap the ring. The SIMT shapes run
+  // their one kernel whatever the choice.
   struct Variant {
     int32_t tokens_per_split;
     bool pointer_list;
     GqaDecodeKernel kernel;
   };
-  const Variant variants[] = {{0, false, GqaDecodeKernel::kDefault},
-                              {32, false, GqaDecodeKernel::kDefault},
+  const Variant variants[] = {{0, false, GqaDecodeKernel::kRegisters},
+                              {32, false, GqaDecodeKernel::kRegisters},
                               {96, false, GqaDecodeKernel::kRegisters},
+                              {0, true, GqaDecodeKernel::kRegisters},
                               {0, true, GqaDecodeKernel::kDefault},
                               {0, false, GqaDecodeKernel::kBulk4},
                               {32, false, GqaDecodeKernel::kBulk4},
@@ -409,9 +410,10 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
     const std::string what =
         absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split,
                      pointer_list ? " pointer list" : "", rising ? " rising" : "",
-                     kernel == GqaDecodeKernel::kBulk4     ? " bulk4"
-                     : kernel == GqaDecodeKernel::kBulk3x2 ? " bulk3x2"
-                                                           : "");
+                     kernel == GqaDecodeKernel::kBulk4       ? " bulk4"
+                     : kernel == GqaDecodeKernel::kBulk3x2   ? " bulk3x2"
+                     : kernel == GqaDecodeKernel::kRegisters ? " registers"
+                                                             : " default");
     args.split.tokens_per_split = tokens_per_split;
     args.split.gqa_kernel = kernel;
     args.kv = pointer_list ? kv.PointerList() : kv.source;

@@ -91,10 +91,11 @@ size_t PartialBytes(int32_t splits, int64_t rows, int32_t dim) {
          (size_t{static_cast<size_t>(splits)} * rows * sizeof(float) + 255) / 256 * 256;
 }
 
-// The tensor-core kernel that `choice` names. The default is bulk4: on an H100 (run 260) it
-// was faster than the register kernel at 15 of 17 GQA points (by 2-6 % at 12), and the
-// service's generations on it agreed with the register kernel's where their plans differ
-// (runs 262-263). It has not been timed on an H200.
+// The tensor-core kernel that `choice` names. The default is bulk4: on an H100 it was faster
+// than the register kernel at 15 of 17 GQA points in run 260 and 14 of 17 in run 264 (by
+// 1-6 %; slower by up to 2.8 % at Qwen3 batch 32), and the service's generations on it agreed
+// with the register kernel's where their plans differ (runs 262-263, 267). It has not been
+// timed on an H200.
 internal::GqaKernel GqaKernelOf(GqaDecodeKernel choice) {
   switch (choice) {
     case GqaDecodeKernel::kRegisters:

@@ -1,4 +1,5 @@
-# The next lease's call (sessions 54-55; not run): where the lease is an H200 (issue 4's
+# Ran in session 56 on an H100 80GB HBM3 (478 s; not an H200 and KERNELS unset, so run 259
+# alone; the kernel checks ran apart, run 261). Written in sessions 54-55 as the next lease's call: where the lease is an H200 (issue 4's
 # machine), run 260's GQA kernel comparison (~30 s) and the service on the register and bulk4
 # kernels (deploy/generate-kernels.sh: a synthetic Qwen3 of 4 layers, an 8K prompt, 32 greedy
 # tokens compared; ~90 s); then run 259 in what is left. The bundle:
@@ -8,6 +9,6 @@
 # SKIP_QWEN=1 (DeepSeek only, for a short budget), KERNELS=1 (the kernel checks on any GPU).
 export CALL_START=$(date +%s)
 if [[ -n ${KERNELS:-} ]] || nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  bash docs/runs/run261-kernels/cmd.sh  # the kernel checks (~150 s)
+  bash docs/runs/h100-run261-kernels/cmd.sh  # the kernel checks (~150 s)
 fi
-bash docs/runs/run259-full-depth-near-ties/cmd.sh
+bash docs/runs/h100-run259-full-depth-near-ties/cmd.sh

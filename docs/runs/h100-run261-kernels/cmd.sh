@@ -1,4 +1,5 @@
-# Run 261 (session 55; NOT RUN: no lease came): the kernel checks alone, for a lease too short for run 259.
+# Run 261 (session 55; ran in session 56 on an H100 80GB HBM3: step 2 only, 15 s;
+# run261-generate-kernels.txt, gk/): the kernel checks alone, for a lease too short for run 259.
 # 1. On an H200 (issue 4's machine) only: run 260's comparison of the GQA decode kernels
 #    (cuda_attention_test's GQA cases, attention_bench's GQA tables twice).
 # 2. On any GPU: the service on the register kernel and bulk4 (deploy/generate-kernels.sh:

@@ -1,4 +1,5 @@
-# NOT RUN in sessions 53-55 (no lease came for it; session 54: one H100 for run 260, then every start refused; session 55: none). Ready for the next lease: call.sh runs it, after the kernel checks where the lease is an H200.
+# Ran in session 56 on an H100 80GB HBM3 through call.sh (DeepSeek 191 s, Qwen3 285 s): ds27/, qw48/,
+# ds27.log, qw48.log. Not run in sessions 53-55 (no lease came for it).
 # Run 259 (session 53): the two points where "never below 0.98x the best baseline" could not be
 # told with 4 layers (DeepSeek 4 x 8K, Qwen3 4 x 8K; runs 254-256), at the models' full depth:
 # DeepSeek-V2-Lite's 27 layers and Qwen3-30B-A3B's 48. With 4 layers, a step's fixed costs

@@ -5,16 +5,11 @@
 # under transfer-all (every spilled block attended on the GPU), each kernel's generation
 # compared with the first's (deploy/compare_generations.py).
 #
-# The trios run with the gpu_worker's routed experts off (--stream_experts=off, hot experts
-# off): otherwise the coordinator sends a step's experts to the GPU or the CPU by what it
-# measures at the time, their roundings differ, and two trios of the same kernel part (runs
-# 264-265 on an H100: the first token's log-probability 0.0012 apart, tokens apart from the
-# 18th; with the experts off, six trios gave the same generation to the last bit, run 266).
-# So what differs is the kernels' rounding alone. It still need not stay within the tolerance:
-# a MoE router near a tie can turn it into one token's jump (run 267: bulk3x2 against the
-# register kernel 0.0146 at one token of 32 and the next token equal again, the same to the last
-# bit on a second trio, run 268). A FAIL asks for cuda_attention_test, which compares each kernel
-# with the fp64 reference. WS_GPU_WORKER_FLAGS and HOT_EXPERTS override the experts' setting.
+# The trios keep the routed experts on the cpu_worker (--stream_experts=off, hot experts off;
+# WS_GPU_WORKER_FLAGS and HOT_EXPERTS override): the coordinator otherwise picks their processor
+# per step from its timings, and two trios of one kernel part at near ties. Then only the
+# kernels' rounding differs, which a MoE router near a tie can still turn into one token's jump;
+# a FAIL asks for cuda_attention_test (the fp64 reference). docs/measurements.md, session 56.
 #
 #   deploy/generate-kernels.sh [--bin DIR] [--device cuda|host] [--arch qwen3_moe|mixtral]
 #       [--layers N] [--prompt N] [--tokens N] [--out DIR] [KERNEL...]
@@ -38,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     --prompt) PROMPT="$2"; shift 2 ;;
     --tokens) TOKENS="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
-    -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "generate-kernels: unknown flag $1" >&2; exit 2 ;;
     *) kernels+=("$1"); shift ;;
   esac

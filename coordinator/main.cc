@@ -111,6 +111,10 @@ ABSL_FLAG(bool, rest_shift_scaled,
           writescope::coordinator::SchedulerOptions{}.rest_shift_scaled,
           "writescope: --rest_shift_explore compares with the gap the chosen mode's fall "
           "scaled to the other mode's rest where that is larger (false: the fall alone)");
+ABSL_FLAG(bool, rest_median_of_three,
+          writescope::coordinator::SchedulerOptions{}.rest_median_of_three,
+          "writescope: a read mode's rest sample one step after its previous one enters the "
+          "rest as the median of it and the two before it (false: as it is)");
 ABSL_FLAG(double, rest_tokens_tolerance,
           writescope::coordinator::SchedulerOptions{}.rest_tokens_tolerance,
           "writescope: a relative change of the batch's host tokens that re-levels the read "
@@ -175,6 +179,7 @@ int main(int argc, char** argv) {
   options.scheduler.charge_exploration_overrun = absl::GetFlag(FLAGS_charge_exploration_overrun);
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
+  options.scheduler.rest_median_of_three = absl::GetFlag(FLAGS_rest_median_of_three);
   options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();

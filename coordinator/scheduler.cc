@@ -632,6 +632,19 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       // step's. (The first sample sets the rest whatever its weight.)
       uint64_t& last = split ? rest_split_clock_ : rest_gpu_only_clock_;
       const double since = std::max(1.0, static_cast<double>(rest_clock_ - last));
+      // The sample as the EMA takes it (rest_median_of_three): the median of it and the mode's
+      // two samples before it where all three came one step apart. A sample after a gap (an
+      // exploration's, the first after a held one or a re-level) starts them anew.
+      RecentRests& recent = recent_rests_[split ? 0 : 1];
+      if (!(last != 0 && rest_clock_ - last == 1 && !rest_stale_)) recent.count = 0;
+      const double mixed =
+          options_.rest_median_of_three && recent.count == 2
+              ? std::max(std::min(recent.values[0], recent.values[1]),
+                         std::min(std::max(recent.values[0], recent.values[1]), value))
+              : value;
+      if (recent.count == 2) recent.values[0] = recent.values[1];
+      recent.values[std::min(recent.count, 1)] = value;
+      recent.count = std::min(recent.count + 1, 2);
       // A step far above its mode's prediction from a measured rest waits for the mode's
       // next sample: a lone spike teaches nothing, two in a row are a new level
       // (SchedulerOptions::rest_outlier_factor). A held sample leaves the clock, so the next
@@ -665,7 +678,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       } else {
         const double weight = 1.0 - std::pow(1.0 - options_.rest_ema_weight, since);
         const double before = rest;
-        MixEma(rest, value, weight);
+        MixEma(rest, mixed, weight);
         // An explored mode's first sample is a guess: the runtime's first steps pay for
         // one-time work (Qwen3 4 x 8K on the H200, run 154: the trio's second step, a
         // GPU-only exploration's settled one, took 78.5 ms where GPU-only steps took ~10,

@@ -461,6 +461,22 @@ struct SchedulerOptions {
   // the last one (and any steps that taught nothing); the chosen mode's step after an
   // exploration weighs one step's.
   double rest_ema_weight = 0.25;
+  // A mode's rest sample that follows its previous one by one step (the chosen mode's, step
+  // after step) enters the EMA as the median of it and the two before it, so that one slow
+  // step below rest_outlier_factor moves nothing and a new level counts from its second step.
+  // Such steps are common on the GPU machine's host (DeepSeek 4 x 8K on the H200, run 269:
+  // steps of 42-74 ms among 36-40). Mixed in, one of 46 ms raised GPU-only's rest by 2.2 ms,
+  // which put a split 0.2 ms ahead of it; where such steps flipped the choice (rounds 12, 17
+  // and 18 of 23) the split ran 4-7 % slower than the round's GPU-only steps and
+  // stayed chosen for up to 4 turns of 8 steps (145 chosen split steps in 1840, 3.6-7.3 ms
+  // each over transfer-all's, 0.9 % of writescope's time). Simulated
+  // (DecodeReadsTest.TheMedianKeepsOneSlowStepOutOfTheChoice): with 8 % of the steps 15-40 % slow,
+  // writescope's time over the better mode's fell from 1.6-1.7 % to 0.95-1.0 % where the split is
+  // 5-8 % behind, and from 1.5 % to 0.9 % where it is 5 % ahead; with +-8 % uniform noise it moved
+  // by 0.1 % at most. A new level is taken a step later: a loaded split was left after 5 steps
+  // against 3 (ModesWithinNoiseOfEachOtherAreNotFlipped- EveryFewSteps). An exploration's sample,
+  // and any after a gap, enter as they are. false: every sample as it is.
+  bool rest_median_of_three = true;
   // The split's GPU path is bounded by its transfers too: D, the copy engine's time on a
   // layer's KV rounds (StepSample::dma_ns, a line in the tokens streamed). Where the
   // transfers run all step, the step takes D per layer while the CPU's chain, its attention
@@ -708,6 +724,13 @@ class Scheduler {
   ChainExtraSource chain_extra_source_ = ChainExtraSource::kNone;
   double rest_split_;
   double rest_gpu_only_;
+  // rest_median_of_three: each mode's latest raw rest samples taken one step apart (the older
+  // first; count of them valid), the split's then GPU-only's.
+  struct RecentRests {
+    double values[2] = {0.0, 0.0};
+    int count = 0;
+  };
+  RecentRests recent_rests_[2];
   double switch_cost_ = std::numeric_limits<double>::quiet_NaN();
   // What the decisions held in a row gave up by the predictions (the other mode's savings
   // summed): a change pays for itself once it reaches the switch cost.

@@ -726,10 +726,12 @@ TEST_F(EngineTest, AFailedStepCarriesKvMovedOnToTheNext) {
 class HotUploadTest : public EngineTest, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(HotUploadTest, TheUploadIsNotLearnedAsStepTime) {
-  // The scheduler without its outlier hold, which would drop the one slow step too
-  // (SchedulerOptions::rest_outlier_factor): this tests the report alone.
+  // The scheduler without its outlier hold and its median, which would drop the one slow step
+  // too (SchedulerOptions::rest_outlier_factor, rest_median_of_three): this tests the report
+  // alone.
   SchedulerOptions options;
   options.rest_outlier_factor = 0;
+  options.rest_median_of_three = false;
   ASSERT_NO_FATAL_FAILURE(StartEngine(options));
   gpu_->report_upload_ = GetParam();
   const v1::BenchRequest request = Bench(2, 4 * kv_.block_tokens(), 16, 0);

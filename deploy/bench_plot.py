@@ -3,7 +3,7 @@
 only the standard library: the small raster renderer (RGB canvas, lines, bars, markers, a 5x7
 bitmap font) and the PNG writer (zlib + struct) live in this file.
 
-  python3 deploy/bench_plot.py --grid docs/runs/h200-run18-bench-grid.csv --out-dir /tmp/plots
+  python3 deploy/bench_plot.py --grid docs/runs/h200-run208-grids/gd/bench-deepseek_v2.csv --out-dir /tmp/plots
       per batch size B: <prefix>-batch<B>-throughput.png (tokens/s against the context, one
       line per policy) and <prefix>-batch<B>-speedup.png (writescope's tokens/s divided by each
       baseline's, per context). Repeated rows of one (policy, batch, context) are merged as

@@ -68,7 +68,7 @@ Rows repeated for one (policy, batch, context) (bench-grid.sh --repeats) are ave
 p10-p90 ranges joined.
 
 Only the standard library. Usage:
-  python3 deploy/bench_report.py docs/runs/h200-run18-bench-grid.csv [--headline-from 8192]
+  python3 deploy/bench_report.py docs/runs/h200-run208-grids/gd/bench-deepseek_v2.csv [--headline-from 8192]
   python3 deploy/bench_report.py CSV --ceilings qwen3_moe [--h2d-gbps G] [--dram-gbps G]
       [--cpu-tflops T] [--window-tokens 256] [--host-gib 128] [--host-read-gbps S]
       [--probe probe.json [--probe probe-after.json]]

@@ -1,4 +1,6 @@
-# Run 269 (session 56; NOT RUN: the session's device time was spent). The next lease's call.
+# Run 269 (prepared in session 56; run in session 57, 2026-12-06, on an NVIDIA H200, 459 s).
+# cuda_attention_test was left out of the bundle: with it the call passed the 64 MB it may
+# carry, so part 1's test line reads rc=127. Results: docs/measurements.md "Session 57".
 # 1. On an H200 (issue 4's machine) only: run 260's comparison of the GQA decode kernels
 #    (cuda_attention_test's GQA cases, attention_bench's GQA tables twice), now that bulk4 is
 #    the default (session 56: faster on an H100 at 14-15 of 17 points, never timed on an
@@ -9,7 +11,7 @@
 #    (deploy/best_baseline_report.py over both CSVs): 0.975 [0.955, 0.994] wants ~1400.
 # The bundle (run with carry ["dist"]; the tree is near the 64 MiB the run takes):
 #   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope \
-#     cuda_attention_test attention_bench" deploy/gpu-bundle.sh
+#     attention_bench" deploy/gpu-bundle.sh
 deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64
 nvidia-smi --query-gpu=name --format=csv,noheader; grep commit /tmp/ws/MANIFEST 2>/dev/null | head -1
 export CALL_START=$(date +%s)

@@ -2227,10 +2227,10 @@ TEST(DecodeReadsTest, ModesWithinNoiseOfEachOtherAreNotFlippedEveryFewSteps) {
   EXPECT_LT(held.steps.total_ns, 0.997 * free.steps.total_ns);
   EXPECT_GT(held.steps_to_leave_loaded, 0);
   EXPECT_LE(held.steps_to_leave_loaded, 8);
-  // The median on (the default): the 600 steps take 1.4790e10 ns against 1.4799e10 held
-  // without it (the hold then gives nothing over no hold: 1.4831e10), and the loaded split is
-  // left 2 steps later (5): the median takes a new level from its second step, and the
-  // switch cost it learns is higher (1.75 against 1.29 ms).
+  // The median on (the default): the 600 steps take 1.4790e10 ns held against 1.4799e10 held
+  // without it (1.4831e10 with it and no hold), and the loaded split is left 2 steps later
+  // (5): the median takes a new level from its second step, and the switch cost it learns is
+  // higher (1.75 against 1.29 ms).
   const Run held_median = run(4, true);
   EXPECT_GT(held_median.steps_to_leave_loaded, 0);
   EXPECT_LE(held_median.steps_to_leave_loaded, 8);

@@ -466,10 +466,10 @@ struct SchedulerOptions {
   // step below rest_outlier_factor moves nothing and a new level counts from its second step.
   // Such steps are common on the GPU machine's host (DeepSeek 4 x 8K on the H200, run 269:
   // steps of 42-74 ms among 36-40). Mixed in, one of 46 ms raised GPU-only's rest by 2.2 ms,
-  // which put a split 0.2 ms ahead of it; where such steps flipped the choice (rounds 12, 17
-  // and 18 of 23) the split ran 4-7 % slower than the round's GPU-only steps and
-  // stayed chosen for up to 4 turns of 8 steps (145 chosen split steps in 1840, 3.6-7.3 ms
-  // each over transfer-all's, 0.9 % of writescope's time). Simulated
+  // which put a split 0.2 ms ahead of it; where such steps flipped the choice (rounds 12 and
+  // 17 of 23, the second on into round 18) the split ran 4-7 % slower than the round's
+  // GPU-only steps and stayed chosen for up to 4 turns of 8 steps (145 chosen split steps in
+  // 1840, 3.6-7.3 ms each over transfer-all's, 0.9 % of writescope's time). Simulated
   // (DecodeReadsTest.TheMedianKeepsOneSlowStepOutOfTheChoice): with 8 % of the steps 15-40 % slow,
   // writescope's time over the better mode's fell from 1.6-1.7 % to 0.95-1.0 % where the split is
   // 5-8 % behind, and from 1.5 % to 0.9 % where it is 5 % ahead; with +-8 % uniform noise it moved

@@ -93,9 +93,9 @@ size_t PartialBytes(int32_t splits, int64_t rows, int32_t dim) {
 
 // The tensor-core kernel that `choice` names. The default is bulk4: on an H100 it was faster
 // than the register kernel at 15 of 17 GQA points in run 260 and 14 of 17 in run 264 (by
-// 1-6 %; slower by up to 2.8 % at Qwen3 batch 32), and the service's generations on it agreed
-// with the register kernel's where their plans differ (runs 262-263, 267). It has not been
-// timed on an H200.
+// 1-6 %; slower by up to 2.8 % at Qwen3 batch 32), on the H200 at 12 of 17 in run 269 (by
+// 0.7-4.3 %; slower at Qwen3 8K x 32 by 7.8 %), and the service's generations on it agreed
+// with the register kernel's where their plans differ (runs 262-263, 267, 269).
 internal::GqaKernel GqaKernelOf(GqaDecodeKernel choice) {
   switch (choice) {
     case GqaDecodeKernel::kRegisters:

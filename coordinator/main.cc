@@ -115,6 +115,10 @@ ABSL_FLAG(bool, rest_median_of_three,
           writescope::coordinator::SchedulerOptions{}.rest_median_of_three,
           "writescope: a read mode's rest sample one step after its previous one enters the "
           "rest as the median of it and the two before it (false: as it is)");
+ABSL_FLAG(bool, rest_level_check, writescope::coordinator::SchedulerOptions{}.rest_level_check,
+          "writescope: a rest level that two slow steps in a row set is undone by the mode's "
+          "next sample where that is back to the level before, and the mode runs until that "
+          "sample (false: two slow steps set the level)");
 ABSL_FLAG(double, rest_tokens_tolerance,
           writescope::coordinator::SchedulerOptions{}.rest_tokens_tolerance,
           "writescope: a relative change of the batch's host tokens that re-levels the read "
@@ -180,6 +184,7 @@ int main(int argc, char** argv) {
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
   options.scheduler.rest_median_of_three = absl::GetFlag(FLAGS_rest_median_of_three);
+  options.scheduler.rest_level_check = absl::GetFlag(FLAGS_rest_level_check);
   options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();

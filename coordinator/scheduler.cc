@@ -650,6 +650,22 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       // (SchedulerOptions::rest_outlier_factor). A held sample leaves the clock, so the next
       // one weighs both.
       bool& held = split ? rest_split_held_ : rest_gpu_only_held_;
+      const bool after_held = held;
+      // A level two held steps set (rest_level_check) is decided by the mode's next sample,
+      // held or not: the slow spell that set it is over where the sample is back below the
+      // factor from the rest before it, and the level is undone (a guess that follows this
+      // mode's rest follows that too).
+      TentativeLevel& level = tentative_levels_[split ? 0 : 1];
+      if (level.pending) {
+        level.pending = false;
+        if (!(sample.step_ns >
+              options_.rest_outlier_factor * (predicted_before + level.rest_before_ns))) {
+          if (guess_follows_ && guessed_rest_mode_ == 3 - mode && !std::isnan(rest)) {
+            other += level.rest_before_ns - rest;
+          }
+          rest = level.rest_before_ns;
+        }
+      }
       const bool hold = options_.rest_outlier_factor > 0.0 && !held && !rest_stale_ &&
                         guessed_rest_mode_ != mode && !std::isnan(rest) &&
                         predicted_before + rest > 0.0 &&
@@ -679,6 +695,14 @@ void Scheduler::ObserveStep(const StepSample& sample) {
         const double weight = 1.0 - std::pow(1.0 - options_.rest_ema_weight, since);
         const double before = rest;
         MixEma(rest, mixed, weight);
+        // The second of two held steps in a row (the mode's steps one after the other) raised
+        // the rest: tentative until the mode's next sample.
+        if (options_.rest_level_check && after_held && since <= 2.0 && !std::isnan(before) &&
+            rest > before &&
+            sample.step_ns > options_.rest_outlier_factor * (predicted_before + before)) {
+          level.pending = true;
+          level.rest_before_ns = before;
+        }
         // An explored mode's first sample is a guess: the runtime's first steps pay for
         // one-time work (Qwen3 4 x 8K on the H200, run 154: the trio's second step, a
         // GPU-only exploration's settled one, took 78.5 ms where GPU-only steps took ~10,
@@ -905,6 +929,15 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       }
     }
     if (!held) held_regret_ns_ = 0.0;
+    // The mode whose rounds are queued holds a level that two held steps set and none since
+    // confirmed (SchedulerOptions::rest_level_check): it runs once more, and its sample
+    // decides.
+    if (!held && options_.rest_level_check && queued_mode_ == (split ? 2 : 1) &&
+        tentative_levels_[split ? 1 : 0].pending && guessed_rest_mode_ != (split ? 1 : 2) &&
+        (split || split_share > 0.0)) {
+      split = !split;
+      held = true;
+    }
   }
   bool continues_exploration = false;
   if (explore_steps_left_ > 0) {

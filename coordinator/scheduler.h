@@ -523,6 +523,17 @@ struct SchedulerOptions {
   // prediction, 1 (that one) more than 2x. A guessed rest, or one a new batch re-levels, is
   // not held. 0: off (every sample mixes in); else > 1.
   double rest_outlier_factor = 1.5;
+  // A level that two held steps in a row set (rest_outlier_factor) is tentative: the mode's
+  // next rest sample undoes it, before mixing in, where that sample is back below the factor
+  // times the mode's prediction from the rest before the level (the slow spell was two steps),
+  // and keeps it otherwise; until then the mode is kept, as a mode hold keeps it
+  // (mode_switch_hold_steps). On an H100 (run 271, DeepSeek 4 x 8K, 27 layers) two GPU-only
+  // steps of 50.6 and 64.2 ms among 26-28 raised GPU-only's rest from 22.2 to 38.4 ms, and the
+  // split, 4 % slower there, stayed chosen for 46 steps until the credit explored GPU-only; in
+  // an earlier round the same for 64 steps, 12 % slower. Of the slow spells (steps over 1.5x
+  // their round's median) in runs 271-272, 207 were one step, 54 two and 14 three or more.
+  // false: two held steps set the level.
+  bool rest_level_check = true;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
   // Relative change of the batch's host tokens that re-levels the rests, as a batch change
@@ -746,6 +757,13 @@ class Scheduler {
   uint64_t rest_clock_ = 0, rest_split_clock_ = 0, rest_gpu_only_clock_ = 0;
   // Each mode's latest rest sample was held as an outlier (rest_outlier_factor).
   bool rest_split_held_ = false, rest_gpu_only_held_ = false;
+  // rest_level_check: each mode's (the split's, GPU-only's) level that a held pair set and no
+  // sample since has confirmed, and the rest before it.
+  struct TentativeLevel {
+    bool pending = false;
+    double rest_before_ns = 0.0;
+  };
+  TentativeLevel tentative_levels_[2];
   uint64_t rest_outliers_held_ = 0;
   // The step of each line's latest sample (Observe's `elapsed`).
   uint64_t cpu_sample_step_ = 0, gpu_sample_step_ = 0, gpu_only_sample_step_ = 0;

@@ -842,6 +842,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       explore_credit_ns_ = std::max(0.0, explore_credit_ns_);
     }
     relevel_step_ = steps_;
+    // A level set at the old batch is not this one's to undo (rest_level_check).
+    tentative_levels_[0] = tentative_levels_[1] = TentativeLevel{};
     split_rest_at_gpu_only_sample_ = std::numeric_limits<double>::quiet_NaN();
     gpu_only_rest_at_split_sample_ = std::numeric_limits<double>::quiet_NaN();
     shift_explores_ = 0;

@@ -527,19 +527,21 @@ struct SchedulerOptions {
   // next rest sample undoes it, before mixing in, where that sample is back below the factor
   // times the mode's prediction from the rest before the level (the slow spell was two steps),
   // and keeps it otherwise; until then the mode is kept, as a mode hold keeps it
-  // (mode_switch_hold_steps). On an H100 (run 271, DeepSeek 4 x 8K, 27 layers) two GPU-only
-  // steps of 50.6 and 64.2 ms among 26-28 raised GPU-only's rest from 22.2 to 38.4 ms, and the
-  // split, 4 % slower there, stayed chosen for 46 steps until the credit explored GPU-only; in
-  // an earlier round the same for 64 steps, 12 % slower. Of the slow spells (steps over 1.5x
-  // their round's median) in runs 271-272, 207 were one step, 54 two and 14 three or more.
-  // Simulated (DecodeReadsTest.ALevelTwoStalledStepsSetIsCheckedByTheNextSample: 2-step stalls
-  // of 2-2.5x starting at 1 % of the steps): writescope over the better mode 1.0321 -> 1.0090,
-  // 1.0200 -> 1.0078 and 1.0188 -> 1.0076 (split 8 % and 4 % behind, 5 % ahead); without
-  // stalls identical. Its cost: a real level is taken a step later (a loaded split left after 6
-  // steps against 5). On H100s (runs 273-276, the same point, three pairs of trios): writescope
-  // over transfer-all 0.9873 [0.9833, 0.9914] with it, 0.9878 [0.9842, 0.9914] without (890
-  // and 900 rounds), its chosen split steps fewer in each pair (70 against 131 of ~1300, 46
-  // against 69 and 27 against 87 of 2640-3200). false: two held steps set the level.
+  // (mode_switch_hold_steps), unless the other mode's rest is a guess (its own exploration
+  // measures it). A re-level (rest_batch_tolerance) drops such levels. On an H100 (run 271,
+  // DeepSeek 4 x 8K, 27 layers) two GPU-only steps of 50.6 and 64.2 ms among 26-28 raised
+  // GPU-only's rest from 22.2 to 38.4 ms, and the split, 4 % slower there, stayed chosen for 46
+  // steps until the credit explored GPU-only; in an earlier round the same for 64 steps, 12 %
+  // slower. Of the slow spells (steps over 1.5x their round's median) in runs 271-272, 207 were one
+  // step, 54 two and 14 three or more. Simulated
+  // (DecodeReadsTest.ALevelTwoStalledStepsSetIsCheckedByTheNextSample: 2-step stalls of 2-2.5x
+  // starting at 1 % of the steps): writescope over the better mode 1.0321 -> 1.0090, 1.0200
+  // -> 1.0078 and 1.0188 -> 1.0076 (split 8 % and 4 % behind, 5 % ahead); without stalls identical.
+  // Its cost: a real level is taken a step later (a loaded split left after 6 steps against 5). On
+  // H100s (runs 273-276, the same point, three pairs of trios): writescope over transfer-all 0.9873
+  // [0.9833, 0.9914] with it, 0.9878 [0.9842, 0.9914] without (890 and 900 rounds), its chosen
+  // split steps fewer in each pair (70 against 131 of ~1300, 46 against 69 and 27 against 87 of
+  // 2640-3200). false: two held steps set the level.
   bool rest_level_check = true;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;

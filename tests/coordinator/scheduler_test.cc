@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -3434,6 +3435,45 @@ TEST(DecodeReadsTest, ExplorationsThatCostMoreThanPredictedRepayTheOverrun) {
   }
 }
 
+// Writescope's time over the better mode's alone, averaged over 16 seeds, in a world whose
+// split is `gain` ahead of GPU-only (WorldWithSplitAt; 200000 host tokens, 80000 placed on the
+// CPU side), its steps noisy by +-noise and times the host's pace, a change of mode costing 5 %
+// of a step: 300 warm-up decisions, then `steps` measured. make_pace(seed) gives a seed's pace,
+// called once a decision with the measured decision's index (-1 in the warm-up); `after`, if
+// given, sees each seed's scheduler and world at the end.
+double PacedRatio(const SchedulerOptions& options, double gain, double noise, int steps,
+                  const std::function<std::function<double(int)>(unsigned)>& make_pace,
+                  const std::function<void(Scheduler&, const ReadWorld&)>& after = {}) {
+  constexpr double kTokens = 200000;
+  constexpr double kPlaced = 80000;
+  constexpr int kSeeds = 16;
+  double ratio = 0.0;
+  for (unsigned seed = 1; seed <= kSeeds; ++seed) {
+    auto scheduler = *Scheduler::Create("writescope", options);
+    const ReadWorld world = WorldWithSplitAt(1.0 - gain, kTokens);
+    ProbeAndLearnLines(*scheduler, world);
+    QueuedRounds rounds{
+        .switch_ns = 0.05 * world.SplitStepNs(0.0, kTokens), .reported = true, .noise = noise};
+    rounds.random.seed(seed);
+    const std::function<double(int)> pace = make_pace(seed);
+    for (int i = 0; i < 300; ++i) {
+      rounds.pace = pace(-1);
+      rounds.Decide(*scheduler, world, kTokens, kPlaced);
+    }
+    rounds.total_ns = 0.0;
+    double best_ns = 0.0;
+    for (int i = 0; i < steps; ++i) {
+      rounds.pace = pace(i);
+      best_ns +=
+          rounds.pace * std::min(world.SplitStepNs(0.4, kTokens), world.SplitStepNs(0.0, kTokens));
+      rounds.Decide(*scheduler, world, kTokens, kPlaced);
+    }
+    ratio += rounds.total_ns / best_ns / kSeeds;
+    if (after) after(*scheduler, world);
+  }
+  return ratio;
+}
+
 // Writescope's time over the better mode's alone, with the median of three and without, in
 // two worlds: 8 % of the steps 15-40 % slow in both modes (+-3 % noise besides), and +-8 %
 // uniform noise. The split 8 % and 5 % behind GPU-only and 5 % ahead; a change of mode costs 5
@@ -3441,43 +3481,17 @@ TEST(DecodeReadsTest, ExplorationsThatCostMoreThanPredictedRepayTheOverrun) {
 // at each gap (here 1.0163 -> 1.0101, 1.0172 -> 1.0095, 1.0149 -> 1.0090); with the uniform
 // noise it is within 0.1 % (1.0101 -> 1.0100, 1.0113 -> 1.0119, 1.0113 -> 1.0123).
 TEST(DecodeReadsTest, TheMedianKeepsOneSlowStepOutOfTheChoice) {
-  constexpr double kTokens = 200000;
-  constexpr double kPlaced = 80000;
   const auto run = [&](bool median, bool spikes, double gain) {
-    double ratio = 0.0;
-    constexpr int kSeeds = 16, kSteps = 1200;
-    for (unsigned seed = 1; seed <= kSeeds; ++seed) {
-      SchedulerOptions options;
-      options.rest_median_of_three = median;
-      auto scheduler = *Scheduler::Create("writescope", options);
-      const ReadWorld world = WorldWithSplitAt(1.0 - gain, kTokens);
-      ProbeAndLearnLines(*scheduler, world);
-      QueuedRounds steps{.switch_ns = 0.05 * world.SplitStepNs(0.0, kTokens),
-                         .reported = true,
-                         .noise = spikes ? 0.03 : 0.08};
-      steps.random.seed(seed);
-      std::mt19937 pace_random(seed * 7919);
-      const auto pace = [&] {
+    SchedulerOptions options;
+    options.rest_median_of_three = median;
+    return PacedRatio(options, gain, spikes ? 0.03 : 0.08, 1200, [spikes](unsigned seed) {
+      return [spikes, random = std::mt19937(seed * 7919)](int) mutable {
         std::uniform_real_distribution<double> uniform(0.0, 1.0);
-        return spikes && uniform(pace_random) < 0.08
-                   ? std::uniform_real_distribution<double>(1.15, 1.4)(pace_random)
+        return spikes && uniform(random) < 0.08
+                   ? std::uniform_real_distribution<double>(1.15, 1.4)(random)
                    : 1.0;
       };
-      for (int i = 0; i < 300; ++i) {
-        steps.pace = pace();
-        steps.Decide(*scheduler, world, kTokens, kPlaced);
-      }
-      steps.total_ns = 0.0;
-      double best_ns = 0.0;
-      for (int i = 0; i < kSteps; ++i) {
-        steps.pace = pace();
-        best_ns +=
-            steps.pace * std::min(world.SplitStepNs(0.4, kTokens), world.SplitStepNs(0.0, kTokens));
-        steps.Decide(*scheduler, world, kTokens, kPlaced);
-      }
-      ratio += steps.total_ns / best_ns / kSeeds;
-    }
-    return ratio;
+    });
   };
   for (const double gain : {-0.08, -0.05, 0.05}) {
     SCOPED_TRACE(gain);
@@ -3506,57 +3520,38 @@ TEST(DecodeReadsTest, TheMedianKeepsOneSlowStepOutOfTheChoice) {
 TEST(DecodeReadsTest, ALevelTwoStalledStepsSetIsCheckedByTheNextSample) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
+  constexpr int kSteps = 1200;
   const auto run = [&](bool check, double gain, double stall_rate, double* rest_end = nullptr) {
-    double ratio = 0.0;
-    constexpr int kSeeds = 16, kSteps = 1200;
-    for (unsigned seed = 1; seed <= kSeeds; ++seed) {
-      SchedulerOptions options;
-      options.rest_level_check = check;
-      auto scheduler = *Scheduler::Create("writescope", options);
-      const ReadWorld world = WorldWithSplitAt(1.0 - gain, kTokens);
-      ProbeAndLearnLines(*scheduler, world);
-      QueuedRounds steps{
-          .switch_ns = 0.05 * world.SplitStepNs(0.0, kTokens), .reported = true, .noise = 0.03};
-      steps.random.seed(seed);
-      std::mt19937 pace_random(seed * 7919);
-      int stalled = 0;
-      double stall = 1.0;
-      const auto pace = [&] {
-        if (stalled == 0 &&
-            std::uniform_real_distribution<double>(0.0, 1.0)(pace_random) < stall_rate) {
+    SchedulerOptions options;
+    options.rest_level_check = check;
+    const bool level = rest_end != nullptr;
+    const auto make_pace = [&](unsigned seed) {
+      return [random = std::mt19937(seed * 7919), stalled = 0, stall = 1.0, stall_rate,
+              level](int i) mutable {
+        // A level that holds: every step 1.6x from the middle on, no stalls then.
+        if (level && i >= kSteps / 2) return 1.6;
+        if (stalled == 0 && std::uniform_real_distribution<double>(0.0, 1.0)(random) < stall_rate) {
           stalled = 2;
-          stall = std::uniform_real_distribution<double>(2.0, 2.5)(pace_random);
+          stall = std::uniform_real_distribution<double>(2.0, 2.5)(random);
         }
         return stalled > 0 ? (--stalled, stall) : 1.0;
       };
-      for (int i = 0; i < 300; ++i) {
-        steps.pace = pace();
-        steps.Decide(*scheduler, world, kTokens, kPlaced);
-      }
-      steps.total_ns = 0.0;
-      double best_ns = 0.0;
-      for (int i = 0; i < kSteps; ++i) {
-        // A level that holds: every step 1.6x from the middle on, no stalls then.
-        const bool level = rest_end != nullptr && i >= kSteps / 2;
-        steps.pace = level ? 1.6 : pace();
-        best_ns +=
-            steps.pace * std::min(world.SplitStepNs(0.4, kTokens), world.SplitStepNs(0.0, kTokens));
-        steps.Decide(*scheduler, world, kTokens, kPlaced);
-      }
-      ratio += steps.total_ns / best_ns / kSeeds;
-      if (rest_end != nullptr) {
-        // The chosen mode's rest against what its steps now take beyond their attention.
-        const ReadDecision d = scheduler->ChooseDecodeReads(static_cast<uint64_t>(kTokens),
-                                                            static_cast<uint64_t>(kPlaced), kBatch);
+    };
+    std::function<void(Scheduler&, const ReadWorld&)> after;
+    if (level) {
+      // The chosen mode's rest against what its steps now take beyond their attention.
+      after = [&](Scheduler& scheduler, const ReadWorld& world) {
+        const ReadDecision d = scheduler.ChooseDecodeReads(static_cast<uint64_t>(kTokens),
+                                                           static_cast<uint64_t>(kPlaced), kBatch);
         const bool split = d.cpu_share > 0;
         const double rest = split ? d.rest_split_ns : d.rest_gpu_only_ns;
         const double step = world.SplitStepNs(split ? d.cpu_share : 0.0, kTokens);
         const double attention = step - (split ? world.rest_split_ns : world.rest_gpu_only_ns);
         *rest_end = std::max(*rest_end,
                              std::abs(rest - (1.6 * step - attention)) / (1.6 * step - attention));
-      }
+      };
     }
-    return ratio;
+    return PacedRatio(options, gain, 0.03, kSteps, make_pace, after);
   };
   for (const double gain : {-0.08, -0.04, 0.05}) {
     SCOPED_TRACE(gain);

@@ -111,6 +111,10 @@ ABSL_FLAG(bool, rest_shift_scaled,
           writescope::coordinator::SchedulerOptions{}.rest_shift_scaled,
           "writescope: --rest_shift_explore compares with the gap the chosen mode's fall "
           "scaled to the other mode's rest where that is larger (false: the fall alone)");
+ABSL_FLAG(double, rest_shift_split_gap_share,
+          writescope::coordinator::SchedulerOptions{}.rest_shift_split_gap_share,
+          "writescope: while GPU-only is chosen, the split is explored for a fallen rest once "
+          "the fall scaled to its rest passes this share of the gap (1: the whole gap)");
 ABSL_FLAG(bool, rest_median_of_three,
           writescope::coordinator::SchedulerOptions{}.rest_median_of_three,
           "writescope: a read mode's rest sample one step after its previous one enters the "
@@ -183,6 +187,7 @@ int main(int argc, char** argv) {
   options.scheduler.charge_exploration_overrun = absl::GetFlag(FLAGS_charge_exploration_overrun);
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
+  options.scheduler.rest_shift_split_gap_share = absl::GetFlag(FLAGS_rest_shift_split_gap_share);
   options.scheduler.rest_median_of_three = absl::GetFlag(FLAGS_rest_median_of_three);
   options.scheduler.rest_level_check = absl::GetFlag(FLAGS_rest_level_check);
   options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);

@@ -352,6 +352,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rest_shift_explore = ", options.rest_shift_explore, " must be >= 0"));
   }
+  if (!(options.rest_shift_split_gap_share > 0.0 && options.rest_shift_split_gap_share <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rest_shift_split_gap_share = ", options.rest_shift_split_gap_share, " must be in (0, 1]"));
+  }
   if (options.mode_switch_hold_steps > 1000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mode_switch_hold_steps = ", options.mode_switch_hold_steps, " must be at most 1000"));
@@ -1011,7 +1015,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
                          shift_explores_ < options_.rest_shift_explores &&
                          explore_credit_ns_ >= 0.0 && std::isfinite(fall_ns) &&
                          std::isfinite(chosen_ns) &&
-                         fall_ns > options_.rest_shift_explore * chosen_ns && stale_ns > gap_ns;
+                         fall_ns > options_.rest_shift_explore * chosen_ns &&
+                         stale_ns > (split ? 1.0 : options_.rest_shift_split_gap_share) * gap_ns;
     const bool measure = std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide;
     // A repeat of an exploration that measured nothing is due at this decision or not at all.
     const bool retry = std::exchange(retry_pending_, false);

@@ -3586,20 +3586,20 @@ TEST(DecodeReadsTest, ALevelTwoStalledStepsSetIsCheckedByTheNextSample) {
 }
 
 // A load that slows the split's rest more than GPU-only's: its CPU attention and the waits for
-// it come on top of the experts both modes run (on an H100, run 273: one split exploration
-// under the load at 1.47x its prediction took the split's rest to 189 ms against GPU-only's
-// 117-121). Rests per layer of 45 ms (split) and 46 ms (GPU-only) unloaded; the load adds
-// 75 ms to GPU-only's and 90-150 ms to the split's, and slows the CPU's attention 3x. After the
-// load GPU-only's rest falls by 75 ms, which scaled to the split's rest falls short of the gap
-// by more the more the split's rise passed GPU-only's. Counted: decisions from the load's end
-// until the split is chosen again, within 200 (the unloaded split is 10 % ahead); here 6, 8,
-// 9, 11 and 13 with the default share (0.8) against 166, 197 and three times none within 200
-// with the whole gap.
-// With slow spells of the host in both modes (1 % of the steps start a spell of 20 steps at
-// 1.3-2x) writescope's time over the better mode's moves by at most 0.1 % (here 1.0137
-// against 1.0129 and 1.0126 against 1.0123 where the split is 8 % and 4 % behind), and not at
-// all where the split is ahead (1.0051, 1.0048: the share applies only while GPU-only is
-// chosen).
+// it come on top of the experts both modes run (1.4-7.7 times GPU-only's rise, median 1.95, in
+// 19 of 21 loads on the device; on an H100, run 273: one split exploration under the load at
+// 1.47x its prediction took the split's rest to 189 ms against GPU-only's 117-121). Rests per
+// layer of 45 ms (split) and 46 ms (GPU-only) unloaded; the load adds 75 ms to GPU-only's and
+// 90-300 ms to the split's (1.2-4x), and slows the CPU's attention 3x. After the load
+// GPU-only's rest falls by 75 ms, which scaled to the split's rest falls short of the gap by
+// more the more the split's rise passed GPU-only's. Counted: decisions from the load's end
+// until the split is chosen again, within 200 (the unloaded split is 10 % ahead); here 6, 7,
+// 14, 15, 17 and 15 with the default share (0.7) against 166 and five times none within 200
+// with the whole gap (0.8: 6, 9, 13 and three times none). With slow spells of the host in
+// both modes (1 % of the steps start 20 steps at 1.3-2x) writescope's time over the better
+// mode's moves by at most 0.25 % (here 1.0148 against 1.0129 and 1.0126 against 1.0123 where
+// the split is 8 % and 4 % behind), and not at all where the split is ahead (1.0051, 1.0048:
+// the share applies only while GPU-only is chosen).
 TEST(DecodeReadsTest, ASplitTheLoadSlowedMoreThanGpuOnlyIsExploredOnceTheLoadEnds) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
@@ -3618,12 +3618,12 @@ TEST(DecodeReadsTest, ASplitTheLoadSlowedMoreThanGpuOnlyIsExploredOnceTheLoadEnd
   };
   const double share = SchedulerOptions{}.rest_shift_split_gap_share;
   ASSERT_LT(share, 1.0);
-  for (const double rise : {90e6, 105e6, 120e6, 135e6, 150e6}) {
+  for (const double rise : {90e6, 120e6, 150e6, 180e6, 225e6, 300e6}) {
     SCOPED_TRACE(rise);
     const int with_share = steps_to_return(share, rise), whole_gap = steps_to_return(1.0, rise);
     SCOPED_TRACE(::testing::Message() << "decisions to the split: " << with_share << " against "
                                       << whole_gap << " with the whole gap");
-    EXPECT_LE(with_share, 16);
+    EXPECT_LE(with_share, 20);
     EXPECT_GT(whole_gap, 100);
   }
   // Slow spells of the host (both modes, 1 % of the steps start 20 steps at 1.3-2x).
@@ -3645,7 +3645,7 @@ TEST(DecodeReadsTest, ASplitTheLoadSlowedMoreThanGpuOnlyIsExploredOnceTheLoadEnd
     const double without = PacedRatio(whole_gap, gain, 0.03, 1200, spells);
     SCOPED_TRACE(::testing::Message() << "over the better mode: " << with_share << " against "
                                       << without << " with the whole gap");
-    EXPECT_NEAR(with_share, without, 0.001);
+    EXPECT_NEAR(with_share, without, 0.0025);
     if (gain > 0) EXPECT_DOUBLE_EQ(with_share, without);
   }
 }

@@ -20,9 +20,14 @@ it started, the first step read GPU-only by choice (not exploring), when, after 
 first step read split by choice again (before the next load started), and when the split was
 first explored after it and, where the CSV says (explore_reason), what started that
 exploration; with the warm-up steps (--warmup: contention.sh's contention-warmup.csv) in the
-timeline where given, as they run decisions too. Standard library only.
+timeline where given, as they run decisions too. Where the CSV has the read modes' rests
+(rest_split_ms, rest_gpu_only_ms: what the scheduler holds beyond its attention lines), each
+load's rests too: their medians over the --settle seconds before the load and over its last
+--settle seconds, and how many times GPU-only's rise the split's was (a CPU load raises the
+split's more: SchedulerOptions::rest_shift_split_gap_share). Standard library only.
 """
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -39,6 +44,8 @@ KINDS = ("switch", "same", "explore", "after explore")
 STEP_COLUMNS = ("policy", "round", "unix_s", "step_ms", "read_cpu_share", "explore")
 RESPLIT_COLUMNS = ("resplit_ms", "resplit_blocks")  # optional (CSVs from session 37 on)
 REASON_COLUMN = "explore_reason"  # optional (CSVs from session 42 on): what started one
+REST_COLUMNS = ("rest_split_ms", "rest_gpu_only_ms")  # optional: writescope's rests (NaN
+# until a mode was measured)
 
 
 def load_events(path):
@@ -78,6 +85,9 @@ def load_steps(path):
         for name in RESPLIT_COLUMNS:
             step[name] = field(path, line, row, name) if (row.get(name) or "").strip() else 0.0
         step[REASON_COLUMN] = (row.get(REASON_COLUMN) or "").strip()
+        for name in REST_COLUMNS:
+            text = (row.get(name) or "").strip()
+            step[name] = field(path, line, row, name, finite=False) if text else float("nan")
         step["round"] = round_of(path, line, row)  # (round, turn)
         steps.append(step)
     return steps
@@ -182,6 +192,29 @@ def reaction(steps, events):
     return out
 
 
+def rests(steps, events, window):
+    """{policy: [(split's rest before, at the end; GPU-only's before, at the end)] per load}:
+    the medians of the rests (REST_COLUMNS) over the `window` seconds before each load and
+    its last `window` seconds (None where no step there had a finite one), for the policies
+    whose steps carry rests."""
+    out = {}
+    for policy in sorted({r["policy"] for r in steps}):
+        rows = [r for r in steps if r["policy"] == policy]
+        if policy not in events or not any(
+                math.isfinite(r[name]) for r in rows for name in REST_COLUMNS):
+            continue
+
+        def median(name, begin, end):
+            values = [r[name] for r in rows
+                      if begin <= r["unix_s"] < end and math.isfinite(r[name])]
+            return statistics.median(values) if values else None
+
+        out[policy] = [tuple(median(name, b, e) for name in REST_COLUMNS
+                             for b, e in ((start - window, start), (end - window, end)))
+                       for start, end, _ in load_windows(events, policy)]
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("steps")
@@ -192,7 +225,9 @@ def main():
     try:
         steps, events = load_steps(args.steps), load_events(args.events)
         summary = summarize(steps, events, args.settle)
-        reactions = reaction(steps + (load_steps(args.warmup) if args.warmup else []), events)
+        timeline = steps + (load_steps(args.warmup) if args.warmup else [])
+        reactions = reaction(timeline, events)
+        rests_by_load = rests(timeline, events, args.settle)
     except (InputError, ValueError) as e:
         print(f"contention_report.py: {e}", file=sys.stderr)
         return 2
@@ -237,6 +272,18 @@ def main():
         if len(loads) > 1 and backs:
             print(f"  {policy:14s} split again after {len(backs)} of {len(loads)} loads, "
                   f"median {statistics.median(backs):.2f} s, most {max(backs):.2f} s")
+    if rests_by_load:
+        print(f"\nRests per load (ms, medians over the {args.settle:g} s before the load and its "
+              f"last {args.settle:g} s):")
+    for policy, loads in rests_by_load.items():
+        for i, (split0, split1, gpu0, gpu1) in enumerate(loads):
+            show = lambda v: "?" if v is None else f"{v:.1f}"  # noqa: E731
+            line = (f"  {policy:14s} load {i + 1}: split {show(split0)} -> {show(split1)}, "
+                    f"GPU-only {show(gpu0)} -> {show(gpu1)}")
+            if None not in (split0, split1, gpu0, gpu1) and gpu1 - gpu0 > 0:
+                line += (f"; the split's rise {(split1 - split0) / (gpu1 - gpu0):.2f} times "
+                         "GPU-only's")
+            print(line)
     return 0
 
 

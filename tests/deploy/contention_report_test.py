@@ -149,6 +149,20 @@ held = run([step("writescope", 0, 0, 150, 40, 0.3), step("writescope", 0, 1, 151
             step("writescope", 0, 2, 199, 45, 0.2)], events[2:])
 checks.append(("not GPU-only during the load; split again 0.00 s after it" in held.stdout,
                "a split held through the load is split again at once"))
+# The rests per load (load 100-200 s, settle 3 s): the medians over 97-100 s and 197-200 s.
+# Split 30 -> 120 (the 500 at 96 lies before the window, the NaN at 98 is left out),
+# GPU-only 40 -> 80 (its 999 at 150 lies in neither): the split's rise 2.25 times GPU-only's.
+# Without the columns (above) no such lines.
+REST_HEADER = HEADER.rstrip("\n") + ",rest_split_ms,rest_gpu_only_ms\n"
+rest_rows = [(96, 500, 40), (97.5, 30, 40), (98, "nan", 40), (99, 30, 40), (150, 60, 999),
+             (197.5, 110, 80), (198, 130, 70), (199, 120, 90)]
+rest_steps = [step("writescope", 0, i, t, 50, 0.0, 1 if i == 0 else 0).rstrip("\n") +
+              f",{split},{gpu}\n" for i, (t, split, gpu) in enumerate(rest_rows)]
+out_rests = run(rest_steps, events[2:], header=REST_HEADER)
+checks.append(("load 1: split 30.0 -> 120.0, GPU-only 40.0 -> 80.0; the split's rise 2.25 "
+               "times GPU-only's" in out_rests.stdout, f"the rests per load ({out_rests.stderr})"))
+checks.append(("Rests per load" not in text and "Rests per load" not in held.stdout,
+               "no rests without their columns"))
 
 # Two loads (contention.sh --cycles 2): 100-120 s and 140-160 s, settle 3 s. "during" is
 # either load's time, "after" the time after a load's end before the next starts (122, an
@@ -232,4 +246,4 @@ with tempfile.TemporaryDirectory() as tmp:
                    "contention.sh: a run writes its load's events"))
 
 finish(checks, text, text0, text_r, out_w.stdout, out_m.stdout, held.stdout, out_c.stdout,
-       out_reason.stdout)
+       out_reason.stdout, out_rests.stdout)

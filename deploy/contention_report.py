@@ -275,9 +275,11 @@ def main():
     if rests_by_load:
         print(f"\nRests per load (ms, medians over the {args.settle:g} s before the load and its "
               f"last {args.settle:g} s):")
+    def show(value):
+        return "?" if value is None else f"{value:.1f}"
+
     for policy, loads in rests_by_load.items():
         for i, (split0, split1, gpu0, gpu1) in enumerate(loads):
-            show = lambda v: "?" if v is None else f"{v:.1f}"  # noqa: E731
             line = (f"  {policy:14s} load {i + 1}: split {show(split0)} -> {show(split1)}, "
                     f"GPU-only {show(gpu0)} -> {show(gpu1)}")
             if None not in (split0, split1, gpu0, gpu1) and gpu1 - gpu0 > 0:

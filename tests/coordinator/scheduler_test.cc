@@ -3489,6 +3489,22 @@ double PacedRatio(const SchedulerOptions& options, double gain, double noise, in
   return ratio;
 }
 
+// PacedRatio's make_pace for slow spells of the host: each step not in a spell starts one with
+// probability `rate` (drawn per step, a seed's draws from mt19937(seed * 7919)), lasting
+// `length` steps at a pace drawn uniformly in [lo, hi]; 1 elsewhere.
+std::function<std::function<double(int)>(unsigned)> SlowSpells(double rate, double lo, double hi,
+                                                               int length) {
+  return [=](unsigned seed) {
+    return [=, random = std::mt19937(seed * 7919), left = 0, pace = 1.0](int) mutable {
+      if (left == 0 && std::uniform_real_distribution<double>(0.0, 1.0)(random) < rate) {
+        left = length;
+        pace = std::uniform_real_distribution<double>(lo, hi)(random);
+      }
+      return left > 0 ? (--left, pace) : 1.0;
+    };
+  };
+}
+
 // Writescope's time over the better mode's alone, with the median of three and without, in
 // two worlds: 8 % of the steps 15-40 % slow in both modes (+-3 % noise besides), and +-8 %
 // uniform noise. The split 8 % and 5 % behind GPU-only and 5 % ahead; a change of mode costs 5
@@ -3499,14 +3515,8 @@ TEST(DecodeReadsTest, TheMedianKeepsOneSlowStepOutOfTheChoice) {
   const auto run = [&](bool median, bool spikes, double gain) {
     SchedulerOptions options;
     options.rest_median_of_three = median;
-    return PacedRatio(options, gain, spikes ? 0.03 : 0.08, 1200, [spikes](unsigned seed) {
-      return [spikes, random = std::mt19937(seed * 7919)](int) mutable {
-        std::uniform_real_distribution<double> uniform(0.0, 1.0);
-        return spikes && uniform(random) < 0.08
-                   ? std::uniform_real_distribution<double>(1.15, 1.4)(random)
-                   : 1.0;
-      };
-    });
+    return PacedRatio(options, gain, spikes ? 0.03 : 0.08, 1200,
+                      SlowSpells(spikes ? 0.08 : 0.0, 1.15, 1.4, 1));
   };
   for (const double gain : {-0.08, -0.05, 0.05}) {
     SCOPED_TRACE(gain);
@@ -3540,16 +3550,11 @@ TEST(DecodeReadsTest, ALevelTwoStalledStepsSetIsCheckedByTheNextSample) {
     SchedulerOptions options;
     options.rest_level_check = check;
     const bool level = rest_end != nullptr;
+    const auto stalls = SlowSpells(stall_rate, 2.0, 2.5, 2);
     const auto make_pace = [&](unsigned seed) {
-      return [random = std::mt19937(seed * 7919), stalled = 0, stall = 1.0, stall_rate,
-              level](int i) mutable {
+      return [stalled = stalls(seed), level](int i) mutable {
         // A level that holds: every step 1.6x from the middle on, no stalls then.
-        if (level && i >= kSteps / 2) return 1.6;
-        if (stalled == 0 && std::uniform_real_distribution<double>(0.0, 1.0)(random) < stall_rate) {
-          stalled = 2;
-          stall = std::uniform_real_distribution<double>(2.0, 2.5)(random);
-        }
-        return stalled > 0 ? (--stalled, stall) : 1.0;
+        return level && i >= kSteps / 2 ? 1.6 : stalled(i);
       };
     };
     std::function<void(Scheduler&, const ReadWorld&)> after;
@@ -3627,16 +3632,7 @@ TEST(DecodeReadsTest, ASplitTheLoadSlowedMoreThanGpuOnlyIsExploredOnceTheLoadEnd
     EXPECT_GT(whole_gap, 100);
   }
   // Slow spells of the host (both modes, 1 % of the steps start 20 steps at 1.3-2x).
-  const auto spells = [](unsigned seed) {
-    return [random = std::mt19937(seed * 7919), left = 0, pace = 1.0](int) mutable {
-      std::uniform_real_distribution<double> uniform(0.0, 1.0);
-      if (left == 0 && uniform(random) < 0.01) {
-        left = 20;
-        pace = std::uniform_real_distribution<double>(1.3, 2.0)(random);
-      }
-      return left > 0 ? (--left, pace) : 1.0;
-    };
-  };
+  const auto spells = SlowSpells(0.01, 1.3, 2.0, 20);
   for (const double gain : {-0.08, -0.04, 0.02, 0.05}) {
     SCOPED_TRACE(gain);
     SchedulerOptions options, whole_gap;

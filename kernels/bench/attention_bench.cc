@@ -3,7 +3,8 @@
 //   attention_bench [--tokens=8192,32768] [--batch=1,8] [--models=qwen3,mixtral]
 //                   [--threads=16] [--iters=3] [--dram-gbps=85] [--hbm-gbps=4300]
 //                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda] [--no-gqa]
-//                   [--no-merge] [--no-logits] [--no-prefill] [--no-overlap] [--clock=wall|cpu]
+//                   [--no-merge] [--no-logits] [--no-prefill] [--no-overlap] [--no-floors]
+//                   [--clock=wall|cpu]
 //                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
 //                   [--gap-us=0] [--gpu-warmup-ms=50] [--mla-prefetch=0,1,2]
 //                   [--cpu-beside-h2d-gb=0] [--cpu-plan-divisor=1,2]
@@ -474,6 +475,7 @@ int Main(int argc, char** argv) {
     else if (arg == "--no-logits") options.logits = false;
     else if (arg == "--no-prefill") options.prefill = false;
     else if (arg == "--no-overlap") options.overlap = false;
+    else if (arg == "--no-floors") options.floors = false;
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad argument %s (see the comment at the top of attention_bench.cc)\n", argv[i]);

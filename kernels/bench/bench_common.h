@@ -27,6 +27,7 @@ struct BenchOptions {
   bool logits = true;  // the CUDA table of lm_head's per-row stats (kernels/cuda/cuda_logits.h)
   bool gqa = true;  // the GQA tables (CPU and CUDA), the overlap and the prefill
   bool prefill = true, overlap = true;  // the CUDA prefill tables, the CUDA overlap table
+  bool floors = true;         // the CUDA floors at batch 1: reads by n SMs, empty launches
   double gpu_warmup_ms = 50;  // CUDA timings: calls before the timed runs, at least this long
   // The CPU MLA table's AMX rows: one per prefetch distance (CpuAttentionOptions::
   // mla_amx_prefetch_steps).

@@ -1,8 +1,11 @@
 #include "kernels/bench/bench_kernels.h"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/cuda/device_util.cuh"
 
 namespace writescope::kernels::bench {
 namespace {
@@ -33,12 +36,120 @@ __global__ void __launch_bounds__(kThreads) ReadAllKernel(const uint4* __restric
   if (threadIdx.x == 0) sink[blockIdx.x] = block_acc;
 }
 
+// One CTA an SM (1024 threads, 8 16-byte loads in flight each: 128 KB an SM), so that a grid
+// of n CTAs reads with n SMs.
+constexpr int kFewThreads = 1024;
+constexpr int kFewLoads = 8;
+
+__global__ void __launch_bounds__(kFewThreads, 1)
+    ReadFewKernel(const uint4* __restrict__ data, size_t count, unsigned* sink) {
+  unsigned acc = 0;
+  const size_t stride = size_t{gridDim.x} * kFewThreads;
+  size_t i = size_t{blockIdx.x} * kFewThreads + threadIdx.x;
+  for (; i + (kFewLoads - 1) * stride < count; i += kFewLoads * stride) {
+    uint4 v[kFewLoads];
+#pragma unroll
+    for (int k = 0; k < kFewLoads; ++k) v[k] = __ldcs(data + i + k * stride);
+#pragma unroll
+    for (int k = 0; k < kFewLoads; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+  }
+  for (; i < count; i += stride) {
+    const uint4 a = __ldcs(data + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  __shared__ unsigned block_acc;
+  if (threadIdx.x == 0) block_acc = 0;
+  __syncthreads();
+  atomicXor(&block_acc, acc);
+  __syncthreads();
+  if (threadIdx.x == 0) sink[blockIdx.x] = block_acc;
+}
+
+// Does nothing a caller can see but write its CTA's index: the floor of a launch.
+__global__ void EmptyKernel(unsigned* sink) {
+  if (threadIdx.x == 0) sink[blockIdx.x] = blockIdx.x;
+}
+
+// EmptyKernel as the first of a programmatic pair: it lets its dependent launch at once.
+__global__ void EmptyPrimaryKernel(unsigned* sink) {
+  cuda::internal::LaunchDependentGrids();
+  if (threadIdx.x == 0) sink[blockIdx.x] = blockIdx.x;
+}
+
+// The dependent: waits for the primary's end and memory, as the split merge does.
+__global__ void EmptyDependentKernel(unsigned* sink) {
+  cuda::internal::WaitForPrimaryGrid();
+  if (threadIdx.x == 0) sink[blockIdx.x] += 1;
+}
+
+// A cluster's CTAs meet at one barrier, and CTA 0 of each cluster reads a word of every other
+// CTA's shared memory: the floor of a merge through distributed shared memory.
+__global__ void EmptyClusterKernel(unsigned* sink) {
+  namespace cg = cooperative_groups;
+  __shared__ unsigned word;
+  cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x == 0) word = blockIdx.x;
+  cluster.sync();
+  if (cluster.block_rank() == 0 && threadIdx.x < cluster.num_blocks()) {
+    const unsigned* remote = cluster.map_shared_rank(&word, threadIdx.x);
+    atomicAdd(&sink[blockIdx.x], *remote);
+  }
+  cluster.sync();
+}
+
 }  // namespace
 
 int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, void* stream) {
   ReadAllKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const uint4*>(data), bytes / 16, sink);
   return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchReadFew(const void* data, size_t bytes, unsigned* sink, int ctas, void* stream) {
+  ReadFewKernel<<<ctas, kFewThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint4*>(data), bytes / 16, sink);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchEmpty(unsigned* sink, int ctas, int threads, void* stream) {
+  EmptyKernel<<<ctas, threads, 0, static_cast<cudaStream_t>(stream)>>>(sink);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchEmptyPair(unsigned* sink, int ctas, int threads, void* stream) {
+  EmptyPrimaryKernel<<<ctas, threads, 0, static_cast<cudaStream_t>(stream)>>>(sink);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = static_cast<cudaStream_t>(stream);
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, EmptyDependentKernel, sink);
+  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+}
+
+int LaunchEmptyClusters(unsigned* sink, int clusters, int cluster_size, int threads, void* stream) {
+  if (cluster_size > 8) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(EmptyClusterKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(clusters * cluster_size));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = static_cast<cudaStream_t>(stream);
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, EmptyClusterKernel, sink);
+  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
 }  // namespace writescope::kernels::bench

@@ -13,6 +13,18 @@ namespace writescope::kernels::bench {
 // cannot be dropped). Returns a cudaError_t as int.
 int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, void* stream);
 
+// Reads as LaunchReadAll with `ctas` CTAs of 1024 threads, one an SM (8 loads of 16 bytes in
+// flight a thread): what n SMs alone can stream.
+int LaunchReadFew(const void* data, size_t bytes, unsigned* sink, int ctas, void* stream);
+
+// The floors of a call's launches (each CTA writes sink[block]; sink holds `ctas` words):
+// one empty grid; an empty grid and a programmatic dependent that waits for it (as the
+// decode and its split merge); `clusters` clusters of `cluster_size` CTAs that meet at a
+// cluster barrier and read each other's shared memory (sizes over 8 are non-portable).
+int LaunchEmpty(unsigned* sink, int ctas, int threads, void* stream);
+int LaunchEmptyPair(unsigned* sink, int ctas, int threads, void* stream);
+int LaunchEmptyClusters(unsigned* sink, int clusters, int cluster_size, int threads, void* stream);
+
 }  // namespace writescope::kernels::bench
 
 #endif  // WRITESCOPE_KERNELS_BENCH_BENCH_KERNELS_H_

@@ -808,6 +808,80 @@ std::unique_ptr<HostCopyLoad> HostCopyLoad::Start(size_t bytes) {
   return std::make_unique<CudaHostCopyLoad>(host, device, bytes, stream);
 }
 
+// What one kernel could reach at batch 1 (session 60): the decode's floor there is a chain of
+// launches, dependent loads and the split merge (docs/notes/cuda_decode_tuning.md). Two
+// numbers a single-kernel design would stand on: how fast n SMs alone stream a decode's bytes
+// (a merge inside clusters of 16 holds 16 CTAs a (seq, kv head): 64 SMs at Qwen3 batch 1),
+// and what a call's launches cost with nothing in them.
+void RunFloors(const BenchOptions& options) {
+  int sms = 132;
+  (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  std::printf("\n== CUDA floors at batch 1: reads by n SMs, and empty launches (us) ==\n");
+  std::printf(
+      "wide: the anatomy's read (%d CTAs of 256 threads); nNNN: n CTAs of 1024 threads, one an\n"
+      "SM; each column's GB/s in brackets; queued behind the L2 flush as every decode\n",
+      kReadBlocks);
+  const std::vector<int> few = {16, 32, 48, 64, 96, 128, sms};
+  std::printf("%-8s %8s %9s %16s", "shape", "tokens", "MB", "wide");
+  for (int n : few) std::printf(" %15s%-4d", "n", n);
+  std::printf("\n");
+  struct Row {
+    std::string name;
+    double bytes_per_token;
+  };
+  std::vector<Row> rows;
+  for (const std::string& name : options.models) {
+    GqaModel model;
+    if (FindModel(name, &model)) {
+      rows.push_back({model.name, 2.0 * 2 * model.kv_heads * model.head_dim});
+    }
+  }
+  if (options.mla) rows.push_back({"mla", 2.0 * (512 + 64)});
+  for (const Row& row : rows) {
+    for (int64_t tokens : options.tokens) {
+      const size_t bytes = static_cast<size_t>(row.bytes_per_token * tokens);
+      DeviceMemory data(bytes);
+      if (!data.ptr) continue;
+      BENCH_CUDA(cudaMemset(data.ptr, 0x3c, bytes));
+      auto cell = [&](auto fn) {
+        const double us = TimeGpu(options.iters, fn) * 1e6;
+        std::printf(" %8.1f (%5.0f)", us, bytes / us / 1e3);
+      };
+      std::printf("%-8s %8lld %9.1f", row.name.c_str(), static_cast<long long>(tokens),
+                  bytes / 1e6);
+      cell([&] { (void)LaunchReadAll(data.ptr, bytes, g_sink, kReadBlocks, nullptr); });
+      for (int n : few) cell([&] { (void)LaunchReadFew(data.ptr, bytes, g_sink, n, nullptr); });
+      std::printf("\n");
+      BENCH_CUDA(cudaGetLastError());
+    }
+  }
+  std::printf("%-34s %8s\n", "empty launch (128 threads a CTA)", "us");
+  auto floor = [&](const char* what, auto fn) {
+    const int err = fn();
+    BENCH_CUDA(cudaDeviceSynchronize());
+    if (err != 0) {
+      std::printf("%-34s %8s (%s)\n", what, "failed",
+                  cudaGetErrorString(static_cast<cudaError_t>(err)));
+      (void)cudaGetLastError();
+      return;
+    }
+    std::printf("%-34s %8.2f\n", what, TimeGpu(options.iters, [&] { (void)fn(); }) * 1e6);
+  };
+  char what[64];
+  for (int ctas : {1, sms, 4 * sms}) {
+    std::snprintf(what, sizeof(what), "one grid of %d", ctas);
+    floor(what, [&] { return LaunchEmpty(g_sink, ctas, 128, nullptr); });
+    std::snprintf(what, sizeof(what), "a programmatic pair of %d", ctas);
+    floor(what, [&] { return LaunchEmptyPair(g_sink, ctas, 128, nullptr); });
+  }
+  for (int size : {8, 16}) {
+    for (int clusters : {1, 4, 8}) {
+      std::snprintf(what, sizeof(what), "%d clusters of %d", clusters, size);
+      floor(what, [&] { return LaunchEmptyClusters(g_sink, clusters, size, 128, nullptr); });
+    }
+  }
+}
+
 void RunCudaBenchmarks(const BenchOptions& options) {
   if (!cuda::CudaDeviceAvailable()) {
     std::printf("\n== CUDA: no device, skipped ==\n");
@@ -821,6 +895,7 @@ void RunCudaBenchmarks(const BenchOptions& options) {
     std::printf("(no memory for the L2 flush: timings may read from a warm L2)\n");
   }
 
+  if (options.floors) RunFloors(options);
   if (options.gqa) {
     RunGqaAnatomy(options);
     RunGqa(options);

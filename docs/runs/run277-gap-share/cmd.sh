@@ -6,10 +6,15 @@
 # 4 x 8K, writescope and transfer-all in turns, one trio per arm of DARMS (runs 271-276's
 # protocol; "def1" by default: the defaults; e05*: half the exploration credit's share).
 # Later calls of the same lease: CARMS="" (no contention) DARMS="e05a def2" and so on. The bundle (run with carry ["dist"]):
-#   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope ws_cpu_load" \
-#     deploy/gpu-bundle.sh
+#   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope ws_cpu_load \
+#     attention_bench" deploy/gpu-bundle.sh
 CALL_START=$(date +%s); deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
 nvidia-smi --query-gpu=name --format=csv,noheader; grep commit /tmp/ws/MANIFEST | head -1; lscpu | grep -E "L3|Model name"
+# Session 60: first, if the bundle has attention_bench, issue 4's batch-1 floors (~10 s): reads
+# of a decode's bytes by n SMs alone and empty launches (pairs, clusters of 8 and 16).
+if [[ -x $WS_BIN/attention_bench && -z ${NO_FLOORS:-} ]]; then
+  SECONDS=0; /tmp/ws/run.sh attention_bench --no-cpu --no-mla --no-gqa --no-merge --no-logits --tokens=8192,32768,131072 --iters=15 > $OUT/floors.txt 2>&1; echo "floors rc=$? ${SECONDS}s"; cat $OUT/floors.txt | cut -c1-250
+fi
 left() { echo $(( ${TOTAL_S:-560} - ($(date +%s) - CALL_START) )); }
 contention() {  # NAME SHARE
   mkdir -p /tmp/c/$1; SECONDS=0

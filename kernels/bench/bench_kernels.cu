@@ -65,6 +65,54 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   if (threadIdx.x == 0) sink[blockIdx.x] = block_acc;
 }
 
+// A single-kernel decode's floor at batch 1: `clusters` clusters of `cluster_size` CTAs (one
+// an SM, as ReadFewKernel), each cluster reading its own contiguous part of `data` (a (seq,
+// kv head)'s keys) in contiguous slices a CTA (the splits), then merging through distributed
+// shared memory as a decode's splits would: each CTA leaves a [8 heads][128] fp32 state in
+// shared memory, and after a cluster barrier rank r reads its 1/size of every rank's state and
+// writes it out (to sink[kMergeWords * cluster + ...]), then a second barrier keeps the states
+// alive until every rank has read them.
+constexpr int kMergeWords = 8 * 128;
+
+__global__ void __launch_bounds__(kFewThreads, 1)
+    ReadClusterKernel(const uint4* __restrict__ data, size_t count, float* out) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned size = cluster.num_blocks(), rank = cluster.block_rank();
+  const size_t cluster_index = blockIdx.x / size, clusters = gridDim.x / size;
+  const size_t part = (count + clusters - 1) / clusters;
+  const size_t part_begin = cluster_index * part, part_end = min(count, part_begin + part);
+  const size_t slice = part_end > part_begin ? (part_end - part_begin + size - 1) / size : 0;
+  const size_t begin = min(part_end, part_begin + rank * slice);
+  const size_t end = min(part_end, begin + slice);
+  unsigned acc = 0;
+  size_t i = begin + threadIdx.x;
+  for (; i + (kFewLoads - 1) * kFewThreads < end; i += kFewLoads * kFewThreads) {
+    uint4 v[kFewLoads];
+#pragma unroll
+    for (int k = 0; k < kFewLoads; ++k) v[k] = __ldcs(data + i + k * kFewThreads);
+#pragma unroll
+    for (int k = 0; k < kFewLoads; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+  }
+  for (; i < end; i += kFewThreads) {
+    const uint4 a = __ldcs(data + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  __shared__ float state[kMergeWords];
+  for (int w = threadIdx.x; w < kMergeWords; w += kFewThreads) state[w] = 0;
+  __syncthreads();
+  atomicXor(reinterpret_cast<unsigned*>(&state[threadIdx.x % kMergeWords]), acc);
+  cluster.sync();
+  const int share = (kMergeWords + size - 1) / size;
+  for (int w = rank * share + threadIdx.x; w < min(kMergeWords, int(rank + 1) * share);
+       w += kFewThreads) {
+    float sum = 0;
+    for (unsigned r = 0; r < size; ++r) sum += *cluster.map_shared_rank(&state[w], r);
+    out[cluster_index * kMergeWords + w] = sum;
+  }
+  cluster.sync();
+}
+
 // Does nothing a caller can see but write its CTA's index: the floor of a launch.
 __global__ void EmptyKernel(unsigned* sink) {
   if (threadIdx.x == 0) sink[blockIdx.x] = blockIdx.x;
@@ -109,6 +157,29 @@ int LaunchReadFew(const void* data, size_t bytes, unsigned* sink, int ctas, void
   ReadFewKernel<<<ctas, kFewThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const uint4*>(data), bytes / 16, sink);
   return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchReadClusters(const void* data, size_t bytes, float* out, int clusters, int cluster_size,
+                       void* stream) {
+  if (cluster_size > 8) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(ReadClusterKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(clusters * cluster_size));
+  config.blockDim = dim3(kFewThreads);
+  config.stream = static_cast<cudaStream_t>(stream);
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, ReadClusterKernel,
+                                             static_cast<const uint4*>(data), bytes / 16, out);
+  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
 int LaunchEmpty(unsigned* sink, int ctas, int threads, void* stream) {

@@ -17,6 +17,14 @@ int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, vo
 // flight a thread): what n SMs alone can stream.
 int LaunchReadFew(const void* data, size_t bytes, unsigned* sink, int ctas, void* stream);
 
+// A single-kernel decode's floor at batch 1: `clusters` clusters of `cluster_size` CTAs of
+// 1024 threads (one an SM) read `bytes` of `data`, each cluster its contiguous part and each
+// CTA a contiguous slice of it (a (seq, kv head)'s keys and its splits), then merge a
+// [8][128] fp32 state a CTA through distributed shared memory into out[clusters][8][128].
+// Sizes over 8 are non-portable and may fail to launch.
+int LaunchReadClusters(const void* data, size_t bytes, float* out, int clusters, int cluster_size,
+                       void* stream);
+
 // The floors of a call's launches (each CTA writes sink[block]; sink holds `ctas` words):
 // one empty grid; an empty grid and a programmatic dependent that waits for it (as the
 // decode and its split merge); `clusters` clusters of `cluster_size` CTAs that meet at a

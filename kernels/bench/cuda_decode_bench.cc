@@ -819,24 +819,30 @@ void RunFloors(const BenchOptions& options) {
   std::printf("\n== CUDA floors at batch 1: reads by n SMs, and empty launches (us) ==\n");
   std::printf(
       "wide: the anatomy's read (%d CTAs of 256 threads); nNNN: n CTAs of 1024 threads, one an\n"
-      "SM; each column's GB/s in brackets; queued behind the L2 flush as every decode\n",
+      "SM; c8, c16: a cluster of 8 or 16 such CTAs a (seq, kv head) at batch 1 (pairs of them),\n"
+      "each reading its pair's bytes in slices, then a merge of a [8][128] fp32 state a CTA\n"
+      "through distributed shared memory (what one decode kernel without a split merge would\n"
+      "stand on); each column's GB/s in brackets; queued behind the L2 flush as every decode\n",
       kReadBlocks);
   const std::vector<int> few = {16, 32, 48, 64, 96, 128, sms};
-  std::printf("%-8s %8s %9s %16s", "shape", "tokens", "MB", "wide");
-  for (int n : few) std::printf(" %15s%-4d", "n", n);
-  std::printf("\n");
+  std::printf("%-8s %8s %5s %9s %16s", "shape", "tokens", "pairs", "MB", "wide");
+  for (int n : few) std::printf(" %12s%-4d", "n", n);
+  std::printf(" %16s %16s\n", "c8", "c16");
   struct Row {
     std::string name;
     double bytes_per_token;
+    int pairs;  // (seq, kv head) pairs at batch 1
   };
   std::vector<Row> rows;
   for (const std::string& name : options.models) {
     GqaModel model;
     if (FindModel(name, &model)) {
-      rows.push_back({model.name, 2.0 * 2 * model.kv_heads * model.head_dim});
+      rows.push_back({model.name, 2.0 * 2 * model.kv_heads * model.head_dim, model.kv_heads});
     }
   }
-  if (options.mla) rows.push_back({"mla", 2.0 * (512 + 64)});
+  if (options.mla) rows.push_back({"mla", 2.0 * (512 + 64), 1});
+  DeviceMemory merged(size_t{16} * 8 * 128 * sizeof(float));
+  if (!merged.ptr) return;
   for (const Row& row : rows) {
     for (int64_t tokens : options.tokens) {
       const size_t bytes = static_cast<size_t>(row.bytes_per_token * tokens);
@@ -847,10 +853,23 @@ void RunFloors(const BenchOptions& options) {
         const double us = TimeGpu(options.iters, fn) * 1e6;
         std::printf(" %8.1f (%5.0f)", us, bytes / us / 1e3);
       };
-      std::printf("%-8s %8lld %9.1f", row.name.c_str(), static_cast<long long>(tokens),
-                  bytes / 1e6);
+      std::printf("%-8s %8lld %5d %9.1f", row.name.c_str(), static_cast<long long>(tokens),
+                  row.pairs, bytes / 1e6);
       cell([&] { (void)LaunchReadAll(data.ptr, bytes, g_sink, kReadBlocks, nullptr); });
       for (int n : few) cell([&] { (void)LaunchReadFew(data.ptr, bytes, g_sink, n, nullptr); });
+      for (int size : {8, 16}) {
+        const int err = row.pairs <= 16 ? LaunchReadClusters(data.ptr, bytes, merged.as<float>(),
+                                                             row.pairs, size, nullptr)
+                                        : static_cast<int>(cudaErrorInvalidValue);
+        if (err != 0 || cudaDeviceSynchronize() != cudaSuccess) {
+          std::printf(" %16s", "failed");
+          (void)cudaGetLastError();
+          continue;
+        }
+        cell([&] {
+          (void)LaunchReadClusters(data.ptr, bytes, merged.as<float>(), row.pairs, size, nullptr);
+        });
+      }
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());
     }

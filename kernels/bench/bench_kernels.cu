@@ -12,6 +12,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Writes the XOR of every thread's `acc` to sink[blockIdx.x] (so that no load can be dropped).
+__device__ __forceinline__ void WriteCtaXor(unsigned acc, unsigned* sink) {
+  __shared__ unsigned cta_acc;
+  if (threadIdx.x == 0) cta_acc = 0;
+  __syncthreads();
+  atomicXor(&cta_acc, acc);
+  __syncthreads();
+  if (threadIdx.x == 0) sink[blockIdx.x] = cta_acc;
+}
+
 __global__ void __launch_bounds__(kThreads) ReadAllKernel(const uint4* __restrict__ data,
                                                          size_t count, unsigned* sink) {
   unsigned acc = 0;
@@ -28,12 +38,7 @@ __global__ void __launch_bounds__(kThreads) ReadAllKernel(const uint4* __restric
     const uint4 a = __ldcs(data + i);
     acc ^= a.x ^ a.y ^ a.z ^ a.w;
   }
-  __shared__ unsigned block_acc;
-  if (threadIdx.x == 0) block_acc = 0;
-  __syncthreads();
-  atomicXor(&block_acc, acc);
-  __syncthreads();
-  if (threadIdx.x == 0) sink[blockIdx.x] = block_acc;
+  WriteCtaXor(acc, sink);
 }
 
 // One CTA an SM (1024 threads, 8 16-byte loads in flight each: 128 KB an SM), so that a grid
@@ -41,28 +46,29 @@ __global__ void __launch_bounds__(kThreads) ReadAllKernel(const uint4* __restric
 constexpr int kFewThreads = 1024;
 constexpr int kFewLoads = 8;
 
-__global__ void __launch_bounds__(kFewThreads, 1)
-    ReadFewKernel(const uint4* __restrict__ data, size_t count, unsigned* sink) {
+// The XOR of data[i], data[i + stride], ... below end, kFewLoads loads in flight at a time.
+__device__ __forceinline__ unsigned XorLoads(const uint4* __restrict__ data, size_t i, size_t end,
+                                             size_t stride) {
   unsigned acc = 0;
-  const size_t stride = size_t{gridDim.x} * kFewThreads;
-  size_t i = size_t{blockIdx.x} * kFewThreads + threadIdx.x;
-  for (; i + (kFewLoads - 1) * stride < count; i += kFewLoads * stride) {
+  for (; i + (kFewLoads - 1) * stride < end; i += kFewLoads * stride) {
     uint4 v[kFewLoads];
 #pragma unroll
     for (int k = 0; k < kFewLoads; ++k) v[k] = __ldcs(data + i + k * stride);
 #pragma unroll
     for (int k = 0; k < kFewLoads; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
   }
-  for (; i < count; i += stride) {
+  for (; i < end; i += stride) {
     const uint4 a = __ldcs(data + i);
     acc ^= a.x ^ a.y ^ a.z ^ a.w;
   }
-  __shared__ unsigned block_acc;
-  if (threadIdx.x == 0) block_acc = 0;
-  __syncthreads();
-  atomicXor(&block_acc, acc);
-  __syncthreads();
-  if (threadIdx.x == 0) sink[blockIdx.x] = block_acc;
+  return acc;
+}
+
+__global__ void __launch_bounds__(kFewThreads, 1)
+    ReadFewKernel(const uint4* __restrict__ data, size_t count, unsigned* sink) {
+  const unsigned acc = XorLoads(data, size_t{blockIdx.x} * kFewThreads + threadIdx.x, count,
+                                size_t{gridDim.x} * kFewThreads);
+  WriteCtaXor(acc, sink);
 }
 
 // A single-kernel decode's floor at batch 1: `clusters` clusters of `cluster_size` CTAs (one
@@ -70,7 +76,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
 // kv head)'s keys) in contiguous slices a CTA (the splits), then merging through distributed
 // shared memory as a decode's splits would: each CTA leaves a [8 heads][128] fp32 state in
 // shared memory, and after a cluster barrier rank r reads its 1/size of every rank's state and
-// writes it out (to sink[kMergeWords * cluster + ...]), then a second barrier keeps the states
+// writes it out (to out[cluster][8][128]), then a second barrier keeps the states
 // alive until every rank has read them.
 constexpr int kMergeWords = 8 * 128;
 
@@ -85,19 +91,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   const size_t slice = part_end > part_begin ? (part_end - part_begin + size - 1) / size : 0;
   const size_t begin = min(part_end, part_begin + rank * slice);
   const size_t end = min(part_end, begin + slice);
-  unsigned acc = 0;
-  size_t i = begin + threadIdx.x;
-  for (; i + (kFewLoads - 1) * kFewThreads < end; i += kFewLoads * kFewThreads) {
-    uint4 v[kFewLoads];
-#pragma unroll
-    for (int k = 0; k < kFewLoads; ++k) v[k] = __ldcs(data + i + k * kFewThreads);
-#pragma unroll
-    for (int k = 0; k < kFewLoads; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
-  }
-  for (; i < end; i += kFewThreads) {
-    const uint4 a = __ldcs(data + i);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
+  const unsigned acc = XorLoads(data, begin + threadIdx.x, end, kFewThreads);
   __shared__ float state[kMergeWords];
   for (int w = threadIdx.x; w < kMergeWords; w += kFewThreads) state[w] = 0;
   __syncthreads();
@@ -145,6 +139,31 @@ __global__ void EmptyClusterKernel(unsigned* sink) {
   cluster.sync();
 }
 
+// Launches `kernel` in `clusters` clusters of `cluster_size` CTAs of `threads` (sizes over 8
+// are non-portable: allowed here, and the launch fails where the GPU cannot place them).
+template <typename... Params, typename... Args>
+int LaunchInClusters(void (*kernel)(Params...), int clusters, int cluster_size, int threads,
+                     void* stream, Args... args) {
+  if (cluster_size > 8) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(clusters * cluster_size));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = static_cast<cudaStream_t>(stream);
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+}
+
 }  // namespace
 
 int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, void* stream) {
@@ -161,25 +180,8 @@ int LaunchReadFew(const void* data, size_t bytes, unsigned* sink, int ctas, void
 
 int LaunchReadClusters(const void* data, size_t bytes, float* out, int clusters, int cluster_size,
                        void* stream) {
-  if (cluster_size > 8) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(ReadClusterKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (err != cudaSuccess) return static_cast<int>(err);
-  }
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(clusters * cluster_size));
-  config.blockDim = dim3(kFewThreads);
-  config.stream = static_cast<cudaStream_t>(stream);
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, ReadClusterKernel,
-                                             static_cast<const uint4*>(data), bytes / 16, out);
-  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+  return LaunchInClusters(ReadClusterKernel, clusters, cluster_size, kFewThreads, stream,
+                          static_cast<const uint4*>(data), bytes / 16, out);
 }
 
 int LaunchEmpty(unsigned* sink, int ctas, int threads, void* stream) {
@@ -203,24 +205,7 @@ int LaunchEmptyPair(unsigned* sink, int ctas, int threads, void* stream) {
 }
 
 int LaunchEmptyClusters(unsigned* sink, int clusters, int cluster_size, int threads, void* stream) {
-  if (cluster_size > 8) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(EmptyClusterKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (err != cudaSuccess) return static_cast<int>(err);
-  }
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(clusters * cluster_size));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.stream = static_cast<cudaStream_t>(stream);
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, EmptyClusterKernel, sink);
-  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+  return LaunchInClusters(EmptyClusterKernel, clusters, cluster_size, threads, stream, sink);
 }
 
 }  // namespace writescope::kernels::bench

@@ -840,7 +840,7 @@ void RunFloors(const BenchOptions& options) {
       rows.push_back({model.name, 2.0 * 2 * model.kv_heads * model.head_dim, model.kv_heads});
     }
   }
-  if (options.mla) rows.push_back({"mla", 2.0 * (512 + 64), 1});
+  rows.push_back({"mla", 2.0 * (512 + 64), 1});  // DeepSeek-V2-Lite's latent rows
   DeviceMemory merged(size_t{16} * 8 * 128 * sizeof(float));
   if (!merged.ptr) return;
   for (const Row& row : rows) {

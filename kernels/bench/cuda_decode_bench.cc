@@ -814,6 +814,10 @@ std::unique_ptr<HostCopyLoad> HostCopyLoad::Start(size_t bytes) {
 // (a merge inside clusters of 16 holds 16 CTAs a (seq, kv head): 64 SMs at Qwen3 batch 1),
 // and what a call's launches cost with nothing in them.
 void RunFloors(const BenchOptions& options) {
+  if (g_sink == nullptr) {
+    std::printf("\n== CUDA floors: skipped (no memory for the reads' sink) ==\n");
+    return;
+  }
   int sms = 132;
   (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   std::printf("\n== CUDA floors at batch 1: reads by n SMs, and empty launches (us) ==\n");
@@ -875,7 +879,7 @@ void RunFloors(const BenchOptions& options) {
     }
   }
   std::printf("%-34s %8s\n", "empty launch (128 threads a CTA)", "us");
-  auto floor = [&](const char* what, auto fn) {
+  auto empty_row = [&](const char* what, auto fn) {
     const int err = fn();
     BENCH_CUDA(cudaDeviceSynchronize());
     if (err != 0) {
@@ -889,14 +893,14 @@ void RunFloors(const BenchOptions& options) {
   char what[64];
   for (int ctas : {1, sms, 4 * sms}) {
     std::snprintf(what, sizeof(what), "one grid of %d", ctas);
-    floor(what, [&] { return LaunchEmpty(g_sink, ctas, 128, nullptr); });
+    empty_row(what, [&] { return LaunchEmpty(g_sink, ctas, 128, nullptr); });
     std::snprintf(what, sizeof(what), "a programmatic pair of %d", ctas);
-    floor(what, [&] { return LaunchEmptyPair(g_sink, ctas, 128, nullptr); });
+    empty_row(what, [&] { return LaunchEmptyPair(g_sink, ctas, 128, nullptr); });
   }
   for (int size : {8, 16}) {
     for (int clusters : {1, 4, 8}) {
       std::snprintf(what, sizeof(what), "%d clusters of %d", clusters, size);
-      floor(what, [&] { return LaunchEmptyClusters(g_sink, clusters, size, 128, nullptr); });
+      empty_row(what, [&] { return LaunchEmptyClusters(g_sink, clusters, size, 128, nullptr); });
     }
   }
 }

@@ -22,40 +22,18 @@ __device__ __forceinline__ void WriteCtaXor(unsigned acc, unsigned* sink) {
   if (threadIdx.x == 0) sink[blockIdx.x] = cta_acc;
 }
 
-__global__ void __launch_bounds__(kThreads) ReadAllKernel(const uint4* __restrict__ data,
-                                                         size_t count, unsigned* sink) {
-  unsigned acc = 0;
-  const size_t stride = size_t{gridDim.x} * kThreads;
-  size_t i = size_t{blockIdx.x} * kThreads + threadIdx.x;
-  // Four loads in flight per thread per iteration.
-  for (; i + 3 * stride < count; i += 4 * stride) {
-    const uint4 a = __ldcs(data + i), b = __ldcs(data + i + stride),
-                c = __ldcs(data + i + 2 * stride), d = __ldcs(data + i + 3 * stride);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
-           d.z ^ d.w;
-  }
-  for (; i < count; i += stride) {
-    const uint4 a = __ldcs(data + i);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
-  WriteCtaXor(acc, sink);
-}
-
-// One CTA an SM (1024 threads, 8 16-byte loads in flight each: 128 KB an SM), so that a grid
-// of n CTAs reads with n SMs.
-constexpr int kFewThreads = 1024;
-constexpr int kFewLoads = 8;
-
-// The XOR of data[i], data[i + stride], ... below end, kFewLoads loads in flight at a time.
+// The XOR of data[i], data[i + stride], ... below end, kLoads loads in flight a thread at a
+// time.
+template <int kLoads>
 __device__ __forceinline__ unsigned XorLoads(const uint4* __restrict__ data, size_t i, size_t end,
                                              size_t stride) {
   unsigned acc = 0;
-  for (; i + (kFewLoads - 1) * stride < end; i += kFewLoads * stride) {
-    uint4 v[kFewLoads];
+  for (; i + (kLoads - 1) * stride < end; i += kLoads * stride) {
+    uint4 v[kLoads];
 #pragma unroll
-    for (int k = 0; k < kFewLoads; ++k) v[k] = __ldcs(data + i + k * stride);
+    for (int k = 0; k < kLoads; ++k) v[k] = __ldcs(data + i + k * stride);
 #pragma unroll
-    for (int k = 0; k < kFewLoads; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    for (int k = 0; k < kLoads; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
   }
   for (; i < end; i += stride) {
     const uint4 a = __ldcs(data + i);
@@ -64,10 +42,23 @@ __device__ __forceinline__ unsigned XorLoads(const uint4* __restrict__ data, siz
   return acc;
 }
 
+__global__ void __launch_bounds__(kThreads) ReadAllKernel(const uint4* __restrict__ data,
+                                                         size_t count, unsigned* sink) {
+  // Four loads in flight per thread.
+  WriteCtaXor(XorLoads<4>(data, size_t{blockIdx.x} * kThreads + threadIdx.x, count,
+                          size_t{gridDim.x} * kThreads),
+              sink);
+}
+
+// One CTA an SM (1024 threads, 8 16-byte loads in flight each: 128 KB an SM), so that a grid
+// of n CTAs reads with n SMs.
+constexpr int kFewThreads = 1024;
+constexpr int kFewLoads = 8;
+
 __global__ void __launch_bounds__(kFewThreads, 1)
     ReadFewKernel(const uint4* __restrict__ data, size_t count, unsigned* sink) {
-  const unsigned acc = XorLoads(data, size_t{blockIdx.x} * kFewThreads + threadIdx.x, count,
-                                size_t{gridDim.x} * kFewThreads);
+  const unsigned acc = XorLoads<kFewLoads>(data, size_t{blockIdx.x} * kFewThreads + threadIdx.x,
+                                           count, size_t{gridDim.x} * kFewThreads);
   WriteCtaXor(acc, sink);
 }
 
@@ -91,7 +82,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   const size_t slice = part_end > part_begin ? (part_end - part_begin + size - 1) / size : 0;
   const size_t begin = min(part_end, part_begin + rank * slice);
   const size_t end = min(part_end, begin + slice);
-  const unsigned acc = XorLoads(data, begin + threadIdx.x, end, kFewThreads);
+  const unsigned acc = XorLoads<kFewLoads>(data, begin + threadIdx.x, end, kFewThreads);
   __shared__ float state[kMergeWords];
   for (int w = threadIdx.x; w < kMergeWords; w += kFewThreads) state[w] = 0;
   __syncthreads();

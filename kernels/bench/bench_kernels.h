@@ -25,7 +25,7 @@ int LaunchReadFew(const void* data, size_t bytes, unsigned* sink, int ctas, void
 int LaunchReadClusters(const void* data, size_t bytes, float* out, int clusters, int cluster_size,
                        void* stream);
 
-// The floors of a call's launches (each CTA writes sink[block]; sink holds `ctas` words):
+// The floors of a call's launches (a CTA writes sink[block]: sink holds a word a CTA):
 // one empty grid; an empty grid and a programmatic dependent that waits for it (as the
 // decode and its split merge); `clusters` clusters of `cluster_size` CTAs that meet at a
 // cluster barrier and read each other's shared memory (sizes over 8 are non-portable).

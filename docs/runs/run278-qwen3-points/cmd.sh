@@ -10,6 +10,6 @@
 CALL_START=$(date +%s); deploy/gpu-run.sh --unpack-only >/dev/null; export LD_LIBRARY_PATH=/tmp/ws/lib:/usr/local/cuda/lib64 WS_BIN=/tmp/ws/bin
 nvidia-smi --query-gpu=name --format=csv,noheader; grep commit /tmp/ws/MANIFEST | head -1; lscpu | grep -E "L3|Model name"
 secs=$(( ${TOTAL_S:-560} - 60 ))
-deploy/gpu-grids.sh --one-runtime --turns 10 --turn-warmup 4 --no-probe --out /tmp/g278 --budget-s $((secs + 20)) --archive $OUT/g.tgz --batches 4,16 --contexts 8192,32768 --policies "writescope transfer-all monolithic" qwen3_moe:${REPEATS:-3}:8:$secs > $OUT/grids.log 2>&1; echo "grids rc=$?"
-python3 deploy/best_baseline_report.py /tmp/g278/bench-qwen3_moe.csv | sed -n '/^Paired/,$p' | grep -E "over|writescope over" | cut -c1-200
+deploy/gpu-grids.sh --one-runtime --turns 10 --turn-warmup 4 --no-probe --out ${GRID_OUT:-/tmp/g278} --budget-s $((secs + 20)) --archive $OUT/g.tgz --batches ${BATCHES:-4,16} --contexts ${CONTEXTS:-8192,32768} --policies "writescope transfer-all monolithic" qwen3_moe:${REPEATS:-3}:8:$secs > $OUT/grids.log 2>&1; echo "grids rc=$?"
+python3 deploy/best_baseline_report.py ${GRID_OUT:-/tmp/g278}/bench-qwen3_moe.csv | sed -n '/^Paired/,$p' | grep -E "over|writescope over" | cut -c1-200
 echo "call $(($(date +%s) - CALL_START))s"

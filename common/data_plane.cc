@@ -1,5 +1,6 @@
 #include "common/data_plane.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,36 @@ absl::StatusOr<DataPlane> AttachDataPlane(const ShmArena& arena) {
   WS_ASSIGN_OR_RETURN(plane.to_cpu, ShmChannel::Attach(spans.to_cpu));
   WS_ASSIGN_OR_RETURN(plane.to_gpu, ShmChannel::Attach(spans.to_gpu));
   return plane;
+}
+
+size_t ErrorPayloadBytes(const absl::Status& status) {
+  return sizeof(uint32_t) + status.message().size();
+}
+
+size_t WriteErrorPayload(const absl::Status& status, absl::Span<std::byte> out) {
+  if (out.size() < sizeof(uint32_t)) return 0;
+  const uint32_t code = static_cast<uint32_t>(status.code());
+  std::memcpy(out.data(), &code, sizeof(code));
+  const size_t n = std::min(status.message().size(), out.size() - sizeof(code));
+  std::memcpy(out.data() + sizeof(code), status.message().data(), n);
+  return sizeof(code) + n;
+}
+
+absl::Status ReadErrorPayload(absl::Span<const std::byte> payload, absl::string_view context) {
+  uint32_t code = static_cast<uint32_t>(absl::StatusCode::kInternal);
+  absl::Span<const std::byte> text = payload;
+  if (payload.size() >= sizeof(code)) {
+    std::memcpy(&code, payload.data(), sizeof(code));
+    text = payload.subspan(sizeof(code));
+  }
+  // Codes 1..16 are the failures absl knows; anything else is no code the sender wrote.
+  if (code == 0 || code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
+    code = static_cast<uint32_t>(absl::StatusCode::kInternal);
+  }
+  return absl::Status(
+      static_cast<absl::StatusCode>(code),
+      absl::StrCat(context,
+                   absl::string_view(reinterpret_cast<const char*>(text.data()), text.size())));
 }
 
 }  // namespace writescope

@@ -3,12 +3,15 @@
 #ifndef WRITESCOPE_COMMON_DATA_PLANE_H_
 #define WRITESCOPE_COMMON_DATA_PLANE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/shm_arena.h"
 #include "common/shm_channel.h"
 
@@ -39,6 +42,16 @@ struct DataPlane {
 absl::StatusOr<DataPlane> CreateDataPlane(const ShmArena& arena);
 // Attaches to the channels a creator formatted.
 absl::StatusOr<DataPlane> AttachDataPlane(const ShmArena& arena);
+
+// A kError message's payload (common/data_plane_messages.h): the failure's status code as 4
+// bytes, then its message. The bytes `status` takes (its message whole).
+size_t ErrorPayloadBytes(const absl::Status& status);
+// Writes `status` (not OK) into `out`, its message cut to fit; returns the bytes written
+// (0 where `out` cannot hold the code).
+size_t WriteErrorPayload(const absl::Status& status, absl::Span<std::byte> out);
+// The status a kError payload carries, its message after `context`. A payload too short for
+// the code, or with a code that is not a failure's, reads as INTERNAL with what it has.
+absl::Status ReadErrorPayload(absl::Span<const std::byte> payload, absl::string_view context);
 
 }  // namespace writescope
 

@@ -19,7 +19,8 @@ enum class DataPlaneMessage : uint32_t {
   kExperts = 5,          // gpu -> cpu: routed-expert inputs
   kExpertsResult = 6,    // cpu -> gpu: routed-expert outputs
   kStepEnd = 7,          // gpu -> cpu: the step is over (no payload)
-  kError = 8,            // cpu -> gpu: the CPU side of the step failed (payload: message)
+  kError = 8,            // cpu -> gpu: the CPU side of the step failed (payload: its status
+                         // code and message, common/data_plane.h: WriteErrorPayload)
 };
 
 struct DataPlaneHeader {

@@ -13,7 +13,7 @@
 //                                 [tokens][top_k], route weights fp32 [tokens][top_k]
 //   cpu -> gpu  kExpertsResult    y fp32 [tokens][hidden] (the weighted routed-expert sum)
 // and once at the end gpu -> cpu kStepEnd (so the cpu_worker's RunStep returns), or
-// cpu -> gpu kError (payload: the message) when the CPU side fails.
+// cpu -> gpu kError (payload: the status code and message) when the CPU side fails.
 //
 // GQA: q_dim = o_dim = head_dim. MLA (absorbed): q_dim = kv_lora_rank + rope_dim,
 // o_dim = kv_lora_rank (latent-space output; the gpu_worker applies W_UV after the merge).

@@ -10,13 +10,14 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_plane.h"
 #include "common/data_plane_messages.h"
 #include "common/kv_pattern.h"
 #include "common/kv_spec.h"
-#include "common/worker_model.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/status.h"
+#include "common/worker_model.h"
 
 namespace writescope::cpu {
 namespace {
@@ -311,22 +312,26 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
                                  absl::Span<const std::byte> payload, ShmChannel& out) {
   std::shared_ptr<StepState> state = AwaitStep(header.step_id);
   auto reply_error = [&](const absl::Status& status) {
-    const std::string text(status.message());
     absl::StatusOr<absl::Span<std::byte>> reply =
-        out.Reserve(sizeof(DataPlaneHeader) + text.size(), kReplyTimeout);
+        out.Reserve(sizeof(DataPlaneHeader) + ErrorPayloadBytes(status), kReplyTimeout);
     if (!reply.ok()) {
       WS_LOG(ERROR) << "data plane: cannot report " << status << ": " << reply.status();
       return;
     }
-    DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, text.size()};
+    const size_t n = WriteErrorPayload(status, reply->subspan(sizeof(DataPlaneHeader)));
+    DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, n};
     std::memcpy(reply->data(), &h, sizeof(h));
-    std::memcpy(reply->data() + sizeof(h), text.data(), text.size());
     out.Commit();
   };
   if (state == nullptr) {
     if (header.type != DataPlaneMessage::kStepEnd) {
-      reply_error(absl::FailedPreconditionError(
-          absl::StrCat("cpu_worker has no plan for step ", header.step_id)));
+      // Stopping or detaching, the worker is going away (UNAVAILABLE, as RunStep says then);
+      // otherwise no RunStep brought the step's plan in time.
+      reply_error(stopping_.load() ? absl::UnavailableError("cpu_worker is stopping")
+                  : loop_reset_.load()
+                      ? absl::UnavailableError("cpu_worker: the data plane was reset")
+                      : absl::FailedPreconditionError(
+                            absl::StrCat("cpu_worker has no plan for step ", header.step_id)));
     } else {
       // Its RunStep may still arrive: it must not wait for this end again.
       std::lock_guard<std::mutex> lock(steps_mutex_);
@@ -376,12 +381,9 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
   }
   if (!status.ok()) {
     // Give the reservation back as an error message instead.
-    DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, 0};
-    const std::string text(status.message());
-    const size_t n = std::min<size_t>(text.size(), body.size());
-    h.payload_bytes = n;
+    const size_t n = WriteErrorPayload(status, body);
+    DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, n};
     std::memcpy(reply->data(), &h, sizeof(h));
-    std::memcpy(body.data(), text.data(), n);
     out.Commit();
     state->status.Update(status);
     return;

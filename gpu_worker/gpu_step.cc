@@ -224,10 +224,11 @@ absl::Status GpuStep::Receive(DataPlaneMessage type, uint64_t step_id, uint32_t 
     const auto payload = message->subspan(sizeof(header));
     absl::Status status;
     if (header.type == DataPlaneMessage::kError) {
+      // The CPU side's own code: a worker that is stopping is unavailable, not broken.
       const size_t n = std::min<size_t>(header.payload_bytes, payload.size());
-      status = absl::InternalError(
-          absl::StrCat("cpu_worker, layer ", header.layer, " of step ", header.step_id, ": ",
-                       std::string(reinterpret_cast<const char*>(payload.data()), n)));
+      status = ReadErrorPayload(
+          payload.subspan(0, n),
+          absl::StrCat("cpu_worker, layer ", header.layer, " of step ", header.step_id, ": "));
     } else if (header.type != type || header.step_id != step_id || header.layer != layer ||
                payload.size() != out.size()) {
       status = absl::DataLossError(absl::StrCat(

@@ -8,14 +8,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/data_plane.h"
+#include "common/data_plane_messages.h"
 #include "common/kv_config.h"
 #include "common/shm_arena.h"
 #include "cpu_worker/cpu_worker.h"
@@ -165,6 +168,33 @@ TEST_F(CpuWorkerStepTest, ADataPlaneThatEndsOnItsOwnFailsStepsAtOnceUntilReset) 
   EXPECT_EQ(after.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
   give_up_after.store(true);
   EXPECT_EQ(after.get().status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(CpuWorkerStepTest, AMessageOfAStepWithoutAPlanWhileStoppingIsAnsweredUnavailable) {
+  // The gpu_worker's side of a step whose RunStep the stopping worker refused: its first
+  // message waits for the plan, and the stop ends the wait. The answer must say the worker
+  // is going away (the coordinator tells the client UNAVAILABLE), not that the step broke.
+  absl::StatusOr<DataPlane> plane = AttachDataPlane(*arena_);
+  ASSERT_TRUE(plane.ok()) << plane.status();
+  const DataPlaneHeader query{DataPlaneMessage::kAttention, 2, 11, 0};
+  std::vector<std::byte> message(sizeof(query));
+  std::memcpy(message.data(), &query, sizeof(query));
+  ASSERT_TRUE(plane->to_cpu.Send(message, absl::Seconds(5)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // taken, waiting for a plan
+  worker_->BeginStop();
+  absl::StatusOr<absl::Span<const std::byte>> reply = plane->to_gpu.Peek(absl::Seconds(5));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_GE(reply->size(), sizeof(DataPlaneHeader));
+  DataPlaneHeader header;
+  std::memcpy(&header, reply->data(), sizeof(header));
+  EXPECT_EQ(header.type, DataPlaneMessage::kError);
+  EXPECT_EQ(header.step_id, 11u);
+  EXPECT_EQ(header.layer, 2u);
+  ASSERT_EQ(header.payload_bytes, reply->size() - sizeof(header));
+  const absl::Status status = ReadErrorPayload(reply->subspan(sizeof(header)), "");
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr("stopping"));
+  plane->to_gpu.Release();
 }
 
 TEST_F(CpuWorkerStepTest, ALoadAfterBeginStopIsRefused) {

@@ -358,6 +358,28 @@ std::vector<v1::PhaseSummary> SummarizePhases(absl::Span<const internal::WorkerP
   return summaries;
 }
 
+std::vector<uint64_t> StepIdsOf(const internal::WorkerProfile& profile) {
+  std::vector<uint64_t> ids;
+  for (const internal::Span& span : profile.spans()) {
+    if (span.step_id() != 0) ids.push_back(span.step_id());
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+void KeepSteps(absl::Span<const uint64_t> keep, internal::WorkerProfile* profile) {
+  google::protobuf::RepeatedPtrField<internal::Span>* spans = profile->mutable_spans();
+  int kept = 0;
+  for (int i = 0; i < spans->size(); ++i) {
+    const uint64_t step = spans->Get(i).step_id();
+    if (step != 0 && !std::binary_search(keep.begin(), keep.end(), step)) continue;
+    if (kept != i) spans->SwapElements(kept, i);
+    ++kept;
+  }
+  spans->DeleteSubrange(kept, spans->size() - kept);
+}
+
 bool TraceEventsNest(absl::Span<const TraceEvent> events) {
   std::vector<TraceEvent> sorted(events.begin(), events.end());
   std::sort(sorted.begin(), sorted.end(), [](const TraceEvent& a, const TraceEvent& b) {

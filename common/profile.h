@@ -111,6 +111,13 @@ std::string ChromeTraceJson(absl::Span<const internal::WorkerProfile> processes)
 std::vector<v1::PhaseSummary> SummarizePhases(absl::Span<const internal::WorkerProfile> processes,
                                               uint32_t* steps);
 
+// The distinct step ids (> 0) among `profile`'s spans, ascending.
+std::vector<uint64_t> StepIdsOf(const internal::WorkerProfile& profile);
+
+// Keeps of `profile`'s spans those of the step ids in `keep` (ascending) and those of no step
+// (step 0); drops the rest, keeping the order.
+void KeepSteps(absl::Span<const uint64_t> keep, internal::WorkerProfile* profile);
+
 // One complete event of a trace, as read back from the JSON (ts/dur converted to ns).
 struct TraceEvent {
   int64_t pid = 0;

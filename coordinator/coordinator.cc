@@ -661,15 +661,25 @@ absl::StatusOr<v1::Profile> Coordinator::Profile(uint32_t steps) {
   steps = std::clamp<uint32_t>(steps == 0 ? 8 : steps, 1, 1000);
   std::vector<internal::WorkerProfile> processes(1);
   processes[0].set_process("coordinator");
-  engine_->spans().LastSteps(steps, processes[0].mutable_spans());
+  // A few steps more than asked: the coordinator's latest can be steps that the workers never
+  // ran (admitted as their request was aborted or failed), kept out below.
+  constexpr uint32_t kStepsNotRun = 4;
+  engine_->spans().LastSteps(steps + kStepsNotRun, processes[0].mutable_spans());
+  std::vector<uint64_t> ran;
   for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {
     absl::StatusOr<internal::WorkerProfile> profile = worker->Profile(steps, kRpcTimeout);
     if (!profile.ok()) {
       WS_LOG(WARNING) << worker->name() << " profile: " << profile.status();
       continue;
     }
+    if (worker == &gpu_worker_) ran = StepIdsOf(*profile);  // its step span is the step
     processes.push_back(*std::move(profile));
   }
+  if (ran.empty()) {  // no gpu_worker's steps to go by: the coordinator's own latest
+    ran = StepIdsOf(processes[0]);
+    if (ran.size() > steps) ran.erase(ran.begin(), ran.end() - steps);
+  }
+  KeepSteps(ran, &processes[0]);
   v1::Profile result;
   result.set_trace_json(ChromeTraceJson(processes));
   uint32_t seen = 0;

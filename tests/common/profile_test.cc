@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -506,6 +507,36 @@ TEST(SummarizePhasesTest, HandMadeExample) {
   const std::vector<v1::PhaseSummary> stepless_phases = SummarizePhases({stepless}, nullptr);
   ASSERT_EQ(stepless_phases.size(), 1u);
   EXPECT_DOUBLE_EQ(stepless_phases[0].ms_per_step(), 3.0);
+}
+
+TEST(KeepStepsTest, KeepsTheGivenStepsAndThoseOfNoStepInOrder) {
+  internal::WorkerProfile coordinator;
+  coordinator.set_process("coordinator");
+  // Step 9 is one the workers never ran (admitted as its request was aborted).
+  for (const uint64_t step : {7, 0, 8, 9, 8, 0, 9}) {
+    *coordinator.add_spans() = MakeSpan(absl::StrCat("s", step), step, 1, step);
+  }
+  EXPECT_THAT(StepIdsOf(coordinator), ElementsAre(7, 8, 9));
+  internal::WorkerProfile gpu;
+  *gpu.add_spans() = MakeSpan("step", 0, 1, 8);
+  *gpu.add_spans() = MakeSpan("step", 0, 1, 6);
+  *gpu.add_spans() = MakeSpan("step", 0, 1, 7);
+  *gpu.add_spans() = MakeSpan("step", 0, 1, 8);
+  const std::vector<uint64_t> ran = StepIdsOf(gpu);
+  EXPECT_THAT(ran, ElementsAre(6, 7, 8));
+
+  KeepSteps(ran, &coordinator);
+  EXPECT_THAT(StepIds(coordinator.spans()), ElementsAre(7, 0, 8, 8, 0));
+  uint32_t steps = 0;
+  SummarizePhases({coordinator, gpu}, &steps);
+  EXPECT_EQ(steps, 3u);  // 6, 7, 8: not 9
+
+  KeepSteps({}, &coordinator);  // nothing ran: the spans of no step stay
+  EXPECT_THAT(StepIds(coordinator.spans()), ElementsAre(0, 0));
+  EXPECT_TRUE(StepIdsOf(coordinator).empty());
+  internal::WorkerProfile empty;
+  KeepSteps(ran, &empty);
+  EXPECT_EQ(empty.spans_size(), 0);
 }
 
 // ProcessCpuMillis counts the CPU the process uses, not the time that passes: a thread busy

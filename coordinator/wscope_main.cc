@@ -11,8 +11,10 @@
 //                                           prefill progress to stderr, then the finish
 //                                           reason, usage and timings; --json: one JSON
 //                                           object at the end instead ({"error": ...} on
-//                                           failure). Exit 1 on an error.
-//   wscope abort --request_id=S [--json]    ends a running or queued request
+//                                           failure, beside the tokens that came). Exit 1
+//                                           on an error.
+//   wscope abort --request_id=S [--json]    ends a running or queued request; exit 3 when
+//                                           no request has that id
 //   wscope load [--streams=N] [--duration=10s] [--prompt_tokens=N] [--max_tokens=N]
 //          [--seed=N] [--json]          a bounded load generator: N concurrent Generate
 //                                           streams for a fixed time, each repeating random
@@ -51,21 +53,21 @@
 // 120 s, profile 30 s, load's model query 10 s (its requests end 30 s after --duration).
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <random>
-#include <thread>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <filesystem>
-#include <iostream>
-#include <iterator>
+#include <fstream>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -157,6 +159,13 @@ ABSL_FLAG(bool, json, false,
 
 namespace {
 
+// "INVALID_ARGUMENT" for a google.rpc.Code value (gRPC and Abseil share the numbering), as
+// the errors of every command print it.
+std::string CodeName(int code) {
+  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? absl::StrCat("CODE_", code) : name;
+}
+
 using grpc::health::v1::HealthCheckResponse;
 
 std::chrono::system_clock::time_point Deadline() {
@@ -237,18 +246,21 @@ int Info() {
   writescope::v1::ServerInfo info;
   grpc::Status status = stub->GetServerInfo(&context, writescope::v1::GetServerInfoRequest(), &info);
   if (!status.ok()) {
-    std::fprintf(stderr, "wscope info: %s (code %d)\n", status.error_message().c_str(),
-                 static_cast<int>(status.error_code()));
+    std::fprintf(stderr, "wscope info: %s: %s\n",
+                 CodeName(static_cast<int>(status.error_code())).c_str(),
+                 status.error_message().c_str());
     return 1;
   }
   grpc::ClientContext model_context;
   model_context.set_deadline(Deadline());
   writescope::v1::ModelInfo model;
   if (stub->GetModelInfo(&model_context, writescope::v1::GetModelInfoRequest(), &model).ok()) {
-    std::printf("model %s (%s): %u layers, hidden %u, vocab %u, %u experts top-%u, KV %llu B/token\n",
-                model.source().c_str(), model.model_type().c_str(), model.num_layers(),
-                model.hidden_size(), model.vocab_size(), model.num_experts(),
-                model.experts_per_token(), static_cast<unsigned long long>(model.kv_bytes_per_token()));
+    std::printf(
+        "model %s (%s): %u layers, hidden %u, vocab %u, context %u tokens, %u experts "
+        "top-%u, KV %llu B/token\n",
+        model.source().c_str(), model.model_type().c_str(), model.num_layers(), model.hidden_size(),
+        model.vocab_size(), model.max_context(), model.num_experts(), model.experts_per_token(),
+        static_cast<unsigned long long>(model.kv_bytes_per_token()));
   }
   std::printf("writescope %s  policy %s  cpu share %.3f (placed %.3f)\n", info.version().c_str(),
               info.policy().c_str(), info.cpu_share(), info.placed_cpu_share());
@@ -256,12 +268,14 @@ int Info() {
     std::printf("re-splits: %llu blocks moved, %.1f ms of copies\n",
                 static_cast<unsigned long long>(info.resplit_blocks()), info.resplit_ms());
   }
-  std::printf("arena %s  %.1f MiB\n", info.arena_name().c_str(), info.arena_bytes() / 1048576.0);
+  std::printf("arena %s  %.1f MiB  KV blocks of %u tokens\n", info.arena_name().c_str(),
+              info.arena_bytes() / 1048576.0, info.block_tokens());
   for (const auto& region : info.regions()) {
-    std::printf("  region %-14s %10.1f MiB  blocks %llu/%llu\n", RegionName(region.region()),
-                region.bytes_total() / 1048576.0,
+    std::printf("  region %-14s %10.1f MiB  blocks %llu/%llu (%llu tokens)\n",
+                RegionName(region.region()), region.bytes_total() / 1048576.0,
                 static_cast<unsigned long long>(region.blocks_used()),
-                static_cast<unsigned long long>(region.blocks_total()));
+                static_cast<unsigned long long>(region.blocks_total()),
+                static_cast<unsigned long long>(region.blocks_total()) * info.block_tokens());
   }
   if (info.has_gpu_calibration()) {
     const auto& calibration = info.gpu_calibration();
@@ -320,8 +334,9 @@ int SelfTest() {
   writescope::v1::SelfTestResponse response;
   grpc::Status status = stub->SelfTest(&context, writescope::v1::SelfTestRequest(), &response);
   if (!status.ok()) {
-    std::fprintf(stderr, "wscope selftest: %s (code %d)\n", status.error_message().c_str(),
-                 static_cast<int>(status.error_code()));
+    std::fprintf(stderr, "wscope selftest: %s: %s\n",
+                 CodeName(static_cast<int>(status.error_code())).c_str(),
+                 status.error_message().c_str());
     return 1;
   }
   for (const std::string& check : response.checks()) std::printf("  %s\n", check.c_str());
@@ -660,8 +675,9 @@ int Bench() {
     if (status.ok()) {
       std::fprintf(stderr, "bench: prewarm done, %.2f ms per step\n", response.mean_step_ms());
     } else {
-      std::fprintf(stderr, "bench: the prewarm failed: %s (code %d); the points run anyway\n",
-                   status.error_message().c_str(), static_cast<int>(status.error_code()));
+      std::fprintf(stderr, "bench: the prewarm failed: %s: %s; the points run anyway\n",
+                   CodeName(static_cast<int>(status.error_code())).c_str(),
+                   status.error_message().c_str());
     }
   }
   int failures = 0;
@@ -729,11 +745,11 @@ int Bench() {
                 BenchOnePoint(*stub, batch, context, absl::GetFlag(FLAGS_decode_steps), warmup,
                               policy, sampling, &response);
             if (!status.ok()) {
-              std::printf("batch %llu context %llu%s%s: %s (code %d)\n",
+              std::printf("batch %llu context %llu%s%s: %s: %s\n",
                           static_cast<unsigned long long>(batch),
                           static_cast<unsigned long long>(context), policy.empty() ? "" : " ",
-                          policy.c_str(), status.error_message().c_str(),
-                          static_cast<int>(status.error_code()));
+                          policy.c_str(), CodeName(static_cast<int>(status.error_code())).c_str(),
+                          status.error_message().c_str());
               ++failures;
               ++failures_in_a_row;
               point_ok = false;
@@ -781,8 +797,6 @@ struct LoadTotals {
   std::vector<double> ttft_ms, request_ms;
   uint64_t tokens = 0;
 };
-
-std::string CodeName(int code);
 
 int Load() {
   const uint32_t streams = std::max<uint32_t>(1, absl::GetFlag(FLAGS_streams));
@@ -918,8 +932,9 @@ int Profile() {
   writescope::v1::Profile profile;
   grpc::Status status = stub->GetProfile(&context, request, &profile);
   if (!status.ok()) {
-    std::fprintf(stderr, "wscope profile: %s (code %d)\n", status.error_message().c_str(),
-                 static_cast<int>(status.error_code()));
+    std::fprintf(stderr, "wscope profile: %s: %s\n",
+                 CodeName(static_cast<int>(status.error_code())).c_str(),
+                 status.error_message().c_str());
     return 1;
   }
   const std::string out = absl::GetFlag(FLAGS_out);
@@ -944,12 +959,6 @@ int Profile() {
 }
 
 // ---- generate / abort ---------------------------------------------------------------
-
-// "INVALID_ARGUMENT" for a google.rpc.Code value (gRPC and Abseil share the numbering).
-std::string CodeName(int code) {
-  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-  return name.empty() ? absl::StrCat("CODE_", code) : name;
-}
 
 // `text` as a JSON string literal in plain ASCII: quotes, backslashes and control bytes
 // escaped, everything above 0x7e as \uXXXX (surrogate pairs above U+FFFF). Bytes that are
@@ -1044,13 +1053,21 @@ absl::StatusOr<std::vector<uint32_t>> PromptFromFlags() {
     return absl::InvalidArgumentError("give exactly one of --prompt_ids and --prompt_file");
   }
   if (!ids.empty()) return ParseTokenIds(ids, "--prompt_ids");
+  // stdio, not a stream: a read error (a directory) is a message, not an exception.
+  std::FILE* in = file == "-" ? stdin : std::fopen(file.c_str(), "rb");
+  if (in == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("--prompt_file: cannot open ", file, ": ", std::strerror(errno)));
+  }
   std::string text;
-  if (file == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("--prompt_file: cannot open ", file));
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  char buffer[1 << 16];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) text.append(buffer, n);
+  const int read_errno = std::ferror(in) ? errno : 0;
+  if (in != stdin) std::fclose(in);
+  if (read_errno != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt_file: cannot read ", file, ": ", std::strerror(read_errno)));
   }
   return ParseTokenIds(text, file);
 }
@@ -1068,11 +1085,13 @@ const char* FinishReasonName(writescope::v1::FinishReason reason) {
   }
 }
 
-// The error of a failed call: {"error": ...} on stdout with --json, a line on stderr
-// otherwise. Returns the exit code.
-int ReportError(const char* command, int code, const std::string& message) {
+// The error of a failed call: {"error": ...} on stdout with --json (after `json_fields`, what
+// the call got before it failed), a line on stderr otherwise. Returns the exit code.
+int ReportError(const char* command, int code, const std::string& message,
+                const std::string& json_fields = "") {
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("{\"error\":{\"code\":%s,\"message\":%s}}\n", JsonString(CodeName(code)).c_str(),
+    std::printf("{%s%s\"error\":{\"code\":%s,\"message\":%s}}\n", json_fields.c_str(),
+                json_fields.empty() ? "" : ",", JsonString(CodeName(code)).c_str(),
                 JsonString(message).c_str());
   } else {
     std::fprintf(stderr, "wscope %s: %s: %s\n", command, CodeName(code).c_str(), message.c_str());
@@ -1171,32 +1190,39 @@ int Generate() {
   }
   const grpc::Status status = reader->Finish();
   if (!json && !tokens.empty()) std::printf("\n");
-  if (error.has_value()) return ReportError("generate", error->code(), error->message());
+  const bool want_logprobs = sampling->logprobs() > 0;
+  // What arrived, as JSON fields: with the completion, or beside the error of a generation
+  // that failed part way (its tokens so far are kept, as the text output keeps them).
+  std::string fields;
+  if (json) {
+    fields = absl::StrCat("\"request_id\":", JsonString(request_id), ",\"tokens\":[");
+    for (size_t i = 0; i < tokens.size(); ++i) absl::StrAppend(&fields, i ? "," : "", tokens[i]);
+    fields += "]";
+    if (want_logprobs) {
+      absl::StrAppend(&fields, ",\"logprobs\":", JsonChosenLogprobs(logprobs),
+                      ",\"top_logprobs\":", JsonTopLogprobs(logprobs));
+    }
+    if (sampling->prompt_logprobs()) {
+      absl::StrAppend(&fields, ",\"prompt_logprobs\":", JsonChosenLogprobs(prompt_logprobs));
+      if (want_logprobs) {
+        absl::StrAppend(&fields, ",\"prompt_top_logprobs\":", JsonTopLogprobs(prompt_logprobs));
+      }
+    }
+  }
+  if (error.has_value()) return ReportError("generate", error->code(), error->message(), fields);
   if (!status.ok()) {
-    return ReportError("generate", static_cast<int>(status.error_code()), status.error_message());
+    return ReportError("generate", static_cast<int>(status.error_code()), status.error_message(),
+                       fields);
   }
   if (!complete.has_value()) {
     return ReportError("generate", static_cast<int>(absl::StatusCode::kInternal),
-                       "the stream ended without a complete or error message");
+                       "the stream ended without a complete or error message", fields);
   }
 
   const writescope::v1::Usage& usage = complete->usage();
   const writescope::v1::Timings& t = complete->timings();
-  const bool want_logprobs = sampling->logprobs() > 0;
   if (json) {
-    std::string out = absl::StrCat("{\"request_id\":", JsonString(request_id), ",\"tokens\":[");
-    for (size_t i = 0; i < tokens.size(); ++i) absl::StrAppend(&out, i ? "," : "", tokens[i]);
-    out += "]";
-    if (want_logprobs) {
-      absl::StrAppend(&out, ",\"logprobs\":", JsonChosenLogprobs(logprobs),
-                      ",\"top_logprobs\":", JsonTopLogprobs(logprobs));
-    }
-    if (sampling->prompt_logprobs()) {
-      absl::StrAppend(&out, ",\"prompt_logprobs\":", JsonChosenLogprobs(prompt_logprobs));
-      if (want_logprobs) {
-        absl::StrAppend(&out, ",\"prompt_top_logprobs\":", JsonTopLogprobs(prompt_logprobs));
-      }
-    }
+    std::string out = absl::StrCat("{", fields);
     absl::StrAppend(&out,
                     ",\"finish_reason\":", JsonString(FinishReasonName(complete->finish_reason())),
                     ",\"usage\":{\"prompt_tokens\":", usage.prompt_tokens(),
@@ -1262,7 +1288,7 @@ int Abort() {
     std::printf("request %s: %s\n", request_id.c_str(),
                 response.found() ? "found, aborted" : "not found");
   }
-  return 0;
+  return response.found() ? 0 : 3;  // a script can tell "nothing to abort" from success
 }
 
 }  // namespace
@@ -1274,7 +1300,7 @@ int main(int argc, char** argv) {
       "      [--max_tokens=N] [--temperature=F] [--top_k=N] [--top_p=F] [--seed=N]\n"
       "      [--stop_ids=a,b] [--ignore_eos] [--logprobs=N] [--prompt_logprobs]\n"
       "      [--request_id=S] [--stream_interval=N] [--timeout=600s] [--json] |\n"
-      "  wscope abort [--target=ADDRESS] --request_id=S [--json] |\n"
+      "  wscope abort [--target=ADDRESS] --request_id=S [--json] (exit 3: no such request) |\n"
       "  wscope profile [--target=ADDRESS] [--steps=N] [--out=trace.json] |\n"
       "  wscope load [--target=ADDRESS] [--streams=N] [--duration=10s] [--prompt_tokens=N]\n"
       "      [--max_tokens=N] [--seed=N] [--json] |\n"

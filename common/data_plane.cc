@@ -80,7 +80,7 @@ size_t WriteErrorPayload(const absl::Status& status, absl::Span<std::byte> out) 
   const uint32_t code = static_cast<uint32_t>(status.code());
   std::memcpy(out.data(), &code, sizeof(code));
   const size_t n = std::min(status.message().size(), out.size() - sizeof(code));
-  std::memcpy(out.data() + sizeof(code), status.message().data(), n);
+  if (n > 0) std::memcpy(out.data() + sizeof(code), status.message().data(), n);
   return sizeof(code) + n;
 }
 
@@ -99,6 +99,12 @@ absl::Status ReadErrorPayload(absl::Span<const std::byte> payload, absl::string_
       static_cast<absl::StatusCode>(code),
       absl::StrCat(context,
                    absl::string_view(reinterpret_cast<const char*>(text.data()), text.size())));
+}
+
+absl::Status CpuSideFailure(absl::Span<const std::byte> payload, absl::string_view context) {
+  absl::Status status = ReadErrorPayload(payload, context);
+  if (absl::IsUnavailable(status) || absl::IsCancelled(status)) return status;
+  return absl::InternalError(status.message());
 }
 
 }  // namespace writescope

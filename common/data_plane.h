@@ -52,6 +52,11 @@ size_t WriteErrorPayload(const absl::Status& status, absl::Span<std::byte> out);
 // The status a kError payload carries, its message after `context`. A payload too short for
 // the code, or with a code that is not a failure's, reads as INTERNAL with what it has.
 absl::Status ReadErrorPayload(absl::Span<const std::byte> payload, absl::string_view context);
+// What the gpu_worker makes of a kError payload: the cpu_worker going away (UNAVAILABLE,
+// CANCELLED) keeps its code, so the client is told UNAVAILABLE; any other failure of the CPU
+// side is the service's, not the request's (a layout the workers disagree on is no bad
+// argument of the client's): INTERNAL, with the message.
+absl::Status CpuSideFailure(absl::Span<const std::byte> payload, absl::string_view context);
 
 }  // namespace writescope
 

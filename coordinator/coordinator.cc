@@ -661,25 +661,30 @@ absl::StatusOr<v1::Profile> Coordinator::Profile(uint32_t steps) {
   steps = std::clamp<uint32_t>(steps == 0 ? 8 : steps, 1, 1000);
   std::vector<internal::WorkerProfile> processes(1);
   processes[0].set_process("coordinator");
-  // A few steps more than asked: the coordinator's latest can be steps that the workers never
-  // ran (admitted as their request was aborted or failed), kept out below.
-  constexpr uint32_t kStepsNotRun = 4;
-  engine_->spans().LastSteps(steps + kStepsNotRun, processes[0].mutable_spans());
+  // The steps are those the gpu_worker ran (its step span is the step). The others' spans
+  // of a few steps more are asked for and trimmed to them: the coordinator's latest step id
+  // is one that no worker has run yet (its idle loop tags admission spans with the next
+  // step's id), and the cpu_worker has no spans of a step that needed nothing of it. The
+  // coordinator's own spans are taken last, so its window covers the workers'.
+  constexpr uint32_t kSpareSteps = 4;
   std::vector<uint64_t> ran;
   for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {
-    absl::StatusOr<internal::WorkerProfile> profile = worker->Profile(steps, kRpcTimeout);
+    const bool gpu = worker == &gpu_worker_;
+    absl::StatusOr<internal::WorkerProfile> profile =
+        worker->Profile(gpu ? steps : steps + kSpareSteps, kRpcTimeout);
     if (!profile.ok()) {
       WS_LOG(WARNING) << worker->name() << " profile: " << profile.status();
       continue;
     }
-    if (worker == &gpu_worker_) ran = StepIdsOf(*profile);  // its step span is the step
+    if (gpu) ran = StepIdsOf(*profile);
     processes.push_back(*std::move(profile));
   }
+  engine_->spans().LastSteps(steps + kSpareSteps, processes[0].mutable_spans());
   if (ran.empty()) {  // no gpu_worker's steps to go by: the coordinator's own latest
     ran = StepIdsOf(processes[0]);
     if (ran.size() > steps) ran.erase(ran.begin(), ran.end() - steps);
   }
-  KeepSteps(ran, &processes[0]);
+  for (internal::WorkerProfile& process : processes) KeepSteps(ran, &process);
   v1::Profile result;
   result.set_trace_json(ChromeTraceJson(processes));
   uint32_t seen = 0;

@@ -1056,16 +1056,20 @@ absl::StatusOr<std::vector<uint32_t>> PromptFromFlags() {
   // stdio, not a stream: a read error (a directory) is a message, not an exception.
   std::FILE* in = file == "-" ? stdin : std::fopen(file.c_str(), "rb");
   if (in == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("--prompt_file: cannot open ", file, ": ", std::strerror(errno)));
+    const int open_errno = errno;
+    const std::string message =
+        absl::StrCat("--prompt_file: cannot open ", file, ": ", std::strerror(open_errno));
+    return open_errno == ENOENT ? absl::NotFoundError(message)
+                                : absl::InvalidArgumentError(message);
   }
   std::string text;
   char buffer[1 << 16];
   size_t n;
   while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) text.append(buffer, n);
-  const int read_errno = std::ferror(in) ? errno : 0;
+  const bool failed = std::ferror(in) != 0;
+  const int read_errno = errno;  // the failed read's, for the message only
   if (in != stdin) std::fclose(in);
-  if (read_errno != 0) {
+  if (failed) {
     return absl::InvalidArgumentError(
         absl::StrCat("--prompt_file: cannot read ", file, ": ", std::strerror(read_errno)));
   }

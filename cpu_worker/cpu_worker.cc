@@ -380,6 +380,13 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
                   layer);
   }
   if (!status.ok()) {
+    if (body.size() < ErrorPayloadBytes(status)) {
+      // No room for all of it in the result's reservation: reserve anew (nothing was
+      // committed), so the code and the whole message go.
+      state->status.Update(status);
+      reply_error(status);
+      return;
+    }
     // Give the reservation back as an error message instead.
     const size_t n = WriteErrorPayload(status, body);
     DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, n};

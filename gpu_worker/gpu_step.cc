@@ -224,9 +224,9 @@ absl::Status GpuStep::Receive(DataPlaneMessage type, uint64_t step_id, uint32_t 
     const auto payload = message->subspan(sizeof(header));
     absl::Status status;
     if (header.type == DataPlaneMessage::kError) {
-      // The CPU side's own code: a worker that is stopping is unavailable, not broken.
+      // UNAVAILABLE where the cpu_worker is going away, else INTERNAL (common/data_plane.h).
       const size_t n = std::min<size_t>(header.payload_bytes, payload.size());
-      status = ReadErrorPayload(
+      status = CpuSideFailure(
           payload.subspan(0, n),
           absl::StrCat("cpu_worker, layer ", header.layer, " of step ", header.step_id, ": "));
     } else if (header.type != type || header.step_id != step_id || header.layer != layer ||

@@ -1,5 +1,6 @@
 // A kError message carries the CPU side's status code and message to the gpu_worker, so a
-// worker that is stopping reads as UNAVAILABLE there, not as a broken step.
+// worker that is stopping reads as UNAVAILABLE there, not as a broken step; any other failure
+// of the CPU side reads as INTERNAL.
 
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +76,32 @@ TEST(ErrorPayloadTest, APayloadWithoutAFailuresCodeReadsAsInternal) {
     EXPECT_EQ(read.code(), absl::StatusCode::kInternal) << code;
     EXPECT_EQ(read.message(), "m") << code;
   }
+}
+
+TEST(CpuSideFailureTest, OnlyAWorkerGoingAwayKeepsItsCode) {
+  for (const absl::StatusCode code :
+       {absl::StatusCode::kUnavailable, absl::StatusCode::kCancelled}) {
+    const absl::Status status(code, "cpu_worker is stopping");
+    std::vector<std::byte> payload(ErrorPayloadBytes(status));
+    WriteErrorPayload(status, absl::MakeSpan(payload));
+    const absl::Status read = CpuSideFailure(payload, "layer 3: ");
+    EXPECT_EQ(read.code(), code);
+    EXPECT_EQ(read.message(), "layer 3: cpu_worker is stopping");
+  }
+  // A mismatch between the workers is no client's bad argument; a reply that timed out is no
+  // client's deadline.
+  for (const absl::StatusCode code :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kDeadlineExceeded,
+        absl::StatusCode::kFailedPrecondition, absl::StatusCode::kResourceExhausted,
+        absl::StatusCode::kInternal}) {
+    const absl::Status status(code, "queries of 5 tokens, expected 4");
+    std::vector<std::byte> payload(ErrorPayloadBytes(status));
+    WriteErrorPayload(status, absl::MakeSpan(payload));
+    const absl::Status read = CpuSideFailure(payload, "layer 3: ");
+    EXPECT_EQ(read.code(), absl::StatusCode::kInternal) << absl::StatusCodeToString(code);
+    EXPECT_EQ(read.message(), "layer 3: queries of 5 tokens, expected 4");
+  }
+  EXPECT_EQ(CpuSideFailure({}, "x").code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -180,7 +180,9 @@ TEST_F(CpuWorkerStepTest, AMessageOfAStepWithoutAPlanWhileStoppingIsAnsweredUnav
   std::vector<std::byte> message(sizeof(query));
   std::memcpy(message.data(), &query, sizeof(query));
   ASSERT_TRUE(plane->to_cpu.Send(message, absl::Seconds(5)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // taken, waiting for a plan
+  // Taken and waiting for a plan (up to 5 s) by then; a stop before the loop takes it would
+  // end the loop without an answer.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   worker_->BeginStop();
   absl::StatusOr<absl::Span<const std::byte>> reply = plane->to_gpu.Peek(absl::Seconds(5));
   ASSERT_TRUE(reply.ok()) << reply.status();

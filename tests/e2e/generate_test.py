@@ -609,8 +609,8 @@ def check_abort(env, trio):
           f"finish_reason {r.get('finish_reason')}, {done} of 2000 tokens",
           err_text(r) or f"{ {k: v for k, v in r.items() if k != 'tokens'} }")
     wait_idle(trio, "abort")
-    # The profile counts the steps the workers ran, not one the coordinator admitted as the
-    # request ended (it did: "last 3 steps" for --steps=2).
+    # The profile counts the steps the workers ran, not the next step's id, which the idle
+    # coordinator already tags its admission spans with (it did: "last 3 steps" for --steps=2).
     path = os.path.join(env.work, "trace-after-abort.json")
     p = trio.wscope(["profile", f"--target={trio.target}", "--steps=2", f"--out={path}"],
                     timeout=60)

@@ -323,20 +323,22 @@ std::string ChromeTraceJson(absl::Span<const internal::WorkerProfile> processes)
 
 std::vector<v1::PhaseSummary> SummarizePhases(absl::Span<const internal::WorkerProfile> processes,
                                               uint32_t* steps) {
-  std::vector<v1::PhaseSummary> summaries;
+  // Every process's phases over the same steps: a step that needed nothing of a process (a
+  // GPU-only step with its experts on the GPU: no cpu_worker span) counts for it as 0 ms.
   std::vector<uint64_t> all_step_ids;
   for (const internal::WorkerProfile& process : processes) {
-    std::vector<uint64_t> step_ids;
-    absl::flat_hash_map<absl::string_view, uint64_t> total_ns;
-    for (const internal::Span& span : process.spans()) {
-      total_ns[span.name()] += span.duration_ns();
-      if (span.step_id() != 0) step_ids.push_back(span.step_id());
-    }
-    std::sort(step_ids.begin(), step_ids.end());
-    step_ids.erase(std::unique(step_ids.begin(), step_ids.end()), step_ids.end());
-    all_step_ids.insert(all_step_ids.end(), step_ids.begin(), step_ids.end());
-    const double divisor = static_cast<double>(std::max<size_t>(1, step_ids.size()));
+    const std::vector<uint64_t> ids = StepIdsOf(process);
+    all_step_ids.insert(all_step_ids.end(), ids.begin(), ids.end());
+  }
+  std::sort(all_step_ids.begin(), all_step_ids.end());
+  all_step_ids.erase(std::unique(all_step_ids.begin(), all_step_ids.end()), all_step_ids.end());
+  if (steps != nullptr) *steps = static_cast<uint32_t>(all_step_ids.size());
+  const double divisor = static_cast<double>(std::max<size_t>(1, all_step_ids.size()));
 
+  std::vector<v1::PhaseSummary> summaries;
+  for (const internal::WorkerProfile& process : processes) {
+    absl::flat_hash_map<absl::string_view, uint64_t> total_ns;
+    for (const internal::Span& span : process.spans()) total_ns[span.name()] += span.duration_ns();
     const size_t begin = summaries.size();
     for (const auto& [name, ns] : total_ns) {
       v1::PhaseSummary& summary = summaries.emplace_back();
@@ -349,11 +351,6 @@ std::vector<v1::PhaseSummary> SummarizePhases(absl::Span<const internal::WorkerP
                 if (a.ms_per_step() != b.ms_per_step()) return a.ms_per_step() > b.ms_per_step();
                 return a.phase() < b.phase();
               });
-  }
-  if (steps != nullptr) {
-    std::sort(all_step_ids.begin(), all_step_ids.end());
-    const auto distinct = std::unique(all_step_ids.begin(), all_step_ids.end());
-    *steps = static_cast<uint32_t>(distinct - all_step_ids.begin());
   }
   return summaries;
 }

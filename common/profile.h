@@ -104,10 +104,10 @@ class SpanRecorder {
 // therefore spread over lanes (tids 1, 2, ...) assigned greedily, so every tid nests.
 std::string ChromeTraceJson(absl::Span<const internal::WorkerProfile> processes);
 
-// Per process and span name: total duration / number of distinct step ids (> 0) among that
-// process's spans (1 when there are none), in milliseconds; ordered by process (given order),
-// then by descending ms_per_step, then by name. `steps` (may be null) receives the number of
-// distinct step ids (> 0) over all processes.
+// Per process and span name: total duration / number of distinct step ids (> 0) over all
+// processes' spans (1 when there are none), in milliseconds: a step without spans of a
+// process counts for it as 0 ms. Ordered by process (given order), then by descending
+// ms_per_step, then by name. `steps` (may be null) receives that number of step ids.
 std::vector<v1::PhaseSummary> SummarizePhases(absl::Span<const internal::WorkerProfile> processes,
                                               uint32_t* steps);
 

@@ -486,12 +486,13 @@ TEST(SummarizePhasesTest, HandMadeExample) {
     const char* phase;
     double ms_per_step;
   };
+  // Every process over the same 3 steps {1, 2, 3}, those it has no spans of at 0 ms.
   const Expected expected[] = {
-      {"gpu_worker", "forward", 10.0},   // 20 ms over steps {1, 2}
-      {"gpu_worker", "idle", 2.0},       // 4 ms of step 0, over the process's 2 steps
-      {"gpu_worker", "sample", 2.0},     // ties with idle: by name
-      {"cpu_worker", "attention", 7.5},  // 15 ms over steps {2, 3}
-      {"cpu_worker", "merge", 0.25},
+      {"gpu_worker", "forward", 20.0 / 3},  // 20 ms of steps 1 and 2
+      {"gpu_worker", "idle", 4.0 / 3},      // 4 ms of step 0
+      {"gpu_worker", "sample", 4.0 / 3},    // ties with idle: by name
+      {"cpu_worker", "attention", 5.0},     // 15 ms of steps 2 and 3
+      {"cpu_worker", "merge", 0.5 / 3},
   };
   for (size_t i = 0; i < phases.size(); ++i) {
     SCOPED_TRACE(i);

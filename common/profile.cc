@@ -355,10 +355,13 @@ std::vector<v1::PhaseSummary> SummarizePhases(absl::Span<const internal::WorkerP
   return summaries;
 }
 
-std::vector<uint64_t> StepIdsOf(const internal::WorkerProfile& profile) {
+std::vector<uint64_t> StepIdsOf(const internal::WorkerProfile& profile,
+                                absl::string_view span_name) {
   std::vector<uint64_t> ids;
   for (const internal::Span& span : profile.spans()) {
-    if (span.step_id() != 0) ids.push_back(span.step_id());
+    if (span.step_id() != 0 && (span_name.empty() || span.name() == span_name)) {
+      ids.push_back(span.step_id());
+    }
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "google/protobuf/repeated_field.h"
 #include "writescope/internal/worker.pb.h"
@@ -111,8 +112,10 @@ std::string ChromeTraceJson(absl::Span<const internal::WorkerProfile> processes)
 std::vector<v1::PhaseSummary> SummarizePhases(absl::Span<const internal::WorkerProfile> processes,
                                               uint32_t* steps);
 
-// The distinct step ids (> 0) among `profile`'s spans, ascending.
-std::vector<uint64_t> StepIdsOf(const internal::WorkerProfile& profile);
+// The distinct step ids (> 0) among `profile`'s spans named `span_name` (of any name where
+// it is empty), ascending.
+std::vector<uint64_t> StepIdsOf(const internal::WorkerProfile& profile,
+                                absl::string_view span_name = {});
 
 // Keeps of `profile`'s spans those of the step ids in `keep` (ascending) and those of no step
 // (step 0); drops the rest, keeping the order.

@@ -2,20 +2,23 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-
+#include <iterator>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/log.h"
-#include "common/kv_spec.h"
 #include "common/data_plane_messages.h"
-#include "common/step_layout.h"
+#include "common/kv_spec.h"
+#include "common/log.h"
 #include "common/profile.h"
 #include "common/status.h"
+#include "common/step_layout.h"
 
 namespace writescope::coordinator {
 namespace {
@@ -661,30 +664,35 @@ absl::StatusOr<v1::Profile> Coordinator::Profile(uint32_t steps) {
   steps = std::clamp<uint32_t>(steps == 0 ? 8 : steps, 1, 1000);
   std::vector<internal::WorkerProfile> processes(1);
   processes[0].set_process("coordinator");
-  // The steps are those the gpu_worker ran (its step span is the step). The others' spans
-  // of a few steps more are asked for and trimmed to them: the coordinator's latest step id
-  // is one that no worker has run yet (its idle loop tags admission spans with the next
-  // step's id), and the cpu_worker has no spans of a step that needed nothing of it. The
-  // coordinator's own spans are taken last, so its window covers the workers'.
+  // The steps are those both ended: the gpu_worker records its step span as a step ends, the
+  // coordinator its sampling span as the step's last part. A step in progress has neither
+  // yet, the one the workers just ended may lack the second, and the coordinator's latest
+  // step id is one that no worker has run (its idle loop tags admission spans with the next
+  // step's id); the cpu_worker has no spans of a step that needed nothing of it. So every
+  // process is asked for a few steps more, and its spans are trimmed to the chosen steps.
+  // The coordinator's own are taken last, so its window covers the workers'.
   constexpr uint32_t kSpareSteps = 4;
-  std::vector<uint64_t> ran;
+  std::optional<std::vector<uint64_t>> gpu_steps;
   for (WorkerClient* worker : {&gpu_worker_, &cpu_worker_}) {
-    const bool gpu = worker == &gpu_worker_;
     absl::StatusOr<internal::WorkerProfile> profile =
-        worker->Profile(gpu ? steps : steps + kSpareSteps, kRpcTimeout);
+        worker->Profile(steps + kSpareSteps, kRpcTimeout);
     if (!profile.ok()) {
       WS_LOG(WARNING) << worker->name() << " profile: " << profile.status();
       continue;
     }
-    if (gpu) ran = StepIdsOf(*profile);
+    if (worker == &gpu_worker_) gpu_steps = StepIdsOf(*profile, "step");
     processes.push_back(*std::move(profile));
   }
   engine_->spans().LastSteps(steps + kSpareSteps, processes[0].mutable_spans());
-  if (ran.empty()) {  // no gpu_worker's steps to go by: the coordinator's own latest
-    ran = StepIdsOf(processes[0]);
-    if (ran.size() > steps) ran.erase(ran.begin(), ran.end() - steps);
+  std::vector<uint64_t> ended = StepIdsOf(processes[0], "sampling");
+  if (gpu_steps.has_value()) {
+    std::vector<uint64_t> both;
+    std::set_intersection(ended.begin(), ended.end(), gpu_steps->begin(), gpu_steps->end(),
+                          std::back_inserter(both));
+    ended = std::move(both);
   }
-  for (internal::WorkerProfile& process : processes) KeepSteps(ran, &process);
+  if (ended.size() > steps) ended.erase(ended.begin(), ended.end() - steps);
+  for (internal::WorkerProfile& process : processes) KeepSteps(ended, &process);
   v1::Profile result;
   result.set_trace_json(ChromeTraceJson(processes));
   uint32_t seen = 0;
@@ -713,7 +721,7 @@ absl::StatusOr<v1::Profile> Coordinator::Profile(uint32_t steps) {
     phases.push_back(summary);
   };
   if (gpu_step > 0) {
-    add("summary", "gpu_worker busy", gpu_step - gpu_wait);
+    add("summary", "gpu_worker busy", std::max(0.0, gpu_step - gpu_wait));
     add("summary", "gpu_worker idle (waiting for the cpu_worker)", gpu_wait);
     add("summary", "cpu_worker busy", cpu_busy);
     add("summary", "cpu_worker idle", std::max(0.0, gpu_step - cpu_busy));

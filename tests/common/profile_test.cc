@@ -525,6 +525,12 @@ TEST(KeepStepsTest, KeepsTheGivenStepsAndThoseOfNoStepInOrder) {
   *gpu.add_spans() = MakeSpan("step", 0, 1, 8);
   const std::vector<uint64_t> ran = StepIdsOf(gpu);
   EXPECT_THAT(ran, ElementsAre(6, 7, 8));
+  // By span name: the steps that have ended (their last span recorded).
+  internal::WorkerProfile in_progress = gpu;
+  *in_progress.add_spans() = MakeSpan("attention", 0, 1, 9);  // step 9 not ended
+  EXPECT_THAT(StepIdsOf(in_progress), ElementsAre(6, 7, 8, 9));
+  EXPECT_THAT(StepIdsOf(in_progress, "step"), ElementsAre(6, 7, 8));
+  EXPECT_THAT(StepIdsOf(in_progress, "none"), ElementsAre());
 
   KeepSteps(ran, &coordinator);
   EXPECT_THAT(StepIds(coordinator.spans()), ElementsAre(7, 0, 8, 8, 0));

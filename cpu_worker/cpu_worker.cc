@@ -380,19 +380,10 @@ void CpuWorker::ServeStepMessage(const DataPlaneHeader& header,
                   layer);
   }
   if (!status.ok()) {
-    if (body.size() < ErrorPayloadBytes(status)) {
-      // No room for all of it in the result's reservation: reserve anew (nothing was
-      // committed), so the code and the whole message go.
-      state->status.Update(status);
-      reply_error(status);
-      return;
-    }
-    // Give the reservation back as an error message instead.
-    const size_t n = WriteErrorPayload(status, body);
-    DataPlaneHeader h{DataPlaneMessage::kError, header.layer, header.step_id, n};
-    std::memcpy(reply->data(), &h, sizeof(h));
-    out.Commit();
+    // The result's reservation is dropped (nothing was committed): the error is reserved anew
+    // at the same place, its own size.
     state->status.Update(status);
+    reply_error(status);
     return;
   }
   DataPlaneHeader h{attention ? DataPlaneMessage::kAttentionResult

@@ -207,6 +207,14 @@ uint32_t BenchFirstToken(uint32_t index, uint32_t batch, uint32_t vocab) {
   return static_cast<uint32_t>((2 * uint64_t{index} + 1) * vocab / (2 * uint64_t{batch}));
 }
 
+bool CancelledAtDeadline(absl::Time submitted, absl::Time deadline, absl::Time now) {
+  if (deadline == absl::InfiniteFuture()) return false;
+  if (now >= deadline) return true;
+  const absl::Duration slack =
+      std::max(deadline - submitted, absl::ZeroDuration()) / 100 + absl::Milliseconds(10);
+  return now >= deadline - slack;
+}
+
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitBench(
     uint64_t context_tokens, uint32_t decode_steps, uint64_t round,
     const v1::SamplingParams& sampling, uint32_t index, uint32_t batch) {
@@ -773,9 +781,13 @@ void Engine::DropEnded() {
     }
     if (!forced.ok()) {
       Fail(*request, forced);
-    } else if (!request->aborted.load() && now >= request->deadline) {
+    } else if (!request->aborted.load() &&
+               (now >= request->deadline ||
+                (request->stream->cancelled() &&
+                 CancelledAtDeadline(request->submitted, request->deadline, now)))) {
       // Also where the stream was cancelled: gRPC cancels the call at its deadline, and the
-      // service may pass that on before this check sees the deadline.
+      // service may pass that on before this check sees the deadline, or before the server's
+      // copy of it passes (CancelledAtDeadline).
       Fail(*request, absl::DeadlineExceededError("the request's deadline passed"));
     } else {
       Finish(*request, v1::FINISH_REASON_ABORT);

@@ -60,6 +60,14 @@ namespace writescope::coordinator {
 // the same ones. Distinct while batch <= vocab.
 uint32_t BenchFirstToken(uint32_t index, uint32_t batch, uint32_t vocab);
 
+// Whether a client that cancelled its call at `now` did so at its deadline. gRPC sends a call's
+// timeout rounded up (to the millisecond below a second, else to about three significant
+// figures: at most 1 % more), and the server's copy counts from the call's arrival
+// (`submitted`), so it can pass a little after the client's: a client cancelling at its own
+// deadline reaches the server just before. Counted as the deadline from 1 % of the call's time
+// plus 10 ms before it; never where the deadline is infinite.
+bool CancelledAtDeadline(absl::Time submitted, absl::Time deadline, absl::Time now);
+
 // What the engine needs of a worker: run one step, cancel one. WorkerClient (gRPC) in the
 // service, fakes in tests.
 class StepWorker {

@@ -511,6 +511,31 @@ TEST_F(EngineTest, RefusalsNameTheirReason) {
             absl::StatusCode::kUnavailable);
 }
 
+// A client cancels its call at its own deadline, which gRPC's rounding up of the timeout and
+// the call's transit put a little before the server's copy: a deadline, not an abort, in the
+// stream's status and in the metrics. A cancellation well before the deadline stays an abort.
+TEST_F(EngineTest, ACancellationJustBeforeTheDeadlineIsTheDeadline) {
+  gpu_->step_us_ = 5000;  // 1000 tokens take ~5 s: both requests run when their client cancels
+  const absl::Time start = absl::Now();
+  auto at_deadline = engine_->Submit(Request({1, 2}, 1000), start + absl::Seconds(1));
+  auto early = engine_->Submit(Request({1, 2}, 1000), start + absl::Seconds(30));
+  WS_ASSERT_OK(at_deadline.status());
+  WS_ASSERT_OK(early.status());
+  absl::SleepFor(start + absl::Milliseconds(990) - absl::Now());  // the slack: 1 % of 1 s + 10 ms
+  (*at_deadline)->Cancel();
+  (*early)->Cancel();
+  const Outcome at_deadline_outcome = Drain(**at_deadline);
+  const Outcome early_outcome = Drain(**early);
+  gpu_->step_us_ = 200;  // the fake's default
+  EXPECT_EQ(at_deadline_outcome.status.code(), absl::StatusCode::kDeadlineExceeded);
+  WS_EXPECT_OK(early_outcome.status);
+  EXPECT_EQ(early_outcome.reason, v1::FINISH_REASON_ABORT);
+  const std::string rendered = metrics_.Render();
+  EXPECT_THAT(rendered, ::testing::HasSubstr("writescope_requests_total{outcome=\"error\"} 1"));
+  EXPECT_THAT(rendered, ::testing::HasSubstr("writescope_requests_total{outcome=\"abort\"} 1"));
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
 // A CPU whose attention costs far more than the GPU's: writescope's decode steps hand the
 // CPU-compute blocks to the GPU (gpu_reads_cpu_blocks) and the CPU attends less than the
 // placed share. (The fake's tokens do not depend on who reads; e2e_generate checks the
@@ -1088,6 +1113,20 @@ TEST_F(EngineTest, BenchRowsStartFromDistinctTokensInEveryRound) {
     for (const uint32_t token : expected) twice.insert({token, token});
     EXPECT_EQ(first, twice) << "repeat " << repeat;
   }
+}
+
+TEST(CancelledAtDeadlineTest, OnePercentOfTheCallPlusTenMilliseconds) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  // A 10 s call: 110 ms of slack.
+  EXPECT_FALSE(CancelledAtDeadline(t0, t0 + absl::Seconds(10), t0 + absl::Milliseconds(9889)));
+  EXPECT_TRUE(CancelledAtDeadline(t0, t0 + absl::Seconds(10), t0 + absl::Milliseconds(9890)));
+  EXPECT_TRUE(CancelledAtDeadline(t0, t0 + absl::Seconds(10), t0 + absl::Seconds(11)));
+  // A 100 ms call: 11 ms.
+  EXPECT_FALSE(CancelledAtDeadline(t0, t0 + absl::Milliseconds(100), t0 + absl::Milliseconds(88)));
+  EXPECT_TRUE(CancelledAtDeadline(t0, t0 + absl::Milliseconds(100), t0 + absl::Milliseconds(89)));
+  // A deadline that had passed on arrival, and none at all.
+  EXPECT_TRUE(CancelledAtDeadline(t0, t0 - absl::Seconds(1), t0));
+  EXPECT_FALSE(CancelledAtDeadline(t0, absl::InfiniteFuture(), t0 + absl::Hours(1000)));
 }
 
 TEST(BenchFirstTokenTest, SpreadOverTheVocabularyAndDistinct) {

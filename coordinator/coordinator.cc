@@ -31,6 +31,12 @@ constexpr absl::Duration kHealthTimeout = absl::Seconds(1);
 // long prefill's host math may finish first).
 constexpr absl::Duration kResetTimeout = absl::Seconds(60);
 
+// A loaded worker's detail in ServerInfo: its device and weights, then `suffix`.
+std::string LoadedDetail(const internal::LoadResponse& load, absl::string_view suffix) {
+  return absl::StrFormat("device: %s, weights %.1f MiB%s", load.device(),
+                         load.weight_bytes() / 1048576.0, suffix);
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -210,8 +216,7 @@ absl::Status Coordinator::LoadWorkers() {
       if (status.ok()) status = load.result.status();
       continue;
     }
-    load.status->set_detail(absl::StrFormat("device: %s, weights %.1f MiB", load.result->device(),
-                                            load.result->weight_bytes() / 1048576.0));
+    load.status->set_detail(LoadedDetail(*load.result, ""));
     WS_LOG(INFO) << load.worker->name() << " loaded on " << load.result->device();
   }
   if (!status.ok()) return status;
@@ -280,7 +285,7 @@ void Coordinator::Supervise() {
       if (status.serving() != up) {
         WS_LOG(INFO) << worker->name() << (up ? " is serving" : " is not serving")
                      << (serving.ok() ? "" : absl::StrCat(": ", serving.status().message()));
-        if (!up) status.set_detail(serving.ok() ? "not serving" : "unreachable (relaunch pending)");
+        if (!up) status.set_detail(serving.ok() ? "not serving" : "unreachable");
       }
       status.set_serving(up);
     }
@@ -350,6 +355,10 @@ absl::Status Coordinator::Recover() {
   WS_RETURN_IF_ERROR(CreateDataPlane(*arena_).status());
   for (WorkerClient* worker : survivors) {
     WS_RETURN_IF_ERROR(worker->ResetDataPlane(/*attach=*/true, kResetTimeout));
+    // Its weights are those it loaded before: the detail says so again, not why it was down.
+    std::lock_guard<std::mutex> lock(status_mutex_);
+    const bool gpu = worker == &gpu_worker_;
+    (gpu ? gpu_status_ : cpu_status_).set_detail(LoadedDetail(gpu ? gpu_load_ : cpu_load_, ""));
   }
   const internal::LoadRequest request = MakeLoadRequest();
   for (WorkerClient* worker : relaunched) {
@@ -364,8 +373,7 @@ absl::Status Coordinator::Recover() {
     WS_RETURN_IF_ERROR(ConfigureExperts());
     std::lock_guard<std::mutex> lock(status_mutex_);
     v1::WorkerStatus& status = (worker == &gpu_worker_) ? gpu_status_ : cpu_status_;
-    status.set_detail(absl::StrFormat("device: %s, weights %.1f MiB (relaunched)",
-                                      response.device(), response.weight_bytes() / 1048576.0));
+    status.set_detail(LoadedDetail(response, " (relaunched)"));
   }
   return absl::OkStatus();
 }

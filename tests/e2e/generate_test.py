@@ -1497,6 +1497,16 @@ def check_worker_death(env):
             check("error" not in r and r.get("tokens") == ref["greedy"][:8],
                   f"worker death: served again {back:.1f} s after {victim} died (relaunched by "
                   "launch.sh), the next request matches ws_reference", err_text(r))
+            # The server info names the relaunch and no longer why a worker was down.
+            info = trio.wscope(["info", f"--target={trio.target}"], timeout=30).stdout
+            lines = {w: next((l for l in info.splitlines() if l.strip().startswith(w + " ")), "")
+                     for w in ("gpu_worker", "cpu_worker")}
+            survivor = "gpu_worker" if victim == "cpu_worker" else "cpu_worker"
+            check("(relaunched)" in lines[victim] and " SERVING " in lines[victim] and
+                  "device:" in lines[survivor] and " SERVING " in lines[survivor] and
+                  "not serving" not in lines[survivor] and "unreachable" not in lines[survivor],
+                  f"worker death: info after {victim} died says relaunched for it and its device "
+                  "and weights for the other", info)
     finally:
         trio.stop()
 

@@ -2,14 +2,20 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -69,6 +75,39 @@ void RequestTermination() {
     pthread_kill(g_watcher, SIGUSR2);
   } else if (!g_watcher_fired) {
     g_termination_pending = true;
+  }
+}
+
+absl::StatusOr<std::optional<pid_t>> ParseSupervisorPid(const char* value) {
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  int64_t pid = 0;
+  if (!absl::SimpleAtoi(value, &pid) || pid <= 0 || pid > std::numeric_limits<pid_t>::max() ||
+      !absl::ascii_isdigit(static_cast<unsigned char>(value[0]))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WS_SUPERVISOR_PID='", value, "' is not a process id"));
+  }
+  return static_cast<pid_t>(pid);
+}
+
+void EndWithSupervisor() {
+  const absl::StatusOr<std::optional<pid_t>> supervisor =
+      ParseSupervisorPid(std::getenv("WS_SUPERVISOR_PID"));
+  if (!supervisor.ok()) {
+    std::fprintf(stderr, "%s; not watching a supervisor\n",
+                 std::string(supervisor.status().message()).c_str());
+    return;
+  }
+  if (!supervisor->has_value()) return;
+  if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
+    std::fprintf(stderr, "prctl(PR_SET_PDEATHSIG): errno %d; not watching the supervisor\n", errno);
+    return;
+  }
+  // Armed from now on: a parent that died before this call sent nothing, so that case is
+  // told by the parent having changed (the process was reparented).
+  if (getppid() != **supervisor) {
+    std::fprintf(stderr, "the supervisor (pid %d) is gone; stopping\n",
+                 static_cast<int>(**supervisor));
+    RequestTermination();
   }
 }
 

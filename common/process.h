@@ -2,13 +2,17 @@
 #ifndef WRITESCOPE_COMMON_PROCESS_H_
 #define WRITESCOPE_COMMON_PROCESS_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace writescope {
 
@@ -23,6 +27,18 @@ std::thread StartTerminationWatcher(std::function<void()> on_signal);
 // Makes the watcher fire as if a signal had arrived (used by Shutdown RPCs); before the
 // watcher starts, it fires as soon as it does; after it fired, nothing more happens.
 void RequestTermination();
+
+// The supervisor a process was started by, from WS_SUPERVISOR_PID (launch.sh sets it to its
+// own pid for the three processes it starts): none where `value` is null or empty,
+// INVALID_ARGUMENT where it is not a pid (a positive decimal number that fits pid_t).
+absl::StatusOr<std::optional<pid_t>> ParseSupervisorPid(const char* value);
+
+// Where WS_SUPERVISOR_PID names this process's parent, SIGTERM reaches the process when that
+// parent dies, however it dies (kill -9, the OOM killer): no process outlives its supervisor
+// and keeps the arena. A parent gone already (the process was reparented before this call)
+// requests termination at once; a bad value is reported on stderr and ignored. Call after
+// BlockTerminationSignals, before the watcher starts.
+void EndWithSupervisor();
 
 // Writes `port` to `path` atomically (a temporary file, then rename).
 absl::Status WritePortFile(const std::string& path, int port);

@@ -146,6 +146,7 @@ ABSL_FLAG(bool, dma_bound, writescope::coordinator::SchedulerOptions{}.dma_bound
 int main(int argc, char** argv) {
   using writescope::coordinator::Coordinator;
   writescope::BlockTerminationSignals();
+  writescope::EndWithSupervisor();  // launch.sh's processes end with it
   writescope::SetLogProcessName("coordinator");
   absl::SetProgramUsageMessage("WriteScope coordinator (started by deploy/launch.sh)");
   absl::ParseCommandLine(argc, argv);

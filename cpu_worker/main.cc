@@ -41,6 +41,7 @@ ABSL_FLAG(std::string, expert_prepack, "auto",
 
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
+  writescope::EndWithSupervisor();  // launch.sh's processes end with it
   writescope::SetLogProcessName("cpu_worker");
   absl::SetProgramUsageMessage("WriteScope CPU worker (started by deploy/launch.sh)");
   absl::ParseCommandLine(argc, argv);

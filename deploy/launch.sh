@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Starts the WriteScope trio (gpu_worker, cpu_worker, coordinator), waits until all
 # three report SERVING, then supervises them. A worker that dies is relaunched on its port
-# after WS_RELAUNCH_DELAY_S (default 1 s), at most WS_MAX_RESTARTS times (default 5): the
-# coordinator ends the requests in flight with UNAVAILABLE, reports NOT_SERVING, and serves
-# again once it has reloaded the worker. On SIGINT/SIGTERM, when the coordinator dies, or
-# past the restart limit, it stops the others and removes the shared-memory arena, so no
-# process and no /dev/shm segment is left behind.
+# after WS_RELAUNCH_DELAY_S (default 1 s), at most WS_MAX_RESTARTS times (default 5) within
+# WS_RESTART_WINDOW_S (default 600 s): the coordinator ends the requests in flight with
+# UNAVAILABLE, reports NOT_SERVING, and serves again once it has reloaded the worker. On
+# SIGINT/SIGTERM, when the coordinator dies, or past the restart limit, it stops the others
+# and removes the shared-memory arena, so no process and no /dev/shm segment is left behind.
+# Should launch.sh itself die (kill -9), its three processes get SIGTERM and stop the same
+# way (WS_SUPERVISOR_PID).
 #
 #   deploy/launch.sh [--listen HOST:PORT] [--bin DIR] [--ready-file FILE] [--device auto|cuda|host]
 #                    [--cpu-worker-flag FLAG]... [--gpu-worker-flag FLAG]... [-- COORDINATOR_FLAGS...]
@@ -97,7 +99,11 @@ trap stop_all EXIT
 WRAP=()  # what start runs a process through (env, taskset: both exec it, so $! is its pid)
 start() {  # start NAME ARGS...
   local name="$1"; shift
-  ${WRAP[@]+"${WRAP[@]}"} "$BIN/$name" "$@" >"$RUN_DIR/$name.log" 2>&1 &
+  # WS_SUPERVISOR_PID: the process ends with this shell, however the shell dies (kill -9
+  # too), so none outlives it holding the arena (common/process.h, EndWithSupervisor).
+  # Taken here: inside the background command, $BASHPID would be the child's own.
+  local supervisor=$BASHPID
+  WS_SUPERVISOR_PID=$supervisor ${WRAP[@]+"${WRAP[@]}"} "$BIN/$name" "$@" >"$RUN_DIR/$name.log" 2>&1 &
   PIDS+=("$!")
   NAMES+=("$name")
 }
@@ -259,10 +265,14 @@ fi
 
 # Supervise: a worker that dies is relaunched on its port (the coordinator ends the
 # requests in flight with UNAVAILABLE, reports NOT_SERVING, and reloads it when it is back),
-# up to WS_MAX_RESTARTS times in all; the coordinator dying (or a signal) stops them all.
+# up to WS_MAX_RESTARTS relaunches (both workers together) within WS_RESTART_WINDOW_S
+# seconds; a death past that (a crash loop) or the coordinator dying (or a signal) stops
+# them all.
 MAX_RESTARTS="${WS_MAX_RESTARTS:-5}"
+RESTART_WINDOW_S="${WS_RESTART_WINDOW_S:-600}"
 RELAUNCH_DELAY_S="${WS_RELAUNCH_DELAY_S:-1}"  # back off a little before each relaunch
-RESTARTS=0
+RESTARTS=0          # relaunches since the start (they number the dead workers' logs)
+RESTART_TIMES=()    # $SECONDS of the relaunches within the window
 # `wait -n -p` (which child ended) is bash 5.1's; before it, the status comes from `wait PID`.
 WAIT_WHICH=(-p waited)
 ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)) || WAIT_WHICH=()
@@ -296,8 +306,14 @@ while true; do
       set -e
     fi
   done
-  if [[ ($dead == gpu_worker || $dead == cpu_worker) && $RESTARTS -lt $MAX_RESTARTS ]]; then
+  recent=()
+  for t in ${RESTART_TIMES[@]+"${RESTART_TIMES[@]}"}; do
+    ((SECONDS - t < RESTART_WINDOW_S)) && recent+=("$t")
+  done
+  RESTART_TIMES=(${recent[@]+"${recent[@]}"})
+  if [[ ($dead == gpu_worker || $dead == cpu_worker) && ${#RESTART_TIMES[@]} -lt $MAX_RESTARTS ]]; then
     RESTARTS=$((RESTARTS + 1))
+    RESTART_TIMES+=("$SECONDS")
     for i in "${!NAMES[@]}"; do
       if [[ ${NAMES[$i]} == "$dead" ]]; then unset 'PIDS[i]' 'NAMES[i]'; fi
     done
@@ -305,13 +321,17 @@ while true; do
     NAMES=("${NAMES[@]}")
     port="$(cat "$RUN_DIR/$dead.port")"
     mv "$RUN_DIR/$dead.log" "$RUN_DIR/$dead.$RESTARTS.log" 2>/dev/null || true
-    log "$dead exited (status $code); relaunching it on port $port in ${RELAUNCH_DELAY_S}s (restart $RESTARTS of $MAX_RESTARTS)"
+    log "$dead exited (status $code); relaunching it on port $port in ${RELAUNCH_DELAY_S}s (restart ${#RESTART_TIMES[@]} of $MAX_RESTARTS within ${RESTART_WINDOW_S}s; $RESTARTS in all)"
     sleep "$RELAUNCH_DELAY_S"
     [[ $STOPPING -eq 1 ]] && break
     start_worker "$dead" "$port"
     continue
   fi
-  log "$dead exited (status $code); stopping the others"
+  if [[ $dead == gpu_worker || $dead == cpu_worker ]]; then
+    log "$dead exited (status $code) after $MAX_RESTARTS relaunches within ${RESTART_WINDOW_S}s (WS_MAX_RESTARTS, WS_RESTART_WINDOW_S): giving up; stopping the others"
+  else
+    log "$dead exited (status $code); stopping the others"
+  fi
   stop_all
   exit 1
 done

@@ -59,6 +59,7 @@ ABSL_FLAG(std::string, gqa_decode_kernel, "default",
 
 int main(int argc, char** argv) {
   writescope::BlockTerminationSignals();
+  writescope::EndWithSupervisor();  // launch.sh's processes end with it
   writescope::SetLogProcessName("gpu_worker");
   absl::SetProgramUsageMessage("WriteScope GPU worker (started by deploy/launch.sh)");
   absl::ParseCommandLine(argc, argv);

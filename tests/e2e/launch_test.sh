@@ -5,7 +5,9 @@
 #  2. killing a worker (SIGKILL) makes launch.sh relaunch it and the trio serve again, and
 #     so does killing both at once;
 #     killing the coordinator makes launch.sh stop the other two and remove the arena;
-#     a worker that keeps dying (past WS_MAX_RESTARTS) stops everything too.
+#     a worker that keeps dying (past WS_MAX_RESTARTS within WS_RESTART_WINDOW_S) stops
+#     everything too, saying why, and deaths further apart are each relaunched; launch.sh
+#     itself killed takes its processes with it.
 set -uo pipefail
 
 ROOT="$1"
@@ -188,10 +190,61 @@ if start_trio; then
   done
   TRIO="$(pids_of_trio | sort -u)"
   stops_cleanly "a worker dies more often than WS_MAX_RESTARTS"
+  grep -q "cpu_worker exited .* after 1 relaunches within 600s (WS_MAX_RESTARTS, WS_RESTART_WINDOW_S): giving up" \
+    "$WORK/launch.log" && pass "the stop at the restart limit says why" \
+    || fail "the stop at the restart limit does not say why: $(tail -3 "$WORK/launch.log")"
 else
   fail "trio did not start (restart limit)"
 fi
-unset WS_MAX_RESTARTS
+
+# Deaths further apart than WS_RESTART_WINDOW_S are each relaunched: the limit is for a
+# crash loop, not for a service's whole life.
+export WS_RESTART_WINDOW_S=3
+if start_trio; then
+  relaunched=0
+  for round in 1 2; do
+    victim_pid="$(pid_of cpu_worker)" || break
+    kill -KILL "$victim_pid"
+    for _ in $(seq 100); do
+      sleep 0.1
+      new_pid="$(pid_of cpu_worker)" && [[ "$new_pid" != "$victim_pid" ]] && { relaunched=$round; break; }
+      kill -0 "$LAUNCH_PID" 2>/dev/null || break
+    done
+    [[ $round -eq 1 ]] && sleep 4  # past the window
+  done
+  [[ $relaunched -eq 2 ]] && kill -0 "$LAUNCH_PID" 2>/dev/null \
+    && pass "two deaths 4 s apart with WS_MAX_RESTARTS=1 and a 3 s window: both relaunched" \
+    || fail "a death past the restart window was not relaunched: $(tail -3 "$WORK/launch.log")"
+  stop_launch
+else
+  fail "trio did not start (restart window)"
+fi
+unset WS_MAX_RESTARTS WS_RESTART_WINDOW_S
+
+# launch.sh itself killed (kill -9, the OOM killer): its processes end with it (SIGTERM
+# from the kernel, WS_SUPERVISOR_PID) and the coordinator removes the arena.
+if start_trio; then
+  TRIO="$(pids_of_trio | sort -u)"
+  kill -KILL "$LAUNCH_PID"
+  wait "$LAUNCH_PID" 2>/dev/null
+  LAUNCH_PID=""
+  gone=0
+  for _ in $(seq 150); do
+    left=0
+    for p in $TRIO; do kill -0 "$p" 2>/dev/null && left=1; done
+    [[ $left -eq 0 && ! -e "/dev/shm$WS_ARENA" ]] && { gone=1; break; }
+    sleep 0.1
+  done
+  if [[ $gone -eq 1 ]]; then
+    pass "launch.sh killed: its three processes stopped and the arena is gone"
+  else
+    fail "launch.sh killed: processes or the arena left behind"
+    for p in $TRIO; do kill -KILL "$p" 2>/dev/null; done
+    rm -f "/dev/shm$WS_ARENA" "/dev/shm$WS_ARENA-synthetic-experts"
+  fi
+else
+  fail "trio did not start (launch.sh killed)"
+fi
 
 # ---- 3. a bad model folder: a clear error, nothing left behind ------------------
 if "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 -- --model=/nonexistent/model >"$WORK/bad.log" 2>&1; then

@@ -151,6 +151,12 @@ if [[ -n ${WS_GPU_WORKER_THREADS:-} && ! $WS_GPU_WORKER_THREADS =~ ^[1-9][0-9]*$
   echo "launch.sh: WS_GPU_WORKER_THREADS='$WS_GPU_WORKER_THREADS' is not a thread count (1 or more)" >&2
   exit 2
 fi
+for var in WS_MAX_RESTARTS WS_RESTART_WINDOW_S; do
+  if [[ -n ${!var:-} && ! ${!var} =~ ^[0-9]+$ ]]; then
+    echo "launch.sh: $var='${!var}' is not a whole number (0 or more)" >&2
+    exit 2
+  fi
+done
 CPU_WORKER_SPINCOUNT="${WS_CPU_WORKER_SPINCOUNT:-20000}"
 CPU_WORKER_THREADS="${WS_CPU_WORKER_THREADS:-$((CORES - ${WS_RESERVED_CORES:-1}))}"
 [[ $CPU_WORKER_THREADS -ge 1 ]] || CPU_WORKER_THREADS=1

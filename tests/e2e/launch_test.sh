@@ -254,6 +254,13 @@ else
     || fail "no clear error for a missing model: $(tail -5 "$WORK/bad.log")"
 fi
 
+# ---- 4a. a restart limit that is not a number: refused before anything starts --------
+WS_RESTART_WINDOW_S=ten "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 >"$WORK/window.log" 2>&1
+code=$?
+[[ $code -eq 2 ]] && grep -q "WS_RESTART_WINDOW_S='ten' is not a whole number" "$WORK/window.log" \
+  && pass "a bad WS_RESTART_WINDOW_S refused with exit 2 and a clear error" \
+  || fail "bad WS_RESTART_WINDOW_S: exit $code, $(tail -2 "$WORK/window.log")"
+
 # ---- 4b. a bad policy: refused at start-up, naming the accepted forms ---------------
 if "$ROOT/deploy/launch.sh" --listen 127.0.0.1:0 -- --policy=static:1.5 >"$WORK/policy.log" 2>&1; then
   fail "launch.sh succeeded with --policy=static:1.5"

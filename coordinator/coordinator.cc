@@ -220,7 +220,7 @@ absl::Status Coordinator::LoadWorkers() {
     WS_LOG(INFO) << load.worker->name() << " loaded on " << load.result->device();
   }
   if (!status.ok()) return status;
-  for (Loading& load : loads) (load.worker == &gpu_worker_ ? gpu_load_ : cpu_load_) = *load.result;
+  for (Loading& load : loads) LoadOf(load.worker) = *load.result;
   WS_RETURN_IF_ERROR(ConfigureExperts());
   // Before serving, B and c_G from the runtime's own transfer path. Without it the lines
   // learn from the first decode steps, as they would anyway: a warning, not a failure.
@@ -281,7 +281,7 @@ void Coordinator::Supervise() {
       all_serving = all_serving && up;
       all_reachable = all_reachable && verdict.reachable;
       std::lock_guard<std::mutex> lock(status_mutex_);
-      v1::WorkerStatus& status = (worker == &gpu_worker_) ? gpu_status_ : cpu_status_;
+      v1::WorkerStatus& status = StatusOf(worker);
       if (status.serving() != up) {
         WS_LOG(INFO) << worker->name() << (up ? " is serving" : " is not serving")
                      << (serving.ok() ? "" : absl::StrCat(": ", serving.status().message()));
@@ -357,8 +357,7 @@ absl::Status Coordinator::Recover() {
     WS_RETURN_IF_ERROR(worker->ResetDataPlane(/*attach=*/true, kResetTimeout));
     // Its weights are those it loaded before: the detail says so again, not why it was down.
     std::lock_guard<std::mutex> lock(status_mutex_);
-    const bool gpu = worker == &gpu_worker_;
-    (gpu ? gpu_status_ : cpu_status_).set_detail(LoadedDetail(gpu ? gpu_load_ : cpu_load_, ""));
+    StatusOf(worker).set_detail(LoadedDetail(LoadOf(worker), ""));
   }
   const internal::LoadRequest request = MakeLoadRequest();
   for (WorkerClient* worker : relaunched) {
@@ -369,11 +368,10 @@ absl::Status Coordinator::Recover() {
     absl::StatusOr<internal::LoadResponse> loaded = worker->Load(request, options_.load_timeout);
     UnlinkSharedWeights();
     WS_ASSIGN_OR_RETURN(internal::LoadResponse response, std::move(loaded));
-    (worker == &gpu_worker_ ? gpu_load_ : cpu_load_) = response;
+    LoadOf(worker) = response;
     WS_RETURN_IF_ERROR(ConfigureExperts());
     std::lock_guard<std::mutex> lock(status_mutex_);
-    v1::WorkerStatus& status = (worker == &gpu_worker_) ? gpu_status_ : cpu_status_;
-    status.set_detail(LoadedDetail(response, " (relaunched)"));
+    StatusOf(worker).set_detail(LoadedDetail(response, " (relaunched)"));
   }
   return absl::OkStatus();
 }

@@ -103,6 +103,14 @@ class Coordinator {
   // INVALID_ARGUMENT for a bad name, the engine's FAILED_PRECONDITION when not idle).
   absl::Status UseBenchPolicy(absl::string_view policy);
 
+  // A worker's status in ServerInfo (guarded by status_mutex_) and its latest load response.
+  v1::WorkerStatus& StatusOf(const WorkerClient* worker) {
+    return worker == &gpu_worker_ ? gpu_status_ : cpu_status_;
+  }
+  internal::LoadResponse& LoadOf(const WorkerClient* worker) {
+    return worker == &gpu_worker_ ? gpu_load_ : cpu_load_;
+  }
+
   internal::LoadResponse gpu_load_, cpu_load_;  // the latest; supervisor thread
   CoordinatorOptions options_;
   ModelConfig model_config_;

@@ -176,18 +176,22 @@ else
   fail "trio did not start (worker deaths)"
 fi
 
+kill_cpu_worker() {  # kills the cpu_worker; true once another one runs, false if launch.sh ended first
+  local victim_pid new_pid
+  victim_pid="$(pid_of cpu_worker)" || return 1
+  kill -KILL "$victim_pid"
+  for _ in $(seq 100); do
+    sleep 0.1
+    new_pid="$(pid_of cpu_worker)" && [[ "$new_pid" != "$victim_pid" ]] && return 0
+    kill -0 "$LAUNCH_PID" 2>/dev/null || return 1
+  done
+  return 1
+}
+
 # A worker that keeps dying: after WS_MAX_RESTARTS relaunches, everything stops.
 export WS_MAX_RESTARTS=1
 if start_trio; then
-  for _ in 1 2; do
-    victim_pid="$(pid_of cpu_worker)" || break
-    kill -KILL "$victim_pid"
-    for _ in $(seq 100); do
-      sleep 0.1
-      new_pid="$(pid_of cpu_worker)" && [[ "$new_pid" != "$victim_pid" ]] && break
-      kill -0 "$LAUNCH_PID" 2>/dev/null || break
-    done
-  done
+  kill_cpu_worker && kill_cpu_worker
   TRIO="$(pids_of_trio | sort -u)"
   stops_cleanly "a worker dies more often than WS_MAX_RESTARTS"
   grep -q "cpu_worker exited .* after 1 relaunches within 600s (WS_MAX_RESTARTS, WS_RESTART_WINDOW_S): giving up" \
@@ -201,18 +205,7 @@ fi
 # crash loop, not for a service's whole life.
 export WS_RESTART_WINDOW_S=3
 if start_trio; then
-  relaunched=0
-  for round in 1 2; do
-    victim_pid="$(pid_of cpu_worker)" || break
-    kill -KILL "$victim_pid"
-    for _ in $(seq 100); do
-      sleep 0.1
-      new_pid="$(pid_of cpu_worker)" && [[ "$new_pid" != "$victim_pid" ]] && { relaunched=$round; break; }
-      kill -0 "$LAUNCH_PID" 2>/dev/null || break
-    done
-    [[ $round -eq 1 ]] && sleep 4  # past the window
-  done
-  [[ $relaunched -eq 2 ]] && kill -0 "$LAUNCH_PID" 2>/dev/null \
+  kill_cpu_worker && sleep 4 && kill_cpu_worker && kill -0 "$LAUNCH_PID" 2>/dev/null \
     && pass "two deaths 4 s apart with WS_MAX_RESTARTS=1 and a 3 s window: both relaunched" \
     || fail "a death past the restart window was not relaunched: $(tail -3 "$WORK/launch.log")"
   stop_launch

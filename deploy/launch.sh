@@ -7,7 +7,10 @@
 # SIGINT/SIGTERM, when the coordinator dies, or past the restart limit, it stops the others
 # and removes the shared-memory arena, so no process and no /dev/shm segment is left behind.
 # Should launch.sh itself die (kill -9), its three processes get SIGTERM and stop the same
-# way (WS_SUPERVISOR_PID).
+# way (WS_SUPERVISOR_PID). A process that is alive but gives no health answer for
+# WS_HANG_TIMEOUT_S (default 60 s; 0: never) is stopped or hung: launch.sh kills it
+# (SIGKILL), and it is then treated as dead (a worker relaunched, the coordinator's death
+# stops everything).
 #
 #   deploy/launch.sh [--listen HOST:PORT] [--bin DIR] [--ready-file FILE] [--device auto|cuda|host]
 #                    [--cpu-worker-flag FLAG]... [--gpu-worker-flag FLAG]... [-- COORDINATOR_FLAGS...]
@@ -48,7 +51,7 @@ while [[ $# -gt 0 ]]; do
     --cpu-worker-flag) CPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --gpu-worker-flag) GPU_WORKER_ARGS+=("$2"); shift 2 ;;
     --) shift; COORDINATOR_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "launch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -151,7 +154,7 @@ if [[ -n ${WS_GPU_WORKER_THREADS:-} && ! $WS_GPU_WORKER_THREADS =~ ^[1-9][0-9]*$
   echo "launch.sh: WS_GPU_WORKER_THREADS='$WS_GPU_WORKER_THREADS' is not a thread count (1 or more)" >&2
   exit 2
 fi
-for var in WS_MAX_RESTARTS WS_RESTART_WINDOW_S; do
+for var in WS_MAX_RESTARTS WS_RESTART_WINDOW_S WS_HANG_TIMEOUT_S; do
   if [[ -n ${!var:-} && ! ${!var} =~ ^[0-9]+$ ]]; then
     echo "launch.sh: $var='${!var}' is not a whole number (0 or more)" >&2
     exit 2
@@ -279,6 +282,51 @@ RESTART_WINDOW_S="${WS_RESTART_WINDOW_S:-600}"
 RELAUNCH_DELAY_S="${WS_RELAUNCH_DELAY_S:-1}"  # back off a little before each relaunch
 RESTARTS=0          # relaunches since the start (they number the dead workers' logs)
 RESTART_TIMES=()    # $SECONDS of the relaunches within the window
+
+# A process that is alive but gives no health answer (SERVING or not) for HANG_TIMEOUT_S is
+# stopped (SIGSTOP) or hung: the coordinator sees only a worker that stopped answering and
+# would wait for it for good, so launch.sh kills it and the death is handled as any other.
+# Checked every HANG_CHECK_S by one `wscope health` over the three addresses; a relaunched
+# worker has START_TIMEOUT_S (at least HANG_TIMEOUT_S) to answer first.
+# A check costs a wscope process (~45 ms of one core on a 2-core host): every 10 s at most.
+HANG_TIMEOUT_S="${WS_HANG_TIMEOUT_S:-60}"
+HANG_CHECK_S=$((HANG_TIMEOUT_S / 4 > 10 ? 10 : (HANG_TIMEOUT_S / 4 < 1 ? 1 : HANG_TIMEOUT_S / 4)))
+LAST_HANG_CHECK=$SECONDS
+declare -A ANSWER_BY=()  # name -> $SECONDS by which it must answer a health check
+declare -A SILENT_SINCE=()  # name -> $SECONDS of its last answer (or its launch)
+answer_window() {  # answer_window NAME SECONDS: NAME must answer within SECONDS from now
+  ANSWER_BY[$1]=$((SECONDS + $2))
+  SILENT_SINCE[$1]=$SECONDS
+}
+for name in "${NAMES[@]}"; do answer_window "$name" "$HANG_TIMEOUT_S"; done
+check_hangs() {  # kills a process past its time to answer a health check
+  ((HANG_TIMEOUT_S > 0 && SECONDS - LAST_HANG_CHECK >= HANG_CHECK_S)) || return 0
+  LAST_HANG_CHECK=$SECONDS
+  local i name addresses=() states=()
+  for name in "${NAMES[@]}"; do
+    case $name in
+      coordinator) addresses+=("$TARGET") ;;
+      gpu_worker) addresses+=("$GPU_ADDR") ;;
+      cpu_worker) addresses+=("$CPU_ADDR") ;;
+    esac
+  done
+  # In the background, so that a signal is handled at once rather than after the check
+  # (each address that does not answer takes wscope's 2 s).
+  "$BIN/wscope" health --wait=0s "${addresses[@]}" >"$RUN_DIR/hang_check" 2>&1 &
+  wait $! || true
+  [[ $STOPPING -eq 1 ]] && return 0
+  # One line per address: the address, then SERVING, NOT_SERVING or UNREACHABLE (why).
+  mapfile -t states < <(awk '{ $1 = ""; sub(/^ +/, ""); print }' "$RUN_DIR/hang_check")
+  for i in "${!NAMES[@]}"; do
+    name=${NAMES[$i]}
+    if [[ ${states[$i]:-} == SERVING || ${states[$i]:-} == NOT_SERVING ]]; then
+      answer_window "$name" "$HANG_TIMEOUT_S"
+    elif ((SECONDS >= ANSWER_BY[$name])) && kill -0 "${PIDS[$i]}" 2>/dev/null; then
+      log "$name (pid ${PIDS[$i]}) gave no health answer for $((SECONDS - SILENT_SINCE[$name]))s (stopped or hung: ${states[$i]:-no answer}); killing it (WS_HANG_TIMEOUT_S)"
+      kill -KILL "${PIDS[$i]}" 2>/dev/null || true
+    fi
+  done
+}
 # `wait -n -p` (which child ended) is bash 5.1's; before it, the status comes from `wait PID`.
 WAIT_WHICH=(-p waited)
 ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)) || WAIT_WHICH=()
@@ -297,7 +345,10 @@ while true; do
     set -e
     kill "$TICK_PID" 2>/dev/null || true
     [[ $STOPPING -eq 1 ]] && break
-    dead="$(dead_process)" || continue  # the tick: all alive
+    if ! dead="$(dead_process)"; then  # the tick: all alive
+      check_hangs
+      continue
+    fi
   fi
   # Its exit status: the one `wait -n` reported, or the one bash kept for it.
   code="unknown"
@@ -331,6 +382,7 @@ while true; do
     sleep "$RELAUNCH_DELAY_S"
     [[ $STOPPING -eq 1 ]] && break
     start_worker "$dead" "$port"
+    answer_window "$dead" $((START_TIMEOUT_S > HANG_TIMEOUT_S ? START_TIMEOUT_S : HANG_TIMEOUT_S))
     continue
   fi
   if [[ $dead == gpu_worker || $dead == cpu_worker ]]; then

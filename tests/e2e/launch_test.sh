@@ -7,7 +7,8 @@
 #     killing the coordinator makes launch.sh stop the other two and remove the arena;
 #     a worker that keeps dying (past WS_MAX_RESTARTS within WS_RESTART_WINDOW_S) stops
 #     everything too, saying why, and deaths further apart are each relaunched; launch.sh
-#     itself killed takes its processes with it.
+#     itself killed takes its processes with it; a stopped (hung) process is killed past
+#     WS_HANG_TIMEOUT_S and handled as a dead one.
 set -uo pipefail
 
 ROOT="$1"
@@ -213,6 +214,41 @@ else
   fail "trio did not start (restart window)"
 fi
 unset WS_MAX_RESTARTS WS_RESTART_WINDOW_S
+
+# A process that is alive but stopped (SIGSTOP; a hang looks the same from outside) gives
+# no health answer: past WS_HANG_TIMEOUT_S launch.sh kills it, relaunches a worker, and
+# stops everything for the coordinator.
+export WS_HANG_TIMEOUT_S=4
+if start_trio; then
+  sleep 6  # a few checks of a healthy trio first: none of them is killed
+  grep -q "gave no health answer" "$WORK/launch.log" \
+    && fail "a healthy process was taken for hung: $(grep "no health answer" "$WORK/launch.log")" \
+    || pass "a healthy trio passes the hang checks (WS_HANG_TIMEOUT_S=4)"
+  victim_pid="$(pid_of cpu_worker)" || fail "no cpu_worker process found"
+  kill -STOP "$victim_pid"
+  back=0
+  for _ in $(seq 300); do
+    sleep 0.1
+    new_pid="$(pid_of cpu_worker)" && [[ "$new_pid" != "$victim_pid" ]] || continue
+    if "$BIN/wscope" health "$WS_TARGET" "$WS_GPU_WORKER" "$WS_CPU_WORKER" >/dev/null 2>&1; then
+      back=1; break
+    fi
+  done
+  kill -0 "$victim_pid" 2>/dev/null && { fail "the stopped cpu_worker $victim_pid still exists"; kill -KILL "$victim_pid"; }
+  [[ $back -eq 1 ]] && grep -Eq "cpu_worker \(pid $victim_pid\) gave no health answer for [4-9]s" "$WORK/launch.log" \
+    && pass "a stopped cpu_worker is killed, relaunched, and the trio serves again" \
+    || fail "a stopped cpu_worker: $(tail -3 "$WORK/launch.log")"
+  TRIO="$(pids_of_trio | sort -u)"
+  coordinator_pid="$(pid_of coordinator)"
+  kill -STOP "$coordinator_pid"
+  stops_cleanly "the coordinator is stopped"
+  grep -Eq "coordinator \(pid $coordinator_pid\) gave no health answer for [4-9]s" "$WORK/launch.log" \
+    && pass "the stopped coordinator's kill says why" \
+    || fail "a stopped coordinator: $(tail -3 "$WORK/launch.log")"
+else
+  fail "trio did not start (hang timeout)"
+fi
+unset WS_HANG_TIMEOUT_S
 
 # launch.sh itself killed (kill -9, the OOM killer): its processes end with it (SIGTERM
 # from the kernel, WS_SUPERVISOR_PID) and the coordinator removes the arena.

@@ -148,6 +148,8 @@ void Coordinator::RefreshMetrics() {
     const RegionUsage usage = placement_->Usage(region);
     metrics_.SetKvBlocks(KvRegionName(region), usage.used_blocks, usage.total_blocks);
   }
+  // As in ServerInfo: one D-window per live sequence, on the GPU.
+  metrics_.SetKvBlocks("gpu_d_window", placement_->num_live(), options_.kv.max_sequences);
   const Scheduler& scheduler = engine_->scheduler();
   const RooflineParams estimates = scheduler.estimates();
   metrics_.SetScheduler(scheduler.target_cpu_share(), scheduler.optimal_cpu_share(),

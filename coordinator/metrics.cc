@@ -327,7 +327,8 @@ std::string Metrics::Render() const {
     out.Histogram("writescope_step_seconds", Label("worker", worker), snapshot);
   }
 
-  out.Family("writescope_kv_blocks_used", "gauge", "KV cache blocks in use, by region.");
+  out.Family("writescope_kv_blocks_used", "gauge",
+             "KV cache blocks in use, by region (gpu_d_window: one window per live sequence).");
   for (const auto& [region, blocks] : kv_blocks_by_region) {
     out.Sample("writescope_kv_blocks_used", Label("region", region), blocks.used);
   }

@@ -1361,6 +1361,7 @@ def check_observability(env):
             ("writescope_time_per_output_token_seconds_count", ()): len(lengths) * (max_tokens - 1),
             ("writescope_requests_running", ()): 0,
             ("writescope_kv_blocks_used", (("region", "cpu_compute"),)): 0,
+            ("writescope_kv_blocks_used", (("region", "gpu_d_window"),)): 0,
         }
         for (name, labels), expected in want.items():
             got = value(name, **dict(labels))

@@ -302,27 +302,23 @@ for name in "${NAMES[@]}"; do answer_window "$name" "$HANG_TIMEOUT_S"; done
 check_hangs() {  # kills a process past its time to answer a health check
   ((HANG_TIMEOUT_S > 0 && SECONDS - LAST_HANG_CHECK >= HANG_CHECK_S)) || return 0
   LAST_HANG_CHECK=$SECONDS
-  local i name addresses=() states=()
-  for name in "${NAMES[@]}"; do
-    case $name in
-      coordinator) addresses+=("$TARGET") ;;
-      gpu_worker) addresses+=("$GPU_ADDR") ;;
-      cpu_worker) addresses+=("$CPU_ADDR") ;;
-    esac
-  done
+  local i name state addresses=()
+  declare -A address_of=([coordinator]="$TARGET" [gpu_worker]="$GPU_ADDR" [cpu_worker]="$CPU_ADDR")
+  for name in "${NAMES[@]}"; do addresses+=("${address_of[$name]}"); done
   # In the background, so that a signal is handled at once rather than after the check
-  # (each address that does not answer takes wscope's 2 s).
-  "$BIN/wscope" health --wait=0s "${addresses[@]}" >"$RUN_DIR/hang_check" 2>&1 &
+  # (each address that does not answer takes wscope's 2 s). Its stdout only: one line per
+  # address, the address, then SERVING, NOT_SERVING or UNREACHABLE (why).
+  "$BIN/wscope" health --wait=0s "${addresses[@]}" >"$RUN_DIR/hang_check" 2>/dev/null &
   wait $! || true
   [[ $STOPPING -eq 1 ]] && return 0
-  # One line per address: the address, then SERVING, NOT_SERVING or UNREACHABLE (why).
-  mapfile -t states < <(awk '{ $1 = ""; sub(/^ +/, ""); print }' "$RUN_DIR/hang_check")
   for i in "${!NAMES[@]}"; do
     name=${NAMES[$i]}
-    if [[ ${states[$i]:-} == SERVING || ${states[$i]:-} == NOT_SERVING ]]; then
+    state=$(awk -v a="${address_of[$name]}" '$1 == a { $1 = ""; sub(/^ +/, ""); print; exit }' \
+      "$RUN_DIR/hang_check")
+    if [[ $state == SERVING || $state == NOT_SERVING ]]; then
       answer_window "$name" "$HANG_TIMEOUT_S"
     elif ((SECONDS >= ANSWER_BY[$name])) && kill -0 "${PIDS[$i]}" 2>/dev/null; then
-      log "$name (pid ${PIDS[$i]}) gave no health answer for $((SECONDS - SILENT_SINCE[$name]))s (stopped or hung: ${states[$i]:-no answer}); killing it (WS_HANG_TIMEOUT_S)"
+      log "$name (pid ${PIDS[$i]}) gave no health answer for $((SECONDS - SILENT_SINCE[$name]))s (stopped or hung: ${state:-no answer}); killing it (WS_HANG_TIMEOUT_S)"
       kill -KILL "${PIDS[$i]}" 2>/dev/null || true
     fi
   done

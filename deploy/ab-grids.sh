@@ -46,7 +46,7 @@ while [[ $# -gt 0 ]]; do
     --layers) LAYERS="$2"; shift 2 ;;
     --batches) BATCHES="$2"; shift 2 ;;
     --contexts) CONTEXTS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     -*) fail "unknown option '$1' (see --help)" ;;
     *) VARIANTS+=("$1"); shift ;;
   esac

@@ -45,7 +45,7 @@ while [[ $# -gt 0 ]]; do
     --point-warmup) POINT_WARMUP="$2"; shift 2 ;;
     --point-steps) POINT_STEPS="$2"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "profile-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -39,7 +39,7 @@ while [[ $# -gt 0 ]]; do
     --tsan-e2e) DO_ASAN=0; TSAN_E2E=1; shift ;;
     --build-only) RUN=0; shift ;;
     -j) JOBS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "sanitize.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done

@@ -27,7 +27,7 @@ while [[ $# -gt 0 ]]; do
     --fuzz-seconds) FUZZ_SECONDS="$2"; shift 2 ;;
     --sanitizers) SANITIZERS="$2"; shift 2 ;;
     --) shift; CTEST_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done

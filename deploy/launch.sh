@@ -302,8 +302,9 @@ for name in "${NAMES[@]}"; do answer_window "$name" "$HANG_TIMEOUT_S"; done
 check_hangs() {  # kills a process past its time to answer a health check
   ((HANG_TIMEOUT_S > 0 && SECONDS - LAST_HANG_CHECK >= HANG_CHECK_S)) || return 0
   LAST_HANG_CHECK=$SECONDS
-  local i name state addresses=()
+  local i name address state addresses=()
   declare -A address_of=([coordinator]="$TARGET" [gpu_worker]="$GPU_ADDR" [cpu_worker]="$CPU_ADDR")
+  declare -A state_of=()
   for name in "${NAMES[@]}"; do addresses+=("${address_of[$name]}"); done
   # In the background, so that a signal is handled at once rather than after the check
   # (each address that does not answer takes wscope's 2 s). Its stdout only: one line per
@@ -311,10 +312,10 @@ check_hangs() {  # kills a process past its time to answer a health check
   "$BIN/wscope" health --wait=0s "${addresses[@]}" >"$RUN_DIR/hang_check" 2>/dev/null &
   wait $! || true
   [[ $STOPPING -eq 1 ]] && return 0
+  while read -r address state; do state_of[$address]=$state; done <"$RUN_DIR/hang_check"
   for i in "${!NAMES[@]}"; do
     name=${NAMES[$i]}
-    state=$(awk -v a="${address_of[$name]}" '$1 == a { $1 = ""; sub(/^ +/, ""); print; exit }' \
-      "$RUN_DIR/hang_check")
+    state=${state_of[${address_of[$name]}]:-}
     if [[ $state == SERVING || $state == NOT_SERVING ]]; then
       answer_window "$name" "$HANG_TIMEOUT_S"
     elif ((SECONDS >= ANSWER_BY[$name])) && kill -0 "${PIDS[$i]}" 2>/dev/null; then

@@ -134,20 +134,21 @@ pid_of() {  # pid_of NAME: the trio's process of that name
   return 1
 }
 
+serves_again() {  # serves_again NAME OLD_PID TENTHS: another NAME runs and the trio is SERVING
+  local new_pid
+  for _ in $(seq "$3"); do
+    sleep 0.1
+    new_pid="$(pid_of "$1")" && [[ "$new_pid" != "$2" ]] || continue
+    "$BIN/wscope" health "$WS_TARGET" "$WS_GPU_WORKER" "$WS_CPU_WORKER" >/dev/null 2>&1 && return 0
+  done
+  return 1
+}
+
 if start_trio; then
   for victim in cpu_worker gpu_worker; do
     victim_pid="$(pid_of "$victim")" || { fail "no $victim process found"; continue; }
     kill -KILL "$victim_pid"
-    back=0
-    for _ in $(seq 150); do
-      sleep 0.1
-      new_pid="$(pid_of "$victim")" || continue
-      [[ "$new_pid" != "$victim_pid" ]] || continue
-      if "$BIN/wscope" health "$WS_TARGET" "$WS_GPU_WORKER" "$WS_CPU_WORKER" >/dev/null 2>&1; then
-        back=1; break
-      fi
-    done
-    [[ $back -eq 1 ]] && pass "$victim killed: relaunched on its port and the trio serves again" \
+    serves_again "$victim" "$victim_pid" 150 && pass "$victim killed: relaunched on its port and the trio serves again" \
       || fail "$victim killed: the trio did not serve again within 15 s: $(tail -3 "$WORK/launch.log")"
     kill -0 "$LAUNCH_PID" 2>/dev/null && pass "launch.sh keeps running after $victim died" \
       || fail "launch.sh stopped after $victim died"
@@ -227,13 +228,7 @@ if start_trio; then
   victim_pid="$(pid_of cpu_worker)" || fail "no cpu_worker process found"
   kill -STOP "$victim_pid"
   back=0
-  for _ in $(seq 300); do
-    sleep 0.1
-    new_pid="$(pid_of cpu_worker)" && [[ "$new_pid" != "$victim_pid" ]] || continue
-    if "$BIN/wscope" health "$WS_TARGET" "$WS_GPU_WORKER" "$WS_CPU_WORKER" >/dev/null 2>&1; then
-      back=1; break
-    fi
-  done
+  serves_again cpu_worker "$victim_pid" 300 && back=1
   kill -0 "$victim_pid" 2>/dev/null && { fail "the stopped cpu_worker $victim_pid still exists"; kill -KILL "$victim_pid"; }
   [[ $back -eq 1 ]] && grep -Eq "cpu_worker \(pid $victim_pid\) gave no health answer for [0-9]+s \\(stopped or hung" "$WORK/launch.log" \
     && pass "a stopped cpu_worker is killed, relaunched, and the trio serves again" \

@@ -16,12 +16,22 @@ namespace writescope::coordinator {
 // it repeats one that measured nothing; the credit covered its predicted extra cost; the
 // maximum period forced it (the credit short of it); the other mode's rest was a guess after
 // a re-level (measured at the first chance); the chosen mode's rest fell
-// (SchedulerOptions::rest_shift_explore).
-enum class ExploreReason { kNone, kUnmeasured, kRepeat, kCredit, kMaxPeriod, kGuess, kRestShift };
+// (SchedulerOptions::rest_shift_explore); the other mode's rest rose without the chosen's
+// (SchedulerOptions::rest_rise_gap_share).
+enum class ExploreReason {
+  kNone,
+  kUnmeasured,
+  kRepeat,
+  kCredit,
+  kMaxPeriod,
+  kGuess,
+  kRestShift,
+  kRestRise
+};
 
 // The reasons' names in the enum's order: "" for kNone, else one word.
-inline constexpr std::array<absl::string_view, 7> kExploreReasonNames = {
-    "", "unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift"};
+inline constexpr std::array<absl::string_view, 8> kExploreReasonNames = {
+    "", "unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift", "rest_rise"};
 
 inline absl::string_view ExploreReasonName(ExploreReason reason) {
   const auto i = static_cast<size_t>(reason);

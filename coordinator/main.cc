@@ -115,6 +115,16 @@ ABSL_FLAG(double, rest_shift_split_gap_share,
           writescope::coordinator::SchedulerOptions{}.rest_shift_split_gap_share,
           "writescope: while GPU-only is chosen, the split is explored for a fallen rest once "
           "the fall scaled to its rest passes this share of the gap (1: the whole gap)");
+ABSL_FLAG(double, rest_rise_gap_share,
+          writescope::coordinator::SchedulerOptions{}.rest_rise_gap_share,
+          "writescope: where the other read mode's rest rose over its latest samples and the "
+          "chosen mode's, measured since, did not rise with it, the other is explored as soon "
+          "as the minimum exploration period allows once the unexplained rise passes this "
+          "share of the gap (0: off)");
+ABSL_FLAG(uint32_t, rest_rise_samples,
+          writescope::coordinator::SchedulerOptions{}.rest_rise_samples,
+          "writescope: --rest_rise_gap_share waits for this many samples of the chosen mode "
+          "(at least 2)");
 ABSL_FLAG(bool, rest_median_of_three,
           writescope::coordinator::SchedulerOptions{}.rest_median_of_three,
           "writescope: a read mode's rest sample one step after its previous one enters the "
@@ -189,6 +199,8 @@ int main(int argc, char** argv) {
   options.scheduler.rest_shift_explore = absl::GetFlag(FLAGS_rest_shift_explore);
   options.scheduler.rest_shift_scaled = absl::GetFlag(FLAGS_rest_shift_scaled);
   options.scheduler.rest_shift_split_gap_share = absl::GetFlag(FLAGS_rest_shift_split_gap_share);
+  options.scheduler.rest_rise_gap_share = absl::GetFlag(FLAGS_rest_rise_gap_share);
+  options.scheduler.rest_rise_samples = absl::GetFlag(FLAGS_rest_rise_samples);
   options.scheduler.rest_median_of_three = absl::GetFlag(FLAGS_rest_median_of_three);
   options.scheduler.rest_level_check = absl::GetFlag(FLAGS_rest_level_check);
   options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);

@@ -305,8 +305,8 @@ std::string Metrics::Render() const {
   }
   out.Family("writescope_exploring_steps_total", "counter",
              "Decode steps that ran the read mode the scheduler's prediction did not pick, by "
-             "what started the exploration: unmeasured, repeat, credit, max_period, guess or "
-             "rest_shift.");
+             "what started the exploration: unmeasured, repeat, credit, max_period, guess, "
+             "rest_shift or rest_rise.");
   for (const auto& [reason, count] : exploring_steps_by_reason) {
     out.Sample("writescope_exploring_steps_total", Label("reason", reason), count);
   }

@@ -81,7 +81,7 @@ class Metrics {
   // One decode step (no prompt chunk in it): `read` "split" (the CPU attended some of its
   // host tokens) or "gpu_only" (both exported from the start); `explore_reason` what started
   // the exploration it is a step of (coordinator/explore_reason.h: unmeasured, repeat,
-  // credit, max_period, guess, rest_shift, exported from the start), "" when it is
+  // credit, max_period, guess, rest_shift, rest_rise, exported from the start), "" when it is
   // not exploring. Other values get series of their own.
   void AddDecodeStep(absl::string_view read, absl::string_view explore_reason);
 

@@ -356,6 +356,18 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rest_shift_split_gap_share = ", options.rest_shift_split_gap_share, " must be in (0, 1]"));
   }
+  if (!(options.rest_rise_gap_share >= 0.0 && options.rest_rise_gap_share <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rest_rise_gap_share = ", options.rest_rise_gap_share, " must be in [0, 1]"));
+  }
+  if (!(options.rest_rise_cpu_factor >= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rest_rise_cpu_factor = ", options.rest_rise_cpu_factor, " must be >= 1"));
+  }
+  if (options.rest_rise_samples < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rest_rise_samples = ", options.rest_rise_samples, " must be at least 2"));
+  }
   if (options.mode_switch_hold_steps > 1000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mode_switch_hold_steps = ", options.mode_switch_hold_steps, " must be at most 1000"));
@@ -607,10 +619,16 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     return steps;
   };
   const bool gpu_ran = !(sample.gpu.tokens == 0.0 && sample.gpu.ns == 0.0);
+  // The CPU's attention ran slower than its line by rest_rise_cpu_factor: a CPU load (or the
+  // line still learning one), not a spell that rest_rise_gap_share may take as passed.
+  const bool cpu_slow =
+      !settling && !new_batch && split && cpu_.ready() && sample.cpu.tokens > 0.0 &&
+      sample.cpu.ns > options_.rest_rise_cpu_factor * cpu_.Predict(sample.cpu.tokens);
   if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0) && !new_batch) {
     cpu_.Observe(sample.cpu, elapsed(cpu_sample_step_));
   }
   if (settling) return;
+  if (split) split_cpu_slow_ = split_cpu_slow_ || cpu_slow;
   // The DMA bound's two measures, from split steps that settled (one that reads otherwise
   // than its queued rounds copies other bytes than its tokens').
   if (split && sample.gpu.tokens > 0.0 && sample.dma_ns > 0.0 && std::isfinite(sample.dma_ns)) {
@@ -670,6 +688,11 @@ void Scheduler::ObserveStep(const StepSample& sample) {
           rest = level.rest_before_ns;
         }
       }
+      // The rest before this sample, where it was this batch's and measured
+      // (rest_rise_gap_share).
+      const double rest_at_entry = rest_stale_ || guessed_rest_mode_ == mode
+                                       ? std::numeric_limits<double>::quiet_NaN()
+                                       : rest;
       const bool hold = options_.rest_outlier_factor > 0.0 && !held && !rest_stale_ &&
                         guessed_rest_mode_ != mode && !std::isnan(rest) &&
                         predicted_before + rest > 0.0 &&
@@ -732,7 +755,25 @@ void Scheduler::ObserveStep(const StepSample& sample) {
         // The other mode's rest at this sample (rest_shift_explore); a sample of the mode
         // not sampled before it ends a row of explorations that measured nothing.
         (split ? gpu_only_rest_at_split_sample_ : split_rest_at_gpu_only_sample_) = other;
-        if (mode != last_rest_sample_mode_) shift_explores_ = 0;
+        if (mode != last_rest_sample_mode_) {
+          shift_explores_ = 0;
+          run_samples_count_[mode - 1] = 0;
+          // The rise's reference: the lowest rest this mode started a run at since the latest
+          // exploration for a rise measured it (that one takes its level as it is).
+          double& reference = rise_reference_[mode - 1];
+          if (std::isnan(rest_at_entry) || std::isnan(reference) || rise_explored_[mode - 1] ||
+              rest_at_entry < reference) {
+            reference = rest_at_entry;
+            chosen_at_reference_[mode - 1] = other;
+            if (split) split_cpu_slow_ = cpu_slow;
+          }
+          rise_explored_[mode - 1] = false;
+        }
+        double* run = run_samples_[mode - 1];
+        run[1] = run[0];
+        run[0] = mixed;
+        run_samples_count_[mode - 1] =
+            std::min(run_samples_count_[mode - 1] + 1, options_.rest_rise_samples);
         last_rest_sample_mode_ = mode;
       }
     }
@@ -851,6 +892,12 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     split_rest_at_gpu_only_sample_ = std::numeric_limits<double>::quiet_NaN();
     gpu_only_rest_at_split_sample_ = std::numeric_limits<double>::quiet_NaN();
     shift_explores_ = 0;
+    for (int i = 0; i < 2; ++i) {
+      rise_reference_[i] = chosen_at_reference_[i] = std::numeric_limits<double>::quiet_NaN();
+      run_samples_count_[i] = 0;
+      rise_explored_[i] = false;
+    }
+    split_cpu_slow_ = false;
   }
   // Monolithic models a cache of one physical state, which changes its split only by
   // moving data (charged in SetTarget): it reads what it placed, as the fixed policies do.
@@ -1017,10 +1064,43 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
                          std::isfinite(chosen_ns) &&
                          fall_ns > options_.rest_shift_explore * chosen_ns &&
                          stale_ns > (split ? 1.0 : options_.rest_shift_split_gap_share) * gap_ns;
+    // The other mode's rest rose over its latest run of samples and the chosen mode's,
+    // sampled since, did not rise with it (SchedulerOptions::rest_rise_gap_share): the part of
+    // the rise the chosen's does not explain is likely a slow spell that has passed.
+    const int other_mode = split ? 2 : 1;
+    const double other_before = rise_reference_[other_mode - 1];
+    const double chosen_at_run = chosen_at_reference_[other_mode - 1];
+    const double rise_ns = other_rest - other_before;
+    // The chosen mode's rise by the larger of its latest two samples (once its run has had
+    // rest_rise_samples), not by its rest: an EMA takes a few samples to show a slow spell
+    // that is still on.
+    const int chosen = split ? 0 : 1;
+    const double chosen_recent = run_samples_count_[chosen] < options_.rest_rise_samples
+                                     ? std::numeric_limits<double>::quiet_NaN()
+                                     : std::max(run_samples_[chosen][0], run_samples_[chosen][1]);
+    const double chosen_rise_ns =
+        std::isnan(chosen_recent) ? chosen_recent : std::max(0.0, chosen_recent - chosen_at_run);
+    // The gap against the chosen mode as its latest samples run, not its rest, which lags a
+    // slow spell of its own that has passed: measured against that rest, the other would be
+    // chosen after its sample and run behind until the chosen is explored again.
+    const double recent_gap_ns =
+        other_ns - (chosen_ns - (split ? rest_split_ : rest_gpu_only_) + chosen_recent);
+    const double unexplained_ns =
+        rise_ns - (options_.rest_shift_scaled && chosen_at_run > 0.0 && other_before > 0.0
+                       ? chosen_rise_ns * other_before / chosen_at_run
+                       : chosen_rise_ns);
+    const bool risen =
+        may_explore && !held && !shifted && options_.rest_rise_gap_share > 0.0 &&
+        options_.rest_shift_explore > 0.0 && shift_explores_ < options_.rest_shift_explores &&
+        explore_credit_ns_ >= 0.0 && last_rest_sample_mode_ == 3 - other_mode &&
+        guessed_rest_mode_ != other_mode && !(other_mode == 1 && split_cpu_slow_) &&
+        std::isfinite(rise_ns) && std::isfinite(unexplained_ns) && std::isfinite(chosen_ns) &&
+        rise_ns > options_.rest_shift_explore * chosen_ns && std::isfinite(recent_gap_ns) &&
+        unexplained_ns > options_.rest_rise_gap_share * std::max(0.0, recent_gap_ns);
     const bool measure = std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide;
     // A repeat of an exploration that measured nothing is due at this decision or not at all.
     const bool retry = std::exchange(retry_pending_, false);
-    if (measure || shifted) {
+    if (measure || shifted || risen) {
       decision.explore = true;
       split = !split;
       explore_is_retry_ = retry;
@@ -1029,7 +1109,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
                         : due && by_credit                             ? ExploreReason::kCredit
                         : due                                          ? ExploreReason::kMaxPeriod
                         : guess_may_hide                               ? ExploreReason::kGuess
-                                                                       : ExploreReason::kRestShift;
+                        : shifted                                      ? ExploreReason::kRestShift
+                                                                       : ExploreReason::kRestRise;
       decision.explore_reason = explore_reason_;
       // A measurement of a guess beyond the credit (not due: the credit is short of extra_ns)
       // runs on an advance of it, paid back by the later decisions' credit. One for a fallen
@@ -1037,6 +1118,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       // repeated when it measures nothing (its own rule repeats it).
       const bool advance = !due && guess_may_hide;
       if (!measure) ++shift_explores_;
+      if (explore_reason_ == ExploreReason::kRestRise) rise_explored_[split ? 0 : 1] = true;
       guess_advance_ns_ = advance ? extra_ns : 0.0;
       explore_refundable_ = measure && guess_advance_ns_ == 0.0;
       explore_credit_taken_ns_ = explore_credit_ns_;
@@ -1061,7 +1143,9 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
       explore_spent_ns_ = 0.0;
       explore_spent_steps_ = 0;
       if (measure) explore_credit_ns_ = advance ? explore_credit_ns_ - extra_ns : 0.0;
-      decisions_since_explore_ = 0;
+      // One for a risen rest alone leaves the maximum period's count as it is: where it
+      // measured a spell still on, the period's exploration comes as it would have.
+      if (measure || shifted) decisions_since_explore_ = 0;
       explore_pending_ = std::isfinite(chosen_ns);
       explore_chosen_ns_ = chosen_ns;
       // An exploration of the mode whose rounds are queued has nothing to settle.

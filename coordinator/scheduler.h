@@ -419,6 +419,32 @@ struct SchedulerOptions {
   // slows both modes alike, and exploring GPU-only after it cost 0.2-0.3 % at 0.8 there).
   // In (0, 1]; 1: the gap.
   double rest_shift_split_gap_share = 0.7;
+  // The other way round: where the other mode's rest rose over its latest run of samples by
+  // more than rest_shift_explore of the chosen mode's predicted step, and the chosen mode's
+  // latest rest_rise_samples samples (the larger of the last two) did not rise with it, the
+  // rise was likely a slow spell that has passed (a host that got slower raises both rests: a
+  // CPU load the split's 1.4-7.7 times GPU-only's, session 59). The other is explored once the
+  // part of its rise the chosen's does not explain (the chosen's rise scaled to the other's
+  // rest, rest_shift_scaled) passes this share of the gap it is predicted behind the chosen
+  // mode as its latest samples run (its rest lags a spell of its own). rest_shift_explores
+  // bounds these with the falls' explorations; they neither pay from the credit nor reset it,
+  // nor restart the maximum period's count (where one measures a spell still on, the
+  // period's exploration comes when it would have). On an H100 (run 283, Qwen3 4 layers,
+  // 4 x 32K) a few slow split steps under rest_outlier_factor raised the split's rest 2-2.7x
+  // (e.g. 10.6 -> 18.95 ms) while GPU-only's stayed at 8.7-14.5 ms; GPU-only was then chosen
+  // in spells of 12-49 steps until the maximum period forced the split back (at ~10-11 ms):
+  // +2.3 % of the time over monolithic's. Simulated: DecodeReadsTest.
+  // ASplitRestASlowSpellRaisedIsExploredOnceTheChosenModeShowsItPassed. In [0, 1]; 0: off.
+  double rest_rise_gap_share = 1.0;
+  // The chosen mode's rest samples since its run began that rest_rise_gap_share waits for
+  // (a spell of the host's that slowed both modes shows in them while it lasts). ≥ 2.
+  uint32_t rest_rise_samples = 8;
+  // Not for a split whose CPU attention ran slower than its line by this factor in the run
+  // that raised its rest: that is a CPU load (or the line still learning one), which GPU-only's
+  // rest does not show where the load slows only the CPU's attention, and an early
+  // exploration under it only raises the split's rest further (its CPU line rejects the
+  // first loaded samples as outliers). ≥ 1.
+  double rest_rise_cpu_factor = 1.25;
   // Steps whose measurements carry a change of read mode: a step that reads otherwise than
   // the KV rounds the gpu_worker queued early for it (GpuStep: the step's before it, or
   // after an exploration's last step the rounds of the last step that did not explore)
@@ -849,6 +875,22 @@ class Scheduler {
   double gpu_only_rest_at_split_sample_ = std::numeric_limits<double>::quiet_NaN();
   uint32_t shift_explores_ = 0;
   int last_rest_sample_mode_ = 0;  // of the latest rest sample (1: split, 2: GPU-only)
+  // Per mode (split, GPU-only), for rest_rise_gap_share: the lowest rest it started a run of
+  // rest samples at (its first sample not held after a sample of the other mode) since an
+  // exploration for a rise last measured it, and the other mode's rest then (NaN: none since
+  // the rests were re-levelled); whether such an exploration of it is under way; its latest
+  // samples in the run under way (as the EMA took them), newest first, and how many it has had
+  // (at most rest_rise_samples).
+  double rise_reference_[2] = {std::numeric_limits<double>::quiet_NaN(),
+                               std::numeric_limits<double>::quiet_NaN()};
+  double chosen_at_reference_[2] = {std::numeric_limits<double>::quiet_NaN(),
+                                    std::numeric_limits<double>::quiet_NaN()};
+  bool rise_explored_[2] = {false, false};
+  double run_samples_[2][2] = {};
+  uint32_t run_samples_count_[2] = {0, 0};
+  // Whether a settled split step's CPU attention ran slow (rest_rise_cpu_factor) since the
+  // split's rise reference was set.
+  bool split_cpu_slow_ = false;
   // The exploration under way: decisions still to run it, and its mode.
   uint32_t explore_steps_left_ = 0;
   bool explore_split_ = false;

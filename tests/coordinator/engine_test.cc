@@ -586,7 +586,7 @@ TEST_F(EngineTest, ASlowCpuPathHandsTheCpuBlocksToTheGpu) {
   EXPECT_GE(counter("writescope_decode_steps_total{read=\"split\"}"), 0);
   double counted = 0;
   for (const char* reason :
-       {"unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift"}) {
+       {"unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift", "rest_rise"}) {
     const double n = counter(std::string("writescope_exploring_steps_total{reason=\"") + reason +
                              "\"}");
     EXPECT_GE(n, 0) << reason;

@@ -316,7 +316,7 @@ TEST(MetricsTest, FreshRenderIsValidAndHasEveryFamily) {
         << read;
   }
   for (const char* reason :
-       {"unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift"}) {
+       {"unmeasured", "repeat", "credit", "max_period", "guess", "rest_shift", "rest_rise"}) {
     EXPECT_THAT(Value(exposition, "writescope_exploring_steps_total", {{"reason", reason}}),
                 Optional(0.0))
         << reason;

@@ -1375,7 +1375,7 @@ def check_observability(env):
                         for r in ("split", "gpu_only")]
         exploring = [value("writescope_exploring_steps_total", reason=r)
                      for r in ("unmeasured", "repeat", "credit", "max_period", "guess",
-                               "rest_shift")]
+                               "rest_shift", "rest_rise")]
         check(None not in decode_steps and None not in exploring and
               0 < sum(decode_steps) <= (gpu_steps or 0) and sum(exploring) <= sum(decode_steps),
               f"observability: decode steps by read {decode_steps} (of {gpu_steps} steps), "

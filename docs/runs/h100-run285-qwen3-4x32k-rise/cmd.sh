@@ -7,7 +7,7 @@
 #   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope ws_cpu_load \
 #     attention_bench" deploy/gpu-bundle.sh
 # Run as: BATCHES=4 CONTEXTS=32768 REPEATS=50 TOTAL_S=540 GRID_OUT=/tmp/g285 \
-#   bash docs/runs/run285-qwen3-4x32k-rise/cmd.sh
+#   bash docs/runs/h100-run285-qwen3-4x32k-rise/cmd.sh
 deploy/gpu-run.sh --unpack-only >/dev/null
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 if [[ $gpu == *H200* || -n ${FLOORS:-} ]]; then

@@ -117,10 +117,10 @@ ABSL_FLAG(double, rest_shift_split_gap_share,
           "the fall scaled to its rest passes this share of the gap (1: the whole gap)");
 ABSL_FLAG(double, rest_rise_gap_share,
           writescope::coordinator::SchedulerOptions{}.rest_rise_gap_share,
-          "writescope: where the other read mode's rest rose over its latest samples and the "
-          "chosen mode's, measured since, did not rise with it, the other is explored as soon "
-          "as the minimum exploration period allows once the unexplained rise passes this "
-          "share of the gap (0: off)");
+          "writescope: where the other read mode's rest rose from the lowest it began a run of "
+          "samples at and the chosen mode's latest samples did not rise with it, the other is "
+          "explored as soon as the minimum exploration period allows once the unexplained rise "
+          "passes this share of the gap (0: off)");
 ABSL_FLAG(uint32_t, rest_rise_samples,
           writescope::coordinator::SchedulerOptions{}.rest_rise_samples,
           "writescope: --rest_rise_gap_share waits for this many samples of the chosen mode "

@@ -1064,9 +1064,10 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
                          std::isfinite(chosen_ns) &&
                          fall_ns > options_.rest_shift_explore * chosen_ns &&
                          stale_ns > (split ? 1.0 : options_.rest_shift_split_gap_share) * gap_ns;
-    // The other mode's rest rose over its latest run of samples and the chosen mode's,
-    // sampled since, did not rise with it (SchedulerOptions::rest_rise_gap_share): the part of
-    // the rise the chosen's does not explain is likely a slow spell that has passed.
+    // The other mode's rest rose from its reference (the lowest it began a run of samples at)
+    // and the chosen mode's latest samples did not rise with it
+    // (SchedulerOptions::rest_rise_gap_share): the part of the rise the chosen's does not
+    // explain is likely a slow spell that has passed.
     const int other_mode = split ? 2 : 1;
     const double other_before = rise_reference_[other_mode - 1];
     const double chosen_at_run = chosen_at_reference_[other_mode - 1];

@@ -3488,7 +3488,9 @@ TEST(DecodeReadsTest, ExplorationsThatCostMoreThanPredictedRepayTheOverrun) {
 // CPU side), its steps noisy by +-noise and times the host's pace, a change of mode costing 5 %
 // of a step: 300 warm-up decisions, then `steps` measured. make_pace(seed) gives a seed's pace,
 // called once a decision with the measured decision's index (-1 in the warm-up); `after`, if
-// given, sees each seed's scheduler and world at the end.
+// given, sees each seed's scheduler and world at the end. With `split_only` the pace slows the
+// split's steps alone (QueuedRounds::split_pace), and the better mode is the better of them
+// at each step's pace.
 double PacedRatio(const SchedulerOptions& options, double gain, double noise, int steps,
                   const std::function<std::function<double(int)>(unsigned)>& make_pace,
                   const std::function<void(Scheduler&, const ReadWorld&)>& after = {},

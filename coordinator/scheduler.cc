@@ -622,13 +622,13 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // The CPU's attention ran slower than its line by rest_rise_cpu_factor: a CPU load (or the
   // line still learning one), not a spell that rest_rise_gap_share may take as passed.
   const bool cpu_slow =
-      !settling && !new_batch && split && cpu_.ready() && sample.cpu.tokens > 0.0 &&
+      !new_batch && split && cpu_.ready() && sample.cpu.tokens > 0.0 &&
       sample.cpu.ns > options_.rest_rise_cpu_factor * cpu_.Predict(sample.cpu.tokens);
   if (!(sample.cpu.tokens == 0.0 && sample.cpu.ns == 0.0) && !new_batch) {
     cpu_.Observe(sample.cpu, elapsed(cpu_sample_step_));
   }
   if (settling) return;
-  if (split) split_cpu_slow_ = split_cpu_slow_ || cpu_slow;
+  split_cpu_slow_ = split_cpu_slow_ || cpu_slow;
   // The DMA bound's two measures, from split steps that settled (one that reads otherwise
   // than its queued rounds copies other bytes than its tokens').
   if (split && sample.gpu.tokens > 0.0 && sample.dma_ns > 0.0 && std::isfinite(sample.dma_ns)) {
@@ -1050,7 +1050,8 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     // load that ended, rest_shift_scaled) by as large a part of itself.
     const double chosen_rest_then =
         split ? split_rest_at_gpu_only_sample_ : gpu_only_rest_at_split_sample_;
-    const double fall_ns = chosen_rest_then - (split ? rest_split_ : rest_gpu_only_);
+    const double chosen_rest = split ? rest_split_ : rest_gpu_only_;
+    const double fall_ns = chosen_rest_then - chosen_rest;
     const double other_rest = split ? rest_gpu_only_ : rest_split_;
     const double stale_ns = options_.rest_shift_scaled && chosen_rest_then > 0.0 &&
                                     std::isfinite(other_rest) && other_rest > 0.0
@@ -1068,14 +1069,13 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     // and the chosen mode's latest samples did not rise with it
     // (SchedulerOptions::rest_rise_gap_share): the part of the rise the chosen's does not
     // explain is likely a slow spell that has passed.
-    const int other_mode = split ? 2 : 1;
-    const double other_before = rise_reference_[other_mode - 1];
-    const double chosen_at_run = chosen_at_reference_[other_mode - 1];
+    const int chosen = split ? 0 : 1, other = 1 - chosen;  // the rise's arrays' indices
+    const double other_before = rise_reference_[other];
+    const double chosen_at_run = chosen_at_reference_[other];
     const double rise_ns = other_rest - other_before;
     // The chosen mode's rise by the larger of its latest two samples (once its run has had
     // rest_rise_samples), not by its rest: an EMA takes a few samples to show a slow spell
     // that is still on.
-    const int chosen = split ? 0 : 1;
     const double chosen_recent = run_samples_count_[chosen] < options_.rest_rise_samples
                                      ? std::numeric_limits<double>::quiet_NaN()
                                      : std::max(run_samples_[chosen][0], run_samples_[chosen][1]);
@@ -1084,8 +1084,7 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     // The gap against the chosen mode as its latest samples run, not its rest, which lags a
     // slow spell of its own that has passed: measured against that rest, the other would be
     // chosen after its sample and run behind until the chosen is explored again.
-    const double recent_gap_ns =
-        other_ns - (chosen_ns - (split ? rest_split_ : rest_gpu_only_) + chosen_recent);
+    const double recent_gap_ns = other_ns - (chosen_ns - chosen_rest + chosen_recent);
     const double unexplained_ns =
         rise_ns - (options_.rest_shift_scaled && chosen_at_run > 0.0 && other_before > 0.0
                        ? chosen_rise_ns * other_before / chosen_at_run
@@ -1093,9 +1092,9 @@ ReadDecision Scheduler::DecideReads(uint64_t host_tokens, uint64_t placed_cpu_to
     const bool risen =
         may_explore && !held && !shifted && options_.rest_rise_gap_share > 0.0 &&
         options_.rest_shift_explore > 0.0 && shift_explores_ < options_.rest_shift_explores &&
-        explore_credit_ns_ >= 0.0 && last_rest_sample_mode_ == 3 - other_mode &&
-        guessed_rest_mode_ != other_mode && !(other_mode == 1 && split_cpu_slow_) &&
-        std::isfinite(rise_ns) && std::isfinite(unexplained_ns) && std::isfinite(chosen_ns) &&
+        explore_credit_ns_ >= 0.0 && last_rest_sample_mode_ == chosen + 1 &&
+        guessed_rest_mode_ != other + 1 && !(!split && split_cpu_slow_) && std::isfinite(rise_ns) &&
+        std::isfinite(unexplained_ns) && std::isfinite(chosen_ns) &&
         rise_ns > options_.rest_shift_explore * chosen_ns && std::isfinite(recent_gap_ns) &&
         unexplained_ns > options_.rest_rise_gap_share * std::max(0.0, recent_gap_ns);
     const bool measure = std::isnan(unmeasured) || std::isnan(other_ns) || due || guess_may_hide;

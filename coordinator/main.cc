@@ -133,6 +133,10 @@ ABSL_FLAG(bool, rest_level_check, writescope::coordinator::SchedulerOptions{}.re
           "writescope: a rest level that two slow steps in a row set is undone by the mode's "
           "next sample where that is back to the level before, and the mode runs until that "
           "sample (false: two slow steps set the level)");
+ABSL_FLAG(bool, rest_guess_check, writescope::coordinator::SchedulerOptions{}.rest_guess_check,
+          "writescope: a guessed rest's first measurement that took more than "
+          "rest_outlier_factor times both its exploration's settling step and the guess's "
+          "prediction is held as a spike and measured again (false: taken as it is)");
 ABSL_FLAG(double, rest_tokens_tolerance,
           writescope::coordinator::SchedulerOptions{}.rest_tokens_tolerance,
           "writescope: a relative change of the batch's host tokens that re-levels the read "
@@ -203,6 +207,7 @@ int main(int argc, char** argv) {
   options.scheduler.rest_rise_samples = absl::GetFlag(FLAGS_rest_rise_samples);
   options.scheduler.rest_median_of_three = absl::GetFlag(FLAGS_rest_median_of_three);
   options.scheduler.rest_level_check = absl::GetFlag(FLAGS_rest_level_check);
+  options.scheduler.rest_guess_check = absl::GetFlag(FLAGS_rest_guess_check);
   options.scheduler.rest_tokens_tolerance = absl::GetFlag(FLAGS_rest_tokens_tolerance);
   options.routed_experts = absl::GetFlag(FLAGS_routed_experts);
   if (absl::Status mode = writescope::coordinator::ParseExpertMode(options.routed_experts).status();

@@ -522,6 +522,24 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   if (!decided_explore_) ++rest_clock_;
   const bool explored = decided_explore_;
   const bool exploration_ends = decided_explore_ && !decided_continues_;
+  // A guess's measurement far above both its exploration's settling step (the same mode, paying
+  // for the change besides) and the guess's prediction is a lone spike
+  // (SchedulerOptions::rest_guess_check): it is held below, and the exploration measured
+  // nothing.
+  const bool step_timed = sample.step_ns > 0.0 && std::isfinite(sample.step_ns);
+  const bool guess_spike =
+      options_.rest_guess_check && options_.rest_outlier_factor > 0.0 && explored && !settling &&
+      !new_batch && guessed_rest_mode_ == mode &&
+      !(split ? rest_split_held_ : rest_gpu_only_held_) && step_timed &&
+      std::isfinite(explore_settle_ns_) && std::isfinite(mode_before) &&
+      sample.step_ns > options_.rest_outlier_factor * std::max(explore_settle_ns_, mode_before);
+  if (!explored || exploration_ends) {
+    explore_settle_ns_ = std::numeric_limits<double>::quiet_NaN();
+  } else if (settling && step_timed) {
+    explore_settle_ns_ = std::isnan(explore_settle_ns_)
+                             ? sample.step_ns
+                             : std::min(explore_settle_ns_, sample.step_ns);
+  }
   // What the exploration cost against the picked mode's steps around it, and what those
   // steps take (SchedulerOptions::charge_exploration_overrun).
   if (new_batch) {
@@ -530,7 +548,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
     chosen_steps_ = 0;
     explore_reference_ns_ = std::numeric_limits<double>::quiet_NaN();
   }
-  if (sample.step_ns > 0.0 && std::isfinite(sample.step_ns)) {
+  if (step_timed) {
     if (!explored) {
       if (std::isfinite(mode_before) && mode_before > 0.0) {
         chosen_steps_ns_ += sample.step_ns;
@@ -569,9 +587,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // Whether the step is far above its mode's prediction is judged against the prediction
   // the choice was made by.
   const double predicted_before =
-      settling || !(sample.step_ns > 0.0 && std::isfinite(sample.step_ns))
-          ? std::numeric_limits<double>::quiet_NaN()
-          : attention_before;
+      settling || !step_timed ? std::numeric_limits<double>::quiet_NaN() : attention_before;
   // An exploration that measured a guess on an advance of the credit, all of whose steps
   // settled (its last one too: it read another share than its first and missed its early
   // rounds), measured nothing: its advance is given back, once per guess, so that the guess
@@ -589,7 +605,7 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // rest was still the loaded one, came back 43 steps later, at the maximum period
   // (DecodeReadsTest.AnExplorationThatMeasuredNothingIsRunAgainOnce).
   if (exploration_ends) {
-    const bool measured_nothing = settling && !new_batch;
+    const bool measured_nothing = (settling && !new_batch) || guess_spike;
     if (measured_nothing && guess_advance_ns_ > 0.0 && guessed_rest_mode_ == mode &&
         !guess_refunded_) {
       explore_credit_ns_ += guess_advance_ns_;
@@ -693,10 +709,11 @@ void Scheduler::ObserveStep(const StepSample& sample) {
       const double rest_at_entry = rest_stale_ || guessed_rest_mode_ == mode
                                        ? std::numeric_limits<double>::quiet_NaN()
                                        : rest;
-      const bool hold = options_.rest_outlier_factor > 0.0 && !held && !rest_stale_ &&
-                        guessed_rest_mode_ != mode && !std::isnan(rest) &&
-                        predicted_before + rest > 0.0 &&
-                        sample.step_ns > options_.rest_outlier_factor * (predicted_before + rest);
+      const bool hold =
+          guess_spike ||
+          (options_.rest_outlier_factor > 0.0 && !held && !rest_stale_ &&
+           guessed_rest_mode_ != mode && !std::isnan(rest) && predicted_before + rest > 0.0 &&
+           sample.step_ns > options_.rest_outlier_factor * (predicted_before + rest));
       held = hold;
       if (!hold) last = rest_clock_;
       if (hold) {

@@ -591,6 +591,23 @@ struct SchedulerOptions {
   // split steps fewer in each pair (70 against 131 of ~1300, 46 against 69 and 27 against 87 of
   // 2640-3200). false: two held steps set the level.
   bool rest_level_check = true;
+  // A guessed rest's measurement (guessed_rest_mode_ below: a mode only moved along at a
+  // re-level, GPU-only after a GPU calibration, an explored mode's first sample) is not held by
+  // rest_outlier_factor, which judges a step against a measured rest. With this on, one that
+  // took more than rest_outlier_factor times both its exploration's settling step and the
+  // guess's prediction is held as a lone spike: the guess stays, and the exploration counts as
+  // one that measured nothing (its advance, or what it took of the credit and the periods, is
+  // given back once), so the guess is measured again soon. A guess wrong by more than the
+  // factor leaves its settling step slow too (it runs the same mode), so that one is taken as
+  // before. On an H100 (run 289, Mixtral 4 x 32512, 4 layers) a round's re-level made
+  // GPU-only's rest a guess, and its exploration's second step took 131.4 ms (its first 61.0,
+  // the guess predicted 67.1; GPU-only's chosen steps at the point 0.1 ms a step above
+  // transfer-all's): GPU-only's rest became 122 ms, and the split ran the next 120 decisions,
+  // its 72 measured steps 2.2 ms a step above transfer-all's, until the credit explored
+  // GPU-only. Of 3491 two-step explorations in the committed step CSVs (runs 200-289), the
+  // second step took over 1.5x the first in 68. false: a guess takes its first measurement
+  // whatever it is.
+  bool rest_guess_check = true;
   // Relative change of the batch (decode sequences) that re-levels the rests. ≥ 0.
   double rest_batch_tolerance = 0.25;
   // Relative change of the batch's host tokens that re-levels the rests, as a batch change
@@ -822,6 +839,9 @@ class Scheduler {
   };
   TentativeLevel tentative_levels_[2];
   uint64_t rest_outliers_held_ = 0;
+  // The exploration under way: the shortest of its settling steps so far (NaN: none, or no
+  // exploration; rest_guess_check).
+  double explore_settle_ns_ = std::numeric_limits<double>::quiet_NaN();
   // The step of each line's latest sample (Observe's `elapsed`).
   uint64_t cpu_sample_step_ = 0, gpu_sample_step_ = 0, gpu_only_sample_step_ = 0;
   uint64_t dma_sample_step_ = 0;

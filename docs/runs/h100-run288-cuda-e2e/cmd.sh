@@ -1,4 +1,5 @@
-# Run 288 (session 64, 2026-12-07; two starts refused, not run): the CUDA e2e on session 64's
+# Run 288 (written in session 64, 2026-12-07; two starts refused there; run in session 65 on an H100:
+# e2e 188 of 188, launch_test 36 of 36; no floors, not an H200): the CUDA e2e on session 64's
 # code (the scheduler's rest_rise rule and its exploring reason in /metrics), then
 # launch_test.sh on the CUDA device, then, on an H200 only, issue 4's batch-1 floors: run 284's
 # command as it is.

@@ -1603,9 +1603,10 @@ struct QueuedRounds {
   }
   // A decision for `host_tokens`, `placed` of them on the CPU side, and its step; whether it
   // read split.
-  bool Decide(Scheduler& scheduler, const ReadWorld& world, double host_tokens, double placed) {
+  bool Decide(Scheduler& scheduler, const ReadWorld& world, double host_tokens, double placed,
+              uint32_t sequences = kBatch) {
     const ReadDecision d = scheduler.ChooseDecodeReads(static_cast<uint64_t>(host_tokens),
-                                                       static_cast<uint64_t>(placed), kBatch);
+                                                       static_cast<uint64_t>(placed), sequences);
     Step(scheduler, world, d, host_tokens);
     return d.cpu_share > 0;
   }
@@ -3539,47 +3540,66 @@ TEST(DecodeReadsTest, ExplorationsThatCostMoreThanPredictedRepayTheOverrun) {
   }
 }
 
-// Writescope's time over the better mode's alone, averaged over 16 seeds, in a world whose
-// split is `gain` ahead of GPU-only (WorldWithSplitAt; 200000 host tokens, 80000 placed on the
-// CPU side), its steps noisy by +-noise and times the host's pace, a change of mode costing 5 %
-// of a step: 300 warm-up decisions, then `steps` measured. make_pace(seed) gives a seed's pace,
-// called once a decision with the measured decision's index (-1 in the warm-up); `after`, if
-// given, sees each seed's scheduler and world at the end. With `split_only` the pace slows the
-// split's steps alone (QueuedRounds::split_pace), and the better mode is the better of them
-// at each step's pace.
-double PacedRatio(const SchedulerOptions& options, double gain, double noise, int steps,
-                  const std::function<std::function<double(int)>(unsigned)>& make_pace,
-                  const std::function<void(Scheduler&, const ReadWorld&)>& after = {},
-                  bool split_only = false) {
+// A world and the decode sequences of its steps (PhasedRatio).
+struct Phase {
+  ReadWorld world;
+  uint32_t sequences = kBatch;
+};
+
+// Writescope's time over the better mode's alone, averaged over 16 seeds, in `phases` (200000
+// host tokens, 80000 placed on the CPU side) taken in turn every `period` measured decisions,
+// its steps noisy by +-noise and times the host's pace, a change of mode costing 5 % of the
+// first phase's step: 300 warm-up decisions in the first phase, then `steps` measured.
+// make_pace(seed) gives a seed's pace, called once a decision with the measured decision's index
+// (-1 in the warm-up); `after`, if given, sees each seed's scheduler and its last phase's world
+// at the end. With `split_only` the pace slows the split's steps alone
+// (QueuedRounds::split_pace), and the better mode is the better of them at each step's pace.
+double PhasedRatio(const SchedulerOptions& options, const std::vector<Phase>& phases, int period,
+                   double noise, int steps,
+                   const std::function<std::function<double(int)>(unsigned)>& make_pace,
+                   const std::function<void(Scheduler&, const ReadWorld&)>& after = {},
+                   bool split_only = false) {
   constexpr double kTokens = 200000;
   constexpr double kPlaced = 80000;
   constexpr int kSeeds = 16;
   double ratio = 0.0;
   for (unsigned seed = 1; seed <= kSeeds; ++seed) {
     auto scheduler = *Scheduler::Create("writescope", options);
-    const ReadWorld world = WorldWithSplitAt(1.0 - gain, kTokens);
-    ProbeAndLearnLines(*scheduler, world);
-    QueuedRounds rounds{
-        .switch_ns = 0.05 * world.SplitStepNs(0.0, kTokens), .reported = true, .noise = noise};
+    ProbeAndLearnLines(*scheduler, phases[0].world);
+    QueuedRounds rounds{.switch_ns = 0.05 * phases[0].world.SplitStepNs(0.0, kTokens),
+                        .reported = true,
+                        .noise = noise};
     rounds.random.seed(seed);
     const std::function<double(int)> pace = make_pace(seed);
     double& paced = split_only ? rounds.split_pace : rounds.pace;
     for (int i = 0; i < 300; ++i) {
       paced = pace(-1);
-      rounds.Decide(*scheduler, world, kTokens, kPlaced);
+      rounds.Decide(*scheduler, phases[0].world, kTokens, kPlaced, phases[0].sequences);
     }
     rounds.total_ns = 0.0;
     double best_ns = 0.0;
+    const Phase* phase = &phases[0];
     for (int i = 0; i < steps; ++i) {
       paced = pace(i);
-      best_ns += std::min(rounds.pace * rounds.split_pace * world.SplitStepNs(0.4, kTokens),
-                          rounds.pace * world.SplitStepNs(0.0, kTokens));
-      rounds.Decide(*scheduler, world, kTokens, kPlaced);
+      phase = &phases[(i / period) % phases.size()];
+      best_ns += std::min(rounds.pace * rounds.split_pace * phase->world.SplitStepNs(0.4, kTokens),
+                          rounds.pace * phase->world.SplitStepNs(0.0, kTokens));
+      rounds.Decide(*scheduler, phase->world, kTokens, kPlaced, phase->sequences);
     }
     ratio += rounds.total_ns / best_ns / kSeeds;
-    if (after) after(*scheduler, world);
+    if (after) after(*scheduler, phase->world);
   }
   return ratio;
+}
+
+// PhasedRatio in one world whose split is `gain` ahead of GPU-only (WorldWithSplitAt) at kBatch
+// sequences.
+double PacedRatio(const SchedulerOptions& options, double gain, double noise, int steps,
+                  const std::function<std::function<double(int)>(unsigned)>& make_pace,
+                  const std::function<void(Scheduler&, const ReadWorld&)>& after = {},
+                  bool split_only = false) {
+  return PhasedRatio(options, {{.world = WorldWithSplitAt(1.0 - gain, 200000)}}, 1, noise, steps,
+                     make_pace, after, split_only);
 }
 
 // PacedRatio's make_pace for slow spells of the host: each step not in a spell starts one with
@@ -3841,48 +3861,11 @@ TEST(DecodeReadsTest, ExploringARiseThatPassedCostsLittleWhereItHasNot) {
   }
 }
 
-// Writescope's time over the better mode's, where the batch changes between 16 and 32
-// sequences every `period` decisions (each change re-levels the rests and leaves the other
-// mode a guess) and lone spikes (SlowSpells of one step, 2-2.5x) hit `spike_rate` of the
-// steps in either mode: the split gains `gain16` over GPU-only at 16 sequences and `gain32`
-// at 32; a change of mode costs 5 % of a step (QueuedRounds), +-3 % noise; 16 seeds of 2400
-// decisions after 300 at 16.
-double BatchChangeRatio(const SchedulerOptions& options, double gain16, double gain32,
-                        double spike_rate, int period) {
-  constexpr double kTokens = 200000;
-  constexpr double kPlaced = 80000;
-  constexpr int kSeeds = 16;
-  double ratio = 0.0;
-  for (unsigned seed = 1; seed <= kSeeds; ++seed) {
-    auto scheduler = *Scheduler::Create("writescope", options);
-    const ReadWorld worlds[2] = {WorldWithSplitAt(1.0 - gain16, kTokens),
-                                 WorldWithSplitAt(1.0 - gain32, kTokens)};
-    ProbeAndLearnLines(*scheduler, worlds[0]);
-    QueuedRounds rounds{
-        .switch_ns = 0.05 * worlds[0].SplitStepNs(0.0, kTokens), .reported = true, .noise = 0.03};
-    rounds.random.seed(seed);
-    std::function<double(int)> pace = SlowSpells(spike_rate, 2.0, 2.5, 1)(seed);
-    double best_ns = 0.0;
-    for (int i = -300; i < 2400; ++i) {
-      const int at = i < 0 ? 0 : (i / period) % 2;
-      const ReadWorld& world = worlds[at];
-      rounds.pace = pace(i);
-      if (i == 0) rounds.total_ns = 0.0;
-      if (i >= 0) {
-        best_ns += rounds.pace *
-                   std::min(world.SplitStepNs(0.4, kTokens), world.SplitStepNs(0.0, kTokens));
-      }
-      const ReadDecision d = scheduler->ChooseDecodeReads(
-          static_cast<uint64_t>(kTokens), static_cast<uint64_t>(kPlaced), at == 0 ? 16 : 32);
-      rounds.Step(*scheduler, world, d, kTokens);
-    }
-    ratio += rounds.total_ns / best_ns / kSeeds;
-  }
-  return ratio;
-}
-
-// The cost and the gain of rest_guess_check (BatchChangeRatio): the batch changing every 50 or
-// 150 decisions, the better mode flipping with it or not, lone spikes at 3 % of the steps (on
+// The cost and the gain of rest_guess_check: writescope's time over the better mode's
+// (PhasedRatio) where the batch changes between 16 and 32 sequences every 50 or 150 decisions
+// (each change re-levels the rests and leaves the other mode a guess), the split gaining
+// `gain16` over GPU-only at 16 sequences and `gain32` at 32 (the better mode flipping with the
+// batch or not), and lone spikes (SlowSpells of one step, 2-2.5x) hit 3 % of the steps (on
 // the H100 of run 289, 2.7 % of Mixtral's steps and 4.2 % of DeepSeek's took over 1.5x their
 // policy's median in their round). Here over the
 // 10 settings the check takes 0.09 % off on average, up to 0.43 % (the split 20 % ahead at 16
@@ -3897,16 +3880,21 @@ TEST(DecodeReadsTest, HoldingASpikedGuessCostsLittleWhereBatchesChange) {
              {0.05, -0.05}, {-0.05, 0.05}, {0.05, 0.05}, {-0.08, -0.04}, {0.2, -0.1}}) {
       SCOPED_TRACE(::testing::Message()
                    << "every " << period << " decisions, gains " << gain16 << " and " << gain32);
-      SchedulerOptions on, off;
-      off.rest_guess_check = false;
-      const double with_check = BatchChangeRatio(on, gain16, gain32, 0.03, period);
-      const double without = BatchChangeRatio(off, gain16, gain32, 0.03, period);
+      const std::vector<Phase> phases = {{WorldWithSplitAt(1.0 - gain16, 200000), 16},
+                                         {WorldWithSplitAt(1.0 - gain32, 200000), 32}};
+      const auto ratio = [&](bool check, double spike_rate) {
+        SchedulerOptions options;
+        options.rest_guess_check = check;
+        return PhasedRatio(options, phases, period, 0.03, 2400,
+                           SlowSpells(spike_rate, 2.0, 2.5, 1));
+      };
+      const double with_check = ratio(true, 0.03);
+      const double without = ratio(false, 0.03);
       SCOPED_TRACE(::testing::Message() << with_check << " against " << without);
       EXPECT_LT(with_check, without + 0.001);
       sum += with_check - without;
       ++settings;
-      EXPECT_DOUBLE_EQ(BatchChangeRatio(on, gain16, gain32, 0.0, period),
-                       BatchChangeRatio(off, gain16, gain32, 0.0, period));
+      EXPECT_DOUBLE_EQ(ratio(true, 0.0), ratio(false, 0.0));
     }
   }
   EXPECT_LT(sum / settings, -0.0005);

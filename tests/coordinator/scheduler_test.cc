@@ -2836,7 +2836,7 @@ TEST(DecodeReadsTest, AGuessThatAnExplorationDidNotMeasureIsMeasuredAgain) {
 // GPU-only's rest is 3 ms a layer shorter and GPU-only the cheaper mode (21.9 against 23.0
 // ms), but its rest, carried over as a guess, puts it at 24.9: the guess is explored at once,
 // and the exploration's second step, which measures it, takes 2.2x its time. Held, the guess
-// is measured again and GPU-only runs from then on. Taken, GPU-only's rest puts it ~27 ms
+// is measured again and GPU-only runs from then on. Taken, GPU-only's rest puts it ~25 ms
 // behind, and the split runs the window (the credit does not explore within it). Where
 // GPU-only is in fact ~2x slower at 32 (its rest 25 ms a layer longer), its exploration's
 // first step is as slow, and the measurement is taken as it is, with the check or without.

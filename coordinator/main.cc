@@ -134,8 +134,8 @@ ABSL_FLAG(bool, rest_level_check, writescope::coordinator::SchedulerOptions{}.re
           "next sample where that is back to the level before, and the mode runs until that "
           "sample (false: two slow steps set the level)");
 ABSL_FLAG(bool, rest_guess_check, writescope::coordinator::SchedulerOptions{}.rest_guess_check,
-          "writescope: a guessed rest's first measurement that took more than "
-          "rest_outlier_factor times both its exploration's settling step and the guess's "
+          "writescope: a guessed rest's measurement by an exploration that took more than "
+          "rest_outlier_factor times both the exploration's settling step and the guess's "
           "prediction is held as a spike and measured again (false: taken as it is)");
 ABSL_FLAG(double, rest_tokens_tolerance,
           writescope::coordinator::SchedulerOptions{}.rest_tokens_tolerance,

@@ -593,18 +593,20 @@ struct SchedulerOptions {
   bool rest_level_check = true;
   // A guessed rest's measurement (guessed_rest_mode_ below: a mode only moved along at a
   // re-level, GPU-only after a GPU calibration, an explored mode's first sample) is not held by
-  // rest_outlier_factor, which judges a step against a measured rest. With this on, one that
-  // took more than rest_outlier_factor times both its exploration's settling step and the
-  // guess's prediction is held as a lone spike: the guess stays, and the exploration counts as
-  // one that measured nothing (its advance, or what it took of the credit and the periods, is
-  // given back once), so the guess is measured again soon. A guess wrong by more than the
-  // factor leaves its settling step slow too (it runs the same mode), so that one is taken as
-  // before. On an H100 (run 289, Mixtral 4 x 32512, 4 layers) a round's re-level made
-  // GPU-only's rest a guess, and its exploration's second step took 131.4 ms (its first 61.0,
-  // the guess predicted 67.1; GPU-only's chosen steps at the point 0.1 ms a step above
-  // transfer-all's): GPU-only's rest became 122 ms, and the split ran the next 120 decisions,
-  // its 72 measured steps 2.2 ms a step above transfer-all's, until the credit explored
-  // GPU-only. Of 3491 two-step explorations in the committed step CSVs (runs 200-289), the
+  // rest_outlier_factor, which judges a step against a measured rest. With this on, where an
+  // exploration measures the guess after a timed settling step (switch_settle_steps > 0), a
+  // measurement over rest_outlier_factor times both that settling step and the guess's
+  // prediction is held as a lone spike: the guess stays, and the exploration counts as one that
+  // measured nothing (its advance, or what it took of the credit and the periods, is given back
+  // once), so the guess is measured again soon. A guess wrong by more than the factor leaves its
+  // settling step slow too (it runs the same mode), so that one is taken as before; so is a
+  // guess measured by a chosen step or without a settling step, and a measurement that comes
+  // after the batch changed again (it re-levels the rests). On an H100 (run 289, Mixtral 4 x 32512,
+  // 4 layers) a round's re-level made GPU-only's rest a guess, and its exploration's second step
+  // took 131.4 ms (its first 61.0, the guess predicted 67.1; GPU-only's chosen steps at the point
+  // 0.1 ms a step above transfer-all's): GPU-only's rest became 122 ms, and the split ran the next
+  // 120 decisions, its 72 measured steps 2.2 ms a step above transfer-all's, until the credit
+  // explored GPU-only. Of 3491 two-step explorations in the committed step CSVs (runs 200-289), the
   // second step took over 1.5x the first in 68, 47 of them at Qwen3 4 x 8K and 14 at DeepSeek
   // 4 x 8K, run after run: the settling step alone is no reference. false: a guess takes its
   // first measurement whatever it is.

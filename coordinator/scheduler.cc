@@ -526,11 +526,11 @@ void Scheduler::ObserveStep(const StepSample& sample) {
   // for the change besides) and the guess's prediction is a lone spike
   // (SchedulerOptions::rest_guess_check): it is held below, and the exploration measured
   // nothing. Not where the batch changed since (rest_stale_): that sample re-levels the rests, as
-  // any does.
+  // any does. (A new batch's first step settles.)
   const bool step_timed = sample.step_ns > 0.0 && std::isfinite(sample.step_ns);
   const bool guess_spike =
       options_.rest_guess_check && options_.rest_outlier_factor > 0.0 && explored && !settling &&
-      !new_batch && !rest_stale_ && guessed_rest_mode_ == mode &&
+      !rest_stale_ && guessed_rest_mode_ == mode &&
       !(split ? rest_split_held_ : rest_gpu_only_held_) && step_timed &&
       std::isfinite(explore_settle_ns_) && std::isfinite(mode_before) &&
       sample.step_ns > options_.rest_outlier_factor * std::max(explore_settle_ns_, mode_before);

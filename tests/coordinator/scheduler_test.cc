@@ -2636,6 +2636,16 @@ ReadWorld NearWorld() {
   return world;
 }
 
+// Options under which neither the maximum periods nor the credit explore within a test's
+// window of a few tens of decisions (the credit at 0.1 % of the time).
+SchedulerOptions QuietWindow() {
+  SchedulerOptions options;
+  options.max_explore_period_steps = 1000;
+  options.max_gpu_only_explore_period_steps = 1000;
+  options.explore_cost_share = 0.001;
+  return options;
+}
+
 // Lets a writescope scheduler learn its lines and run 30 steps of 16 sequences at 200000
 // host tokens in `world` (the split chosen, both rests measured). Call it through
 // ASSERT_NO_FATAL_FAILURE.
@@ -2690,11 +2700,7 @@ TEST(DecodeReadsTest, AfterABatchChangeTheOtherModeIsMeasuredAtOnce) {
 // GPU-only is predicted 5.9 ms per layer slower than the split at the new batch, more than
 // all of its guessed rest (3.4 ms), so the split runs on and GPU-only waits for the credit.
 TEST(DecodeReadsTest, AfterABatchChangeAModeFarWorseWaitsForTheCredit) {
-  SchedulerOptions options;
-  // Neither the periods nor the credit explore within the window.
-  options.max_explore_period_steps = 1000;
-  options.max_gpu_only_explore_period_steps = 1000;
-  options.explore_cost_share = 0.001;
+  SchedulerOptions options = QuietWindow();
   ReadWorld world;
   auto scheduler = *Scheduler::Create("writescope", options);
   ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
@@ -2749,11 +2755,7 @@ TEST(DecodeReadsTest, TheFirstStepAtANewBatchTeachesNothing) {
 TEST(DecodeReadsTest, AModeLeftOnOneSampleIsMeasuredOnceMore) {
   for (const bool split_cheaper : {true, false}) {
     SCOPED_TRACE(split_cheaper ? "split cheaper" : "GPU-only cheaper");
-    SchedulerOptions options;
-    // Neither the periods nor the credit explore within the window.
-    options.max_explore_period_steps = 1000;
-    options.max_gpu_only_explore_period_steps = 1000;
-    options.explore_cost_share = 0.001;
+    SchedulerOptions options = QuietWindow();
     const ReadWorld world = NearWorld();
     auto scheduler = *Scheduler::Create("writescope", options);
     ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
@@ -2794,11 +2796,7 @@ TEST(DecodeReadsTest, AModeLeftOnOneSampleIsMeasuredOnceMore) {
 TEST(DecodeReadsTest, AGuessThatAnExplorationDidNotMeasureIsMeasuredAgain) {
   for (const int missed_teaching_steps : {1, 2}) {
     SCOPED_TRACE(missed_teaching_steps);
-    SchedulerOptions options;
-    // Neither the periods nor the credit explore within the window.
-    options.max_explore_period_steps = 1000;
-    options.max_gpu_only_explore_period_steps = 1000;
-    options.explore_cost_share = 0.001;
+    SchedulerOptions options = QuietWindow();
     ReadWorld world = NearWorld();
     world.rest_gpu_only_ns -= 3e6;  // GPU-only cheaper at 16 sequences: 21.9 against 23.0
     auto scheduler = *Scheduler::Create("writescope", options);
@@ -2851,11 +2849,7 @@ TEST(DecodeReadsTest, AGuessMeasuredOnALoneSpikeIsMeasuredAgain) {
                                                                 : what == Case::kWithinTheGuess
                                                                     ? ", within the guess's factor"
                                                                     : ", GPU-only far slower"));
-      SchedulerOptions options;
-      // Neither the periods nor the credit explore within the window.
-      options.max_explore_period_steps = 1000;
-      options.max_gpu_only_explore_period_steps = 1000;
-      options.explore_cost_share = 0.001;
+      SchedulerOptions options = QuietWindow();
       options.rest_guess_check = check;
       const ReadWorld world = NearWorld();
       auto scheduler = *Scheduler::Create("writescope", options);
@@ -2905,10 +2899,7 @@ TEST(DecodeReadsTest, AGuessMeasuredAfterTheBatchChangedAgainReLevelsTheRests) {
   at32.rest_gpu_only_ns -= 3e6;
   at64.rest_split_ns += 20e6;
   const auto run = [&](bool check, int switch_at) {
-    SchedulerOptions options;
-    options.max_explore_period_steps = 1000;
-    options.max_gpu_only_explore_period_steps = 1000;
-    options.explore_cost_share = 0.001;
+    SchedulerOptions options = QuietWindow();
     options.rest_guess_check = check;
     auto scheduler = *Scheduler::Create("writescope", options);
     SettleAt16(*scheduler, world);

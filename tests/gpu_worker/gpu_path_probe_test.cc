@@ -258,7 +258,9 @@ TEST_P(GpuPathProbeTest, APingDropsTheLateEchoOfAnEarlierPing) {
   request.set_count(2);
   const absl::StatusOr<internal::ChannelPingResponse> second = worker_->ChannelPing(request);
   EXPECT_TRUE(second.ok()) << second.status();
-  if (second.ok()) EXPECT_EQ(second->count(), 2u);
+  if (second.ok()) {
+    EXPECT_EQ(second->count(), 2u);
+  }
   EXPECT_FALSE(plane->to_gpu.Pending());  // everything read
   stop.store(true);
   echo.join();

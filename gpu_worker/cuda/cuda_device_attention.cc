@@ -278,7 +278,10 @@ class CudaDeviceAttention final : public DeviceAttention {
   // none, stages nothing (the caller writes the empty state).
   absl::StatusOr<int32_t> StageTileLists(const kernels::KvBlockList* seqs, int32_t n,
                                          int32_t block_tokens, kernels::cuda::GpuKvSource* kv) {
-    std::vector<int32_t> begin(n + 1, 0), last(n, 0);
+    std::vector<int32_t>& begin = host_begin_;
+    std::vector<int32_t>& last = host_last_;
+    begin.assign(n + 1, 0);
+    last.assign(n, 0);
     int64_t max_tokens = 0, listed = 0;
     for (int32_t s = 0; s < n; ++s) {
       listed += seqs[s].num_blocks;
@@ -304,6 +307,9 @@ class CudaDeviceAttention final : public DeviceAttention {
     kv->tile_ptrs = static_cast<const uint16_t* const*>(tiles_.data());
     kv->seq_tile_begin = static_cast<const int32_t*>(positions_.data());
     kv->seq_last_tile_tokens = static_cast<const int32_t*>(tokens_.data());
+    // Their host copies: a launch of a few rows carries them in its parameters.
+    kv->host.tile_begin = begin.data();
+    kv->host.last_tile_tokens = last.data();
     kv->max_seq_tokens = static_cast<int32_t>(max_tokens);
     return total;
   }
@@ -326,6 +332,8 @@ class CudaDeviceAttention final : public DeviceAttention {
   bool warned_ = false;
   std::vector<uint16_t> host_tiles_;
   std::vector<const uint16_t*> host_pointers_;
+  // The last staged lists' host copies (GpuKvSource::host points at them until the next stage).
+  std::vector<int32_t> host_begin_, host_last_;
 };
 
 }  // namespace

@@ -124,20 +124,26 @@ double TimeGqaDecode(int iters, const cuda::GqaGpuDecodeArgs& args,
 // The benches' KV: `num_seqs` sequences of `tokens` keys each, the last kWindowTokens of
 // them in the window (slot s for sequence s), the rest in ceil(/ kBlockTokens) packed tiles
 // each: sequence s owns tiles [s * blocks, (s + 1) * blocks) of `tiles`. Uploads the
-// per-sequence tables; `source` points at them.
+// per-sequence tables; `source` points at them. `host_lists` are their host copies
+// (cuda_attention.h HostSeqLists), which `source` leaves out.
 class PackedKv {
  public:
   PackedKv(const DeviceMemory& tiles, const DeviceMemory& window, int32_t num_seqs, int64_t tokens)
       : begin_((num_seqs + 1) * 4), last_(num_seqs * 4), window_tokens_(num_seqs * 4) {
     const int64_t tile_tokens = tokens - kWindowTokens;
     const int64_t blocks = (tile_tokens + kBlockTokens - 1) / kBlockTokens;
-    std::vector<int32_t> begin(num_seqs + 1), window_tokens(num_seqs, kWindowTokens),
-        last(num_seqs, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens));
-    for (int32_t s = 0; s <= num_seqs; ++s) begin[s] = static_cast<int32_t>(s * blocks);
-    BENCH_CUDA(cudaMemcpy(begin_.ptr, begin.data(), (num_seqs + 1) * 4, cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(last_.ptr, last.data(), num_seqs * 4, cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(window_tokens_.ptr, window_tokens.data(), num_seqs * 4,
+    begin_host_.resize(num_seqs + 1);
+    window_tokens_host_.assign(num_seqs, kWindowTokens);
+    last_host_.assign(num_seqs, static_cast<int32_t>(tile_tokens - (blocks - 1) * kBlockTokens));
+    for (int32_t s = 0; s <= num_seqs; ++s) begin_host_[s] = static_cast<int32_t>(s * blocks);
+    BENCH_CUDA(
+        cudaMemcpy(begin_.ptr, begin_host_.data(), (num_seqs + 1) * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(last_.ptr, last_host_.data(), num_seqs * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(window_tokens_.ptr, window_tokens_host_.data(), num_seqs * 4,
                           cudaMemcpyHostToDevice));
+    host_lists.tile_begin = begin_host_.data();
+    host_lists.last_tile_tokens = last_host_.data();
+    host_lists.window_tokens = window_tokens_host_.data();
     source.tiles = tiles.as<const uint16_t>();
     source.seq_tile_begin = begin_.as<const int32_t>();
     source.seq_last_tile_tokens = last_.as<const int32_t>();
@@ -148,23 +154,28 @@ class PackedKv {
   }
 
   cuda::GpuKvSource source;
+  cuda::HostSeqLists host_lists;
 
  private:
   DeviceMemory begin_, last_, window_tokens_;
+  std::vector<int32_t> begin_host_, last_host_, window_tokens_host_;
 };
 
 // Where a small-batch decode's time goes (batch 1, the sizes of --tokens): a plain read of
 // the same bytes (the size-matched ceiling: one launch, the same ramp and tail), the
 // decode as planned, the same with only a 128-token window (what a call costs besides
-// reading K/V), the split merge alone, and fixed split sizes. GPU time, queued, cold L2.
+// reading K/V), the split merge alone, and fixed split sizes; bulk4's two calls again with
+// the lists in the launch's parameters. GPU time, queued, cold L2.
 void RunGqaAnatomy(const BenchOptions& options) {
   std::printf("\n== CUDA GQA decode at batch 1: where the time goes (us) ==\n");
   std::printf(
       "decode, window, s256-s4096: the register kernel; bulk4, b4_window: decode and\n"
-      "window as the bulk-copy kernel (the service's default) with its own splits\n");
-  std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s\n", "model", "tokens",
-              "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512", "s1024",
-              "s2048", "s4096", "bulk4", "b4_window");
+      "window as the bulk-copy kernel (the service's default) with its own splits;\n"
+      "b4_inl, b4w_inl: the same two with the sequence's lists in the kernel's parameters\n"
+      "(cuda_attention.h HostSeqLists) instead of device memory\n");
+  std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %8s %8s\n", "model",
+              "tokens", "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512",
+              "s1024", "s2048", "s4096", "bulk4", "b4_window", "b4_inl", "b4w_inl");
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
@@ -235,6 +246,17 @@ void RunGqaAnatomy(const BenchOptions& options) {
         std::printf(" %8.1f %9.1f", bulk_us, bulk_window_us);
       } else {
         std::printf(" %8s %9s", "failed", "failed");
+      }
+      cuda::GqaGpuDecodeArgs bulk_inline = bulk, bulk_window_inline = bulk_window;
+      bulk_inline.kv.host = bulk_window_inline.kv.host = kv.host_lists;
+      bulk_window_inline.kv.host.tile_begin = bulk_window_inline.kv.host.last_tile_tokens = nullptr;
+      bulk_window_inline.kv.seq_last_tile_tokens = nullptr;
+      const double inline_us = TimeGqaDecode(options.iters, bulk_inline) * 1e6;
+      const double window_inline_us = TimeGqaDecode(options.iters, bulk_window_inline) * 1e6;
+      if (inline_us > 0 && window_inline_us > 0) {
+        std::printf(" %8.1f %8.1f", inline_us, window_inline_us);
+      } else {
+        std::printf(" %8s %8s", "failed", "failed");
       }
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());
@@ -348,9 +370,14 @@ void RunGqa(const BenchOptions& options) {
 
 void RunMla(const BenchOptions& options) {
   std::printf("\n== CUDA MLA decode, DeepSeek-V2-Lite (ceiling %.0f GB/s) ==\n", options.hbm_gbps);
-  std::printf("ms: planned splits; s128..s2048: ms with fixed split sizes (GPU time, queued, cold L2)\n");
-  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s\n", "tokens", "batch", "ms",
-              "GB/s", "%ceil", "GFLOP/s", "call_ms", "s128", "s256", "s512", "s1024", "s2048");
+  std::printf(
+      "ms: planned splits; s128..s2048: ms with fixed split sizes (GPU time, queued, cold L2);\n"
+      "inline: ms with the lists in the kernel's parameters (batch <= %d; cuda_attention.h\n"
+      "HostSeqLists)\n",
+      cuda::internal::kInlineSeqs);
+  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s %8s\n", "tokens", "batch", "ms",
+              "GB/s", "%ceil", "GFLOP/s", "call_ms", "s128", "s256", "s512", "s1024", "s2048",
+              "inline");
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   for (int64_t tokens : options.tokens) {
@@ -399,6 +426,21 @@ void RunMla(const BenchOptions& options) {
         cuda::MlaGpuDecodeArgs fixed = args;
         fixed.split.tokens_per_split = per;
         std::printf(" %8.4f", TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(fixed, nullptr); }) * 1e3);
+      }
+      if (batch <= cuda::internal::kInlineSeqs) {
+        cuda::MlaGpuDecodeArgs inline_lists = args;
+        inline_lists.kv.host = kv.host_lists;
+        // Checked once: a call that failed at once would read as a fast kernel.
+        if (cuda::MlaGpuDecode(inline_lists, nullptr).ok() &&
+            cudaDeviceSynchronize() == cudaSuccess) {
+          std::printf(" %8.4f", TimeGpu(options.iters, [&] {
+                                  (void)cuda::MlaGpuDecode(inline_lists, nullptr);
+                                }) * 1e3);
+        } else {
+          std::printf(" %8s", "failed");
+        }
+      } else {
+        std::printf(" %8s", "-");
       }
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());

@@ -63,10 +63,27 @@ absl::StatusOr<SplitPlan> PlanSplits(int32_t max_seq_tokens, int64_t ctas_per_sp
   return SplitPlan{splits, per};
 }
 
-internal::KvParams ToKvParams(const GpuKvSource& kv, int64_t tile_values, int64_t window_values) {
-  return {kv.tiles,        kv.tile_ptrs,       kv.seq_tile_begin,    kv.seq_last_tile_tokens,
-          kv.window,       kv.window_capacity, kv.seq_window_slot,   kv.seq_window_tokens,
-          tile_values,     window_values};
+internal::KvParams ToKvParams(const GpuKvSource& kv, int32_t num_seqs, int64_t tile_values,
+                              int64_t window_values) {
+  internal::KvParams p{
+      kv.tiles,           kv.tile_ptrs,       kv.seq_tile_begin,  kv.seq_last_tile_tokens,
+      kv.window,          kv.window_capacity, kv.seq_window_slot, kv.seq_window_tokens,
+      tile_values,        window_values,
+      /*inline_seqs=*/0,
+      /*inline_lists=*/{}};
+  const HostSeqLists& host = kv.host;
+  if (!host.given() || num_seqs > internal::kInlineSeqs) return p;
+  // The same values LoadSeqKeys (device_util.cuh) reads from the device lists.
+  p.inline_seqs = num_seqs;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    internal::InlineSeqLists& lists = p.inline_lists[s];
+    lists.tile_begin = host.tile_begin ? host.tile_begin[s] : 0;
+    lists.tile_count = host.tile_begin ? host.tile_begin[s + 1] - lists.tile_begin : 0;
+    lists.last_tile_tokens = lists.tile_count == 0 ? 0 : host.last_tile_tokens[s];
+    lists.window_slot = host.window_slot ? host.window_slot[s] : s;
+    lists.window_tokens = host.window_tokens ? host.window_tokens[s] : 0;
+  }
+  return p;
 }
 
 absl::Status ValidateKv(const GpuKvSource& kv) {
@@ -76,6 +93,14 @@ absl::Status ValidateKv(const GpuKvSource& kv) {
   }
   if (kv.seq_window_tokens != nullptr && (kv.window == nullptr || kv.window_capacity <= 0)) {
     return absl::InvalidArgumentError("window tokens need a window and window_capacity > 0");
+  }
+  const HostSeqLists& host = kv.host;
+  if (host.given() && ((host.tile_begin == nullptr) != (kv.seq_tile_begin == nullptr) ||
+                       (host.last_tile_tokens == nullptr) != (kv.seq_last_tile_tokens == nullptr) ||
+                       (host.window_slot == nullptr) != (kv.seq_window_slot == nullptr) ||
+                       (host.window_tokens == nullptr) != (kv.seq_window_tokens == nullptr))) {
+    return absl::InvalidArgumentError(
+        "host lists must be given exactly where their device lists are");
   }
   return absl::OkStatus();
 }
@@ -185,7 +210,7 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream) {
   p.q = args.q;
   const int64_t tile_values = int64_t{2} * s.num_kv_heads * s.block_tokens * s.head_dim;
   const int64_t window_values = int64_t{2} * s.num_kv_heads * args.kv.window_capacity * s.head_dim;
-  p.kv = ToKvParams(args.kv, tile_values, window_values);
+  p.kv = ToKvParams(args.kv, args.num_seqs, tile_values, window_values);
   p.num_splits = plan.num_splits;
   p.tokens_per_split = plan.tokens_per_split;
   p.kernel = GqaKernelOf(args.split.gqa_kernel);
@@ -225,7 +250,7 @@ absl::Status MlaGpuDecode(const MlaGpuDecodeArgs& args, void* stream) {
   p.block_tokens = s.block_tokens;
   p.scale_log2 = s.softmax_scale * kLog2e;
   p.q = args.q;
-  p.kv = ToKvParams(args.kv, int64_t{s.block_tokens} * s.row_dim(),
+  p.kv = ToKvParams(args.kv, args.num_seqs, int64_t{s.block_tokens} * s.row_dim(),
                     int64_t{args.kv.window_capacity} * s.row_dim());
   p.num_splits = plan.num_splits;
   p.tokens_per_split = plan.tokens_per_split;

@@ -33,6 +33,22 @@
 
 namespace writescope::kernels::cuda {
 
+// Host copies of a GpuKvSource's per-sequence lists (host memory, the values the device lists
+// hold), each given exactly where its device list is. A launch of at most
+// internal::kInlineSeqs (4) sequences then carries the values in the kernel's parameters, so
+// that a CTA's first K/V reads do not wait for a load of its lists from device memory; larger
+// launches read the device lists. Read during the launch call only.
+struct HostSeqLists {
+  const int32_t* tile_begin = nullptr;        // [num_seqs + 1]
+  const int32_t* last_tile_tokens = nullptr;  // [num_seqs]
+  const int32_t* window_slot = nullptr;       // [num_seqs]
+  const int32_t* window_tokens = nullptr;     // [num_seqs]
+  bool given() const {
+    return tile_begin != nullptr || last_tile_tokens != nullptr || window_slot != nullptr ||
+           window_tokens != nullptr;
+  }
+};
+
 struct GpuKvSource {
   const uint16_t* tiles = nullptr;                // device, packed ping-pong tiles, or
   // device [total tiles] -> device tile bases: sequence s's tiles are
@@ -47,6 +63,7 @@ struct GpuKvSource {
   const int32_t* seq_window_tokens = nullptr;     // device [num_seqs] or nullptr
   // Host-side bound on tile tokens + window tokens of any sequence; sizes the grid.
   int32_t max_seq_tokens = 0;
+  HostSeqLists host;  // optional (none given: the kernels read the device lists)
 };
 
 // Which GQA tensor-core decode kernel runs (head_dim 64/128, group <= 8; the other shapes

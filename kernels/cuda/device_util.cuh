@@ -87,14 +87,25 @@ struct TilePos {
 __device__ __forceinline__ SeqKeys LoadSeqKeys(const KvParams& kv, int32_t seq,
                                                int32_t block_tokens) {
   SeqKeys keys;
-  const int32_t begin = kv.seq_tile_begin ? kv.seq_tile_begin[seq] : 0;
-  const int32_t count = kv.seq_tile_begin ? kv.seq_tile_begin[seq + 1] - begin : 0;
+  int32_t begin, count, slot;
+  if (seq < kv.inline_seqs) {
+    // From the launch's parameters: the K/V reads need not wait for a load of the lists.
+    const InlineSeqLists& lists = kv.inline_lists[seq];
+    begin = lists.tile_begin;
+    count = lists.tile_count;
+    keys.tile_tokens = count == 0 ? 0 : (count - 1) * block_tokens + lists.last_tile_tokens;
+    keys.window_tokens = lists.window_tokens;
+    slot = lists.window_slot;
+  } else {
+    begin = kv.seq_tile_begin ? kv.seq_tile_begin[seq] : 0;
+    count = kv.seq_tile_begin ? kv.seq_tile_begin[seq + 1] - begin : 0;
+    keys.tile_tokens = count == 0 ? 0 : (count - 1) * block_tokens + kv.seq_last_tile_tokens[seq];
+    keys.window_tokens = kv.seq_window_tokens ? kv.seq_window_tokens[seq] : 0;
+    slot = kv.seq_window_slot ? kv.seq_window_slot[seq] : seq;
+  }
   keys.tiles = kv.tile_ptrs != nullptr ? nullptr : kv.tiles + int64_t{begin} * kv.tile_values;
   keys.tile_ptrs = kv.tile_ptrs != nullptr ? kv.tile_ptrs + begin : nullptr;
   keys.tile_values = kv.tile_values;
-  keys.tile_tokens = count == 0 ? 0 : (count - 1) * block_tokens + kv.seq_last_tile_tokens[seq];
-  keys.window_tokens = kv.seq_window_tokens ? kv.seq_window_tokens[seq] : 0;
-  const int32_t slot = kv.seq_window_slot ? kv.seq_window_slot[seq] : seq;
   keys.window = keys.window_tokens > 0 ? kv.window + int64_t{slot} * kv.window_values : nullptr;
   return keys;
 }

@@ -8,6 +8,15 @@
 
 namespace writescope::kernels::cuda::internal {
 
+// One sequence's lists as a launch carries them in its parameters (KvParams::inline_lists).
+struct InlineSeqLists {
+  int32_t tile_begin, tile_count, last_tile_tokens, window_slot, window_tokens;
+};
+
+// Launches of at most this many sequences carry their lists inline (cuda_attention.h
+// HostSeqLists): 80 bytes of parameters.
+constexpr int32_t kInlineSeqs = 4;
+
 struct KvParams {
   const uint16_t* tiles;
   const uint16_t* const* tile_ptrs;  // or, when set, tile i's base is tile_ptrs[i]
@@ -19,6 +28,10 @@ struct KvParams {
   const int32_t* seq_window_tokens;
   int64_t tile_values;    // bf16 values of one ping-pong tile
   int64_t window_values;  // bf16 values of one window slot
+  // Sequences [0, inline_seqs) read their lists from inline_lists (kernel parameters, with
+  // the values the four device lists above hold), not from device memory; 0: none.
+  int32_t inline_seqs;
+  InlineSeqLists inline_lists[kInlineSeqs];
 };
 
 // The GQA tensor-core decode kernels (gqa_decode.cu; GqaParams::kernel):

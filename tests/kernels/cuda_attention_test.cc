@@ -179,6 +179,9 @@ struct DeviceKv {
     last_tokens = DeviceBuffer::From(last);
     window = DeviceBuffer::From(windows);
     window_tokens = DeviceBuffer::From(wtokens);
+    host_begin = begin;
+    host_last = last;
+    host_window_tokens = wtokens;
     source.tiles = tiles.as<const uint16_t>();
     source.seq_tile_begin = tile_begin.as<const int32_t>();
     source.seq_last_tile_tokens = last_tokens.as<const int32_t>();
@@ -208,7 +211,16 @@ struct DeviceKv {
     list.tile_ptrs = tile_ptrs.as<const uint16_t* const>();
     return list;
   }
+  // `from` (source or PointerList()) with the host copies of its lists: a launch of at most
+  // internal::kInlineSeqs sequences carries them in its parameters.
+  GpuKvSource WithHostLists(GpuKvSource from) const {
+    from.host.tile_begin = host_begin.data();
+    from.host.last_tile_tokens = host_last.data();
+    from.host.window_tokens = host_window_tokens.data();
+    return from;
+  }
   DeviceBuffer reversed_tiles, tile_ptrs;
+  std::vector<int32_t> host_begin, host_last, host_window_tokens;
 };
 
 void ExpectClose(const std::vector<float>& o, const std::vector<float>& lse,
@@ -387,10 +399,12 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
   // end inside a bulk kernel's 64-token stage; tiles of 32 tokens (Odd6x3d64) and a window of two
   // blocks put several runs of rows in one stage; splits of 1024 wrap the ring. The SIMT shapes run
   // their one kernel whatever the choice.
+  // host_lists: the lists in the launch's parameters (two sequences: inline).
   struct Variant {
     int32_t tokens_per_split;
     bool pointer_list;
     GqaDecodeKernel kernel;
+    bool host_lists = false;
   };
   const Variant variants[] = {{0, false, GqaDecodeKernel::kRegisters},
                               {32, false, GqaDecodeKernel::kRegisters},
@@ -405,18 +419,22 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
                               {32, true, GqaDecodeKernel::kBulk3x2},
                               // Long splits: the ring wraps (16 stages through 4 or 3).
                               {1024, false, GqaDecodeKernel::kBulk4},
-                              {1024, true, GqaDecodeKernel::kBulk3x2}};
-  for (const auto& [tokens_per_split, pointer_list, kernel] : variants) {
-    const std::string what =
-        absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split", tokens_per_split,
-                     pointer_list ? " pointer list" : "", rising ? " rising" : "",
-                     kernel == GqaDecodeKernel::kBulk4       ? " bulk4"
-                     : kernel == GqaDecodeKernel::kBulk3x2   ? " bulk3x2"
-                     : kernel == GqaDecodeKernel::kRegisters ? " registers"
-                                                             : " default");
+                              {1024, true, GqaDecodeKernel::kBulk3x2},
+                              {0, true, GqaDecodeKernel::kDefault, true},
+                              {32, false, GqaDecodeKernel::kRegisters, true},
+                              {96, false, GqaDecodeKernel::kBulk3x2, true}};
+  for (const auto& [tokens_per_split, pointer_list, kernel, host_lists] : variants) {
+    const std::string what = absl::StrCat(c.name, " T", tokens, " ", SplitName(split), " split",
+                                          tokens_per_split, pointer_list ? " pointer list" : "",
+                                          host_lists ? " host lists" : "", rising ? " rising" : "",
+                                          kernel == GqaDecodeKernel::kBulk4       ? " bulk4"
+                                          : kernel == GqaDecodeKernel::kBulk3x2   ? " bulk3x2"
+                                          : kernel == GqaDecodeKernel::kRegisters ? " registers"
+                                                                                  : " default");
     args.split.tokens_per_split = tokens_per_split;
     args.split.gqa_kernel = kernel;
     args.kv = pointer_list ? kv.PointerList() : kv.source;
+    if (host_lists) args.kv = kv.WithHostLists(args.kv);
     DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
     args.workspace = workspace.as<void>();
     args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);
@@ -471,7 +489,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GqaGpuTest,
 // planned splits) merged on the GPU equals the fp64 reference, for two sequences (tokens
 // and a shorter one) placed by `split`.
 void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per_split,
-              bool pointer_list = false, bool rising = false, int32_t window_blocks = 1) {
+              bool pointer_list = false, bool rising = false, int32_t window_blocks = 1,
+              bool host_lists = false) {
   const MlaShape shape{num_heads, 512, 64, 64, 1.0f / std::sqrt(192.0f)};
   std::mt19937_64 rng(std::hash<std::string>{}(absl::StrCat(
       "mla", tokens, static_cast<int>(split), num_heads, tokens_per_split, rising ? "rising" : "",
@@ -524,6 +543,7 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   args.num_seqs = num_seqs;
   args.q = q_d.as<const uint16_t>();
   args.kv = pointer_list ? kv.PointerList() : kv.source;
+  if (host_lists) args.kv = kv.WithHostLists(args.kv);
   args.o = out.o();
   args.lse = out.lse();
   args.split.tokens_per_split = tokens_per_split;
@@ -531,11 +551,10 @@ void CheckMla(int64_t tokens, Split split, int32_t num_heads, int32_t tokens_per
   args.workspace = workspace.as<void>();
   args.workspace_bytes = MlaGpuDecodeWorkspaceBytes(args);
   WS_ASSERT_OK(MlaGpuDecode(args, nullptr));
-  const std::string what = absl::StrCat("MLA T", tokens, " ", SplitName(split), " heads ",
-                                        num_heads, " split ", tokens_per_split,
-                                        pointer_list ? " pointer list" : "",
-                                        rising ? " rising" : "", " window blocks ",
-                                        window_blocks);
+  const std::string what = absl::StrCat(
+      "MLA T", tokens, " ", SplitName(split), " heads ", num_heads, " split ", tokens_per_split,
+      pointer_list ? " pointer list" : "", host_lists ? " host lists" : "", rising ? " rising" : "",
+      " window blocks ", window_blocks);
   ExpectValidPartial(out.HostO(), out.HostLse(), shape.kv_lora_rank, what + " GPU partial");
   DeviceBuffer cpu_o_d = DeviceBuffer::From(cpu_o), cpu_lse_d = DeviceBuffer::From(cpu_lse);
   WS_ASSERT_OK(GpuMergeStates(cpu_o_d.as<float>(), cpu_lse_d.as<float>(), args.o, args.lse,
@@ -555,13 +574,14 @@ TEST_P(MlaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
 
 // Fixed split sizes (one chunk of 32 rows, several, a partial last chunk, more splits
 // than tokens) and fewer heads than the 16 the kernel pads to; the 64-token splits over a
-// tile pointer list.
+// tile pointer list, the 96-token ones with the lists in the launch's parameters.
 TEST(MlaGpuSplitsTest, EverySplitSizeAndFewerHeads) {
   SKIP_WITHOUT_GPU();
   for (int32_t heads : {16, 12, 1}) {
     for (int32_t per : {32, 64, 96, 256}) {
       for (int64_t tokens : {int64_t{77}, int64_t{1000}}) {
-        CheckMla(tokens, Split::kRandom, heads, per, /*pointer_list=*/per == 64);
+        CheckMla(tokens, Split::kRandom, heads, per, /*pointer_list=*/per == 64,
+                 /*rising=*/false, /*window_blocks=*/1, /*host_lists=*/per == 96);
         if (::testing::Test::HasFailure()) return;
       }
     }
@@ -583,14 +603,15 @@ TEST(MlaGpuRisingTest, LateRescalesEqualReference) {
 }
 
 // A D-window of two blocks (KvCacheConfig's W may be any multiple of the block size): the
-// window's tokens past the first block, every split, the planned and a fixed split size.
+// window's tokens past the first block, every split, the planned and a fixed split size (the
+// planned one with the lists in the launch's parameters).
 TEST(MlaGpuWindowTest, WindowOfTwoBlocks) {
   SKIP_WITHOUT_GPU();
   for (int64_t tokens : kTokenCounts) {
     for (Split split : kSplits) {
       for (int32_t per : {0, 64}) {
         CheckMla(tokens, split, 16, per, /*pointer_list=*/per == 64, /*rising=*/false,
-                 /*window_blocks=*/2);
+                 /*window_blocks=*/2, /*host_lists=*/per == 0);
         if (::testing::Test::HasFailure()) return;
       }
     }
@@ -684,6 +705,83 @@ TEST(GpuDecodeTest, RejectsSmallWorkspaceAndUnsupportedShapes) {
   EXPECT_EQ(GqaGpuDecode(args, nullptr).code(), absl::StatusCode::kUnimplemented);
   args.shape.head_dim = 128;
   args.kv.max_seq_tokens = 1000;
+  EXPECT_EQ(GqaGpuDecode(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A launch of at most internal::kInlineSeqs sequences reads the lists in its parameters, a
+// larger one reads the device lists: host lists that say "no window tokens" where the device
+// lists hold windows give, for 2 sequences, bit for bit the decode whose device lists hold no
+// window, and for 5 the decode with the windows. Host lists given apart from their device lists
+// are refused.
+TEST(GpuDecodeTest, HostListsAreReadInlineUpToFourSequences) {
+  SKIP_WITHOUT_GPU();
+  const GqaShape shape{32, 4, 128, 64, 1.0f / std::sqrt(128.0f)};
+  for (int32_t num_seqs : {2, internal::kInlineSeqs + 1}) {
+    std::mt19937_64 rng(num_seqs);
+    std::vector<SeqPlacement> seqs;
+    for (int32_t s = 0; s < num_seqs; ++s) {  // 64 window tokens each, the rest in tiles
+      seqs.push_back(
+          Place(GqaCodec(shape), 300 + 37 * s, shape.block_tokens, Split::kAllWindow, rng));
+    }
+    std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_q_heads * shape.head_dim);
+    FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+    const int64_t rows = int64_t{num_seqs} * shape.num_q_heads;
+    DeviceKv kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
+                shape.block_tokens, shape.block_tokens);
+    DeviceBuffer q_d = DeviceBuffer::From(q);
+    GqaGpuDecodeArgs args;
+    args.shape = shape;
+    args.num_seqs = num_seqs;
+    args.q = q_d.as<const uint16_t>();
+    args.kv = kv.source;
+    DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
+    args.workspace = workspace.as<void>();
+    args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);
+    // o then lse of one decode over `source` (the same split plan each time: max_seq_tokens
+    // stays).
+    auto decode = [&](const GpuKvSource& source) {
+      GuardedOutputs out(rows, shape.head_dim);
+      out.Poison();
+      GqaGpuDecodeArgs call = args;
+      call.kv = source;
+      call.o = out.o();
+      call.lse = out.lse();
+      EXPECT_TRUE(GqaGpuDecode(call, nullptr).ok());
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out.AssertGuards("host lists");
+      std::vector<float> all = out.HostO();
+      const std::vector<float> lse = out.HostLse();
+      all.insert(all.end(), lse.begin(), lse.end());
+      return all;
+    };
+    GpuKvSource no_window = kv.source;
+    no_window.seq_window_tokens = nullptr;
+    const std::vector<int32_t> zeros(num_seqs, 0);
+    GpuKvSource host_no_window = kv.WithHostLists(kv.source);
+    host_no_window.host.window_tokens = zeros.data();
+    const std::vector<float> with = decode(kv.source), without = decode(no_window),
+                             inlined = decode(host_no_window);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    ASSERT_NE(with, without) << "the windows must count";
+    if (num_seqs <= internal::kInlineSeqs) {
+      EXPECT_TRUE(inlined == without) << num_seqs << " sequences: the inline lists were not read";
+    } else {
+      EXPECT_TRUE(inlined == with) << num_seqs << " sequences: inline lists past the limit";
+    }
+  }
+  // Given apart from their device lists: refused before any launch.
+  GqaGpuDecodeArgs args;
+  args.shape = shape;
+  args.num_seqs = 1;
+  const int32_t one[2] = {0, 1};
+  args.kv.tiles = reinterpret_cast<const uint16_t*>(one);  // never read
+  args.kv.seq_tile_begin = one;
+  args.kv.seq_last_tile_tokens = one + 1;
+  args.kv.max_seq_tokens = 1;
+  args.kv.host.tile_begin = one;  // without host.last_tile_tokens
+  EXPECT_EQ(GqaGpuDecode(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  args.kv.host.last_tile_tokens = one + 1;
+  args.kv.host.window_slot = one;  // without a device window slot list
   EXPECT_EQ(GqaGpuDecode(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -4,7 +4,7 @@
 #    that the inline lists are read up to 4 sequences and not past them).
 # 2. attention_bench's GQA batch-1 anatomy (bulk4 / b4_window against b4_inl / b4w_inl) and the
 #    MLA table at batch 1 and 4 (ms against inline), twice; the floors on an H200 only.
-# 3. The CUDA e2e (the gpu_worker passes its lists' host copies) and launch_test.
+# 3. The CUDA e2e (the gpu_worker passes its lists' host copies).
 # The bundle (run with carry ["dist"]):
 #   rm -rf dist && WS_BUNDLE_BINARIES="coordinator gpu_worker cpu_worker wscope ws_reference \
 #     ws_probe attention_bench cuda_attention_test" deploy/gpu-bundle.sh

@@ -371,13 +371,13 @@ void RunGqa(const BenchOptions& options) {
 void RunMla(const BenchOptions& options) {
   std::printf("\n== CUDA MLA decode, DeepSeek-V2-Lite (ceiling %.0f GB/s) ==\n", options.hbm_gbps);
   std::printf(
-      "ms: planned splits; s128..s2048: ms with fixed split sizes (GPU time, queued, cold L2);\n"
+      "ms: planned splits; s32..s2048: ms with fixed split sizes (GPU time, queued, cold L2);\n"
       "inline: ms with the lists in the kernel's parameters (batch <= %d; cuda_attention.h\n"
       "HostSeqLists)\n",
       cuda::internal::kInlineSeqs);
-  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s %8s\n", "tokens", "batch", "ms",
-              "GB/s", "%ceil", "GFLOP/s", "call_ms", "s128", "s256", "s512", "s1024", "s2048",
-              "inline");
+  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s %8s %8s %8s\n", "tokens",
+              "batch", "ms", "GB/s", "%ceil", "GFLOP/s", "call_ms", "s32", "s64", "s128", "s256",
+              "s512", "s1024", "s2048", "inline");
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   for (int64_t tokens : options.tokens) {
@@ -406,7 +406,7 @@ void RunMla(const BenchOptions& options) {
       args.lse = lse.as<float>();
       // Sized for the most splits of the variants below.
       cuda::MlaGpuDecodeArgs widest = args;
-      widest.split.tokens_per_split = 128;
+      widest.split.tokens_per_split = tokens > 1024 * 32 ? (tokens > 1024 * 64 ? 128 : 64) : 32;
       const size_t workspace_bytes = std::max(cuda::MlaGpuDecodeWorkspaceBytes(args),
                                               cuda::MlaGpuDecodeWorkspaceBytes(widest));
       DeviceMemory workspace(workspace_bytes);
@@ -422,7 +422,11 @@ void RunMla(const BenchOptions& options) {
       std::printf("%8lld %6d %10.4f %10.1f %7.0f%% %10.1f %10.4f", static_cast<long long>(tokens),
                   batch, seconds * 1e3, gbps, 100 * gbps / options.hbm_gbps, flops / seconds / 1e9,
                   call_seconds * 1e3);
-      for (int32_t per : {128, 256, 512, 1024, 2048}) {
+      for (int32_t per : {32, 64, 128, 256, 512, 1024, 2048}) {
+        if (tokens > 1024 * int64_t{per}) {  // more splits than a planned call may have
+          std::printf(" %8s", "-");
+          continue;
+        }
         cuda::MlaGpuDecodeArgs fixed = args;
         fixed.split.tokens_per_split = per;
         std::printf(" %8.4f", TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(fixed, nullptr); }) * 1e3);

@@ -373,11 +373,11 @@ void RunMla(const BenchOptions& options) {
   std::printf(
       "ms: planned splits; s32..s2048: ms with fixed split sizes (GPU time, queued, cold L2);\n"
       "inline: ms with the lists in the kernel's parameters (batch <= %d; cuda_attention.h\n"
-      "HostSeqLists)\n",
+      "HostSeqLists); sm1: ms with splits for about one CTA per SM (split_tokens)\n",
       cuda::internal::kInlineSeqs);
-  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s %8s %8s %8s\n", "tokens",
-              "batch", "ms", "GB/s", "%ceil", "GFLOP/s", "call_ms", "s32", "s64", "s128", "s256",
-              "s512", "s1024", "s2048", "inline");
+  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %12s\n",
+              "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s", "call_ms", "s32", "s64", "s128",
+              "s256", "s512", "s1024", "s2048", "inline", "sm1", "split_tokens");
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   for (int64_t tokens : options.tokens) {
@@ -445,6 +445,19 @@ void RunMla(const BenchOptions& options) {
         }
       } else {
         std::printf(" %8s", "-");
+      }
+      int sms = 132;
+      (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+      const int64_t sm1_splits = std::max<int64_t>(1, sms / batch);
+      cuda::MlaGpuDecodeArgs sm1 = args;
+      sm1.split.tokens_per_split = static_cast<int32_t>(
+          std::max<int64_t>(32, ((tokens + sm1_splits - 1) / sm1_splits + 31) / 32 * 32));
+      if (cuda::MlaGpuDecodeWorkspaceBytes(sm1) <= workspace_bytes) {
+        std::printf(" %8.4f %12d",
+                    TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(sm1, nullptr); }) * 1e3,
+                    sm1.split.tokens_per_split);
+      } else {
+        std::printf(" %8s %12d", "-", sm1.split.tokens_per_split);
       }
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());

@@ -1,4 +1,5 @@
-# Run 290 (session 65, 2026-12-07): on an H200 first issue 4's batch-1 floors (session 60's
+# Run 290 (session 65, 2026-12-07; run in session 66 as run 292 on an H100, no floors: see
+# docs/runs/h100-run292-deepseek-32x8k/): on an H200 first issue 4's batch-1 floors (session 60's
 # table, ~10 s, never run on an H200), then issue 7's DeepSeek 32 x 8K point again (run 289 on
 # an H100: writescope 0.960 [0.922, 1.001] of monolithic over 50 rounds, cannot tell, ~202
 # rounds needed), DR bench rounds of 10 turns in DS seconds.

@@ -102,6 +102,9 @@ bool GqaDecodeUsesTensorCores(int32_t head_dim, int32_t group);
 // `min_tokens` (each split's partial is written and merged), a multiple of `multiple`.
 struct SplitRule {
   int32_t ctas_per_sm, target_waves, min_tokens, multiple;
+  // > 0: first about one CTA per SM (SMs / pairs splits a pair, no minimum but `multiple`),
+  // where that makes splits of at most this many tokens; 0: never.
+  int32_t one_cta_max_tokens = 0;
 };
 
 // The GQA decode (gqa_decode.cu): 3 CTAs per SM, pairs = num_seqs * num_kv_heads; a
@@ -119,18 +122,34 @@ constexpr const SplitRule& GqaSplitRuleOf(GqaKernel kernel) {
 }
 
 // The MLA decode (mla_decode.cu): 2 CTAs per SM (86 KB of shared memory each), one CTA per
-// (split, seq); a split's partial is 32 KB, against its >= 288 KB of latent rows.
-constexpr SplitRule kMlaTensorCoreSplits{2, 4, 256, 32};
+// (split, seq); a split's partial is 32 KB, against its >= 288 KB of latent rows at 256 tokens.
+// About one CTA per SM where its splits are short: run 295 (H100; docs/notes/
+// cuda_decode_tuning.md, session 66) had that plan faster than two CTAs per SM with 256-token
+// splits at every point of 2K-128K x batch 1-32 whose splits it made 1024 tokens or shorter (by
+// up to 48 %: 2K x 1, 22.1 against 11.5 us), and level to 6 % slower where they were 2016
+// tokens or longer.
+constexpr SplitRule kMlaTensorCoreSplits{2, 4, 256, 32, 1024};
 
 // Split size (tokens) for a split-KV decode whose grid has `pairs` CTAs per split. Measured
 // on the H200 (docs/notes/cuda_decode_tuning.md): a partial last wave costs most, so
+//   - with rule.one_cta_max_tokens, about one CTA per SM where that makes short splits;
 //   - few pairs (batch 1-8): one wave, up to ctas_per_sm * SMs CTAs in all;
 //   - many pairs: about target_waves waves, where the tail is a small share;
-// splits of at least rule.min_tokens and at most `max_splits`.
+// splits of at least rule.min_tokens (rule.multiple in the first case) and at most
+// `max_splits`.
 inline int32_t SplitTokens(const SplitRule& rule, int32_t max_seq_tokens, int64_t pairs,
                            int32_t sm_count, int32_t max_splits) {
   const int64_t resident = int64_t{sm_count} * rule.ctas_per_sm;
   if (pairs < 1) pairs = 1;
+  if (rule.one_cta_max_tokens > 0 && pairs <= sm_count) {
+    const int64_t splits = sm_count / pairs;
+    int64_t per = (int64_t{max_seq_tokens} + splits - 1) / splits;
+    per = (per + rule.multiple - 1) / rule.multiple * rule.multiple;
+    if (per < rule.multiple) per = rule.multiple;
+    if (per <= rule.one_cta_max_tokens && (max_seq_tokens + per - 1) / per <= max_splits) {
+      return static_cast<int32_t>(per);
+    }
+  }
   int64_t splits = 2 * pairs <= resident ? resident / pairs
                                          : (rule.target_waves * resident + pairs - 1) / pairs;
   if (splits < 1) splits = 1;

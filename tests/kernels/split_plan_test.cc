@@ -1,5 +1,6 @@
 // The split-size rule of the GPU decodes (kernels/cuda/launch.h): plain integer logic,
 // tested on the host (no CUDA needed).
+#include <algorithm>
 #include <cstdint>
 
 #include "gtest/gtest.h"
@@ -17,10 +18,41 @@ TEST(SplitTokensTest, FewPairsFillOneWave) {
   const int32_t per = SplitTokens(kGqaTensorCoreSplits, 32768, 4, kSms, 1024);
   EXPECT_EQ(per, 384);
   EXPECT_LE(4 * Splits(32768, per), kSms * kGqaTensorCoreSplits.ctas_per_sm);
-  // MLA batch 1 at 32K: one wave of 2 per SM wants 124 tokens; the minimum is 256.
-  EXPECT_EQ(SplitTokens(kMlaTensorCoreSplits, 32768, 1, kSms, 1024), kMlaTensorCoreSplits.min_tokens);
-  // 1M tokens: 264 splits of 3972 tokens, rounded up to 4000.
+  // MLA batch 1 at 32K: one CTA per SM, 132 splits of 249 tokens, rounded up to 256.
+  EXPECT_EQ(SplitTokens(kMlaTensorCoreSplits, 32768, 1, kSms, 1024), 256);
+  // 1M tokens: one CTA per SM would make splits of 7944 tokens, over the MLA rule's 1024, so
+  // one wave of 2 per SM: 264 splits of 3972 tokens, rounded up to 4000.
   EXPECT_EQ(SplitTokens(kMlaTensorCoreSplits, 1 << 20, 1, kSms, 1024), 4000);
+}
+
+// The MLA rule's one CTA per SM (run 295's points): short splits, below the 256-token minimum
+// of the plan with two per SM, where batch x context is small; that plan where one CTA per SM
+// would make splits over 1024 tokens.
+TEST(SplitTokensTest, MlaPlansOneCtaPerSmWhereItsSplitsAreShort) {
+  const SplitRule& rule = kMlaTensorCoreSplits;
+  EXPECT_EQ(SplitTokens(rule, 2048, 1, kSms, 1024), 32);      // 64 splits
+  EXPECT_EQ(SplitTokens(rule, 8192, 1, kSms, 1024), 64);      // 128 splits
+  EXPECT_EQ(SplitTokens(rule, 2048, 32, kSms, 1024), 512);    // 4 splits x 32: 128 CTAs
+  EXPECT_EQ(SplitTokens(rule, 32768, 4, kSms, 1024), 1024);   // two per SM: 512
+  EXPECT_EQ(SplitTokens(rule, 131072, 1, kSms, 1024), 1024);  // two per SM: 512
+  // One per SM would make 2048-token splits: two per SM, 33 splits of 993 -> 1024 tokens.
+  EXPECT_EQ(SplitTokens(rule, 32768, 8, kSms, 1024), 1024);
+  EXPECT_EQ(SplitTokens(rule, 8192, 32, kSms, 1024), 1024);  // 8 splits (one per SM: 2048)
+  // More pairs than SMs: never one per SM.
+  EXPECT_EQ(SplitTokens(rule, 512, 200, kSms, 1024), 256);
+  for (int32_t tokens : {1, 100, 2048, 8192, 32768, 131072}) {
+    for (int64_t pairs : {1, 2, 4, 8, 16, 32, 132}) {
+      const int32_t per = SplitTokens(rule, tokens, pairs, kSms, 1024);
+      if (per < rule.min_tokens) {  // the one-per-SM plan: at most one CTA per SM
+        EXPECT_LE(pairs * Splits(tokens, per), kSms) << tokens << " " << pairs;
+      }
+      EXPECT_EQ(per % rule.multiple, 0);
+    }
+  }
+  // The GQA rules have no such plan.
+  EXPECT_EQ(kGqaTensorCoreSplits.one_cta_max_tokens, 0);
+  EXPECT_EQ(kGqaBulk4Splits.one_cta_max_tokens, 0);
+  EXPECT_EQ(kGqaBulk3x2Splits.one_cta_max_tokens, 0);
 }
 
 // Each GQA kernel plans with its own occupancy: the bulk kernels' one wave is 1 or 2 CTAs per
@@ -55,7 +87,12 @@ TEST(SplitTokensTest, MultiplesMinimumsAndTheSplitCap) {
       EXPECT_EQ(gqa % 64, 0) << tokens << " " << pairs;
       EXPECT_EQ(mla % 32, 0) << tokens << " " << pairs;
       EXPECT_GE(gqa, kGqaTensorCoreSplits.min_tokens);
-      EXPECT_GE(mla, kMlaTensorCoreSplits.min_tokens);
+      // MLA's one CTA per SM has no minimum but its multiple; only that plan goes below it.
+      EXPECT_GE(mla, kMlaTensorCoreSplits.multiple);
+      if (mla < kMlaTensorCoreSplits.min_tokens) {
+        EXPECT_LE(std::max<int64_t>(pairs, 1) * Splits(tokens, mla), kSms)
+            << tokens << " " << pairs;
+      }
       EXPECT_LE(Splits(tokens, gqa), 1024) << tokens << " " << pairs;
       EXPECT_LE(Splits(tokens, mla), 1024) << tokens << " " << pairs;
     }

@@ -123,11 +123,12 @@ constexpr const SplitRule& GqaSplitRuleOf(GqaKernel kernel) {
 
 // The MLA decode (mla_decode.cu): 2 CTAs per SM (86 KB of shared memory each), one CTA per
 // (split, seq); a split's partial is 32 KB, against its >= 288 KB of latent rows at 256 tokens.
-// About one CTA per SM where its splits are short: run 295 (H100; docs/notes/
-// cuda_decode_tuning.md, session 66) had that plan faster than two CTAs per SM with 256-token
-// splits at every point of 2K-128K x batch 1-32 whose splits it made 1024 tokens or shorter (by
-// up to 48 %: 2K x 1, 22.1 against 11.5 us), and level to 6 % slower where they were 2016
-// tokens or longer.
+// About one CTA per SM where its splits are short: in run 295 (H100; docs/notes/
+// cuda_decode_tuning.md, session 66), over 2K-128K x batch 1-32, that plan was faster than two
+// CTAs per SM with splits of at least 256 tokens at 14 of the 17 points where it made splits of
+// 1024 tokens or fewer (by 2.2-48 %: 2K x 1, 22.1 against 11.5 us) and level at the other 3
+// (within 0.7 %), and from 0.3 % faster to 6.2 % slower at the 13 where it made splits of 2016
+// tokens or more.
 constexpr SplitRule kMlaTensorCoreSplits{2, 4, 256, 32, 1024};
 
 // Split size (tokens) for a split-KV decode whose grid has `pairs` CTAs per split. Measured

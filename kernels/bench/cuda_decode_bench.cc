@@ -368,6 +368,89 @@ void RunGqa(const BenchOptions& options) {
   }
 }
 
+// The service's GQA kernel (bulk4) at its planned splits and at fixed split sizes, for each
+// model x --tokens x --batch whose KV fits --gpu-pool-gb in one launch: where its rule (one
+// CTA per SM, splits of at least 256 tokens) leaves time at short contexts and small batches.
+void RunGqaSplits(const BenchOptions& options) {
+  std::printf(
+      "\n== CUDA GQA decode, bulk4 at fixed split sizes (ms; GPU time, queued, cold L2) ==\n");
+  constexpr int32_t kSizes[] = {64, 128, 256, 512, 1024, 2048};
+  std::printf("%-8s %8s %6s %8s %10s", "model", "tokens", "batch", "ctas", "planned");
+  for (int32_t per : kSizes) std::printf(" %9s%-5d", "s", per);
+  std::printf("\n");
+  for (const std::string& name : options.models) {
+    GqaModel model;
+    if (!FindModel(name, &model)) continue;
+    const GqaShape shape = BenchShape(model, kBlockTokens);
+    const int64_t tile_values = TileValues(shape);
+    for (int64_t tokens : options.tokens) {
+      for (int32_t batch : options.batches) {
+        const int64_t blocks = (tokens - kWindowTokens + kBlockTokens - 1) / kBlockTokens;
+        const int64_t tile_bytes = int64_t{batch} * blocks * tile_values * 2;
+        const int64_t window_bytes =
+            int64_t{batch} * 2 * shape.num_kv_heads * kWindow * shape.head_dim * 2;
+        if (tile_bytes > options.gpu_pool_gb * 1e9) continue;
+        DeviceMemory tiles(tile_bytes), window(window_bytes);
+        DeviceMemory q(int64_t{batch} * shape.num_q_heads * shape.head_dim * 2);
+        DeviceMemory o(int64_t{batch} * shape.num_q_heads * shape.head_dim * 4);
+        DeviceMemory lse(int64_t{batch} * shape.num_q_heads * 4);
+        if (!tiles.ptr || !window.ptr) continue;
+        BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, tile_bytes));
+        BENCH_CUDA(cudaMemset(window.ptr, 0x3c, window_bytes));
+        BENCH_CUDA(
+            cudaMemset(q.ptr, 0x3c, int64_t{batch} * shape.num_q_heads * shape.head_dim * 2));
+        const PackedKv kv(tiles, window, batch, tokens);
+        cuda::GqaGpuDecodeArgs args;
+        args.shape = shape;
+        args.num_seqs = batch;
+        args.q = q.as<const uint16_t>();
+        args.kv = kv.source;
+        args.o = o.as<float>();
+        args.lse = lse.as<float>();
+        args.split.gqa_kernel = cuda::GqaDecodeKernel::kBulk4;
+        cuda::GqaGpuDecodeArgs widest = args;
+        widest.split.tokens_per_split = kSizes[0];
+        const size_t workspace_bytes = std::max(cuda::GqaGpuDecodeWorkspaceBytes(args),
+                                                cuda::GqaGpuDecodeWorkspaceBytes(widest));
+        DeviceMemory workspace(workspace_bytes);
+        args.workspace = workspace.ptr;
+        args.workspace_bytes = workspace_bytes;
+        int sms = 132;
+        (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        const int32_t planned_per = cuda::internal::SplitTokens(
+            cuda::internal::kGqaBulk4Splits, static_cast<int32_t>(tokens),
+            int64_t{batch} * shape.num_kv_heads, sms, 1024);
+        const int64_t ctas =
+            int64_t{batch} * shape.num_kv_heads * ((tokens + planned_per - 1) / planned_per);
+        std::printf("%-8s %8lld %6d %8lld", model.name.c_str(), static_cast<long long>(tokens),
+                    batch, static_cast<long long>(ctas));
+        const double planned = TimeGqaDecode(options.iters, args) * 1e3;
+        if (planned > 0) {
+          std::printf(" %10.4f", planned);
+        } else {
+          std::printf(" %10s", "failed");
+        }
+        for (int32_t per : kSizes) {
+          cuda::GqaGpuDecodeArgs fixed = args;
+          fixed.split.tokens_per_split = per;
+          if (tokens > 1024 * int64_t{per}) {  // more splits than a planned call may have
+            std::printf(" %14s", "-");
+            continue;
+          }
+          const double ms = TimeGqaDecode(options.iters, fixed) * 1e3;
+          if (ms > 0) {
+            std::printf(" %14.4f", ms);
+          } else {
+            std::printf(" %14s", "failed");
+          }
+        }
+        std::printf("\n");
+        BENCH_CUDA(cudaGetLastError());
+      }
+    }
+  }
+}
+
 void RunMla(const BenchOptions& options) {
   std::printf("\n== CUDA MLA decode, DeepSeek-V2-Lite (ceiling %.0f GB/s) ==\n", options.hbm_gbps);
   std::printf(
@@ -980,6 +1063,7 @@ void RunCudaBenchmarks(const BenchOptions& options) {
   if (options.gqa) {
     RunGqaAnatomy(options);
     RunGqa(options);
+    if (options.gqa_splits) RunGqaSplits(options);
     if (options.overlap) RunOverlap(options);
     if (options.prefill) RunPrefill(options);
   }

@@ -102,8 +102,9 @@ bool GqaDecodeUsesTensorCores(int32_t head_dim, int32_t group);
 // `min_tokens` (each split's partial is written and merged), a multiple of `multiple`.
 struct SplitRule {
   int32_t ctas_per_sm, target_waves, min_tokens, multiple;
-  // > 0: first about one CTA per SM (SMs / pairs splits a pair, no minimum but `multiple`),
-  // where that makes splits of at most this many tokens; 0: never.
+  // > 0: first about one CTA per SM (SMs / pairs splits a pair, no minimum but `multiple`)
+  // for at most half as many pairs as SMs, where that makes splits of at most this many
+  // tokens; 0: never.
   int32_t one_cta_max_tokens = 0;
 };
 
@@ -112,8 +113,12 @@ struct SplitRule {
 // of K/V.
 constexpr SplitRule kGqaTensorCoreSplits{3, 4, 256, 64};
 // The bulk-copy GQA kernels: the same rule at their occupancy (their rings allow 1 or 2 CTAs
-// per SM), so a batch-1 plan has 3x or 1.5x longer splits and fewer partials to merge.
-constexpr SplitRule kGqaBulk4Splits{1, 4, 256, 64};
+// per SM), so a batch-1 plan has 3x or 1.5x longer splits and fewer partials to merge. bulk4's
+// one CTA per SM takes splits below 256 tokens too: in run 297 (H100) that was 5-11 % faster
+// where the 256-token minimum left SMs idle (Qwen3 2K x 1: 32 CTAs, 11.0 us, against 9.8 with
+// 64-token splits; Qwen3 2K x 2 and 4K x 1, Mixtral 2K x 1: 64 CTAs), and it plans as before
+// everywhere else.
+constexpr SplitRule kGqaBulk4Splits{1, 4, 256, 64, 1024};
 constexpr SplitRule kGqaBulk3x2Splits{2, 4, 256, 64};
 constexpr const SplitRule& GqaSplitRuleOf(GqaKernel kernel) {
   return kernel == kGqaBulk4     ? kGqaBulk4Splits
@@ -142,7 +147,7 @@ inline int32_t SplitTokens(const SplitRule& rule, int32_t max_seq_tokens, int64_
                            int32_t sm_count, int32_t max_splits) {
   const int64_t resident = int64_t{sm_count} * rule.ctas_per_sm;
   if (pairs < 1) pairs = 1;
-  if (rule.one_cta_max_tokens > 0 && pairs <= sm_count) {
+  if (rule.one_cta_max_tokens > 0 && 2 * pairs <= sm_count) {
     const int64_t splits = sm_count / pairs;
     int64_t per = (int64_t{max_seq_tokens} + splits - 1) / splits;
     per = (per + rule.multiple - 1) / rule.multiple * rule.multiple;

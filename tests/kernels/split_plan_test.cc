@@ -38,10 +38,13 @@ TEST(SplitTokensTest, MlaPlansOneCtaPerSmWhereItsSplitsAreShort) {
   // One per SM would make 2048-token splits: two per SM, 33 splits of 993 -> 1024 tokens.
   EXPECT_EQ(SplitTokens(rule, 32768, 8, kSms, 1024), 1024);
   EXPECT_EQ(SplitTokens(rule, 8192, 32, kSms, 1024), 1024);  // 8 splits (one per SM: 2048)
-  // More pairs than SMs: never one per SM.
+  // Up to half as many pairs as SMs: one per SM (2 splits of 512); more: two per SM (3 splits,
+  // 342 -> 352 tokens), as for 200 pairs (~4 waves: splits of 256).
+  EXPECT_EQ(SplitTokens(rule, 1024, 66, kSms, 1024), 512);
+  EXPECT_EQ(SplitTokens(rule, 1024, 67, kSms, 1024), 352);
   EXPECT_EQ(SplitTokens(rule, 512, 200, kSms, 1024), 256);
   for (int32_t tokens : {1, 100, 2048, 8192, 32768, 131072}) {
-    for (int64_t pairs : {1, 2, 4, 8, 16, 32, 132}) {
+    for (int64_t pairs : {1, 2, 4, 8, 16, 32, 66, 67, 132}) {
       const int32_t per = SplitTokens(rule, tokens, pairs, kSms, 1024);
       if (per < rule.min_tokens) {  // the one-per-SM plan: at most one CTA per SM
         EXPECT_LE(pairs * Splits(tokens, per), kSms) << tokens << " " << pairs;
@@ -49,10 +52,24 @@ TEST(SplitTokensTest, MlaPlansOneCtaPerSmWhereItsSplitsAreShort) {
       EXPECT_EQ(per % rule.multiple, 0);
     }
   }
-  // The GQA rules have no such plan.
+  // Of the GQA rules only bulk4's has it (run 297); the others keep their 256-token minimum.
   EXPECT_EQ(kGqaTensorCoreSplits.one_cta_max_tokens, 0);
-  EXPECT_EQ(kGqaBulk4Splits.one_cta_max_tokens, 0);
   EXPECT_EQ(kGqaBulk3x2Splits.one_cta_max_tokens, 0);
+  EXPECT_EQ(SplitTokens(kGqaTensorCoreSplits, 2048, 4, kSms, 1024), 256);
+}
+
+// bulk4 plans one CTA per SM as before, now below 256 tokens too where the minimum left SMs idle
+// (run 297's points, 4 kv heads for Qwen3 and 8 for Mixtral a sequence).
+TEST(SplitTokensTest, Bulk4TakesShortSplitsWhereTheMinimumLeftSmsIdle) {
+  const SplitRule& rule = kGqaBulk4Splits;
+  EXPECT_EQ(SplitTokens(rule, 2048, 4, kSms, 1024), 64);   // Qwen3 2K x 1: 128 CTAs, not 32
+  EXPECT_EQ(SplitTokens(rule, 2048, 8, kSms, 1024), 128);  // Qwen3 2K x 2, Mixtral 2K x 1
+  EXPECT_EQ(SplitTokens(rule, 4096, 4, kSms, 1024), 128);  // Qwen3 4K x 1
+  // As before where the splits were 256 tokens or more.
+  EXPECT_EQ(SplitTokens(rule, 8192, 4, kSms, 1024), 256);      // Qwen3 8K x 1
+  EXPECT_EQ(SplitTokens(rule, 32768, 4, kSms, 1024), 1024);    // Qwen3 32K x 1
+  EXPECT_EQ(SplitTokens(rule, 8192, 32, kSms, 1024), 2048);    // Qwen3 8K x 8
+  EXPECT_EQ(SplitTokens(rule, 32768, 64, kSms, 1024), 16384);  // Mixtral 32K x 8
 }
 
 // Each GQA kernel plans with its own occupancy: the bulk kernels' one wave is 1 or 2 CTAs per

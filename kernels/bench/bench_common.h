@@ -28,7 +28,7 @@ struct BenchOptions {
   bool gqa = true;  // the GQA tables (CPU and CUDA), the overlap and the prefill
   bool prefill = true, overlap = true;  // the CUDA prefill tables, the CUDA overlap table
   bool floors = true;         // the CUDA floors at batch 1: reads by n SMs, empty launches
-  bool gqa_splits = false;    // the CUDA GQA bulk4 table at fixed split sizes (--gqa-splits)
+  bool gqa_splits = false;    // the CUDA GQA table's bulk4 columns at fixed split sizes
   double gpu_warmup_ms = 50;  // CUDA timings: calls before the timed runs, at least this long
   // The CPU MLA table's AMX rows: one per prefetch distance (CpuAttentionOptions::
   // mla_amx_prefetch_steps).

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -238,26 +239,25 @@ void RunGqaAnatomy(const BenchOptions& options) {
       }
       // The bulk kernel plans fewer, longer splits (1 CTA per SM): the widest workspace above
       // holds them.
+      // A decode's and a window-only call's µs, both "failed" where either call fails.
+      auto print_pair = [&](const cuda::GqaGpuDecodeArgs& decode,
+                            const cuda::GqaGpuDecodeArgs& window, int window_width) {
+        const double decode_us = TimeGqaDecode(options.iters, decode) * 1e6;
+        const double window_call_us = TimeGqaDecode(options.iters, window) * 1e6;
+        if (decode_us > 0 && window_call_us > 0) {
+          std::printf(" %8.1f %*.1f", decode_us, window_width, window_call_us);
+        } else {
+          std::printf(" %8s %*s", "failed", window_width, "failed");
+        }
+      };
       cuda::GqaGpuDecodeArgs bulk = args, bulk_window = window_only;
       bulk.split.gqa_kernel = bulk_window.split.gqa_kernel = cuda::GqaDecodeKernel::kBulk4;
-      const double bulk_us = TimeGqaDecode(options.iters, bulk) * 1e6;
-      const double bulk_window_us = TimeGqaDecode(options.iters, bulk_window) * 1e6;
-      if (bulk_us > 0 && bulk_window_us > 0) {
-        std::printf(" %8.1f %9.1f", bulk_us, bulk_window_us);
-      } else {
-        std::printf(" %8s %9s", "failed", "failed");
-      }
+      print_pair(bulk, bulk_window, 9);
       cuda::GqaGpuDecodeArgs bulk_inline = bulk, bulk_window_inline = bulk_window;
       bulk_inline.kv.host = bulk_window_inline.kv.host = kv.host_lists;
       bulk_window_inline.kv.host.tile_begin = bulk_window_inline.kv.host.last_tile_tokens = nullptr;
       bulk_window_inline.kv.seq_last_tile_tokens = nullptr;
-      const double inline_us = TimeGqaDecode(options.iters, bulk_inline) * 1e6;
-      const double window_inline_us = TimeGqaDecode(options.iters, bulk_window_inline) * 1e6;
-      if (inline_us > 0 && window_inline_us > 0) {
-        std::printf(" %8.1f %8.1f", inline_us, window_inline_us);
-      } else {
-        std::printf(" %8s %8s", "failed", "failed");
-      }
+      print_pair(bulk_inline, bulk_window_inline, 8);
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());
     }
@@ -271,9 +271,15 @@ void RunGqa(const BenchOptions& options) {
       "ms: the register kernel's GPU time, queued, cold L2; call_ms: one call from an\n"
       "idle stream (the host's launch latency included); bulk4 (the service's default),\n"
       "bulk3x2: as ms, for the kernels that stage K/V by bulk copies (kernels/cuda/launch.h\n"
-      "GqaKernel), each with its own planned splits, and their %%ceil\n");
-  std::printf("%-8s %8s %6s %10s %10s %8s %10s %10s %6s %10s %6s\n", "model", "tokens", "batch",
-              "ms", "GB/s", "%ceil", "call_ms", "bulk4", "%ceil", "bulk3x2", "%ceil");
+      "GqaKernel), each with its own planned splits, and their %%ceil%s\n",
+      options.gqa_splits ? ";\nb4_s64..b4_s2048 (--gqa-splits): bulk4 at fixed split sizes" : "");
+  std::printf("%-8s %8s %6s %10s %10s %8s %10s %10s %6s %10s %6s", "model", "tokens", "batch", "ms",
+              "GB/s", "%ceil", "call_ms", "bulk4", "%ceil", "bulk3x2", "%ceil");
+  constexpr int32_t kBulkSplits[] = {64, 128, 256, 512, 1024, 2048};  // --gqa-splits' columns
+  if (options.gqa_splits) {
+    for (int32_t per : kBulkSplits) std::printf(" %7s%-4d", "b4_s", per);
+  }
+  std::printf("\n");
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
@@ -310,6 +316,9 @@ void RunGqa(const BenchOptions& options) {
         args.split.gqa_kernel = cuda::GqaDecodeKernel::kRegisters;
         double seconds, call_seconds;
         double bulk_seconds[2] = {0, 0};  // 0: not timed (per-seq launches) or failed
+        // bulk4 at kBulkSplits' sizes; 0: not timed (per-seq launches, or more splits than a
+        // planned call may have) or failed.
+        double bulk_split_seconds[std::size(kBulkSplits)] = {};
         if (disjoint) {
           args.num_seqs = batch;
           args.kv = kv.source;
@@ -330,6 +339,16 @@ void RunGqa(const BenchOptions& options) {
             absl::Status failure;
             bulk_seconds[i] = TimeGqaDecode(options.iters, bulk, &failure);
             if (!failure.ok()) std::printf("bulk kernel %d: %s\n", i, failure.ToString().c_str());
+          }
+          for (size_t i = 0; options.gqa_splits && i < std::size(kBulkSplits); ++i) {
+            if (tokens > 1024 * int64_t{kBulkSplits[i]}) continue;
+            cuda::GqaGpuDecodeArgs fixed = args;
+            fixed.split.gqa_kernel = cuda::GqaDecodeKernel::kBulk4;
+            fixed.split.tokens_per_split = kBulkSplits[i];
+            fixed.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(fixed);
+            DeviceMemory fixed_workspace(fixed.workspace_bytes);
+            fixed.workspace = fixed_workspace.ptr;
+            bulk_split_seconds[i] = TimeGqaDecode(options.iters, fixed);
           }
         } else {
           // Pool smaller than the batch's KV: sequences at staggered starts, one launch each
@@ -362,90 +381,14 @@ void RunGqa(const BenchOptions& options) {
             std::printf(" %10s %6s", "-", "-");
           }
         }
-        std::printf("%s\n", disjoint ? "" : "  (per-seq launches)");
-      }
-    }
-  }
-}
-
-// The service's GQA kernel (bulk4) at its planned splits and at fixed split sizes, for each
-// model x --tokens x --batch whose KV fits --gpu-pool-gb in one launch: where its rule (one
-// CTA per SM, splits of at least 256 tokens) leaves time at short contexts and small batches.
-void RunGqaSplits(const BenchOptions& options) {
-  std::printf(
-      "\n== CUDA GQA decode, bulk4 at fixed split sizes (ms; GPU time, queued, cold L2) ==\n");
-  constexpr int32_t kSizes[] = {64, 128, 256, 512, 1024, 2048};
-  std::printf("%-8s %8s %6s %8s %10s", "model", "tokens", "batch", "ctas", "planned");
-  for (int32_t per : kSizes) std::printf(" %9s%-5d", "s", per);
-  std::printf("\n");
-  for (const std::string& name : options.models) {
-    GqaModel model;
-    if (!FindModel(name, &model)) continue;
-    const GqaShape shape = BenchShape(model, kBlockTokens);
-    const int64_t tile_values = TileValues(shape);
-    for (int64_t tokens : options.tokens) {
-      for (int32_t batch : options.batches) {
-        const int64_t blocks = (tokens - kWindowTokens + kBlockTokens - 1) / kBlockTokens;
-        const int64_t tile_bytes = int64_t{batch} * blocks * tile_values * 2;
-        const int64_t window_bytes =
-            int64_t{batch} * 2 * shape.num_kv_heads * kWindow * shape.head_dim * 2;
-        if (tile_bytes > options.gpu_pool_gb * 1e9) continue;
-        DeviceMemory tiles(tile_bytes), window(window_bytes);
-        DeviceMemory q(int64_t{batch} * shape.num_q_heads * shape.head_dim * 2);
-        DeviceMemory o(int64_t{batch} * shape.num_q_heads * shape.head_dim * 4);
-        DeviceMemory lse(int64_t{batch} * shape.num_q_heads * 4);
-        if (!tiles.ptr || !window.ptr) continue;
-        BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, tile_bytes));
-        BENCH_CUDA(cudaMemset(window.ptr, 0x3c, window_bytes));
-        BENCH_CUDA(
-            cudaMemset(q.ptr, 0x3c, int64_t{batch} * shape.num_q_heads * shape.head_dim * 2));
-        const PackedKv kv(tiles, window, batch, tokens);
-        cuda::GqaGpuDecodeArgs args;
-        args.shape = shape;
-        args.num_seqs = batch;
-        args.q = q.as<const uint16_t>();
-        args.kv = kv.source;
-        args.o = o.as<float>();
-        args.lse = lse.as<float>();
-        args.split.gqa_kernel = cuda::GqaDecodeKernel::kBulk4;
-        cuda::GqaGpuDecodeArgs widest = args;
-        widest.split.tokens_per_split = kSizes[0];
-        const size_t workspace_bytes = std::max(cuda::GqaGpuDecodeWorkspaceBytes(args),
-                                                cuda::GqaGpuDecodeWorkspaceBytes(widest));
-        DeviceMemory workspace(workspace_bytes);
-        args.workspace = workspace.ptr;
-        args.workspace_bytes = workspace_bytes;
-        int sms = 132;
-        (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-        const int32_t planned_per = cuda::internal::SplitTokens(
-            cuda::internal::kGqaBulk4Splits, static_cast<int32_t>(tokens),
-            int64_t{batch} * shape.num_kv_heads, sms, 1024);
-        const int64_t ctas =
-            int64_t{batch} * shape.num_kv_heads * ((tokens + planned_per - 1) / planned_per);
-        std::printf("%-8s %8lld %6d %8lld", model.name.c_str(), static_cast<long long>(tokens),
-                    batch, static_cast<long long>(ctas));
-        const double planned = TimeGqaDecode(options.iters, args) * 1e3;
-        if (planned > 0) {
-          std::printf(" %10.4f", planned);
-        } else {
-          std::printf(" %10s", "failed");
-        }
-        for (int32_t per : kSizes) {
-          cuda::GqaGpuDecodeArgs fixed = args;
-          fixed.split.tokens_per_split = per;
-          if (tokens > 1024 * int64_t{per}) {  // more splits than a planned call may have
-            std::printf(" %14s", "-");
-            continue;
-          }
-          const double ms = TimeGqaDecode(options.iters, fixed) * 1e3;
-          if (ms > 0) {
-            std::printf(" %14.4f", ms);
+        for (size_t i = 0; options.gqa_splits && i < std::size(kBulkSplits); ++i) {
+          if (bulk_split_seconds[i] > 0) {
+            std::printf(" %11.4f", bulk_split_seconds[i] * 1e3);
           } else {
-            std::printf(" %14s", "failed");
+            std::printf(" %11s", "-");
           }
         }
-        std::printf("\n");
-        BENCH_CUDA(cudaGetLastError());
+        std::printf("%s\n", disjoint ? "" : "  (per-seq launches)");
       }
     }
   }
@@ -1063,7 +1006,6 @@ void RunCudaBenchmarks(const BenchOptions& options) {
   if (options.gqa) {
     RunGqaAnatomy(options);
     RunGqa(options);
-    if (options.gqa_splits) RunGqaSplits(options);
     if (options.overlap) RunOverlap(options);
     if (options.prefill) RunPrefill(options);
   }

@@ -106,12 +106,12 @@ double TimeGpu(int iters, Fn fn, bool from_idle_stream = false) {
   return times[times.size() / 2];
 }
 
-// TimeGpu of one GqaGpuDecode(args) call, or 0 where a first, checked call fails (its status in
-// *failure, if given): the timed calls' statuses are not read, and a call that fails at once
-// would read as a fast kernel.
-double TimeGqaDecode(int iters, const cuda::GqaGpuDecodeArgs& args,
-                     absl::Status* failure = nullptr) {
-  absl::Status status = cuda::GqaGpuDecode(args, nullptr);
+// TimeGpu of one `decode()` call (returning absl::Status), or 0 where a first, checked call
+// fails (its status in *failure, if given): the timed calls' statuses are not read, and a call
+// that fails at once would read as a fast kernel.
+template <typename Decode>
+double TimeCheckedDecode(int iters, Decode decode, absl::Status* failure) {
+  absl::Status status = decode();
   if (status.ok() && cudaDeviceSynchronize() != cudaSuccess) {
     status = absl::InternalError(cudaGetErrorString(cudaGetLastError()));
   }
@@ -119,7 +119,26 @@ double TimeGqaDecode(int iters, const cuda::GqaGpuDecodeArgs& args,
     if (failure != nullptr) *failure = status;
     return 0;
   }
-  return TimeGpu(iters, [&] { (void)cuda::GqaGpuDecode(args, nullptr); });
+  return TimeGpu(iters, [&] { (void)decode(); });
+}
+double TimeGqaDecode(int iters, const cuda::GqaGpuDecodeArgs& args,
+                     absl::Status* failure = nullptr) {
+  return TimeCheckedDecode(
+      iters, [&] { return cuda::GqaGpuDecode(args, nullptr); }, failure);
+}
+double TimeMlaDecode(int iters, const cuda::MlaGpuDecodeArgs& args,
+                     absl::Status* failure = nullptr) {
+  return TimeCheckedDecode(
+      iters, [&] { return cuda::MlaGpuDecode(args, nullptr); }, failure);
+}
+
+// " %8.4f" of `seconds` in ms, or " %8s" of "failed" where it is 0 (a call that failed).
+void PrintMsOrFailed(double seconds) {
+  if (seconds > 0) {
+    std::printf(" %8.4f", seconds * 1e3);
+  } else {
+    std::printf(" %8s", "failed");
+  }
 }
 
 // The benches' KV: `num_seqs` sequences of `tokens` keys each, the last kWindowTokens of
@@ -202,9 +221,10 @@ void RunGqaAnatomy(const BenchOptions& options) {
       args.o = o.as<float>();
       args.lse = lse.as<float>();
       args.split.gqa_kernel = cuda::GqaDecodeKernel::kRegisters;
-      // The largest workspace of the variants below (256-token splits).
+      // The largest workspace of the variants below: 64-token splits, the shortest any of them
+      // plans (bulk4 at short contexts) or is given (s256 and up).
       cuda::GqaGpuDecodeArgs widest = args;
-      widest.split.tokens_per_split = 256;
+      widest.split.tokens_per_split = 64;
       DeviceMemory workspace(cuda::GqaGpuDecodeWorkspaceBytes(widest));
       args.workspace = workspace.ptr;
       args.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(widest);
@@ -237,8 +257,8 @@ void RunGqaAnatomy(const BenchOptions& options) {
         fixed.split.tokens_per_split = per;
         std::printf(" %8.1f", us([&] { (void)cuda::GqaGpuDecode(fixed, nullptr); }));
       }
-      // The bulk kernel plans fewer, longer splits (1 CTA per SM): the widest workspace above
-      // holds them.
+      // The bulk kernel plans its own splits (1 CTA per SM): the widest workspace above holds
+      // them.
       // A decode's and a window-only call's µs, both "failed" where either call fails.
       auto print_pair = [&](const cuda::GqaGpuDecodeArgs& decode,
                             const cuda::GqaGpuDecodeArgs& window, int window_width) {
@@ -317,7 +337,7 @@ void RunGqa(const BenchOptions& options) {
         double seconds, call_seconds;
         double bulk_seconds[2] = {0, 0};  // 0: not timed (per-seq launches) or failed
         // bulk4 at kBulkSplits' sizes; 0: not timed (per-seq launches, or more splits than a
-        // planned call may have) or failed.
+        // planned call may have), -1: failed.
         double bulk_split_seconds[std::size(kBulkSplits)] = {};
         if (disjoint) {
           args.num_seqs = batch;
@@ -348,7 +368,13 @@ void RunGqa(const BenchOptions& options) {
             fixed.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(fixed);
             DeviceMemory fixed_workspace(fixed.workspace_bytes);
             fixed.workspace = fixed_workspace.ptr;
-            bulk_split_seconds[i] = TimeGqaDecode(options.iters, fixed);
+            absl::Status failure;
+            bulk_split_seconds[i] = TimeGqaDecode(options.iters, fixed, &failure);
+            if (!failure.ok()) {
+              bulk_split_seconds[i] = -1;
+              std::printf("bulk4 at %d-token splits: %s\n", kBulkSplits[i],
+                          failure.ToString().c_str());
+            }
           }
         } else {
           // Pool smaller than the batch's KV: sequences at staggered starts, one launch each
@@ -385,7 +411,7 @@ void RunGqa(const BenchOptions& options) {
           if (bulk_split_seconds[i] > 0) {
             std::printf(" %11.4f", bulk_split_seconds[i] * 1e3);
           } else {
-            std::printf(" %11s", "-");
+            std::printf(" %11s", bulk_split_seconds[i] < 0 ? "failed" : "-");
           }
         }
         std::printf("%s\n", disjoint ? "" : "  (per-seq launches)");
@@ -438,9 +464,16 @@ void RunMla(const BenchOptions& options) {
       DeviceMemory workspace(workspace_bytes);
       args.workspace = workspace.ptr;
       args.workspace_bytes = workspace_bytes;
-      auto decode = [&] { (void)cuda::MlaGpuDecode(args, nullptr); };
-      const double seconds = TimeGpu(options.iters, decode);
-      const double call_seconds = TimeGpu(options.iters, decode, /*from_idle_stream=*/true);
+      absl::Status failure;
+      const double seconds = TimeMlaDecode(options.iters, args, &failure);
+      if (seconds == 0) {
+        std::printf("%8lld %6d   failed: %s\n", static_cast<long long>(tokens), batch,
+                    failure.ToString().c_str());
+        continue;
+      }
+      const double call_seconds = TimeGpu(
+          options.iters, [&] { (void)cuda::MlaGpuDecode(args, nullptr); },
+          /*from_idle_stream=*/true);
       BENCH_CUDA(cudaGetLastError());
       const double bytes = double(batch) * tokens * shape.row_dim() * 2;
       const double flops = 2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);
@@ -455,20 +488,12 @@ void RunMla(const BenchOptions& options) {
         }
         cuda::MlaGpuDecodeArgs fixed = args;
         fixed.split.tokens_per_split = per;
-        std::printf(" %8.4f", TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(fixed, nullptr); }) * 1e3);
+        PrintMsOrFailed(TimeMlaDecode(options.iters, fixed));
       }
       if (batch <= cuda::internal::kInlineSeqs) {
         cuda::MlaGpuDecodeArgs inline_lists = args;
         inline_lists.kv.host = kv.host_lists;
-        // Checked once: a call that failed at once would read as a fast kernel.
-        if (cuda::MlaGpuDecode(inline_lists, nullptr).ok() &&
-            cudaDeviceSynchronize() == cudaSuccess) {
-          std::printf(" %8.4f", TimeGpu(options.iters, [&] {
-                                  (void)cuda::MlaGpuDecode(inline_lists, nullptr);
-                                }) * 1e3);
-        } else {
-          std::printf(" %8s", "failed");
-        }
+        PrintMsOrFailed(TimeMlaDecode(options.iters, inline_lists));
       } else {
         std::printf(" %8s", "-");
       }
@@ -479,12 +504,11 @@ void RunMla(const BenchOptions& options) {
       sm1.split.tokens_per_split = static_cast<int32_t>(
           std::max<int64_t>(32, ((tokens + sm1_splits - 1) / sm1_splits + 31) / 32 * 32));
       if (cuda::MlaGpuDecodeWorkspaceBytes(sm1) <= workspace_bytes) {
-        std::printf(" %8.4f %12d",
-                    TimeGpu(options.iters, [&] { (void)cuda::MlaGpuDecode(sm1, nullptr); }) * 1e3,
-                    sm1.split.tokens_per_split);
+        PrintMsOrFailed(TimeMlaDecode(options.iters, sm1));
       } else {
-        std::printf(" %8s %12d", "-", sm1.split.tokens_per_split);
+        std::printf(" %8s", "-");
       }
+      std::printf(" %12d", sm1.split.tokens_per_split);
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());
     }

@@ -6,17 +6,19 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <utility>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/attention_reference.h"
@@ -710,13 +712,14 @@ TEST(GpuDecodeTest, RejectsSmallWorkspaceAndUnsupportedShapes) {
 
 // A launch of at most internal::kInlineSeqs sequences reads the lists in its parameters, a
 // larger one reads the device lists: host lists that say "no window tokens" where the device
-// lists hold windows give, for 2 sequences, bit for bit the decode whose device lists hold no
-// window, and for 5 the decode with the windows. Host lists given apart from their device lists
-// are refused.
+// lists hold windows give, for 2 and 4 sequences, bit for bit the decode whose device lists hold
+// no window, and for 5 the decode with the windows. Window slots in reverse order (the windows
+// laid out so) give the same decode as slot s for sequence s, inline or not. Host lists given
+// apart from their device lists are refused.
 TEST(GpuDecodeTest, HostListsAreReadInlineUpToFourSequences) {
   SKIP_WITHOUT_GPU();
   const GqaShape shape{32, 4, 128, 64, 1.0f / std::sqrt(128.0f)};
-  for (int32_t num_seqs : {2, internal::kInlineSeqs + 1}) {
+  for (int32_t num_seqs : {2, internal::kInlineSeqs, internal::kInlineSeqs + 1}) {
     std::mt19937_64 rng(num_seqs);
     std::vector<SeqPlacement> seqs;
     for (int32_t s = 0; s < num_seqs; ++s) {  // 64 window tokens each, the rest in tiles
@@ -768,6 +771,24 @@ TEST(GpuDecodeTest, HostListsAreReadInlineUpToFourSequences) {
     } else {
       EXPECT_TRUE(inlined == with) << num_seqs << " sequences: inline lists past the limit";
     }
+    // Sequence s's window in slot num_seqs - 1 - s.
+    const size_t slot_values = seqs[0].window.size();
+    std::vector<uint16_t> reversed_windows(slot_values * num_seqs);
+    std::vector<int32_t> slots(num_seqs);
+    for (int32_t seq = 0; seq < num_seqs; ++seq) {
+      slots[seq] = num_seqs - 1 - seq;
+      std::copy(seqs[seq].window.begin(), seqs[seq].window.end(),
+                reversed_windows.begin() + slots[seq] * slot_values);
+    }
+    DeviceBuffer reversed_d = DeviceBuffer::From(reversed_windows);
+    DeviceBuffer slots_d = DeviceBuffer::From(slots);
+    GpuKvSource reversed = kv.source;
+    reversed.window = reversed_d.as<const uint16_t>();
+    reversed.seq_window_slot = slots_d.as<const int32_t>();
+    GpuKvSource reversed_inline = kv.WithHostLists(reversed);
+    reversed_inline.host.window_slot = slots.data();
+    EXPECT_TRUE(decode(reversed) == with) << num_seqs << " sequences: device window slots";
+    EXPECT_TRUE(decode(reversed_inline) == with) << num_seqs << " sequences: inline window slots";
   }
   // Given apart from their device lists: refused before any launch.
   GqaGpuDecodeArgs args;
@@ -779,10 +800,18 @@ TEST(GpuDecodeTest, HostListsAreReadInlineUpToFourSequences) {
   args.kv.seq_last_tile_tokens = one + 1;
   args.kv.max_seq_tokens = 1;
   args.kv.host.tile_begin = one;  // without host.last_tile_tokens
-  EXPECT_EQ(GqaGpuDecode(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // (The workspace is missing too: the message tells which check refused the call.)
+  auto refused_for_host_lists = [&] {
+    const absl::Status status = GqaGpuDecode(args, nullptr);
+    return status.code() == absl::StatusCode::kInvalidArgument &&
+           absl::StrContains(status.message(), "host lists");
+  };
+  EXPECT_TRUE(refused_for_host_lists());
   args.kv.host.last_tile_tokens = one + 1;
   args.kv.host.window_slot = one;  // without a device window slot list
-  EXPECT_EQ(GqaGpuDecode(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(refused_for_host_lists());
+  args.kv.host.window_slot = nullptr;  // given where their device lists are: past that check
+  EXPECT_FALSE(refused_for_host_lists());
 }
 
 }  // namespace

@@ -477,8 +477,7 @@ int Main(int argc, char** argv) {
     else if (arg == "--no-prefill") options.prefill = false;
     else if (arg == "--no-overlap") options.overlap = false;
     else if (arg == "--no-floors") options.floors = false;
-    else if (arg == "--gqa-splits")
-      options.gqa_splits = true;
+    else if (arg == "--gqa-splits") options.gqa_splits = true;
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad argument %s (see the comment at the top of attention_bench.cc)\n", argv[i]);

@@ -316,16 +316,19 @@ void RunCpuGqa(const BenchOptions& options) {
           CpuAttentionOptions cpu_options;
           cpu_options.num_threads = threads;
           cpu_options.plan_divisor = divisor;
-          const double seconds = TimeIt(options.iters, [&] {
-            const absl::Status status = CpuGqaDecode(args, cpu_options);
-            if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
-          });
-          const double bytes =
-              double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
-          const double gbps = bytes / seconds / 1e9;
           const std::string label = options.plan_divisors.size() == 1
                                         ? model.name
                                         : absl::StrCat(model.name, "/d", divisor);
+          // A call that fails at once would read as a fast kernel: the first is checked.
+          if (const absl::Status status = CpuGqaDecode(args, cpu_options); !status.ok()) {
+            std::printf("%-8s %8lld %6d   failed: %s\n", label.c_str(),
+                        static_cast<long long>(tokens), batch, status.ToString().c_str());
+            continue;
+          }
+          const double seconds =
+              TimeIt(options.iters, [&] { (void)CpuGqaDecode(args, cpu_options); });
+          const double bytes = double(batch) * tokens * 2 * shape.num_kv_heads * shape.head_dim * 2;
+          const double gbps = bytes / seconds / 1e9;
           std::printf("%-8s %8lld %6d %10.3f %10.1f %7.0f%% %9.2f\n", label.c_str(),
                       static_cast<long long>(tokens), batch, seconds * 1e3, gbps,
                       100 * gbps / options.dram_gbps, gbps / threads);
@@ -343,8 +346,12 @@ void RunCpuMla(const BenchOptions& options) {
   std::printf("path: vector = our vector kernels; onednn = whole blocks through oneDNN bf16\n"
               "matmuls (AMX where the CPU has it); amx = our AMX tile kernel (where this process\n"
               "can use AMX; CpuAttentionOptions::mla_matmul)\n");
-  if (auto mm = cpu::MlaMatmul::Get(16, shape.row_dim(), shape.kv_lora_rank, kBlockTokens); mm.ok()) {
+  // Without oneDNN's bf16 matmul the onednn path runs the vector kernels: no row of its own.
+  const auto mm = cpu::MlaMatmul::Get(16, shape.row_dim(), shape.kv_lora_rank, kBlockTokens);
+  if (mm.ok()) {
     std::printf("onednn's matmuls (scores / P V): %s\n", (*mm)->impl().c_str());
+  } else {
+    std::printf("onednn: no row (%s)\n", mm.status().ToString().c_str());
   }
   std::printf("%-7s %8s %6s %10s %10s %8s %10s %9s\n", "path", "tokens", "batch", "ms", "GB/s",
               "%ceil", "GFLOP/s", "GB/s/thr");
@@ -370,7 +377,7 @@ void RunCpuMla(const BenchOptions& options) {
         const std::string suffix =
             options.plan_divisors.size() == 1 ? "" : absl::StrCat("/d", divisor);
         paths.push_back({"vector" + suffix, MlaMatmulMode::kOff, 0, divisor});
-        paths.push_back({"onednn" + suffix, MlaMatmulMode::kOneDnn, 0, divisor});
+        if (mm.ok()) paths.push_back({"onednn" + suffix, MlaMatmulMode::kOneDnn, 0, divisor});
         if (!MlaAmxUsable()) continue;
         for (int32_t prefetch : options.mla_prefetch) {
           paths.push_back({(options.mla_prefetch.size() == 1 ? std::string("amx")
@@ -386,10 +393,13 @@ void RunCpuMla(const BenchOptions& options) {
         cpu_options.mla_matmul = path_entry.mode;
         cpu_options.mla_amx_prefetch_steps = path_entry.prefetch;
         cpu_options.plan_divisor = path_entry.divisor;
-        const double seconds = TimeIt(options.iters, [&] {
-          const absl::Status status = CpuMlaDecode(args, cpu_options);
-          if (!status.ok()) std::fprintf(stderr, "%s\n", status.ToString().c_str());
-        });
+        if (const absl::Status status = CpuMlaDecode(args, cpu_options); !status.ok()) {
+          std::printf("%-7s %8lld %6d   failed: %s\n", path, static_cast<long long>(tokens), batch,
+                      status.ToString().c_str());
+          continue;
+        }
+        const double seconds =
+            TimeIt(options.iters, [&] { (void)CpuMlaDecode(args, cpu_options); });
         const double bytes = double(batch) * tokens * shape.row_dim() * 2;
         const double flops =
             2.0 * batch * tokens * shape.num_heads * (shape.row_dim() + shape.kv_lora_rank);

@@ -55,6 +55,31 @@ std::string IsaLabel(CpuIsa isa) {
   return absl::StrCat(CpuIsaName(isa), "/", cpu::Avx512Kernels().name);
 }
 
+// Forcing an ISA above this CPU's best is refused (INVALID_ARGUMENT) by the decodes, never run
+// on a lesser kernel. Where the CPU has no AVX-512 the test then skips, saying which kernels this
+// host leaves untested: they run only where the CPU has AVX-512 (the GPU machine's host has it).
+TEST(CpuIsaTest, AnIsaTheCpuLacksIsRefused) {
+  const CpuIsa best = DetectCpuIsa();
+  const GqaShape gqa{32, 4, 128, 64, 0.1f};
+  const MlaShape mla{16, 512, 64, 64, 0.1f};
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(best)) continue;
+    CpuAttentionOptions options;
+    options.isa = isa;
+    EXPECT_EQ(CpuGqaDecode({gqa, 0, nullptr, nullptr, nullptr, nullptr}, options).code(),
+              absl::StatusCode::kInvalidArgument)
+        << CpuIsaName(isa);
+    EXPECT_EQ(CpuMlaDecode({mla, 0, nullptr, nullptr, nullptr, nullptr}, options).code(),
+              absl::StatusCode::kInvalidArgument)
+        << CpuIsaName(isa);
+  }
+  if (best != CpuIsa::kAvx512) {
+    GTEST_SKIP() << "best ISA " << CpuIsaName(best)
+                 << ": the AVX-512 kernel tables, the fast GQA tile kernel, the bf16 MLA kernel "
+                    "and the emulated AMX kernel are not tested on this host";
+  }
+}
+
 TEST(CpuKernelTableTest, TheEnvironmentTurnsTheBf16TableOff) {
   if (DetectCpuIsa() != CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512 here";
   if (std::getenv("WS_CPU_NO_AVX512BF16") != nullptr) {
@@ -287,10 +312,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GqaDecodeTest,
                          CaseName<GqaCase>);
 
 // Scores over a wide range and keys split into more than two parts. Q scaled 16x makes the
-// scores' spread ~20 per standard deviation: most keys' weights underflow below the running
-// max (exp's clamp), a row's max jumps by more than 87 between blocks (alpha = 0), and work
-// items whose whole weight underflows merge in as zero. The parts (3 or 5, at random blocks)
-// merge in one pass (MergeStatesN) and pairwise in order, both to the single-pass reference.
+// scores' spread ~20 per standard deviation: 5-28 % of a row's keys fall more than 87 below its
+// max (exp's clamp), and in 3 of the 24 cases (Qwen3 T257 with 3 and 5 parts, Mixtral T257 with
+// 5) a whole part's weight underflows and merges in as zero. These seeds never raise a row's
+// running max by more than 87 between blocks (alpha = 0); MlaAmxTest builds such rows on
+// purpose. The parts (3 or 5, at random blocks) merge in one pass (MergeStatesN) and pairwise in
+// order, both to the single-pass reference.
 // The tolerances grow 16x with the scores (kWideScale): a score's fp32 rounding is relative to
 // its terms (a row whose LSE is near 0 has scores of magnitude ~50 in it); a clamp or a
 // rescale gone wrong is off by O(1).

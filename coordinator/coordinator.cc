@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <iterator>
 #include <optional>
@@ -534,7 +535,15 @@ absl::Status Coordinator::UseBenchPolicy(absl::string_view policy) {
 absl::StatusOr<v1::BenchResponse> Coordinator::Bench(const v1::BenchRequest& request,
                                                      const std::function<bool()>& cancelled) {
   if (!serving_.load()) return absl::UnavailableError("the workers are not serving");
-  std::lock_guard<std::mutex> bench_lock(bench_mutex_);
+  // One bench at a time: a call that waits for another's end gives up when its client does (its
+  // deadline passed, or it went away), and then switches no policy.
+  std::unique_lock<std::timed_mutex> bench_lock(bench_mutex_, std::defer_lock);
+  while (!bench_lock.try_lock_for(std::chrono::milliseconds(50))) {
+    if (cancelled()) {
+      return absl::CancelledError("the bench call ended while waiting for another bench's end");
+    }
+  }
+  if (cancelled()) return absl::CancelledError("the bench call ended before it started");
   // A request refused for itself leaves the policy as it was.
   WS_RETURN_IF_ERROR(engine_->ValidateBench(request));
   if (!request.policy().empty()) WS_RETURN_IF_ERROR(UseBenchPolicy(request.policy()));

@@ -128,7 +128,7 @@ class Coordinator {
   std::unique_ptr<MetricsServer> metrics_server_;
   std::string metrics_address_;
   std::unique_ptr<Engine> engine_;
-  std::mutex bench_mutex_;  // one Bench at a time (its policy holds for its whole run)
+  std::timed_mutex bench_mutex_;  // one Bench at a time (its policy holds for its whole run)
   uint64_t next_selftest_id_ = uint64_t{1} << 62;
   WorkerClient gpu_worker_;
   WorkerClient cpu_worker_;

@@ -51,6 +51,31 @@ void SetSampleNext(const SamplerOptions& options, Sampler& sampler, internal::Se
   sample->set_draw(sampler.NextDraw());
 }
 
+// What a failed step, or a plan the placement refused, tells the requests it ends. They were
+// valid when submitted, so a worker's or the placement's refusal of the plan is the service's
+// fault (INTERNAL), not theirs (INVALID_ARGUMENT and the like say "never retry"); a worker call
+// past --step_timeout, or cancelled by the coordinator (a lost worker, shutdown), leaves the
+// service unavailable (DEADLINE_EXCEEDED would read as the request's own deadline).
+absl::Status PublicStepError(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kDeadlineExceeded:
+      return absl::UnavailableError(absl::StrCat(
+          "a worker's step did not end within --step_timeout (", status.message(), ")"));
+    case absl::StatusCode::kCancelled:
+      return absl::UnavailableError(status.message());
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kUnknown:
+      return absl::InternalError(
+          absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
+    default:  // INTERNAL, UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, DATA_LOSS, UNIMPLEMENTED
+      return status;
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -257,10 +282,17 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Queue(const v1::GenerateR
     return absl::InvalidArgumentError("the prompt fills the model's context: no token to generate");
   }
   const uint32_t bt = kv_.block_tokens();
-  const uint64_t context = request->prompt.size() + uint64_t{request->max_tokens};
-  request->reserved_blocks = (context + bt - 1) / bt;
   const uint64_t cpu_slots = kv_.region_slots(KvRegion::kCpuCompute);
   const uint64_t gpu_slots = kv_.region_slots(KvRegion::kGpuTransfer);
+  // max_tokens 0: up to the model's context, or as far as the KV regions hold one sequence,
+  // whichever ends first (the context alone is refused below wherever it passes the regions).
+  const uint64_t kv_tokens = (cpu_slots + gpu_slots) * bt;
+  if (proto.sampling().max_tokens() == 0 && request->prompt.size() < kv_tokens &&
+      request->prompt.size() + uint64_t{request->max_tokens} > kv_tokens) {
+    request->max_tokens = static_cast<uint32_t>(kv_tokens - request->prompt.size());
+  }
+  const uint64_t context = request->prompt.size() + uint64_t{request->max_tokens};
+  request->reserved_blocks = (context + bt - 1) / bt;
   if (request->reserved_blocks > cpu_slots + gpu_slots) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "a context of ", request->prompt.size(), " prompt + ", request->max_tokens,
@@ -993,7 +1025,7 @@ absl::Status Engine::RunOneStep() {
       queued_cpu_readers_.clear();
     }
   }
-  for (const auto& [r, status] : failed) Fail(*r, status);
+  for (const auto& [r, status] : failed) Fail(*r, PublicStepError(status));
   if (entries.empty()) return failure;
   uint64_t step_tokens = 0;
   for (const Entry& e : entries) step_tokens += e.tokens;
@@ -1061,11 +1093,7 @@ absl::Status Engine::RunOneStep() {
         std::lock_guard<std::mutex> lock(mutex_);
         forced = e.request->forced;  // FailAll's reason (a dead worker) beats "cancelled"
       }
-      // Only the coordinator cancels a step (a lost worker, shutdown): the service is
-      // unavailable, not the request cancelled.
-      Fail(*e.request, !forced.ok()                      ? forced
-                       : absl::IsCancelled(status) ? absl::UnavailableError(status.message())
-                                                   : status);
+      Fail(*e.request, !forced.ok() ? forced : PublicStepError(status));
     }
     return status;
   }
@@ -1343,7 +1371,10 @@ void Engine::Sampled(Request& r, const internal::SampledToken& sampled) {
     return;
   }
   r.pending_token = token.token_id;
-  const uint32_t interval = std::max<uint32_t>(1, r.proto.stream_interval());
+  // A chunk holds at most logprobs_per_chunk tokens whatever stream_interval says: with 20
+  // log-probabilities a token, ~22K tokens passed a default client's 4 MiB message limit.
+  const uint32_t interval = std::clamp<uint32_t>(
+      r.proto.stream_interval(), 1, std::max<uint32_t>(1, options_.logprobs_per_chunk));
   if (static_cast<uint32_t>(r.chunk.token_ids_size()) >= interval || !r.first_chunk_sent) {
     PushChunk(r);
   }
@@ -1356,10 +1387,10 @@ void Engine::PushChunk(Request& r) {
   r.chunk.Clear();
   if (!r.first_chunk_sent) {
     // The prompt's log-probabilities travel once, in the first chunks: at most
-    // prompt_logprobs_per_chunk in each (a long prompt's would pass a default client's 4 MiB
+    // logprobs_per_chunk in each (a long prompt's would pass a default client's 4 MiB
     // message limit), chunks without tokens before the one that carries the first tokens and
     // the rest.
-    const size_t per_chunk = std::max<uint32_t>(1, options_.prompt_logprobs_per_chunk);
+    const size_t per_chunk = std::max<uint32_t>(1, options_.logprobs_per_chunk);
     size_t sent = 0;
     while (r.prompt_logprobs.size() - sent > per_chunk) {
       v1::GenerateResponse piece;
@@ -1413,6 +1444,11 @@ void Engine::Finish(Request& r, v1::FinishReason reason) {
 
 void Engine::Fail(Request& r, const absl::Status& status) {
   if (r.ended) return;
+  // The tokens generated so far reach the client before the error (stream_interval may have
+  // held them back).
+  if (r.chunk.token_ids_size() > 0 || (!r.first_chunk_sent && !r.prompt_logprobs.empty())) {
+    PushChunk(r);
+  }
   v1::GenerateResponse response;
   response.set_request_id(r.id);
   response.mutable_error()->set_code(static_cast<int32_t>(status.code()));

@@ -113,10 +113,11 @@ struct EngineOptions {
   // at 11 of 12 Qwen3 and DeepSeek points (DeepSeek 4 x 8K 0.98x), 1.03x at Mixtral 32 x 32K.
   // false: the means over all layers.
   bool steady_layer_samples = true;
-  // Prompt log-probabilities per stream message (Chunk.prompt_logprobs; >= 1): each is at
-  // most ~230 bytes with 20 alternatives, so 4096 keep a message under 1 MiB, well inside a
-  // default gRPC client's 4 MiB receive limit.
-  uint32_t prompt_logprobs_per_chunk = 4096;
+  // Log-probabilities per stream message (>= 1): a chunk holds at most this many prompt
+  // entries (Chunk.prompt_logprobs) and at most this many generated tokens, whatever
+  // stream_interval asks. Each is at most ~230 bytes with 20 alternatives, so 4096 keep a
+  // message under 1 MiB, well inside a default gRPC client's 4 MiB receive limit.
+  uint32_t logprobs_per_chunk = 4096;
 };
 
 // A worker's attention time per layer, the scheduler's sample (StepSample): its attended

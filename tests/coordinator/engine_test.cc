@@ -49,7 +49,10 @@ class FakeWorker final : public StepWorker {
       std::lock_guard<std::mutex> lock(plans_mutex_);
       plans_kv_moved_.push_back(plan.kv_moved());
     }
-    if (fail_next_.exchange(false)) return absl::InternalError("injected step failure");
+    if (fail_next_.exchange(false) ||
+        (fail_in_steps_.load() > 0 && fail_in_steps_.fetch_sub(1) == 1)) {
+      return absl::Status(fail_code_.load(), "injected step failure");
+    }
     if (plan.kv_moved() && fail_next_moved_.exchange(false)) {
       return absl::InternalError("injected failure of a step that carried kv_moved");
     }
@@ -171,6 +174,10 @@ class FakeWorker final : public StepWorker {
   std::atomic<int> step_us_{200};
   const KvCacheConfig* kv_ = nullptr;  // where set, every plan is laid out first
   std::atomic<bool> fail_next_{false};
+  // > 0: the step this many steps ahead (1: the next) fails.
+  std::atomic<int> fail_in_steps_{0};
+  // The code of the injected failures.
+  std::atomic<absl::StatusCode> fail_code_{absl::StatusCode::kInternal};
   // Fails the next plan marked kv_moved (after recording it).
   std::atomic<bool> fail_next_moved_{false};
   // Every plan's StepPlan.kv_moved, failed ones included, in order.
@@ -443,6 +450,94 @@ TEST_F(EngineTest, AStepFailureEndsItsRequestsOnly) {
   auto next = engine_->Submit(Request(prompt, 5), absl::InfiniteFuture());
   WS_ASSERT_OK(next.status());
   EXPECT_EQ(Drain(**next).tokens, Expected(9, 5));
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
+// A failed step ends its requests with what it means to their clients: a worker's refusal of
+// the plan (INVALID_ARGUMENT and the like) is the service's fault, INTERNAL; a worker call
+// past --step_timeout (DEADLINE_EXCEEDED) or cancelled leaves the service UNAVAILABLE; the
+// codes a client can act on as they are.
+TEST_F(EngineTest, AStepFailureTellsTheClientWhatItMeans) {
+  const std::vector<uint32_t> prompt(10, 9);
+  const std::pair<absl::StatusCode, absl::StatusCode> cases[] = {
+      {absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable},
+      {absl::StatusCode::kCancelled, absl::StatusCode::kUnavailable},
+      {absl::StatusCode::kInvalidArgument, absl::StatusCode::kInternal},
+      {absl::StatusCode::kFailedPrecondition, absl::StatusCode::kInternal},
+      {absl::StatusCode::kOutOfRange, absl::StatusCode::kInternal},
+      {absl::StatusCode::kNotFound, absl::StatusCode::kInternal},
+      {absl::StatusCode::kInternal, absl::StatusCode::kInternal},
+      {absl::StatusCode::kUnavailable, absl::StatusCode::kUnavailable},
+      {absl::StatusCode::kResourceExhausted, absl::StatusCode::kResourceExhausted}};
+  for (const auto& [worker, client] : cases) {
+    gpu_->fail_code_ = worker;
+    gpu_->fail_next_ = true;
+    auto failed = engine_->Submit(Request(prompt, 5), absl::InfiniteFuture());
+    WS_ASSERT_OK(failed.status());
+    const absl::Status status = Drain(**failed).status;
+    EXPECT_EQ(status.code(), client) << absl::StatusCodeToString(worker) << ": " << status;
+    EXPECT_THAT(status.message(), ::testing::HasSubstr("injected step failure"));
+  }
+  gpu_->fail_code_ = absl::StatusCode::kInternal;
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
+// A request that fails mid-generation first gets the tokens it had generated (a large
+// stream_interval held them back), then the error.
+TEST_F(EngineTest, AFailedRequestKeepsTheTokensItHad) {
+  v1::GenerateRequest request = Request(std::vector<uint32_t>(10, 9), 1000);
+  request.set_stream_interval(1000);
+  gpu_->fail_in_steps_ = 12;  // the prompt's step, 10 decode steps, then the failure
+  auto stream = engine_->Submit(request, absl::InfiniteFuture());
+  WS_ASSERT_OK(stream.status());
+  const Outcome outcome = Drain(**stream);
+  EXPECT_EQ(outcome.status.code(), absl::StatusCode::kInternal) << outcome.status;
+  EXPECT_FALSE(outcome.complete);
+  EXPECT_EQ(outcome.tokens, Expected(9, 11));
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
+// A chunk holds at most logprobs_per_chunk generated tokens whatever stream_interval asks (a
+// default client refuses a message over 4 MiB: ~22K tokens with 20 log-probabilities each).
+TEST_F(EngineTest, AChunkHoldsAtMostItsLimitWhateverTheInterval) {
+  engine_->Stop();
+  EngineOptions options;
+  options.max_step_tokens = 64;
+  options.logprobs_per_chunk = 5;
+  engine_ = std::make_unique<Engine>(options, model_, kv_, &placement_mutex_, placement_.get(),
+                                     scheduler_.get(), gpu_.get(), cpu_.get());
+  engine_->set_serving(true);
+  engine_->Start();
+  v1::GenerateRequest request = Request({1, 2, 3}, 23);
+  request.set_stream_interval(1000);
+  request.mutable_sampling()->set_logprobs(3);
+  auto stream = engine_->Submit(request, absl::InfiniteFuture());
+  WS_ASSERT_OK(stream.status());
+  std::vector<int> tokens_per_chunk;
+  v1::GenerateResponse response;
+  bool done = false;
+  while (!done) {
+    if ((*stream)->Next(&response, absl::Seconds(10), &done)) {
+      if (response.has_chunk()) tokens_per_chunk.push_back(response.chunk().token_ids_size());
+    } else if (!done) {
+      ADD_FAILURE() << "the stream did not end within 10 s";
+      break;
+    }
+  }
+  // The first token at once, then chunks of the limit, the rest with the end.
+  EXPECT_THAT(tokens_per_chunk, ::testing::ElementsAre(1, 5, 5, 5, 5, 2));
+  EXPECT_EQ(UsedBlocks(), 0u);
+}
+
+// max_tokens 0 runs up to the model's context or as far as the KV regions hold the sequence,
+// whichever ends first: here the regions (80 blocks of 16 tokens) before the context (4096).
+TEST_F(EngineTest, MaxTokensZeroRunsAsFarAsTheKvRegionsHold) {
+  auto stream = engine_->Submit(Request(std::vector<uint32_t>(10, 9), 0), absl::InfiniteFuture());
+  WS_ASSERT_OK(stream.status());
+  const Outcome outcome = Drain(**stream);
+  WS_EXPECT_OK(outcome.status);
+  EXPECT_EQ(outcome.reason, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(outcome.tokens.size(), 80u * 16 - 10);
   EXPECT_EQ(UsedBlocks(), 0u);
 }
 
@@ -887,12 +982,12 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
 
 // A long prompt's log-probabilities come in several chunks before the first token's (a
 // default gRPC client refuses a message over 4 MiB, ~18K prompt tokens with 20 alternatives):
-// at most prompt_logprobs_per_chunk a chunk, in order, one per prompt token after the first.
+// at most logprobs_per_chunk a chunk, in order, one per prompt token after the first.
 TEST_F(EngineTest, PromptLogprobsComeInChunksOfTheirLimit) {
   engine_->Stop();
   EngineOptions options;
   options.max_step_tokens = 64;
-  options.prompt_logprobs_per_chunk = 5;
+  options.logprobs_per_chunk = 5;
   engine_ = std::make_unique<Engine>(options, model_, kv_, &placement_mutex_, placement_.get(),
                                      scheduler_.get(), gpu_.get(), cpu_.get());
   engine_->set_serving(true);

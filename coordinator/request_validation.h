@@ -47,7 +47,7 @@ absl::Status ValidateSamplingParams(const v1::SamplingParams& sampling,
 
 // The number of tokens to generate: sampling.max_tokens, or when 0 the rest of the context
 // (max_context - prompt length, 0 when the prompt already fills it). For a request that
-// passed ValidateGenerateRequest it is >= 1 and prompt + it <= max_context. (Engine::Submit
+// passed ValidateGenerateRequest it is >= 1 and prompt + it <= max_context. (Engine::Queue
 // caps a 0's further by what the KV regions hold.)
 uint32_t ResolveMaxTokens(const v1::GenerateRequest& request, const RequestLimits& limits);
 

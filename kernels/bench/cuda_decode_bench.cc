@@ -335,7 +335,7 @@ void RunGqa(const BenchOptions& options) {
         args.lse = lse.as<float>();
         args.split.gqa_kernel = cuda::GqaDecodeKernel::kRegisters;
         double seconds, call_seconds;
-        double bulk_seconds[2] = {0, 0};  // 0: not timed (per-seq launches) or failed
+        double bulk_seconds[2] = {0, 0};  // 0: not timed (per-seq launches), -1: failed
         // bulk4 at kBulkSplits' sizes; 0: not timed (per-seq launches, or more splits than a
         // planned call may have), -1: failed.
         double bulk_split_seconds[std::size(kBulkSplits)] = {};
@@ -348,33 +348,27 @@ void RunGqa(const BenchOptions& options) {
           auto decode = [&] { (void)cuda::GqaGpuDecode(args, nullptr); };
           seconds = TimeGpu(options.iters, decode);
           call_seconds = TimeGpu(options.iters, decode, /*from_idle_stream=*/true);
-          const cuda::GqaDecodeKernel bulk_kernels[] = {cuda::GqaDecodeKernel::kBulk4,
-                                                        cuda::GqaDecodeKernel::kBulk3x2};
-          for (int i = 0; i < 2; ++i) {
+          // A bulk kernel's seconds at `per`-token splits (0: its plan) with a workspace of its
+          // own, or -1 where it fails (said on a line of its own).
+          auto time_bulk = [&](cuda::GqaDecodeKernel kernel, int32_t per) {
             cuda::GqaGpuDecodeArgs bulk = args;
-            bulk.split.gqa_kernel = bulk_kernels[i];
+            bulk.split.gqa_kernel = kernel;
+            bulk.split.tokens_per_split = per;
             bulk.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(bulk);
             DeviceMemory bulk_workspace(bulk.workspace_bytes);
             bulk.workspace = bulk_workspace.ptr;
             absl::Status failure;
-            bulk_seconds[i] = TimeGqaDecode(options.iters, bulk, &failure);
-            if (!failure.ok()) std::printf("bulk kernel %d: %s\n", i, failure.ToString().c_str());
-          }
+            const double seconds = TimeGqaDecode(options.iters, bulk, &failure);
+            if (failure.ok()) return seconds;
+            std::printf("bulk kernel %d at split %d: %s\n", static_cast<int>(kernel), per,
+                        failure.ToString().c_str());
+            return -1.0;
+          };
+          bulk_seconds[0] = time_bulk(cuda::GqaDecodeKernel::kBulk4, 0);
+          bulk_seconds[1] = time_bulk(cuda::GqaDecodeKernel::kBulk3x2, 0);
           for (size_t i = 0; options.gqa_splits && i < std::size(kBulkSplits); ++i) {
             if (tokens > 1024 * int64_t{kBulkSplits[i]}) continue;
-            cuda::GqaGpuDecodeArgs fixed = args;
-            fixed.split.gqa_kernel = cuda::GqaDecodeKernel::kBulk4;
-            fixed.split.tokens_per_split = kBulkSplits[i];
-            fixed.workspace_bytes = cuda::GqaGpuDecodeWorkspaceBytes(fixed);
-            DeviceMemory fixed_workspace(fixed.workspace_bytes);
-            fixed.workspace = fixed_workspace.ptr;
-            absl::Status failure;
-            bulk_split_seconds[i] = TimeGqaDecode(options.iters, fixed, &failure);
-            if (!failure.ok()) {
-              bulk_split_seconds[i] = -1;
-              std::printf("bulk4 at %d-token splits: %s\n", kBulkSplits[i],
-                          failure.ToString().c_str());
-            }
+            bulk_split_seconds[i] = time_bulk(cuda::GqaDecodeKernel::kBulk4, kBulkSplits[i]);
           }
         } else {
           // Pool smaller than the batch's KV: sequences at staggered starts, one launch each
@@ -404,7 +398,7 @@ void RunGqa(const BenchOptions& options) {
           if (bulk > 0) {
             std::printf(" %10.4f %5.0f%%", bulk * 1e3, 100 * bytes / bulk / 1e9 / options.hbm_gbps);
           } else {
-            std::printf(" %10s %6s", "-", "-");
+            std::printf(" %10s %6s", bulk < 0 ? "failed" : "-", "-");
           }
         }
         for (size_t i = 0; options.gqa_splits && i < std::size(kBulkSplits); ++i) {

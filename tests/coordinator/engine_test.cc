@@ -265,6 +265,17 @@ class EngineTest : public ::testing::Test {
     engine_->Start();
   }
   void TearDown() override { engine_->Stop(); }
+  // The engine again over the same scheduler, with `limit` log-probabilities a chunk.
+  void RestartWithChunkLimit(uint32_t limit) {
+    engine_->Stop();
+    EngineOptions options;
+    options.max_step_tokens = 64;
+    options.logprobs_per_chunk = limit;
+    engine_ = std::make_unique<Engine>(options, model_, kv_, &placement_mutex_, placement_.get(),
+                                       scheduler_.get(), gpu_.get(), cpu_.get());
+    engine_->set_serving(true);
+    engine_->Start();
+  }
 
   static v1::GenerateRequest Request(std::vector<uint32_t> prompt, uint32_t max_tokens,
                                      const std::string& id = "") {
@@ -500,14 +511,7 @@ TEST_F(EngineTest, AFailedRequestKeepsTheTokensItHad) {
 // A chunk holds at most logprobs_per_chunk generated tokens whatever stream_interval asks (a
 // default client refuses a message over 4 MiB: ~22K tokens with 20 log-probabilities each).
 TEST_F(EngineTest, AChunkHoldsAtMostItsLimitWhateverTheInterval) {
-  engine_->Stop();
-  EngineOptions options;
-  options.max_step_tokens = 64;
-  options.logprobs_per_chunk = 5;
-  engine_ = std::make_unique<Engine>(options, model_, kv_, &placement_mutex_, placement_.get(),
-                                     scheduler_.get(), gpu_.get(), cpu_.get());
-  engine_->set_serving(true);
-  engine_->Start();
+  RestartWithChunkLimit(5);
   v1::GenerateRequest request = Request({1, 2, 3}, 23);
   request.set_stream_interval(1000);
   request.mutable_sampling()->set_logprobs(3);
@@ -984,14 +988,7 @@ TEST_F(EngineTest, BenchPlacesTheContextAndReportsStepsOfTheWholeBatch) {
 // default gRPC client refuses a message over 4 MiB, ~18K prompt tokens with 20 alternatives):
 // at most logprobs_per_chunk a chunk, in order, one per prompt token after the first.
 TEST_F(EngineTest, PromptLogprobsComeInChunksOfTheirLimit) {
-  engine_->Stop();
-  EngineOptions options;
-  options.max_step_tokens = 64;
-  options.logprobs_per_chunk = 5;
-  engine_ = std::make_unique<Engine>(options, model_, kv_, &placement_mutex_, placement_.get(),
-                                     scheduler_.get(), gpu_.get(), cpu_.get());
-  engine_->set_serving(true);
-  engine_->Start();
+  RestartWithChunkLimit(5);
   for (const uint32_t prompt_tokens : {1u, 5u, 6u, 17u, 40u}) {
     std::vector<uint32_t> prompt(prompt_tokens);
     for (uint32_t i = 0; i < prompt_tokens; ++i) prompt[i] = (3 * i + 1) % model_.vocab_size;

@@ -257,8 +257,6 @@ void RunGqaAnatomy(const BenchOptions& options) {
         fixed.split.tokens_per_split = per;
         std::printf(" %8.1f", us([&] { (void)cuda::GqaGpuDecode(fixed, nullptr); }));
       }
-      // The bulk kernel plans its own splits (1 CTA per SM): the widest workspace above holds
-      // them.
       // A decode's and a window-only call's µs, both "failed" where either call fails.
       auto print_pair = [&](const cuda::GqaGpuDecodeArgs& decode,
                             const cuda::GqaGpuDecodeArgs& window, int window_width) {
@@ -270,6 +268,8 @@ void RunGqaAnatomy(const BenchOptions& options) {
           std::printf(" %8s %*s", "failed", window_width, "failed");
         }
       };
+      // The bulk kernel plans its own splits (1 CTA per SM): the widest workspace above holds
+      // them.
       cuda::GqaGpuDecodeArgs bulk = args, bulk_window = window_only;
       bulk.split.gqa_kernel = bulk_window.split.gqa_kernel = cuda::GqaDecodeKernel::kBulk4;
       print_pair(bulk, bulk_window, 9);
@@ -358,8 +358,8 @@ void RunGqa(const BenchOptions& options) {
             DeviceMemory bulk_workspace(bulk.workspace_bytes);
             bulk.workspace = bulk_workspace.ptr;
             absl::Status failure;
-            const double seconds = TimeGqaDecode(options.iters, bulk, &failure);
-            if (failure.ok()) return seconds;
+            const double timed = TimeGqaDecode(options.iters, bulk, &failure);
+            if (failure.ok()) return timed;
             std::printf("bulk kernel %d at split %d: %s\n", static_cast<int>(kernel), per,
                         failure.ToString().c_str());
             return -1.0;

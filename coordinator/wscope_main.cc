@@ -101,7 +101,9 @@ ABSL_FLAG(absl::Duration, generate_timeout, absl::Seconds(600),
 ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma separated");
 ABSL_FLAG(std::string, prompt_file, "",
           "generate: file of prompt token ids, separated by whitespace or commas ('-': stdin)");
-ABSL_FLAG(uint32_t, max_tokens, 0, "generate: tokens to generate (0: the rest of the context)");
+ABSL_FLAG(uint32_t, max_tokens, 0,
+          "generate: tokens to generate (0: the rest of the context, or as far as the server's KV "
+          "regions hold the sequence)");
 ABSL_FLAG(float, temperature, 0.0f, "generate, bench: sampling temperature (0: greedy)");
 ABSL_FLAG(uint32_t, top_k, 0, "generate, bench: top-k (0: off)");
 ABSL_FLAG(float, top_p, 1.0f, "generate, bench: nucleus sampling p (1: off)");

@@ -233,11 +233,9 @@ void RunGqaAnatomy(const BenchOptions& options) {
         (void)LaunchReadAll(tiles.ptr, tile_bytes, g_sink, kReadBlocks, nullptr);
       });
       const double decode = us([&] { (void)cuda::GqaGpuDecode(args, nullptr); });
-      int sms = 132;
-      (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
       const int32_t per_auto = cuda::internal::SplitTokens(
           cuda::internal::kGqaTensorCoreSplits, static_cast<int32_t>(tokens), shape.num_kv_heads,
-          sms, 1024);
+          cuda::internal::SmCount(), 1024);
       const int32_t splits_auto = (static_cast<int32_t>(tokens) + per_auto - 1) / per_auto;
       const double merge = us([&] {
         (void)cuda::internal::LaunchMergeSplits(
@@ -426,6 +424,7 @@ void RunMla(const BenchOptions& options) {
               "s256", "s512", "s1024", "s2048", "inline", "sm1", "split_tokens");
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
+  const int sms = cuda::internal::SmCount();
   for (int64_t tokens : options.tokens) {
     for (int32_t batch : options.batches) {
       const int64_t tile_tokens = tokens - kWindowTokens;
@@ -491,8 +490,6 @@ void RunMla(const BenchOptions& options) {
       } else {
         std::printf(" %8s", "-");
       }
-      int sms = 132;
-      (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
       const int64_t sm1_splits = std::max<int64_t>(1, sms / batch);
       cuda::MlaGpuDecodeArgs sm1 = args;
       sm1.split.tokens_per_split = static_cast<int32_t>(
@@ -921,8 +918,7 @@ void RunFloors(const BenchOptions& options) {
     std::printf("\n== CUDA floors: skipped (no memory for the reads' sink) ==\n");
     return;
   }
-  int sms = 132;
-  (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int sms = cuda::internal::SmCount();
   std::printf("\n== CUDA floors at batch 1: reads by n SMs, and empty launches (us) ==\n");
   std::printf(
       "wide: the anatomy's read (%d CTAs of 256 threads); nNNN: n CTAs of 1024 threads, one an\n"

@@ -2842,13 +2842,18 @@ TEST(DecodeReadsTest, AGuessThatAnExplorationDidNotMeasureIsMeasuredAgain) {
 // rest 25 ms a layer longer), its exploration's first step is as slow, and the measurement is
 // taken as it is too.
 TEST(DecodeReadsTest, AGuessMeasuredOnALoneSpikeIsMeasuredAgain) {
-  enum class Case { kSpike, kWithinTheGuess, kFarSlower };
+  // factor: the measuring step's time over its world's; held: what the check holds.
+  struct Case {
+    const char* name;
+    double factor, gpu_only_rest_change_ns;
+    bool held;
+  };
+  const Case cases[] = {{"a spike", 2.2, -3e6, true},
+                        {"within the guess's factor", 1.6, -3e6, false},
+                        {"GPU-only far slower", 1.0, 25e6, false}};
   for (const bool check : {true, false}) {
-    for (const Case what : {Case::kSpike, Case::kWithinTheGuess, Case::kFarSlower}) {
-      SCOPED_TRACE(std::string(check ? "check" : "no check") + (what == Case::kSpike ? ", a spike"
-                                                                : what == Case::kWithinTheGuess
-                                                                    ? ", within the guess's factor"
-                                                                    : ", GPU-only far slower"));
+    for (const Case& what : cases) {
+      SCOPED_TRACE(std::string(check ? "check, " : "no check, ") + what.name);
       SchedulerOptions options = QuietWindow();
       options.rest_guess_check = check;
       const ReadWorld world = NearWorld();
@@ -2856,8 +2861,7 @@ TEST(DecodeReadsTest, AGuessMeasuredOnALoneSpikeIsMeasuredAgain) {
       ASSERT_NO_FATAL_FAILURE(SettleAt16(*scheduler, world));
       ASSERT_GT(ReadStep(*scheduler, world, 16).cpu_share, 0.0);
       ReadWorld bigger = world;
-      bigger.rest_gpu_only_ns += what == Case::kFarSlower ? 25e6 : -3e6;
-      const double factor = what == Case::kSpike ? 2.2 : what == Case::kWithinTheGuess ? 1.6 : 1.0;
+      bigger.rest_gpu_only_ns += what.gpu_only_rest_change_ns;
       const uint64_t held_before = scheduler->rest_outliers_held();
       int measurements = 0, gpu_only_explorations = 0, gpu_only_chosen = 0;
       double measured_ns = 0.0;
@@ -2866,14 +2870,14 @@ TEST(DecodeReadsTest, AGuessMeasuredOnALoneSpikeIsMeasuredAgain) {
         StepSample sample = bigger.Run(d.cpu_share, 200000);
         const bool measures = d.cpu_share == 0.0 && d.explore && !d.exploration_continues;
         if (measures && measurements++ == 0) {
-          sample.step_ns *= factor;
+          sample.step_ns *= what.factor;
           measured_ns = sample.step_ns - sample.gpu.ns;  // the rest it measures
         }
         scheduler->ObserveStep(sample);
         if (d.cpu_share == 0.0 && d.explore && d.exploration_continues) ++gpu_only_explorations;
         if (d.cpu_share == 0.0 && !d.explore) ++gpu_only_chosen;
       }
-      if (what == Case::kSpike && check) {
+      if (what.held && check) {
         EXPECT_EQ(gpu_only_explorations, 2);
         EXPECT_GE(gpu_only_chosen, 25);
         EXPECT_NEAR(scheduler->rest_gpu_only_ns(), bigger.rest_gpu_only_ns, 0.2e6);

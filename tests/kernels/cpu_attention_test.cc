@@ -2,12 +2,12 @@
 // table of shapes, token counts and splits of the keys into two parts: the merged
 // partials must equal single-pass attention to fp32 rounding.
 #include "kernels/cpu_attention.h"
-#include "kernels/cpu/cpu_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -16,11 +16,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/process.h"
 #include "kernels/attention_reference.h"
 #include "kernels/attention_state.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/mla_amx.h"
 #include "tests/common/test_util.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -89,6 +90,28 @@ TEST(CpuKernelTableTest, TheEnvironmentTurnsTheBf16TableOff) {
     EXPECT_STREQ(cpu::Avx512Kernels().name,
                  __builtin_cpu_supports("avx512bf16") ? "avx512bf16" : "avx512");
   }
+}
+
+// Which kernels each table holds: the fast GQA tile kernel (Qwen3's group 8 and Mixtral's 4 at
+// head_dim 128) and the bf16 MLA kernel are the AVX-512 table's only, the latter where the CPU
+// has AVX-512 BF16 (and the environment leaves it on). What the decodes run with each table is
+// the shape tests' (GqaDecodeTest, MlaDecodeTest); this checks that the fast ones are there to run.
+TEST(CpuKernelTableTest, TheFastKernelsAreInTheAvx512TableOnly) {
+  for (const cpu::KernelTable* table : {&cpu::ScalarKernels(), &cpu::Avx2Kernels()}) {
+    EXPECT_EQ(table->gqa_tiles, nullptr) << table->name;
+    EXPECT_EQ(table->mla_segment_bf16, nullptr) << table->name;
+    EXPECT_NE(table->gqa_segment, nullptr) << table->name;
+    EXPECT_NE(table->mla_segment, nullptr) << table->name;
+  }
+  if (DetectCpuIsa() != CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512 here";
+  const cpu::KernelTable& avx512 = cpu::Avx512Kernels();
+  ASSERT_NE(avx512.gqa_tiles, nullptr);
+  ASSERT_NE(avx512.gqa_tiles_supported, nullptr);
+  for (const int32_t group : {1, 2, 4, 8, 16})
+    EXPECT_TRUE(avx512.gqa_tiles_supported(group, 128)) << group;
+  EXPECT_FALSE(avx512.gqa_tiles_supported(3, 128));
+  EXPECT_FALSE(avx512.gqa_tiles_supported(8, 72));
+  EXPECT_EQ(avx512.mla_segment_bf16 != nullptr, std::string(avx512.name) == "avx512bf16");
 }
 
 // Several threads and many work items, so the in-kernel merge of items is exercised too.
@@ -212,11 +235,20 @@ PartLists ListsOf(const std::vector<TiledSequence>& seqs,
   return out;
 }
 
+// A region's slots for `lengths`: twice the blocks of the longest (at least 2000 tokens) per
+// sequence, so that the slots the sequences take are spread over it.
+int64_t SlotsFor(const std::vector<int64_t>& lengths, int32_t block_tokens) {
+  int64_t longest = 2000;
+  for (int64_t n : lengths) longest = std::max(longest, n);
+  return 8 + 2 * (longest / block_tokens + 2) * static_cast<int64_t>(lengths.size());
+}
+
 // Random sequences in a shuffled GQA region.
 struct GqaWorld {
   GqaWorld(const GqaShape& shape, const std::vector<int64_t>& lengths, uint64_t seed)
-      : shape(shape), rng(seed),
-        region(/*num_slots=*/8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
+      : shape(shape),
+        rng(seed),
+        region(SlotsFor(lengths, shape.block_tokens),
                int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim) {
     for (int64_t n : lengths) {
       seqs.push_back(testing::MakeSequence(region, n, shape.block_tokens, rng,
@@ -384,6 +416,57 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<2>(info.param));
     });
 
+// Long sequences: the real shapes at 16K keys (the tables above stop at 1000), split two ways at
+// random blocks and at a cut, beside a 3-token sequence. Every ISA runs with the workers' options
+// (OpenMP's threads, plan divisor 1: an item spans many blocks) and with many small items
+// (Options: 3 threads, divisor 16), against the fp64 reference, at the short tests' tolerances.
+constexpr int64_t kLongTokens = 16411;  // 64 blocks of 256 and 27 tokens; 256 blocks of 64 and 27
+constexpr GqaCase kLongGqaCases[] = {kGqaCases[0], kGqaCases[1]};  // Qwen3, Mixtral
+
+class GqaDecodeLongTest : public ::testing::TestWithParam<std::tuple<GqaCase, int64_t, SplitMode>> {
+};
+
+TEST_P(GqaDecodeLongTest, MergedPartsEqualSinglePassReference) {
+  const auto& [c, tokens, mode] = GetParam();
+  const GqaShape shape = ShapeOf(c);
+  GqaWorld world(
+      shape, {tokens, 3},
+      std::hash<std::string>{}(absl::StrCat("long", c.name, tokens, static_cast<int>(mode))));
+  std::vector<std::vector<int>> whole, split;
+  for (const auto& seq : world.seqs) {
+    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
+    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, world.rng));
+  }
+  // Both parts hold keys of the long sequence.
+  const int64_t in_part1 = std::count(split[0].begin(), split[0].end(), 1);
+  ASSERT_GT(in_part1, 0);
+  ASSERT_LT(in_part1, static_cast<int64_t>(split[0].size()));
+  const Partial reference = world.Run(whole, 0, ReferenceGqaDecode);
+  const Partial ref0 = world.Run(split, 0, ReferenceGqaDecode);
+  const Partial ref1 = world.Run(split, 1, ReferenceGqaDecode);
+  ExpectClose(Merge(ref0, ref1), reference, "reference parts long");
+  for (CpuIsa isa : AvailableIsas()) {
+    CpuAttentionOptions workers;
+    workers.isa = isa;
+    for (const auto& [label, options] :
+         {std::pair{"workers' options", workers}, std::pair{"small items", Options(isa)}}) {
+      const std::string name = absl::StrCat(IsaLabel(isa), " long, ", label);
+      auto cpu = [&](const GqaDecodeArgs& args) { return CpuGqaDecode(args, options); };
+      const Partial part0 = world.Run(split, 0, cpu);
+      const Partial part1 = world.Run(split, 1, cpu);
+      ExpectClose(part0, ref0, name + " part0");
+      ExpectClose(part1, ref1, name + " part1");
+      ExpectClose(Merge(part0, part1), reference, name + " merged");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GqaDecodeLongTest,
+    ::testing::Combine(::testing::ValuesIn(kLongGqaCases), ::testing::Values(kLongTokens),
+                       ::testing::Values(SplitMode::kPrefix, SplitMode::kRandom)),
+    CaseName<GqaCase>);
+
 TEST(GqaDecodeEdgeTest, EmptyBatchAndEmptySequencesAreFinite) {
   const GqaShape shape = ShapeOf(kGqaCases[0]);
   std::vector<uint16_t> q(2 * shape.num_q_heads * shape.head_dim, FloatToBf16(1.0f));
@@ -503,7 +586,7 @@ struct MlaWorld {
   MlaWorld(const MlaShape& shape, const std::vector<int64_t>& lengths, uint64_t seed, float q_scale)
       : shape(shape),
         rng(seed),
-        region(8 + 2 * (2000 / shape.block_tokens + 2) * lengths.size(),
+        region(SlotsFor(lengths, shape.block_tokens),
                int64_t{shape.block_tokens} * shape.row_dim()) {
     for (int64_t n : lengths) {
       seqs.push_back(
@@ -786,6 +869,94 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeManyPartsTest,
                            return absl::StrCat(std::get<0>(info.param).name, "_T",
                                                std::get<1>(info.param));
                          });
+
+// MLA the same way as GqaDecodeLongTest: DeepSeek-V2-Lite's shape at 16K keys beside a 3-token
+// sequence, on the vector kernels, whole blocks through oneDNN, and our AMX kernel (emulated on
+// AVX-512; on the CPU's AMX where usable), with the workers' plan and with small items.
+class MlaDecodeLongTest : public ::testing::TestWithParam<std::tuple<MlaCase, int64_t, SplitMode>> {
+};
+
+TEST_P(MlaDecodeLongTest, MergedPartsEqualSinglePassReference) {
+  const auto& [c, tokens, mode] = GetParam();
+  const MlaShape shape = ShapeOf(c);
+  MlaWorld world(
+      shape, {tokens, 3},
+      std::hash<std::string>{}(absl::StrCat("long", c.name, tokens, static_cast<int>(mode))), 2.0f);
+  std::vector<std::vector<int>> whole, split;
+  for (const auto& seq : world.seqs) {
+    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
+    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, world.rng));
+  }
+  const int64_t in_part1 = std::count(split[0].begin(), split[0].end(), 1);
+  ASSERT_GT(in_part1, 0);
+  ASSERT_LT(in_part1, static_cast<int64_t>(split[0].size()));
+  const Partial reference = world.Run(whole, 0, ReferenceMlaDecode);
+  const Partial ref0 = world.Run(split, 0, ReferenceMlaDecode);
+  const Partial ref1 = world.Run(split, 1, ReferenceMlaDecode);
+  for (CpuIsa isa : AvailableIsas()) {
+    struct Path {
+      const char* label;
+      MlaMatmulMode mode;
+      bool emulated;
+    };
+    std::vector<Path> paths = {{"", MlaMatmulMode::kOff, false},
+                               {" oneDNN", MlaMatmulMode::kOneDnn, false}};
+    if (isa == CpuIsa::kAvx512) paths.push_back({" AMX emulated", MlaMatmulMode::kAmx, true});
+    if (MlaAmxUsable()) paths.push_back({" AMX", MlaMatmulMode::kAmx, false});
+    for (const Path& path : paths) {
+      CpuAttentionOptions workers;
+      workers.isa = isa;
+      for (auto [label, options] :
+           {std::pair{"workers' options", workers}, std::pair{"small items", Options(isa)}}) {
+        options.mla_matmul = path.mode;
+        options.mla_amx_emulated = path.emulated;
+        const std::string name = absl::StrCat(CpuIsaName(isa), path.label, " long, ", label);
+        auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); };
+        const Partial part0 = world.Run(split, 0, cpu);
+        const Partial part1 = world.Run(split, 1, cpu);
+        ExpectClose(part0, ref0, name + " part0");
+        ExpectClose(part1, ref1, name + " part1");
+        ExpectClose(Merge(part0, part1), reference, name + " merged");
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MlaDecodeLongTest,
+    ::testing::Combine(::testing::Values(kMlaCases[0]), ::testing::Values(kLongTokens),
+                       ::testing::Values(SplitMode::kPrefix, SplitMode::kRandom)),
+    CaseName<MlaCase>);
+
+// kAuto runs this CPU's best ISA: the same bits as that ISA forced, GQA and MLA (the tables'
+// kernels; CpuKernelTableTest checks what each table holds). The scalar kernels give other bits
+// at these shapes, so the check can tell the two apart where the best is not scalar.
+TEST(CpuIsaTest, AutoRunsTheBestIsa) {
+  GqaWorld gqa(ShapeOf(kGqaCases[0]), {300}, 5);
+  MlaWorld mla(ShapeOf(kMlaCases[1]), {300}, 6, 2.0f);
+  const std::vector<std::vector<int>> gqa_all = {std::vector<int>(gqa.seqs[0].blocks.size(), 0)};
+  const std::vector<std::vector<int>> mla_all = {std::vector<int>(mla.seqs[0].blocks.size(), 0)};
+  auto run_gqa = [&](CpuIsa isa) {
+    return gqa.Run(gqa_all, 0,
+                   [&](const GqaDecodeArgs& a) { return CpuGqaDecode(a, Options(isa)); });
+  };
+  auto run_mla = [&](CpuIsa isa) {
+    return mla.Run(mla_all, 0,
+                   [&](const MlaDecodeArgs& a) { return CpuMlaDecode(a, Options(isa)); });
+  };
+  auto same_bits = [](const Partial& a, const Partial& b) {
+    return std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)) == 0 &&
+           std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0;
+  };
+  const CpuIsa best = DetectCpuIsa();
+  const Partial gqa_best = run_gqa(best), mla_best = run_mla(best);
+  EXPECT_TRUE(same_bits(run_gqa(CpuIsa::kAuto), gqa_best)) << "GQA, best " << CpuIsaName(best);
+  EXPECT_TRUE(same_bits(run_mla(CpuIsa::kAuto), mla_best)) << "MLA, best " << CpuIsaName(best);
+  if (best != CpuIsa::kScalar) {
+    EXPECT_FALSE(same_bits(run_gqa(CpuIsa::kScalar), gqa_best)) << "GQA";
+    EXPECT_FALSE(same_bits(run_mla(CpuIsa::kScalar), mla_best)) << "MLA";
+  }
+}
 
 // ---------------------------------------------------------------- GQA prefill ---------
 

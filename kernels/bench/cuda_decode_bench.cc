@@ -132,6 +132,52 @@ double TimeMlaDecode(int iters, const cuda::MlaGpuDecodeArgs& args,
       iters, [&] { return cuda::MlaGpuDecode(args, nullptr); }, failure);
 }
 
+// In a row: kRowLayers calls queued back to back behind one flush, call l over its own copy of
+// the bytes (`layer(l)` enqueues it and returns its status), timed as one and divided by
+// kRowLayers. A step's layers run so: each layer's decode follows the layer's other kernels on
+// the stream, with no event pair around it, and reads its own layer's K/V from HBM. 0 where a
+// first, checked pass fails.
+constexpr int kRowLayers = 8;
+template <typename Layer>
+double TimeInARow(int iters, Layer layer) {
+  for (int l = 0; l < kRowLayers; ++l) {
+    if (!layer(l).ok()) return 0;
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) return 0;
+  return TimeGpu(iters,
+                 [&] {
+                   for (int l = 0; l < kRowLayers; ++l) (void)layer(l);
+                 }) /
+         kRowLayers;
+}
+
+// kRowLayers copies of a point's tiles and window, each filled as the point's (0x3c), for
+// TimeInARow; `ok` false where they do not fit the GPU (the columns then print "-").
+struct RowCopies {
+  RowCopies(size_t tile_bytes, size_t window_bytes)
+      : tile_bytes(tile_bytes),
+        window_bytes(window_bytes),
+        tiles(kRowLayers * tile_bytes),
+        window(kRowLayers * window_bytes) {
+    ok = tiles.ptr != nullptr && window.ptr != nullptr;
+    if (!ok) {
+      (void)cudaGetLastError();  // the failed allocation's error, not a later call's
+      return;
+    }
+    BENCH_CUDA(cudaMemset(tiles.ptr, 0x3c, kRowLayers * tile_bytes));
+    BENCH_CUDA(cudaMemset(window.ptr, 0x3c, kRowLayers * window_bytes));
+  }
+  const uint16_t* tiles_of(int layer) const {
+    return reinterpret_cast<const uint16_t*>(tiles.as<const char>() + layer * tile_bytes);
+  }
+  const uint16_t* window_of(int layer) const {
+    return reinterpret_cast<const uint16_t*>(window.as<const char>() + layer * window_bytes);
+  }
+  size_t tile_bytes, window_bytes;
+  DeviceMemory tiles, window;
+  bool ok = false;
+};
+
 // " %8.4f" of `seconds` in ms, or " %8s" of "failed" where it is 0 (a call that failed).
 void PrintMsOrFailed(double seconds) {
   if (seconds > 0) {
@@ -192,10 +238,14 @@ void RunGqaAnatomy(const BenchOptions& options) {
       "decode, window, s256-s4096: the register kernel; bulk4, b4_window: decode and\n"
       "window as the bulk-copy kernel (the service's default) with its own splits;\n"
       "b4_inl, b4w_inl: the same two with the sequence's lists in the kernel's parameters\n"
-      "(cuda_attention.h HostSeqLists) instead of device memory\n");
-  std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %8s %8s\n", "model",
-              "tokens", "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512",
-              "s1024", "s2048", "s4096", "bulk4", "b4_window", "b4_inl", "b4w_inl");
+      "(cuda_attention.h HostSeqLists) instead of device memory; read_row, b4_row: read and\n"
+      "b4_inl per call of %d queued back to back, each over its own copy of the bytes (a\n"
+      "step's layers: no event pair around each call), and b4_row's GB/s\n",
+      kRowLayers);
+  std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %8s %8s %8s %8s %9s\n",
+              "model", "tokens", "splits", "read", "read_GB/s", "decode", "window", "merge", "s256",
+              "s512", "s1024", "s2048", "s4096", "bulk4", "b4_window", "b4_inl", "b4w_inl",
+              "read_row", "b4_row", "row_GB/s");
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
@@ -276,6 +326,38 @@ void RunGqaAnatomy(const BenchOptions& options) {
       bulk_window_inline.kv.host.tile_begin = bulk_window_inline.kv.host.last_tile_tokens = nullptr;
       bulk_window_inline.kv.seq_last_tile_tokens = nullptr;
       print_pair(bulk_inline, bulk_window_inline, 8);
+      const size_t window_bytes = 2 * shape.num_kv_heads * kWindow * shape.head_dim * 2;
+      const RowCopies copies(tile_bytes, window_bytes);
+      const double read_row = copies.ok
+                                  ? TimeInARow(options.iters,
+                                               [&](int l) {
+                                                 (void)LaunchReadAll(copies.tiles_of(l), tile_bytes,
+                                                                     g_sink, kReadBlocks, nullptr);
+                                                 return absl::OkStatus();
+                                               })
+                                  : 0;
+      const double b4_row = copies.ok ? TimeInARow(options.iters,
+                                                   [&](int l) {
+                                                     cuda::GqaGpuDecodeArgs layer = bulk_inline;
+                                                     layer.kv.tiles = copies.tiles_of(l);
+                                                     layer.kv.window = copies.window_of(l);
+                                                     return cuda::GqaGpuDecode(layer, nullptr);
+                                                   })
+                                      : 0;
+      for (double row : {read_row, b4_row}) {
+        if (row > 0) {
+          std::printf(" %8.1f", row * 1e6);
+        } else {
+          std::printf(" %8s", copies.ok ? "failed" : "-");
+        }
+      }
+      // The bytes a decode reads: the tiles and the window's 128 tokens.
+      const double kv_bytes = double(tokens) * 2 * shape.num_kv_heads * shape.head_dim * 2;
+      if (b4_row > 0) {
+        std::printf(" %9.0f", kv_bytes / b4_row / 1e9);
+      } else {
+        std::printf(" %9s", "-");
+      }
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());
     }
@@ -417,11 +499,13 @@ void RunMla(const BenchOptions& options) {
   std::printf(
       "ms: planned splits; s32..s2048: ms with fixed split sizes (GPU time, queued, cold L2);\n"
       "inline: ms with the lists in the kernel's parameters (batch <= %d; cuda_attention.h\n"
-      "HostSeqLists); sm1: ms with splits for about one CTA per SM (split_tokens)\n",
-      cuda::internal::kInlineSeqs);
-  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %12s\n",
+      "HostSeqLists); sm1: ms with splits for about one CTA per SM (split_tokens); row: inline\n"
+      "per call of %d queued back to back, each over its own copy of the rows (a step's\n"
+      "layers: no event pair around each call), and its %%ceil\n",
+      cuda::internal::kInlineSeqs, kRowLayers);
+  std::printf("%8s %6s %10s %10s %8s %10s %10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %12s %8s %8s\n",
               "tokens", "batch", "ms", "GB/s", "%ceil", "GFLOP/s", "call_ms", "s32", "s64", "s128",
-              "s256", "s512", "s1024", "s2048", "inline", "sm1", "split_tokens");
+              "s256", "s512", "s1024", "s2048", "inline", "sm1", "split_tokens", "row", "%ceil");
   const MlaShape shape{16, 512, 64, kBlockTokens, 1.0f / std::sqrt(192.0f)};
   const int64_t tile_values = int64_t{kBlockTokens} * shape.row_dim();
   const int sms = cuda::internal::SmCount();
@@ -500,6 +584,28 @@ void RunMla(const BenchOptions& options) {
         std::printf(" %8s", "-");
       }
       std::printf(" %12d", sm1.split.tokens_per_split);
+      double row = 0;
+      bool row_copies = false;
+      if (batch <= cuda::internal::kInlineSeqs) {
+        const RowCopies copies(total * tile_values * 2,
+                               int64_t{batch} * kWindow * shape.row_dim() * 2);
+        row_copies = copies.ok;
+        cuda::MlaGpuDecodeArgs inline_lists = args;
+        inline_lists.kv.host = kv.host_lists;
+        if (copies.ok) {
+          row = TimeInARow(options.iters, [&](int l) {
+            cuda::MlaGpuDecodeArgs layer = inline_lists;
+            layer.kv.tiles = copies.tiles_of(l);
+            layer.kv.window = copies.window_of(l);
+            return cuda::MlaGpuDecode(layer, nullptr);
+          });
+        }
+      }
+      if (row > 0) {
+        std::printf(" %8.4f %7.0f%%", row * 1e3, 100 * bytes / row / 1e9 / options.hbm_gbps);
+      } else {
+        std::printf(" %8s %8s", row_copies ? "failed" : "-", "-");
+      }
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());
     }

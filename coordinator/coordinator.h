@@ -17,11 +17,12 @@
 #include "common/data_plane.h"
 #include "common/kv_config.h"
 #include "common/model_config.h"
+#include "common/shm_arena.h"
 #include "common/worker_model.h"
 #include "coordinator/engine.h"
 #include "coordinator/placement.h"
 #include "coordinator/scheduler.h"
-#include "common/shm_arena.h"
+#include "coordinator/service_backend.h"
 #include "coordinator/worker_client.h"
 #include "writescope/v1/writescope.pb.h"
 
@@ -55,7 +56,7 @@ struct CoordinatorOptions {
   std::string metrics_listen = "127.0.0.1:0";
 };
 
-class Coordinator {
+class Coordinator final : public ServiceBackend {
  public:
   // Creates the arena (mode 0600) and formats the data plane. Workers are brought up
   // by Start().
@@ -69,18 +70,18 @@ class Coordinator {
   void Stop(bool shutdown_workers);
 
   bool serving() const { return serving_.load(); }
-  absl::StatusOr<v1::ServerInfo> ServerInfo();
-  absl::StatusOr<v1::ModelInfo> ModelInfo();
+  absl::StatusOr<v1::ServerInfo> ServerInfo() override;
+  absl::StatusOr<v1::ModelInfo> ModelInfo() override;
   // The plumbing check behind the public SelfTest RPC (see writescope.proto).
-  absl::StatusOr<v1::SelfTestResponse> SelfTest(uint32_t sequences);
+  absl::StatusOr<v1::SelfTestResponse> SelfTest(uint32_t sequences) override;
   // The Bench RPC (see writescope.proto). The request is checked before its policy is
   // switched to, so a refused one changes nothing; `cancelled` as in Engine::RunBench.
   absl::StatusOr<v1::BenchResponse> Bench(const v1::BenchRequest& request,
-                                          const std::function<bool()>& cancelled = {});
+                                          const std::function<bool()>& cancelled) override;
   // The last `steps` steps of the three processes: Chrome trace JSON and a per-phase summary.
-  absl::StatusOr<v1::Profile> Profile(uint32_t steps);
+  absl::StatusOr<v1::Profile> Profile(uint32_t steps) override;
   // Generation (Generate, Abort).
-  Engine& engine() { return *engine_; }
+  Engine& engine() override { return *engine_; }
 
  private:
   explicit Coordinator(CoordinatorOptions options);

@@ -11,7 +11,7 @@ grpc::Status WriteScopeService::Generate(grpc::ServerContext* context,
                                   ? absl::InfiniteFuture()
                                   : absl::FromChrono(context->deadline());
   absl::StatusOr<std::shared_ptr<RequestStream>> stream =
-      coordinator_.engine().Submit(*request, deadline);
+      backend_.engine().Submit(*request, deadline);
   if (!stream.ok()) {
     // Refused before it began: the stream still ends with its one error message, as a request
     // that fails later does (the proto's contract), and then the status.
@@ -37,13 +37,13 @@ grpc::Status WriteScopeService::Generate(grpc::ServerContext* context,
 
 grpc::Status WriteScopeService::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
                                       v1::AbortResponse* response) {
-  response->set_found(coordinator_.engine().Abort(request->request_id()));
+  response->set_found(backend_.engine().Abort(request->request_id()));
   return grpc::Status::OK;
 }
 
 grpc::Status WriteScopeService::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*,
                                              v1::ModelInfo* response) {
-  absl::StatusOr<v1::ModelInfo> info = coordinator_.ModelInfo();
+  absl::StatusOr<v1::ModelInfo> info = backend_.ModelInfo();
   if (!info.ok()) return ToGrpcStatus(info.status());
   *response = *std::move(info);
   return grpc::Status::OK;
@@ -51,7 +51,7 @@ grpc::Status WriteScopeService::GetModelInfo(grpc::ServerContext*, const v1::Get
 
 grpc::Status WriteScopeService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,
                                               v1::ServerInfo* response) {
-  absl::StatusOr<v1::ServerInfo> info = coordinator_.ServerInfo();
+  absl::StatusOr<v1::ServerInfo> info = backend_.ServerInfo();
   if (!info.ok()) return ToGrpcStatus(info.status());
   *response = *std::move(info);
   return grpc::Status::OK;
@@ -59,7 +59,7 @@ grpc::Status WriteScopeService::GetServerInfo(grpc::ServerContext*, const v1::Ge
 
 grpc::Status WriteScopeService::GetProfile(grpc::ServerContext*, const v1::GetProfileRequest* request,
                                            v1::Profile* response) {
-  absl::StatusOr<v1::Profile> profile = coordinator_.Profile(request->steps());
+  absl::StatusOr<v1::Profile> profile = backend_.Profile(request->steps());
   if (!profile.ok()) return ToGrpcStatus(profile.status());
   *response = *std::move(profile);
   return grpc::Status::OK;
@@ -67,7 +67,7 @@ grpc::Status WriteScopeService::GetProfile(grpc::ServerContext*, const v1::GetPr
 
 grpc::Status WriteScopeService::SelfTest(grpc::ServerContext*, const v1::SelfTestRequest* request,
                                          v1::SelfTestResponse* response) {
-  absl::StatusOr<v1::SelfTestResponse> result = coordinator_.SelfTest(request->sequences());
+  absl::StatusOr<v1::SelfTestResponse> result = backend_.SelfTest(request->sequences());
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response = *std::move(result);
   return grpc::Status::OK;
@@ -78,7 +78,7 @@ grpc::Status WriteScopeService::Bench(grpc::ServerContext* context,
                                       v1::BenchResponse* response) {
   // A client that goes away (or its deadline, or the server's shutdown) ends the bench.
   absl::StatusOr<v1::BenchResponse> result =
-      coordinator_.Bench(*request, [context] { return context->IsCancelled(); });
+      backend_.Bench(*request, [context] { return context->IsCancelled(); });
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response = *std::move(result);
   return grpc::Status::OK;

@@ -1,15 +1,16 @@
-// The public writescope.v1.WriteScope service: a thin adapter over Coordinator.
+// The public writescope.v1.WriteScope service: a thin adapter over a ServiceBackend (the
+// Coordinator).
 #ifndef WRITESCOPE_COORDINATOR_SERVICE_H_
 #define WRITESCOPE_COORDINATOR_SERVICE_H_
 
-#include "coordinator/coordinator.h"
+#include "coordinator/service_backend.h"
 #include "writescope/v1/writescope.grpc.pb.h"
 
 namespace writescope::coordinator {
 
 class WriteScopeService final : public v1::WriteScope::Service {
  public:
-  explicit WriteScopeService(Coordinator& coordinator) : coordinator_(coordinator) {}
+  explicit WriteScopeService(ServiceBackend& backend) : backend_(backend) {}
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -27,7 +28,7 @@ class WriteScopeService final : public v1::WriteScope::Service {
                      v1::BenchResponse* response) override;
 
  private:
-  Coordinator& coordinator_;
+  ServiceBackend& backend_;
 };
 
 }  // namespace writescope::coordinator

@@ -23,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
-#include "tests/kernels/model/tiny_models.h"
+#include "tests/coordinator/engine_fixture.h"
 
 namespace writescope::coordinator {
 namespace {
@@ -224,17 +224,8 @@ class FakeWorker final : public StepWorker {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = kernels::model::testing::TinyConfig("qwen3_moe");
-    model_.max_position_embeddings = 4096;
-    model_.eos_token_ids = {};  // no early stop: lengths are exact
-    KvCacheConfig kv;
-    kv.geometry = model_.kv_geometry(16);
-    kv.window_tokens = 32;
-    kv.max_sequences = 6;
-    kv.cpu_compute_bytes = 40 * kv.geometry.block_bytes();
-    kv.gpu_transfer_bytes = 40 * kv.geometry.block_bytes();
-    kv.gpu_kv_budget_bytes = uint64_t{64} << 20;
-    auto resolved = ResolveKvCacheConfig(kv);
+    model_ = testing::TinyEngineModel();
+    auto resolved = testing::TinyEngineKv(model_, /*max_sequences=*/6);
     WS_ASSERT_OK(resolved.status());
     kv_ = *resolved;
     auto placement = KvPlacement::Create(kv_);

@@ -15,7 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
-#include "tests/kernels/model/tiny_models.h"
+#include "tests/coordinator/engine_fixture.h"
 
 namespace writescope::coordinator {
 namespace {
@@ -97,17 +97,8 @@ class FakeBackend final : public ServiceBackend {
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = kernels::model::testing::TinyConfig("qwen3_moe");
-    model_.max_position_embeddings = 4096;
-    model_.eos_token_ids = {};  // no early stop: lengths are exact
-    KvCacheConfig kv;
-    kv.geometry = model_.kv_geometry(16);
-    kv.window_tokens = 32;
-    kv.max_sequences = 4;
-    kv.cpu_compute_bytes = 40 * kv.geometry.block_bytes();
-    kv.gpu_transfer_bytes = 40 * kv.geometry.block_bytes();
-    kv.gpu_kv_budget_bytes = uint64_t{64} << 20;
-    absl::StatusOr<KvCacheConfig> resolved = ResolveKvCacheConfig(kv);
+    model_ = testing::TinyEngineModel();
+    absl::StatusOr<KvCacheConfig> resolved = testing::TinyEngineKv(model_, /*max_sequences=*/4);
     WS_ASSERT_OK(resolved.status());
     kv_ = *resolved;
     absl::StatusOr<std::unique_ptr<KvPlacement>> placement = KvPlacement::Create(kv_);

@@ -243,6 +243,40 @@ int64_t SlotsFor(const std::vector<int64_t>& lengths, int32_t block_tokens) {
   return 8 + 2 * (longest / block_tokens + 2) * static_cast<int64_t>(lengths.size());
 }
 
+// Per sequence: every block in part 0 (`whole`), and the blocks assigned to `parts` parts by
+// `mode` (`split`; AssignBlocks, drawing from `rng` sequence by sequence).
+struct Assignments {
+  std::vector<std::vector<int>> whole, split;
+};
+Assignments Assign(const std::vector<TiledSequence>& seqs, int parts, SplitMode mode,
+                   std::mt19937_64& rng) {
+  Assignments out;
+  for (const TiledSequence& seq : seqs) {
+    out.whole.push_back(std::vector<int>(seq.blocks.size(), 0));
+    out.split.push_back(AssignBlocks(seq.blocks.size(), parts, mode, rng));
+  }
+  return out;
+}
+
+// Whether a sequence's two-way `assignment` gives blocks to both parts.
+bool BothPartsHoldBlocks(const std::vector<int>& assignment) {
+  const int64_t in_part1 = std::count(assignment.begin(), assignment.end(), 1);
+  return in_part1 > 0 && in_part1 < static_cast<int64_t>(assignment.size());
+}
+
+// A backend's two parts of `world` (its Run with `kernel`) against the reference's parts, and
+// their merge against the single-pass reference.
+template <typename World, typename Kernel>
+void ExpectPartsAndMerge(World& world, const std::vector<std::vector<int>>& split,
+                         const Partial& ref0, const Partial& ref1, const Partial& reference,
+                         const std::string& name, Kernel kernel) {
+  const Partial part0 = world.Run(split, 0, kernel);
+  const Partial part1 = world.Run(split, 1, kernel);
+  ExpectClose(part0, ref0, name + " part0");
+  ExpectClose(part1, ref1, name + " part1");
+  ExpectClose(Merge(part0, part1), reference, name + " merged");
+}
+
 // Random sequences in a shuffled GQA region.
 struct GqaWorld {
   GqaWorld(const GqaShape& shape, const std::vector<int64_t>& lengths, uint64_t seed)
@@ -294,11 +328,7 @@ TEST_P(GqaDecodeTest, MergedPartsEqualSinglePassReference) {
   // Two sequences of different lengths, so per-sequence indexing is checked too.
   GqaWorld world(shape, {tokens, (tokens * 7) % 300 + 1},
                  std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(mode))));
-  std::vector<std::vector<int>> whole, split;
-  for (const auto& seq : world.seqs) {
-    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
-    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, world.rng));
-  }
+  const auto [whole, split] = Assign(world.seqs, 2, mode, world.rng);
   const Partial reference = world.Run(whole, 0, ReferenceGqaDecode);
   const Partial ref0 = world.Run(split, 0, ReferenceGqaDecode);
   const Partial ref1 = world.Run(split, 1, ReferenceGqaDecode);
@@ -363,11 +393,7 @@ TEST_P(GqaDecodeManyPartsTest, WideScoresInManyPartsMergeToTheReference) {
   GqaWorld world(shape, {tokens, (tokens * 3) % 500 + 1},
                  std::hash<std::string>{}(absl::StrCat("wide", c.name, tokens, parts)));
   for (uint16_t& value : world.q) value = FloatToBf16(16.0f * Bf16ToFloat(value));
-  std::vector<std::vector<int>> whole, split;
-  for (const auto& seq : world.seqs) {
-    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
-    split.push_back(AssignBlocks(seq.blocks.size(), parts, SplitMode::kRandom, world.rng));
-  }
+  const auto [whole, split] = Assign(world.seqs, parts, SplitMode::kRandom, world.rng);
   const Partial reference = world.Run(whole, 0, ReferenceGqaDecode);
   // The scores do span the range: some row's LSE is far above what the unscaled q gives.
   double lse_max = 0;
@@ -432,15 +458,8 @@ TEST_P(GqaDecodeLongTest, MergedPartsEqualSinglePassReference) {
   GqaWorld world(
       shape, {tokens, 3},
       std::hash<std::string>{}(absl::StrCat("long", c.name, tokens, static_cast<int>(mode))));
-  std::vector<std::vector<int>> whole, split;
-  for (const auto& seq : world.seqs) {
-    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
-    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, world.rng));
-  }
-  // Both parts hold keys of the long sequence.
-  const int64_t in_part1 = std::count(split[0].begin(), split[0].end(), 1);
-  ASSERT_GT(in_part1, 0);
-  ASSERT_LT(in_part1, static_cast<int64_t>(split[0].size()));
+  const auto [whole, split] = Assign(world.seqs, 2, mode, world.rng);
+  ASSERT_TRUE(BothPartsHoldBlocks(split[0])) << "the long sequence's keys in one part only";
   const Partial reference = world.Run(whole, 0, ReferenceGqaDecode);
   const Partial ref0 = world.Run(split, 0, ReferenceGqaDecode);
   const Partial ref1 = world.Run(split, 1, ReferenceGqaDecode);
@@ -450,13 +469,9 @@ TEST_P(GqaDecodeLongTest, MergedPartsEqualSinglePassReference) {
     workers.isa = isa;
     for (const auto& [label, options] :
          {std::pair{"workers' options", workers}, std::pair{"small items", Options(isa)}}) {
-      const std::string name = absl::StrCat(IsaLabel(isa), " long, ", label);
-      auto cpu = [&](const GqaDecodeArgs& args) { return CpuGqaDecode(args, options); };
-      const Partial part0 = world.Run(split, 0, cpu);
-      const Partial part1 = world.Run(split, 1, cpu);
-      ExpectClose(part0, ref0, name + " part0");
-      ExpectClose(part1, ref1, name + " part1");
-      ExpectClose(Merge(part0, part1), reference, name + " merged");
+      ExpectPartsAndMerge(world, split, ref0, ref1, reference,
+                          absl::StrCat(IsaLabel(isa), " long, ", label),
+                          [&](const GqaDecodeArgs& args) { return CpuGqaDecode(args, options); });
     }
   }
 }
@@ -632,11 +647,7 @@ TEST_P(MlaDecodeTest, MergedPartsEqualSinglePassReference) {
                  std::hash<std::string>{}(absl::StrCat(c.name, tokens, static_cast<int>(mode))),
                  2.0f);
   const std::vector<TiledSequence>& seqs = world.seqs;
-  std::vector<std::vector<int>> whole, split;
-  for (const auto& seq : seqs) {
-    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
-    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, world.rng));
-  }
+  const auto [whole, split] = Assign(seqs, 2, mode, world.rng);
   auto run = [&](const std::vector<std::vector<int>>& assignment, int part,
                  const std::function<absl::Status(const MlaDecodeArgs&)>& kernel) {
     return world.Run(assignment, part, kernel);
@@ -808,11 +819,7 @@ TEST_P(MlaDecodeManyPartsTest, WideScoresInManyPartsMergeToTheReference) {
   const MlaShape shape = ShapeOf(c);
   MlaWorld world(shape, {tokens, (tokens * 5) % 200 + 1},
                  std::hash<std::string>{}(absl::StrCat("wide", c.name, tokens)), 32.0f);
-  std::vector<std::vector<int>> whole, split;
-  for (const auto& seq : world.seqs) {
-    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
-    split.push_back(AssignBlocks(seq.blocks.size(), kParts, SplitMode::kRandom, world.rng));
-  }
+  const auto [whole, split] = Assign(world.seqs, kParts, SplitMode::kRandom, world.rng);
   const int64_t rows = world.rows();
   auto run = [&](const std::vector<std::vector<int>>& assignment, int part,
                  const std::function<absl::Status(const MlaDecodeArgs&)>& kernel) {
@@ -882,14 +889,8 @@ TEST_P(MlaDecodeLongTest, MergedPartsEqualSinglePassReference) {
   MlaWorld world(
       shape, {tokens, 3},
       std::hash<std::string>{}(absl::StrCat("long", c.name, tokens, static_cast<int>(mode))), 2.0f);
-  std::vector<std::vector<int>> whole, split;
-  for (const auto& seq : world.seqs) {
-    whole.push_back(std::vector<int>(seq.blocks.size(), 0));
-    split.push_back(AssignBlocks(seq.blocks.size(), 2, mode, world.rng));
-  }
-  const int64_t in_part1 = std::count(split[0].begin(), split[0].end(), 1);
-  ASSERT_GT(in_part1, 0);
-  ASSERT_LT(in_part1, static_cast<int64_t>(split[0].size()));
+  const auto [whole, split] = Assign(world.seqs, 2, mode, world.rng);
+  ASSERT_TRUE(BothPartsHoldBlocks(split[0])) << "the long sequence's keys in one part only";
   const Partial reference = world.Run(whole, 0, ReferenceMlaDecode);
   const Partial ref0 = world.Run(split, 0, ReferenceMlaDecode);
   const Partial ref1 = world.Run(split, 1, ReferenceMlaDecode);
@@ -910,13 +911,9 @@ TEST_P(MlaDecodeLongTest, MergedPartsEqualSinglePassReference) {
            {std::pair{"workers' options", workers}, std::pair{"small items", Options(isa)}}) {
         options.mla_matmul = path.mode;
         options.mla_amx_emulated = path.emulated;
-        const std::string name = absl::StrCat(CpuIsaName(isa), path.label, " long, ", label);
-        auto cpu = [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); };
-        const Partial part0 = world.Run(split, 0, cpu);
-        const Partial part1 = world.Run(split, 1, cpu);
-        ExpectClose(part0, ref0, name + " part0");
-        ExpectClose(part1, ref1, name + " part1");
-        ExpectClose(Merge(part0, part1), reference, name + " merged");
+        ExpectPartsAndMerge(world, split, ref0, ref1, reference,
+                            absl::StrCat(CpuIsaName(isa), path.label, " long, ", label),
+                            [&](const MlaDecodeArgs& args) { return CpuMlaDecode(args, options); });
       }
     }
   }

@@ -545,7 +545,9 @@ void Engine::FailAll(const absl::Status& status) {
     if (thread_.joinable() && !stopping_) {
       // The engine thread ends them at its next step.
       for (auto& request : running_) {
-        request->forced = status;
+        // A copy of its own (as Fail's stream gets): the caller's Status, whose message copies
+        // would share through Abseil's uninstrumented reference count, stays the caller's.
+        request->forced = absl::Status(status.code(), status.message());
         request->aborted.store(true);
       }
       work_.notify_all();

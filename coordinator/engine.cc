@@ -16,6 +16,14 @@
 namespace writescope::coordinator {
 namespace {
 
+// A Status with a message of its own. Copies of a Status share the message through a reference
+// count inside Abseil, which ThreadSanitizer cannot see (Debian's build is uninstrumented):
+// a Status that crosses threads (a caller's into the engine, the engine's into a stream its
+// client reads) is copied so, and each thread drops only its own.
+absl::Status OwnCopy(const absl::Status& status) {
+  return absl::Status(status.code(), status.message());
+}
+
 constexpr absl::Duration kIdleWait = absl::Milliseconds(100);
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
@@ -545,9 +553,7 @@ void Engine::FailAll(const absl::Status& status) {
     if (thread_.joinable() && !stopping_) {
       // The engine thread ends them at its next step.
       for (auto& request : running_) {
-        // A copy of its own (as Fail's stream gets): the caller's Status, whose message copies
-        // would share through Abseil's uninstrumented reference count, stays the caller's.
-        request->forced = absl::Status(status.code(), status.message());
+        request->forced = OwnCopy(status);  // the caller's Status stays the caller's
         request->aborted.store(true);
       }
       work_.notify_all();
@@ -1459,10 +1465,8 @@ void Engine::Fail(Request& r, const absl::Status& status) {
   if (metrics_ != nullptr) metrics_->AddRequest("error");
   stream->Push(std::move(response));
   Release(r);
-  // A copy of its own: copies of a Status share its message through a reference count inside
-  // Abseil, which ThreadSanitizer cannot see (Debian's build is uninstrumented), and the stream
-  // is read on the client's thread while the engine thread drops its own copies.
-  stream->Finish(absl::Status(status.code(), status.message()));
+  // Read on the client's thread while the engine thread drops its own copies.
+  stream->Finish(OwnCopy(status));
 }
 
 void Engine::Release(Request& r) {

@@ -151,6 +151,24 @@ double TimeInARow(int iters, Layer layer) {
          kRowLayers;
 }
 
+// The host's time to enqueue one call of a row (`layer(l)` as in TimeInARow), median of iters:
+// where it is as long as the row's GPU time per call, the GPU waited for the host and the row
+// timed the launches, not the kernels.
+template <typename Layer>
+double HostTimeInARow(int iters, Layer layer) {
+  std::vector<double> times;
+  for (int i = 0; i < std::max(iters, 5); ++i) {
+    FlushL2();
+    const auto start = std::chrono::steady_clock::now();
+    for (int l = 0; l < kRowLayers; ++l) (void)layer(l);
+    const auto stop = std::chrono::steady_clock::now();
+    cudaDeviceSynchronize();
+    times.push_back(std::chrono::duration<double>(stop - start).count() / kRowLayers);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // kRowLayers copies of a point's tiles and window, each filled as the point's (0x3c), for
 // TimeInARow; `ok` false where they do not fit the GPU (the columns then print "-").
 struct RowCopies {
@@ -240,12 +258,17 @@ void RunGqaAnatomy(const BenchOptions& options) {
       "b4_inl, b4w_inl: the same two with the sequence's lists in the kernel's parameters\n"
       "(cuda_attention.h HostSeqLists) instead of device memory; read_row, b4_row: read and\n"
       "b4_inl per call of %d queued back to back, each over its own copy of the bytes (a\n"
-      "step's layers: no event pair around each call), and b4_row's GB/s\n",
+      "step's layers: no event pair around each call), and b4_row's GB/s; gap_row: a one-CTA\n"
+      "empty kernel in a row; b4_gap: that kernel, then b4_row's call (as a step's decode\n"
+      "follows other kernels, not the last layer's split merge); host_row: the host's time to\n"
+      "enqueue one of b4_row's calls\n",
       kRowLayers);
-  std::printf("%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %8s %8s %8s %8s %9s\n",
-              "model", "tokens", "splits", "read", "read_GB/s", "decode", "window", "merge", "s256",
-              "s512", "s1024", "s2048", "s4096", "bulk4", "b4_window", "b4_inl", "b4w_inl",
-              "read_row", "b4_row", "row_GB/s");
+  std::printf(
+      "%-8s %8s %7s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %8s "
+      "%8s\n",
+      "model", "tokens", "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512",
+      "s1024", "s2048", "s4096", "bulk4", "b4_window", "b4_inl", "b4w_inl", "read_row", "b4_row",
+      "row_GB/s", "gap_row", "b4_gap", "host_row");
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
@@ -336,21 +359,22 @@ void RunGqaAnatomy(const BenchOptions& options) {
                                                  return absl::OkStatus();
                                                })
                                   : 0;
-      const double b4_row = copies.ok ? TimeInARow(options.iters,
-                                                   [&](int l) {
-                                                     cuda::GqaGpuDecodeArgs layer = bulk_inline;
-                                                     layer.kv.tiles = copies.tiles_of(l);
-                                                     layer.kv.window = copies.window_of(l);
-                                                     return cuda::GqaGpuDecode(layer, nullptr);
-                                                   })
-                                      : 0;
-      for (double row : {read_row, b4_row}) {
+      auto b4_layer = [&](int l) {
+        cuda::GqaGpuDecodeArgs layer = bulk_inline;
+        layer.kv.tiles = copies.tiles_of(l);
+        layer.kv.window = copies.window_of(l);
+        return cuda::GqaGpuDecode(layer, nullptr);
+      };
+      const double b4_row = copies.ok ? TimeInARow(options.iters, b4_layer) : 0;
+      auto print_row = [&](double row) {
         if (row > 0) {
           std::printf(" %8.1f", row * 1e6);
         } else {
           std::printf(" %8s", copies.ok ? "failed" : "-");
         }
-      }
+      };
+      print_row(read_row);
+      print_row(b4_row);
       // The bytes a decode reads: the tiles and the window's 128 tokens.
       const double kv_bytes = double(tokens) * 2 * shape.num_kv_heads * shape.head_dim * 2;
       if (b4_row > 0) {
@@ -358,6 +382,25 @@ void RunGqaAnatomy(const BenchOptions& options) {
       } else {
         std::printf(" %9s", "-");
       }
+      // A step's decode follows the layer's other kernels, not the last layer's split merge:
+      // gap_row is a one-CTA empty kernel in a row, b4_gap the same kernel then b4_row's call.
+      auto gap = [] {
+        return LaunchEmpty(g_sink, 1, 32, nullptr) == 0
+                   ? absl::OkStatus()
+                   : absl::InternalError("the empty kernel's launch failed");
+      };
+      const double gap_row = TimeInARow(options.iters, [&](int) { return gap(); });
+      const double b4_gap = copies.ok ? TimeInARow(options.iters,
+                                                   [&](int l) {
+                                                     const absl::Status launched = gap();
+                                                     if (!launched.ok()) return launched;
+                                                     return b4_layer(l);
+                                                   })
+                                      : 0;
+      const double host_row = copies.ok ? HostTimeInARow(options.iters, b4_layer) : 0;
+      print_row(gap_row);
+      print_row(b4_gap);
+      print_row(host_row);
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());
     }

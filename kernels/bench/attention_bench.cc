@@ -4,7 +4,7 @@
 //                   [--threads=16] [--iters=3] [--dram-gbps=85] [--hbm-gbps=4300]
 //                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda] [--no-gqa]
 //                   [--no-merge] [--no-logits] [--no-prefill] [--no-overlap] [--no-floors]
-//                   [--gqa-splits]
+//                   [--gqa-splits] [--timeline]
 //                   [--clock=wall|cpu]
 //                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
 //                   [--gap-us=0] [--gpu-warmup-ms=50] [--mla-prefetch=0,1,2]
@@ -488,6 +488,7 @@ int Main(int argc, char** argv) {
     else if (arg == "--no-overlap") options.overlap = false;
     else if (arg == "--no-floors") options.floors = false;
     else if (arg == "--gqa-splits") options.gqa_splits = true;
+    else if (arg == "--timeline") options.timeline = true;
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad argument %s (see the comment at the top of attention_bench.cc)\n", argv[i]);

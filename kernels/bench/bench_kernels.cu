@@ -103,6 +103,12 @@ __global__ void EmptyKernel(unsigned* sink) {
   if (threadIdx.x == 0) sink[blockIdx.x] = blockIdx.x;
 }
 
+__global__ void StampKernel(unsigned long long* out) {
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  *out = now;
+}
+
 // EmptyKernel as the first of a programmatic pair: it lets its dependent launch at once.
 __global__ void EmptyPrimaryKernel(unsigned* sink) {
   cuda::internal::LaunchDependentGrids();
@@ -177,6 +183,11 @@ int LaunchReadClusters(const void* data, size_t bytes, float* out, int clusters,
 
 int LaunchEmpty(unsigned* sink, int ctas, int threads, void* stream) {
   EmptyKernel<<<ctas, threads, 0, static_cast<cudaStream_t>(stream)>>>(sink);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchStamp(unsigned long long* out, void* stream) {
+  StampKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(out);
   return static_cast<int>(cudaGetLastError());
 }
 

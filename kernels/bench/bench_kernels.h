@@ -33,6 +33,10 @@ int LaunchEmpty(unsigned* sink, int ctas, int threads, void* stream);
 int LaunchEmptyPair(unsigned* sink, int ctas, int threads, void* stream);
 int LaunchEmptyClusters(unsigned* sink, int clusters, int cluster_size, int threads, void* stream);
 
+// One thread writes the %globaltimer (ns) to *out: a mark on the stream between two kernels,
+// in the decode timeline's clock (cuda_attention.h GqaGpuDecodeArgs::timeline).
+int LaunchStamp(unsigned long long* out, void* stream);
+
 }  // namespace writescope::kernels::bench
 
 #endif  // WRITESCOPE_KERNELS_BENCH_BENCH_KERNELS_H_

@@ -196,6 +196,157 @@ struct RowCopies {
   bool ok = false;
 };
 
+// Where a batch-1 call's time goes, from the stamps of bulk4's CTAs (cuda_attention.h
+// GqaGpuDecodeArgs::timeline) and of a one-thread kernel before and after the call, all
+// µs after the mark before; medians over the iterations of each figure.
+struct Timeline {
+  std::string model;
+  int64_t tokens = 0;
+  int ctas = 0;
+  double granularity_ns = 0;               // the smallest step seen between two different stamps
+  double read = 0;                         // a plain read of the tiles between the two marks
+  double marks = 0;                        // the two marks back to back
+  double start_first = 0, start_last = 0;  // the CTAs' starts
+  double first_data = 0;                   // a CTA's start to its first stage, median
+  double loop_min = 0, loop_med = 0, loop_max = 0;  // the CTAs' loop ends
+  double end_max = 0;                               // the last CTA's end
+  double epilogue = 0;                              // a CTA's loop end to its end, median
+  double after = 0;  // the mark after the call (the split merge ran between)
+  bool ok = false;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// `args` a bulk-copy decode of one sequence over `tiles` (tile_bytes of them).
+Timeline TimelineOf(const std::string& model, int64_t tokens, const DeviceMemory& tiles,
+                    size_t tile_bytes, cuda::GqaGpuDecodeArgs args, int iters) {
+  Timeline t;
+  t.model = model;
+  t.tokens = tokens;
+  // Room for the widest plan: 64-token splits.
+  const int64_t slots = (tokens / 64 + 2) * args.shape.num_kv_heads * args.num_seqs;
+  const size_t stamp_bytes = slots * cuda::kGpuTimelineStamps * sizeof(uint64_t);
+  DeviceMemory timeline(stamp_bytes), marks(2 * sizeof(unsigned long long));
+  if (!timeline.ptr || !marks.ptr) return t;
+  args.timeline = timeline.as<uint64_t>();
+  unsigned long long* const mark = marks.as<unsigned long long>();
+  std::vector<uint64_t> stamps(slots * cuda::kGpuTimelineStamps);
+  unsigned long long host_marks[2];
+  std::vector<double> read, back_to_back, start_first, start_last, first_data, loop_min, loop_med,
+      loop_max, end_max, epilogue, after;
+  uint64_t granularity = UINT64_MAX;
+  constexpr int kWarmup = 3;
+  for (int i = 0; i < kWarmup + std::max(iters, 5); ++i) {
+    // The two marks alone, and around a plain read of the same bytes.
+    FlushL2();
+    (void)LaunchStamp(mark, nullptr);
+    (void)LaunchStamp(mark + 1, nullptr);
+    if (cudaMemcpy(host_marks, mark, sizeof(host_marks), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      return t;
+    }
+    const double marks_us = (host_marks[1] - host_marks[0]) * 1e-3;
+    FlushL2();
+    (void)LaunchStamp(mark, nullptr);
+    (void)LaunchReadAll(tiles.ptr, tile_bytes, g_sink, kReadBlocks, nullptr);
+    (void)LaunchStamp(mark + 1, nullptr);
+    if (cudaMemcpy(host_marks, mark, sizeof(host_marks), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      return t;
+    }
+    const double read_us = (host_marks[1] - host_marks[0]) * 1e-3;
+    // The call.
+    if (cudaMemset(timeline.ptr, 0, stamp_bytes) != cudaSuccess) return t;
+    FlushL2();
+    (void)LaunchStamp(mark, nullptr);
+    if (!cuda::GqaGpuDecode(args, nullptr).ok()) return t;
+    (void)LaunchStamp(mark + 1, nullptr);
+    if (cudaMemcpy(host_marks, mark, sizeof(host_marks), cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(stamps.data(), timeline.ptr, stamp_bytes, cudaMemcpyDeviceToHost) !=
+            cudaSuccess) {
+      return t;
+    }
+    if (i < kWarmup) continue;
+    const uint64_t t0 = host_marks[0];
+    auto us = [&](uint64_t stamp) { return (double(stamp) - double(t0)) * 1e-3; };
+    std::vector<double> starts, loops, ends, data, epis;
+    std::vector<uint64_t> all = {host_marks[0], host_marks[1]};
+    for (int64_t c = 0; c < slots; ++c) {
+      const uint64_t* s = &stamps[c * cuda::kGpuTimelineStamps];
+      if (s[cuda::kStampStart] == 0) continue;  // not a CTA of this plan
+      starts.push_back(us(s[cuda::kStampStart]));
+      loops.push_back(us(s[cuda::kStampLoopEnd]));
+      ends.push_back(us(s[cuda::kStampEnd]));
+      if (s[cuda::kStampFirstData] != 0) {
+        data.push_back((double(s[cuda::kStampFirstData]) - double(s[cuda::kStampStart])) * 1e-3);
+      }
+      epis.push_back((double(s[cuda::kStampEnd]) - double(s[cuda::kStampLoopEnd])) * 1e-3);
+      all.insert(all.end(), s, s + cuda::kGpuTimelineStamps);
+    }
+    if (starts.empty()) return t;
+    t.ctas = static_cast<int>(starts.size());
+    std::sort(all.begin(), all.end());
+    for (size_t j = 1; j < all.size(); ++j) {
+      if (all[j] > all[j - 1] && all[j - 1] != 0)
+        granularity = std::min(granularity, all[j] - all[j - 1]);
+    }
+    back_to_back.push_back(marks_us);
+    read.push_back(read_us);
+    start_first.push_back(*std::min_element(starts.begin(), starts.end()));
+    start_last.push_back(*std::max_element(starts.begin(), starts.end()));
+    first_data.push_back(Median(data));
+    loop_min.push_back(*std::min_element(loops.begin(), loops.end()));
+    loop_med.push_back(Median(loops));
+    loop_max.push_back(*std::max_element(loops.begin(), loops.end()));
+    end_max.push_back(*std::max_element(ends.begin(), ends.end()));
+    epilogue.push_back(Median(epis));
+    after.push_back(us(host_marks[1]));
+  }
+  t.granularity_ns = granularity == UINT64_MAX ? 0 : double(granularity);
+  t.read = Median(read);
+  t.marks = Median(back_to_back);
+  t.start_first = Median(start_first);
+  t.start_last = Median(start_last);
+  t.first_data = Median(first_data);
+  t.loop_min = Median(loop_min);
+  t.loop_med = Median(loop_med);
+  t.loop_max = Median(loop_max);
+  t.end_max = Median(end_max);
+  t.epilogue = Median(epilogue);
+  t.after = Median(after);
+  t.ok = true;
+  return t;
+}
+
+void PrintTimelines(const std::vector<Timeline>& timelines) {
+  std::printf(
+      "\n== CUDA GQA decode at batch 1: bulk4's CTAs on a timeline (us after a mark) ==\n"
+      "A one-thread kernel stamps %%globaltimer before and after each call, and every CTA of\n"
+      "b4_inl's decode stamps its start, its first stage landed, its loop's end and its end\n"
+      "(cuda_attention.h GqaGpuDecodeArgs::timeline); medians over the iterations. res_ns: the\n"
+      "smallest step seen between two different stamps; marks: the two marks back to back;\n"
+      "read: a plain read of the tiles between them; data: a CTA's start to its first stage\n"
+      "(median over CTAs); epi: a CTA's loop end to its end (median); tail: after - end_max,\n"
+      "the split merge and the next kernel's start\n");
+  std::printf("%-8s %8s %5s %6s %6s %6s %7s %7s %6s %7s %7s %7s %7s %6s %7s %6s\n", "model",
+              "tokens", "ctas", "res_ns", "marks", "read", "start0", "start1", "data", "loop0",
+              "loop50", "loop1", "end_max", "epi", "after", "tail");
+  for (const Timeline& t : timelines) {
+    if (!t.ok) {
+      std::printf("%-8s %8lld failed\n", t.model.c_str(), static_cast<long long>(t.tokens));
+      continue;
+    }
+    std::printf(
+        "%-8s %8lld %5d %6.0f %6.1f %6.1f %7.2f %7.2f %6.2f %7.1f %7.1f %7.1f %7.1f %6.2f %7.1f "
+        "%6.1f\n",
+        t.model.c_str(), static_cast<long long>(t.tokens), t.ctas, t.granularity_ns, t.marks,
+        t.read, t.start_first, t.start_last, t.first_data, t.loop_min, t.loop_med, t.loop_max,
+        t.end_max, t.epilogue, t.after, t.after - t.end_max);
+  }
+}
+
 // " %8.4f" of `seconds` in ms, or " %8s" of "failed" where it is 0 (a call that failed).
 void PrintMsOrFailed(double seconds) {
   if (seconds > 0) {
@@ -269,6 +420,7 @@ void RunGqaAnatomy(const BenchOptions& options) {
       "model", "tokens", "splits", "read", "read_GB/s", "decode", "window", "merge", "s256", "s512",
       "s1024", "s2048", "s4096", "bulk4", "b4_window", "b4_inl", "b4w_inl", "read_row", "b4_row",
       "row_GB/s", "gap_row", "b4_gap", "host_row");
+  std::vector<Timeline> timelines;  // --timeline's, printed after the table
   for (const std::string& name : options.models) {
     GqaModel model;
     if (!FindModel(name, &model)) continue;
@@ -403,8 +555,13 @@ void RunGqaAnatomy(const BenchOptions& options) {
       print_row(host_row);
       std::printf("\n");
       BENCH_CUDA(cudaGetLastError());
+      if (options.timeline) {
+        timelines.push_back(
+            TimelineOf(model.name, tokens, tiles, tile_bytes, bulk_inline, options.iters));
+      }
     }
   }
+  if (options.timeline) PrintTimelines(timelines);
 }
 
 void RunGqa(const BenchOptions& options) {

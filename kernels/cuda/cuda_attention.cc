@@ -219,6 +219,7 @@ absl::Status GqaGpuDecode(const GqaGpuDecodeArgs& args, void* stream) {
   p.part_lse = reinterpret_cast<float*>(base + PartialLseOffset(plan.num_splits, rows, s.head_dim));
   p.o = args.o;
   p.lse = args.lse;
+  p.timeline = args.timeline;
   return FromCuda(internal::LaunchGqaDecode(p, stream), "GPU GQA decode");
 }
 

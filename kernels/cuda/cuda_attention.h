@@ -80,6 +80,15 @@ struct GpuSplitOptions {
   GqaDecodeKernel gqa_kernel = GqaDecodeKernel::kDefault;
 };
 
+// A decode CTA's timeline (GqaGpuDecodeArgs::timeline): %globaltimer readings, ns.
+enum GpuTimelineStamp : int32_t {
+  kStampStart = 0,     // the CTA began
+  kStampFirstData,     // its first stage of K/V had landed in shared memory
+  kStampLoopEnd,       // every stage had been read
+  kStampEnd,           // its partial had been written (thread 0's share)
+  kGpuTimelineStamps,  // stamps per CTA
+};
+
 struct GqaGpuDecodeArgs {
   GqaShape shape;  // head_dim 64, 128 or 256; group size 1..8
   int32_t num_seqs = 0;
@@ -90,6 +99,12 @@ struct GqaGpuDecodeArgs {
   void* workspace = nullptr;  // device, GqaGpuDecodeWorkspaceBytes() bytes
   size_t workspace_bytes = 0;
   GpuSplitOptions split;
+  // For a bench's anatomy, else null: device memory where the bulk-copy kernels
+  // (GqaDecodeKernel::kBulk4, kBulk3x2; the others ignore it) write each CTA's
+  // kGpuTimelineStamps stamps, CTA c = split + splits * (kv head + kv heads * seq) at
+  // [c * kGpuTimelineStamps, (c + 1) * kGpuTimelineStamps). A stamp not reached is left as it
+  // was (a CTA with no keys has no first stage). It must hold every planned CTA's.
+  uint64_t* timeline = nullptr;
 };
 
 struct MlaGpuDecodeArgs {

@@ -29,6 +29,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/cuda_attention.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/mma_util.cuh"
@@ -344,9 +345,20 @@ constexpr int kBulkSharedBytes = kStages * kBulkStageBytes<kDim>;  // the ring
 template <int kDim, int kStagesAt128>
 constexpr int kBulkStages = kStagesAt128 * 128 / kDim;
 
+// One stamp of a CTA's timeline (GqaParams::timeline), where the caller asked for one.
+__device__ __forceinline__ void Stamp(const GqaParams& p, int stamp) {
+  if (p.timeline == nullptr) return;
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  const int64_t cta =
+      blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
+  p.timeline[cta * kGpuTimelineStamps + stamp] = now;
+}
+
 template <int kDim, int kStages, int kCtasPerSm>
 __global__ void __launch_bounds__((kTcWarps + 1) * 32, kCtasPerSm)
     GqaDecodeBulkKernel(GqaParams p) {
+  if (threadIdx.x == 0) Stamp(p, kStampStart);
   LaunchDependentGrids();  // the split merge may launch now (it waits for this grid's end)
   constexpr int kStageValues = kBulkStageTokens * kDim;  // K of a stage; its V follows
   static_assert(kBulkSharedBytes<kDim, kStages> >= kTcWarps * kTcMaxGroup * kDim * 4,
@@ -431,6 +443,7 @@ __global__ void __launch_bounds__((kTcWarps + 1) * 32, kCtasPerSm)
     for (int32_t k = 0; k < stages; ++k) {
       const int slot = k % kStages;
       MbarWait(&full[slot], (k / kStages) & 1);
+      if (k == 0 && threadIdx.x == 0) Stamp(p, kStampFirstData);
       const int32_t t0 = begin + k * kBulkStageTokens + warp * kTcStep;
       if (t0 < end) {
         const uint16_t* const rows = ring + slot * 2 * kStageValues + (warp * kTcStep + gid) * kDim;
@@ -445,8 +458,10 @@ __global__ void __launch_bounds__((kTcWarps + 1) * 32, kCtasPerSm)
     }
   }
   __syncthreads();  // every stage has been read (and every copy has landed): O may use the ring
+  if (threadIdx.x == 0) Stamp(p, kStampLoopEnd);
   WriteCtaPartial<kDim>(st, p, split, row0, group, m_s, l_s, w_s,
                         reinterpret_cast<float(*)[kTcMaxGroup][kDim]>(ring_bytes));
+  if (threadIdx.x == 0) Stamp(p, kStampEnd);
 }
 
 // --------------------------------------------------------------------- SIMT path ----

@@ -53,6 +53,7 @@ struct GqaParams {
   float* part_lse;  // [num_splits][num_seqs * num_q_heads], natural log
   float* o;
   float* lse;
+  uint64_t* timeline = nullptr;  // cuda_attention.h GqaGpuDecodeArgs::timeline
 };
 
 struct MlaParams {

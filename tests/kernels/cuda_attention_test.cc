@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -459,6 +460,89 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
   SKIP_WITHOUT_GPU();
   const auto& [c, tokens, split] = GetParam();
   CheckGqa(c, tokens, split, /*rising=*/false);
+}
+
+// GqaGpuDecodeArgs::timeline: each planned CTA of a bulk-copy kernel stamps its start, first
+// stage, loop end and end in that order; a CTA with no keys no first stage; nothing past the
+// plan's CTAs is written; and the call's output is the same bits as without it.
+TEST(GqaGpuTimelineTest, StampsEveryPlannedCtaInOrderAndChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  const GqaCase& c = kGqaCases[0];  // Qwen3
+  const GqaShape shape{c.q_heads, c.kv_heads, c.head_dim, c.block_tokens,
+                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  std::mt19937_64 rng(7);
+  std::vector<SeqPlacement> seqs;
+  for (int64_t n : {1000, 90}) {
+    seqs.push_back(Place(GqaCodec(shape), n, shape.block_tokens, Split::kAllTiles, rng));
+  }
+  const int32_t num_seqs = static_cast<int32_t>(seqs.size());
+  std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_q_heads * shape.head_dim);
+  FillRandomBf16(q.data(), q.size(), rng, 2.0f);
+  const int64_t rows = int64_t{num_seqs} * shape.num_q_heads;
+  DeviceKv kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
+              shape.block_tokens, shape.block_tokens);
+  DeviceBuffer q_d = DeviceBuffer::From(q);
+  DeviceBuffer o_d(rows * shape.head_dim * sizeof(float)), lse_d(rows * sizeof(float));
+  for (GqaDecodeKernel kernel : {GqaDecodeKernel::kBulk4, GqaDecodeKernel::kBulk3x2}) {
+    SCOPED_TRACE(kernel == GqaDecodeKernel::kBulk4 ? "bulk4" : "bulk3x2");
+    GqaGpuDecodeArgs args;
+    args.shape = shape;
+    args.num_seqs = num_seqs;
+    args.q = q_d.as<const uint16_t>();
+    args.kv = kv.source;
+    args.o = o_d.as<float>();
+    args.lse = lse_d.as<float>();
+    args.split.gqa_kernel = kernel;
+    args.split.tokens_per_split = 96;  // 11 splits of the long sequence; the short one has 1
+    const int32_t splits = (kv.source.max_seq_tokens + 95) / 96;
+    const int64_t ctas = int64_t{splits} * shape.num_kv_heads * num_seqs;
+    DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
+    args.workspace = workspace.as<void>();
+    args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);
+    WS_ASSERT_OK(GqaGpuDecode(args, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> plain_o = o_d.ToHost<float>(), plain_lse = lse_d.ToHost<float>();
+
+    const int64_t slots = ctas + 8;  // 8 past the plan, to see that they stay untouched
+    DeviceBuffer timeline(slots * kGpuTimelineStamps * sizeof(uint64_t));
+    ASSERT_EQ(cudaMemset(timeline.as<void>(), 0xff, slots * kGpuTimelineStamps * sizeof(uint64_t)),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemset(o_d.as<void>(), 0, rows * shape.head_dim * sizeof(float)), cudaSuccess);
+    args.timeline = timeline.as<uint64_t>();
+    WS_ASSERT_OK(GqaGpuDecode(args, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> o = o_d.ToHost<float>(), lse = lse_d.ToHost<float>();
+    ASSERT_EQ(std::memcmp(o.data(), plain_o.data(), o.size() * sizeof(float)), 0);
+    ASSERT_EQ(std::memcmp(lse.data(), plain_lse.data(), lse.size() * sizeof(float)), 0);
+
+    const std::vector<uint64_t> stamps = timeline.ToHost<uint64_t>();
+    constexpr uint64_t kUntouched = ~uint64_t{0};
+    int64_t keyless = 0;
+    for (int64_t cta = 0; cta < slots; ++cta) {
+      const uint64_t* st = &stamps[cta * kGpuTimelineStamps];
+      SCOPED_TRACE(absl::StrCat("CTA ", cta));
+      if (cta >= ctas) {
+        for (int i = 0; i < kGpuTimelineStamps; ++i) EXPECT_EQ(st[i], kUntouched);
+        continue;
+      }
+      // CTA = split + splits * (kv head + kv heads * seq): the short sequence's keys are all
+      // in its first split.
+      const int32_t split = static_cast<int32_t>(cta % splits);
+      const bool has_keys = cta / (int64_t{splits} * shape.num_kv_heads) == 0 || split == 0;
+      EXPECT_NE(st[kStampStart], kUntouched);
+      EXPECT_LE(st[kStampStart], st[kStampLoopEnd]);
+      EXPECT_LE(st[kStampLoopEnd], st[kStampEnd]);
+      EXPECT_NE(st[kStampEnd], kUntouched);
+      if (has_keys) {
+        EXPECT_LE(st[kStampStart], st[kStampFirstData]);
+        EXPECT_LE(st[kStampFirstData], st[kStampLoopEnd]);
+      } else {
+        EXPECT_EQ(st[kStampFirstData], kUntouched);
+        ++keyless;
+      }
+    }
+    EXPECT_EQ(keyless, int64_t{splits - 1} * shape.num_kv_heads);
+  }
 }
 
 // Scores whose running max keeps rising (GqaCodec's `rising`): O is rescaled in the middle

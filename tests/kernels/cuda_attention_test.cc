@@ -462,6 +462,39 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
   CheckGqa(c, tokens, split, /*rising=*/false);
 }
 
+// A GQA decode's inputs on the device for `seqs` (windows of one block): random queries
+// (scale 2, drawn from `rng` after the placements) and the KV. Args() gives the call's
+// arguments but its outputs and workspace.
+struct GqaDecodeInputs {
+  GqaDecodeInputs(const GqaShape& shape, const std::vector<SeqPlacement>& seqs,
+                  std::mt19937_64& rng)
+      : shape(shape),
+        num_seqs(static_cast<int32_t>(seqs.size())),
+        rows(int64_t{num_seqs} * shape.num_q_heads),
+        q([&] {
+          std::vector<uint16_t> values(rows * shape.head_dim);
+          FillRandomBf16(values.data(), values.size(), rng, 2.0f);
+          return values;
+        }()),
+        kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
+           shape.block_tokens, shape.block_tokens),
+        q_d(DeviceBuffer::From(q)) {}
+  GqaGpuDecodeArgs Args() const {
+    GqaGpuDecodeArgs args;
+    args.shape = shape;
+    args.num_seqs = num_seqs;
+    args.q = q_d.as<const uint16_t>();
+    args.kv = kv.source;
+    return args;
+  }
+  GqaShape shape;
+  int32_t num_seqs;
+  int64_t rows;
+  std::vector<uint16_t> q;
+  DeviceKv kv;
+  DeviceBuffer q_d;
+};
+
 // GqaGpuDecodeArgs::timeline: each planned CTA of a bulk-copy kernel stamps its start, first
 // stage, loop end and end in that order; a CTA with no keys no first stage; nothing past the
 // plan's CTAs is written; and the call's output is the same bits as without it.
@@ -475,26 +508,18 @@ TEST(GqaGpuTimelineTest, StampsEveryPlannedCtaInOrderAndChangesNothing) {
   for (int64_t n : {1000, 90}) {
     seqs.push_back(Place(GqaCodec(shape), n, shape.block_tokens, Split::kAllTiles, rng));
   }
-  const int32_t num_seqs = static_cast<int32_t>(seqs.size());
-  std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_q_heads * shape.head_dim);
-  FillRandomBf16(q.data(), q.size(), rng, 2.0f);
-  const int64_t rows = int64_t{num_seqs} * shape.num_q_heads;
-  DeviceKv kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
-              shape.block_tokens, shape.block_tokens);
-  DeviceBuffer q_d = DeviceBuffer::From(q);
+  const GqaDecodeInputs in(shape, seqs, rng);
+  const int32_t num_seqs = in.num_seqs;
+  const int64_t rows = in.rows;
   DeviceBuffer o_d(rows * shape.head_dim * sizeof(float)), lse_d(rows * sizeof(float));
   for (GqaDecodeKernel kernel : {GqaDecodeKernel::kBulk4, GqaDecodeKernel::kBulk3x2}) {
     SCOPED_TRACE(kernel == GqaDecodeKernel::kBulk4 ? "bulk4" : "bulk3x2");
-    GqaGpuDecodeArgs args;
-    args.shape = shape;
-    args.num_seqs = num_seqs;
-    args.q = q_d.as<const uint16_t>();
-    args.kv = kv.source;
+    GqaGpuDecodeArgs args = in.Args();
     args.o = o_d.as<float>();
     args.lse = lse_d.as<float>();
     args.split.gqa_kernel = kernel;
     args.split.tokens_per_split = 96;  // 11 splits of the long sequence; the short one has 1
-    const int32_t splits = (kv.source.max_seq_tokens + 95) / 96;
+    const int32_t splits = (in.kv.source.max_seq_tokens + 95) / 96;
     const int64_t ctas = int64_t{splits} * shape.num_kv_heads * num_seqs;
     DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
     args.workspace = workspace.as<void>();
@@ -810,17 +835,10 @@ TEST(GpuDecodeTest, HostListsAreReadInlineUpToFourSequences) {
       seqs.push_back(
           Place(GqaCodec(shape), 300 + 37 * s, shape.block_tokens, Split::kAllWindow, rng));
     }
-    std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_q_heads * shape.head_dim);
-    FillRandomBf16(q.data(), q.size(), rng, 2.0f);
-    const int64_t rows = int64_t{num_seqs} * shape.num_q_heads;
-    DeviceKv kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
-                shape.block_tokens, shape.block_tokens);
-    DeviceBuffer q_d = DeviceBuffer::From(q);
-    GqaGpuDecodeArgs args;
-    args.shape = shape;
-    args.num_seqs = num_seqs;
-    args.q = q_d.as<const uint16_t>();
-    args.kv = kv.source;
+    const GqaDecodeInputs in(shape, seqs, rng);
+    const int64_t rows = in.rows;
+    const DeviceKv& kv = in.kv;
+    GqaGpuDecodeArgs args = in.Args();
     DeviceBuffer workspace(GqaGpuDecodeWorkspaceBytes(args));
     args.workspace = workspace.as<void>();
     args.workspace_bytes = GqaGpuDecodeWorkspaceBytes(args);

@@ -4,7 +4,7 @@
 //                   [--threads=16] [--iters=3] [--dram-gbps=85] [--hbm-gbps=4300]
 //                   [--pool-gb=2] [--gpu-pool-gb=16] [--no-cpu] [--no-mla] [--no-cuda] [--no-gqa]
 //                   [--no-merge] [--no-logits] [--no-prefill] [--no-overlap] [--no-floors]
-//                   [--gqa-splits] [--timeline]
+//                   [--gqa-splits] [--timeline] [--flush=stream|cached]
 //                   [--clock=wall|cpu]
 //                   [--host-memory=malloc|anon|anon-thp|shm|shm-thp|memfd-thp]
 //                   [--gap-us=0] [--gpu-warmup-ms=50] [--mla-prefetch=0,1,2]
@@ -489,6 +489,10 @@ int Main(int argc, char** argv) {
     else if (arg == "--no-floors") options.floors = false;
     else if (arg == "--gqa-splits") options.gqa_splits = true;
     else if (arg == "--timeline") options.timeline = true;
+    else if (arg == "--flush=stream")
+      options.flush_cached = false;
+    else if (arg == "--flush=cached")
+      options.flush_cached = true;
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad argument %s (see the comment at the top of attention_bench.cc)\n", argv[i]);

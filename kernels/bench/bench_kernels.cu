@@ -23,30 +23,33 @@ __device__ __forceinline__ void WriteCtaXor(unsigned acc, unsigned* sink) {
 }
 
 // The XOR of data[i], data[i + stride], ... below end, kLoads loads in flight a thread at a
-// time.
-template <int kLoads>
+// time; streaming loads (ld.global.cs: the L2 evicts their lines first), or with kCached loads
+// that the L2 keeps at normal priority (ld.global.cg).
+template <int kLoads, bool kCached = false>
 __device__ __forceinline__ unsigned XorLoads(const uint4* __restrict__ data, size_t i, size_t end,
                                              size_t stride) {
+  auto load = [](const uint4* p) { return kCached ? __ldcg(p) : __ldcs(p); };
   unsigned acc = 0;
   for (; i + (kLoads - 1) * stride < end; i += kLoads * stride) {
     uint4 v[kLoads];
 #pragma unroll
-    for (int k = 0; k < kLoads; ++k) v[k] = __ldcs(data + i + k * stride);
+    for (int k = 0; k < kLoads; ++k) v[k] = load(data + i + k * stride);
 #pragma unroll
     for (int k = 0; k < kLoads; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
   }
   for (; i < end; i += stride) {
-    const uint4 a = __ldcs(data + i);
+    const uint4 a = load(data + i);
     acc ^= a.x ^ a.y ^ a.z ^ a.w;
   }
   return acc;
 }
 
-__global__ void __launch_bounds__(kThreads) ReadAllKernel(const uint4* __restrict__ data,
-                                                         size_t count, unsigned* sink) {
+template <bool kCached>
+__global__ void __launch_bounds__(kThreads)
+    ReadAllKernel(const uint4* __restrict__ data, size_t count, unsigned* sink) {
   // Four loads in flight per thread.
-  WriteCtaXor(XorLoads<4>(data, size_t{blockIdx.x} * kThreads + threadIdx.x, count,
-                          size_t{gridDim.x} * kThreads),
+  WriteCtaXor(XorLoads<4, kCached>(data, size_t{blockIdx.x} * kThreads + threadIdx.x, count,
+                                   size_t{gridDim.x} * kThreads),
               sink);
 }
 
@@ -163,9 +166,15 @@ int LaunchInClusters(void (*kernel)(Params...), int clusters, int cluster_size, 
 
 }  // namespace
 
-int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, void* stream) {
-  ReadAllKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const uint4*>(data), bytes / 16, sink);
+int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, void* stream,
+                  bool cached) {
+  if (cached) {
+    ReadAllKernel<true><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const uint4*>(data), bytes / 16, sink);
+  } else {
+    ReadAllKernel<false><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const uint4*>(data), bytes / 16, sink);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 

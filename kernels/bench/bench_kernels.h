@@ -10,8 +10,10 @@ namespace writescope::kernels::bench {
 
 // Reads `bytes` (rounded down to 16) of device memory with 16-byte loads from `blocks`
 // CTAs of 256 threads; each CTA writes one word of its XOR to sink[block] (so the loads
-// cannot be dropped). Returns a cudaError_t as int.
-int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, void* stream);
+// cannot be dropped). Streaming loads (the L2 evicts their lines first), or with `cached`
+// loads whose lines the L2 keeps at normal priority. Returns a cudaError_t as int.
+int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, void* stream,
+                  bool cached = false);
 
 // Reads as LaunchReadAll with `ctas` CTAs of 1024 threads, one an SM (8 loads of 16 bytes in
 // flight a thread): what n SMs alone can stream.

@@ -489,10 +489,8 @@ int Main(int argc, char** argv) {
     else if (arg == "--no-floors") options.floors = false;
     else if (arg == "--gqa-splits") options.gqa_splits = true;
     else if (arg == "--timeline") options.timeline = true;
-    else if (arg == "--flush=stream")
-      options.flush_cached = false;
-    else if (arg == "--flush=cached")
-      options.flush_cached = true;
+    else if (arg == "--flush=stream") options.flush_cached = false;
+    else if (arg == "--flush=cached") options.flush_cached = true;
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad argument %s (see the comment at the top of attention_bench.cc)\n", argv[i]);

@@ -83,7 +83,8 @@ struct GpuSplitOptions {
 // A decode CTA's timeline (GqaGpuDecodeArgs::timeline): %globaltimer readings, ns.
 enum GpuTimelineStamp : int32_t {
   kStampStart = 0,     // the CTA began
-  kStampFirstData,     // its first stage of K/V had landed in shared memory
+  kStampFirstData,     // its first stage of K/V had landed in shared memory (and its Q:
+                       // the consumers load Q while the first copies are in flight)
   kStampLoopEnd,       // every stage had been read
   kStampEnd,           // its partial had been written (thread 0's share)
   kGpuTimelineStamps,  // stamps per CTA

@@ -117,8 +117,7 @@ double TimeIt(int iters, Fn fn) {
     fn();
     times.push_back(Seconds(start, std::chrono::steady_clock::now()));
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return Median(std::move(times));
 }
 
 std::string g_host_memory = "malloc";  // --host-memory

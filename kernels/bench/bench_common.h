@@ -2,6 +2,7 @@
 #ifndef WRITESCOPE_KERNELS_BENCH_BENCH_COMMON_H_
 #define WRITESCOPE_KERNELS_BENCH_BENCH_COMMON_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,13 @@
 #include "kernels/attention.h"
 
 namespace writescope::kernels::bench {
+
+// The middle value of `v` (the upper one of an even count), or 0 where it is empty.
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 struct BenchOptions {
   std::vector<int64_t> tokens = {8192, 32768, 131072};

@@ -106,11 +106,7 @@ __global__ void EmptyKernel(unsigned* sink) {
   if (threadIdx.x == 0) sink[blockIdx.x] = blockIdx.x;
 }
 
-__global__ void StampKernel(unsigned long long* out) {
-  unsigned long long now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  *out = now;
-}
+__global__ void StampKernel(unsigned long long* out) { *out = cuda::internal::GlobalTimerNs(); }
 
 // EmptyKernel as the first of a programmatic pair: it lets its dependent launch at once.
 __global__ void EmptyPrimaryKernel(unsigned* sink) {

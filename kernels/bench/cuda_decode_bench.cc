@@ -109,8 +109,7 @@ double TimeGpu(int iters, Fn fn, bool from_idle_stream = false) {
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return Median(std::move(times));
 }
 
 // TimeGpu of one `decode()` call (returning absl::Status), or 0 where a first, checked call
@@ -172,8 +171,7 @@ double HostTimeInARow(int iters, Layer layer) {
     cudaDeviceSynchronize();
     times.push_back(std::chrono::duration<double>(stop - start).count() / kRowLayers);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return Median(std::move(times));
 }
 
 // kRowLayers copies of a point's tiles and window, each filled as the point's (0x3c), for
@@ -222,12 +220,6 @@ struct Timeline {
   bool ok = false;
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // `args` a bulk-copy decode of one sequence over `tiles` (tile_bytes of them).
 Timeline TimelineOf(const std::string& model, int64_t tokens, const DeviceMemory& tiles,
                     size_t tile_bytes, cuda::GqaGpuDecodeArgs args, int iters) {
@@ -247,30 +239,30 @@ Timeline TimelineOf(const std::string& model, int64_t tokens, const DeviceMemory
       loop_max, end_max, epilogue, after;
   uint64_t granularity = UINT64_MAX;
   constexpr int kWarmup = 3;
+  // Behind a flush: a mark, `enqueue()`'s work (false: it failed), a mark; host_marks then hold
+  // the two marks. False where any step failed.
+  auto between_marks = [&](auto enqueue) {
+    FlushL2();
+    (void)LaunchStamp(mark, nullptr);
+    if (!enqueue()) return false;
+    (void)LaunchStamp(mark + 1, nullptr);
+    return cudaMemcpy(host_marks, mark, sizeof(host_marks), cudaMemcpyDeviceToHost) == cudaSuccess;
+  };
+  auto marks_us = [&] { return (host_marks[1] - host_marks[0]) * 1e-3; };
   for (int i = 0; i < kWarmup + std::max(iters, 5); ++i) {
     // The two marks alone, and around a plain read of the same bytes.
-    FlushL2();
-    (void)LaunchStamp(mark, nullptr);
-    (void)LaunchStamp(mark + 1, nullptr);
-    if (cudaMemcpy(host_marks, mark, sizeof(host_marks), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    if (!between_marks([] { return true; })) return t;
+    const double alone_us = marks_us();
+    if (!between_marks([&] {
+          (void)LaunchReadAll(tiles.ptr, tile_bytes, g_sink, kReadBlocks, nullptr);
+          return true;
+        })) {
       return t;
     }
-    const double marks_us = (host_marks[1] - host_marks[0]) * 1e-3;
-    FlushL2();
-    (void)LaunchStamp(mark, nullptr);
-    (void)LaunchReadAll(tiles.ptr, tile_bytes, g_sink, kReadBlocks, nullptr);
-    (void)LaunchStamp(mark + 1, nullptr);
-    if (cudaMemcpy(host_marks, mark, sizeof(host_marks), cudaMemcpyDeviceToHost) != cudaSuccess) {
-      return t;
-    }
-    const double read_us = (host_marks[1] - host_marks[0]) * 1e-3;
+    const double read_us = marks_us();
     // The call.
-    if (cudaMemset(timeline.ptr, 0, stamp_bytes) != cudaSuccess) return t;
-    FlushL2();
-    (void)LaunchStamp(mark, nullptr);
-    if (!cuda::GqaGpuDecode(args, nullptr).ok()) return t;
-    (void)LaunchStamp(mark + 1, nullptr);
-    if (cudaMemcpy(host_marks, mark, sizeof(host_marks), cudaMemcpyDeviceToHost) != cudaSuccess ||
+    if (cudaMemset(timeline.ptr, 0, stamp_bytes) != cudaSuccess ||
+        !between_marks([&] { return cuda::GqaGpuDecode(args, nullptr).ok(); }) ||
         cudaMemcpy(stamps.data(), timeline.ptr, stamp_bytes, cudaMemcpyDeviceToHost) !=
             cudaSuccess) {
       return t;
@@ -299,7 +291,7 @@ Timeline TimelineOf(const std::string& model, int64_t tokens, const DeviceMemory
       if (all[j] > all[j - 1] && all[j - 1] != 0)
         granularity = std::min(granularity, all[j] - all[j - 1]);
     }
-    back_to_back.push_back(marks_us);
+    back_to_back.push_back(alone_us);
     read.push_back(read_us);
     start_first.push_back(*std::min_element(starts.begin(), starts.end()));
     start_last.push_back(*std::max_element(starts.begin(), starts.end()));

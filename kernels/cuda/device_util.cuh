@@ -34,6 +34,13 @@ __device__ __forceinline__ float WarpSum(float x) {
   return x;
 }
 
+// The GPU's global nanosecond timer (%globaltimer), the same clock on every SM.
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+
 // Programmatic dependent launch (sm_90; no-ops elsewhere and where the kernels are launched
 // without the attribute). A split-KV decode lets its merge be launched as soon as every one of
 // its CTAs has started (the merge's CTAs then wait in WaitForPrimaryGrid until the decode has

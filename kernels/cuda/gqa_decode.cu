@@ -348,8 +348,7 @@ constexpr int kBulkStages = kStagesAt128 * 128 / kDim;
 // One stamp of a CTA's timeline (GqaParams::timeline), where the caller asked for one.
 __device__ __forceinline__ void Stamp(const GqaParams& p, int stamp) {
   if (p.timeline == nullptr) return;
-  uint64_t now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  const uint64_t now = GlobalTimerNs();
   const int64_t cta =
       blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
   p.timeline[cta * kGpuTimelineStamps + stamp] = now;

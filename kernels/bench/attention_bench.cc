@@ -45,6 +45,11 @@
 // this long, untimed (0: one untimed call, as before session 31, which timed the first
 // column of some rows 5-13 % slow: docs/notes/cuda_decode_tuning.md, run 167).
 //
+// --flush: the CUDA timings' L2 flush (256 MiB read before each timed call) with cached,
+// normal-priority loads (the default) or streaming ones (every run before 305). After a
+// streaming flush the L2 keeps lines of the call before, and lone calls on bytes under the
+// L2's size ran partly warm (Qwen3 8K x 1 on an H100: 12.4 µs against 16.3; run 305).
+//
 // --gap-us sleeps that long before each timed call (not timed). Back to back, the OpenMP
 // threads are still spinning from the call before when the next one starts; in a decode
 // step the cpu_worker's attention calls come one layer apart, with the GPU's part of the

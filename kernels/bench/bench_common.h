@@ -38,7 +38,7 @@ struct BenchOptions {
   bool floors = true;         // the CUDA floors at batch 1: reads by n SMs, empty launches
   bool gqa_splits = false;    // the CUDA GQA table's bulk4 columns at fixed split sizes
   bool timeline = false;      // the batch-1 anatomy's timeline of bulk4's CTAs
-  bool flush_cached = false;  // --flush=cached: the CUDA L2 flush with normal-priority loads
+  bool flush_cached = true;   // the CUDA L2 flush with normal-priority loads (--flush=stream: not)
   double gpu_warmup_ms = 50;  // CUDA timings: calls before the timed runs, at least this long
   // The CPU MLA table's AMX rows: one per prefetch distance (CpuAttentionOptions::
   // mla_amx_prefetch_steps).

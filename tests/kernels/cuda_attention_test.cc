@@ -351,6 +351,39 @@ TokenCodec GqaCodec(const GqaShape& s, bool rising = false) {
   return codec;
 }
 
+// A GQA decode's inputs on the device for `seqs` (windows of `window_blocks` blocks): random
+// queries (scale 2, drawn from `rng` after the placements) and the KV. Args() gives the call's
+// arguments but its outputs and workspace.
+struct GqaDecodeInputs {
+  GqaDecodeInputs(const GqaShape& shape, const std::vector<SeqPlacement>& seqs,
+                  std::mt19937_64& rng, int32_t window_blocks = 1)
+      : shape(shape),
+        num_seqs(static_cast<int32_t>(seqs.size())),
+        rows(int64_t{num_seqs} * shape.num_q_heads),
+        q([&] {
+          std::vector<uint16_t> values(rows * shape.head_dim);
+          FillRandomBf16(values.data(), values.size(), rng, 2.0f);
+          return values;
+        }()),
+        kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
+           shape.block_tokens, shape.block_tokens * window_blocks),
+        q_d(DeviceBuffer::From(q)) {}
+  GqaGpuDecodeArgs Args() const {
+    GqaGpuDecodeArgs args;
+    args.shape = shape;
+    args.num_seqs = num_seqs;
+    args.q = q_d.as<const uint16_t>();
+    args.kv = kv.source;
+    return args;
+  }
+  GqaShape shape;
+  int32_t num_seqs;
+  int64_t rows;
+  std::vector<uint16_t> q;
+  DeviceKv kv;
+  DeviceBuffer q_d;
+};
+
 // CPU partial (CpuGqaDecode) + GPU partial (GqaGpuDecode at the planned and two fixed
 // split sizes) merged on the GPU equals the fp64 reference, for two sequences (tokens and
 // a shorter one) placed by `split`; `rising`: GqaCodec's rising scores.
@@ -365,10 +398,10 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
     seqs.push_back(Place(GqaCodec(shape, rising), n, shape.block_tokens, split, rng,
                          c.window_blocks));
   }
-  const int32_t num_seqs = static_cast<int32_t>(seqs.size());
-  std::vector<uint16_t> q(int64_t{num_seqs} * shape.num_q_heads * shape.head_dim);
-  FillRandomBf16(q.data(), q.size(), rng, 2.0f);
-  const int64_t rows = int64_t{num_seqs} * shape.num_q_heads;
+  const GqaDecodeInputs in(shape, seqs, rng, c.window_blocks);
+  const int32_t num_seqs = in.num_seqs;
+  const int64_t rows = in.rows;
+  const std::vector<uint16_t>& q = in.q;
 
   std::vector<const std::vector<std::vector<uint16_t>>*> all, cpu;
   std::vector<int32_t> all_last, cpu_last;
@@ -384,17 +417,11 @@ void CheckGqa(const GqaCase& c, int64_t tokens, Split split, bool rising) {
   std::vector<float> cpu_o(rows * shape.head_dim), cpu_lse(rows);
   WS_ASSERT_OK(CpuGqaDecode({shape, num_seqs, q.data(), cpu_lists.lists.data(), cpu_o.data(), cpu_lse.data()}));
 
-  DeviceKv kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
-              shape.block_tokens, shape.block_tokens * c.window_blocks);
-  DeviceBuffer q_d = DeviceBuffer::From(q);
+  const DeviceKv& kv = in.kv;
   GuardedOutputs out(rows, shape.head_dim);
   float* o = out.o();
   float* lse = out.lse();
-  GqaGpuDecodeArgs args;
-  args.shape = shape;
-  args.num_seqs = num_seqs;
-  args.q = q_d.as<const uint16_t>();
-  args.kv = kv.source;
+  GqaGpuDecodeArgs args = in.Args();
   args.o = o;
   args.lse = lse;
   // For each tensor-core kernel: the planned splits and fixed sizes over the packed tiles,
@@ -461,39 +488,6 @@ TEST_P(GqaGpuTest, CpuPlusGpuMergedOnGpuEqualsReference) {
   const auto& [c, tokens, split] = GetParam();
   CheckGqa(c, tokens, split, /*rising=*/false);
 }
-
-// A GQA decode's inputs on the device for `seqs` (windows of one block): random queries
-// (scale 2, drawn from `rng` after the placements) and the KV. Args() gives the call's
-// arguments but its outputs and workspace.
-struct GqaDecodeInputs {
-  GqaDecodeInputs(const GqaShape& shape, const std::vector<SeqPlacement>& seqs,
-                  std::mt19937_64& rng)
-      : shape(shape),
-        num_seqs(static_cast<int32_t>(seqs.size())),
-        rows(int64_t{num_seqs} * shape.num_q_heads),
-        q([&] {
-          std::vector<uint16_t> values(rows * shape.head_dim);
-          FillRandomBf16(values.data(), values.size(), rng, 2.0f);
-          return values;
-        }()),
-        kv(seqs, int64_t{2} * shape.num_kv_heads * shape.block_tokens * shape.head_dim,
-           shape.block_tokens, shape.block_tokens),
-        q_d(DeviceBuffer::From(q)) {}
-  GqaGpuDecodeArgs Args() const {
-    GqaGpuDecodeArgs args;
-    args.shape = shape;
-    args.num_seqs = num_seqs;
-    args.q = q_d.as<const uint16_t>();
-    args.kv = kv.source;
-    return args;
-  }
-  GqaShape shape;
-  int32_t num_seqs;
-  int64_t rows;
-  std::vector<uint16_t> q;
-  DeviceKv kv;
-  DeviceBuffer q_d;
-};
 
 // GqaGpuDecodeArgs::timeline: each planned CTA of a bulk-copy kernel stamps its start, first
 // stage, loop end and end in that order; a CTA with no keys no first stage; nothing past the

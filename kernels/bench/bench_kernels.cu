@@ -164,13 +164,9 @@ int LaunchInClusters(void (*kernel)(Params...), int clusters, int cluster_size, 
 
 int LaunchReadAll(const void* data, size_t bytes, unsigned* sink, int blocks, void* stream,
                   bool cached) {
-  if (cached) {
-    ReadAllKernel<true><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const uint4*>(data), bytes / 16, sink);
-  } else {
-    ReadAllKernel<false><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const uint4*>(data), bytes / 16, sink);
-  }
+  auto* const kernel = cached ? ReadAllKernel<true> : ReadAllKernel<false>;
+  kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint4*>(data), bytes / 16, sink);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -61,11 +61,8 @@ constexpr int kReadBlocks = 132 * 8;
 void* g_flush = nullptr;
 unsigned* g_sink = nullptr;  // [kReadBlocks]
 
-// The flush's loads keep their lines at normal priority (the default since run 305). With
-// streaming loads (--flush=stream, every run before 305) the L2 evicts the flush's own lines
-// first and keeps lines that the timed call's bulk copies brought in: on the H100 a lone
-// Qwen3 8K x 1 decode (17 MB, under the L2) took 12.4 µs after a streaming flush and 16.3
-// after a cached one, and 32K (67 MB) the same within 1 µs either way (run 305).
+// The flush's loads keep their lines at normal priority unless --flush=stream (see
+// attention_bench.cc): streaming loads let the L2 keep lines of the timed call before.
 bool g_flush_cached = true;
 void FlushL2() {
   if (g_flush != nullptr) {
